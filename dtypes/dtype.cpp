@@ -1,0 +1,54 @@
+#include "dtypes/dtype.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace layerinit {
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "fp32";
+    case DType::f16: return "fp16";
+    case DType::bf16: return "bf16";
+  }
+  throw std::invalid_argument("invalid DType tag " + std::to_string(static_cast<int>(t)));
+}
+
+std::size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+
+std::string dtype_names() { return "fp32, fp16, bf16"; }
+
+DType parse_dtype(std::string_view s) {
+  if (s == "fp32" || s == "float32" || s == "f32") return DType::f32;
+  if (s == "fp16" || s == "float16" || s == "f16" || s == "half") return DType::f16;
+  if (s == "bf16" || s == "bfloat16") return DType::bf16;
+  throw std::invalid_argument("unknown dtype '" + std::string(s) + "' (valid: " + dtype_names() + ")");
+}
+
+float round_to_dtype(float x, DType t) {
+  switch (t) {
+    case DType::f32: return x;
+    case DType::f16: return f16_bits_to_float(float_to_f16_bits(x));
+    case DType::bf16: return bf16_bits_to_float(float_to_bf16_bits(x));
+  }
+  return x;
+}
+
+float dtype_floor(float x, DType t) {
+  if (t == DType::f32) return x;
+  const bool half = t == DType::f16;
+  std::uint16_t b = half ? float_to_f16_bits(x) : float_to_bf16_bits(x);
+  auto value = [&](std::uint16_t bits) { return half ? f16_bits_to_float(bits) : bf16_bits_to_float(bits); };
+  if (value(b) <= x) return value(b);
+  // Rounding went up: step one representable value down. Sign-magnitude bits: for a positive value
+  // the pattern below is b - 1; from zero it is the smallest negative subnormal; for a negative, b + 1.
+  const float r = value(b);
+  if (r > 0) b = static_cast<std::uint16_t>(b - 1);
+  else if (r == 0) b = 0x8001;
+  else b = static_cast<std::uint16_t>(b + 1);
+  return value(b);
+}
+
+float dtype_ceil(float x, DType t) { return -dtype_floor(-x, t); }
+
+}  // namespace layerinit

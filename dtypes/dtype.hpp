@@ -1,0 +1,44 @@
+// dtypes: the element types layerinit writes, as a runtime tag and as compile-time types.
+// defines: DType, dtype_name, dtype_size, parse_dtype, dtype_names, dtype_traits
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <Eigen/Core>
+
+namespace layerinit {
+
+// The tag's values are stable (they appear in files). fp8 (e4m3 = 3, e5m2 = 4) is reserved.
+enum class DType : std::uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
+
+inline constexpr DType all_dtypes[] = {DType::f32, DType::f16, DType::bf16};
+
+std::string_view dtype_name(DType t);      // "fp32", "fp16", "bf16"
+std::size_t dtype_size(DType t);           // bytes per element
+// Accepts fp32/float32/f32, fp16/float16/f16/half, bf16/bfloat16; throws std::invalid_argument
+// "unknown dtype 'x' (valid: fp32, fp16, bf16)".
+DType parse_dtype(std::string_view s);
+std::string dtype_names();                 // "fp32, fp16, bf16"
+
+// Host element types. Eigen's half and bfloat16 round to nearest even and keep NaN quiet.
+template <DType T> struct dtype_traits;
+template <> struct dtype_traits<DType::f32> { using host_type = float; using bits_type = std::uint32_t; };
+template <> struct dtype_traits<DType::f16> { using host_type = Eigen::half; using bits_type = std::uint16_t; };
+template <> struct dtype_traits<DType::bf16> { using host_type = Eigen::bfloat16; using bits_type = std::uint16_t; };
+
+// Host conversions between float and the raw bits of the 16-bit types.
+inline std::uint16_t float_to_f16_bits(float x) { return Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(x)); }
+inline std::uint16_t float_to_bf16_bits(float x) { return Eigen::numext::bit_cast<std::uint16_t>(Eigen::bfloat16(x)); }
+inline float f16_bits_to_float(std::uint16_t b) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(b)); }
+inline float bf16_bits_to_float(std::uint16_t b) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(b)); }
+
+// Rounds x to the nearest value of dtype t and returns it as float.
+float round_to_dtype(float x, DType t);
+// The largest value of dtype t that is <= x, and the smallest that is >= x (x finite, in range).
+float dtype_floor(float x, DType t);
+float dtype_ceil(float x, DType t);
+
+}  // namespace layerinit

@@ -1,0 +1,140 @@
+#include "kernels/fill.hpp"
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+#include "kernels/philox.hpp"
+
+namespace layerinit {
+
+std::string_view fill_kind_name(FillKind k) {
+  switch (k) {
+    case FillKind::constant: return "constant";
+    case FillKind::normal: return "normal";
+    case FillKind::trunc_normal: return "trunc_normal";
+    case FillKind::uniform: return "uniform";
+  }
+  return "?";
+}
+
+FillSpec FillSpec::constant(double v) {
+  FillSpec s;
+  s.kind = FillKind::constant;
+  s.value = v;
+  return s;
+}
+FillSpec FillSpec::normal(double mean, double std) {
+  FillSpec s;
+  s.kind = FillKind::normal;
+  s.mean = mean;
+  s.std = std;
+  return s;
+}
+FillSpec FillSpec::trunc_normal(double mean, double std, double a, double b) {
+  FillSpec s = normal(mean, std);
+  s.kind = FillKind::trunc_normal;
+  s.a = a;
+  s.b = b;
+  return s;
+}
+FillSpec FillSpec::trunc_normal_std(double mean, double std, double a_std, double b_std) {
+  FillSpec s = trunc_normal(mean, std, a_std, b_std);
+  s.bounds_in_std = true;
+  return s;
+}
+FillSpec FillSpec::uniform(double lo, double hi) {
+  FillSpec s;
+  s.kind = FillKind::uniform;
+  s.lo = lo;
+  s.hi = hi;
+  return s;
+}
+
+std::string FillSpec::describe() const {
+  std::ostringstream o;
+  o.precision(6);
+  switch (kind) {
+    case FillKind::constant: o << "constant(" << value << ")"; break;
+    case FillKind::normal: o << "normal(" << mean << ", " << std << ")"; break;
+    case FillKind::trunc_normal:
+      o << "trunc_normal(" << mean << ", " << std << ", " << a << (bounds_in_std ? " std" : "") << ", " << b
+        << (bounds_in_std ? " std" : "") << ")";
+      break;
+    case FillKind::uniform: o << "uniform(" << lo << ", " << hi << ")"; break;
+  }
+  return o.str();
+}
+
+namespace {
+void require(bool ok, const FillSpec& s, const char* what) {
+  if (!ok) throw std::invalid_argument("invalid fill " + s.describe() + ": " + what);
+}
+bool finite(double x) { return std::isfinite(x); }
+}  // namespace
+
+FillParams prepare_fill(const FillSpec& s, DType t) {
+  FillParams p;
+  p.kind = s.kind;
+  switch (s.kind) {
+    case FillKind::constant:
+      require(finite(s.value), s, "value must be finite");
+      p.shift = static_cast<float>(s.value);
+      break;
+    case FillKind::normal:
+      require(finite(s.mean) && finite(s.std), s, "mean and std must be finite");
+      require(s.std > 0, s, "std must be positive");
+      p.scale = static_cast<float>(s.std * std::sqrt(2.0));
+      p.shift = static_cast<float>(s.mean);
+      break;
+    case FillKind::trunc_normal: {
+      require(finite(s.mean) && finite(s.std), s, "mean and std must be finite");
+      require(s.std > 0, s, "std must be positive");
+      require(finite(s.a) && finite(s.b), s, "bounds must be finite");
+      require(s.a < s.b, s, "lower bound must be below upper bound");
+      const double a = s.bounds_in_std ? s.mean + s.a * s.std : s.a;
+      const double b = s.bounds_in_std ? s.mean + s.b * s.std : s.b;
+      const float a_t = dtype_ceil(static_cast<float>(a) < a ? std::nextafter(static_cast<float>(a), INFINITY)
+                                                             : static_cast<float>(a), t);
+      const float b_t = dtype_floor(static_cast<float>(b) > b ? std::nextafter(static_cast<float>(b), -INFINITY)
+                                                              : static_cast<float>(b), t);
+      require(a_t <= b_t, s, "no value of the dtype lies between the bounds");
+      const double ea = std::erf((a_t - s.mean) / (s.std * std::sqrt(2.0)));
+      const double eb = std::erf((b_t - s.mean) / (s.std * std::sqrt(2.0)));
+      require(eb > ea, s, "bounds lie too far in one tail of the normal");
+      p.scale = static_cast<float>(s.std * std::sqrt(2.0));
+      p.shift = static_cast<float>(s.mean);
+      p.half_width = static_cast<float>((eb - ea) / 2);
+      p.center = static_cast<float>((eb + ea) / 2);
+      p.lo = a_t;
+      p.hi = b_t;
+      break;
+    }
+    case FillKind::uniform:
+      require(finite(s.lo) && finite(s.hi), s, "bounds must be finite");
+      require(s.lo < s.hi, s, "lo must be below hi");
+      p.scale = static_cast<float>(s.hi - s.lo);
+      p.shift = static_cast<float>(s.lo);
+      p.hi = static_cast<float>(s.hi);
+      break;
+    default:
+      throw std::invalid_argument("unknown fill kind");
+  }
+  return p;
+}
+
+FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t seed, std::string_view name,
+                      const FillSpec& spec) {
+  FillJob j;
+  j.dst = dst;
+  j.key = rng::philox_key(seed, rng::tensor_key(name));
+  j.begin = 0;
+  j.end = numel;
+  j.rows = 1;
+  j.cols = numel;
+  j.params = prepare_fill(spec, t);
+  j.dtype = t;
+  return j;
+}
+
+}  // namespace layerinit

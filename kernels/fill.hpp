@@ -1,0 +1,109 @@
+// Fills: what a tensor's values are, and jobs that write them into memory.
+// defines: FillKind, FillSpec, FillParams, prepare_fill, FillJob, make_fill_job, element_value
+//
+// The value contract: element i (row-major index over the tensor's logical shape) of a tensor named N,
+// for a seed S, is value(params, bits) where bits = word (i mod 4) of Philox4x32-10 with counter
+// (i / 4) and key philox_key(S, fnv1a64(N)), rounded to nearest in the target dtype. Nothing else
+// (launch shape, threads, chunking, layout, other tensors) enters it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "dtypes/dtype.hpp"
+#include "kernels/hd.hpp"
+#include "kernels/transforms.hpp"
+
+namespace layerinit {
+
+enum class FillKind : std::uint8_t { constant = 0, normal = 1, trunc_normal = 2, uniform = 3 };
+
+std::string_view fill_kind_name(FillKind k);
+
+// A fill as users write it, in double precision.
+struct FillSpec {
+  FillKind kind = FillKind::constant;
+  double mean = 0.0;  // normal, trunc_normal
+  double std = 1.0;   // normal, trunc_normal
+  double a = -2.0;    // trunc_normal lower bound
+  double b = 2.0;     // trunc_normal upper bound
+  bool bounds_in_std = false;  // a, b in units of std around mean (JAX, torchtitan) or absolute (PyTorch)
+  double lo = 0.0;    // uniform
+  double hi = 1.0;    // uniform
+  double value = 0.0; // constant
+
+  static FillSpec constant(double v);
+  static FillSpec normal(double mean, double std);
+  // PyTorch's trunc_normal_: absolute bounds a, b.
+  static FillSpec trunc_normal(double mean, double std, double a, double b);
+  // JAX's truncated_normal / torchtitan's cutoff: bounds a*std, b*std around mean.
+  static FillSpec trunc_normal_std(double mean, double std, double a_std, double b_std);
+  static FillSpec uniform(double lo, double hi);
+
+  std::string describe() const;  // e.g. "normal(0, 0.02)"
+  bool operator==(const FillSpec&) const = default;
+};
+
+// A fill prepared for one dtype: the float constants the per-element code uses. Trivially copyable.
+struct FillParams {
+  FillKind kind = FillKind::constant;
+  float scale = 0.f;  // normal, trunc_normal: std * sqrt(2); uniform: hi - lo
+  float shift = 0.f;  // normal, trunc_normal: mean; uniform: lo; constant: the value
+  float half_width = 0.f;  // trunc_normal: (erf(b') - erf(a')) / 2 in the erf domain
+  float center = 0.f;      // trunc_normal: (erf(b') + erf(a')) / 2
+  float lo = 0.f;     // trunc_normal: a', clamp; uniform: unused
+  float hi = 0.f;     // trunc_normal: b', clamp; uniform: hi, clamp
+};
+
+// Validates the spec (finite numbers, std > 0, a < b, lo < hi) and computes the constants for
+// dtype t. trunc_normal's bounds are snapped inward to values of t (a' = smallest value >= a,
+// b' = largest value <= b) so rounded outputs never leave [a, b]; the distribution sampled is the
+// normal truncated to [a', b'], rounded to nearest. Throws std::invalid_argument naming the problem.
+FillParams prepare_fill(const FillSpec& spec, DType t);
+
+// One contiguous run of memory of one tensor to fill.
+struct FillJob {
+  void* dst = nullptr;        // memory element `begin` of the tensor
+  std::uint64_t key = 0;      // philox_key(seed, tensor_key(name))
+  std::uint64_t begin = 0;    // memory elements [begin, end) of the tensor
+  std::uint64_t end = 0;
+  std::uint64_t rows = 0;     // logical shape seen as [rows, cols] (cols = last dim)
+  std::uint64_t cols = 0;
+  FillParams params{};
+  DType dtype = DType::f32;
+  bool transposed = false;    // memory holds [cols, rows]: logical (r, c) sits at c * rows + r
+};
+
+// A job that fills a whole tensor of `numel` elements stored at dst.
+FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t seed,
+                      std::string_view canonical_name, const FillSpec& spec);
+
+// The float value of an element from its 32 random bits (before rounding to the dtype).
+LI_HD float element_value(const FillParams& p, std::uint32_t bits) {
+  switch (p.kind) {
+    case FillKind::normal:
+      return xf::fmaf_(p.scale, xf::erfinv(xf::unit_open(bits)), p.shift);
+    case FillKind::trunc_normal: {
+      float t = xf::fmaf_(p.half_width, xf::unit_open(bits), p.center);
+      const float tmax = 0x1.fffffep-1f;  // erfinv stays finite
+      t = t > tmax ? tmax : (t < -tmax ? -tmax : t);
+      const float v = xf::fmaf_(p.scale, xf::erfinv(t), p.shift);
+      return v > p.hi ? p.hi : (v < p.lo ? p.lo : v);
+    }
+    case FillKind::uniform: {
+      const float v = xf::fmaf_(p.scale, xf::unit_01(bits), p.shift);
+      return v > p.hi ? p.hi : v;
+    }
+    case FillKind::constant:
+    default:
+      return p.shift;
+  }
+}
+
+// Logical index of memory element m.
+LI_HD std::uint64_t logical_index(const FillJob& j, std::uint64_t m) {
+  return j.transposed ? (m % j.rows) * j.cols + m / j.rows : m;
+}
+
+}  // namespace layerinit

@@ -1,0 +1,94 @@
+// Philox4x32-10 for host and device from one header, and the key/counter layout of layerinit.
+// defines: philox4x32_10, philox_key, fnv1a64, tensor_key
+//
+// Where CUDA is available, host code includes cuRAND's own curand_philox4x32_x.h with QUALIFIERS
+// widened to __host__ __device__ (its mulhilo32 has a host branch), so host and device run the same
+// rounds. Without the toolkit, Random123's philox4x32_R(10, ...) is used: cuRAND's generator is that
+// algorithm, and both pass the Random123 known-answer vectors (tests/test_philox.cpp).
+// Include this header before any other cuRAND header in a translation unit.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "kernels/hd.hpp"
+#include "layerinit/config.hpp"
+
+#if defined(LAYERINIT_PHILOX_CURAND)
+#include <vector_types.h>
+#if !defined(QUALIFIERS)
+#if defined(__CUDACC__)
+#define QUALIFIERS static __forceinline__ __host__ __device__
+#else
+#define QUALIFIERS static inline
+#endif
+#define LAYERINIT_DEFINED_QUALIFIERS
+#endif
+#include <curand_philox4x32_x.h>
+#if defined(LAYERINIT_DEFINED_QUALIFIERS)
+#undef QUALIFIERS
+#undef LAYERINIT_DEFINED_QUALIFIERS
+#endif
+#else
+#include <Random123/philox.h>
+#endif
+
+namespace layerinit::rng {
+
+struct Block {
+  std::uint32_t w[4];
+};
+
+// One Philox4x32-10 block: counter words (c0..c3), key words (k0, k1).
+LI_HD Block philox4x32_10(std::uint32_t c0, std::uint32_t c1, std::uint32_t c2, std::uint32_t c3,
+                          std::uint32_t k0, std::uint32_t k1) {
+#if defined(LAYERINIT_PHILOX_CURAND)
+  uint4 c;
+  c.x = c0; c.y = c1; c.z = c2; c.w = c3;
+  uint2 k;
+  k.x = k0; k.y = k1;
+  uint4 r = curand_Philox4x32_10(c, k);
+  return Block{{r.x, r.y, r.z, r.w}};
+#else
+  r123::Philox4x32::ctr_type c = {{c0, c1, c2, c3}};
+  r123::Philox4x32::key_type k = {{k0, k1}};
+  auto r = philox4x32_R(10, c, k);
+  return Block{{r.v[0], r.v[1], r.v[2], r.v[3]}};
+#endif
+}
+
+// The bits for group g (elements 4g..4g+3) of the tensor whose Philox key is `key`.
+LI_HD Block group_bits(std::uint64_t key, std::uint64_t g) {
+  return philox4x32_10(static_cast<std::uint32_t>(g), static_cast<std::uint32_t>(g >> 32), 0u, 0u,
+                       static_cast<std::uint32_t>(key), static_cast<std::uint32_t>(key >> 32));
+}
+
+// SplitMix64's finalizer: a bijection on 64 bits with full avalanche.
+LI_HD std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Philox key of a tensor: key = mix64(seed ^ mix64(tensor_key + golden)). Part of the value contract.
+LI_HD std::uint64_t philox_key(std::uint64_t seed, std::uint64_t tensor_key) {
+  return mix64(seed ^ mix64(tensor_key + 0x9e3779b97f4a7c15ull));
+}
+
+// FNV-1a 64 of raw bytes (also the report hash of tensor contents).
+constexpr std::uint64_t fnv1a64_init = 0xcbf29ce484222325ull;
+inline std::uint64_t fnv1a64(const void* data, std::size_t n, std::uint64_t h = fnv1a64_init) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// The tensor key: FNV-1a 64 of the canonical name, e.g. "model.layers.3.self_attn.q_proj.weight".
+inline std::uint64_t tensor_key(std::string_view canonical_name) {
+  return fnv1a64(canonical_name.data(), canonical_name.size());
+}
+
+}  // namespace layerinit::rng

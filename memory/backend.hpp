@@ -1,0 +1,52 @@
+// Backends: where tensors live and how they are filled, behind one interface.
+// defines: BackendKind, backend, make_backend, cuda_probe, CudaProbe, parse_backend_kind
+//
+// The host backend is the reference: the CUDA backend must produce the same bytes for every fill.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "kernels/fill.hpp"
+#include "memory/resource.hpp"
+
+namespace layerinit {
+
+enum class BackendKind { host, cuda };
+
+class backend {
+ public:
+  virtual ~backend() = default;
+  virtual BackendKind kind() const noexcept = 0;
+  virtual std::string describe() const = 0;  // e.g. "cpu (16 threads)", "cuda:0 NVIDIA H200"
+  // The untracked resource tensors of this backend come from; wrap it in a tracking_resource.
+  virtual memory_resource& memory() noexcept = 0;
+  // Writes every job. Jobs must not overlap in memory. May return before the writes finish on CUDA;
+  // synchronize() waits.
+  virtual void fill(std::span<const FillJob> jobs) = 0;
+  // Copies within this backend's memory.
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  // Copies from this backend's memory to host memory, then waits.
+  virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
+  virtual void synchronize() = 0;
+};
+
+struct CudaProbe {
+  bool usable = false;
+  std::string why;  // when unusable: "layerinit was built without CUDA", "no CUDA driver: ...", "no CUDA device"
+  std::string device_name;
+};
+// Whether a CUDA device can be used, and why not. Never throws.
+CudaProbe cuda_probe();
+
+// "auto" (CUDA when usable, else host), "cpu" or "host", "cuda". threads: host threads, 0 = all cores.
+// Throws std::invalid_argument for an unknown name, layerinit::error when CUDA is asked but unusable.
+std::unique_ptr<backend> make_backend(std::string_view name, int threads = 0);
+
+// The host backend on its own (always available).
+std::unique_ptr<backend> make_host_backend(int threads = 0);
+
+}  // namespace layerinit

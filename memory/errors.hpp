@@ -1,0 +1,50 @@
+// Errors the library throws. It never calls exit() or abort().
+// defines: error, out_of_memory, cuda_error, LAYERINIT_EXPECTS, LAYERINIT_CUDA_TRY
+#pragma once
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+namespace layerinit {
+
+// Base of every layerinit error that is not a plain std::invalid_argument.
+class error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// An allocation could not be satisfied: `requested` bytes asked with `in_use` bytes already held.
+class out_of_memory : public error {
+ public:
+  out_of_memory(std::size_t requested, std::size_t in_use, const std::string& where);
+  std::size_t requested() const noexcept { return requested_; }
+  std::size_t in_use() const noexcept { return in_use_; }
+
+ private:
+  std::size_t requested_;
+  std::size_t in_use_;
+};
+
+// A CUDA runtime or driver call failed: carries the call, file and line.
+class cuda_error : public error {
+ public:
+  cuda_error(const std::string& call, const std::string& what, const char* file, int line);
+  const std::string& call() const noexcept { return call_; }
+
+ private:
+  std::string call_;
+};
+
+// "a, b and c" style byte counts for messages: "1.50 GiB (1610612736 bytes)".
+std::string format_bytes(std::size_t bytes);
+
+[[noreturn]] void throw_precondition(const char* expr, const std::string& msg, const char* file, int line);
+
+}  // namespace layerinit
+
+// Precondition on arguments: throws std::invalid_argument with the message and location.
+#define LAYERINIT_EXPECTS(cond, msg)                                                   \
+  do {                                                                                 \
+    if (!(cond)) ::layerinit::throw_precondition(#cond, (msg), __FILE__, __LINE__);    \
+  } while (0)
