@@ -1,0 +1,96 @@
+// Model specs: which tensors a model has, their logical shapes and what recipes need to know.
+// defines: Shape, TensorRole, TensorSpec, LayerSpec, ModelSpec, Hyper, numel, ModelSpec::canonical_name
+//
+// A model is `pre` tensors (embeddings), then num_layers copies of one LayerSpec whose names are
+// relative ("self_attn.q_proj.weight" -> "model.layers.3.self_attn.q_proj.weight"), then `post`
+// tensors (final norm, head). Shapes are the reference implementation's (Hugging Face), so a
+// Linear weight is [out, in] and GPT-2's Conv1D weight is [in, out]; the element index that fixes a
+// value is the row-major index over this logical shape.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/fill.hpp"
+
+namespace layerinit {
+
+using Shape = std::vector<std::uint64_t>;
+std::uint64_t numel(const Shape& s);  // throws std::overflow_error past 2^64
+std::string shape_string(const Shape& s);  // "[4096, 4096]"
+
+// What a tensor is, for recipes.
+enum class TensorRole : std::uint8_t {
+  embedding,           // token embedding [vocab, hidden]
+  position_embedding,  // learned positions [positions, hidden]
+  linear_weight,       // a projection inside a block
+  output_weight,       // a projection that writes into the residual stream (o_proj, down_proj, c_proj)
+  linear_bias,
+  norm_weight,         // RMSNorm / LayerNorm scale
+  norm_bias,
+  router_weight,       // MoE router [experts, hidden]
+  head_weight,         // final projection to the vocabulary or the MLP's output layer
+  other,
+};
+std::string_view role_name(TensorRole r);
+TensorRole parse_role(std::string_view s);  // throws std::invalid_argument listing valid names
+
+struct TensorSpec {
+  std::string name;   // relative inside a LayerSpec, canonical in pre/post
+  Shape shape;        // logical shape
+  TensorRole role = TensorRole::other;
+  std::uint64_t fan_in = 0;   // inputs of the linear map this tensor belongs to (0 = not a map)
+  std::uint64_t fan_out = 0;
+  // A 2-D weight stored [out, in] in the reference: orientation in-out stores it as [in, out].
+  // false for GPT-2's Conv1D weights, which are [in, out] in both PyTorch and Flax.
+  bool transposable = false;
+  std::optional<FillSpec> init;  // an explicit rule; else the recipe decides
+  bool operator==(const TensorSpec&) const = default;
+};
+
+struct LayerSpec {
+  std::vector<TensorSpec> tensors;
+  bool operator==(const LayerSpec&) const = default;
+};
+
+// Architecture numbers: for recipes (initializer_range, depth scaling) and for config.json.
+struct Hyper {
+  std::uint64_t vocab_size = 0;
+  std::uint64_t hidden_size = 0;
+  std::uint64_t intermediate_size = 0;
+  std::uint64_t num_heads = 0;
+  std::uint64_t num_kv_heads = 0;
+  std::uint64_t head_dim = 0;
+  std::uint64_t max_position_embeddings = 0;
+  std::uint64_t num_experts = 0;
+  std::uint64_t experts_per_token = 0;
+  double initializer_range = 0.02;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = false;
+  bool bias = false;
+  bool operator==(const Hyper&) const = default;
+};
+
+struct ModelSpec {
+  std::string name;     // preset name or the spec's own
+  std::string family;   // "mlp", "llama", "mistral", "gpt2", "mixtral", "custom"
+  Hyper hyper;
+  std::vector<TensorSpec> pre;
+  LayerSpec layer;
+  std::string layer_prefix = "model.layers.";  // canonical = layer_prefix + i + "." + relative name
+  std::uint64_t num_layers = 0;
+  std::vector<TensorSpec> post;
+
+  std::string canonical_name(std::uint64_t layer_index, const TensorSpec& t) const;
+  std::uint64_t parameter_count() const;   // every tensor of every layer
+  std::uint64_t layer_parameter_count() const;
+  // Throws std::invalid_argument naming the problem: empty or zero dims, duplicate names, overflow.
+  void validate() const;
+  bool operator==(const ModelSpec&) const = default;
+};
+
+}  // namespace layerinit
