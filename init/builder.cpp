@@ -1,0 +1,222 @@
+#include "init/builder.hpp"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "kernels/philox.hpp"
+#include "memory/errors.hpp"
+#include "stacking/stack.hpp"
+
+namespace layerinit {
+
+std::string_view layout_name(Layout l) { return l == Layout::per_layer ? "per-layer" : "stacked"; }
+
+Layout parse_layout(std::string_view s) {
+  if (s == "per-layer") return Layout::per_layer;
+  if (s == "stacked") return Layout::stacked;
+  throw std::invalid_argument("unknown layout '" + std::string(s) + "' (valid: per-layer, stacked)");
+}
+
+std::string_view orientation_name(Orientation o) { return o == Orientation::out_in ? "out-in" : "in-out"; }
+
+Orientation parse_orientation(std::string_view s) {
+  if (s == "out-in") return Orientation::out_in;
+  if (s == "in-out") return Orientation::in_out;
+  throw std::invalid_argument("unknown orientation '" + std::string(s) + "' (valid: out-in, in-out)");
+}
+
+bool name_matches(std::string_view pattern, std::string_view name) {
+  return fnmatch(std::string(pattern).c_str(), std::string(name).c_str(), 0) == 0;
+}
+
+std::uint64_t Layer::bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& t : tensors) n += t.view.bytes();
+  return n;
+}
+
+std::uint64_t Part::bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& t : tensors) n += t.bytes();
+  return n;
+}
+
+std::uint64_t Model::bytes() const {
+  std::uint64_t n = 0;
+  for_each([&](const TensorView& v) { n += v.bytes(); });
+  return n;
+}
+
+void Model::for_each(const std::function<void(const TensorView&)>& f) const {
+  for (const auto& t : pre) f(t.view);
+  for (const auto& l : layers)
+    for (const auto& t : l.tensors) f(t.view);
+  for (const auto& t : stacked) f(t.view);
+  for (const auto& t : post) f(t.view);
+}
+
+FillJob fill_job_for(const PlannedTensor& p, void* dst, std::uint64_t seed) {
+  FillJob j = make_fill_job(dst, p.dtype, p.numel(), seed, p.name, p.fill);
+  if (p.transposed) {
+    j.rows = p.shape[0];
+    j.cols = p.shape[1];
+    j.transposed = true;
+  }
+  return j;
+}
+
+std::uint64_t hash_bytes(backend& be, const void* data, std::uint64_t bytes) {
+  if (be.memory().kind() == MemoryKind::host) return rng::fnv1a64(data, bytes);
+  constexpr std::uint64_t chunk = 64ull << 20;
+  std::vector<unsigned char> staging(std::min(bytes, chunk));
+  std::uint64_t h = rng::fnv1a64_init;
+  for (std::uint64_t off = 0; off < bytes; off += chunk) {
+    const std::uint64_t n = std::min(chunk, bytes - off);
+    be.copy_to_host(staging.data(), static_cast<const unsigned char*>(data) + off, n);
+    h = rng::fnv1a64(staging.data(), n, h);
+  }
+  return h;
+}
+
+std::uint64_t hash_tensor(backend& be, const TensorView& t) { return hash_bytes(be, t.data, t.bytes()); }
+
+Builder::Builder(const ModelSpec& spec, const Recipe& recipe, BuildOptions opts, backend& be, memory_resource& memory)
+    : spec_(spec), recipe_(recipe), opts_(std::move(opts)), be_(&be), mr_(&memory) {
+  spec_.validate();
+  if (!opts_.layer_order.empty()) {
+    std::vector<std::uint64_t> sorted = opts_.layer_order;
+    std::sort(sorted.begin(), sorted.end());
+    bool ok = sorted.size() == spec_.num_layers;
+    for (std::uint64_t i = 0; ok && i < sorted.size(); ++i) ok = sorted[i] == i;
+    if (!ok) throw std::invalid_argument("layer_order must be a permutation of 0.." + std::to_string(spec_.num_layers) + "-1");
+  }
+}
+
+PlannedTensor Builder::plan_one(const TensorSpec& t, std::optional<std::uint64_t> layer) const {
+  PlannedTensor p;
+  p.name = layer ? spec_.canonical_name(*layer, t) : t.name;
+  p.shape = t.shape;
+  p.dtype = opts_.dtype;
+  for (const auto& o : opts_.dtype_overrides)
+    if (name_matches(o.pattern, p.name)) p.dtype = o.dtype;
+  p.fill = recipe_.rule_for(TensorContext{spec_, t, layer, p.name});
+  p.memory_shape = t.shape;
+  if (opts_.orientation == Orientation::in_out && t.transposable && t.shape.size() == 2) {
+    std::swap(p.memory_shape[0], p.memory_shape[1]);
+    p.transposed = true;
+  }
+  return p;
+}
+
+std::vector<PlannedTensor> Builder::plan_pre() const {
+  std::vector<PlannedTensor> out;
+  for (const auto& t : spec_.pre) out.push_back(plan_one(t, std::nullopt));
+  return out;
+}
+
+std::vector<PlannedTensor> Builder::plan_layer(std::uint64_t i) const {
+  if (i >= spec_.num_layers) throw std::out_of_range("layer " + std::to_string(i) + " of " + std::to_string(spec_.num_layers));
+  std::vector<PlannedTensor> out;
+  for (const auto& t : spec_.layer.tensors) out.push_back(plan_one(t, i));
+  return out;
+}
+
+std::vector<PlannedTensor> Builder::plan_post() const {
+  std::vector<PlannedTensor> out;
+  for (const auto& t : spec_.post) out.push_back(plan_one(t, std::nullopt));
+  return out;
+}
+
+std::vector<std::uint64_t> Builder::layer_order() const {
+  if (!opts_.layer_order.empty()) return opts_.layer_order;
+  std::vector<std::uint64_t> order(spec_.num_layers);
+  for (std::uint64_t i = 0; i < order.size(); ++i) order[i] = i;
+  return order;
+}
+
+Tensor Builder::make_tensor(const PlannedTensor& p) const {
+  Tensor t;
+  t.storage = Storage::allocate(*mr_, p.bytes(), AllocTag{p.name, p.dtype});
+  t.view = TensorView{p.name, p.memory_shape, p.dtype, t.storage.data(), mr_->kind()};
+  return t;
+}
+
+namespace {
+// Allocates and fills a list of planned tensors with one fill call.
+std::vector<Tensor> make_filled(const std::vector<PlannedTensor>& plans, const std::function<Tensor(const PlannedTensor&)>& make,
+                                backend& be, std::uint64_t seed) {
+  std::vector<Tensor> tensors;
+  std::vector<FillJob> jobs;
+  tensors.reserve(plans.size());
+  for (const auto& p : plans) {
+    tensors.push_back(make(p));
+    jobs.push_back(fill_job_for(p, tensors.back().view.data, seed));
+  }
+  be.fill(jobs);
+  return tensors;
+}
+}  // namespace
+
+Model Builder::build(const std::function<void(std::uint64_t)>& on_layer) const {
+  auto make = [this](const PlannedTensor& p) { return make_tensor(p); };
+  Model m;
+  m.layout = opts_.layout;
+  m.num_layers = spec_.num_layers;
+  m.pre = make_filled(plan_pre(), make, *be_, opts_.seed);
+
+  if (opts_.layout == Layout::per_layer) {
+    m.layers.resize(spec_.num_layers);
+    for (std::uint64_t i : layer_order()) {
+      m.layers[i].index = i;
+      m.layers[i].tensors = make_filled(plan_layer(i), make, *be_, opts_.seed);
+      if (on_layer) on_layer(i);
+    }
+  } else if (spec_.num_layers > 0) {
+    // One [L, ...] allocation per layer parameter; layer i is filled straight into slice i.
+    const std::vector<PlannedTensor> first = plan_layer(0);
+    for (std::size_t j = 0; j < first.size(); ++j) {
+      Shape shape{spec_.num_layers};
+      shape.insert(shape.end(), first[j].memory_shape.begin(), first[j].memory_shape.end());
+      const std::string name = stacked_name(spec_, spec_.layer.tensors[j]);
+      Tensor t;
+      t.storage = Storage::allocate(*mr_, spec_.num_layers * first[j].bytes(), AllocTag{name, first[j].dtype});
+      t.view = TensorView{name, shape, first[j].dtype, t.storage.data(), mr_->kind()};
+      m.stacked.push_back(std::move(t));
+    }
+    for (std::uint64_t i : layer_order()) {
+      const std::vector<PlannedTensor> plans = plan_layer(i);
+      std::vector<FillJob> jobs;
+      for (std::size_t j = 0; j < plans.size(); ++j) {
+        if (plans[j].dtype != first[j].dtype)
+          throw std::invalid_argument("stacked layout needs one dtype per layer parameter, but " + plans[j].name + " is " +
+                                      std::string(dtype_name(plans[j].dtype)) + " and " + first[j].name + " is " +
+                                      std::string(dtype_name(first[j].dtype)));
+        auto* base = static_cast<unsigned char*>(m.stacked[j].view.data);
+        jobs.push_back(fill_job_for(plans[j], base + i * plans[j].bytes(), opts_.seed));
+      }
+      be_->fill(jobs);
+      if (on_layer) on_layer(i);
+    }
+  }
+  m.post = make_filled(plan_post(), make, *be_, opts_.seed);
+  be_->synchronize();
+  return m;
+}
+
+void Builder::stream(const std::function<void(const Part&)>& sink) const {
+  auto make = [this](const PlannedTensor& p) { return make_tensor(p); };
+  auto emit = [&](Part::Kind kind, std::uint64_t layer, const std::vector<PlannedTensor>& plans) {
+    std::vector<Tensor> tensors = make_filled(plans, make, *be_, opts_.seed);
+    be_->synchronize();
+    Part part{kind, layer, {}};
+    for (const auto& t : tensors) part.tensors.push_back(t.view);
+    sink(part);
+  };  // tensors die here: the part is freed before the next one is made
+  for (const auto& p : plan_pre()) emit(Part::Kind::pre, 0, {p});
+  for (std::uint64_t i : layer_order()) emit(Part::Kind::layer, i, plan_layer(i));
+  for (const auto& p : plan_post()) emit(Part::Kind::post, 0, {p});
+}
+
+}  // namespace layerinit

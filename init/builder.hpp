@@ -1,0 +1,131 @@
+// The builder: a model created one layer at a time, directly in its final dtype.
+// defines: Layout, Orientation, BuildOptions, PlannedTensor, Layer, Model, Part, Builder
+//
+// No fp32 buffer exists for a half model: every tensor is allocated in its target dtype and filled
+// in place from registers (kernels/). Peak memory of a build, through the tracking resource:
+//   stacked:   final weights (one [L, ...] allocation per layer parameter, layer i filled in slice i)
+//   per-layer: final weights (one allocation per tensor)
+//   streamed:  the largest part (one layer, or one tensor outside the layers), released after use
+// and stack() of an existing per-layer model: final weights + the largest layer.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "init/recipes.hpp"
+#include "init/spec.hpp"
+#include "init/tensor.hpp"
+#include "memory/backend.hpp"
+#include "memory/tracking.hpp"
+
+namespace layerinit {
+
+enum class Layout { per_layer, stacked };
+enum class Orientation { out_in, in_out };
+std::string_view layout_name(Layout l);              // "per-layer", "stacked"
+Layout parse_layout(std::string_view s);             // throws listing valid names
+std::string_view orientation_name(Orientation o);    // "out-in", "in-out"
+Orientation parse_orientation(std::string_view s);
+
+struct DTypeOverride {
+  std::string pattern;  // glob on canonical names, e.g. "*norm*"
+  DType dtype;
+};
+
+struct BuildOptions {
+  DType dtype = DType::bf16;
+  std::vector<DTypeOverride> dtype_overrides;  // last match wins
+  std::uint64_t seed = 0;
+  Layout layout = Layout::per_layer;
+  Orientation orientation = Orientation::out_in;
+  // The order layers are created in (a permutation of 0..L-1); empty = ascending. Values never
+  // depend on it.
+  std::vector<std::uint64_t> layer_order;
+};
+
+// A tensor as the builder will make it: everything but the memory.
+struct PlannedTensor {
+  std::string name;     // canonical
+  Shape shape;          // logical
+  Shape memory_shape;   // after orientation
+  DType dtype = DType::f32;
+  FillSpec fill;
+  bool transposed = false;  // memory_shape is the transpose of shape
+  std::uint64_t numel() const { return layerinit::numel(shape); }
+  std::uint64_t bytes() const { return numel() * dtype_size(dtype); }
+};
+
+struct Layer {
+  std::uint64_t index = 0;
+  std::vector<Tensor> tensors;  // in LayerSpec order
+  std::uint64_t bytes() const;
+};
+
+// A built model in one of two layouts.
+struct Model {
+  Layout layout = Layout::per_layer;
+  std::uint64_t num_layers = 0;
+  std::vector<Tensor> pre;
+  std::vector<Layer> layers;       // per-layer layout: layers[i].index == i
+  std::vector<Tensor> stacked;     // stacked layout: one [L, ...] tensor per layer parameter, LayerSpec order
+  std::vector<Tensor> post;
+
+  std::uint64_t bytes() const;
+  // Every tensor in file order: pre, then layers (per-layer) or stacked tensors, then post.
+  void for_each(const std::function<void(const TensorView&)>& f) const;
+};
+
+// One finished piece of a streamed build: a layer, or one tensor outside the layers.
+struct Part {
+  enum class Kind { pre, layer, post } kind = Kind::pre;
+  std::uint64_t layer = 0;               // Kind::layer
+  std::vector<TensorView> tensors;
+  std::uint64_t bytes() const;
+};
+
+class Builder {
+ public:
+  // `memory` is where tensors come from (normally a tracking_resource wrapping be.memory()).
+  Builder(const ModelSpec& spec, const Recipe& recipe, BuildOptions opts, backend& be, memory_resource& memory);
+
+  const ModelSpec& spec() const noexcept { return spec_; }
+  const BuildOptions& options() const noexcept { return opts_; }
+
+  // What will be made, without allocating.
+  std::vector<PlannedTensor> plan_pre() const;
+  std::vector<PlannedTensor> plan_layer(std::uint64_t i) const;
+  std::vector<PlannedTensor> plan_post() const;
+
+  // The whole model in options().layout. on_layer (optional) runs after each layer is filled.
+  Model build(const std::function<void(std::uint64_t layer)>& on_layer = {}) const;
+  // Builds part by part, hands each to `sink` (after the fill has completed), then frees it.
+  void stream(const std::function<void(const Part&)>& sink) const;
+
+ private:
+  PlannedTensor plan_one(const TensorSpec& t, std::optional<std::uint64_t> layer) const;
+  Tensor make_tensor(const PlannedTensor& p) const;
+  std::vector<std::uint64_t> layer_order() const;
+
+  ModelSpec spec_;
+  Recipe recipe_;
+  BuildOptions opts_;
+  backend* be_;
+  memory_resource* mr_;
+};
+
+// A FillJob for a planned tensor whose memory element 0 is at dst.
+FillJob fill_job_for(const PlannedTensor& p, void* dst, std::uint64_t seed);
+
+// FNV-1a 64 of a tensor's raw bytes, read through the backend (device memory is copied to the host
+// in bounded chunks).
+std::uint64_t hash_tensor(backend& be, const TensorView& t);
+std::uint64_t hash_bytes(backend& be, const void* data, std::uint64_t bytes);
+
+// Glob match on canonical names (fnmatch without special treatment of '.' or '/').
+bool name_matches(std::string_view pattern, std::string_view name);
+
+}  // namespace layerinit

@@ -1,0 +1,51 @@
+#include "init/tensor.hpp"
+
+#include <stdexcept>
+
+namespace layerinit {
+
+Storage Storage::allocate(memory_resource& mr, std::size_t bytes, const AllocTag& tag) {
+  Storage s;
+  s.mr_ = &mr;
+  s.data_ = mr.allocate(bytes, tag);
+  s.bytes_ = bytes;
+  return s;
+}
+
+Storage Storage::reserve(memory_resource& mr, std::size_t bytes, const AllocTag& tag) {
+  Storage s;
+  s.mr_ = &mr;
+  s.data_ = mr.reserve(bytes, tag);
+  s.bytes_ = bytes;
+  s.reserved_ = true;
+  return s;
+}
+
+Storage& Storage::operator=(Storage&& o) noexcept {
+  if (this != &o) {
+    reset();
+    mr_ = std::exchange(o.mr_, nullptr);
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+    reserved_ = std::exchange(o.reserved_, false);
+  }
+  return *this;
+}
+
+void Storage::commit(std::size_t offset, std::size_t bytes) {
+  if (!reserved_) throw std::logic_error("Storage::commit on a plain allocation");
+  if (offset > bytes_ || bytes > bytes_ - offset) throw std::out_of_range("Storage::commit past the reservation");
+  mr_->commit(data_, offset, bytes);
+}
+
+void Storage::reset() noexcept {
+  if (data_) {
+    if (reserved_) mr_->release(data_, bytes_);
+    else mr_->deallocate(data_, bytes_);
+  }
+  data_ = nullptr;
+  bytes_ = 0;
+  reserved_ = false;
+}
+
+}  // namespace layerinit

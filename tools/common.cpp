@@ -1,0 +1,134 @@
+#include "tools/common.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "init/spec_json.hpp"
+
+namespace layerinit::cli {
+
+void ModelArgs::add_model_flags(CLI::App& app) {
+  auto* p = app.add_option("--preset", preset, "Named model (" + [] {
+                             std::string s;
+                             for (const auto& n : preset_names()) s += (s.empty() ? "" : ", ") + n;
+                             return s;
+                           }() + ")");
+  auto* s = app.add_option("--spec", spec_file, "JSON model spec file (docs/spec.md)");
+  p->excludes(s);
+  s->excludes(p);
+}
+
+void ModelArgs::add_build_flags(CLI::App& app, const std::string& layouts) {
+  app.add_option("--dtype", dtype, "Element type: fp32, fp16, bf16")->capture_default_str();
+  app.add_option("--dtype-override", dtype_overrides,
+                 "PATTERN=DTYPE: dtype of tensors whose canonical name matches the glob, e.g. '*norm*=fp32' (repeatable)");
+  app.add_option("--recipe", recipe, "Init recipe (" + [] {
+                   std::string s;
+                   for (const auto& n : recipe_names()) s += (s.empty() ? "" : ", ") + n;
+                   return s;
+                 }() + ")")->capture_default_str();
+  app.add_option("--init-override", init_overrides,
+                 "PATTERN=FILL: fill of matching tensors, e.g. '*.o_proj.weight=normal(0,0.01)'; fills: normal(m,s), "
+                 "trunc_normal(m,s,a,b), trunc_normal_std(m,s,a,b), uniform(lo,hi), constant(v) (repeatable)");
+  app.add_option("--seed", seed, "Seed: values are a pure function of (seed, tensor name, element index)")->capture_default_str();
+  app.add_option("--layout", layout, "Memory layout: " + layouts)->capture_default_str();
+  app.add_option("--orientation", orientation, "Linear weights as [out, in] (out-in, PyTorch/HF) or [in, out] (in-out, JAX/Flax)")
+      ->capture_default_str();
+}
+
+void ModelArgs::add_backend_flags(CLI::App& app) {
+  app.add_option("--backend", backend, "auto (CUDA when a GPU is usable), cpu or cuda")->capture_default_str();
+  app.add_option("--threads", threads, "Host threads (0 = all cores)")->capture_default_str();
+}
+
+ModelSpec ModelArgs::load_spec() const {
+  if (preset.empty() && spec_file.empty()) throw usage_error("one of --preset or --spec is required");
+  if (!preset.empty()) return make_preset(preset);
+  std::ifstream in(spec_file, std::ios::binary);
+  if (!in) throw usage_error("cannot read spec file '" + spec_file + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return spec_from_json(ss.str());
+}
+
+namespace {
+std::pair<std::string, std::string> split_assignment(const std::string& s, const char* flag) {
+  const auto eq = s.rfind('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
+    throw usage_error(std::string(flag) + " expects PATTERN=VALUE, got '" + s + "'");
+  return {s.substr(0, eq), s.substr(eq + 1)};
+}
+}  // namespace
+
+Recipe ModelArgs::load_recipe() const {
+  Recipe r = make_recipe(recipe);
+  for (const auto& o : init_overrides) {
+    // The fill itself contains '=' never, but may contain ',' and '(': split at the first '=' after the pattern.
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) throw usage_error("--init-override expects PATTERN=FILL, got '" + o + "'");
+    r.add_override(o.substr(0, eq), parse_fill(o.substr(eq + 1)));
+  }
+  return r;
+}
+
+BuildOptions ModelArgs::build_options() const {
+  BuildOptions o;
+  o.dtype = parse_dtype(dtype);
+  for (const auto& s : dtype_overrides) {
+    auto [pattern, value] = split_assignment(s, "--dtype-override");
+    o.dtype_overrides.push_back({pattern, parse_dtype(value)});
+  }
+  o.seed = seed;
+  o.layout = layout == "restack" ? Layout::per_layer : parse_layout(layout);
+  o.orientation = parse_orientation(orientation);
+  return o;
+}
+
+FillSpec parse_fill(const std::string& text) {
+  static const std::regex re(R"(^\s*([a-z_]+)\s*\(([^()]*)\)\s*$)");
+  std::smatch m;
+  if (!std::regex_match(text, m, re)) throw usage_error("cannot parse fill '" + text + "' (e.g. normal(0,0.02))");
+  const std::string kind = m[1];
+  std::vector<double> args;
+  std::stringstream ss(m[2].str());
+  for (std::string item; std::getline(ss, item, ',');) {
+    try {
+      std::size_t used = 0;
+      const double v = std::stod(item, &used);
+      if (item.find_first_not_of(" \t", used) != std::string::npos || !std::isfinite(v)) throw std::invalid_argument(item);
+      args.push_back(v);
+    } catch (const std::exception&) {
+      throw usage_error("fill '" + text + "': '" + item + "' is not a finite number");
+    }
+  }
+  auto need = [&](std::size_t n) {
+    if (args.size() != n)
+      throw usage_error("fill '" + text + "': " + kind + " takes " + std::to_string(n) + " numbers, got " + std::to_string(args.size()));
+  };
+  FillSpec f;
+  if (kind == "normal") { need(2); f = FillSpec::normal(args[0], args[1]); }
+  else if (kind == "trunc_normal") { need(4); f = FillSpec::trunc_normal(args[0], args[1], args[2], args[3]); }
+  else if (kind == "trunc_normal_std") { need(4); f = FillSpec::trunc_normal_std(args[0], args[1], args[2], args[3]); }
+  else if (kind == "uniform") { need(2); f = FillSpec::uniform(args[0], args[1]); }
+  else if (kind == "constant") { need(1); f = FillSpec::constant(args[0]); }
+  else throw usage_error("unknown fill '" + kind + "' (valid: normal, trunc_normal, trunc_normal_std, uniform, constant)");
+  prepare_fill(f, DType::f32);  // validates now, with the fill's own message
+  return f;
+}
+
+nlohmann::json shape_json(const Shape& s) {
+  nlohmann::json j = nlohmann::json::array();
+  for (auto d : s) j.push_back(d);
+  return j;
+}
+
+std::string hex64(std::uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace layerinit::cli

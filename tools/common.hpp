@@ -1,0 +1,54 @@
+// Shared pieces of the layerinit subcommands: model selection, build options, reports.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "init/builder.hpp"
+#include "init/presets.hpp"
+#include "init/recipes.hpp"
+
+namespace layerinit::cli {
+
+// Bad input: reported as one line with exit code 2.
+struct usage_error : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+// Flags every model-building subcommand takes.
+struct ModelArgs {
+  std::string preset;
+  std::string spec_file;
+  std::string dtype = "bf16";
+  std::vector<std::string> dtype_overrides;  // PATTERN=DTYPE
+  std::string recipe = "hf";
+  std::vector<std::string> init_overrides;   // PATTERN=FILL
+  std::uint64_t seed = 0;
+  std::string layout = "per-layer";
+  std::string orientation = "out-in";
+  std::string backend = "auto";
+  int threads = 0;
+
+  void add_model_flags(CLI::App& app);           // --preset, --spec
+  void add_build_flags(CLI::App& app, const std::string& layouts);  // dtype, recipe, seed, layout, ...
+  void add_backend_flags(CLI::App& app);         // --backend, --threads
+
+  ModelSpec load_spec() const;
+  Recipe load_recipe() const;
+  BuildOptions build_options() const;  // layout "restack" maps to per-layer
+};
+
+// "fp32", a FillSpec from "normal(0,0.02)", "trunc_normal(0,0.02,-2,2)", "trunc_normal_std(0,0.02,-3,3)",
+// "uniform(-0.1,0.1)", "constant(1)".
+FillSpec parse_fill(const std::string& text);
+
+nlohmann::json shape_json(const Shape& s);
+std::string hex64(std::uint64_t h);
+
+int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file);
+
+}  // namespace layerinit::cli
