@@ -1,0 +1,321 @@
+// Fills: the value contract pinned by golden hashes, bytes independent of threads, chunking, other
+// tensors and layout, and validation of fill specs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dtypes/convert.hpp"
+#include "kernels/fill.hpp"
+#include "kernels/fill_host.hpp"
+#include "kernels/philox.hpp"
+#include "stats.hpp"
+
+using namespace layerinit;
+
+namespace {
+
+using Bytes = std::vector<unsigned char>;
+
+Bytes fill(DType t, std::uint64_t n, std::uint64_t seed, const std::string& name, const FillSpec& spec,
+           int threads = 0) {
+  Bytes out(n * dtype_size(t));
+  const FillJob j = make_fill_job(out.data(), t, n, seed, name, spec);
+  fill_host(std::span(&j, 1), threads);
+  return out;
+}
+
+std::uint64_t hash(const Bytes& b) { return rng::fnv1a64(b.data(), b.size()); }
+
+// Index and values of the first byte-level difference, for failure messages.
+std::string first_difference(const Bytes& a, const Bytes& b, DType t) {
+  if (a.size() != b.size()) return "sizes differ";
+  const std::size_t es = dtype_size(t);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) {
+      const std::size_t e = i / es;
+      return "element " + std::to_string(e) + ": " + std::to_string(stats::load_value(a.data(), e, t)) + " vs " +
+             std::to_string(stats::load_value(b.data(), e, t));
+    }
+  return "identical";
+}
+
+const FillSpec kSpecs[] = {
+    FillSpec::constant(0.125),
+    FillSpec::normal(0.0, 0.02),
+    FillSpec::trunc_normal(0.0, 0.02, -2.0, 2.0),
+    FillSpec::trunc_normal_std(0.0, 0.02, -2.0, 2.0),
+    FillSpec::uniform(-0.05, 0.05),
+    FillSpec::trunc_normal(0.5, 1.0, 0.0, 1.0),
+};
+constexpr int kNumSpecs = 6;
+
+const char* kName = "model.layers.0.self_attn.q_proj.weight";
+
+}  // namespace
+
+// The value contract, written out: element i is element_value(params, word i%4 of the Philox block
+// at counter i/4 under key philox_key(seed, fnv1a64(name))), rounded to nearest in the dtype.
+TEST(Fill, FollowsTheValueContractElementByElement) {
+  const std::uint64_t n = 4099, seed = 77;
+  for (DType t : all_dtypes)
+    for (const FillSpec& spec : kSpecs) {
+      const Bytes b = fill(t, n, seed, kName, spec, 1);
+      const FillParams p = prepare_fill(spec, t);
+      const std::uint64_t key = rng::philox_key(seed, rng::fnv1a64(kName, std::strlen(kName)));
+      for (std::uint64_t i = 0; i < n; ++i) {
+        const float v = element_value(p, rng::philox4x32_10(static_cast<std::uint32_t>(i / 4), 0, 0, 0,
+                                                            static_cast<std::uint32_t>(key),
+                                                            static_cast<std::uint32_t>(key >> 32)).w[i % 4]);
+        ASSERT_EQ(stats::load_value(b.data(), i, t), round_to_dtype(v, t))
+            << dtype_name(t) << " " << spec.describe() << " element " << i;
+      }
+    }
+}
+
+// Golden FNV-1a-64 hashes of fixed-seed fills of 100003 elements (seed 1234, kName): they pin the
+// value contract (transforms, key derivation, counter layout, rounding). A change here changes every
+// model layerinit has ever written. (trunc_normal(0, 0.02, -2, 2) equals normal(0, 0.02): see below.)
+TEST(Fill, GoldenHashes) {
+  const std::uint64_t golden[3][kNumSpecs] = {
+      // constant, normal, trunc_normal abs, trunc_normal std, uniform, trunc_normal abs asymmetric
+      {0x77f76a7ce5934f2bull, 0xf5e29f519e9bf6cdull, 0xf5e29f519e9bf6cdull, 0xeca4352a00d05ca5ull,
+       0x6fa856b3736f20e6ull, 0x4220eb8e0e35152aull},  // fp32
+      {0x51c2f5d861248a0dull, 0x9721346e3596d79cull, 0x9721346e3596d79cull, 0x3f32d087ec034020ull,
+       0xc1fb444e02bf7f2bull, 0x1c5266a15eeecbe1ull},  // fp16
+      {0xb846f101f9fde783ull, 0x3886cf36d4c7fa5aull, 0x3886cf36d4c7fa5aull, 0xcc776ce86d466855ull,
+       0x34ae1b0591d6b092ull, 0xf585621feaa7bf4bull},  // bf16
+  };
+  for (DType t : all_dtypes)
+    for (int k = 0; k < kNumSpecs; ++k) {
+      const std::uint64_t h = hash(fill(t, 100003, 1234, kName, kSpecs[k]));
+      EXPECT_EQ(h, golden[static_cast<int>(t)][k])
+          << dtype_name(t) << " " << kSpecs[k].describe() << ": got 0x" << std::hex << h;
+    }
+}
+
+// Bounds beyond the largest |z| the 24-bit source reaches (5.42 std) leave the normal untouched:
+// trunc_normal(0, 0.02, -2, 2), PyTorch's default bounds at 100 std, is bit for bit normal(0, 0.02).
+TEST(Fill, WideTruncNormalIsTheNormal) {
+  for (DType t : all_dtypes)
+    EXPECT_TRUE(fill(t, 10001, 8, kName, FillSpec::trunc_normal(0, 0.02, -2, 2)) ==
+                fill(t, 10001, 8, kName, FillSpec::normal(0, 0.02)))
+        << dtype_name(t);
+}
+
+TEST(Fill, ConstantFillsEveryElement) {
+  for (DType t : all_dtypes) {
+    const Bytes b = fill(t, 1001, 5, kName, FillSpec::constant(0.1));
+    for (std::size_t i = 0; i < 1001; ++i) ASSERT_EQ(stats::load_value(b.data(), i, t), round_to_dtype(0.1f, t));
+  }
+}
+
+TEST(Fill, SameBytesForEveryThreadCount) {
+  // Several chunks of 2^16 elements, a tail not a multiple of 4, plus a small and a transposed job.
+  for (DType t : all_dtypes) {
+    const std::uint64_t n = 3 * 65536 + 12345, rows = 301, cols = 703;
+    std::vector<Bytes> results;
+    for (int threads : {1, 2, 3, 7}) {
+      Bytes a(n * dtype_size(t)), b(5 * dtype_size(t)), c(rows * cols * dtype_size(t));
+      FillJob ja = make_fill_job(a.data(), t, n, 9, "a", FillSpec::normal(0, 1));
+      FillJob jb = make_fill_job(b.data(), t, 5, 9, "b", FillSpec::uniform(-1, 1));
+      FillJob jc = make_fill_job(c.data(), t, rows * cols, 9, "c", FillSpec::trunc_normal_std(0, 0.02, -2, 2));
+      jc.rows = rows;
+      jc.cols = cols;
+      jc.transposed = true;
+      const FillJob jobs[] = {ja, jb, jc};
+      fill_host(jobs, threads);
+      Bytes all = a;
+      all.insert(all.end(), b.begin(), b.end());
+      all.insert(all.end(), c.begin(), c.end());
+      results.push_back(std::move(all));
+    }
+    for (std::size_t k = 1; k < results.size(); ++k)
+      EXPECT_TRUE(results[k] == results[0]) << dtype_name(t) << " thread count #" << k << ": "
+                                            << first_difference(results[k], results[0], t);
+  }
+}
+
+namespace {
+// The tensor split at `cuts` into jobs over [cuts[k], cuts[k+1]), filled in one call.
+Bytes fill_chunked(DType t, std::uint64_t n, const FillSpec& spec, const std::vector<std::uint64_t>& cuts,
+                   int threads, bool transposed = false, std::uint64_t rows = 1) {
+  Bytes out(n * dtype_size(t));
+  FillJob whole = make_fill_job(out.data(), t, n, 42, kName, spec);
+  if (transposed) {
+    whole.rows = rows;
+    whole.cols = n / rows;
+    whole.transposed = true;
+  }
+  std::vector<FillJob> jobs;
+  for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+    FillJob j = whole;
+    j.begin = cuts[k];
+    j.end = cuts[k + 1];
+    j.dst = out.data() + cuts[k] * dtype_size(t);
+    jobs.push_back(j);
+  }
+  fill_host(jobs, threads);
+  return out;
+}
+}  // namespace
+
+TEST(Fill, SameBytesForEveryChunking) {
+  const std::uint64_t n = 2 * 65536 + 1001;
+  std::mt19937_64 rng(1);
+  std::vector<std::vector<std::uint64_t>> chunkings = {
+      {0, 1, 7, 65541, n},
+      {0, 3, 4, 5, 6, 65535, 65537, 131073, 131075, n},
+      {0, n / 2 + 1, n},
+  };
+  std::vector<std::uint64_t> random_cuts = {0};  // 200 random cuts
+  for (int k = 0; k < 200; ++k) random_cuts.push_back(rng() % n);
+  random_cuts.push_back(n);
+  std::sort(random_cuts.begin(), random_cuts.end());
+  chunkings.push_back(random_cuts);
+  for (DType t : all_dtypes)
+    for (const FillSpec& spec : kSpecs) {
+      const Bytes whole = fill_chunked(t, n, spec, {0, n}, 1);
+      for (const auto& cuts : chunkings)
+        for (int threads : {1, 3}) {
+          const Bytes b = fill_chunked(t, n, spec, cuts, threads);
+          ASSERT_TRUE(b == whole) << dtype_name(t) << " " << spec.describe() << " " << cuts.size() - 1
+                                  << " chunks, " << threads << " threads: " << first_difference(b, whole, t);
+        }
+      // fill_host_range over unaligned pieces, on this thread.
+      Bytes out(n * dtype_size(t));
+      FillJob j = make_fill_job(out.data(), t, n, 42, kName, spec);
+      for (std::uint64_t b = 0; b < n;) {
+        const std::uint64_t e = std::min(n, b + 1 + rng() % 9000);
+        fill_host_range(j, b, e);
+        b = e;
+      }
+      ASSERT_TRUE(out == whole) << dtype_name(t) << " " << spec.describe() << ": " << first_difference(out, whole, t);
+    }
+}
+
+TEST(Fill, ValuesDoNotDependOnOtherTensorsInTheCall) {
+  for (DType t : all_dtypes) {
+    const std::uint64_t n = 70001;
+    const Bytes alone = fill(t, n, 3, "x", FillSpec::normal(0, 1), 2);
+    Bytes x(n * dtype_size(t)), y(123457 * dtype_size(t)), z(17 * dtype_size(t));
+    const FillJob jobs[] = {make_fill_job(y.data(), t, 123457, 3, "y", FillSpec::uniform(0, 1)),
+                            make_fill_job(z.data(), t, 17, 3, "z", FillSpec::constant(2)),
+                            make_fill_job(x.data(), t, n, 3, "x", FillSpec::normal(0, 1))};
+    fill_host(jobs, 3);
+    EXPECT_TRUE(x == alone) << dtype_name(t) << ": " << first_difference(x, alone, t);
+    EXPECT_TRUE(y == fill(t, 123457, 3, "y", FillSpec::uniform(0, 1), 1)) << dtype_name(t);
+  }
+}
+
+TEST(Fill, DifferentNamesAndSeedsGiveDifferentValues) {
+  const Bytes a = fill(DType::bf16, 1000, 1, "model.layers.0.mlp.up_proj.weight", FillSpec::normal(0, 1));
+  EXPECT_NE(a, fill(DType::bf16, 1000, 1, "model.layers.1.mlp.up_proj.weight", FillSpec::normal(0, 1)));
+  EXPECT_NE(a, fill(DType::bf16, 1000, 2, "model.layers.0.mlp.up_proj.weight", FillSpec::normal(0, 1)));
+  // A prefix of a longer tensor with the same name and seed is the same values.
+  const Bytes longer = fill(DType::bf16, 5000, 1, "model.layers.0.mlp.up_proj.weight", FillSpec::normal(0, 1));
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), longer.begin()));
+}
+
+TEST(Fill, TransposedJobHoldsTheTranspose) {
+  const std::uint64_t rows = 37, cols = 1029;  // neither a multiple of 4
+  for (DType t : all_dtypes)
+    for (const FillSpec& spec : {kSpecs[1], kSpecs[3], kSpecs[4]}) {
+      const Bytes plain = fill_chunked(t, rows * cols, spec, {0, rows * cols}, 1);
+      for (const auto& cuts : std::vector<std::vector<std::uint64_t>>{
+               {0, rows * cols}, {0, 1, 38, 1001, 20000, rows * cols}, {0, 5, rows * cols - 3, rows * cols}})
+        for (int threads : {1, 2}) {
+          const Bytes tr = fill_chunked(t, rows * cols, spec, cuts, threads, true, rows);
+          const std::size_t es = dtype_size(t);
+          for (std::uint64_t r = 0; r < rows; ++r)
+            for (std::uint64_t c = 0; c < cols; ++c)
+              ASSERT_EQ(std::memcmp(&tr[(c * rows + r) * es], &plain[(r * cols + c) * es], es), 0)
+                  << dtype_name(t) << " " << spec.describe() << " (" << r << ", " << c << ")";
+        }
+    }
+}
+
+TEST(Fill, RangeErrors) {
+  Bytes out(100 * 4);
+  FillJob j = make_fill_job(out.data(), DType::f32, 100, 1, "t", FillSpec::normal(0, 1));
+  EXPECT_THROW(fill_host_range(j, 0, 101), std::invalid_argument);
+  EXPECT_THROW(fill_host_range(j, 50, 40), std::invalid_argument);
+  j.begin = 10;
+  EXPECT_THROW(fill_host_range(j, 5, 20), std::invalid_argument);
+  j.begin = 0;
+  j.transposed = true;
+  j.rows = 9;
+  j.cols = 11;  // 99 < 100 elements
+  EXPECT_THROW(fill_host_range(j, 0, 100), std::invalid_argument);
+  j.end = j.begin;
+  j.begin = 50;  // end < begin
+  EXPECT_THROW(fill_host(std::span(&j, 1)), std::invalid_argument);
+}
+
+namespace {
+// make_fill_job must throw std::invalid_argument whose message names the fill and contains `what`.
+void expect_invalid(const FillSpec& spec, DType t, const std::string& what) {
+  float dst[4];
+  try {
+    make_fill_job(dst, t, 4, 1, "t", spec);
+    ADD_FAILURE() << spec.describe() << " in " << dtype_name(t) << " was accepted";
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(what), std::string::npos) << "message: " << m;
+    EXPECT_NE(m.find(spec.describe()), std::string::npos) << "message: " << m;
+  }
+}
+}  // namespace
+
+TEST(Fill, ValidationErrorsNameTheProblem) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = INFINITY;
+  for (DType t : all_dtypes) {
+    expect_invalid(FillSpec::normal(0, 0), t, "std must be positive");
+    expect_invalid(FillSpec::normal(0, -0.02), t, "std must be positive");
+    expect_invalid(FillSpec::normal(nan, 1), t, "must be finite");
+    expect_invalid(FillSpec::normal(0, inf), t, "must be finite");
+    expect_invalid(FillSpec::trunc_normal(0, 0, -2, 2), t, "std must be positive");
+    expect_invalid(FillSpec::trunc_normal(0, 1, 2, 2), t, "lower bound must be below upper bound");
+    expect_invalid(FillSpec::trunc_normal(0, 1, 3, -3), t, "lower bound must be below upper bound");
+    expect_invalid(FillSpec::trunc_normal_std(0, 1, 2, -2), t, "lower bound must be below upper bound");
+    expect_invalid(FillSpec::trunc_normal(0, 1, -inf, 2), t, "bounds must be finite");
+    expect_invalid(FillSpec::trunc_normal(0, 1, -2, nan), t, "bounds must be finite");
+    expect_invalid(FillSpec::trunc_normal(0, 1, 40, 50), t, "too far in one tail");
+    expect_invalid(FillSpec::uniform(1, 1), t, "lo must be below hi");
+    expect_invalid(FillSpec::uniform(1, 0), t, "lo must be below hi");
+    expect_invalid(FillSpec::uniform(0, inf), t, "bounds must be finite");
+    expect_invalid(FillSpec::uniform(nan, 1), t, "bounds must be finite");
+    expect_invalid(FillSpec::constant(nan), t, "value must be finite");
+    expect_invalid(FillSpec::constant(-inf), t, "value must be finite");
+  }
+  // Bounds with no value of the dtype between them: none in bf16 (spacing 2^-7 at 1), some in fp32.
+  expect_invalid(FillSpec::trunc_normal(0, 1, 1.001, 1.002), DType::bf16, "no value of the dtype");
+  expect_invalid(FillSpec::trunc_normal(0, 1, 1.0001, 1.0002), DType::f16, "no value of the dtype");
+  float dst[4];
+  EXPECT_NO_THROW(make_fill_job(dst, DType::f32, 4, 1, "t", FillSpec::trunc_normal(0, 1, 1.001, 1.002)));
+}
+
+TEST(Fill, TruncNormalBoundsSnapInward) {
+  for (DType t : all_dtypes)
+    for (const FillSpec& s : {FillSpec::trunc_normal(0, 0.02, -2, 2), FillSpec::trunc_normal_std(0, 0.02, -2, 2),
+                              FillSpec::trunc_normal_std(0.1, 0.01, -3, 1.5), FillSpec::trunc_normal(0, 1, 0.1, 0.3)}) {
+      const FillParams p = prepare_fill(s, t);
+      const double a = s.bounds_in_std ? s.mean + s.a * s.std : s.a;
+      const double b = s.bounds_in_std ? s.mean + s.b * s.std : s.b;
+      EXPECT_GE(p.lo, a) << s.describe();
+      EXPECT_LE(p.hi, b) << s.describe();
+      EXPECT_EQ(round_to_dtype(p.lo, t), p.lo);
+      EXPECT_EQ(round_to_dtype(p.hi, t), p.hi);
+      // Innermost: the next value outward is outside the bounds.
+      EXPECT_LT(stats::next_down(p.lo, t), a) << s.describe() << " " << dtype_name(t);
+      EXPECT_GT(stats::next_up(p.hi, t), b) << s.describe() << " " << dtype_name(t);
+    }
+}
