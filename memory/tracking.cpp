@@ -77,9 +77,13 @@ void tracking_resource::do_commit(void* base, std::size_t offset, std::size_t by
   grow(bytes, false);
   auto it = live_.find(base);
   if (it != live_.end()) it->second.bytes += bytes;
-  if (opts_.history)
-    for (auto& r : history_)
-      if (r.reservation && r.ptr == base) r.bytes = std::max(r.bytes, it != live_.end() ? it->second.bytes : bytes);
+  // Only the newest record at this address: an older, released reservation may have had the same one.
+  if (opts_.history && it != live_.end())
+    for (auto r = history_.rbegin(); r != history_.rend(); ++r)
+      if (r->reservation && r->ptr == base) {
+        r->bytes = it->second.bytes;
+        break;
+      }
   notify(MemoryEvent::Kind::commit, bytes, it != live_.end() ? &it->second.tag : nullptr);
 }
 
