@@ -67,7 +67,7 @@ std::string FillSpec::describe() const {
 }
 
 namespace {
-void require(bool ok, const FillSpec& s, const char* what) {
+void require(bool ok, const FillSpec& s, const std::string& what) {
   if (!ok) throw std::invalid_argument("invalid fill " + s.describe() + ": " + what);
 }
 bool finite(double x) { return std::isfinite(x); }
@@ -119,6 +119,17 @@ FillParams prepare_fill(const FillSpec& s, DType t) {
       break;
     default:
       throw std::invalid_argument("unknown fill kind");
+  }
+  // Finite in double is not enough: the constants are floats, and every value must fit the dtype.
+  require(std::isfinite(p.scale) && std::isfinite(p.shift) && std::isfinite(p.half_width) &&
+              std::isfinite(p.center) && std::isfinite(p.lo) && std::isfinite(p.hi),
+          s, "its constants overflow float");
+  // element_value is monotone in the random word's unit_open / unit_01 value, so the extreme words
+  // give the extreme values the fill can produce.
+  for (std::uint32_t bits : {0x7fffffffu, 0x80000000u, 0x00000000u, 0xffffffffu}) {
+    const float v = element_value(p, bits);
+    require(std::isfinite(round_to_dtype(v, t)), s,
+            "values would overflow " + std::string(dtype_name(t)) + " (reaching " + std::to_string(v) + ")");
   }
   return p;
 }

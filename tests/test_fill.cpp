@@ -303,6 +303,26 @@ TEST(Fill, ValidationErrorsNameTheProblem) {
   EXPECT_NO_THROW(make_fill_job(dst, DType::f32, 4, 1, "t", FillSpec::trunc_normal(0, 1, 1.001, 1.002)));
 }
 
+// Numbers that are finite in double but not in float, or fills whose values would not fit the dtype,
+// are refused instead of writing infinities or NaN.
+TEST(Fill, ValidationRefusesOverflow) {
+  for (DType t : all_dtypes) {
+    expect_invalid(FillSpec::constant(1e300), t, "overflow");
+    expect_invalid(FillSpec::normal(1e300, 1), t, "overflow");
+    expect_invalid(FillSpec::normal(0, 1e300), t, "overflow");
+    expect_invalid(FillSpec::trunc_normal(0, 1e300, -1, 1), t, "overflow");  // was: NaN values
+    expect_invalid(FillSpec::uniform(-3e38, 3e38), t, "overflow");  // hi - lo overflows float: NaN values
+  }
+  expect_invalid(FillSpec::constant(1e5), DType::f16, "overflow fp16");
+  expect_invalid(FillSpec::normal(0, 2e4), DType::f16, "overflow fp16");  // 5.42 std = 1.08e5 > 65504
+  expect_invalid(FillSpec::uniform(0, 1e5), DType::f16, "overflow fp16");
+  float dst[4];
+  EXPECT_NO_THROW(make_fill_job(dst, DType::bf16, 4, 1, "t", FillSpec::constant(1e5)));
+  EXPECT_NO_THROW(make_fill_job(dst, DType::f16, 4, 1, "t", FillSpec::normal(0, 1e4)));
+  EXPECT_NO_THROW(make_fill_job(dst, DType::f16, 4, 1, "t", FillSpec::uniform(0, 65504)));
+  EXPECT_NO_THROW(make_fill_job(dst, DType::f16, 4, 1, "t", FillSpec::trunc_normal(0, 1e6, -1e6, 1e6)));
+}
+
 TEST(Fill, TruncNormalBoundsSnapInward) {
   for (DType t : all_dtypes)
     for (const FillSpec& s : {FillSpec::trunc_normal(0, 0.02, -2, 2), FillSpec::trunc_normal_std(0, 0.02, -2, 2),
