@@ -79,25 +79,28 @@ struct FillJob {
 FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t seed,
                       std::string_view canonical_name, const FillSpec& spec);
 
-// The float value of an element from its 32 random bits (before rounding to the dtype).
+// The float value of an element from its 32 random bits (before rounding to the dtype), per kind.
+template <FillKind K> LI_HD float value_of(const FillParams& p, std::uint32_t bits) {
+  if constexpr (K == FillKind::normal) {
+    return xf::fmaf_(p.scale, xf::erfinv(xf::unit_open(bits)), p.shift);
+  } else if constexpr (K == FillKind::trunc_normal) {
+    // Inverse CDF on the erf-domain interval of [a', b']: no rejection, one draw per value.
+    const float t = xf::fmaf_(p.half_width, xf::unit_open(bits), p.center);
+    return xf::clamp(xf::fmaf_(p.scale, xf::erfinv(t), p.shift), p.lo, p.hi);
+  } else if constexpr (K == FillKind::uniform) {
+    return xf::clamp(xf::fmaf_(p.scale, xf::unit_01(bits), p.shift), p.shift, p.hi);
+  } else {
+    return p.shift;
+  }
+}
+
 LI_HD float element_value(const FillParams& p, std::uint32_t bits) {
   switch (p.kind) {
-    case FillKind::normal:
-      return xf::fmaf_(p.scale, xf::erfinv(xf::unit_open(bits)), p.shift);
-    case FillKind::trunc_normal: {
-      float t = xf::fmaf_(p.half_width, xf::unit_open(bits), p.center);
-      const float tmax = 0x1.fffffep-1f;  // erfinv stays finite
-      t = t > tmax ? tmax : (t < -tmax ? -tmax : t);
-      const float v = xf::fmaf_(p.scale, xf::erfinv(t), p.shift);
-      return v > p.hi ? p.hi : (v < p.lo ? p.lo : v);
-    }
-    case FillKind::uniform: {
-      const float v = xf::fmaf_(p.scale, xf::unit_01(bits), p.shift);
-      return v > p.hi ? p.hi : v;
-    }
+    case FillKind::normal: return value_of<FillKind::normal>(p, bits);
+    case FillKind::trunc_normal: return value_of<FillKind::trunc_normal>(p, bits);
+    case FillKind::uniform: return value_of<FillKind::uniform>(p, bits);
     case FillKind::constant:
-    default:
-      return p.shift;
+    default: return p.shift;
   }
 }
 

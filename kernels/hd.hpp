@@ -3,5 +3,7 @@
 #if defined(__CUDACC__)
 #define LI_HD __host__ __device__ __forceinline__
 #else
-#define LI_HD inline
+// Forced inline on the host too: the host fill loops only vectorize when the whole per-element
+// chain (Philox, transform, clamp) is inlined into them.
+#define LI_HD inline __attribute__((always_inline))
 #endif

@@ -51,6 +51,12 @@ LI_HD float as_float(std::uint32_t u) {
 #endif
 }
 
+// x limited to [lo, hi] (lo <= hi, x not NaN), written as min/max selects that vectorize.
+LI_HD float clamp(float x, float lo, float hi) {
+  x = hi < x ? hi : x;
+  return x < lo ? lo : x;
+}
+
 // Symmetric uniform on the open interval (-1, 1): the odd multiples of 2^-24, each with
 // probability 2^-24. Uses the top 24 bits; every value is exact in float.
 LI_HD float unit_open(std::uint32_t bits) {
@@ -86,32 +92,46 @@ LI_HD float log_pos(float a) {
 
 // Inverse error function on (-1, 1) (M. Giles, "Approximating the erfinv function", GPU Computing
 // Gems Jade, 2011: the single-precision version), with our own log. Relative error about 4e-7.
+LI_HD float erfinv_central(float w) {  // w = -log(1 - x^2) < 5
+  w = w - 2.5f;
+  float p = 2.81022636e-08f;
+  p = fmaf_(p, w, 3.43273939e-07f);
+  p = fmaf_(p, w, -3.5233877e-06f);
+  p = fmaf_(p, w, -4.39150654e-06f);
+  p = fmaf_(p, w, 0.00021858087f);
+  p = fmaf_(p, w, -0.00125372503f);
+  p = fmaf_(p, w, -0.00417768164f);
+  p = fmaf_(p, w, 0.246640727f);
+  return fmaf_(p, w, 1.50140941f);
+}
+
+LI_HD float erfinv_tail(float w) {  // w >= 5
+  w = sqrtf_(w) - 3.0f;
+  float p = -0.000200214257f;
+  p = fmaf_(p, w, 0.000100950558f);
+  p = fmaf_(p, w, 0.00134934322f);
+  p = fmaf_(p, w, -0.00367342844f);
+  p = fmaf_(p, w, 0.00573950773f);
+  p = fmaf_(p, w, -0.0076224613f);
+  p = fmaf_(p, w, 0.00943887047f);
+  p = fmaf_(p, w, 1.00167406f);
+  return fmaf_(p, w, 2.83297682f);
+}
+
 LI_HD float erfinv(float x) {
-  float w = -log_pos((1.0f - x) * (1.0f + x));
-  float p;
-  if (w < 5.0f) {
-    w = w - 2.5f;
-    p = 2.81022636e-08f;
-    p = fmaf_(p, w, 3.43273939e-07f);
-    p = fmaf_(p, w, -3.5233877e-06f);
-    p = fmaf_(p, w, -4.39150654e-06f);
-    p = fmaf_(p, w, 0.00021858087f);
-    p = fmaf_(p, w, -0.00125372503f);
-    p = fmaf_(p, w, -0.00417768164f);
-    p = fmaf_(p, w, 0.246640727f);
-    p = fmaf_(p, w, 1.50140941f);
-  } else {
-    w = sqrtf_(w) - 3.0f;
-    p = -0.000200214257f;
-    p = fmaf_(p, w, 0.000100950558f);
-    p = fmaf_(p, w, 0.00134934322f);
-    p = fmaf_(p, w, -0.00367342844f);
-    p = fmaf_(p, w, 0.00573950773f);
-    p = fmaf_(p, w, -0.0076224613f);
-    p = fmaf_(p, w, 0.00943887047f);
-    p = fmaf_(p, w, 1.00167406f);
-    p = fmaf_(p, w, 2.83297682f);
-  }
+  // 1 - x^2, floored so x = +-1 (possible for trunc_normal after rounding) gives a finite value
+  // instead of log(0); callers clamp the result. unit_open() inputs never reach the floor.
+  float d = (1.0f - x) * (1.0f + x);
+  d = d < 0x1p-46f ? 0x1p-46f : d;
+  const float w = -log_pos(d);
+#if defined(__CUDA_ARCH__)
+  const float p = w < 5.0f ? erfinv_central(w) : erfinv_tail(w);  // the tail is rare: a branch
+#else
+  // Both sides, then a select: the same value as the branch, and host loops vectorize.
+  const float central = erfinv_central(w);
+  const float tail = erfinv_tail(w);
+  const float p = w < 5.0f ? central : tail;
+#endif
   return p * x;
 }
 
