@@ -68,6 +68,7 @@ FillJob fill_job_for(const PlannedTensor& p, void* dst, std::uint64_t seed) {
 }
 
 std::uint64_t hash_bytes(backend& be, const void* data, std::uint64_t bytes) {
+  if (be.kind() == BackendKind::dry) throw std::logic_error("hash_bytes: the dry backend holds no bytes");
   if (be.memory().kind() == MemoryKind::host) return rng::fnv1a64(data, bytes);
   constexpr std::uint64_t chunk = 64ull << 20;
   std::vector<unsigned char> staging(std::min(bytes, chunk));

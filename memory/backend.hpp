@@ -15,7 +15,9 @@
 
 namespace layerinit {
 
-enum class BackendKind { host, cuda };
+// dry: allocations are address space that is never touched and fills do nothing; for exact memory
+// accounting of models larger than the machine (plan, peak tests).
+enum class BackendKind { host, cuda, dry };
 
 class backend {
  public:
@@ -48,5 +50,8 @@ std::unique_ptr<backend> make_backend(std::string_view name, int threads = 0);
 
 // The host backend on its own (always available).
 std::unique_ptr<backend> make_host_backend(int threads = 0);
+
+// The dry backend: the same allocation calls as a real build, no bytes written or backed.
+std::unique_ptr<backend> make_dry_backend();
 
 }  // namespace layerinit
