@@ -1,0 +1,74 @@
+// Internal to checkpoint/: what both writers share. Not installed as API.
+// defines: detail::fail, detail::TempPath, detail::Progress, detail::validate_datasets,
+//          detail::metadata_pairs, detail::full_write, detail::fsync_path, detail::publish
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "checkpoint/writer.hpp"
+
+namespace layerinit::detail {
+
+namespace fs = std::filesystem;
+
+// throws checkpoint_error("checkpoint: <what> <path>: <strerror(err)>")
+[[noreturn]] void fail(const std::string& what, const fs::path& path, int err);
+
+// Absolute, normalized, no trailing separator; throws std::invalid_argument on an empty path.
+fs::path normalize_target(const fs::path& target);
+
+// Before any work: the target must not exist unless overwrite (and must not be a directory for a
+// file format), its directory must exist, and there must be room for `bytes`.
+void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool check_space, std::uint64_t bytes);
+
+// A temporary file or directory beside the target: "<dir>/.<name>.tmp-XXXXXX". Removed by remove()
+// or the destructor unless released by publish().
+class TempPath {
+ public:
+  TempPath(const fs::path& target, bool directory);
+  ~TempPath() { remove(); }
+  TempPath(const TempPath&) = delete;
+  TempPath& operator=(const TempPath&) = delete;
+  const fs::path& path() const { return path_; }
+  void remove() noexcept;
+  // fsyncs and renames the temporary onto `target` (replacing it only if overwrite), then fsyncs
+  // the parent directory. Afterwards nothing is left to remove.
+  void publish(const fs::path& target, bool overwrite);
+
+ private:
+  fs::path path_;
+  bool directory_;
+  bool live_ = false;
+};
+
+// Elements written so far per dataset: enforces contiguous, in-order writes.
+class Progress {
+ public:
+  explicit Progress(const std::vector<DatasetSpec>& d);
+  // Throws std::invalid_argument on a bad index, an out-of-order or out-of-range write.
+  void check(std::size_t dataset, std::uint64_t first, const void* bytes, std::uint64_t n) const;
+  void advance(std::size_t dataset, std::uint64_t n) { written_[dataset] += n; }
+  bool complete(std::size_t dataset) const { return written_[dataset] == numel_[dataset]; }
+  // Throws checkpoint_error naming the first dataset not fully written.
+  void check_complete(const fs::path& target) const;
+
+ private:
+  const std::vector<DatasetSpec>& d_;
+  std::vector<std::uint64_t> numel_, written_;
+};
+
+// Names unique, non-empty, without '/'; rank >= 1, dims > 0; slab_elements a suffix product or 0.
+void validate_datasets(const std::vector<DatasetSpec>& d);
+// The metadata as ordered key/value pairs (fixed keys first, then extra); library_version filled.
+std::vector<std::pair<std::string, std::string>> metadata_pairs(const CheckpointMetadata& m);
+
+// pwrite all of it; on failure throws via fail("cannot write", shown, errno).
+void full_pwrite(int fd, const void* p, std::uint64_t n, std::uint64_t offset, const fs::path& shown);
+void fsync_path(const fs::path& p, bool directory);  // throws on failure
+void write_small_file(const fs::path& p, const std::string& text, const fs::path& shown);
+
+}  // namespace layerinit::detail

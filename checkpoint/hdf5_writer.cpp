@@ -1,0 +1,372 @@
+// The HDF5 writer: one chunked dataset per declared tensor, written with direct chunk writes from
+// the caller's memory (a chunk-sized staging buffer only when a write ends inside a chunk).
+// defines: open_hdf5_writer, planned_bytes (both formats: it needs the HDF5 chunking)
+#include <hdf5.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "checkpoint/detail.hpp"
+
+namespace layerinit {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "checkpoint writers assume a little-endian host");
+
+namespace fs = std::filesystem;
+
+// Silences HDF5's automatic error printing for one scope, restoring it afterwards.
+class QuietErrors {
+ public:
+  QuietErrors() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+herr_t collect_error(unsigned, const H5E_error2_t* e, void* out) {
+  if (e->desc) static_cast<std::vector<std::string>*>(out)->push_back(e->desc);
+  return 0;
+}
+
+// The system's reason from HDF5's error stack ("error message = 'No space left on device'"), else
+// the innermost description. Clears the stack.
+std::string hdf5_reason() {
+  std::vector<std::string> descs;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &descs);
+  H5Eclear2(H5E_DEFAULT);
+  for (const auto& d : descs) {
+    auto p = d.find("error message = '");
+    if (p != std::string::npos) {
+      p += 17;
+      return d.substr(p, d.find('\'', p) - p);
+    }
+  }
+  return descs.empty() ? std::string("HDF5 error") : descs.back();
+}
+
+[[noreturn]] void hdf5_fail(const std::string& what, const fs::path& p) {
+  throw checkpoint_error("checkpoint: " + what + " " + p.string() + ": " + hdf5_reason());
+}
+
+// An hid_t closed by its closer when it goes out of scope.
+class Hid {
+ public:
+  Hid() = default;
+  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = H5I_INVALID_HID; }
+  Hid& operator=(Hid&& o) noexcept {
+    std::swap(id_, o.id_);
+    std::swap(close_, o.close_);
+    return *this;
+  }
+  ~Hid() { reset(); }
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  herr_t reset() {
+    herr_t r = 0;
+    if (id_ >= 0 && close_) r = close_(id_);
+    id_ = H5I_INVALID_HID;
+    return r;
+  }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+// bf16: 1 sign, 8 exponent, 7 mantissa bits, bias 127 (FACTS.md); readers convert it exactly.
+Hid file_type(DType t) {
+  if (t == DType::f32) return Hid(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+  if (t == DType::f16) {
+    hid_t h = H5Tcopy(H5T_IEEE_F32LE);
+    H5Tset_fields(h, 15, 10, 5, 0, 10);
+    H5Tset_size(h, 2);
+    H5Tset_ebias(h, 15);
+    return Hid(h, H5Tclose);
+  }
+  hid_t h = H5Tcopy(H5T_IEEE_F32LE);
+  H5Tset_fields(h, 15, 7, 8, 0, 7);
+  H5Tset_size(h, 2);
+  H5Tset_ebias(h, 127);
+  return Hid(h, H5Tclose);
+}
+
+bool write_string_attribute(hid_t obj, const std::string& name, const std::string& value) {
+  Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+  Hid attr(H5Acreate2(obj, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!attr.valid()) return false;
+  const char* p = value.c_str();
+  return H5Awrite(attr.get(), type.get(), &p) >= 0;
+}
+
+// How a dataset is cut into chunks: chunk = [1, ..., 1, k, d[p+1], ..., d[n-1]]. Every chunk is a
+// contiguous run of row-major elements, and none crosses a slab boundary.
+struct Chunking {
+  std::vector<hsize_t> shape, chunk;
+  std::size_t p = 0;           // the split dimension
+  std::uint64_t k = 0;         // rows of dimension p per chunk
+  std::uint64_t inner = 1;     // elements per row of dimension p
+  std::uint64_t blocks = 0;    // chunks along dimension p
+  std::uint64_t chunk_elements() const { return k * inner; }
+  std::uint64_t count() const {
+    std::uint64_t outer = 1;
+    for (std::size_t i = 0; i < p; ++i) outer *= shape[i];
+    return outer * blocks;
+  }
+};
+
+Chunking choose_chunking(const DatasetSpec& d, std::uint64_t max_chunk_bytes) {
+  const std::size_t n = d.shape.size();
+  const std::uint64_t es = dtype_size(d.dtype);
+  Chunking c;
+  c.shape.assign(d.shape.begin(), d.shape.end());
+  // s: first dimension of the slab (0 when the whole tensor is one slab).
+  std::size_t s = 0;
+  if (d.slab_elements != 0) {
+    std::uint64_t prod = 1;
+    s = n;
+    for (std::size_t j = n + 1; j-- > 0;) {
+      if (j < n) prod *= d.shape[j];
+      if (prod == d.slab_elements) s = j;
+    }
+  }
+  if (s == n) {  // one-element slabs: one-element chunks
+    c.p = n - 1;
+    c.k = 1;
+  } else {
+    // j: the first dimension (>= s) whose suffix fits in a chunk.
+    std::size_t j = n;
+    std::uint64_t suffix = es;
+    while (j > s && suffix * d.shape[j - 1] <= max_chunk_bytes) suffix *= d.shape[--j];
+    if (j == s) {
+      c.p = s;
+      c.k = d.shape[s];
+    } else {
+      c.p = j - 1;
+      const std::uint64_t rows = d.shape[c.p];
+      const std::uint64_t kmax = std::max<std::uint64_t>(1, max_chunk_bytes / suffix);
+      const std::uint64_t nblocks = (rows + kmax - 1) / kmax;
+      c.k = (rows + nblocks - 1) / nblocks;
+      for (std::uint64_t k = c.k; k <= kmax; ++k)  // prefer a divisor: no padded edge chunk
+        if (rows % k == 0) {
+          c.k = k;
+          break;
+        }
+    }
+  }
+  c.inner = 1;
+  for (std::size_t i = c.p + 1; i < n; ++i) c.inner *= d.shape[i];
+  c.blocks = (d.shape[c.p] + c.k - 1) / c.k;
+  c.chunk.assign(n, 1);
+  c.chunk[c.p] = c.k;
+  for (std::size_t i = c.p + 1; i < n; ++i) c.chunk[i] = d.shape[i];
+  return c;
+}
+
+struct Dataset {
+  Hid id;
+  Chunking ch;
+  std::size_t elem = 2;
+  std::vector<unsigned char> staging;  // one chunk, only while a write has ended inside it
+  std::uint64_t staged = 0;            // elements in staging
+};
+
+class Hdf5Writer final : public CheckpointWriter {
+ public:
+  Hdf5Writer(fs::path target, std::vector<DatasetSpec> datasets, const CheckpointMetadata& meta,
+             const WriterOptions& opts)
+      : target_(std::move(target)), d_(std::move(datasets)), opts_(opts), progress_(d_) {
+    detail::preflight(target_, false, opts_.overwrite, opts_.check_free_space,
+                      planned_bytes(CheckpointFormat::hdf5, d_, meta, opts_));
+    tmp_.emplace(target_, false);
+    try {
+      create(meta);
+    } catch (...) {
+      abort();
+      throw;
+    }
+  }
+  ~Hdf5Writer() override { abort(); }
+
+  void write(std::size_t i, std::uint64_t first, const void* bytes, std::uint64_t n) override {
+    if (state_ != State::open) throw checkpoint_error("checkpoint: " + target_.string() + ": writer is " + state_name());
+    progress_.check(i, first, bytes, n);
+    QuietErrors quiet;
+    try {
+      write_elements(ds_[i], first, static_cast<const unsigned char*>(bytes), n);
+    } catch (...) {
+      abort();
+      throw;
+    }
+    progress_.advance(i, n);
+    if (progress_.complete(i)) ds_[i].staging = {};
+  }
+
+  void commit() override {
+    if (state_ != State::open) throw checkpoint_error("checkpoint: " + target_.string() + ": writer is " + state_name());
+    try {
+      progress_.check_complete(target_);
+      QuietErrors quiet;
+      for (auto& d : ds_)
+        if (d.id.reset() < 0) hdf5_fail("cannot write", target_);
+      if (file_.reset() < 0) hdf5_fail("cannot write", target_);
+      tmp_->publish(target_, opts_.overwrite);
+    } catch (...) {
+      abort();
+      throw;
+    }
+    state_ = State::committed;
+  }
+
+  void abort() noexcept override {
+    if (state_ != State::open) return;
+    state_ = State::aborted;
+    QuietErrors quiet;
+    ds_.clear();
+    file_.reset();
+    H5Eclear2(H5E_DEFAULT);
+    if (tmp_) tmp_->remove();
+  }
+
+  const std::vector<DatasetSpec>& datasets() const override { return d_; }
+  const fs::path& target() const override { return target_; }
+
+ private:
+  enum class State { open, committed, aborted };
+  const char* state_name() const { return state_ == State::committed ? "already committed" : "aborted"; }
+
+  void create(const CheckpointMetadata& meta) {
+    QuietErrors quiet;
+    const fs::path& tmp = tmp_->path();
+    file_ = Hid(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    if (!file_.valid()) hdf5_fail("cannot create", tmp);
+    for (const auto& [k, v] : detail::metadata_pairs(meta))
+      if (!write_string_attribute(file_.get(), k, v)) hdf5_fail("cannot write attributes of", target_);
+    ds_.resize(d_.size());
+    for (std::size_t i = 0; i < d_.size(); ++i) {
+      Dataset& d = ds_[i];
+      d.ch = choose_chunking(d_[i], opts_.max_chunk_bytes);
+      d.elem = dtype_size(d_[i].dtype);
+      const int rank = static_cast<int>(d.ch.shape.size());
+      Hid space(H5Screate_simple(rank, d.ch.shape.data(), nullptr), H5Sclose);
+      Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      H5Pset_chunk(dcpl.get(), rank, d.ch.chunk.data());
+      H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+      H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_INCR);
+      Hid dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
+      H5Pset_chunk_cache(dapl.get(), 0, 0, 1.0);
+      Hid type = file_type(d_[i].dtype);
+      d.id = Hid(H5Dcreate2(file_.get(), d_[i].name.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(),
+                            dapl.get()),
+                 H5Dclose);
+      if (!d.id.valid()) hdf5_fail("cannot create dataset " + d_[i].name + " in", target_);
+      if (!write_string_attribute(d.id.get(), "dtype", std::string(dtype_name(d_[i].dtype))))
+        hdf5_fail("cannot write attributes of", target_);
+    }
+  }
+
+  void write_chunk(Dataset& d, std::uint64_t chunk_first, const unsigned char* src) {
+    // chunk_first is the chunk's first element; its coordinates: outer index, then block * k.
+    const auto& c = d.ch;
+    const std::uint64_t plane = c.shape[c.p] * c.inner;
+    std::uint64_t outer = chunk_first / plane;
+    const std::uint64_t block = (chunk_first % plane) / c.chunk_elements();
+    std::vector<hsize_t> off(c.shape.size(), 0);
+    off[c.p] = block * c.k;
+    for (std::size_t i = c.p; i-- > 0;) {
+      off[i] = outer % c.shape[i];
+      outer /= c.shape[i];
+    }
+    if (H5Dwrite_chunk(d.id.get(), H5P_DEFAULT, 0, off.data(), c.chunk_elements() * d.elem, src) < 0)
+      hdf5_fail("cannot write", target_);
+  }
+
+  void write_elements(Dataset& d, std::uint64_t pos, const unsigned char* src, std::uint64_t n) {
+    const auto& c = d.ch;
+    const std::uint64_t plane = c.shape[c.p] * c.inner;
+    const std::uint64_t full = c.chunk_elements();
+    while (n > 0) {
+      const std::uint64_t r = pos % plane;
+      const std::uint64_t chunk_first = pos - r % full;
+      const std::uint64_t rows_left = c.shape[c.p] - (r / full) * c.k;
+      const std::uint64_t cn = std::min(c.k, rows_left) * c.inner;  // elements in this chunk
+      const std::uint64_t within = pos - chunk_first;
+      if (within == 0 && n >= cn && cn == full) {  // a whole chunk straight from the caller
+        write_chunk(d, chunk_first, src);
+        pos += cn;
+        src += cn * d.elem;
+        n -= cn;
+        continue;
+      }
+      if (d.staging.empty()) d.staging.assign(full * d.elem, 0);
+      const std::uint64_t take = std::min(n, cn - within);
+      std::memcpy(d.staging.data() + within * d.elem, src, take * d.elem);
+      d.staged = within + take;
+      pos += take;
+      src += take * d.elem;
+      n -= take;
+      if (d.staged == cn) {  // complete (an edge chunk is padded with the zeros already there)
+        std::fill(d.staging.begin() + static_cast<std::ptrdiff_t>(cn * d.elem), d.staging.end(), 0);
+        write_chunk(d, chunk_first, d.staging.data());
+        d.staged = 0;
+      }
+    }
+  }
+
+  fs::path target_;
+  std::vector<DatasetSpec> d_;
+  WriterOptions opts_;
+  detail::Progress progress_;
+  std::optional<detail::TempPath> tmp_;
+  Hid file_;
+  std::vector<Dataset> ds_;
+  State state_ = State::open;
+};
+
+}  // namespace
+
+std::uint64_t planned_bytes(CheckpointFormat f, const std::vector<DatasetSpec>& datasets,
+                            const CheckpointMetadata& meta, const WriterOptions& opts) {
+  std::uint64_t meta_bytes = 0;
+  for (const auto& [k, v] : detail::metadata_pairs(meta)) meta_bytes += k.size() + v.size() + 64;
+  std::uint64_t total = 0;
+  if (f == CheckpointFormat::hdf5) {
+    total = (1u << 20) + meta_bytes;
+    for (const auto& d : datasets) {
+      const Chunking c = choose_chunking(d, opts.max_chunk_bytes);
+      total += c.count() * c.chunk_elements() * dtype_size(d.dtype) + 4096 + 64 * c.count() + d.name.size();
+    }
+    return total;
+  }
+  // safetensors: data, plus per shard a header (metadata and per-tensor entries), index and config.
+  std::uint64_t data = 0, entries = 0;
+  for (const auto& d : datasets) {
+    data += numel(d.shape) * dtype_size(d.dtype);
+    entries += 2 * d.name.size() + 64 + 24 * d.shape.size();
+  }
+  const std::uint64_t shards = opts.max_shard_size ? datasets.size() : 1;  // an upper bound
+  return data + entries + shards * (meta_bytes + 4096) + opts.config_json.size() + 4096;
+}
+
+std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& target,
+                                                   std::vector<DatasetSpec> datasets,
+                                                   const CheckpointMetadata& meta, const WriterOptions& opts) {
+  detail::validate_datasets(datasets);
+  if (opts.max_chunk_bytes == 0 || opts.max_chunk_bytes > (std::uint64_t{1} << 32) - 1)
+    throw std::invalid_argument("checkpoint: max_chunk_bytes must be in [1, 4 GiB)");
+  return std::make_unique<Hdf5Writer>(detail::normalize_target(target), std::move(datasets), meta, opts);
+}
+
+}  // namespace layerinit

@@ -1,0 +1,197 @@
+// The safetensors writer: a directory with model.safetensors (or shards and their index) and
+// config.json, built in a temporary directory beside the target and renamed into place. Data goes
+// from the caller's memory to the file with pwrite at offsets fixed by the header: no staging.
+// defines: open_safetensors_writer
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <optional>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/detail.hpp"
+
+namespace layerinit {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "checkpoint writers assume a little-endian host");
+
+namespace fs = std::filesystem;
+
+const char* st_dtype(DType t) { return t == DType::bf16 ? "BF16" : t == DType::f16 ? "F16" : "F32"; }
+
+struct Shard {
+  std::string file;                 // "model.safetensors" or "model-00001-of-00003.safetensors"
+  std::vector<std::size_t> tensors;
+  std::uint64_t data_start = 0;     // 8 + header length
+  std::uint64_t data_bytes = 0;
+  int fd = -1;
+};
+
+class SafetensorsWriter final : public CheckpointWriter {
+ public:
+  SafetensorsWriter(fs::path target, std::vector<DatasetSpec> datasets, const CheckpointMetadata& meta,
+                    const WriterOptions& opts)
+      : target_(std::move(target)), d_(std::move(datasets)), opts_(opts), progress_(d_) {
+    plan(meta);  // header too large etc. before touching the disk
+    detail::preflight(target_, true, opts_.overwrite, opts_.check_free_space,
+                      planned_bytes(CheckpointFormat::safetensors, d_, meta, opts_));
+    tmp_.emplace(target_, true);
+    try {
+      for (auto& s : shards_) {
+        const fs::path p = tmp_->path() / s.file;
+        s.fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (s.fd < 0) detail::fail("cannot create", target_ / s.file, errno);
+        detail::full_pwrite(s.fd, headers_[&s - shards_.data()].data(), s.data_start, 0, target_ / s.file);
+      }
+      headers_.clear();
+    } catch (...) {
+      abort();
+      throw;
+    }
+  }
+  ~SafetensorsWriter() override { abort(); }
+
+  void write(std::size_t i, std::uint64_t first, const void* bytes, std::uint64_t n) override {
+    if (state_ != State::open) throw checkpoint_error("checkpoint: " + target_.string() + ": writer is " + state_name());
+    progress_.check(i, first, bytes, n);
+    const Shard& s = shards_[shard_of_[i]];
+    const std::uint64_t es = dtype_size(d_[i].dtype);
+    try {
+      detail::full_pwrite(s.fd, bytes, n * es, s.data_start + offset_[i] + first * es, target_ / s.file);
+    } catch (...) {
+      abort();
+      throw;
+    }
+    progress_.advance(i, n);
+  }
+
+  void commit() override {
+    if (state_ != State::open) throw checkpoint_error("checkpoint: " + target_.string() + ": writer is " + state_name());
+    try {
+      progress_.check_complete(target_);
+      for (auto& s : shards_) {
+        if (::fsync(s.fd) != 0) detail::fail("cannot sync", target_ / s.file, errno);
+        if (::close(s.fd) != 0) {
+          s.fd = -1;
+          detail::fail("cannot write", target_ / s.file, errno);
+        }
+        s.fd = -1;
+      }
+      if (shards_.size() > 1) {
+        nlohmann::ordered_json index;
+        std::uint64_t total = 0;
+        for (const auto& s : shards_) total += s.data_bytes;
+        index["metadata"]["total_size"] = total;
+        nlohmann::ordered_json map = nlohmann::ordered_json::object();
+        for (const auto& s : shards_)
+          for (auto t : s.tensors) map[d_[t].name] = s.file;
+        index["weight_map"] = std::move(map);
+        detail::write_small_file(tmp_->path() / "model.safetensors.index.json", index.dump(2) + "\n",
+                                 target_ / "model.safetensors.index.json");
+      }
+      if (!opts_.config_json.empty())
+        detail::write_small_file(tmp_->path() / "config.json", opts_.config_json, target_ / "config.json");
+      tmp_->publish(target_, opts_.overwrite);
+    } catch (...) {
+      abort();
+      throw;
+    }
+    state_ = State::committed;
+  }
+
+  void abort() noexcept override {
+    if (state_ != State::open) return;
+    state_ = State::aborted;
+    for (auto& s : shards_)
+      if (s.fd >= 0) {
+        ::close(s.fd);
+        s.fd = -1;
+      }
+    if (tmp_) tmp_->remove();
+  }
+
+  const std::vector<DatasetSpec>& datasets() const override { return d_; }
+  const fs::path& target() const override { return target_; }
+
+ private:
+  enum class State { open, committed, aborted };
+  const char* state_name() const { return state_ == State::committed ? "already committed" : "aborted"; }
+
+  // Assigns tensors to shards in declaration order and builds each shard's header.
+  void plan(const CheckpointMetadata& meta) {
+    shard_of_.resize(d_.size());
+    offset_.resize(d_.size());
+    for (std::size_t i = 0; i < d_.size(); ++i) {
+      const std::uint64_t bytes = numel(d_[i].shape) * dtype_size(d_[i].dtype);
+      if (shards_.empty() ||
+          (opts_.max_shard_size && shards_.back().data_bytes > 0 && shards_.back().data_bytes + bytes > opts_.max_shard_size))
+        shards_.emplace_back();
+      Shard& s = shards_.back();
+      shard_of_[i] = shards_.size() - 1;
+      offset_[i] = s.data_bytes;
+      s.data_bytes += bytes;
+      s.tensors.push_back(i);
+    }
+    const std::size_t n = shards_.size();
+    for (std::size_t k = 0; k < n; ++k) {
+      Shard& s = shards_[k];
+      if (n == 1) {
+        s.file = "model.safetensors";
+      } else {
+        char name[64];
+        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, n);
+        s.file = name;
+      }
+      nlohmann::ordered_json h;
+      nlohmann::ordered_json md;
+      md["format"] = "pt";
+      for (const auto& [key, v] : detail::metadata_pairs(meta)) md[key] = v;
+      h["__metadata__"] = std::move(md);
+      for (auto t : s.tensors) {
+        const std::uint64_t bytes = numel(d_[t].shape) * dtype_size(d_[t].dtype);
+        h[d_[t].name] = {{"dtype", st_dtype(d_[t].dtype)},
+                         {"shape", d_[t].shape},
+                         {"data_offsets", {offset_[t], offset_[t] + bytes}}};
+      }
+      std::string json = h.dump();
+      json.append((8 - json.size() % 8) % 8, ' ');
+      if (json.size() > 100'000'000)
+        throw checkpoint_error("checkpoint: " + (target_ / s.file).string() + ": safetensors header of " +
+                               std::to_string(json.size()) + " bytes exceeds the format's 100000000");
+      std::string header(8, '\0');
+      std::uint64_t len = json.size();
+      for (int b = 0; b < 8; ++b) header[b] = static_cast<char>((len >> (8 * b)) & 0xff);
+      header += json;
+      s.data_start = header.size();
+      headers_.push_back(std::move(header));
+    }
+  }
+
+  fs::path target_;
+  std::vector<DatasetSpec> d_;
+  WriterOptions opts_;
+  detail::Progress progress_;
+  std::vector<Shard> shards_;
+  std::vector<std::string> headers_;      // until written at open
+  std::vector<std::size_t> shard_of_;     // per tensor
+  std::vector<std::uint64_t> offset_;     // per tensor, within its shard's data
+  std::optional<detail::TempPath> tmp_;
+  State state_ = State::open;
+};
+
+}  // namespace
+
+std::unique_ptr<CheckpointWriter> open_safetensors_writer(const std::filesystem::path& target,
+                                                          std::vector<DatasetSpec> datasets,
+                                                          const CheckpointMetadata& meta,
+                                                          const WriterOptions& opts) {
+  detail::validate_datasets(datasets);
+  return std::make_unique<SafetensorsWriter>(detail::normalize_target(target), std::move(datasets), meta, opts);
+}
+
+}  // namespace layerinit

@@ -1,0 +1,136 @@
+// Checkpoint writers: stream a model's parameters, slab by slab, into HDF5 or safetensors files that
+// appear atomically at the target path (docs/checkpoint.md).
+// defines: checkpoint_error, CheckpointFormat, DatasetSpec, CheckpointMetadata, WriterOptions,
+//          CheckpointWriter, open_checkpoint_writer, open_hdf5_writer, open_safetensors_writer,
+//          check_free_space, planned_bytes, config_json, format_name, parse_checkpoint_format
+//
+// Use:
+//   auto w = open_checkpoint_writer(CheckpointFormat::hdf5, "out.h5", datasets, meta, opts);
+//   for (each layer) w->write(dataset_index, first_element, host_bytes, n_elements);
+//   w->commit();   // fsync + rename: only now does the target path change
+// Destroying a writer that was not committed removes its temporary file or directory; the target
+// path keeps whatever it held before (the old checkpoint, or nothing).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dtypes/dtype.hpp"
+#include "init/spec.hpp"
+#include "memory/errors.hpp"
+
+namespace layerinit {
+
+// Any failure to create, write or publish a checkpoint. what() is one line naming the path and the
+// system's reason: "checkpoint: cannot write /data/out.h5: No space left on device".
+class checkpoint_error : public error {
+ public:
+  using error::error;
+};
+
+enum class CheckpointFormat : std::uint8_t { hdf5, safetensors };
+std::string_view format_name(CheckpointFormat f);           // "hdf5", "safetensors"
+CheckpointFormat parse_checkpoint_format(std::string_view s);  // throws std::invalid_argument listing both
+
+// One dataset (HDF5) or tensor (safetensors), declared before any data is written.
+struct DatasetSpec {
+  std::string name;   // Hugging Face name ("model.layers.3.mlp.up_proj.weight"); no '/', unique
+  Shape shape;        // row-major; rank >= 1, every dimension > 0
+  DType dtype = DType::bf16;
+  // Elements per write() call the caller intends (0: the whole tensor, or no promise). In stacked
+  // layout this is numel / L (one layer slice). HDF5 chunks are cut so that they never cross a slab
+  // boundary; it must be the product of a suffix of `shape` (or 0).
+  std::uint64_t slab_elements = 0;
+};
+
+// Root attributes (HDF5) and __metadata__ entries (safetensors), all strings. Empty fields are
+// still written, so a reader can rely on every key being present.
+struct CheckpointMetadata {
+  std::string format_version = "1";  // of layerinit's on-disk layout (docs/checkpoint.md)
+  std::string library_version;       // empty: this build's LAYERINIT_VERSION
+  std::string dtype;                 // "bf16"
+  std::string seed;
+  std::string recipe;
+  std::string layout;                // "per-layer" or "stacked"
+  std::string orientation;           // "out-in" or "in-out"
+  std::string model_spec;            // the model spec as JSON
+  std::map<std::string, std::string> extra;  // more keys; may not shadow the ones above
+};
+
+struct WriterOptions {
+  bool overwrite = false;            // --force: replace an existing target
+  bool check_free_space = true;      // statvfs against planned_bytes() before any work
+  // safetensors: start a new shard when the next tensor would push a shard's data past this many
+  // bytes (0: never shard). A tensor larger than the limit gets a shard of its own.
+  std::uint64_t max_shard_size = 0;
+  // safetensors: written as config.json beside the weights when not empty (see config_json()).
+  std::string config_json;
+  // HDF5: upper bound on a chunk's bytes (HDF5's own limit is 4 GiB). Also the most a single
+  // dataset's staging buffer holds, needed only when a write ends inside a chunk.
+  std::uint64_t max_chunk_bytes = 64ull << 20;
+};
+
+class CheckpointWriter {
+ public:
+  virtual ~CheckpointWriter() = default;
+  CheckpointWriter() = default;
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Appends n_elements elements of dataset `dataset` (index into the declared list), starting at
+  // row-major element first_element, from host memory holding them as little-endian raw values of
+  // the dataset's dtype. Each dataset's writes must be contiguous and in order (first_element equals
+  // the elements written so far); writes to different datasets may interleave. Throws
+  // std::invalid_argument on a misuse, checkpoint_error on an I/O failure (after which the writer
+  // is aborted and every further call throws).
+  virtual void write(std::size_t dataset, std::uint64_t first_element, const void* bytes,
+                     std::uint64_t n_elements) = 0;
+  void write(std::string_view name, std::uint64_t first_element, const void* bytes, std::uint64_t n_elements);
+
+  // Checks every dataset is complete, flushes, fsyncs and renames into place. Throws on failure,
+  // leaving the target as it was.
+  virtual void commit() = 0;
+  // Removes the temporary files; the target keeps what it held. Idempotent; commit() after it throws.
+  virtual void abort() noexcept = 0;
+
+  virtual const std::vector<DatasetSpec>& datasets() const = 0;
+  virtual const std::filesystem::path& target() const = 0;
+  std::size_t index_of(std::string_view name) const;  // throws std::invalid_argument if unknown
+};
+
+// Bytes the checkpoint will take on disk (data plus a bound on headers/metadata): what the free
+// space check asks for.
+std::uint64_t planned_bytes(CheckpointFormat f, const std::vector<DatasetSpec>& datasets,
+                            const CheckpointMetadata& meta, const WriterOptions& opts);
+
+// Throws checkpoint_error when the filesystem holding `where` (a file or directory; the nearest
+// existing ancestor is asked) has fewer than `bytes` bytes available to this user:
+// "checkpoint: not enough space for /data/out.h5: needs 13.49 GiB (...), 2.00 GiB (...) available".
+void check_free_space(const std::filesystem::path& where, std::uint64_t bytes);
+
+// Creates the temporary file/directory beside `target` at once, so an unwritable path, an existing
+// target without overwrite, or too little space fail here, before any work.
+// HDF5: `target` is the file. safetensors: `target` is a directory that receives model.safetensors
+// (or model-0000k-of-0000n.safetensors shards and model.safetensors.index.json) and config.json.
+std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& target,
+                                                   std::vector<DatasetSpec> datasets,
+                                                   const CheckpointMetadata& meta, const WriterOptions& opts);
+std::unique_ptr<CheckpointWriter> open_safetensors_writer(const std::filesystem::path& target,
+                                                          std::vector<DatasetSpec> datasets,
+                                                          const CheckpointMetadata& meta,
+                                                          const WriterOptions& opts);
+std::unique_ptr<CheckpointWriter> open_checkpoint_writer(CheckpointFormat f, const std::filesystem::path& target,
+                                                         std::vector<DatasetSpec> datasets,
+                                                         const CheckpointMetadata& meta, const WriterOptions& opts);
+
+// Hugging Face config.json for the llama, mistral, mixtral and gpt2 families (from spec.family,
+// spec.hyper and spec.num_layers), so transformers loads the output directory as a model. Throws
+// std::invalid_argument for other families, naming the supported ones.
+std::string config_json(const ModelSpec& spec, DType dtype);
+
+}  // namespace layerinit
