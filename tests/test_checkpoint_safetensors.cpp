@@ -1,0 +1,456 @@
+// safetensors writer: a minimal independent reader (header length, padding, offsets that tile the
+// data), the Python `safetensors` package, sharding and its index, config.json, atomic directory
+// replacement, kill and full-filesystem behaviour.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "checkpoint/writer.hpp"
+
+namespace fs = std::filesystem;
+using namespace layerinit;
+using nlohmann::json;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "layerinit-st-XXXXXX").string();
+    if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp");
+    path_ = t;
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+  static std::vector<std::string> list(const fs::path& p) {
+    std::vector<std::string> v;
+    for (const auto& e : fs::directory_iterator(p)) v.push_back(e.path().filename().string());
+    std::sort(v.begin(), v.end());
+    return v;
+  }
+  std::vector<std::string> entries() const { return list(path_); }
+
+ private:
+  fs::path path_;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// The minimal reader: checks the format's rules and returns name -> (dtype, shape, bytes).
+struct Tensor {
+  std::string dtype;
+  std::vector<std::uint64_t> shape;
+  std::string bytes;
+};
+struct File {
+  json metadata;
+  std::map<std::string, Tensor> tensors;
+  std::vector<std::string> order;  // header order
+};
+
+File parse_safetensors(const fs::path& p) {
+  const std::string raw = slurp(p);
+  File out;
+  EXPECT_GE(raw.size(), 8u);
+  std::uint64_t n = 0;
+  for (int b = 7; b >= 0; --b) n = (n << 8) | static_cast<unsigned char>(raw[b]);
+  EXPECT_EQ(n % 8, 0u) << "header padded to 8 bytes";
+  EXPECT_LE(n, 100'000'000u);
+  EXPECT_LE(8 + n, raw.size());
+  const std::string header = raw.substr(8, n);
+  EXPECT_EQ(header.front(), '{');
+  const json h = json::parse(header);
+  const std::uint64_t data_size = raw.size() - 8 - n;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
+  for (const auto& [name, e] : h.items()) {
+    if (name == "__metadata__") {
+      out.metadata = e;
+      continue;
+    }
+    Tensor t;
+    t.dtype = e.at("dtype");
+    t.shape = e.at("shape").get<std::vector<std::uint64_t>>();
+    const auto off = e.at("data_offsets").get<std::vector<std::uint64_t>>();
+    EXPECT_EQ(off.size(), 2u);
+    std::uint64_t count = 1;
+    for (auto d : t.shape) count *= d;
+    const std::uint64_t es = t.dtype == "F32" ? 4 : 2;
+    EXPECT_EQ(off[1] - off[0], count * es) << name;
+    EXPECT_LE(off[1], data_size) << name;
+    t.bytes = raw.substr(8 + n + off[0], off[1] - off[0]);
+    spans.emplace_back(off[0], off[1]);
+    out.tensors[name] = std::move(t);
+    out.order.push_back(name);
+  }
+  std::sort(spans.begin(), spans.end());
+  std::uint64_t at = 0;
+  for (auto [b, e] : spans) {
+    EXPECT_EQ(b, at) << "offsets tile the data: no gap, no overlap";
+    at = e;
+  }
+  EXPECT_EQ(at, data_size) << "no trailing bytes";
+  return out;
+}
+
+std::string bytes_of(const void* p, std::size_t n) { return std::string(static_cast<const char*>(p), n); }
+
+CheckpointMetadata test_meta() {
+  CheckpointMetadata m;
+  m.dtype = "bf16";
+  m.seed = "7";
+  m.recipe = "hf";
+  m.layout = "per-layer";
+  m.orientation = "out-in";
+  m.model_spec = R"({"name":"tiny"})";
+  return m;
+}
+
+std::string python() { return std::string(LAYERINIT_SOURCE_DIR) + "/.venv/bin/python"; }
+
+json python_read(const fs::path& p) {
+  std::string cmd = python() + " " + LAYERINIT_SOURCE_DIR + "/tests/python/read_checkpoint.py safetensors '" +
+                    p.string() + "'";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  EXPECT_EQ(::pclose(f), 0) << cmd;
+  return json::parse(out);
+}
+
+std::uint32_t fbits(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
+struct Fixture {
+  std::vector<std::uint16_t> pat;
+  std::vector<std::uint16_t> half = {0x3c00, 0xc000, 0x7bff, 0x0001, 0x8000, 0x3555};
+  std::vector<float> f32 = {1.f, -2.f, 0.25f, 1e-20f, 3.f};
+  Fixture() : pat(65536) {
+    for (std::uint32_t i = 0; i < 65536; ++i) pat[i] = static_cast<std::uint16_t>(i);
+  }
+  std::vector<DatasetSpec> specs() const {
+    return {{"model.embed_tokens.weight", {256, 256}, DType::bf16},
+            {"model.layers.0.mlp.up_proj.weight", {2, 3}, DType::f16},
+            {"model.norm.weight", {5}, DType::f32}};
+  }
+  void write(CheckpointWriter& w, std::uint64_t slab = 10000) const {
+    for (std::uint64_t at = 0; at < pat.size(); at += slab)
+      w.write(0, at, pat.data() + at, std::min<std::uint64_t>(slab, pat.size() - at));
+    w.write(1, 0, half.data(), 6);
+    w.write(2, 0, f32.data(), 5);
+  }
+};
+
+template <class F>
+int in_child(F body) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int rc = 99;
+    try {
+      rc = body();
+    } catch (...) {
+    }
+    ::_exit(rc);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+ModelSpec llama_spec() {
+  ModelSpec s;
+  s.name = "tiny-llama";
+  s.family = "llama";
+  s.num_layers = 2;
+  s.hyper.vocab_size = 256;
+  s.hyper.hidden_size = 64;
+  s.hyper.intermediate_size = 172;
+  s.hyper.num_heads = 4;
+  s.hyper.num_kv_heads = 2;
+  s.hyper.max_position_embeddings = 128;
+  s.hyper.norm_eps = 1e-6;
+  s.hyper.rope_theta = 500000.0;
+  return s;
+}
+
+}  // namespace
+
+TEST(CheckpointSafetensors, SingleFileFollowsTheFormat) {
+  TempDir dir;
+  const fs::path out = dir.path() / "model";
+  Fixture fx;
+  WriterOptions o;
+  o.config_json = config_json(llama_spec(), DType::bf16);
+  auto w = open_safetensors_writer(out, fx.specs(), test_meta(), o);
+  fx.write(*w);
+  EXPECT_FALSE(fs::exists(out));
+  w->commit();
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"model"});
+  EXPECT_EQ(TempDir::list(out), (std::vector<std::string>{"config.json", "model.safetensors"}));
+  File f = parse_safetensors(out / "model.safetensors");
+  EXPECT_EQ(f.metadata["format"], "pt");
+  EXPECT_EQ(f.metadata["seed"], "7");
+  EXPECT_EQ(f.metadata["layout"], "per-layer");
+  EXPECT_EQ(f.metadata["model_spec"], R"({"name":"tiny"})");
+  for (const auto& [k, v] : f.metadata.items()) EXPECT_TRUE(v.is_string()) << k;
+  ASSERT_EQ(f.tensors.size(), 3u);
+  const auto& e = f.tensors["model.embed_tokens.weight"];
+  EXPECT_EQ(e.dtype, "BF16");
+  EXPECT_EQ(e.shape, (std::vector<std::uint64_t>{256, 256}));
+  EXPECT_EQ(e.bytes, bytes_of(fx.pat.data(), 131072));
+  EXPECT_EQ(f.tensors["model.layers.0.mlp.up_proj.weight"].dtype, "F16");
+  EXPECT_EQ(f.tensors["model.layers.0.mlp.up_proj.weight"].bytes, bytes_of(fx.half.data(), 12));
+  EXPECT_EQ(f.tensors["model.norm.weight"].dtype, "F32");
+  EXPECT_EQ(f.tensors["model.norm.weight"].bytes, bytes_of(fx.f32.data(), 20));
+  const json cfg = json::parse(slurp(out / "config.json"));
+  EXPECT_EQ(cfg["model_type"], "llama");
+  EXPECT_EQ(cfg["torch_dtype"], "bfloat16");
+}
+
+TEST(CheckpointSafetensors, StackedTensorsGetOneSlicePerWrite) {
+  TempDir dir;
+  const std::uint64_t L = 4;
+  std::vector<DatasetSpec> specs = {{"model.layers.self_attn.q_proj.weight", {L, 3, 5}, DType::bf16, 15},
+                                    {"model.layers.input_layernorm.weight", {L, 5}, DType::bf16, 5}};
+  auto w = open_safetensors_writer(dir.path() / "s", specs, test_meta(), {});
+  std::vector<std::uint16_t> a(L * 15), b(L * 5);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::uint16_t>(i + 1);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint16_t>(1000 + i);
+  for (std::uint64_t l = 0; l < L; ++l) {
+    w->write(1, l * 5, b.data() + l * 5, 5);
+    w->write(0, l * 15, a.data() + l * 15, 15);
+  }
+  w->commit();
+  File f = parse_safetensors(dir.path() / "s" / "model.safetensors");
+  EXPECT_EQ(f.tensors[specs[0].name].shape, (std::vector<std::uint64_t>{L, 3, 5}));
+  EXPECT_EQ(f.tensors[specs[0].name].bytes, bytes_of(a.data(), a.size() * 2));
+  EXPECT_EQ(f.tensors[specs[1].name].bytes, bytes_of(b.data(), b.size() * 2));
+}
+
+TEST(CheckpointSafetensors, ShardsAtTheSizeLimitWithAnIndex) {
+  TempDir dir;
+  const fs::path out = dir.path() / "sharded";
+  // Bytes: a 100, b 100, c 100, d 250, e 50. Limit 200: {a,b} {c} {d} (alone: over the limit) {e}.
+  std::vector<DatasetSpec> specs = {{"a", {50}, DType::bf16},
+                                    {"b", {50}, DType::bf16},
+                                    {"c", {25}, DType::f32},
+                                    {"d", {5, 25}, DType::bf16},
+                                    {"e", {25}, DType::f16}};
+  WriterOptions o;
+  o.max_shard_size = 200;
+  auto w = open_safetensors_writer(out, specs, test_meta(), o);
+  std::vector<std::uint8_t> data(1000);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 7 + 3);
+  std::uint64_t at = 0;
+  std::vector<std::string> expect_bytes;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    std::uint64_t n = 1;
+    for (auto d : specs[i].shape) n *= d;
+    w->write(i, 0, data.data() + at, n);
+    expect_bytes.push_back(bytes_of(data.data() + at, n * dtype_size(specs[i].dtype)));
+    at += n * dtype_size(specs[i].dtype);
+  }
+  w->commit();
+  EXPECT_EQ(TempDir::list(out),
+            (std::vector<std::string>{"model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors",
+                                      "model-00003-of-00004.safetensors", "model-00004-of-00004.safetensors",
+                                      "model.safetensors.index.json"}));
+  const json index = json::parse(slurp(out / "model.safetensors.index.json"));
+  EXPECT_EQ(index["metadata"]["total_size"], 600);
+  const json want_map = {{"a", "model-00001-of-00004.safetensors"}, {"b", "model-00001-of-00004.safetensors"},
+                         {"c", "model-00002-of-00004.safetensors"}, {"d", "model-00003-of-00004.safetensors"},
+                         {"e", "model-00004-of-00004.safetensors"}};
+  EXPECT_EQ(index["weight_map"], want_map);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    File f = parse_safetensors(out / want_map[specs[i].name].get<std::string>());
+    EXPECT_EQ(f.metadata["format"], "pt");
+    EXPECT_EQ(f.tensors.at(specs[i].name).bytes, expect_bytes[i]) << specs[i].name;
+  }
+  EXPECT_EQ(parse_safetensors(out / "model-00001-of-00004.safetensors").order, (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(CheckpointSafetensors, PythonSafetensorsReadsTheSameValues) {
+  if (!fs::exists(python()))
+    GTEST_SKIP() << "no " << python() << " (run scripts/python-env to create it)";
+  TempDir dir;
+  Fixture fx;
+  WriterOptions o;
+  o.max_shard_size = 100000;  // the bf16 tensor alone, then the two small ones
+  auto w = open_safetensors_writer(dir.path() / "m", fx.specs(), test_meta(), o);
+  fx.write(*w, 4096);
+  w->commit();
+  const json j = python_read(dir.path() / "m");
+  EXPECT_EQ(j["metadata"]["format"], "pt");
+  EXPECT_EQ(j["metadata"]["recipe"], "hf");
+  EXPECT_EQ(j["index"]["metadata"]["total_size"], 131072 + 12 + 20);
+  const auto& bf = j["tensors"]["model.embed_tokens.weight"];
+  EXPECT_EQ(bf["shape"], json({256, 256}));
+  int bad = 0;
+  for (std::uint32_t i = 0; i < 65536; ++i)
+    if (bf["bits"][i].get<std::uint32_t>() != i << 16 && bad++ < 5) ADD_FAILURE() << "bf16 " << std::hex << i;
+  EXPECT_EQ(bad, 0);
+  const auto& hf = j["tensors"]["model.layers.0.mlp.up_proj.weight"];
+  EXPECT_EQ(hf["shape"], json({2, 3}));
+  for (std::size_t i = 0; i < 6; ++i) EXPECT_EQ(hf["bits"][i].get<std::uint32_t>(), fbits(f16_bits_to_float(fx.half[i])));
+  const auto& f = j["tensors"]["model.norm.weight"];
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(f["bits"][i].get<std::uint32_t>(), fbits(fx.f32[i]));
+}
+
+TEST(CheckpointSafetensors, OverwriteRefusedThenReplacesTheWholeDirectory) {
+  TempDir dir;
+  const fs::path out = dir.path() / "model";
+  Fixture fx;
+  WriterOptions sharded;
+  sharded.max_shard_size = 1000;
+  {
+    auto w = open_safetensors_writer(out, fx.specs(), test_meta(), sharded);
+    fx.write(*w);
+    w->commit();
+  }
+  ASSERT_TRUE(fs::exists(out / "model.safetensors.index.json"));
+  try {
+    open_safetensors_writer(out, fx.specs(), test_meta(), {});
+    FAIL() << "overwrote without --force";
+  } catch (const checkpoint_error& e) {
+    EXPECT_NE(std::string(e.what()).find("refusing to overwrite existing " + out.string()), std::string::npos)
+        << e.what();
+  }
+  WriterOptions o;
+  o.overwrite = true;
+  auto w = open_safetensors_writer(out, fx.specs(), test_meta(), o);
+  fx.write(*w);
+  w->commit();
+  // The new set replaced the old one as a whole: no stale shards or index.
+  EXPECT_EQ(TempDir::list(out), std::vector<std::string>{"model.safetensors"});
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"model"});
+}
+
+TEST(CheckpointSafetensors, KilledMidWayLeavesTheOldDirectoryIntact) {
+  TempDir dir;
+  const fs::path out = dir.path() / "model";
+  Fixture fx;
+  int st = in_child([&] {
+    auto w = open_safetensors_writer(out, fx.specs(), test_meta(), {});
+    w->write(0, 0, fx.pat.data(), 30000);
+    ::kill(::getpid(), SIGKILL);
+    return 0;
+  });
+  ASSERT_TRUE(WIFSIGNALED(st));
+  EXPECT_FALSE(fs::exists(out));
+  {
+    auto w = open_safetensors_writer(out, fx.specs(), test_meta(), {});
+    fx.write(*w);
+    w->commit();
+  }
+  const std::string before = slurp(out / "model.safetensors");
+  st = in_child([&] {
+    WriterOptions o;
+    o.overwrite = true;
+    auto w = open_safetensors_writer(out, fx.specs(), test_meta(), o);
+    std::vector<std::uint16_t> other(65536, 0x4000);
+    w->write(0, 0, other.data(), other.size());
+    ::kill(::getpid(), SIGKILL);
+    return 0;
+  });
+  ASSERT_TRUE(WIFSIGNALED(st));
+  EXPECT_EQ(slurp(out / "model.safetensors"), before);
+  EXPECT_EQ(TempDir::list(out), std::vector<std::string>{"model.safetensors"});
+}
+
+TEST(CheckpointSafetensors, FullFilesystemFailsClearlyAndLeavesNothing) {
+  TempDir dir;
+  const fs::path out = dir.path() / "model";
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  int st = in_child([&] {
+    ::close(pipefd[0]);
+    ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {50000, 50000};  // the bf16 tensor alone is 128 KiB
+    ::setrlimit(RLIMIT_FSIZE, &rl);
+    Fixture fx;
+    try {
+      auto w = open_safetensors_writer(out, fx.specs(), test_meta(), {});
+      fx.write(*w);
+      w->commit();
+    } catch (const checkpoint_error& e) {
+      ssize_t n = ::write(pipefd[1], e.what(), std::strlen(e.what()));
+      (void)n;
+      return 0;
+    }
+    return 1;
+  });
+  ::close(pipefd[1]);
+  char buf[4096] = {};
+  ssize_t n = ::read(pipefd[0], buf, sizeof buf - 1);
+  ::close(pipefd[0]);
+  ASSERT_TRUE(WIFEXITED(st)) << "killed by signal " << WTERMSIG(st);
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "the write did not fail";
+  const std::string msg(buf, n > 0 ? n : 0);
+  EXPECT_EQ(msg, "checkpoint: cannot write " + (out / "model.safetensors").string() + ": File too large");
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+TEST(CheckpointSafetensors, ConfigJsonForEachFamily) {
+  ModelSpec s = llama_spec();
+  json j = json::parse(config_json(s, DType::bf16));
+  EXPECT_EQ(j["architectures"], json({"LlamaForCausalLM"}));
+  EXPECT_EQ(j["vocab_size"], 256);
+  EXPECT_EQ(j["hidden_size"], 64);
+  EXPECT_EQ(j["intermediate_size"], 172);
+  EXPECT_EQ(j["num_hidden_layers"], 2);
+  EXPECT_EQ(j["num_attention_heads"], 4);
+  EXPECT_EQ(j["num_key_value_heads"], 2);
+  EXPECT_EQ(j["hidden_act"], "silu");
+  EXPECT_EQ(j["max_position_embeddings"], 128);
+  EXPECT_EQ(j["rms_norm_eps"], 1e-6);
+  EXPECT_EQ(j["rope_theta"], 500000.0);
+  EXPECT_EQ(j["tie_word_embeddings"], false);
+  EXPECT_EQ(j["initializer_range"], 0.02);
+  s.family = "mistral";
+  j = json::parse(config_json(s, DType::f16));
+  EXPECT_EQ(j["model_type"], "mistral");
+  EXPECT_EQ(j["torch_dtype"], "float16");
+  s.family = "mixtral";
+  s.hyper.num_experts = 8;
+  s.hyper.experts_per_token = 2;
+  j = json::parse(config_json(s, DType::bf16));
+  EXPECT_EQ(j["architectures"], json({"MixtralForCausalLM"}));
+  EXPECT_EQ(j["num_local_experts"], 8);
+  EXPECT_EQ(j["num_experts_per_tok"], 2);
+  s.family = "gpt2";
+  s.hyper.intermediate_size = 256;
+  j = json::parse(config_json(s, DType::f32));
+  EXPECT_EQ(j["model_type"], "gpt2");
+  EXPECT_EQ(j["n_embd"], 64);
+  EXPECT_EQ(j["n_layer"], 2);
+  EXPECT_EQ(j["n_head"], 4);
+  EXPECT_EQ(j["n_positions"], 128);
+  EXPECT_TRUE(j["n_inner"].is_null());
+  EXPECT_EQ(j["torch_dtype"], "float32");
+  s.family = "mlp";
+  try {
+    config_json(s, DType::bf16);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'mlp' (supported: llama, mistral, mixtral, gpt2)"), std::string::npos);
+  }
+}
