@@ -1,5 +1,5 @@
 // Model specs: which tensors a model has, their logical shapes and what recipes need to know.
-// defines: Shape, TensorRole, TensorSpec, LayerSpec, ModelSpec, Hyper, numel, ModelSpec::canonical_name
+// defines: Shape, TensorRole, TensorSpec, LayerSpec, ModelSpec, Hyper, numel, validate_fill, ModelSpec::canonical_name
 //
 // A model is `pre` tensors (embeddings), then num_layers copies of one LayerSpec whose names are
 // relative ("self_attn.q_proj.weight" -> "model.layers.3.self_attn.q_proj.weight"), then `post`
@@ -21,6 +21,9 @@ namespace layerinit {
 using Shape = std::vector<std::uint64_t>;
 std::uint64_t numel(const Shape& s);  // throws std::overflow_error past 2^64
 std::string shape_string(const Shape& s);  // "[4096, 4096]"
+// Checks a fill's numbers are finite and within float range and that prepare_fill accepts it; throws
+// std::invalid_argument naming the problem.
+void validate_fill(const FillSpec& f);
 
 // What a tensor is, for recipes.
 enum class TensorRole : std::uint8_t {

@@ -1,0 +1,239 @@
+// Model specs: sizes, names and validation.
+// defines: numel, shape_string, role_name, parse_role, ModelSpec::{canonical_name, parameter_count,
+//          layer_parameter_count, validate}, validate_fill
+#include "init/spec.hpp"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "dtypes/dtype.hpp"
+
+namespace layerinit {
+
+namespace {
+
+constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+
+std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what) {
+  if (a != 0 && b > kMax / a) throw std::overflow_error(std::string(what) + " overflows 64 bits");
+  return a * b;
+}
+std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const char* what) {
+  if (b > kMax - a) throw std::overflow_error(std::string(what) + " overflows 64 bits");
+  return a + b;
+}
+
+std::uint64_t count(const std::vector<TensorSpec>& ts) {
+  std::uint64_t n = 0;
+  for (const auto& t : ts) n = checked_add(n, numel(t.shape), "parameter count");
+  return n;
+}
+
+constexpr TensorRole kRoles[] = {
+    TensorRole::embedding,   TensorRole::position_embedding, TensorRole::linear_weight, TensorRole::output_weight,
+    TensorRole::linear_bias, TensorRole::norm_weight,        TensorRole::norm_bias,     TensorRole::router_weight,
+    TensorRole::head_weight, TensorRole::other,
+};
+
+// Names are printable: no control bytes (they end up in JSON, file headers and error messages).
+bool printable_name(std::string_view s) {
+  for (unsigned char c : s)
+    if (c < 0x20 || c == 0x7f) return false;
+  return true;
+}
+
+// A name for a message: control bytes as \xNN, so the message stays one line (and survives a NUL).
+std::string quoted(std::string_view s) {
+  static const char* hex = "0123456789abcdef";
+  std::string out = "'";
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "'";
+}
+
+}  // namespace
+
+std::uint64_t numel(const Shape& s) {
+  std::uint64_t n = 1;
+  for (auto d : s) {
+    if (d != 0 && n > kMax / d) throw std::overflow_error("element count of shape " + shape_string(s) + " overflows 64 bits");
+    n *= d;
+  }
+  return n;
+}
+
+std::string shape_string(const Shape& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(s[i]);
+  }
+  return out + "]";
+}
+
+std::string_view role_name(TensorRole r) {
+  switch (r) {
+    case TensorRole::embedding: return "embedding";
+    case TensorRole::position_embedding: return "position_embedding";
+    case TensorRole::linear_weight: return "linear_weight";
+    case TensorRole::output_weight: return "output_weight";
+    case TensorRole::linear_bias: return "linear_bias";
+    case TensorRole::norm_weight: return "norm_weight";
+    case TensorRole::norm_bias: return "norm_bias";
+    case TensorRole::router_weight: return "router_weight";
+    case TensorRole::head_weight: return "head_weight";
+    case TensorRole::other: return "other";
+  }
+  return "?";
+}
+
+TensorRole parse_role(std::string_view s) {
+  std::string valid;
+  for (auto r : kRoles) {
+    if (role_name(r) == s) return r;
+    valid += (valid.empty() ? "" : ", ") + std::string(role_name(r));
+  }
+  throw std::invalid_argument("unknown tensor role " + quoted(s) + " (valid: " + valid + ")");
+}
+
+std::string ModelSpec::canonical_name(std::uint64_t layer_index, const TensorSpec& t) const {
+  return layer_prefix + std::to_string(layer_index) + "." + t.name;
+}
+
+std::uint64_t ModelSpec::layer_parameter_count() const { return count(layer.tensors); }
+
+std::uint64_t ModelSpec::parameter_count() const {
+  std::uint64_t n = checked_add(count(pre), count(post), "parameter count");
+  return checked_add(n, checked_mul(num_layers, layer_parameter_count(), "parameter count"), "parameter count");
+}
+
+// The fill's numbers must stay in the float range prepare_fill converts them to.
+void validate_fill(const FillSpec& f) {
+  constexpr double fmax = std::numeric_limits<float>::max();
+  auto in_range = [&](double x) { return std::isfinite(x) && std::fabs(x) <= fmax; };
+  bool ok = true;
+  switch (f.kind) {
+    case FillKind::constant: ok = in_range(f.value); break;
+    case FillKind::normal: ok = in_range(f.mean) && in_range(f.std); break;
+    case FillKind::trunc_normal:
+      ok = in_range(f.mean) && in_range(f.std) && in_range(f.a) && in_range(f.b);
+      if (ok && f.bounds_in_std) ok = in_range(f.mean + f.a * f.std) && in_range(f.mean + f.b * f.std);
+      break;
+    case FillKind::uniform: ok = in_range(f.lo) && in_range(f.hi) && in_range(f.hi - f.lo); break;
+    default: throw std::invalid_argument("invalid fill kind");
+  }
+  if (!ok) throw std::invalid_argument("invalid fill " + f.describe() + ": numbers must be finite and within float range");
+  prepare_fill(f, DType::f32);
+}
+
+namespace {
+
+void check_tensor(const TensorSpec& t, const std::string& where) {
+  auto fail = [&](const std::string& what) { throw std::invalid_argument(where + ": " + what); };
+  if (t.shape.empty()) fail("shape is empty (scalars are written as [1])");
+  for (std::size_t i = 0; i < t.shape.size(); ++i)
+    if (t.shape[i] == 0) fail("shape " + shape_string(t.shape) + ": dimension " + std::to_string(i) + " is zero");
+  std::uint64_t n = 0;
+  try {
+    n = numel(t.shape);
+  } catch (const std::overflow_error&) {
+    fail("shape " + shape_string(t.shape) + ": element count overflows 64 bits");
+  }
+  if (n > kMax / sizeof(float)) fail("shape " + shape_string(t.shape) + ": byte count overflows 64 bits");
+  if (t.transposable && t.shape.size() != 2) fail("transposable but shape " + shape_string(t.shape) + " is not 2-D");
+  if (t.init) {
+    try {
+      validate_fill(*t.init);
+    } catch (const std::invalid_argument& e) {
+      fail(std::string("init: ") + e.what());
+    }
+  }
+}
+
+}  // namespace
+
+void ModelSpec::validate() const {
+  const std::string model = "model " + quoted(name);
+  auto fail = [&](const std::string& what) { throw std::invalid_argument(model + ": " + what); };
+  if (name.empty()) throw std::invalid_argument("model spec: name is empty");
+  if (!printable_name(name)) fail("name contains control characters");
+  if (pre.empty() && post.empty() && (num_layers == 0 || layer.tensors.empty())) fail("has no tensors");
+  if (num_layers > 0 && layer.tensors.empty())
+    fail("num_layers is " + std::to_string(num_layers) + " but the layer has no tensors");
+  if (num_layers > 0 && layer_prefix.empty()) fail("layer prefix is empty");
+  if (!printable_name(layer_prefix)) fail("layer prefix contains control characters");
+
+  // Tensors one by one, and unique names: pre/post are canonical; layer names are relative, and
+  // prefix + i + "." + rel determines i (the digits run up to the first '.'), so layer names collide
+  // only with each other or with a pre/post name of that form.
+  std::unordered_set<std::string> rel;
+  for (std::size_t k = 0; k < layer.tensors.size(); ++k) {
+    const auto& t = layer.tensors[k];
+    const std::string where = "layer tensor " + std::to_string(k) + " " + quoted(t.name);
+    if (t.name.empty()) fail("layer tensor " + std::to_string(k) + ": name is empty");
+    if (!printable_name(t.name)) fail(where + ": name contains control characters");
+    check_tensor(t, model + ": " + where);
+    if (!rel.insert(t.name).second) fail("duplicate layer tensor name " + quoted(t.name));
+  }
+  std::unordered_map<std::string, std::string> seen;  // canonical name -> where
+  auto check_outer = [&](const std::vector<TensorSpec>& ts, const char* list) {
+    for (std::size_t k = 0; k < ts.size(); ++k) {
+      const auto& t = ts[k];
+      const std::string where = std::string(list) + " tensor " + std::to_string(k) + " " + quoted(t.name);
+      if (t.name.empty()) fail(std::string(list) + " tensor " + std::to_string(k) + ": name is empty");
+      if (!printable_name(t.name)) fail(where + ": name contains control characters");
+      check_tensor(t, model + ": " + where);
+      auto [it, fresh] = seen.emplace(t.name, where);
+      if (!fresh) fail("duplicate tensor name " + quoted(t.name) + " (" + it->second + " and " + where + ")");
+      std::string_view s = t.name;
+      if (num_layers > 0 && s.starts_with(layer_prefix)) {
+        s.remove_prefix(layer_prefix.size());
+        const auto dot = s.find('.');
+        if (dot == std::string_view::npos || dot == 0) continue;
+        const auto digits = s.substr(0, dot);
+        if (digits.size() > 1 && digits[0] == '0') continue;
+        if (digits.find_first_not_of("0123456789") != std::string_view::npos || digits.size() > 19) continue;
+        const std::uint64_t i = std::stoull(std::string(digits));
+        if (i < num_layers && rel.count(std::string(s.substr(dot + 1))))
+          fail("duplicate tensor name " + quoted(t.name) + " (" + where + " and layer " + std::to_string(i) + ")");
+      }
+    }
+  };
+  check_outer(pre, "pre");
+  check_outer(post, "post");
+
+  // Totals: elements and bytes (at 4 bytes per element, the widest dtype) fit in 64 bits.
+  std::uint64_t total = 0;
+  try {
+    total = parameter_count();
+  } catch (const std::overflow_error&) {
+    fail("parameter count overflows 64 bits");
+  }
+  if (total > kMax / sizeof(float)) fail("byte count of " + std::to_string(total) + " parameters overflows 64 bits");
+
+  // Architecture numbers, where the spec carries them.
+  const Hyper& h = hyper;
+  if (h.num_heads > 0 && h.hidden_size > 0 && h.head_dim == 0 && h.hidden_size % h.num_heads != 0)
+    fail("num_heads " + std::to_string(h.num_heads) + " does not divide hidden_size " + std::to_string(h.hidden_size));
+  if (h.num_kv_heads > 0 && (h.num_heads == 0 || h.num_heads % h.num_kv_heads != 0))
+    fail("num_kv_heads " + std::to_string(h.num_kv_heads) + " does not divide num_heads " + std::to_string(h.num_heads));
+  if (h.experts_per_token > h.num_experts)
+    fail("experts_per_token " + std::to_string(h.experts_per_token) + " exceeds num_experts " +
+         std::to_string(h.num_experts));
+  if (!std::isfinite(h.initializer_range) || h.initializer_range < 0) fail("initializer_range must be finite and >= 0");
+  if (!std::isfinite(h.norm_eps) || h.norm_eps < 0) fail("norm_eps must be finite and >= 0");
+  if (!std::isfinite(h.rope_theta) || h.rope_theta < 0) fail("rope_theta must be finite and >= 0");
+}
+
+}  // namespace layerinit

@@ -1,0 +1,460 @@
+// The JSON model spec (schema in docs/spec.md): parse with a path in every error, and write back.
+// defines: spec_from_json, spec_to_json
+//
+// Parsing runs in three steps: nlohmann's parser (iterative, so deep nesting cannot overflow the
+// stack; a callback rejects duplicate keys), a walk over the document that checks every field and
+// names it by path, then ModelSpec::validate for what spans fields (collisions with layer names,
+// totals overflowing 64 bits).
+#include "init/spec_json.hpp"
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace layerinit {
+
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+constexpr std::size_t kMaxDepth = 64;        // objects and arrays nested deeper are refused
+constexpr std::size_t kMaxMessagePart = 200;  // longest quoted input in an error message
+
+// One line of printable text: control bytes become \xNN, long runs are cut.
+std::string printable(std::string_view s, std::size_t max = std::string::npos) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && i < max; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (s.size() > max) out += "...";
+  return out;
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw spec_error("spec: " + printable(path.empty() ? "top level" : path) + ": " + printable(what));
+}
+
+std::string join(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+std::string at(const std::string& path, std::size_t i) { return path + "[" + std::to_string(i) + "]"; }
+
+std::string list(std::initializer_list<const char*> names) {
+  std::string out;
+  for (auto n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
+// An object whose keys are all in `valid`.
+void check_object(const json& j, const std::string& path, std::initializer_list<const char*> valid) {
+  if (!j.is_object()) fail(path, "must be an object");
+  for (const auto& [key, value] : j.items()) {
+    bool ok = false;
+    for (auto v : valid) ok = ok || key == v;
+    if (!ok) fail(join(path, printable(key, 64)), "unknown key (valid: " + list(valid) + ")");
+  }
+}
+const json* find(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() ? nullptr : &*it;
+}
+const json& require(const json& j, const std::string& path, const char* key) {
+  const json* v = find(j, key);
+  if (!v) fail(path, std::string("missing key '") + key + "'");
+  return *v;
+}
+
+std::uint64_t to_uint(const json& v, const std::string& path, bool positive) {
+  const char* what = positive ? "must be a positive integer" : "must be a non-negative integer";
+  if (v.is_number_unsigned()) {
+    const auto x = v.get<std::uint64_t>();
+    if (positive && x == 0) fail(path, what);
+    return x;
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d >= 18446744073709551616.0 && d == std::floor(d))
+      fail(path, std::string(what) + " below 2^64");
+  }
+  fail(path, what);
+}
+double to_double(const json& v, const std::string& path) {
+  if (!v.is_number()) fail(path, "must be a number");
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) fail(path, "must be a finite number");
+  return d;
+}
+bool to_bool(const json& v, const std::string& path) {
+  if (!v.is_boolean()) fail(path, "must be true or false");
+  return v.get<bool>();
+}
+std::string to_string(const json& v, const std::string& path, bool nonempty) {
+  if (!v.is_string() || (nonempty && v.get_ref<const std::string&>().empty()))
+    fail(path, nonempty ? "must be a non-empty string" : "must be a string");
+  return v.get<std::string>();
+}
+
+// ---- fills ----
+
+FillSpec parse_fill(const json& j, const std::string& path) {
+  check_object(j, path, {"constant", "normal", "trunc_normal", "trunc_normal_std", "uniform"});
+  if (j.size() != 1) fail(path, "must hold exactly one of constant, normal, trunc_normal, trunc_normal_std, uniform");
+  const auto& [kind, body] = *j.items().begin();
+  const std::string p = join(path, kind);
+  auto num = [&](const char* key, std::optional<double> dflt) {
+    const json* v = find(body, key);
+    if (!v) {
+      if (!dflt) fail(p, std::string("missing key '") + key + "'");
+      return *dflt;
+    }
+    return to_double(*v, join(p, key));
+  };
+  FillSpec f;
+  if (kind == "constant") {
+    check_object(body, p, {"value"});
+    f = FillSpec::constant(num("value", std::nullopt));
+  } else if (kind == "normal") {
+    check_object(body, p, {"mean", "std"});
+    f = FillSpec::normal(num("mean", 0.0), num("std", std::nullopt));
+  } else if (kind == "trunc_normal" || kind == "trunc_normal_std") {
+    check_object(body, p, {"mean", "std", "a", "b"});
+    const double mean = num("mean", 0.0), std = num("std", std::nullopt), a = num("a", -2.0), b = num("b", 2.0);
+    f = kind == "trunc_normal" ? FillSpec::trunc_normal(mean, std, a, b) : FillSpec::trunc_normal_std(mean, std, a, b);
+  } else {
+    check_object(body, p, {"lo", "hi"});
+    f = FillSpec::uniform(num("lo", std::nullopt), num("hi", std::nullopt));
+  }
+  try {
+    validate_fill(f);
+  } catch (const std::invalid_argument& e) {
+    fail(p, e.what());
+  }
+  return f;
+}
+
+ojson fill_to_json(const FillSpec& f) {
+  ojson body = ojson::object();
+  switch (f.kind) {
+    case FillKind::constant: body["value"] = f.value; return {{"constant", body}};
+    case FillKind::normal:
+      body["mean"] = f.mean;
+      body["std"] = f.std;
+      return {{"normal", body}};
+    case FillKind::trunc_normal:
+      body["mean"] = f.mean;
+      body["std"] = f.std;
+      body["a"] = f.a;
+      body["b"] = f.b;
+      return {{f.bounds_in_std ? "trunc_normal_std" : "trunc_normal", body}};
+    case FillKind::uniform:
+      body["lo"] = f.lo;
+      body["hi"] = f.hi;
+      return {{"uniform", body}};
+  }
+  throw std::invalid_argument("spec_to_json: unknown fill kind");
+}
+
+// ---- tensors ----
+
+TensorSpec parse_tensor(const json& j, const std::string& path) {
+  check_object(j, path, {"name", "shape", "role", "fan_in", "fan_out", "transposable", "init"});
+  TensorSpec t;
+  t.name = to_string(require(j, path, "name"), join(path, "name"), true);
+  const json& shape = require(j, path, "shape");
+  const std::string sp = join(path, "shape");
+  if (!shape.is_array() || shape.empty()) fail(sp, "must be a non-empty array of positive integers");
+  std::uint64_t n = 1;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    const std::uint64_t d = to_uint(shape[i], at(sp, i), true);
+    if (n > std::numeric_limits<std::uint64_t>::max() / d) fail(sp, "element count overflows 64 bits");
+    n *= d;
+    t.shape.push_back(d);
+  }
+  if (const json* v = find(j, "role")) {
+    const std::string r = to_string(*v, join(path, "role"), false);
+    try {
+      t.role = parse_role(r);
+    } catch (const std::invalid_argument& e) {
+      fail(join(path, "role"), e.what());
+    }
+  }
+  if (const json* v = find(j, "fan_in")) t.fan_in = to_uint(*v, join(path, "fan_in"), false);
+  if (const json* v = find(j, "fan_out")) t.fan_out = to_uint(*v, join(path, "fan_out"), false);
+  if (const json* v = find(j, "transposable")) {
+    t.transposable = to_bool(*v, join(path, "transposable"));
+    if (t.transposable && t.shape.size() != 2) fail(join(path, "transposable"), "requires a 2-D shape");
+  }
+  if (const json* v = find(j, "init")) t.init = parse_fill(*v, join(path, "init"));
+  return t;
+}
+
+ojson tensor_to_json(const TensorSpec& t) {
+  ojson j = ojson::object();
+  j["name"] = t.name;
+  j["shape"] = t.shape;
+  j["role"] = std::string(role_name(t.role));
+  j["fan_in"] = t.fan_in;
+  j["fan_out"] = t.fan_out;
+  j["transposable"] = t.transposable;
+  if (t.init) j["init"] = fill_to_json(*t.init);
+  return j;
+}
+
+std::vector<TensorSpec> parse_tensors(const json& j, const std::string& path) {
+  if (!j.is_array()) fail(path, "must be an array of tensors");
+  std::vector<TensorSpec> out;
+  for (std::size_t i = 0; i < j.size(); ++i) out.push_back(parse_tensor(j[i], at(path, i)));
+  return out;
+}
+
+// ---- hyper ----
+
+Hyper parse_hyper(const json& j, const std::string& path) {
+  check_object(j, path, {"vocab_size", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "head_dim",
+                         "max_position_embeddings", "num_experts", "experts_per_token", "initializer_range",
+                         "norm_eps", "rope_theta", "tie_word_embeddings", "bias"});
+  Hyper h;
+  auto u = [&](const char* key, std::uint64_t& dst) {
+    if (const json* v = find(j, key)) dst = to_uint(*v, join(path, key), false);
+  };
+  auto d = [&](const char* key, double& dst) {
+    if (const json* v = find(j, key)) {
+      dst = to_double(*v, join(path, key));
+      if (dst < 0) fail(join(path, key), "must not be negative");
+    }
+  };
+  auto b = [&](const char* key, bool& dst) {
+    if (const json* v = find(j, key)) dst = to_bool(*v, join(path, key));
+  };
+  u("vocab_size", h.vocab_size);
+  u("hidden_size", h.hidden_size);
+  u("intermediate_size", h.intermediate_size);
+  u("num_heads", h.num_heads);
+  u("num_kv_heads", h.num_kv_heads);
+  u("head_dim", h.head_dim);
+  u("max_position_embeddings", h.max_position_embeddings);
+  u("num_experts", h.num_experts);
+  u("experts_per_token", h.experts_per_token);
+  d("initializer_range", h.initializer_range);
+  d("norm_eps", h.norm_eps);
+  d("rope_theta", h.rope_theta);
+  b("tie_word_embeddings", h.tie_word_embeddings);
+  b("bias", h.bias);
+  if (h.num_heads > 0 && h.hidden_size > 0 && h.head_dim == 0 && h.hidden_size % h.num_heads != 0)
+    fail(join(path, "num_heads"), std::to_string(h.num_heads) + " does not divide hidden_size " +
+                                      std::to_string(h.hidden_size) + " (set head_dim if that is intended)");
+  if (h.num_kv_heads > 0 && (h.num_heads == 0 || h.num_heads % h.num_kv_heads != 0))
+    fail(join(path, "num_kv_heads"),
+         std::to_string(h.num_kv_heads) + " does not divide num_heads " + std::to_string(h.num_heads));
+  if (h.experts_per_token > h.num_experts)
+    fail(join(path, "experts_per_token"),
+         std::to_string(h.experts_per_token) + " exceeds num_experts " + std::to_string(h.num_experts));
+  return h;
+}
+
+ojson hyper_to_json(const Hyper& h) {
+  ojson j = ojson::object();
+  j["vocab_size"] = h.vocab_size;
+  j["hidden_size"] = h.hidden_size;
+  j["intermediate_size"] = h.intermediate_size;
+  j["num_heads"] = h.num_heads;
+  j["num_kv_heads"] = h.num_kv_heads;
+  j["head_dim"] = h.head_dim;
+  j["max_position_embeddings"] = h.max_position_embeddings;
+  j["num_experts"] = h.num_experts;
+  j["experts_per_token"] = h.experts_per_token;
+  j["initializer_range"] = h.initializer_range;
+  j["norm_eps"] = h.norm_eps;
+  j["rope_theta"] = h.rope_theta;
+  j["tie_word_embeddings"] = h.tie_word_embeddings;
+  j["bias"] = h.bias;
+  return j;
+}
+
+// ---- reading the text ----
+
+// Line and column (1-based) of byte offset `pos`.
+std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size_t pos) {
+  std::size_t line = 1, col = 1;
+  for (std::size_t i = 0; i < pos && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return {line, col};
+}
+
+[[noreturn]] void malformed(std::string_view text, std::size_t pos, const std::string& why) {
+  const auto [line, col] = line_column(text, pos);
+  throw spec_error("spec: malformed JSON at line " + std::to_string(line) + ", column " + std::to_string(col) + ": " +
+                   printable(why, kMaxMessagePart));
+}
+
+// Refuses nesting deeper than kMaxDepth before the parser builds anything.
+void check_depth(std::string_view text) {
+  std::size_t depth = 0;
+  bool in_string = false, escape = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escape) escape = false;
+      else if (c == '\\') escape = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth) malformed(text, i, "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
+// nlohmann's message without its "[json.exception...] parse error at line x, column y: " prefix.
+std::string parse_reason(const char* what) {
+  std::string s = what;
+  const auto c = s.find("column ");
+  if (c != std::string::npos) {
+    const auto colon = s.find(": ", c);
+    if (colon != std::string::npos) return s.substr(colon + 2);
+  }
+  const auto close = s.find("] ");
+  return close == std::string::npos ? s : s.substr(close + 2);
+}
+
+json parse_text(std::string_view text) {
+  check_depth(text);
+  // Duplicate keys: nlohmann keeps the last silently; a repeated key is as likely a mistake as a typo.
+  struct Frame {
+    bool object = false;
+    std::set<std::string> keys;
+    std::string key;
+    std::size_t next = 0;  // arrays: index of the next element
+  };
+  std::vector<Frame> frames;
+  auto element_begins = [&] {
+    if (!frames.empty() && !frames.back().object) ++frames.back().next;
+  };
+  json::parser_callback_t cb = [&](int /*depth*/, json::parse_event_t event, json& parsed) -> bool {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        element_begins();
+        frames.push_back(Frame{event == json::parse_event_t::object_start, {}, {}, 0});
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!frames.empty()) frames.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        if (frames.empty() || !parsed.is_string()) break;
+        Frame& top = frames.back();
+        top.key = parsed.get<std::string>();
+        if (!top.keys.insert(top.key).second) {
+          std::string path;
+          for (std::size_t i = 0; i + 1 < frames.size(); ++i)
+            path = frames[i].object ? join(path, printable(frames[i].key, 64)) : at(path, frames[i].next - 1);
+          fail(join(path, printable(top.key, 64)), "duplicate key");
+        }
+        break;
+      }
+      case json::parse_event_t::value: element_begins(); break;
+    }
+    return true;
+  };
+  try {
+    return json::parse(text.begin(), text.end(), cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
+  } catch (const json::parse_error& e) {
+    malformed(text, e.byte > 0 ? e.byte - 1 : 0, parse_reason(e.what()));
+  } catch (const json::exception& e) {
+    // out_of_range.406 "number overflow parsing '1e999'" carries no position: find the token.
+    const std::string reason = parse_reason(e.what());
+    const auto q = reason.find('\'');
+    const auto q2 = q == std::string::npos ? q : reason.find('\'', q + 1);
+    if (q2 != std::string::npos && q2 > q + 1) {
+      const auto pos = text.find(reason.substr(q + 1, q2 - q - 1));
+      if (pos != std::string_view::npos) malformed(text, pos, reason);
+    }
+    throw spec_error("spec: malformed JSON: " + printable(reason, kMaxMessagePart));
+  }
+}
+
+}  // namespace
+
+ModelSpec spec_from_json(std::string_view text) {
+  const json doc = parse_text(text);
+  check_object(doc, "", {"name", "family", "hyper", "pre", "layer", "post"});
+  ModelSpec m;
+  m.name = to_string(require(doc, "", "name"), "name", true);
+  m.family = "custom";
+  if (const json* v = find(doc, "family")) m.family = to_string(*v, "family", false);
+  if (const json* v = find(doc, "hyper")) m.hyper = parse_hyper(*v, "hyper");
+  if (const json* v = find(doc, "pre")) m.pre = parse_tensors(*v, "pre");
+  if (const json* v = find(doc, "layer")) {
+    check_object(*v, "layer", {"prefix", "count", "tensors"});
+    if (const json* p = find(*v, "prefix")) m.layer_prefix = to_string(*p, "layer.prefix", true);
+    m.num_layers = to_uint(require(*v, "layer", "count"), "layer.count", false);
+    m.layer.tensors = parse_tensors(require(*v, "layer", "tensors"), "layer.tensors");
+  }
+  if (const json* v = find(doc, "post")) m.post = parse_tensors(*v, "post");
+
+  // Unique names, by path: layer names among themselves, pre/post names among themselves.
+  std::unordered_map<std::string, std::string> seen;
+  for (std::size_t i = 0; i < m.layer.tensors.size(); ++i) {
+    const std::string p = at("layer.tensors", i);
+    auto [it, fresh] = seen.emplace(m.layer.tensors[i].name, p);
+    if (!fresh) fail(join(p, "name"), "duplicate name '" + m.layer.tensors[i].name + "' (also " + it->second + ")");
+  }
+  seen.clear();
+  for (auto [list, name] : {std::pair{&m.pre, "pre"}, std::pair{&m.post, "post"}}) {
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const std::string p = at(name, i);
+      auto [it, fresh] = seen.emplace((*list)[i].name, p);
+      if (!fresh) fail(join(p, "name"), "duplicate name '" + (*list)[i].name + "' (also " + it->second + ")");
+    }
+  }
+  try {
+    m.validate();
+  } catch (const std::invalid_argument& e) {
+    throw spec_error("spec: " + printable(e.what()));
+  } catch (const std::overflow_error& e) {
+    throw spec_error("spec: " + printable(e.what()));
+  }
+  return m;
+}
+
+std::string spec_to_json(const ModelSpec& s) {
+  ojson j = ojson::object();
+  j["name"] = s.name;
+  j["family"] = s.family;
+  j["hyper"] = hyper_to_json(s.hyper);
+  auto tensors = [](const std::vector<TensorSpec>& ts) {
+    ojson a = ojson::array();
+    for (const auto& t : ts) a.push_back(tensor_to_json(t));
+    return a;
+  };
+  j["pre"] = tensors(s.pre);
+  j["layer"] = {{"prefix", s.layer_prefix}, {"count", s.num_layers}, {"tensors", tensors(s.layer.tensors)}};
+  j["post"] = tensors(s.post);
+  // Invalid UTF-8 in a name (possible only from C++) is replaced rather than thrown.
+  return j.dump(2, ' ', false, ojson::error_handler_t::replace) + "\n";
+}
+
+}  // namespace layerinit
