@@ -1,0 +1,189 @@
+// ModelSpec: sizes, names, roles and validation messages.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <stdexcept>
+
+#include "init/spec.hpp"
+
+using namespace layerinit;
+
+namespace {
+
+constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+
+TensorSpec t(std::string name, Shape shape, TensorRole role = TensorRole::linear_weight) {
+  TensorSpec s;
+  s.name = std::move(name);
+  s.shape = std::move(shape);
+  s.role = role;
+  return s;
+}
+
+ModelSpec small() {
+  ModelSpec m;
+  m.name = "small";
+  m.family = "custom";
+  m.pre = {t("embed.weight", {10, 4}, TensorRole::embedding)};
+  m.layer.tensors = {t("w.weight", {4, 4}), t("norm.weight", {4}, TensorRole::norm_weight)};
+  m.num_layers = 3;
+  m.post = {t("head.weight", {10, 4}, TensorRole::head_weight)};
+  return m;
+}
+
+std::string message(const ModelSpec& m) {
+  try {
+    m.validate();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(valid)";
+}
+
+}  // namespace
+
+TEST(Spec, Numel) {
+  EXPECT_EQ(numel({}), 1u);
+  EXPECT_EQ(numel({7}), 7u);
+  EXPECT_EQ(numel({4096, 14336}), 58720256u);
+  EXPECT_EQ(numel({0, 5}), 0u);
+  EXPECT_EQ(numel({kMax}), kMax);
+  EXPECT_EQ(numel({1ULL << 32, (1ULL << 32) - 1}), (1ULL << 32) * ((1ULL << 32) - 1));
+  EXPECT_THROW(numel({1ULL << 32, 1ULL << 32}), std::overflow_error);
+  EXPECT_THROW(numel({kMax, 2}), std::overflow_error);
+  EXPECT_EQ(numel({kMax, 0}), 0u);
+}
+
+TEST(Spec, ShapeString) {
+  EXPECT_EQ(shape_string({}), "[]");
+  EXPECT_EQ(shape_string({4096}), "[4096]");
+  EXPECT_EQ(shape_string({4096, 4096}), "[4096, 4096]");
+}
+
+TEST(Spec, Roles) {
+  for (auto r : {TensorRole::embedding, TensorRole::position_embedding, TensorRole::linear_weight,
+                 TensorRole::output_weight, TensorRole::linear_bias, TensorRole::norm_weight, TensorRole::norm_bias,
+                 TensorRole::router_weight, TensorRole::head_weight, TensorRole::other})
+    EXPECT_EQ(parse_role(role_name(r)), r);
+  EXPECT_EQ(role_name(TensorRole::output_weight), "output_weight");
+  try {
+    parse_role("weight");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "unknown tensor role 'weight' (valid: embedding, position_embedding, linear_weight, output_weight, "
+              "linear_bias, norm_weight, norm_bias, router_weight, head_weight, other)");
+  }
+}
+
+TEST(Spec, NamesAndCounts) {
+  const ModelSpec m = small();
+  EXPECT_EQ(m.canonical_name(2, m.layer.tensors[0]), "model.layers.2.w.weight");
+  EXPECT_EQ(m.layer_parameter_count(), 20u);
+  EXPECT_EQ(m.parameter_count(), 40u + 3u * 20u + 40u);
+  EXPECT_EQ(message(m), "(valid)");
+}
+
+TEST(Spec, CountOverflow) {
+  ModelSpec m = small();
+  m.num_layers = kMax / 10;
+  EXPECT_THROW(m.parameter_count(), std::overflow_error);
+  EXPECT_EQ(message(m), "model 'small': parameter count overflows 64 bits");
+  m.num_layers = kMax / 20 / 4;  // elements fit, bytes at 4 per element do not
+  EXPECT_NO_THROW(m.parameter_count());
+  EXPECT_NE(message(m).find("byte count of"), std::string::npos) << message(m);
+}
+
+TEST(Spec, ValidateMessages) {
+  ModelSpec m = small();
+  m.name = "";
+  EXPECT_EQ(message(m), "model spec: name is empty");
+
+  m = small();
+  m.layer.tensors[0].shape = {4, 0};
+  EXPECT_EQ(message(m), "model 'small': layer tensor 0 'w.weight': shape [4, 0]: dimension 1 is zero");
+
+  m = small();
+  m.pre[0].shape = {};
+  EXPECT_EQ(message(m), "model 'small': pre tensor 0 'embed.weight': shape is empty (scalars are written as [1])");
+
+  m = small();
+  m.post[0].shape = {1ULL << 40, 1ULL << 40};
+  EXPECT_EQ(message(m),
+            "model 'small': post tensor 0 'head.weight': shape [1099511627776, 1099511627776]: element count "
+            "overflows 64 bits");
+
+  m = small();
+  m.post[0].shape = {1ULL << 31, 1ULL << 31};
+  EXPECT_EQ(message(m),
+            "model 'small': post tensor 0 'head.weight': shape [2147483648, 2147483648]: byte count overflows 64 bits");
+
+  m = small();
+  m.layer.tensors[1].name = "w.weight";
+  EXPECT_EQ(message(m), "model 'small': duplicate layer tensor name 'w.weight'");
+
+  m = small();
+  m.post[0].name = "embed.weight";
+  EXPECT_EQ(message(m), "model 'small': duplicate tensor name 'embed.weight' (pre tensor 0 'embed.weight' and post "
+                        "tensor 0 'embed.weight')");
+
+  m = small();
+  m.post[0].name = "model.layers.2.w.weight";
+  m.post[0].shape = {4, 4};
+  EXPECT_EQ(message(m), "model 'small': duplicate tensor name 'model.layers.2.w.weight' (post tensor 0 "
+                        "'model.layers.2.w.weight' and layer 2)");
+  m.post[0].name = "model.layers.3.w.weight";  // layer 3 does not exist
+  EXPECT_EQ(message(m), "(valid)");
+  m.post[0].name = "model.layers.02.w.weight";  // not a canonical layer name
+  EXPECT_EQ(message(m), "(valid)");
+
+  m = small();
+  m.layer.tensors[0].name = "";
+  EXPECT_EQ(message(m), "model 'small': layer tensor 0: name is empty");
+
+  m = small();
+  m.layer.tensors[0].name = "a\nb";
+  EXPECT_EQ(message(m), "model 'small': layer tensor 0 'a\\x0ab': name contains control characters");
+
+  m = small();
+  m.pre[0].transposable = true;
+  m.pre[0].shape = {2, 3, 4};
+  EXPECT_EQ(message(m), "model 'small': pre tensor 0 'embed.weight': transposable but shape [2, 3, 4] is not 2-D");
+
+  m = small();
+  m.layer.tensors[0].init = FillSpec::normal(0, -1);
+  EXPECT_EQ(message(m), "model 'small': layer tensor 0 'w.weight': init: invalid fill normal(0, -1): std must be "
+                        "positive");
+  m.layer.tensors[0].init = FillSpec::normal(0, 1e300);
+  EXPECT_EQ(message(m), "model 'small': layer tensor 0 'w.weight': init: invalid fill normal(0, 1e+300): numbers "
+                        "must be finite and within float range");
+
+  m = small();
+  m.hyper.hidden_size = 10;
+  m.hyper.num_heads = 3;
+  EXPECT_EQ(message(m), "model 'small': num_heads 3 does not divide hidden_size 10");
+  m.hyper.head_dim = 4;  // an explicit head_dim allows it
+  EXPECT_EQ(message(m), "(valid)");
+  m.hyper.num_kv_heads = 2;
+  EXPECT_EQ(message(m), "model 'small': num_kv_heads 2 does not divide num_heads 3");
+}
+
+TEST(Spec, EmptyLayers) {
+  ModelSpec m = small();
+  m.num_layers = 0;
+  m.layer.tensors.clear();
+  EXPECT_EQ(message(m), "(valid)");  // pre and post hold tensors
+  EXPECT_EQ(m.parameter_count(), 80u);
+  m.pre.clear();
+  m.post.clear();
+  EXPECT_EQ(message(m), "model 'small': has no tensors");
+  m.num_layers = 2;
+  EXPECT_EQ(message(m), "model 'small': has no tensors");
+  m = small();
+  m.layer.tensors.clear();
+  EXPECT_EQ(message(m), "model 'small': num_layers is 3 but the layer has no tensors");
+  m = small();
+  m.pre.clear();
+  m.post.clear();
+  EXPECT_EQ(message(m), "(valid)");  // layers alone are a model
+}

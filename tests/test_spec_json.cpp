@@ -1,0 +1,259 @@
+// The JSON spec: round trips, error messages with paths, and a fuzz run that only ever sees spec_error.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "init/presets.hpp"
+#include "init/spec_json.hpp"
+
+using namespace layerinit;
+
+namespace {
+
+// A small custom model: a documented example of the schema (docs/spec.md uses the same text).
+const char* kExample = R"({
+  "name": "toy",
+  "family": "custom",
+  "hyper": {"hidden_size": 64, "num_heads": 4, "initializer_range": 0.02},
+  "pre": [
+    {"name": "embed.weight", "shape": [1000, 64], "role": "embedding"}
+  ],
+  "layer": {
+    "prefix": "blocks.",
+    "count": 2,
+    "tensors": [
+      {"name": "norm.weight", "shape": [64], "role": "norm_weight"},
+      {"name": "mix.weight", "shape": [256, 64], "role": "linear_weight", "fan_in": 64, "fan_out": 256,
+       "transposable": true},
+      {"name": "out.weight", "shape": [64, 256], "role": "output_weight", "fan_in": 256, "fan_out": 64,
+       "transposable": true, "init": {"trunc_normal_std": {"mean": 0, "std": 0.01, "a": -3, "b": 3}}}
+    ]
+  },
+  "post": [
+    {"name": "head.weight", "shape": [1000, 64], "role": "head_weight", "fan_in": 64, "fan_out": 1000,
+     "transposable": true, "init": {"normal": {"std": 0.02}}}
+  ]
+})";
+
+std::string error_of(const std::string& text) {
+  try {
+    spec_from_json(text);
+  } catch (const spec_error& e) {
+    return e.what();
+  }
+  return "(valid)";
+}
+
+// kExample with the first occurrence of `from` replaced by `to`.
+std::string edit(std::string_view from, std::string_view to) {
+  std::string s = kExample;
+  const auto at = s.find(from);
+  if (at == std::string::npos) throw std::runtime_error("edit: no " + std::string(from));
+  s.replace(at, from.size(), to);
+  return s;
+}
+
+}  // namespace
+
+TEST(SpecJson, Example) {
+  const ModelSpec m = spec_from_json(kExample);
+  EXPECT_EQ(m.name, "toy");
+  EXPECT_EQ(m.layer_prefix, "blocks.");
+  EXPECT_EQ(m.num_layers, 2u);
+  ASSERT_EQ(m.layer.tensors.size(), 3u);
+  EXPECT_EQ(m.layer.tensors[1].shape, (Shape{256, 64}));
+  EXPECT_EQ(m.layer.tensors[1].role, TensorRole::linear_weight);
+  EXPECT_TRUE(m.layer.tensors[1].transposable);
+  EXPECT_EQ(m.layer.tensors[2].init, FillSpec::trunc_normal_std(0, 0.01, -3, 3));
+  EXPECT_EQ(m.post[0].init, FillSpec::normal(0, 0.02));
+  EXPECT_FALSE(m.pre[0].init.has_value());
+  EXPECT_EQ(m.hyper.hidden_size, 64u);
+  EXPECT_EQ(m.hyper.vocab_size, 0u);
+  EXPECT_EQ(m.parameter_count(), 64000u + 2u * (64u + 2u * 16384u) + 64000u);
+  EXPECT_EQ(spec_from_json(spec_to_json(m)), m);
+}
+
+TEST(SpecJson, Defaults) {
+  const ModelSpec m = spec_from_json(R"({"name": "m", "post": [{"name": "w", "shape": [3, 2]}]})");
+  EXPECT_EQ(m.family, "custom");
+  EXPECT_EQ(m.num_layers, 0u);
+  EXPECT_EQ(m.layer_prefix, "model.layers.");
+  EXPECT_EQ(m.post[0].role, TensorRole::other);
+  EXPECT_EQ(m.hyper, Hyper{});
+  const ModelSpec u = spec_from_json(R"({"name": "u", "post": [{"name": "w", "shape": [3],
+      "init": {"trunc_normal": {"std": 1}}}, {"name": "c", "shape": [1], "init": {"constant": {"value": 5}}},
+      {"name": "v", "shape": [2], "init": {"uniform": {"lo": -1, "hi": 1.5}}}]})");
+  EXPECT_EQ(u.post[0].init, FillSpec::trunc_normal(0, 1, -2, 2));
+  EXPECT_EQ(u.post[1].init, FillSpec::constant(5));
+  EXPECT_EQ(u.post[2].init, FillSpec::uniform(-1, 1.5));
+  EXPECT_EQ(spec_from_json(spec_to_json(u)), u);
+}
+
+TEST(SpecJson, RoundTripEveryPreset) {
+  for (const auto& name : preset_names()) {
+    const ModelSpec m = make_preset(name);
+    const std::string text = spec_to_json(m);
+    const ModelSpec back = spec_from_json(text);
+    EXPECT_EQ(back, m) << name;
+    EXPECT_EQ(spec_to_json(back), text) << name;
+  }
+}
+
+TEST(SpecJson, RoundTripExtremes) {
+  ModelSpec m = make_preset("llama-tiny");
+  m.hyper.initializer_range = 0.1 + 0.2;  // not exactly representable in a short decimal
+  m.hyper.norm_eps = 1e-300;
+  m.post[0].init = FillSpec::uniform(-1.0 / 3, 2.0 / 7);
+  m.pre[0].shape = {18446744073709551615ULL / 4096 / 8, 4096};  // large but valid: 2^61 - ... elements
+  EXPECT_NO_THROW(m.validate());
+  EXPECT_EQ(spec_from_json(spec_to_json(m)), m);
+}
+
+TEST(SpecJson, ErrorMessages) {
+  const std::pair<std::string, std::string> cases[] = {
+      {edit("[256, 64]", "[256, 0]"), "spec: layer.tensors[1].shape[1]: must be a positive integer"},
+      {edit("[256, 64]", "[256, -64]"), "spec: layer.tensors[1].shape[1]: must be a positive integer"},
+      {edit("[256, 64]", "[256, 6.5]"), "spec: layer.tensors[1].shape[1]: must be a positive integer"},
+      {edit("[256, 64]", "[256, \"64\"]"), "spec: layer.tensors[1].shape[1]: must be a positive integer"},
+      {edit("[256, 64]", "[256, 18446744073709551616]"),
+       "spec: layer.tensors[1].shape[1]: must be a positive integer below 2^64"},
+      {edit("[256, 64]", "[4294967296, 4294967296]"), "spec: layer.tensors[1].shape: element count overflows 64 bits"},
+      {edit("[256, 64]", "[]"), "spec: layer.tensors[1].shape: must be a non-empty array of positive integers"},
+      {edit("\"shape\": [64]", "\"shpe\": [64]"),
+       "spec: layer.tensors[0].shpe: unknown key (valid: name, shape, role, fan_in, fan_out, transposable, init)"},
+      {edit("\"name\": \"norm.weight\", \"shape\": [64], ", ""), "spec: layer.tensors[0]: missing key 'name'"},
+      {edit("\"role\": \"norm_weight\"", "\"role\": \"norm\""),
+       "spec: layer.tensors[0].role: unknown tensor role 'norm' (valid: embedding, position_embedding, "
+       "linear_weight, output_weight, linear_bias, norm_weight, norm_bias, router_weight, head_weight, other)"},
+      {edit("\"fan_in\": 64", "\"fan_in\": -1"), "spec: layer.tensors[1].fan_in: must be a non-negative integer"},
+      {edit("\"transposable\": true", "\"transposable\": 1"), "spec: layer.tensors[1].transposable: must be true or false"},
+      {edit("\"count\": 2", "\"count\": 2.5"), "spec: layer.count: must be a non-negative integer"},
+      {edit("\"count\": 2,", ""), "spec: layer: missing key 'count'"},
+      {edit("\"prefix\"", "\"prefx\""), "spec: layer.prefx: unknown key (valid: prefix, count, tensors)"},
+      {edit("\"name\": \"toy\"", "\"name\": \"\""), "spec: name: must be a non-empty string"},
+      {edit("\"name\": \"toy\",", ""), "spec: top level: missing key 'name'"},
+      {edit("\"family\"", "\"familly\""),
+       "spec: familly: unknown key (valid: name, family, hyper, pre, layer, post)"},
+      {edit("\"num_heads\": 4", "\"num_heads\": 5"),
+       "spec: hyper.num_heads: 5 does not divide hidden_size 64 (set head_dim if that is intended)"},
+      {edit("\"num_heads\": 4", "\"num_heads\": 4, \"num_kv_heads\": 3"),
+       "spec: hyper.num_kv_heads: 3 does not divide num_heads 4"},
+      {edit("\"num_heads\": 4", "\"num_heads\": 4, \"heads\": 3"),
+       "spec: hyper.heads: unknown key (valid: vocab_size, hidden_size, intermediate_size, num_heads, num_kv_heads, "
+       "head_dim, max_position_embeddings, num_experts, experts_per_token, initializer_range, norm_eps, rope_theta, "
+       "tie_word_embeddings, bias)"},
+      {edit("\"initializer_range\": 0.02", "\"initializer_range\": -0.02"),
+       "spec: hyper.initializer_range: must not be negative"},
+      {edit("\"initializer_range\": 0.02", "\"initializer_range\": 1e999"),
+       "spec: malformed JSON at line 4, column 69: number overflow parsing '1e999'"},
+      {edit("\"std\": 0.02", "\"std\": -0.02"),
+       "spec: post[0].init.normal: invalid fill normal(0, -0.02): std must be positive"},
+      {edit("{\"normal\": {\"std\": 0.02}}", "{\"normal\": {\"mean\": 0}}"),
+       "spec: post[0].init.normal: missing key 'std'"},
+      {edit("{\"normal\": {\"std\": 0.02}}", "{\"gaussian\": {\"std\": 0.02}}"),
+       "spec: post[0].init.gaussian: unknown key (valid: constant, normal, trunc_normal, trunc_normal_std, uniform)"},
+      {edit("{\"normal\": {\"std\": 0.02}}", "{}"),
+       "spec: post[0].init: must hold exactly one of constant, normal, trunc_normal, trunc_normal_std, uniform"},
+      {edit("{\"normal\": {\"std\": 0.02}}", "{\"normal\": {\"std\": 0.02}, \"uniform\": {\"lo\": 0, \"hi\": 1}}"),
+       "spec: post[0].init: must hold exactly one of constant, normal, trunc_normal, trunc_normal_std, uniform"},
+      {edit("\"a\": -3, \"b\": 3", "\"a\": 3, \"b\": -3"),
+       "spec: layer.tensors[2].init.trunc_normal_std: invalid fill trunc_normal(0, 0.01, 3 std, -3 std): lower "
+       "bound must be below upper bound"},
+      {edit("{\"normal\": {\"std\": 0.02}}", "{\"normal\": {\"std\": 1e300}}"),
+       "spec: post[0].init.normal: invalid fill normal(0, 1e+300): numbers must be finite and within float range"},
+      {edit("\"mix.weight\"", "\"norm.weight\""),
+       "spec: layer.tensors[1].name: duplicate name 'norm.weight' (also layer.tensors[0])"},
+      {edit("\"head.weight\"", "\"embed.weight\""), "spec: post[0].name: duplicate name 'embed.weight' (also pre[0])"},
+      {edit("\"name\": \"head.weight\", \"shape\": [1000, 64]", "\"name\": \"blocks.1.norm.weight\", \"shape\": [1000, 64]"),
+       "spec: model 'toy': duplicate tensor name 'blocks.1.norm.weight' (post tensor 0 'blocks.1.norm.weight' and "
+       "layer 1)"},
+      {edit("\"shape\": [64]", "\"shape\": [64], \"transposable\": true"),
+       "spec: layer.tensors[0].transposable: requires a 2-D shape"},
+      {edit("\"count\": 2", "\"count\": 2, \"count\": 3"), "spec: layer.count: duplicate key"},
+      {edit("\"fan_in\": 64,", "\"fan_in\": 64, \"fan_in\": 64,"), "spec: layer.tensors[1].fan_in: duplicate key"},
+      {edit("\"pre\": [", "\"pre\": {"), "spec: malformed JSON at line 6, column 5: syntax error while parsing object "
+                                          "key - unexpected '{'; expected string literal"},
+      {R"({"name": "m", "pre": [], "post": []})", "spec: model 'm': has no tensors"},
+      {R"({"name": "m", "layer": {"count": 3, "tensors": []}, "post": [{"name": "w", "shape": [1]}]})",
+       "spec: model 'm': num_layers is 3 but the layer has no tensors"},
+      {R"({"name": "m", "post": [{"name": "w", "shape": [2147483648, 1073741824]}],
+          "layer": {"count": 8, "tensors": [{"name": "x", "shape": [2147483648, 1073741824]}]}})",
+       "spec: model 'm': parameter count overflows 64 bits"},
+      {"[1, 2]", "spec: top level: must be an object"},
+      {"", "spec: malformed JSON at line 1, column 1: syntax error while parsing value - unexpected end of input; "
+           "expected '[', '{', or a literal"},
+      {"{\"name\": \"m\",\n  \"pre\": [\n    {\"name\": \"x\" \"shape\": [1]}]}",
+       "spec: malformed JSON at line 3, column 24: syntax error while parsing object - unexpected string literal; "
+       "expected '}'"},
+      {"{\"name\": \"a\x01\"}", "spec: malformed JSON at line 1, column 12: syntax error while parsing value - "
+                                "invalid string: control character U+0001 (SOH) must be escaped to \\u0001; last read: "
+                                "'\"a<U+0001>'"},
+      {std::string(100, '[') + std::string(100, ']'),
+       "spec: malformed JSON at line 1, column 65: nesting deeper than 64 levels"},
+  };
+  for (const auto& [text, msg] : cases) EXPECT_EQ(error_of(text), msg) << text;
+}
+
+TEST(SpecJson, ControlCharactersInKeysStayOnOneLine) {
+  const std::string e = error_of("{\"name\": \"m\", \"a\\nb\": 1}");
+  EXPECT_EQ(e, "spec: a\\x0ab: unknown key (valid: name, family, hyper, pre, layer, post)");
+  EXPECT_EQ(e.find('\n'), std::string::npos);
+  const std::string n = error_of(R"({"name": "m\u0000x", "post": [{"name": "w", "shape": [1]}]})");
+  EXPECT_EQ(n, "spec: model 'm\\x00x': name contains control characters");
+}
+
+// Thousands of mutated, truncated, spliced and random inputs (fixed seed): each either parses, and then
+// round-trips, or throws spec_error. Nothing else may come out, and nothing may crash.
+TEST(SpecJson, Fuzz) {
+  std::vector<std::string> seeds = {kExample};
+  for (const char* p : {"llama-tiny", "gpt2-tiny", "mixtral-tiny"}) seeds.push_back(spec_to_json(make_preset(p)));
+  const std::vector<std::string> tokens = {
+      "-1", "0", "1e999", "-1e999", "18446744073709551616", "18446744073709551615", "4294967296", "1.5", "null",
+      "true", "\"\"", "{}", "[]", "[[[[", "}}}}", "\"\\u0000\"", "\"\\ud800\"", "\xff\xfe", ",", ":", "\"",
+      "\"role\": \"other\"", "\"init\": {\"normal\": {\"std\": 0}}", "\"count\": 99999999999", "NaN", "-0",
+      "\"shape\": [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]"};
+  std::mt19937_64 rng(20240531);
+  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % (n ? n : 1)); };
+  std::size_t parsed = 0, rejected = 0;
+  for (int iter = 0; iter < 6000; ++iter) {
+    std::string s = seeds[pick(seeds.size())];
+    const int kind = static_cast<int>(pick(6));
+    const int edits = 1 + static_cast<int>(pick(4));
+    for (int e = 0; e < edits && !s.empty(); ++e) {
+      const std::size_t at = pick(s.size());
+      switch (kind) {
+        case 0: s[at] = static_cast<char>(rng()); break;                          // flip a byte
+        case 1: s.erase(at, 1 + pick(8)); break;                                   // delete a run
+        case 2: s.insert(at, tokens[pick(tokens.size())]); break;                  // splice a token
+        case 3: s.resize(at); break;                                               // truncate
+        case 4: {                                                                  // replace a number
+          const auto d = s.find_first_of("0123456789", at);
+          if (d != std::string::npos) s.replace(d, 1, tokens[pick(9)]);
+          break;
+        }
+        default: {                                                                 // random bytes
+          s.assign(pick(64), '\0');
+          for (auto& c : s) c = static_cast<char>(rng());
+          break;
+        }
+      }
+    }
+    try {
+      const ModelSpec m = spec_from_json(s);
+      ++parsed;
+      ASSERT_EQ(spec_from_json(spec_to_json(m)), m) << s;
+    } catch (const spec_error& e) {
+      ++rejected;
+      const std::string w = e.what();
+      ASSERT_EQ(w.rfind("spec: ", 0), 0u) << w;
+      ASSERT_EQ(w.find('\n'), std::string::npos) << w;
+    } catch (const std::exception& e) {
+      FAIL() << "non-spec_error " << typeid(e).name() << ": " << e.what() << "\ninput: " << s;
+    }
+  }
+  EXPECT_EQ(parsed + rejected, 6000u);
+  EXPECT_GT(parsed, 0u);    // some mutations stay valid (numbers replaced by other numbers)
+  EXPECT_GT(rejected, 0u);
+}
