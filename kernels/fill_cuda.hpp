@@ -1,0 +1,28 @@
+// The CUDA fill: one kernel launch writes a whole batch of jobs, byte for byte what fill_host writes.
+// defines: fill_cuda, fill_cuda_check_device
+#pragma once
+
+#include <cuda_runtime_api.h>  // cudaStream_t
+
+#include <span>
+#include <string>
+
+#include "kernels/fill.hpp"
+#include "memory/resource.hpp"
+
+namespace layerinit {
+
+// Enqueues the writes of every job on `stream` in one kernel launch and returns without waiting.
+// Every job's dst must be device memory (of the current device) aligned to its element size; jobs must
+// not overlap; a transposed job needs rows * cols >= end. Throws std::invalid_argument on a bad job
+// (nothing is enqueued then) and layerinit::cuda_error when a CUDA call fails.
+//
+// The job table travels in a small buffer taken from `scratch`, which must be device memory whose
+// deallocate is ordered on `stream` (the CUDA backend's pool resource is: cudaFreeAsync on its stream).
+void fill_cuda(std::span<const FillJob> jobs, cudaStream_t stream, memory_resource& scratch);
+
+// Whether the fill kernel can run on the current device (its architecture is in the fat binary).
+// Returns an empty string when it can, else the reason. Never throws.
+std::string fill_cuda_check_device() noexcept;
+
+}  // namespace layerinit

@@ -1,0 +1,48 @@
+// The CUDA backend: device memory from a stream-ordered pool, fills with one kernel per batch.
+// defines: make_cuda_backend, CudaPoolStats, cuda_pool_stats, cuda_pool_reset_peak, cuda_backend_stream
+//
+// cuda_probe() and CudaProbe are declared in memory/backend.hpp; make_backend("cuda") is the usual way
+// in. Everything here is for the CUDA build only (LAYERINIT_HAS_CUDA).
+//
+// The backend uses device 0 ("cuda:0") and one non-blocking stream: fill, copy, and the pool's
+// allocations and frees are all ordered on it. Its memory() resource:
+//   allocate/deallocate  cudaMallocFromPoolAsync / cudaFreeAsync on the stream, from a pool of its own
+//                        whose release threshold is "never", so memory freed mid-build stays in the pool;
+//                        out of memory throws layerinit::out_of_memory(bytes asked, bytes in use, ...).
+//   reserve/commit/release  the CUDA virtual memory API: address space first, physical granules mapped
+//                        on commit (every granule touching the range), all unmapped and freed on release.
+// Buffers and reservations from it must be freed before the backend is destroyed.
+#pragma once
+
+#include <cuda_runtime_api.h>  // cudaStream_t
+
+#include <cstddef>
+#include <memory>
+
+#include "memory/backend.hpp"
+
+namespace layerinit {
+
+// The CUDA backend on device 0. `threads` is accepted for symmetry with the host backend and unused.
+// Throws layerinit::error when CUDA is unusable (see cuda_probe()), layerinit::cuda_error on a failed call.
+std::unique_ptr<backend> make_cuda_backend(int threads = 0);
+
+// The pool's own counters (cudaMemPoolAttr*): bytes handed to allocations and bytes of device memory
+// backing the pool, now and at their high-water marks since creation or the last reset.
+struct CudaPoolStats {
+  std::size_t used_current = 0;
+  std::size_t used_high = 0;
+  std::size_t reserved_current = 0;
+  std::size_t reserved_high = 0;
+};
+
+// `mr` must be the memory() of a CUDA backend; anything else throws std::invalid_argument.
+CudaPoolStats cuda_pool_stats(memory_resource& mr);
+// Resets both high-water marks to the current values.
+void cuda_pool_reset_peak(memory_resource& mr);
+
+// The stream a CUDA backend orders its work on (for events and interop); throws std::invalid_argument
+// if `b` is not a CUDA backend.
+cudaStream_t cuda_backend_stream(backend& b);
+
+}  // namespace layerinit
