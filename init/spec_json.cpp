@@ -113,7 +113,9 @@ std::string to_string(const json& v, const std::string& path, bool nonempty) {
 FillSpec parse_fill(const json& j, const std::string& path) {
   check_object(j, path, {"constant", "normal", "trunc_normal", "trunc_normal_std", "uniform"});
   if (j.size() != 1) fail(path, "must hold exactly one of constant, normal, trunc_normal, trunc_normal_std, uniform");
-  const auto& [kind, body] = *j.items().begin();
+  const auto item = j.items().begin();
+  const std::string kind = item.key();
+  const json& body = item.value();
   const std::string p = join(path, kind);
   auto num = [&](const char* key, std::optional<double> dflt) {
     const json* v = find(body, key);
