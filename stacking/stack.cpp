@@ -23,18 +23,20 @@ Model stack(Model&& m, const ModelSpec& spec, backend& be, memory_resource& memo
   out.post = std::move(m.post);
   if (m.layers.empty()) return out;
 
-  // Slice geometry from the first layer; every layer must match it.
-  const std::vector<Tensor>& first = m.layers.front().tensors;
-  if (first.size() != spec.layer.tensors.size()) throw std::invalid_argument("stack: layer tensors do not match the spec");
-  std::vector<std::uint64_t> slice(first.size());
-  for (std::size_t j = 0; j < first.size(); ++j) {
-    slice[j] = first[j].view.bytes();
+  // Slice geometry from the first layer (copied: layers are freed as they are consumed); every layer
+  // must match it.
+  const std::size_t count = m.layers.front().tensors.size();
+  if (count != spec.layer.tensors.size()) throw std::invalid_argument("stack: layer tensors do not match the spec");
+  std::vector<std::uint64_t> slice(count);
+  for (std::size_t j = 0; j < count; ++j) {
+    const TensorView& v = m.layers.front().tensors[j].view;
+    slice[j] = v.bytes();
     Shape shape{spec.num_layers};
-    shape.insert(shape.end(), first[j].view.shape.begin(), first[j].view.shape.end());
+    shape.insert(shape.end(), v.shape.begin(), v.shape.end());
     const std::string name = stacked_name(spec, spec.layer.tensors[j]);
     Tensor t;
-    t.storage = Storage::reserve(memory, spec.num_layers * slice[j], AllocTag{name, first[j].view.dtype});
-    t.view = TensorView{name, shape, first[j].view.dtype, t.storage.data(), memory.kind()};
+    t.storage = Storage::reserve(memory, spec.num_layers * slice[j], AllocTag{name, v.dtype});
+    t.view = TensorView{name, shape, v.dtype, t.storage.data(), memory.kind()};
     out.stacked.push_back(std::move(t));
   }
 
@@ -43,7 +45,7 @@ Model stack(Model&& m, const ModelSpec& spec, backend& be, memory_resource& memo
     const std::uint64_t i = layer.index;
     if (i >= spec.num_layers || seen[i]) throw std::invalid_argument("stack: layer index " + std::to_string(i) + " repeated or out of range");
     seen[i] = true;
-    if (layer.tensors.size() != first.size()) throw std::invalid_argument("stack: layer " + std::to_string(i) + " has a different tensor count");
+    if (layer.tensors.size() != count) throw std::invalid_argument("stack: layer " + std::to_string(i) + " has a different tensor count");
     for (std::size_t j = 0; j < slice.size(); ++j) {
       const TensorView& v = layer.tensors[j].view;
       if (v.bytes() != slice[j] || v.dtype != out.stacked[j].view.dtype || v.shape != Shape(out.stacked[j].view.shape.begin() + 1, out.stacked[j].view.shape.end()))

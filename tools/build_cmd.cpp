@@ -30,14 +30,14 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   const double build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const MemoryStats stats = tracker.stats();
 
-  nlohmann::json tensors = nlohmann::json::array();
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
   const auto slices = model.layout == Layout::stacked ? unstack(model, spec) : std::vector<std::vector<TensorView>>{};
   std::size_t stacked_index = 0;
   auto add = [&](const TensorView& v, bool is_stacked) {
-    nlohmann::json t{{"name", v.name}, {"shape", shape_json(v.shape)}, {"dtype", dtype_name(v.dtype)},
+    nlohmann::ordered_json t{{"name", v.name}, {"shape", shape_json(v.shape)}, {"dtype", dtype_name(v.dtype)},
                      {"bytes", v.bytes()}, {"fnv1a64", hex64(hash_tensor(*be, v))}};
     if (is_stacked) {
-      nlohmann::json layers = nlohmann::json::array();
+      nlohmann::ordered_json layers = nlohmann::ordered_json::array();
       for (const auto& layer : slices) layers.push_back(hex64(hash_tensor(*be, layer[stacked_index])));
       t["layers"] = layers;
       ++stacked_index;
@@ -51,7 +51,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   for (const auto& t : model.post) add(t.view, false);
 
   if (report == "json") {
-    nlohmann::json out{{"model", spec.name},
+    nlohmann::ordered_json out{{"model", spec.name},
                        {"dtype", dtype_name(opts.dtype)},
                        {"seed", opts.seed},
                        {"recipe", recipe.name()},

@@ -119,8 +119,8 @@ FillSpec parse_fill(const std::string& text) {
   return f;
 }
 
-nlohmann::json shape_json(const Shape& s) {
-  nlohmann::json j = nlohmann::json::array();
+nlohmann::ordered_json shape_json(const Shape& s) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
   for (auto d : s) j.push_back(d);
   return j;
 }

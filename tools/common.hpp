@@ -46,7 +46,7 @@ struct ModelArgs {
 // "uniform(-0.1,0.1)", "constant(1)".
 FillSpec parse_fill(const std::string& text);
 
-nlohmann::json shape_json(const Shape& s);
+nlohmann::ordered_json shape_json(const Shape& s);
 std::string hex64(std::uint64_t h);
 
 int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file);

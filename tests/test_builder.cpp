@@ -1,0 +1,227 @@
+// The builder's invariants: the bytes of a tensor depend only on (seed, canonical name, element
+// index, dtype), never on layout, build order, orientation's memory placement or streaming.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "builder_util.hpp"
+#include "init/naive.hpp"
+#include "kernels/philox.hpp"
+
+using namespace layerinit;
+using layerinit::testing::hashes_by_name;
+
+namespace {
+
+struct Env {
+  std::unique_ptr<backend> be = make_host_backend(2);
+  tracking_resource tracker{be->memory(), tracking_resource::options{true, true}};
+};
+
+ModelSpec small_mlp() { return mlp_spec("mlp-small", {3, 64, 64, 64, 2}, true); }
+
+std::vector<ModelSpec> small_models() {
+  return {make_preset("llama-tiny"), make_preset("gpt2-tiny"), make_preset("mixtral-tiny"), small_mlp()};
+}
+
+BuildOptions opts(Layout layout, DType dtype = DType::bf16, std::uint64_t seed = 7) {
+  BuildOptions o;
+  o.layout = layout;
+  o.dtype = dtype;
+  o.seed = seed;
+  return o;
+}
+
+}  // namespace
+
+TEST(Builder, PerLayerStackedRestackAndStreamGiveIdenticalBytes) {
+  for (const ModelSpec& spec : small_models()) {
+    SCOPED_TRACE(spec.name);
+    Env env;
+    const Recipe recipe = make_recipe("torchtitan");  // depth-scaled rules: per-layer fills differ
+    const Model per_layer = Builder(spec, recipe, opts(Layout::per_layer), *env.be, env.tracker).build();
+    const Model stacked = Builder(spec, recipe, opts(Layout::stacked), *env.be, env.tracker).build();
+    Model restacked = stack(Builder(spec, recipe, opts(Layout::per_layer), *env.be, env.tracker).build(), spec, *env.be, env.tracker);
+    const auto a = hashes_by_name(*env.be, per_layer, spec);
+    EXPECT_EQ(a.size(), spec.pre.size() + spec.post.size() + spec.num_layers * spec.layer.tensors.size());
+    EXPECT_EQ(a, hashes_by_name(*env.be, stacked, spec));
+    EXPECT_EQ(a, hashes_by_name(*env.be, restacked, spec));
+
+    std::map<std::string, std::uint64_t> streamed;
+    Builder(spec, recipe, opts(Layout::per_layer), *env.be, env.tracker).stream([&](const Part& p) {
+      for (const auto& v : p.tensors) streamed[v.name] = hash_tensor(*env.be, v);
+    });
+    EXPECT_EQ(a, streamed);
+  }
+}
+
+TEST(Builder, ShuffledLayerOrderGivesIdenticalBytes) {
+  const ModelSpec spec = make_preset("llama-tiny");
+  Env env;
+  const Recipe recipe = make_recipe("hf");
+  const auto reference = hashes_by_name(*env.be, Builder(spec, recipe, opts(Layout::stacked), *env.be, env.tracker).build(), spec);
+  std::mt19937 rng(12345);
+  for (Layout layout : {Layout::per_layer, Layout::stacked}) {
+    BuildOptions o = opts(layout);
+    o.layer_order.resize(spec.num_layers);
+    for (std::uint64_t i = 0; i < spec.num_layers; ++i) o.layer_order[i] = spec.num_layers - 1 - i;
+    std::shuffle(o.layer_order.begin(), o.layer_order.end(), rng);
+    std::vector<std::uint64_t> order_seen;
+    const Model m = Builder(spec, recipe, o, *env.be, env.tracker).build([&](std::uint64_t i) { order_seen.push_back(i); });
+    EXPECT_EQ(order_seen, o.layer_order);
+    EXPECT_EQ(hashes_by_name(*env.be, m, spec), reference);
+  }
+}
+
+TEST(Builder, LayerOrderMustBeAPermutation) {
+  const ModelSpec spec = make_preset("llama-tiny");
+  Env env;
+  BuildOptions o = opts(Layout::per_layer);
+  o.layer_order = {0, 0};
+  EXPECT_THROW(Builder(spec, make_recipe("hf"), o, *env.be, env.tracker), std::invalid_argument);
+}
+
+TEST(Builder, InOutOrientationMovesValuesNotChangesThem) {
+  const ModelSpec spec = make_preset("llama-tiny");
+  Env env;
+  const Recipe recipe = make_recipe("hf");
+  const Model a = Builder(spec, recipe, opts(Layout::per_layer, DType::f32), *env.be, env.tracker).build();
+  BuildOptions o = opts(Layout::per_layer, DType::f32);
+  o.orientation = Orientation::in_out;
+  const Model b = Builder(spec, recipe, o, *env.be, env.tracker).build();
+  std::size_t transposed = 0;
+  for (std::size_t li = 0; li < a.layers.size(); ++li)
+    for (std::size_t j = 0; j < a.layers[li].tensors.size(); ++j) {
+      const TensorView& x = a.layers[li].tensors[j].view;
+      const TensorView& y = b.layers[li].tensors[j].view;
+      const auto* px = static_cast<const float*>(x.data);
+      const auto* py = static_cast<const float*>(y.data);
+      if (!spec.layer.tensors[j].transposable) {
+        EXPECT_EQ(x.shape, y.shape);
+        EXPECT_EQ(0, std::memcmp(px, py, x.bytes())) << x.name;
+        continue;
+      }
+      ++transposed;
+      ASSERT_EQ(x.shape.size(), 2u);
+      EXPECT_EQ(y.shape, (Shape{x.shape[1], x.shape[0]})) << x.name;
+      const std::uint64_t rows = x.shape[0], cols = x.shape[1];
+      for (std::uint64_t r = 0; r < rows; ++r)
+        for (std::uint64_t c = 0; c < cols; ++c) ASSERT_EQ(px[r * cols + c], py[c * rows + r]) << x.name << " " << r << "," << c;
+    }
+  EXPECT_GT(transposed, 0u);
+}
+
+TEST(Builder, HalfModelNeverAllocatesFp32) {
+  for (const ModelSpec& spec : small_models()) {
+    SCOPED_TRACE(spec.name);
+    for (Layout layout : {Layout::per_layer, Layout::stacked}) {
+      Env env;
+      const Model m = Builder(spec, make_recipe("hf"), opts(layout), *env.be, env.tracker).build();
+      const auto history = env.tracker.history();
+      const std::size_t expected = spec.pre.size() + spec.post.size() +
+                                   (layout == Layout::stacked ? spec.layer.tensors.size() : spec.num_layers * spec.layer.tensors.size());
+      EXPECT_EQ(history.size(), expected);
+      for (const auto& r : history) {
+        ASSERT_TRUE(r.tag.dtype.has_value()) << r.tag.label;
+        EXPECT_EQ(*r.tag.dtype, DType::bf16) << r.tag.label;
+      }
+      EXPECT_EQ(env.tracker.stats().total_bytes, m.bytes());
+    }
+  }
+}
+
+TEST(Builder, DtypeOverridesApplyByPattern) {
+  const ModelSpec spec = make_preset("llama-tiny");
+  Env env;
+  BuildOptions o = opts(Layout::stacked);
+  o.dtype_overrides.push_back({"*norm*", DType::f32});
+  const Model m = Builder(spec, make_recipe("hf"), o, *env.be, env.tracker).build();
+  std::size_t f32 = 0;
+  m.for_each([&](const TensorView& v) {
+    const bool norm = v.name.find("norm") != std::string::npos;
+    EXPECT_EQ(v.dtype, norm ? DType::f32 : DType::bf16) << v.name;
+    f32 += v.dtype == DType::f32;
+  });
+  EXPECT_GE(f32, 3u);  // input_layernorm, post_attention_layernorm (stacked) and model.norm
+}
+
+TEST(Builder, StackedLayoutRefusesOneParameterInTwoDtypes) {
+  const ModelSpec spec = make_preset("llama-tiny");
+  Env env;
+  BuildOptions o = opts(Layout::stacked);
+  o.dtype_overrides.push_back({"model.layers.1.*", DType::f32});
+  EXPECT_THROW(Builder(spec, make_recipe("hf"), o, *env.be, env.tracker).build(), std::invalid_argument);
+}
+
+TEST(Builder, PlanDescribesWhatIsBuilt) {
+  const ModelSpec spec = make_preset("gpt2-tiny");
+  Env env;
+  const Builder b(spec, make_recipe("hf"), opts(Layout::per_layer), *env.be, env.tracker);
+  const Model m = b.build();
+  for (std::uint64_t i = 0; i < spec.num_layers; ++i) {
+    const auto plans = b.plan_layer(i);
+    ASSERT_EQ(plans.size(), m.layers[i].tensors.size());
+    for (std::size_t j = 0; j < plans.size(); ++j) {
+      EXPECT_EQ(plans[j].name, m.layers[i].tensors[j].view.name);
+      EXPECT_EQ(plans[j].memory_shape, m.layers[i].tensors[j].view.shape);
+      EXPECT_EQ(plans[j].bytes(), m.layers[i].tensors[j].view.bytes());
+    }
+  }
+  EXPECT_THROW(b.plan_layer(spec.num_layers), std::out_of_range);
+}
+
+TEST(Builder, SeedAndNameChangeEveryTensor) {
+  const ModelSpec spec = make_preset("llama-tiny");
+  Env env;
+  const Recipe recipe = make_recipe("hf");
+  const auto a = hashes_by_name(*env.be, Builder(spec, recipe, opts(Layout::per_layer, DType::bf16, 1), *env.be, env.tracker).build(), spec);
+  const auto b = hashes_by_name(*env.be, Builder(spec, recipe, opts(Layout::per_layer, DType::bf16, 2), *env.be, env.tracker).build(), spec);
+  for (const auto& [name, h] : a) {
+    if (name.find("norm") != std::string::npos) continue;  // constant fills do not depend on the seed
+    EXPECT_NE(h, b.at(name)) << name;
+  }
+  // Same shape, same rule, different layer: different values.
+  EXPECT_NE(a.at("model.layers.0.self_attn.q_proj.weight"), a.at("model.layers.1.self_attn.q_proj.weight"));
+}
+
+TEST(Builder, NaiveStrategiesEndWithTheSameBytes) {
+  const ModelSpec spec = make_preset("gpt2-tiny");
+  Env env;
+  const Builder b(spec, make_recipe("hf"), opts(Layout::per_layer), *env.be, env.tracker);
+  const auto reference = hashes_by_name(*env.be, b.build(), spec);
+  for (NaiveStrategy s : all_naive_strategies) {
+    SCOPED_TRACE(std::string(naive_name(s)));
+    EXPECT_EQ(hashes_by_name(*env.be, run_naive(s, b, *env.be, env.tracker), spec), reference);
+  }
+}
+
+TEST(Builder, UnstackGivesViewsIntoTheStackedBuffer) {
+  const ModelSpec spec = make_preset("llama-tiny");
+  Env env;
+  const Model m = Builder(spec, make_recipe("hf"), opts(Layout::stacked), *env.be, env.tracker).build();
+  const auto layers = unstack(m, spec);
+  ASSERT_EQ(layers.size(), spec.num_layers);
+  for (std::size_t j = 0; j < m.stacked.size(); ++j) {
+    const auto* base = static_cast<const unsigned char*>(m.stacked[j].view.data);
+    for (std::uint64_t i = 0; i < spec.num_layers; ++i)
+      EXPECT_EQ(layers[i][j].data, base + i * layers[i][j].bytes());
+  }
+  EXPECT_EQ(layers[1][0].name, spec.canonical_name(1, spec.layer.tensors[0]));
+  EXPECT_THROW(unstack(Builder(spec, make_recipe("hf"), opts(Layout::per_layer), *env.be, env.tracker).build(), spec), std::invalid_argument);
+}
+
+TEST(Builder, LayoutAndOrientationNamesParse) {
+  EXPECT_EQ(parse_layout("stacked"), Layout::stacked);
+  EXPECT_EQ(parse_layout("per-layer"), Layout::per_layer);
+  EXPECT_EQ(parse_orientation("in-out"), Orientation::in_out);
+  try {
+    parse_layout("vertical");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "unknown layout 'vertical' (valid: per-layer, stacked)");
+  }
+  EXPECT_THROW(parse_orientation("sideways"), std::invalid_argument);
+  EXPECT_TRUE(name_matches("*.norm.weight", "model.norm.weight"));
+  EXPECT_FALSE(name_matches("*.norm.weight", "model.layers.0.input_layernorm.weight"));
+}
