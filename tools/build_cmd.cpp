@@ -30,16 +30,13 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   const double build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const MemoryStats stats = tracker.stats();
 
-  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+  std::vector<TensorReport> tensors;
   const auto slices = model.layout == Layout::stacked ? unstack(model, spec) : std::vector<std::vector<TensorView>>{};
   std::size_t stacked_index = 0;
   auto add = [&](const TensorView& v, bool is_stacked) {
-    nlohmann::ordered_json t{{"name", v.name}, {"shape", shape_json(v.shape)}, {"dtype", dtype_name(v.dtype)},
-                     {"bytes", v.bytes()}, {"fnv1a64", hex64(hash_tensor(*be, v))}};
+    TensorReport t{v.name, v.shape, v.dtype, v.bytes(), hash_tensor(*be, v), {}};
     if (is_stacked) {
-      nlohmann::ordered_json layers = nlohmann::ordered_json::array();
-      for (const auto& layer : slices) layers.push_back(hex64(hash_tensor(*be, layer[stacked_index])));
-      t["layers"] = layers;
+      for (const auto& layer : slices) t.layer_hashes.push_back(hash_tensor(*be, layer[stacked_index]));
       ++stacked_index;
     }
     tensors.push_back(std::move(t));
@@ -59,7 +56,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
                        {"orientation", orientation_name(opts.orientation)},
                        {"backend", be->describe()},
                        {"parameters", spec.parameter_count()},
-                       {"tensors", tensors},
+                       {"tensors", tensors_json(tensors)},
                        {"total_bytes", model.bytes()},
                        {"peak_bytes", stats.peak_bytes},
                        {"allocations", stats.total_count},

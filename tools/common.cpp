@@ -125,6 +125,21 @@ nlohmann::ordered_json shape_json(const Shape& s) {
   return j;
 }
 
+nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& t : tensors) {
+    nlohmann::ordered_json j{{"name", t.name}, {"shape", shape_json(t.shape)}, {"dtype", dtype_name(t.dtype)},
+                             {"bytes", t.bytes}, {"fnv1a64", hex64(t.hash)}};
+    if (!t.layer_hashes.empty()) {
+      nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+      for (auto h : t.layer_hashes) layers.push_back(hex64(h));
+      j["layers"] = layers;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 std::string hex64(std::uint64_t h) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/emit.hpp"
 #include "init/builder.hpp"
 #include "init/presets.hpp"
 #include "init/recipes.hpp"
@@ -49,6 +50,27 @@ FillSpec parse_fill(const std::string& text);
 nlohmann::ordered_json shape_json(const Shape& s);
 std::string hex64(std::uint64_t h);
 
+// The "tensors" array of a report: name, shape, dtype, bytes, fnv1a64 (and per-layer hashes).
+nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors);
+
 int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file);
+
+struct PlanArgs {
+  bool json = false;
+  std::string training = "mixed";
+  std::uint64_t batch = 1;
+  std::uint64_t seq = 2048;
+  std::string gpu_mem;
+};
+int plan_command(const ModelArgs& args, const PlanArgs& plan);
+
+struct EmitArgs {
+  std::string format = "hdf5";
+  std::string output;
+  bool force = false;
+  std::string report;
+  std::string max_shard_size;
+};
+int emit_command(const ModelArgs& args, const EmitArgs& emit);
 
 }  // namespace layerinit::cli

@@ -27,9 +27,34 @@ int main(int argc, char** argv) {
   build->add_option("--report", build_report, "Print a machine-readable report: json");
   build->add_option("--trace", build_trace, "Write bytes in use after each allocation and free to a CSV file");
 
+  ModelArgs plan_args;
+  PlanArgs plan_opts;
+  auto* plan = app.add_subcommand("plan", "Predict memory (build peaks, naive strategies, disk, training) without allocating");
+  plan_args.add_model_flags(*plan);
+  plan_args.add_build_flags(*plan, "per-layer, stacked");
+  plan->add_flag("--json", plan_opts.json, "Print JSON instead of tables");
+  plan->add_option("--precision", plan_opts.training, "Training setup for the estimate: mixed, fp32, pure-bf16")->capture_default_str();
+  plan->add_option("--batch", plan_opts.batch, "Batch size for activation memory")->capture_default_str();
+  plan->add_option("--seq", plan_opts.seq, "Sequence length for activation memory")->capture_default_str();
+  plan->add_option("--gpu-mem", plan_opts.gpu_mem, "GPU memory (e.g. 80GiB): also print the largest batch that fits");
+
+  ModelArgs emit_args;
+  EmitArgs emit_opts;
+  auto* emit = app.add_subcommand("emit", "Build layer by layer and stream into an HDF5 file or a safetensors directory");
+  emit_args.add_model_flags(*emit);
+  emit_args.add_build_flags(*emit, "per-layer, stacked");
+  emit_args.add_backend_flags(*emit);
+  emit->add_option("--format", emit_opts.format, "hdf5 (a file) or safetensors (a directory with config.json)")->capture_default_str();
+  emit->add_option("-o,--output", emit_opts.output, "Target path; written to a temporary file beside it, then renamed");
+  emit->add_flag("--force", emit_opts.force, "Replace an existing target");
+  emit->add_option("--report", emit_opts.report, "Print a machine-readable report: json (hashes equal build's)");
+  emit->add_option("--max-shard-size", emit_opts.max_shard_size, "safetensors: shard above this size (e.g. 5GB)");
+
   try {
     app.parse(argc, argv);
     if (*build) return build_command(build_args, build_report, build_trace);
+    if (*plan) return plan_command(plan_args, plan_opts);
+    if (*emit) return emit_command(emit_args, emit_opts);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

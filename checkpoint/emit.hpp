@@ -1,0 +1,59 @@
+// Emit: build a model part by part and stream it into a checkpoint, memory bounded by one part.
+// defines: checkpoint_datasets, EmitProgress, EmitOptions, TensorReport, EmitResult, emit_checkpoint
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/writer.hpp"
+#include "init/builder.hpp"
+
+namespace layerinit {
+
+// The datasets a build writes, in file order: per-layer layout one per tensor (Hugging Face names),
+// stacked layout one [L, ...] dataset per layer parameter with one slab per layer.
+std::vector<DatasetSpec> checkpoint_datasets(const Builder& b);
+
+struct EmitProgress {
+  std::uint64_t layers_done = 0, layers_total = 0;
+  std::uint64_t bytes_done = 0, bytes_total = 0;
+  double seconds = 0;
+};
+
+struct EmitOptions {
+  CheckpointFormat format = CheckpointFormat::hdf5;
+  WriterOptions writer;
+  CheckpointMetadata meta;
+  std::function<void(const EmitProgress&)> progress;  // after each part
+  const std::atomic<bool>* cancel = nullptr;          // set (e.g. by a signal handler) to stop
+  std::uint64_t staging_bytes = 64ull << 20;          // host buffer for device-resident parts
+};
+
+// What `build --report json` reports for a tensor: FNV-1a 64 of its raw bytes, and for a stacked
+// tensor also of each layer slice.
+struct TensorReport {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::f32;
+  std::uint64_t bytes = 0;
+  std::uint64_t hash = 0;
+  std::vector<std::uint64_t> layer_hashes;  // stacked only
+};
+
+struct EmitResult {
+  std::vector<TensorReport> tensors;
+  std::uint64_t weight_bytes = 0;
+  std::uint64_t file_bytes = 0;  // on disk after commit (all files of a safetensors directory)
+  double seconds = 0;
+};
+
+// Opens the writer first (so a bad path, an existing target or too little space fail before any
+// work, as std::invalid_argument), streams every part, commits. On any exception or cancellation the target keeps what it held
+// and temporary files are removed. Cancellation throws layerinit::error("interrupted").
+EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem::path& target, const EmitOptions& opts);
+
+}  // namespace layerinit

@@ -1,0 +1,118 @@
+// layerinit emit: build layer by layer and stream into an HDF5 file or a safetensors directory.
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "init/plan.hpp"
+#include "init/spec_json.hpp"
+#include "memory/errors.hpp"
+#include "tools/common.hpp"
+
+namespace layerinit::cli {
+
+namespace {
+
+std::atomic<bool> g_cancel{false};
+extern "C" void on_signal(int) { g_cancel.store(true); }
+
+// A progress line on a terminal, redrawn in place: layers, bytes, rate, ETA.
+void draw(const EmitProgress& p) {
+  const double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1.0;
+  const double rate = p.seconds > 0 ? static_cast<double>(p.bytes_done) / p.seconds : 0.0;
+  const double eta = rate > 0 ? static_cast<double>(p.bytes_total - p.bytes_done) / rate : 0.0;
+  const int width = 30, filled = static_cast<int>(frac * width);
+  std::fprintf(stderr, "\r[%.*s%*s] layers %llu/%llu  %.2f/%.2f GiB  %.0f MiB/s  ETA %.0f s ", filled,
+               "##############################", width - filled, "", (unsigned long long)p.layers_done,
+               (unsigned long long)p.layers_total, static_cast<double>(p.bytes_done) / (1u << 30),
+               static_cast<double>(p.bytes_total) / (1u << 30), rate / (1u << 20), eta);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+int emit_command(const ModelArgs& args, const EmitArgs& ea) {
+  if (!ea.report.empty() && ea.report != "json") throw usage_error("unknown report format '" + ea.report + "' (valid: json)");
+  if (args.layout != "per-layer" && args.layout != "stacked")
+    throw usage_error("unknown layout '" + args.layout + "' (valid: per-layer, stacked)");
+  if (ea.output.empty()) throw usage_error("-o PATH is required");
+  const CheckpointFormat format = parse_checkpoint_format(ea.format);
+  const ModelSpec spec = args.load_spec();
+  const Recipe recipe = args.load_recipe();
+  const BuildOptions opts = args.build_options();
+
+  EmitOptions eo;
+  eo.format = format;
+  eo.writer.overwrite = ea.force;
+  if (!ea.max_shard_size.empty()) {
+    if (format != CheckpointFormat::safetensors) throw usage_error("--max-shard-size applies to --format safetensors");
+    eo.writer.max_shard_size = parse_byte_size(ea.max_shard_size);
+    if (eo.writer.max_shard_size == 0) throw usage_error("--max-shard-size must be positive");
+  }
+  if (format == CheckpointFormat::safetensors) {
+    try {
+      eo.writer.config_json = config_json(spec, opts.dtype);
+    } catch (const std::invalid_argument&) {
+      // MLPs and custom specs have no Hugging Face config: weights only.
+    }
+  }
+  eo.meta.dtype = dtype_name(opts.dtype);
+  eo.meta.seed = std::to_string(opts.seed);
+  eo.meta.recipe = recipe.name();
+  eo.meta.layout = layout_name(opts.layout);
+  eo.meta.orientation = orientation_name(opts.orientation);
+  eo.meta.model_spec = spec_to_json(spec);
+  eo.cancel = &g_cancel;
+  const bool tty = isatty(STDERR_FILENO);
+  if (tty) eo.progress = draw;
+
+  // Ctrl-C or a polite kill: stop at the next part, remove the temporary file, leave the target as it was.
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+
+  auto be = make_backend(args.backend, args.threads);
+  tracking_resource tracker(be->memory());
+  const Builder builder(spec, recipe, opts, *be, tracker);
+  EmitResult r;
+  try {
+    r = emit_checkpoint(builder, *be, ea.output, eo);
+  } catch (...) {
+    if (tty) std::fprintf(stderr, "\n");
+    if (g_cancel.load()) {
+      std::fprintf(stderr, "layerinit: interrupted; %s was left as it was\n", ea.output.c_str());
+      std::exit(130);  // tools/ only: the library never exits
+    }
+    throw;
+  }
+  if (tty) std::fprintf(stderr, "\n");
+
+  if (ea.report == "json") {
+    nlohmann::ordered_json out{{"model", spec.name},
+                               {"dtype", dtype_name(opts.dtype)},
+                               {"seed", opts.seed},
+                               {"recipe", recipe.name()},
+                               {"layout", args.layout},
+                               {"orientation", orientation_name(opts.orientation)},
+                               {"backend", be->describe()},
+                               {"format", format_name(format)},
+                               {"output", ea.output},
+                               {"parameters", spec.parameter_count()},
+                               {"tensors", tensors_json(r.tensors)},
+                               {"total_bytes", r.weight_bytes},
+                               {"peak_bytes", tracker.stats().peak_bytes},
+                               {"file_bytes", r.file_bytes},
+                               {"wall_seconds", r.seconds}};
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", ea.output.c_str(), format_bytes(r.weight_bytes).c_str(),
+                format_bytes(r.file_bytes).c_str(), r.seconds, format_bytes(tracker.stats().peak_bytes).c_str());
+  }
+  return 0;
+}
+
+}  // namespace layerinit::cli

@@ -1,0 +1,142 @@
+// layerinit plan: what a model will need, before anything is allocated.
+#include <cstdio>
+#include <iostream>
+
+#include "init/plan.hpp"
+#include "init/spec_json.hpp"
+#include "memory/errors.hpp"
+#include "tools/common.hpp"
+
+namespace layerinit::cli {
+
+namespace {
+std::string human(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+  return buf;
+}
+}  // namespace
+
+int plan_command(const ModelArgs& args, const PlanArgs& pa) {
+  if (args.layout != "per-layer" && args.layout != "stacked")
+    throw usage_error("unknown layout '" + args.layout + "' (valid: per-layer, stacked)");
+  const ModelSpec spec = args.load_spec();
+  const Recipe recipe = args.load_recipe();
+  const BuildOptions opts = args.build_options();
+  const TrainingSetup setup = parse_training_setup(pa.training);
+  if (pa.batch == 0) throw usage_error("--batch must be a positive integer");
+  if (pa.seq == 0) throw usage_error("--seq must be a positive integer");
+  const std::optional<std::uint64_t> gpu_mem = pa.gpu_mem.empty() ? std::nullopt : std::optional(parse_byte_size(pa.gpu_mem));
+
+  // Plans need no memory: the dry backend only hands out address space, and nothing is built here.
+  auto be = make_dry_backend();
+  const Builder b(spec, recipe, opts, *be, be->memory());
+  const MemoryPlan p = make_memory_plan(b);
+  CheckpointMetadata meta;
+  meta.model_spec = spec_to_json(spec);
+  const auto datasets = checkpoint_datasets(b);
+  const std::uint64_t disk_hdf5 = planned_bytes(CheckpointFormat::hdf5, datasets, meta, {});
+  const std::uint64_t disk_st = planned_bytes(CheckpointFormat::safetensors, datasets, meta, {});
+  const TrainingEstimate te = estimate_training(spec, setup, pa.batch, pa.seq);
+
+  if (pa.json) {
+    nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+    auto add = [&](const PlannedTensor& t, std::optional<std::uint64_t> layer) {
+      nlohmann::ordered_json j{{"name", t.name}, {"shape", shape_json(t.memory_shape)}, {"dtype", dtype_name(t.dtype)},
+                               {"bytes", t.bytes()}, {"fill", t.fill.describe()}};
+      if (layer) j["layer"] = *layer;
+      tensors.push_back(std::move(j));
+    };
+    for (const auto& t : b.plan_pre()) add(t, std::nullopt);
+    for (std::uint64_t i = 0; i < spec.num_layers; ++i)
+      for (const auto& t : b.plan_layer(i)) add(t, i);
+    for (const auto& t : b.plan_post()) add(t, std::nullopt);
+    nlohmann::ordered_json naive;
+    for (NaiveStrategy n : all_naive_strategies) naive[std::string(naive_name(n))] = p.peak_naive[static_cast<int>(n)];
+    nlohmann::ordered_json training{{"precision", training_setup_name(setup)}, {"batch", pa.batch}, {"seq", pa.seq},
+                                    {"weights", te.weights}, {"gradients", te.gradients}, {"optimizer", te.optimizer},
+                                    {"master_weights", te.master}, {"states", te.states()}};
+    nlohmann::ordered_json acts;
+    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+      const int k = static_cast<int>(r);
+      nlohmann::ordered_json a;
+      a["per_layer"] = te.activation_per_layer[k] ? nlohmann::ordered_json(*te.activation_per_layer[k]) : nlohmann::ordered_json();
+      a["total"] = te.activation_total[k] ? nlohmann::ordered_json(*te.activation_total[k]) : nlohmann::ordered_json();
+      if (gpu_mem) a["largest_batch"] = largest_batch(spec, setup, pa.seq, r, *gpu_mem);
+      acts[std::string(recompute_name(r))] = a;
+    }
+    training["activations"] = acts;
+    if (gpu_mem) training["gpu_memory"] = *gpu_mem;
+    nlohmann::ordered_json out{{"model", spec.name},
+                               {"family", spec.family},
+                               {"parameters", p.parameters},
+                               {"layers", spec.num_layers},
+                               {"dtype", dtype_name(opts.dtype)},
+                               {"layout", layout_name(opts.layout)},
+                               {"tensors", tensors},
+                               {"layer_bytes", p.layer_bytes},
+                               {"totals", {{"weights", p.weight_bytes}, {"fp32", p.bytes_fp32}, {"fp16", p.bytes_fp16}, {"bf16", p.bytes_bf16}}},
+                               {"largest_layer_bytes", p.largest_layer_bytes},
+                               {"largest_tensor", {{"name", p.largest_tensor}, {"bytes", p.largest_tensor_bytes}}},
+                               {"peaks", {{"stacked", p.peak_stacked}, {"per-layer", p.peak_per_layer}, {"restack", p.peak_restack},
+                                          {"streamed", p.peak_streamed}}},
+                               {"naive_peaks", naive},
+                               {"disk", {{"hdf5", disk_hdf5}, {"safetensors", disk_st}}},
+                               {"training", training}};
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+
+  std::printf("%s (%s): %llu parameters, %llu layers, %s, %s layout\n\n", spec.name.c_str(), spec.family.c_str(),
+              (unsigned long long)p.parameters, (unsigned long long)spec.num_layers, std::string(dtype_name(opts.dtype)).c_str(),
+              std::string(layout_name(opts.layout)).c_str());
+  std::printf("%-52s %-20s %-5s %14s\n", "tensor", "shape", "dtype", "bytes");
+  auto row = [](const PlannedTensor& t) {
+    std::printf("%-52s %-20s %-5s %14llu\n", t.name.c_str(), shape_string(t.memory_shape).c_str(),
+                std::string(dtype_name(t.dtype)).c_str(), (unsigned long long)t.bytes());
+  };
+  for (const auto& t : b.plan_pre()) row(t);
+  for (std::uint64_t i = 0; i < spec.num_layers; ++i) {
+    if (i == 0)
+      for (const auto& t : b.plan_layer(0)) row(t);
+    std::printf("%-52s %-20s %-5s %14llu  %s\n", ("  layer " + std::to_string(i) + " subtotal").c_str(), "", "",
+                (unsigned long long)p.layer_bytes[i], human(p.layer_bytes[i]).c_str());
+  }
+  for (const auto& t : b.plan_post()) row(t);
+  std::printf("\nweights %s   (fp32 %s, fp16 %s, bf16 %s)\n", human(p.weight_bytes).c_str(), human(p.bytes_fp32).c_str(),
+              human(p.bytes_fp16).c_str(), human(p.bytes_bf16).c_str());
+  std::printf("largest layer %s, largest tensor %s (%s)\n\n", human(p.largest_layer_bytes).c_str(), p.largest_tensor.c_str(),
+              human(p.largest_tensor_bytes).c_str());
+  std::printf("predicted peak memory (bytes in use at the worst moment)\n");
+  std::printf("  layerinit stacked              %14llu  %s\n", (unsigned long long)p.peak_stacked, human(p.peak_stacked).c_str());
+  std::printf("  layerinit per-layer            %14llu  %s\n", (unsigned long long)p.peak_per_layer, human(p.peak_per_layer).c_str());
+  std::printf("  layerinit restack              %14llu  %s\n", (unsigned long long)p.peak_restack, human(p.peak_restack).c_str());
+  std::printf("  layerinit streamed (emit)      %14llu  %s\n", (unsigned long long)p.peak_streamed, human(p.peak_streamed).c_str());
+  for (NaiveStrategy n : all_naive_strategies)
+    std::printf("  naive %-24s %14llu  %s\n", std::string(naive_name(n)).c_str(), (unsigned long long)p.peak_naive[static_cast<int>(n)],
+                human(p.peak_naive[static_cast<int>(n)]).c_str());
+  std::printf("\nsize on disk (at most)\n  hdf5         %s\n  safetensors  %s\n\n", human(disk_hdf5).c_str(), human(disk_st).c_str());
+  std::printf("training, %s precision with Adam (docs/plan.md)\n", std::string(training_setup_name(setup)).c_str());
+  std::printf("  weights %s, gradients %s, optimizer %s, master weights %s: states %s\n", human(te.weights).c_str(),
+              human(te.gradients).c_str(), human(te.optimizer).c_str(), human(te.master).c_str(), human(te.states()).c_str());
+  if (!te.activation_per_layer[0]) {
+    std::printf("  activations: no formula for this model (no attention heads)\n");
+  } else {
+    std::printf("  activations at batch %llu, sequence %llu (Korthikanti et al. 2022):\n", (unsigned long long)pa.batch,
+                (unsigned long long)pa.seq);
+    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+      const int k = static_cast<int>(r);
+      std::printf("    %-10s recompute: %s per layer, %s in all", std::string(recompute_name(r)).c_str(),
+                  human(*te.activation_per_layer[k]).c_str(), human(*te.activation_total[k]).c_str());
+      if (gpu_mem) std::printf(", largest batch in %s: %llu", human(*gpu_mem).c_str(), (unsigned long long)largest_batch(spec, setup, pa.seq, r, *gpu_mem));
+      std::printf("\n");
+    }
+  }
+  return 0;
+}
+
+}  // namespace layerinit::cli
