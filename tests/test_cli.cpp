@@ -1,0 +1,620 @@
+// The layerinit binary, run as a user runs it (fork + exec, stdout and stderr captured, exit status
+// and resource usage from wait4):
+//   - bad input ends with exactly one line "layerinit: error: ..." naming the problem, exit code 2,
+//     and nothing written;
+//   - a run killed mid-write (SIGKILL) leaves no file at the target and an older file there intact;
+//     SIGINT/SIGTERM exit 130, remove the temporary and leave the target untouched; a write past
+//     RLIMIT_FSIZE fails with one clear line and leaves nothing behind;
+//   - peak resident memory of emit (ru_maxrss, measured from outside) stays within baseline + the
+//     largest part + the writer's 64 MiB chunk staging + 32 MiB slack, for a model 17x its largest part;
+//   - build and emit reports agree; --help lists every flag; --version;
+//   - an independent Python reader (h5py, safetensors; .venv from scripts/python-env) hashes the
+//     files' raw bytes to the report's FNV-1a 64 values.
+// Skips (GTEST_SKIP) when the binary was not built (LAYERINIT_BUILD_TOOLS=OFF).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "layerinit/config.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+const std::string kBinary = std::string(LAYERINIT_BINARY_DIR) + "/bin/layerinit";
+const std::string kPython = std::string(LAYERINIT_SOURCE_DIR) + "/.venv/bin/python";
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "layerinit-cli-XXXXXX").string();
+    if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp");
+    path_ = t;
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> v;
+    for (const auto& e : fs::directory_iterator(path_)) v.push_back(e.path().filename().string());
+    std::sort(v.begin(), v.end());
+    return v;
+  }
+
+ private:
+  fs::path path_;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+struct Result {
+  int status = 0;
+  std::string out, err;
+  long maxrss_kb = 0;  // ru_maxrss of the child (Linux: KiB)
+  bool exited() const { return WIFEXITED(status); }
+  int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+  std::string how() const {
+    if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+    if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
+    return "status " + std::to_string(status);
+  }
+};
+
+struct SpawnOptions {
+  rlim_t max_file_size = RLIM_INFINITY;  // RLIMIT_FSIZE of the child, with SIGXFSZ ignored
+};
+
+struct Child {
+  pid_t pid = -1;
+  int out = -1, err = -1;
+};
+
+Child spawn(const std::vector<std::string>& args, const SpawnOptions& so = {}) {
+  std::vector<std::string> all{kBinary};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork");
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    if (so.max_file_size != RLIM_INFINITY) {
+      ::signal(SIGXFSZ, SIG_IGN);  // kept across exec: writes fail with EFBIG instead
+      struct rlimit rl = {so.max_file_size, so.max_file_size};
+      ::setrlimit(RLIMIT_FSIZE, &rl);
+    }
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  return {pid, out[0], err[0]};
+}
+
+Result finish(Child c) {
+  Result r;
+  pollfd fds[2] = {{c.out, POLLIN, 0}, {c.err, POLLIN, 0}};
+  std::string* sinks[2] = {&r.out, &r.err};
+  int open_fds = 2;
+  char buf[65536];
+  while (open_fds > 0) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<std::size_t>(n));
+      } else {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  struct rusage ru {};
+  ::wait4(c.pid, &r.status, 0, &ru);
+  r.maxrss_kb = ru.ru_maxrss;
+  return r;
+}
+
+Result run(const std::vector<std::string>& args, const SpawnOptions& so = {}) { return finish(spawn(args, so)); }
+
+std::string joined(const std::vector<std::string>& args) {
+  std::string s = "layerinit";
+  for (const auto& a : args) s += " '" + a + "'";
+  return s;
+}
+
+// Exactly one line, starting "layerinit: error:".
+void expect_one_error_line(const Result& r, const std::string& what) {
+  EXPECT_EQ(r.err.rfind("layerinit: error:", 0), 0u) << what << "\nstderr: " << r.err;
+  EXPECT_FALSE(r.err.empty() || r.err.back() != '\n') << what << ": stderr does not end with a newline: " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << what << "\nstderr: " << r.err;
+}
+
+// A model of 272 MiB in bf16 whose largest part is a layer of 16 MiB + 2 KiB (the embedding is
+// 16 MiB): 17 times its largest part. About 1 s to emit on two cores.
+const char* kBigSpec = R"({"name": "cli-big", "family": "custom", "hyper": {"hidden_size": 1024},
+ "pre": [{"name": "embed.weight", "shape": [8192, 1024], "role": "embedding"}],
+ "layer": {"prefix": "blocks.", "count": 16, "tensors": [
+   {"name": "norm.weight", "shape": [1024], "role": "norm_weight"},
+   {"name": "up.weight", "shape": [4096, 1024], "role": "linear_weight", "fan_in": 1024, "fan_out": 4096,
+    "transposable": true},
+   {"name": "down.weight", "shape": [1024, 4096], "role": "output_weight", "fan_in": 4096, "fan_out": 1024,
+    "transposable": true}]},
+ "post": [{"name": "norm.weight", "shape": [1024], "role": "norm_weight"}]})";
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::access(kBinary.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << kBinary << " (tools not built)";
+  }
+};
+
+// The temporary beside `target` (".<name>.tmp-XXXXXX") and the bytes written into it so far.
+std::optional<std::pair<fs::path, std::uint64_t>> find_temporary(const fs::path& target) {
+  const std::string prefix = "." + target.filename().string() + ".tmp-";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(target.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    std::uint64_t bytes = 0;
+    if (e.is_directory(ec)) {
+      for (const auto& f : fs::recursive_directory_iterator(e.path(), ec))
+        if (f.is_regular_file(ec)) bytes += f.file_size(ec);
+    } else {
+      bytes = e.file_size(ec);
+    }
+    return std::make_pair(e.path(), ec ? 0 : bytes);
+  }
+  return std::nullopt;
+}
+
+// Waits until the child has written at least `bytes` into its temporary; false if it exited first.
+bool wait_until_writing(const Child& c, const fs::path& target, std::uint64_t bytes) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto t = find_temporary(target);
+    if (t && t->second >= bytes) return true;
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(c.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == c.pid)
+      return false;  // exited (still to be reaped by finish())
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return false;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Bad input
+
+TEST_F(Cli, BadInputIsOneLineExitTwoAndNothingWritten) {
+  TempDir dir;
+  const std::string target = (dir / "out.h5").string();
+  const std::string sttarget = (dir / "out").string();
+  auto spec = [&](const std::string& name, const std::string& text) {
+    write_file(dir / name, text);
+    return (dir / name).string();
+  };
+  struct Case {
+    std::string what;
+    std::vector<std::string> args;
+    std::vector<std::string> words;  // each must appear in the line
+  };
+  const std::vector<Case> cases = {
+      {"unknown preset", {"emit", "--preset", "llama-huge", "-o", target},
+       {"unknown preset 'llama-huge'", "llama-tiny", "gpt2-medium", "mixtral-8x7b"}},
+      {"unknown dtype", {"emit", "--preset", "llama-tiny", "--dtype", "fp8", "-o", target},
+       {"unknown dtype 'fp8'", "fp32", "fp16", "bf16"}},
+      {"unknown dtype in an override", {"emit", "--preset", "llama-tiny", "--dtype-override", "*norm*=fp9", "-o", target},
+       {"unknown dtype 'fp9'", "bf16"}},
+      {"unknown recipe", {"emit", "--preset", "llama-tiny", "--recipe", "lecun", "-o", target},
+       {"unknown recipe 'lecun'", "hf", "torchtitan", "megatron"}},
+      {"unknown layout", {"emit", "--preset", "llama-tiny", "--layout", "diagonal", "-o", target},
+       {"unknown layout 'diagonal'", "per-layer", "stacked"}},
+      {"restack is a build layout", {"emit", "--preset", "llama-tiny", "--layout", "restack", "-o", target},
+       {"unknown layout 'restack'", "per-layer, stacked"}},
+      {"unknown layout (build)", {"build", "--preset", "llama-tiny", "--layout", "diagonal"},
+       {"unknown layout 'diagonal'", "restack"}},
+      {"unknown format", {"emit", "--preset", "llama-tiny", "--format", "npz", "-o", target},
+       {"unknown checkpoint format 'npz'", "hdf5", "safetensors"}},
+      {"unknown orientation", {"emit", "--preset", "llama-tiny", "--orientation", "sideways", "-o", target},
+       {"unknown orientation 'sideways'", "out-in", "in-out"}},
+      {"unknown backend", {"emit", "--preset", "llama-tiny", "--backend", "tpu", "-o", target},
+       {"unknown backend 'tpu'", "cpu", "cuda"}},
+      {"unknown training precision", {"plan", "--preset", "llama-tiny", "--precision", "amp"},
+       {"unknown training precision 'amp'", "mixed", "pure-bf16"}},
+      {"unknown report", {"emit", "--preset", "llama-tiny", "--report", "xml", "-o", target},
+       {"unknown report format 'xml'", "json"}},
+      {"malformed JSON", {"emit", "--spec", spec("bad.json", "{\"name\": \"x\",\n  \"pre\": [}\n"), "-o", target},
+       {"spec: malformed JSON at line 2"}},
+      {"schema: unknown key", {"emit", "--spec", spec("key.json", R"({"name":"t","pre":[{"name":"e.weight","shape":[10,4],"rol":"embedding"}]})"), "-o", target},
+       {"pre[0].rol", "unknown key", "role"}},
+      {"schema: missing key", {"emit", "--spec", spec("missing.json", R"({"name":"t","layer":{"count":2,"tensors":[{"name":"w","role":"norm_weight"}]}})"), "-o", target},
+       {"layer.tensors[0]", "shape"}},
+      {"schema: wrong type", {"emit", "--spec", spec("type.json", R"({"name":"t","hyper":{"bias":"yes"},"pre":[{"name":"e.weight","shape":[4],"role":"norm_weight"}]})"), "-o", target},
+       {"hyper.bias"}},
+      {"zero dimension", {"emit", "--spec", spec("zero.json", R"({"name":"t","pre":[{"name":"e.weight","shape":[10,0],"role":"embedding"}]})"), "-o", target},
+       {"pre[0].shape[1]", "positive integer"}},
+      {"negative dimension", {"emit", "--spec", spec("neg.json", R"({"name":"t","pre":[{"name":"e.weight","shape":[-10,4],"role":"embedding"}]})"), "-o", target},
+       {"pre[0].shape[0]", "positive integer"}},
+      {"non-integer dimension", {"emit", "--spec", spec("frac.json", R"({"name":"t","layer":{"count":1,"tensors":[{"name":"w","shape":[4,2.5],"role":"norm_weight"}]}})"), "-o", target},
+       {"layer.tensors[0].shape[1]", "positive integer"}},
+      {"string dimension", {"emit", "--spec", spec("str.json", R"({"name":"t","pre":[{"name":"e.weight","shape":["4"],"role":"embedding"}]})"), "-o", target},
+       {"pre[0].shape[0]", "positive integer"}},
+      {"negative layer count", {"emit", "--spec", spec("count.json", R"({"name":"t","layer":{"count":-1,"tensors":[{"name":"w","shape":[2],"role":"norm_weight"}]}})"), "-o", target},
+       {"layer.count", "non-negative integer"}},
+      {"heads do not divide the hidden size", {"emit", "--spec", spec("heads.json", R"({"name":"t","hyper":{"hidden_size":64,"num_heads":5},"pre":[{"name":"e.weight","shape":[10,64],"role":"embedding"}]})"), "-o", target},
+       {"hyper.num_heads", "5 does not divide hidden_size 64"}},
+      {"element count overflows", {"emit", "--spec", spec("ovf1.json", R"({"name":"t","pre":[{"name":"e.weight","shape":[4294967296,4294967296],"role":"embedding"}]})"), "-o", target},
+       {"pre[0].shape", "overflows 64 bits"}},
+      {"tensor byte count overflows", {"emit", "--spec", spec("ovf2.json", R"({"name":"t","pre":[{"name":"e.weight","shape":[4294967296,1073741824],"role":"embedding"}]})"), "-o", target},
+       {"'e.weight'", "byte count overflows 64 bits"}},
+      {"model byte count overflows", {"emit", "--spec", spec("ovf3.json", R"({"name":"t","pre":[{"name":"a.weight","shape":[2147483648,1073741824],"role":"embedding"},{"name":"b.weight","shape":[2147483648,1073741824],"role":"embedding"}]})"), "-o", target},
+       {"byte count of 4611686018427387904 parameters overflows 64 bits"}},
+      {"parameter count overflows", {"emit", "--spec", spec("ovf4.json", R"({"name":"t","layer":{"count":1000000000000,"tensors":[{"name":"w","shape":[1000000000],"role":"norm_weight"}]}})"), "-o", target},
+       {"parameter count overflows 64 bits"}},
+      {"activation bytes overflow (plan)", {"plan", "--preset", "llama-3-70b", "--batch", "100000000", "--seq", "100000000"},
+       {"activation bytes overflow 64 bits"}},
+      {"zero sequence", {"plan", "--preset", "llama-tiny", "--seq", "0"}, {"--seq", "positive integer"}},
+      {"non-integer batch", {"plan", "--preset", "llama-tiny", "--batch", "1.5"}, {"--batch", "1.5"}},
+      {"bad memory size", {"plan", "--preset", "llama-tiny", "--gpu-mem", "80 gigs"}, {"cannot read byte size '80 gigs'"}},
+      {"negative memory size", {"plan", "--preset", "llama-tiny", "--gpu-mem", "-80GiB"}, {"'-80GiB'"}},
+      {"missing spec file", {"emit", "--spec", (dir / "nope.json").string(), "-o", target},
+       {"cannot read spec file", "nope.json"}},
+      {"no model", {"emit", "-o", target}, {"--preset or --spec"}},
+      {"no output", {"emit", "--preset", "llama-tiny"}, {"-o PATH is required"}},
+      {"unknown flag", {"emit", "--preset", "llama-tiny", "--fast", "-o", target}, {"--fast"}},
+      {"no subcommand", {}, {"subcommand"}},
+      {"bad fill", {"emit", "--preset", "llama-tiny", "--init-override", "*=normal(0,-1)", "-o", target},
+       {"std must be positive"}},
+      {"shard size on hdf5", {"emit", "--preset", "llama-tiny", "--max-shard-size", "5GB", "-o", target},
+       {"--max-shard-size", "safetensors"}},
+      {"output directory missing", {"emit", "--preset", "llama-tiny", "-o", (dir / "no" / "such" / "out.h5").string()},
+       {"cannot use output directory", (dir / "no" / "such").string(), "No such file or directory"}},
+      {"output directory missing (safetensors)", {"emit", "--preset", "llama-tiny", "--format", "safetensors", "-o", (dir / "no" / "out").string()},
+       {"cannot use output directory", "No such file or directory"}},
+      {"output parent is a file", {"emit", "--preset", "llama-tiny", "-o", (fs::path(spec("file", "x")) / "out.h5").string()},
+       {"Not a directory"}},
+      {"hdf5 target is a directory", {"emit", "--preset", "llama-tiny", "--force", "-o", dir.path().string()},
+       {"is a directory, not a file"}},
+      {"unwritable trace file", {"build", "--preset", "llama-tiny", "--trace", (dir / "no" / "trace.csv").string()},
+       {"cannot write trace file"}},
+  };
+  const std::vector<std::string> before = dir.entries();
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what + ": " + joined(c.args));
+    const Result r = run(c.args);
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, c.what);
+    for (const auto& w : c.words) EXPECT_NE(r.err.find(w), std::string::npos) << "missing '" << w << "' in: " << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_FALSE(fs::exists(target));
+    EXPECT_FALSE(fs::exists(sttarget));
+    EXPECT_EQ(dir.entries(), before) << "something was written";
+  }
+  std::printf("%zu bad inputs: exit code 2, one line each\n", cases.size());
+}
+
+TEST_F(Cli, ExistingTargetWithoutForceIsExitTwoAndUntouched) {
+  TempDir dir;
+  for (const char* format : {"hdf5", "safetensors"}) {
+    SCOPED_TRACE(format);
+    const fs::path target = dir / (std::string("m.") + format);
+    ASSERT_EQ(run({"emit", "--preset", "gpt2-tiny", "--format", format, "-o", target.string()}).code(), 0);
+    const fs::path data = std::string(format) == "hdf5" ? target : target / "model.safetensors";
+    const std::string old = slurp(data);
+    const Result r = run({"emit", "--preset", "llama-tiny", "--format", format, "-o", target.string()});
+    EXPECT_EQ(r.code(), 2) << r.how();
+    expect_one_error_line(r, "existing target");
+    EXPECT_NE(r.err.find("refusing to overwrite existing " + target.string() + " (use --force)"), std::string::npos) << r.err;
+    EXPECT_EQ(slurp(data), old);
+  }
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"m.hdf5", "m.safetensors"}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interrupted and failing writes
+
+TEST_F(Cli, KilledMidWriteLeavesNoTargetAndTheOldFileIntact) {
+  TempDir dir;
+  const std::string spec = (dir / "big.json").string();
+  write_file(spec, kBigSpec);
+  for (const char* format : {"hdf5", "safetensors"}) {
+    for (bool old : {false, true}) {
+      SCOPED_TRACE(std::string(format) + (old ? ", over an old checkpoint" : ", new target"));
+      const fs::path target = dir / (std::string("m.") + format);
+      const fs::path data = std::string(format) == "hdf5" ? target : target / "model.safetensors";
+      std::string before;
+      if (old) {
+        ASSERT_EQ(run({"emit", "--preset", "llama-tiny", "--format", format, "-o", target.string()}).code(), 0);
+        before = slurp(data);
+      }
+      Child c = spawn({"emit", "--spec", spec, "--format", format, "--force", "--backend", "cpu", "--threads", "2",
+                       "-o", target.string()});
+      const bool writing = wait_until_writing(c, target, 8u << 20);
+      ::kill(c.pid, SIGKILL);
+      const Result r = finish(c);
+      ASSERT_TRUE(writing) << "the emit ended before it had written 8 MiB: " << r.how() << " " << r.err;
+      ASSERT_TRUE(WIFSIGNALED(r.status)) << r.how();
+      if (old) {
+        EXPECT_EQ(slurp(data), before) << "the old checkpoint changed";
+      } else {
+        EXPECT_FALSE(fs::exists(target));
+      }
+      // A killed process cannot remove its temporary: it is the only other thing there.
+      auto t = find_temporary(target);
+      ASSERT_TRUE(t.has_value());
+      fs::remove_all(t->first);
+      std::vector<std::string> expected{"big.json"};
+      for (const char* f : {"hdf5", "safetensors"})
+        if (fs::exists(dir / (std::string("m.") + f))) expected.push_back(std::string("m.") + f);
+      EXPECT_EQ(dir.entries(), expected);
+      fs::remove_all(target);
+    }
+  }
+}
+
+TEST_F(Cli, InterruptExits130RemovesTheTemporaryAndKeepsTheTarget) {
+  TempDir dir;
+  const std::string spec = (dir / "big.json").string();
+  write_file(spec, kBigSpec);
+  struct Case {
+    const char* format;
+    int sig;
+    bool old;
+  };
+  for (const Case k : {Case{"hdf5", SIGINT, true}, Case{"safetensors", SIGINT, true}, Case{"hdf5", SIGTERM, false},
+                       Case{"safetensors", SIGINT, false}}) {
+    SCOPED_TRACE(std::string(k.format) + " " + strsignal(k.sig) + (k.old ? " over an old checkpoint" : ""));
+    const fs::path target = dir / (std::string("m.") + k.format);
+    const fs::path data = std::string(k.format) == "hdf5" ? target : target / "model.safetensors";
+    std::string before;
+    if (k.old) {
+      ASSERT_EQ(run({"emit", "--preset", "gpt2-tiny", "--format", k.format, "-o", target.string()}).code(), 0);
+      before = slurp(data);
+    }
+    Child c = spawn({"emit", "--spec", spec, "--format", k.format, "--force", "--backend", "cpu", "--threads", "2",
+                     "-o", target.string()});
+    const bool writing = wait_until_writing(c, target, 8u << 20);
+    ::kill(c.pid, k.sig);
+    const Result r = finish(c);
+    ASSERT_TRUE(writing) << "the emit ended before it had written 8 MiB: " << r.how() << " " << r.err;
+    EXPECT_EQ(r.code(), 130) << r.how() << "\nstderr: " << r.err;
+    EXPECT_EQ(r.err, "layerinit: interrupted; " + target.string() + " was left as it was\n");
+    EXPECT_FALSE(find_temporary(target).has_value()) << "temporary left behind";
+    if (k.old) {
+      EXPECT_EQ(slurp(data), before);
+      EXPECT_EQ(dir.entries(), (std::vector<std::string>{"big.json", target.filename().string()}));
+    } else {
+      EXPECT_EQ(dir.entries(), std::vector<std::string>{"big.json"});
+    }
+    fs::remove_all(target);
+  }
+}
+
+TEST_F(Cli, FullFileSystemFailsWithOneLineAndLeavesNothing) {
+  // RLIMIT_FSIZE of 200 KiB in the child (SIGXFSZ ignored): writes fail with EFBIG. llama-tiny is
+  // 489 KiB of weights, so the failure comes mid-write.
+  TempDir dir;
+  for (const char* format : {"safetensors"}) {
+    SCOPED_TRACE(format);
+    const fs::path target = dir / (std::string("m.") + format);
+    SpawnOptions so;
+    so.max_file_size = 200 << 10;
+    const Result r = run({"emit", "--preset", "llama-tiny", "--format", format, "--backend", "cpu", "-o", target.string()}, so);
+    EXPECT_TRUE(r.exited()) << r.how() << " (stderr: " << r.err << ")";
+    EXPECT_EQ(r.code(), 1) << r.how();
+    expect_one_error_line(r, "full filesystem");
+    EXPECT_NE(r.err.find("cannot write " + target.string()), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("File too large"), std::string::npos) << r.err;
+    EXPECT_TRUE(dir.entries().empty()) << "left: " << dir.entries().front();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory from outside
+
+TEST_F(Cli, EmitPeakResidentMemoryStaysWithinItsBound) {
+  TempDir dir;
+  const std::string spec = (dir / "big.json").string();
+  write_file(spec, kBigSpec);
+  // The plan: total weights and the largest part (what emit holds at once).
+  const Result p = run({"plan", "--spec", spec, "--json"});
+  ASSERT_EQ(p.code(), 0) << p.err;
+  const json plan = json::parse(p.out);
+  const std::uint64_t weights = plan["totals"]["weights"], part = plan["peaks"]["streamed"];
+  EXPECT_EQ(part, 16u * 1024 * 1024 + 2048);
+  ASSERT_GE(weights, 8 * part) << "the model must be several times its largest part";
+  // Baseline: the same binary, started and doing a tiny plan (code, libraries, allocator).
+  const Result base = run({"plan", "--preset", "llama-tiny"});
+  ASSERT_EQ(base.code(), 0);
+  const std::uint64_t staging = 64ull << 20, slack = 32ull << 20;
+  const std::uint64_t bound = static_cast<std::uint64_t>(base.maxrss_kb) * 1024 + part + staging + slack;
+  for (const char* format : {"hdf5", "safetensors"}) {
+    SCOPED_TRACE(format);
+    const fs::path target = dir / (std::string("m.") + format);
+    const auto t0 = std::chrono::steady_clock::now();
+    const Result r = run({"emit", "--spec", spec, "--format", format, "--backend", "cpu", "--threads", "2", "--report",
+                          "json", "-o", target.string()});
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_EQ(r.code(), 0) << r.how() << " " << r.err;
+    const json rep = json::parse(r.out);
+    EXPECT_EQ(rep["peak_bytes"].get<std::uint64_t>(), part) << "tracked peak";
+    EXPECT_EQ(rep["total_bytes"].get<std::uint64_t>(), weights);
+    const std::uint64_t rss = static_cast<std::uint64_t>(r.maxrss_kb) * 1024;
+    std::printf("emit %-11s weights %.1f MiB (file %.1f MiB), largest part %.2f MiB, %.2f s: max RSS %.1f MiB <= bound "
+                "%.1f MiB (baseline %.1f + part %.2f + staging 64 + slack 32)\n",
+                format, weights / 1048576.0, rep["file_bytes"].get<double>() / 1048576.0, part / 1048576.0, secs,
+                rss / 1048576.0, bound / 1048576.0, base.maxrss_kb / 1024.0, part / 1048576.0);
+    EXPECT_LE(rss, bound) << "max RSS " << rss << " bytes";
+    // A build of the whole model would hold every weight: the bound is below that.
+    EXPECT_LT(bound, weights);
+    fs::remove_all(target);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reports, help, version
+
+TEST_F(Cli, BuildAndEmitReportsAgree) {
+  TempDir dir;
+  struct Case {
+    std::vector<std::string> model;
+    const char* format;
+  };
+  const std::vector<Case> cases = {
+      {{"--preset", "llama-tiny", "--layout", "per-layer"}, "hdf5"},
+      {{"--preset", "llama-tiny", "--layout", "stacked"}, "safetensors"},
+      {{"--preset", "mixtral-tiny", "--layout", "stacked", "--dtype", "fp16", "--orientation", "in-out"}, "hdf5"},
+      {{"--preset", "gpt2-tiny", "--seed", "77", "--dtype-override", "*ln*=fp32", "--recipe", "megatron"}, "safetensors"},
+  };
+  int k = 0;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(joined(c.model));
+    std::vector<std::string> b{"build", "--backend", "cpu", "--report", "json"};
+    b.insert(b.end(), c.model.begin(), c.model.end());
+    const Result br = run(b);
+    ASSERT_EQ(br.code(), 0) << br.err;
+    const std::string target = (dir / ("m" + std::to_string(k++))).string();
+    std::vector<std::string> e{"emit", "--backend", "cpu", "--report", "json", "--format", c.format, "-o", target};
+    e.insert(e.end(), c.model.begin(), c.model.end());
+    const Result er = run(e);
+    ASSERT_EQ(er.code(), 0) << er.err;
+    const json bj = json::parse(br.out), ej = json::parse(er.out);
+    ASSERT_FALSE(bj["tensors"].empty());
+    EXPECT_EQ(bj["tensors"], ej["tensors"]);
+    for (const char* key : {"model", "dtype", "seed", "recipe", "layout", "orientation", "parameters", "total_bytes"})
+      EXPECT_EQ(bj[key], ej[key]) << key;
+    EXPECT_EQ(ej["format"], c.format);
+    EXPECT_EQ(ej["output"], target);
+    EXPECT_GT(ej["file_bytes"].get<std::uint64_t>(), ej["total_bytes"].get<std::uint64_t>());
+    EXPECT_LT(ej["peak_bytes"].get<std::uint64_t>(), bj["peak_bytes"].get<std::uint64_t>());
+  }
+}
+
+TEST_F(Cli, HelpOfEachSubcommandListsEveryFlag) {
+  const std::vector<std::string> model = {"--preset", "--spec", "--dtype", "--dtype-override", "--recipe",
+                                          "--init-override", "--seed", "--layout", "--orientation"};
+  std::map<std::string, std::vector<std::string>> flags = {
+      {"build", {"--backend", "--threads", "--report", "--trace"}},
+      {"plan", {"--json", "--precision", "--batch", "--seq", "--gpu-mem"}},
+      {"emit", {"--backend", "--threads", "--format", "-o", "--output", "--force", "--report", "--max-shard-size"}},
+  };
+  for (auto& [sub, own] : flags) {
+    SCOPED_TRACE(sub);
+    const Result r = run({sub, "--help"});
+    EXPECT_EQ(r.code(), 0) << r.how();
+    std::vector<std::string> all = model;
+    all.insert(all.end(), own.begin(), own.end());
+    for (const auto& f : all) EXPECT_NE(r.out.find(f), std::string::npos) << sub << " --help lacks " << f << ":\n" << r.out;
+  }
+  const Result top = run({"--help"});
+  EXPECT_EQ(top.code(), 0);
+  for (const char* s : {"build", "plan", "emit", "--version"}) EXPECT_NE(top.out.find(s), std::string::npos) << s;
+}
+
+TEST_F(Cli, Version) {
+  const Result r = run({"--version"});
+  EXPECT_EQ(r.code(), 0);
+  EXPECT_EQ(r.out, std::string("layerinit ") + LAYERINIT_VERSION + "\n");
+  EXPECT_TRUE(r.err.empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Independent reader
+
+TEST_F(Cli, PythonReadersHashTheFilesToTheReport) {
+  if (::access(kPython.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << kPython << " (run scripts/python-env to create it)";
+  if (std::system((kPython + " -c 'import h5py, safetensors' 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << kPython << " lacks h5py or safetensors (run scripts/python-env)";
+  TempDir dir;
+  struct Case {
+    const char* format;
+    std::vector<std::string> model;
+  };
+  for (const Case& c : {Case{"hdf5", {"--preset", "llama-tiny", "--dtype-override", "*norm*=fp32"}},
+                        Case{"hdf5", {"--preset", "gpt2-tiny", "--dtype", "fp16", "--layout", "stacked"}},
+                        Case{"safetensors", {"--preset", "mixtral-tiny", "--layout", "stacked"}},
+                        Case{"safetensors", {"--preset", "llama-tiny", "--max-shard-size", "100KB"}}}) {
+    SCOPED_TRACE(std::string(c.format) + " " + joined(c.model));
+    const fs::path target = dir / "m";
+    std::vector<std::string> e{"emit", "--backend", "cpu", "--report", "json", "--format", c.format, "-o", target.string()};
+    e.insert(e.end(), c.model.begin(), c.model.end());
+    const Result er = run(e);
+    ASSERT_EQ(er.code(), 0) << er.err;
+    const json report = json::parse(er.out);
+    const std::string cmd = kPython + " " + LAYERINIT_SOURCE_DIR + "/tests/python/hash_checkpoint.py " + c.format + " '" +
+                            target.string() + "'";
+    FILE* f = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    std::string out;
+    char buf[65536];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    ASSERT_EQ(::pclose(f), 0) << cmd;
+    const json read = json::parse(out);
+    ASSERT_EQ(read.size(), report["tensors"].size());
+    std::size_t bf16 = 0;
+    for (const auto& t : report["tensors"]) {
+      const std::string name = t["name"];
+      SCOPED_TRACE(name);
+      ASSERT_TRUE(read.contains(name));
+      const auto& r = read[name];
+      EXPECT_EQ(r["fnv1a64"], t["fnv1a64"]);
+      EXPECT_EQ(r["shape"], t["shape"]);
+      if (std::string(c.format) == "hdf5") {
+        EXPECT_EQ(r["dtype"], t["dtype"]);
+        if (t["dtype"] == "bf16") {
+          ++bf16;
+          EXPECT_EQ(r["numpy_dtype"], "float32");
+          EXPECT_EQ(r["bf16_as_f32_exact"], true) << "h5py's float32 is not bits << 16";
+        }
+      } else {
+        const std::string d = t["dtype"];
+        EXPECT_EQ(r["dtype"], d == "bf16" ? "BF16" : d == "fp16" ? "F16" : "F32");
+      }
+    }
+    if (std::string(c.format) == "hdf5" && c.model[1] == "llama-tiny") EXPECT_EQ(bf16, 30u);
+    fs::remove_all(target);
+  }
+}
