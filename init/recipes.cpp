@@ -119,8 +119,11 @@ FillSpec megatron_rule(const TensorContext& c) {
   }
 }
 
-// ---- pytorch-default: nn.Linear.reset_parameters, nn.Embedding ----
-FillSpec pytorch_rule(const TensorContext& c) {
+// ---- pytorch-default (nn.Linear.reset_parameters, nn.Embedding) and equinox (eqx.nn.Linear,
+// eqx.nn.Embedding): the same rule in both sources. Embeddings normal(0, 1); every weight and bias
+// U(+-1/sqrt(fan_in)): PyTorch's kaiming_uniform_(a=sqrt(5)) has gain sqrt(2 / 6) and bound
+// sqrt(3) gain / sqrt(fan_in) = 1 / sqrt(fan_in), which is Equinox's bound too. ----
+FillSpec fan_in_uniform_rule(const char* recipe, const TensorContext& c) {
   if (auto n = norm_rule(c)) return *n;
   switch (c.tensor.role) {
     case TensorRole::embedding:
@@ -130,31 +133,14 @@ FillSpec pytorch_rule(const TensorContext& c) {
     case TensorRole::router_weight:
     case TensorRole::head_weight:
     case TensorRole::linear_bias: {
-      // kaiming_uniform_(a=sqrt(5)): gain sqrt(2 / 6), bound sqrt(3) gain / sqrt(fan_in) = 1 / sqrt(fan_in).
-      const double b = 1.0 / std::sqrt(fan_in("pytorch-default", c));
+      const double b = 1.0 / std::sqrt(fan_in(recipe, c));
       return FillSpec::uniform(-b, b);
     }
-    default: no_rule("pytorch-default", c);
+    default: no_rule(recipe, c);
   }
 }
-
-// ---- equinox: eqx.nn.Linear, eqx.nn.Embedding ----
-FillSpec equinox_rule(const TensorContext& c) {
-  if (auto n = norm_rule(c)) return *n;
-  switch (c.tensor.role) {
-    case TensorRole::embedding:
-    case TensorRole::position_embedding: return FillSpec::normal(0.0, 1.0);
-    case TensorRole::linear_weight:
-    case TensorRole::output_weight:
-    case TensorRole::router_weight:
-    case TensorRole::head_weight:
-    case TensorRole::linear_bias: {
-      const double b = 1.0 / std::sqrt(fan_in("equinox", c));
-      return FillSpec::uniform(-b, b);
-    }
-    default: no_rule("equinox", c);
-  }
-}
+FillSpec pytorch_rule(const TensorContext& c) { return fan_in_uniform_rule("pytorch-default", c); }
+FillSpec equinox_rule(const TensorContext& c) { return fan_in_uniform_rule("equinox", c); }
 
 // ---- flax: nn.Dense (lecun_normal kernel, zero bias), nn.Embed (variance_scaling(1, fan_in, normal)) ----
 FillSpec flax_rule(const TensorContext& c) {
