@@ -295,6 +295,8 @@ TEST_F(Cli, BadInputIsOneLineExitTwoAndNothingWritten) {
        {"parameter count overflows 64 bits"}},
       {"activation bytes overflow (plan)", {"plan", "--preset", "llama-3-70b", "--batch", "100000000", "--seq", "100000000"},
        {"activation bytes overflow 64 bits"}},
+      {"negative batch", {"plan", "--preset", "llama-tiny", "--batch", "-1"}, {"--batch", "positive integer", "'-1'"}},
+      {"negative sequence", {"plan", "--preset", "llama-tiny", "--seq", "-2048"}, {"--seq", "positive integer", "'-2048'"}},
       {"zero sequence", {"plan", "--preset", "llama-tiny", "--seq", "0"}, {"--seq", "positive integer"}},
       {"non-integer batch", {"plan", "--preset", "llama-tiny", "--batch", "1.5"}, {"--batch", "1.5"}},
       {"bad memory size", {"plan", "--preset", "llama-tiny", "--gpu-mem", "80 gigs"}, {"cannot read byte size '80 gigs'"}},
