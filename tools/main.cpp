@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <new>
 
@@ -9,6 +10,19 @@
 #include "layerinit/config.hpp"
 #include "memory/errors.hpp"
 #include "tools/common.hpp"
+
+namespace {
+// One line on stderr, then out without atexit handlers: after a failed write (full disk,
+// RLIMIT_FSIZE) HDF5 1.10's own handler (H5_term_library -> H5F__close_cb) crashes on the file
+// whose close failed, turning exit code 1 into SIGSEGV. Every object of ours was destroyed by stack
+// unwinding before the catch, so the temporary file is already gone; only stdio needs flushing.
+[[noreturn]] void fail(int code, const char* what, const char* suffix = "") {
+  std::fprintf(stderr, "layerinit: error: %s%s\n", what, suffix);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(code);
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace layerinit;
@@ -70,20 +84,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "layerinit: error: %s (see --help)\n", e.what());
-    return 2;
+    fail(2, e.what(), " (see --help)");
   } catch (const std::invalid_argument& e) {  // bad input: usage_error, spec_error, unknown names
-    std::fprintf(stderr, "layerinit: error: %s\n", e.what());
-    return 2;
+    fail(2, e.what());
   } catch (const std::overflow_error& e) {
-    std::fprintf(stderr, "layerinit: error: %s\n", e.what());
-    return 2;
+    fail(2, e.what());
   } catch (const out_of_memory& e) {
-    std::fprintf(stderr, "layerinit: error: %s\n", e.what());
-    return 1;
+    fail(1, e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "layerinit: error: %s\n", e.what());
-    return 1;
+    fail(1, e.what());
   }
   return 0;
 }
