@@ -363,6 +363,11 @@ std::uint64_t planned_bytes(CheckpointFormat f, const std::vector<DatasetSpec>& 
 std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& target,
                                                    std::vector<DatasetSpec> datasets,
                                                    const CheckpointMetadata& meta, const WriterOptions& opts) {
+  // HDF5 1.10's atexit handler (H5_term_library -> H5F__close_cb) crashes on a file whose close failed
+  // (disk full, RLIMIT_FSIZE), turning a clean error exit into SIGSEGV in any program using this
+  // library. Our writers close everything they open, so HDF5's own cleanup at exit is not needed.
+  static const bool no_atexit = [] { return H5dont_atexit() >= 0; }();
+  (void)no_atexit;
   detail::validate_datasets(datasets);
   if (opts.max_chunk_bytes == 0 || opts.max_chunk_bytes > (std::uint64_t{1} << 32) - 1)
     throw std::invalid_argument("checkpoint: max_chunk_bytes must be in [1, 4 GiB)");

@@ -21,15 +21,22 @@ void memory_resource::do_commit(void*, std::size_t, std::size_t) {
 void memory_resource::do_release(void*, std::size_t) noexcept {}
 
 void* host_resource::do_allocate(std::size_t bytes, const AllocTag&) {
-  const std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-  void* p = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
+  void* p = nullptr;
+  if (bytes >= mmap_threshold) {
+    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);  // page aligned
+    if (p == MAP_FAILED) p = nullptr;
+  } else {
+    const std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+    p = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
+  }
   if (!p) throw out_of_memory(bytes, in_use_.load(), "host");
   in_use_ += bytes;
   return p;
 }
 
 void host_resource::do_deallocate(void* p, std::size_t bytes) noexcept {
-  std::free(p);
+  if (bytes >= mmap_threshold) munmap(p, bytes);
+  else std::free(p);
   in_use_ -= bytes;
 }
 

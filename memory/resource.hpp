@@ -55,9 +55,13 @@ class memory_resource {
 };
 
 // Host memory: 64-byte aligned allocations; reservations through mmap (PROT_NONE, then mprotect).
+// Allocations of mmap_threshold bytes or more are mapped on their own and unmapped when freed, so a
+// freed layer leaves the process at once (malloc would keep it in its heap after raising its own
+// dynamic threshold, and resident memory would drift above one layer while streaming).
 class host_resource final : public memory_resource {
  public:
   static constexpr std::size_t alignment = 64;
+  static constexpr std::size_t mmap_threshold = 1u << 20;
   std::size_t in_use() const noexcept { return in_use_.load(); }
 
  private:

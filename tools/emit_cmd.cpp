@@ -1,7 +1,6 @@
 // layerinit emit: build layer by layer and stream into an HDF5 file or a safetensors directory.
 #include <unistd.h>
 #if defined(__GLIBC__)
-#include <malloc.h>
 #endif
 
 #include <atomic>
@@ -78,14 +77,6 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
 
-#if defined(__GLIBC__)
-  // Each part is freed once written, so the next one can reuse its memory. glibc's default raises
-  // its mmap threshold after the first large free (up to 32 MiB) and from then on keeps freed parts
-  // in a fragmented heap: the process grew 50-110 MiB beyond its largest part, differently on every
-  // run (tests/test_cli.cpp, EmitPeakResidentMemoryStaysWithinItsBound). A fixed threshold maps
-  // every large tensor on its own and returns it to the system when it is freed.
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
-#endif
   auto be = make_backend(args.backend, args.threads);
   tracking_resource tracker(be->memory());
   const Builder builder(spec, recipe, opts, *be, tracker);

@@ -12,15 +12,10 @@
 #include "tools/common.hpp"
 
 namespace {
-// One line on stderr, then out without atexit handlers: after a failed write (full disk,
-// RLIMIT_FSIZE) HDF5 1.10's own handler (H5_term_library -> H5F__close_cb) crashes on the file
-// whose close failed, turning exit code 1 into SIGSEGV. Every object of ours was destroyed by stack
-// unwinding before the catch, so the temporary file is already gone; only stdio needs flushing.
+// One line on stderr and the exit code: 2 for bad input, 1 for anything else.
 [[noreturn]] void fail(int code, const char* what, const char* suffix = "") {
   std::fprintf(stderr, "layerinit: error: %s%s\n", what, suffix);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::_Exit(code);
+  std::exit(code);
 }
 }  // namespace
 
