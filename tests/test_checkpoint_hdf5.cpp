@@ -18,32 +18,15 @@
 #include <sstream>
 
 #include "checkpoint/writer.hpp"
+#include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using namespace layerinit;
 
+using layerinit::testing::slurp;
+using layerinit::testing::TempDir;
+
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "layerinit-ckpt-XXXXXX").string();
-    if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp");
-    path_ = t;
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-  // Everything in the directory: after a failure only what the test put there may remain.
-  std::vector<std::string> entries() const {
-    std::vector<std::string> v;
-    for (const auto& e : fs::directory_iterator(path_)) v.push_back(e.path().filename().string());
-    std::sort(v.begin(), v.end());
-    return v;
-  }
-
- private:
-  fs::path path_;
-};
 
 std::vector<std::uint16_t> all_patterns() {
   std::vector<std::uint16_t> v(65536);

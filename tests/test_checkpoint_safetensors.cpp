@@ -16,40 +16,16 @@
 #include <sstream>
 
 #include "checkpoint/writer.hpp"
+#include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using namespace layerinit;
 using nlohmann::json;
 
+using layerinit::testing::slurp;
+using layerinit::testing::TempDir;
+
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "layerinit-st-XXXXXX").string();
-    if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp");
-    path_ = t;
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-  static std::vector<std::string> list(const fs::path& p) {
-    std::vector<std::string> v;
-    for (const auto& e : fs::directory_iterator(p)) v.push_back(e.path().filename().string());
-    std::sort(v.begin(), v.end());
-    return v;
-  }
-  std::vector<std::string> entries() const { return list(path_); }
-
- private:
-  fs::path path_;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 // The minimal reader: checks the format's rules and returns name -> (dtype, shape, bytes).
 struct Tensor {

@@ -34,42 +34,18 @@
 #include <thread>
 
 #include "layerinit/config.hpp"
+#include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+
+using layerinit::testing::slurp;
+using layerinit::testing::TempDir;
 
 namespace {
 
 const std::string kBinary = std::string(LAYERINIT_BINARY_DIR) + "/bin/layerinit";
 const std::string kPython = std::string(LAYERINIT_SOURCE_DIR) + "/.venv/bin/python";
-
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "layerinit-cli-XXXXXX").string();
-    if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp");
-    path_ = t;
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> v;
-    for (const auto& e : fs::directory_iterator(path_)) v.push_back(e.path().filename().string());
-    std::sort(v.begin(), v.end());
-    return v;
-  }
-
- private:
-  fs::path path_;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void write_file(const fs::path& p, const std::string& text) {
   std::ofstream out(p, std::ios::binary);

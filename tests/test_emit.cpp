@@ -20,38 +20,15 @@
 #include "init/presets.hpp"
 #include "init/recipes.hpp"
 #include "stacking/stack.hpp"
+#include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using namespace layerinit;
 
+using layerinit::testing::slurp;
+using layerinit::testing::TempDir;
+
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "layerinit-emit-XXXXXX").string();
-    if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp");
-    path_ = t;
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> v;
-    for (const auto& e : fs::directory_iterator(path_)) v.push_back(e.path().filename().string());
-    std::sort(v.begin(), v.end());
-    return v;
-  }
-
- private:
-  fs::path path_;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 struct FileTensor {
   Shape shape;
