@@ -48,19 +48,13 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   for (const auto& t : model.post) add(t.view, false);
 
   if (report == "json") {
-    nlohmann::ordered_json out{{"model", spec.name},
-                       {"dtype", dtype_name(opts.dtype)},
-                       {"seed", opts.seed},
-                       {"recipe", recipe.name()},
-                       {"layout", args.layout},
-                       {"orientation", orientation_name(opts.orientation)},
-                       {"backend", be->describe()},
-                       {"parameters", spec.parameter_count()},
-                       {"tensors", tensors_json(tensors)},
-                       {"total_bytes", model.bytes()},
-                       {"peak_bytes", stats.peak_bytes},
-                       {"allocations", stats.total_count},
-                       {"wall_seconds", build_seconds}};
+    nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout, *be);
+    out["parameters"] = spec.parameter_count();
+    out["tensors"] = tensors_json(tensors);
+    out["total_bytes"] = model.bytes();
+    out["peak_bytes"] = stats.peak_bytes;
+    out["allocations"] = stats.total_count;
+    out["wall_seconds"] = build_seconds;
     std::cout << out.dump(2) << "\n";
   } else {
     std::printf("%s: %llu parameters in %zu tensors, %s, layout %s, backend %s\n", spec.name.c_str(),

@@ -140,6 +140,17 @@ nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors) {
   return out;
 }
 
+nlohmann::ordered_json report_header(const ModelSpec& spec, const BuildOptions& opts, const Recipe& recipe,
+                                     const std::string& layout, const backend& be) {
+  return nlohmann::ordered_json{{"model", spec.name},
+                                {"dtype", dtype_name(opts.dtype)},
+                                {"seed", opts.seed},
+                                {"recipe", recipe.name()},
+                                {"layout", layout},
+                                {"orientation", orientation_name(opts.orientation)},
+                                {"backend", be.describe()}};
+}
+
 std::string hex64(std::uint64_t h) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));

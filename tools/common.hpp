@@ -53,6 +53,10 @@ std::string hex64(std::uint64_t h);
 // The "tensors" array of a report: name, shape, dtype, bytes, fnv1a64 (and per-layer hashes).
 nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors);
 
+// The report fields build and emit share: model, dtype, seed, recipe, layout, orientation, backend.
+nlohmann::ordered_json report_header(const ModelSpec& spec, const BuildOptions& opts, const Recipe& recipe,
+                                     const std::string& layout, const backend& be);
+
 int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file);
 
 struct PlanArgs {

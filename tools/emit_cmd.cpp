@@ -94,21 +94,15 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
   if (tty) std::fprintf(stderr, "\n");
 
   if (ea.report == "json") {
-    nlohmann::ordered_json out{{"model", spec.name},
-                               {"dtype", dtype_name(opts.dtype)},
-                               {"seed", opts.seed},
-                               {"recipe", recipe.name()},
-                               {"layout", args.layout},
-                               {"orientation", orientation_name(opts.orientation)},
-                               {"backend", be->describe()},
-                               {"format", format_name(format)},
-                               {"output", ea.output},
-                               {"parameters", spec.parameter_count()},
-                               {"tensors", tensors_json(r.tensors)},
-                               {"total_bytes", r.weight_bytes},
-                               {"peak_bytes", tracker.stats().peak_bytes},
-                               {"file_bytes", r.file_bytes},
-                               {"wall_seconds", r.seconds}};
+    nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout, *be);
+    out["format"] = format_name(format);
+    out["output"] = ea.output;
+    out["parameters"] = spec.parameter_count();
+    out["tensors"] = tensors_json(r.tensors);
+    out["total_bytes"] = r.weight_bytes;
+    out["peak_bytes"] = tracker.stats().peak_bytes;
+    out["file_bytes"] = r.file_bytes;
+    out["wall_seconds"] = r.seconds;
     std::cout << out.dump(2) << "\n";
   } else {
     std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", ea.output.c_str(), format_bytes(r.weight_bytes).c_str(),
