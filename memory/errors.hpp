@@ -1,4 +1,4 @@
-// Errors the library throws. It never calls exit() or abort().
+// Errors the library throws. It never ends the process itself: every failure is an exception.
 // defines: error, out_of_memory, cuda_error, LAYERINIT_EXPECTS, LAYERINIT_CUDA_TRY
 #pragma once
 
