@@ -20,11 +20,9 @@ std::vector<DatasetSpec> checkpoint_datasets(const Builder& b) {
       for (const auto& p : b.plan_layer(i)) add(p);
   } else if (spec.num_layers > 0) {
     const auto first = b.plan_layer(0);
-    for (std::size_t j = 0; j < first.size(); ++j) {
-      Shape shape{spec.num_layers};
-      shape.insert(shape.end(), first[j].memory_shape.begin(), first[j].memory_shape.end());
-      out.push_back({stacked_name(spec, spec.layer.tensors[j]), shape, first[j].dtype, first[j].numel()});
-    }
+    for (std::size_t j = 0; j < first.size(); ++j)
+      out.push_back({stacked_name(spec, spec.layer.tensors[j]), stacked_shape(spec, first[j].memory_shape), first[j].dtype,
+                     first[j].numel()});
   }
   for (const auto& p : b.plan_post()) add(p);
   return out;

@@ -137,12 +137,7 @@ std::vector<std::uint64_t> Builder::layer_order() const {
   return order;
 }
 
-Tensor Builder::make_tensor(const PlannedTensor& p) const {
-  Tensor t;
-  t.storage = Storage::allocate(*mr_, p.bytes(), AllocTag{p.name, p.dtype});
-  t.view = TensorView{p.name, p.memory_shape, p.dtype, t.storage.data(), mr_->kind()};
-  return t;
-}
+Tensor Builder::make_tensor(const PlannedTensor& p) const { return Tensor::allocate(*mr_, p.name, p.memory_shape, p.dtype); }
 
 namespace {
 // Allocates and fills a list of planned tensors with one fill call.
@@ -177,15 +172,9 @@ Model Builder::build(const std::function<void(std::uint64_t)>& on_layer) const {
   } else if (spec_.num_layers > 0) {
     // One [L, ...] allocation per layer parameter; layer i is filled straight into slice i.
     const std::vector<PlannedTensor> first = plan_layer(0);
-    for (std::size_t j = 0; j < first.size(); ++j) {
-      Shape shape{spec_.num_layers};
-      shape.insert(shape.end(), first[j].memory_shape.begin(), first[j].memory_shape.end());
-      const std::string name = stacked_name(spec_, spec_.layer.tensors[j]);
-      Tensor t;
-      t.storage = Storage::allocate(*mr_, spec_.num_layers * first[j].bytes(), AllocTag{name, first[j].dtype});
-      t.view = TensorView{name, shape, first[j].dtype, t.storage.data(), mr_->kind()};
-      m.stacked.push_back(std::move(t));
-    }
+    for (std::size_t j = 0; j < first.size(); ++j)
+      m.stacked.push_back(Tensor::allocate(*mr_, stacked_name(spec_, spec_.layer.tensors[j]),
+                                           stacked_shape(spec_, first[j].memory_shape), first[j].dtype));
     for (std::uint64_t i : layer_order()) {
       const std::vector<PlannedTensor> plans = plan_layer(i);
       std::vector<FillJob> jobs;

@@ -31,9 +31,7 @@ std::vector<Staged> make_fp32(const std::vector<PlannedTensor>& plans, backend& 
   for (const auto& p : plans) {
     PlannedTensor f = p;
     f.dtype = DType::f32;
-    Staged s{p, {}};
-    s.f32.storage = Storage::allocate(mr, f.bytes(), AllocTag{p.name + " (fp32 staging)", DType::f32});
-    s.f32.view = TensorView{p.name, p.memory_shape, DType::f32, s.f32.storage.data(), mr.kind()};
+    Staged s{p, Tensor::allocate(mr, p.name + " (fp32 staging)", p.memory_shape, DType::f32)};
     jobs.push_back(fill_job_for(f, s.f32.view.data, seed));
     out.push_back(std::move(s));
   }
@@ -44,9 +42,7 @@ std::vector<Staged> make_fp32(const std::vector<PlannedTensor>& plans, backend& 
 
 // The target-dtype tensor cast from an fp32 one (round to nearest even, as frameworks cast).
 Tensor cast(const Staged& s, backend& be, memory_resource& mr) {
-  Tensor t;
-  t.storage = Storage::allocate(mr, s.plan.bytes(), AllocTag{s.plan.name, s.plan.dtype});
-  t.view = TensorView{s.plan.name, s.plan.memory_shape, s.plan.dtype, t.storage.data(), mr.kind()};
+  Tensor t = Tensor::allocate(mr, s.plan.name, s.plan.memory_shape, s.plan.dtype);
   if (be.kind() == BackendKind::dry) return t;
   const auto n = static_cast<Eigen::Index>(s.plan.numel());
   const Eigen::Map<const Eigen::ArrayXf> src(static_cast<const float*>(s.f32.view.data), n);
@@ -112,12 +108,7 @@ Model run_naive(NaiveStrategy strategy, const Builder& b, backend& be, memory_re
   s.post = std::move(m.post);
   for (std::size_t j = 0; j < spec.layer.tensors.size() && spec.num_layers > 0; ++j) {
     const TensorView& v0 = m.layers[0].tensors[j].view;
-    Shape shape{spec.num_layers};
-    shape.insert(shape.end(), v0.shape.begin(), v0.shape.end());
-    const std::string name = stacked_name(spec, spec.layer.tensors[j]);
-    Tensor t;
-    t.storage = Storage::allocate(mr, spec.num_layers * v0.bytes(), AllocTag{name, v0.dtype});
-    t.view = TensorView{name, shape, v0.dtype, t.storage.data(), mr.kind()};
+    Tensor t = Tensor::allocate(mr, stacked_name(spec, spec.layer.tensors[j]), stacked_shape(spec, v0.shape), v0.dtype);
     for (std::uint64_t i = 0; i < spec.num_layers; ++i)
       be.copy(static_cast<unsigned char*>(t.view.data) + i * v0.bytes(), m.layers[i].tensors[j].view.data, v0.bytes());
     s.stacked.push_back(std::move(t));

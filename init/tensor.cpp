@@ -48,4 +48,23 @@ void Storage::reset() noexcept {
   reserved_ = false;
 }
 
+namespace {
+Tensor make(memory_resource& mr, std::string name, Shape shape, DType dtype, bool reserved) {
+  Tensor t;
+  const std::size_t bytes = numel(shape) * dtype_size(dtype);
+  const AllocTag tag{name, dtype};
+  t.storage = reserved ? Storage::reserve(mr, bytes, tag) : Storage::allocate(mr, bytes, tag);
+  t.view = TensorView{std::move(name), std::move(shape), dtype, t.storage.data(), mr.kind()};
+  return t;
+}
+}  // namespace
+
+Tensor Tensor::allocate(memory_resource& mr, std::string name, Shape shape, DType dtype) {
+  return make(mr, std::move(name), std::move(shape), dtype, false);
+}
+
+Tensor Tensor::reserve(memory_resource& mr, std::string name, Shape shape, DType dtype) {
+  return make(mr, std::move(name), std::move(shape), dtype, true);
+}
+
 }  // namespace layerinit

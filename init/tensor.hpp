@@ -50,6 +50,11 @@ class Storage {
 struct Tensor {
   TensorView view;
   Storage storage;  // empty for views into another tensor's storage
+
+  // A tensor owning numel(shape) elements of dtype from `mr`, its allocation tagged with name and dtype.
+  static Tensor allocate(memory_resource& mr, std::string name, Shape shape, DType dtype);
+  // The same with its bytes only reserved: commit ranges before writing them.
+  static Tensor reserve(memory_resource& mr, std::string name, Shape shape, DType dtype);
 };
 
 }  // namespace layerinit

@@ -8,6 +8,12 @@ namespace layerinit {
 
 std::string stacked_name(const ModelSpec& spec, const TensorSpec& t) { return spec.layer_prefix + t.name; }
 
+Shape stacked_shape(const ModelSpec& spec, const Shape& slice) {
+  Shape shape{spec.num_layers};
+  shape.insert(shape.end(), slice.begin(), slice.end());
+  return shape;
+}
+
 Model stack(Model&& m, const ModelSpec& spec, backend& be, memory_resource& memory) {
   if (m.layout != Layout::per_layer) throw std::invalid_argument("stack: the model is already stacked");
   if (m.layers.size() != spec.num_layers)
@@ -31,13 +37,7 @@ Model stack(Model&& m, const ModelSpec& spec, backend& be, memory_resource& memo
   for (std::size_t j = 0; j < count; ++j) {
     const TensorView& v = m.layers.front().tensors[j].view;
     slice[j] = v.bytes();
-    Shape shape{spec.num_layers};
-    shape.insert(shape.end(), v.shape.begin(), v.shape.end());
-    const std::string name = stacked_name(spec, spec.layer.tensors[j]);
-    Tensor t;
-    t.storage = Storage::reserve(memory, spec.num_layers * slice[j], AllocTag{name, v.dtype});
-    t.view = TensorView{name, shape, v.dtype, t.storage.data(), memory.kind()};
-    out.stacked.push_back(std::move(t));
+    out.stacked.push_back(Tensor::reserve(memory, stacked_name(spec, spec.layer.tensors[j]), stacked_shape(spec, v.shape), v.dtype));
   }
 
   std::vector<bool> seen(spec.num_layers, false);

@@ -10,6 +10,8 @@ namespace layerinit {
 
 // "model.layers." + "mlp.up_proj.weight" -> "model.layers.mlp.up_proj.weight".
 std::string stacked_name(const ModelSpec& spec, const TensorSpec& t);
+// [L, ...slice]: the shape of a stacked layer parameter whose layer slices have `slice` shape.
+Shape stacked_shape(const ModelSpec& spec, const Shape& slice);
 
 // Turns a per-layer model into a stacked one with in-place copies: each stacked buffer is reserved
 // (address space only) and its slice i committed just before layer i is copied into it; layer i is
