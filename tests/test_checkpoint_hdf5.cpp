@@ -24,6 +24,9 @@ namespace fs = std::filesystem;
 using namespace layerinit;
 
 using layerinit::testing::slurp;
+using layerinit::testing::ChildOutcome;
+using layerinit::testing::in_child;
+using layerinit::testing::in_child_with_message;
 using layerinit::testing::TempDir;
 
 namespace {
@@ -128,23 +131,6 @@ struct Fixture {
     write_all(w, 2, f32.data(), f32.size(), slab);
   }
 };
-
-// Forks a child that runs `body` and returns its wait status; the child never returns into gtest.
-template <class F>
-int in_child(F body) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int rc = 99;
-    try {
-      rc = body();
-    } catch (...) {
-    }
-    ::_exit(rc);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return status;
-}
 
 }  // namespace
 
@@ -430,10 +416,7 @@ TEST(CheckpointHdf5, KilledMidWayLeavesTheOldFileIntact) {
 TEST(CheckpointHdf5, FullFilesystemFailsClearlyAndLeavesNothing) {
   TempDir dir;
   const fs::path out = dir.path() / "model.h5";
-  int pipefd[2];
-  ASSERT_EQ(::pipe(pipefd), 0);
-  int st = in_child([&] {
-    ::close(pipefd[0]);
+  const ChildOutcome child = in_child_with_message([&](std::string& message) {
     ::signal(SIGXFSZ, SIG_IGN);
     struct rlimit rl = {100000, 100000};  // files may not grow past 100 kB: the data is 260 kB
     ::setrlimit(RLIMIT_FSIZE, &rl);
@@ -443,19 +426,15 @@ TEST(CheckpointHdf5, FullFilesystemFailsClearlyAndLeavesNothing) {
       fx.write(*w);
       w->commit();
     } catch (const checkpoint_error& e) {
-      ssize_t n = ::write(pipefd[1], e.what(), std::strlen(e.what()));
-      (void)n;
+      message = e.what();
       return 0;
     }
     return 1;
   });
-  ::close(pipefd[1]);
-  char buf[4096] = {};
-  ssize_t n = ::read(pipefd[0], buf, sizeof buf - 1);
-  ::close(pipefd[0]);
+  const int st = child.status;
   ASSERT_TRUE(WIFEXITED(st)) << "child killed by signal " << WTERMSIG(st);
   EXPECT_EQ(WEXITSTATUS(st), 0) << "the write did not fail";
-  const std::string msg(buf, n > 0 ? n : 0);
+  const std::string& msg = child.message;
   EXPECT_NE(msg.find("File too large"), std::string::npos) << msg;
   EXPECT_NE(msg.find(out.string()), std::string::npos) << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg;

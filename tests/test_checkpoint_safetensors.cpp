@@ -23,6 +23,9 @@ using namespace layerinit;
 using nlohmann::json;
 
 using layerinit::testing::slurp;
+using layerinit::testing::ChildOutcome;
+using layerinit::testing::in_child;
+using layerinit::testing::in_child_with_message;
 using layerinit::testing::TempDir;
 
 namespace {
@@ -135,22 +138,6 @@ struct Fixture {
     w.write(2, 0, f32.data(), 5);
   }
 };
-
-template <class F>
-int in_child(F body) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int rc = 99;
-    try {
-      rc = body();
-    } catch (...) {
-    }
-    ::_exit(rc);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return status;
-}
 
 ModelSpec llama_spec() {
   ModelSpec s;
@@ -355,10 +342,7 @@ TEST(CheckpointSafetensors, KilledMidWayLeavesTheOldDirectoryIntact) {
 TEST(CheckpointSafetensors, FullFilesystemFailsClearlyAndLeavesNothing) {
   TempDir dir;
   const fs::path out = dir.path() / "model";
-  int pipefd[2];
-  ASSERT_EQ(::pipe(pipefd), 0);
-  int st = in_child([&] {
-    ::close(pipefd[0]);
+  const ChildOutcome child = in_child_with_message([&](std::string& message) {
     ::signal(SIGXFSZ, SIG_IGN);
     struct rlimit rl = {50000, 50000};  // the bf16 tensor alone is 128 KiB
     ::setrlimit(RLIMIT_FSIZE, &rl);
@@ -368,19 +352,15 @@ TEST(CheckpointSafetensors, FullFilesystemFailsClearlyAndLeavesNothing) {
       fx.write(*w);
       w->commit();
     } catch (const checkpoint_error& e) {
-      ssize_t n = ::write(pipefd[1], e.what(), std::strlen(e.what()));
-      (void)n;
+      message = e.what();
       return 0;
     }
     return 1;
   });
-  ::close(pipefd[1]);
-  char buf[4096] = {};
-  ssize_t n = ::read(pipefd[0], buf, sizeof buf - 1);
-  ::close(pipefd[0]);
+  const int st = child.status;
   ASSERT_TRUE(WIFEXITED(st)) << "killed by signal " << WTERMSIG(st);
   EXPECT_EQ(WEXITSTATUS(st), 0) << "the write did not fail";
-  const std::string msg(buf, n > 0 ? n : 0);
+  const std::string& msg = child.message;
   EXPECT_EQ(msg, "checkpoint: cannot write " + (out / "model.safetensors").string() + ": File too large");
   EXPECT_TRUE(dir.entries().empty());
 }

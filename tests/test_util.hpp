@@ -2,6 +2,8 @@
 #pragma once
 
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -44,6 +46,48 @@ inline std::string slurp(const std::filesystem::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Forks a child that runs `body` and returns its wait status; the child never returns into gtest.
+template <class F>
+int in_child(F body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int rc = 99;
+    try {
+      rc = body();
+    } catch (...) {
+    }
+    ::_exit(rc);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+// in_child for a body that also reports a message (e.g. an exception's what()) back to the test.
+struct ChildOutcome {
+  int status = 0;
+  std::string message;
+};
+template <class F>
+ChildOutcome in_child_with_message(F body) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("pipe");
+  ChildOutcome out;
+  out.status = in_child([&] {
+    ::close(fds[0]);
+    std::string msg;
+    const int rc = body(msg);
+    const ssize_t n = ::write(fds[1], msg.data(), msg.size());
+    (void)n;
+    return rc;
+  });
+  ::close(fds[1]);
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.message.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  return out;
 }
 
 }  // namespace layerinit::testing
