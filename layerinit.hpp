@@ -2,18 +2,21 @@
 // pure function of (seed, tensor name, element index). One include for library users.
 #pragma once
 
-#include "dtypes/dtype.hpp"
-#include "init/builder.hpp"
-#include "init/naive.hpp"
-#include "init/plan.hpp"
-#include "init/presets.hpp"
-#include "init/recipes.hpp"
-#include "init/spec.hpp"
-#include "init/spec_json.hpp"
-#include "checkpoint/emit.hpp"
-#include "kernels/fill.hpp"
-#include "layerinit/config.hpp"
-#include "memory/backend.hpp"
-#include "memory/errors.hpp"
-#include "memory/tracking.hpp"
-#include "stacking/stack.hpp"
+#include <layerinit/config.hpp>
+#include <layerinit/core/bytes.hpp>
+#include <layerinit/core/errors.hpp>
+#include <layerinit/core/shape.hpp>
+#include <layerinit/dtypes/dtype.hpp>
+#include <layerinit/kernels/fill.hpp>
+#include <layerinit/memory/tensor.hpp>
+#include <layerinit/memory/tracking.hpp>
+#include <layerinit/backends/backend.hpp>
+#include <layerinit/init/builder.hpp>
+#include <layerinit/init/presets.hpp>
+#include <layerinit/init/recipes.hpp>
+#include <layerinit/init/spec.hpp>
+#include <layerinit/init/spec_json.hpp>
+#include <layerinit/stacking/stack.hpp>
+#include <layerinit/plan/plan.hpp>
+#include <layerinit/checkpoint/emit.hpp>
+#include <layerinit/checkpoint/hf_config.hpp>

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint/writer.hpp"
+#include <layerinit/checkpoint/writer.hpp>
 
 namespace layerinit::detail {
 

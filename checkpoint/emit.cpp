@@ -1,12 +1,11 @@
-#include "checkpoint/emit.hpp"
+#include <layerinit/checkpoint/emit.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <stdexcept>
 
-#include "kernels/philox.hpp"
-#include "stacking/stack.hpp"
+#include <layerinit/kernels/philox.hpp>
 
 namespace layerinit {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/writer.hpp"
-#include "init/builder.hpp"
+#include <layerinit/checkpoint/writer.hpp>
+#include <layerinit/init/builder.hpp>
 
 namespace layerinit {
 

@@ -7,9 +7,10 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
-#include "checkpoint/detail.hpp"
+#include "detail.hpp"
 
 namespace layerinit {
 namespace {

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/detail.hpp"
+#include "detail.hpp"
 
 namespace layerinit {
 namespace {

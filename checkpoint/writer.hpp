@@ -1,8 +1,5 @@
 // Checkpoint writers: stream a model's parameters, slab by slab, into HDF5 or safetensors files that
 // appear atomically at the target path (docs/checkpoint.md).
-// defines: checkpoint_error, CheckpointFormat, DatasetSpec, CheckpointMetadata, WriterOptions,
-//          CheckpointWriter, open_checkpoint_writer, open_hdf5_writer, open_safetensors_writer,
-//          check_free_space, planned_bytes, config_json, format_name, parse_checkpoint_format
 //
 // Use:
 //   auto w = open_checkpoint_writer(CheckpointFormat::hdf5, "out.h5", datasets, meta, opts);
@@ -20,9 +17,9 @@
 #include <string_view>
 #include <vector>
 
-#include "dtypes/dtype.hpp"
-#include "init/spec.hpp"
-#include "memory/errors.hpp"
+#include <layerinit/dtypes/dtype.hpp>
+#include <layerinit/core/shape.hpp>
+#include <layerinit/core/errors.hpp>
 
 namespace layerinit {
 
@@ -68,7 +65,7 @@ struct WriterOptions {
   // safetensors: start a new shard when the next tensor would push a shard's data past this many
   // bytes (0: never shard). A tensor larger than the limit gets a shard of its own.
   std::uint64_t max_shard_size = 0;
-  // safetensors: written as config.json beside the weights when not empty (see config_json()).
+  // safetensors: written as config.json beside the weights when not empty (checkpoint/hf_config.hpp).
   std::string config_json;
   // HDF5: upper bound on a chunk's bytes (HDF5's own limit is 4 GiB). Also the most a single
   // dataset's staging buffer holds, needed only when a write ends inside a chunk.
@@ -127,10 +124,5 @@ std::unique_ptr<CheckpointWriter> open_safetensors_writer(const std::filesystem:
 std::unique_ptr<CheckpointWriter> open_checkpoint_writer(CheckpointFormat f, const std::filesystem::path& target,
                                                          std::vector<DatasetSpec> datasets,
                                                          const CheckpointMetadata& meta, const WriterOptions& opts);
-
-// Hugging Face config.json for the llama, mistral, mixtral and gpt2 families (from spec.family,
-// spec.hyper and spec.num_layers), so transformers loads the output directory as a model. Throws
-// std::invalid_argument for other families, naming the supported ones.
-std::string config_json(const ModelSpec& spec, DType dtype);
 
 }  // namespace layerinit

@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "dtypes/dtype.hpp"
-#include "kernels/hd.hpp"
+#include <layerinit/dtypes/dtype.hpp>
+#include <layerinit/core/hd.hpp>
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
@@ -23,7 +23,7 @@ template <> struct storage<DType::f16> { using type = std::uint16_t; };
 template <> struct storage<DType::bf16> { using type = std::uint16_t; };
 template <DType T> using storage_t = typename storage<T>::type;
 
-template <DType T> LI_HD storage_t<T> to_storage(float v) {
+template <DType T> LAYERINIT_HD storage_t<T> to_storage(float v) {
   if constexpr (T == DType::f32) {
     return v;
   } else if constexpr (T == DType::f16) {

@@ -1,9 +1,16 @@
-#include "dtypes/dtype.hpp"
+#include <layerinit/dtypes/dtype.hpp>
 
 #include <cmath>
 #include <stdexcept>
 
+#include <Eigen/Core>
+
 namespace layerinit {
+
+std::uint16_t float_to_f16_bits(float x) { return Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(x)); }
+std::uint16_t float_to_bf16_bits(float x) { return Eigen::numext::bit_cast<std::uint16_t>(Eigen::bfloat16(x)); }
+float f16_bits_to_float(std::uint16_t b) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(b)); }
+float bf16_bits_to_float(std::uint16_t b) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(b)); }
 
 std::string_view dtype_name(DType t) {
   switch (t) {

@@ -1,13 +1,11 @@
-// dtypes: the element types layerinit writes, as a runtime tag and as compile-time types.
-// defines: DType, dtype_name, dtype_size, parse_dtype, dtype_names, dtype_traits
+// The element types layerinit writes, as a runtime tag. Eigen (the host conversions) stays inside
+// dtype.cpp and round.cpp, so including this pulls in no third-party header.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
-
-#include <Eigen/Core>
 
 namespace layerinit {
 
@@ -23,17 +21,12 @@ std::size_t dtype_size(DType t);           // bytes per element
 DType parse_dtype(std::string_view s);
 std::string dtype_names();                 // "fp32, fp16, bf16"
 
-// Host element types. Eigen's half and bfloat16 round to nearest even and keep NaN quiet.
-template <DType T> struct dtype_traits;
-template <> struct dtype_traits<DType::f32> { using host_type = float; using bits_type = std::uint32_t; };
-template <> struct dtype_traits<DType::f16> { using host_type = Eigen::half; using bits_type = std::uint16_t; };
-template <> struct dtype_traits<DType::bf16> { using host_type = Eigen::bfloat16; using bits_type = std::uint16_t; };
-
-// Host conversions between float and the raw bits of the 16-bit types.
-inline std::uint16_t float_to_f16_bits(float x) { return Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(x)); }
-inline std::uint16_t float_to_bf16_bits(float x) { return Eigen::numext::bit_cast<std::uint16_t>(Eigen::bfloat16(x)); }
-inline float f16_bits_to_float(std::uint16_t b) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(b)); }
-inline float bf16_bits_to_float(std::uint16_t b) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(b)); }
+// Host conversions between float and the raw bits of the 16-bit types (Eigen's half and bfloat16:
+// round to nearest even, NaN kept quiet). dtypes/round.hpp converts whole arrays the same way.
+std::uint16_t float_to_f16_bits(float x);
+std::uint16_t float_to_bf16_bits(float x);
+float f16_bits_to_float(std::uint16_t b);
+float bf16_bits_to_float(std::uint16_t b);
 
 // Rounds x to the nearest value of dtype t and returns it as float.
 float round_to_dtype(float x, DType t);

@@ -3,7 +3,7 @@
 // carries its own rule.
 #include <cstdio>
 
-#include "layerinit.hpp"
+#include <layerinit/layerinit.hpp>
 
 int main() {
   using namespace layerinit;

@@ -2,7 +2,7 @@
 // reserved 11 GB. Built in bf16, one layer at a time, with its peak measured.
 #include <cstdio>
 
-#include "layerinit.hpp"
+#include <layerinit/layerinit.hpp>
 
 int main() {
   using namespace layerinit;

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "layerinit.hpp"
+#include <layerinit/layerinit.hpp>
 
 int main(int argc, char** argv) {
   using namespace layerinit;

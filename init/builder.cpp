@@ -1,13 +1,11 @@
-#include "init/builder.hpp"
-
-#include <fnmatch.h>
+#include <layerinit/init/builder.hpp>
 
 #include <algorithm>
 #include <stdexcept>
 
-#include "kernels/philox.hpp"
-#include "memory/errors.hpp"
-#include "stacking/stack.hpp"
+#include <layerinit/kernels/philox.hpp>
+#include <layerinit/core/errors.hpp>
+#include <layerinit/core/text.hpp>
 
 namespace layerinit {
 
@@ -25,10 +23,6 @@ Orientation parse_orientation(std::string_view s) {
   if (s == "out-in") return Orientation::out_in;
   if (s == "in-out") return Orientation::in_out;
   throw std::invalid_argument("unknown orientation '" + std::string(s) + "' (valid: out-in, in-out)");
-}
-
-bool name_matches(std::string_view pattern, std::string_view name) {
-  return fnmatch(std::string(pattern).c_str(), std::string(name).c_str(), 0) == 0;
 }
 
 std::uint64_t Layer::bytes() const {
@@ -66,22 +60,6 @@ FillJob fill_job_for(const PlannedTensor& p, void* dst, std::uint64_t seed) {
   }
   return j;
 }
-
-std::uint64_t hash_bytes(backend& be, const void* data, std::uint64_t bytes) {
-  if (be.kind() == BackendKind::dry) throw std::logic_error("hash_bytes: the dry backend holds no bytes");
-  if (be.memory().kind() == MemoryKind::host) return rng::fnv1a64(data, bytes);
-  constexpr std::uint64_t chunk = 64ull << 20;
-  std::vector<unsigned char> staging(std::min(bytes, chunk));
-  std::uint64_t h = rng::fnv1a64_init;
-  for (std::uint64_t off = 0; off < bytes; off += chunk) {
-    const std::uint64_t n = std::min(chunk, bytes - off);
-    be.copy_to_host(staging.data(), static_cast<const unsigned char*>(data) + off, n);
-    h = rng::fnv1a64(staging.data(), n, h);
-  }
-  return h;
-}
-
-std::uint64_t hash_tensor(backend& be, const TensorView& t) { return hash_bytes(be, t.data, t.bytes()); }
 
 Builder::Builder(const ModelSpec& spec, const Recipe& recipe, BuildOptions opts, backend& be, memory_resource& memory)
     : spec_(spec), recipe_(recipe), opts_(std::move(opts)), be_(&be), mr_(&memory) {

@@ -16,11 +16,11 @@
 #include <string_view>
 #include <vector>
 
-#include "init/recipes.hpp"
-#include "init/spec.hpp"
-#include "init/tensor.hpp"
-#include "memory/backend.hpp"
-#include "memory/tracking.hpp"
+#include <layerinit/init/recipes.hpp>
+#include <layerinit/init/spec.hpp>
+#include <layerinit/memory/tensor.hpp>
+#include <layerinit/backends/backend.hpp>
+#include <layerinit/memory/tracking.hpp>
 
 namespace layerinit {
 
@@ -120,12 +120,5 @@ class Builder {
 // A FillJob for a planned tensor whose memory element 0 is at dst.
 FillJob fill_job_for(const PlannedTensor& p, void* dst, std::uint64_t seed);
 
-// FNV-1a 64 of a tensor's raw bytes, read through the backend (device memory is copied to the host
-// in bounded chunks).
-std::uint64_t hash_tensor(backend& be, const TensorView& t);
-std::uint64_t hash_bytes(backend& be, const void* data, std::uint64_t bytes);
-
-// Glob match on canonical names (fnmatch without special treatment of '.' or '/').
-bool name_matches(std::string_view pattern, std::string_view name);
 
 }  // namespace layerinit

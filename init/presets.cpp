@@ -4,7 +4,7 @@
 // Sources of the numbers: each preset's config.json on the Hugging Face Hub (openai-community/gpt2*,
 // meta-llama/Meta-Llama-3-{8B,70B}, mistralai/Mistral-7B-v0.1, mistralai/Mixtral-8x7B-v0.1); names and
 // module order from transformers' modeling_{gpt2,llama,mistral,mixtral}.py.
-#include "init/presets.hpp"
+#include <layerinit/init/presets.hpp>
 
 #include <stdexcept>
 

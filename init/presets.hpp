@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "init/spec.hpp"
+#include <layerinit/init/spec.hpp>
 
 namespace layerinit {
 

@@ -1,11 +1,11 @@
 // Init recipes: the fill each tensor gets in the codebase a recipe is named after (docs/recipes.md).
 // defines: Recipe::rule_for, Recipe::add_override, make_recipe, recipe_names
-#include "init/recipes.hpp"
-
-#include <fnmatch.h>
+#include <layerinit/init/recipes.hpp>
 
 #include <cmath>
 #include <stdexcept>
+
+#include <layerinit/core/text.hpp>
 
 namespace layerinit {
 
@@ -211,7 +211,7 @@ constexpr Entry kRecipes[] = {
 
 FillSpec Recipe::rule_for(const TensorContext& c) const {
   for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it)
-    if (::fnmatch(it->first.c_str(), c.canonical_name.c_str(), 0) == 0) return it->second;
+    if (name_matches(it->first, c.canonical_name)) return it->second;
   if (c.tensor.init) return *c.tensor.init;
   if (!rule_) throw std::invalid_argument("recipe '" + name_ + "' has no rule for tensor '" + c.canonical_name + "'");
   return rule_(c);

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "init/spec.hpp"
+#include <layerinit/init/spec.hpp>
 
 namespace layerinit {
 

@@ -1,7 +1,5 @@
 // Model specs: sizes, names and validation.
-// defines: numel, shape_string, role_name, parse_role, ModelSpec::{canonical_name, parameter_count,
-//          layer_parameter_count, validate}, validate_fill
-#include "init/spec.hpp"
+#include <layerinit/init/spec.hpp>
 
 #include <cmath>
 #include <limits>
@@ -10,7 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "dtypes/dtype.hpp"
+#include <layerinit/dtypes/dtype.hpp>
 
 namespace layerinit {
 
@@ -64,22 +62,12 @@ std::string quoted(std::string_view s) {
 
 }  // namespace
 
-std::uint64_t numel(const Shape& s) {
-  std::uint64_t n = 1;
-  for (auto d : s) {
-    if (d != 0 && n > kMax / d) throw std::overflow_error("element count of shape " + shape_string(s) + " overflows 64 bits");
-    n *= d;
-  }
-  return n;
-}
+std::string stacked_name(const ModelSpec& spec, const TensorSpec& t) { return spec.layer_prefix + t.name; }
 
-std::string shape_string(const Shape& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(s[i]);
-  }
-  return out + "]";
+Shape stacked_shape(const ModelSpec& spec, const Shape& slice) {
+  Shape shape{spec.num_layers};
+  shape.insert(shape.end(), slice.begin(), slice.end());
+  return shape;
 }
 
 std::string_view role_name(TensorRole r) {

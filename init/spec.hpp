@@ -1,5 +1,4 @@
 // Model specs: which tensors a model has, their logical shapes and what recipes need to know.
-// defines: Shape, TensorRole, TensorSpec, LayerSpec, ModelSpec, Hyper, numel, validate_fill, ModelSpec::canonical_name
 //
 // A model is `pre` tensors (embeddings), then num_layers copies of one LayerSpec whose names are
 // relative ("self_attn.q_proj.weight" -> "model.layers.3.self_attn.q_proj.weight"), then `post`
@@ -14,13 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/fill.hpp"
+#include <layerinit/core/shape.hpp>
+#include <layerinit/kernels/fill.hpp>
 
 namespace layerinit {
 
-using Shape = std::vector<std::uint64_t>;
-std::uint64_t numel(const Shape& s);  // throws std::overflow_error past 2^64
-std::string shape_string(const Shape& s);  // "[4096, 4096]"
 // Checks a fill's numbers are finite and within float range and that prepare_fill accepts it; throws
 // std::invalid_argument naming the problem.
 void validate_fill(const FillSpec& f);
@@ -95,5 +92,11 @@ struct ModelSpec {
   void validate() const;
   bool operator==(const ModelSpec&) const = default;
 };
+
+// The stacked layout's names and shapes (stacking/ and the builder share them):
+// "model.layers." + "mlp.up_proj.weight" -> "model.layers.mlp.up_proj.weight".
+std::string stacked_name(const ModelSpec& spec, const TensorSpec& t);
+// [L, ...slice]: the shape of a stacked layer parameter whose layer slices have `slice` shape.
+Shape stacked_shape(const ModelSpec& spec, const Shape& slice);
 
 }  // namespace layerinit

@@ -5,7 +5,7 @@
 // stack; a callback rejects duplicate keys), a walk over the document that checks every field and
 // names it by path, then ModelSpec::validate for what spans fields (collisions with layer names,
 // totals overflowing 64 bits).
-#include "init/spec_json.hpp"
+#include <layerinit/init/spec_json.hpp>
 
 #include <cmath>
 #include <limits>

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "init/spec.hpp"
+#include <layerinit/init/spec.hpp>
 
 namespace layerinit {
 

@@ -1,10 +1,10 @@
-#include "kernels/fill.hpp"
+#include <layerinit/kernels/fill.hpp>
 
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
 
-#include "kernels/philox.hpp"
+#include <layerinit/kernels/philox.hpp>
 
 namespace layerinit {
 

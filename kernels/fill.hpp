@@ -11,9 +11,9 @@
 #include <string>
 #include <string_view>
 
-#include "dtypes/dtype.hpp"
-#include "kernels/hd.hpp"
-#include "kernels/transforms.hpp"
+#include <layerinit/dtypes/dtype.hpp>
+#include <layerinit/core/hd.hpp>
+#include <layerinit/kernels/transforms.hpp>
 
 namespace layerinit {
 
@@ -80,21 +80,21 @@ FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t see
                       std::string_view canonical_name, const FillSpec& spec);
 
 // The float value of an element from its 32 random bits (before rounding to the dtype), per kind.
-template <FillKind K> LI_HD float value_of(const FillParams& p, std::uint32_t bits) {
+template <FillKind K> LAYERINIT_HD float value_of(const FillParams& p, std::uint32_t bits) {
   if constexpr (K == FillKind::normal) {
-    return xf::fmaf_(p.scale, xf::erfinv(xf::unit_open(bits)), p.shift);
+    return transforms::fmaf_(p.scale, transforms::erfinv(transforms::unit_open(bits)), p.shift);
   } else if constexpr (K == FillKind::trunc_normal) {
     // Inverse CDF on the erf-domain interval of [a', b']: no rejection, one draw per value.
-    const float t = xf::fmaf_(p.half_width, xf::unit_open(bits), p.center);
-    return xf::clamp(xf::fmaf_(p.scale, xf::erfinv(t), p.shift), p.lo, p.hi);
+    const float t = transforms::fmaf_(p.half_width, transforms::unit_open(bits), p.center);
+    return transforms::clamp(transforms::fmaf_(p.scale, transforms::erfinv(t), p.shift), p.lo, p.hi);
   } else if constexpr (K == FillKind::uniform) {
-    return xf::clamp(xf::fmaf_(p.scale, xf::unit_01(bits), p.shift), p.shift, p.hi);
+    return transforms::clamp(transforms::fmaf_(p.scale, transforms::unit_01(bits), p.shift), p.shift, p.hi);
   } else {
     return p.shift;
   }
 }
 
-LI_HD float element_value(const FillParams& p, std::uint32_t bits) {
+LAYERINIT_HD float element_value(const FillParams& p, std::uint32_t bits) {
   switch (p.kind) {
     case FillKind::normal: return value_of<FillKind::normal>(p, bits);
     case FillKind::trunc_normal: return value_of<FillKind::trunc_normal>(p, bits);
@@ -105,7 +105,7 @@ LI_HD float element_value(const FillParams& p, std::uint32_t bits) {
 }
 
 // Logical index of memory element m.
-LI_HD std::uint64_t logical_index(const FillJob& j, std::uint64_t m) {
+LAYERINIT_HD std::uint64_t logical_index(const FillJob& j, std::uint64_t m) {
   return j.transposed ? (m % j.rows) * j.cols + m / j.rows : m;
 }
 

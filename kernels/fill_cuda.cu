@@ -1,12 +1,4 @@
 // The CUDA fill: every job of a batch in one launch, with the values of kernels/fill.hpp.
-// includes:
-//   kernels/philox.hpp      rng::group_bits (first: it sets cuRAND's QUALIFIERS to __host__ __device__)
-//   kernels/fill_cuda.hpp   fill_cuda, fill_cuda_check_device (this file's interface)
-//   kernels/fill.hpp        FillJob, element_value, logical_index
-//   dtypes/convert.hpp      storage_t, to_storage (cuda_fp16 / cuda_bf16 round to nearest even)
-//   memory/cuda_check.hpp   LAYERINIT_CUDA_TRY
-//   memory/errors.hpp       LAYERINIT_EXPECTS
-//
 // Work split. Each job's memory is cut into units: a non-transposed job into scalar head elements up
 // to the first 16-byte aligned address, then 16-byte vectors (8 fp16/bf16 or 4 fp32 elements), then
 // scalar tail elements; a transposed job into one scalar unit per element (memory neighbours are `rows`
@@ -18,9 +10,10 @@
 // A vector starting at memory (= logical) index m0 needs the blocks of groups m0/4 .. (m0+n-1)/4: two
 // for 8 elements (one for 4) when m0 is a multiple of 4, else one more. m0 mod 4 is the same for every
 // vector of a job, so the extra block is a uniform branch within a job.
-#include "kernels/philox.hpp"
+// First: philox.hpp sets cuRAND's QUALIFIERS to __host__ __device__ before any cuRAND header.
+#include <layerinit/kernels/philox.hpp>
 
-#include "kernels/fill_cuda.hpp"
+#include <layerinit/kernels/fill_cuda.hpp>
 
 #include <cuda_runtime.h>
 
@@ -30,10 +23,10 @@
 #include <cstring>
 #include <vector>
 
-#include "dtypes/convert.hpp"
-#include "kernels/fill.hpp"
-#include "memory/cuda_check.hpp"
-#include "memory/errors.hpp"
+#include <layerinit/dtypes/convert.hpp>
+#include <layerinit/kernels/fill.hpp>
+#include <layerinit/core/cuda_check.hpp>
+#include <layerinit/core/errors.hpp>
 
 namespace layerinit {
 
@@ -162,7 +155,7 @@ __global__ void __launch_bounds__(threads_per_block)
 // ----------------------------------------------------------------------------------------------------
 // Launchers
 
-void fill_cuda(std::span<const FillJob> jobs, cudaStream_t stream, memory_resource& scratch) {
+void fill_cuda(std::span<const FillJob> jobs, cudaStream_t stream) {
   // Preconditions, and each job's units.
   std::vector<JobSlot> slots;
   std::vector<std::uint64_t> unit_end;
@@ -196,19 +189,25 @@ void fill_cuda(std::span<const FillJob> jobs, cudaStream_t stream, memory_resour
   }
   if (slots.empty()) return;
   LAYERINIT_EXPECTS(slots.size() <= static_cast<std::size_t>(INT_MAX), "fill_cuda: too many jobs in one batch");
-  LAYERINIT_EXPECTS(scratch.kind() == MemoryKind::device, "fill_cuda: scratch must be a device memory resource");
 
-  // The job table: slots, then unit_end. cudaMemcpyAsync from pageable memory returns once the source
-  // is staged, so the host vector may die right after; the table is freed in stream order.
+  // The job table: slots, then unit_end, in the device's default stream-ordered pool (kernels/ sits
+  // below memory/, so it takes no resource). cudaMemcpyAsync from pageable memory returns once the
+  // source is staged, so the host vector may die right after; the table is freed in stream order.
   const std::size_t slot_bytes = slots.size() * sizeof(JobSlot);
   const std::size_t table_bytes = slot_bytes + unit_end.size() * sizeof(std::uint64_t);
   std::vector<unsigned char> host_table(table_bytes);
   std::memcpy(host_table.data(), slots.data(), slot_bytes);
   std::memcpy(host_table.data() + slot_bytes, unit_end.data(), unit_end.size() * sizeof(std::uint64_t));
-  Buffer table(scratch, table_bytes, AllocTag{"fill_cuda job table", std::nullopt});
-  LAYERINIT_CUDA_TRY(cudaMemcpyAsync(table.data(), host_table.data(), table_bytes, cudaMemcpyHostToDevice, stream));
-  const auto* d_slots = static_cast<const JobSlot*>(table.data());
-  const auto* d_unit_end = reinterpret_cast<const std::uint64_t*>(static_cast<const unsigned char*>(table.data()) + slot_bytes);
+  void* table = nullptr;
+  LAYERINIT_CUDA_TRY(cudaMallocAsync(&table, table_bytes, stream));
+  struct FreeTable {
+    void* p;
+    cudaStream_t s;
+    ~FreeTable() { LAYERINIT_CUDA_TRY_NOTHROW(cudaFreeAsync(p, s)); }
+  } free_table{table, stream};
+  LAYERINIT_CUDA_TRY(cudaMemcpyAsync(table, host_table.data(), table_bytes, cudaMemcpyHostToDevice, stream));
+  const auto* d_slots = static_cast<const JobSlot*>(table);
+  const auto* d_unit_end = reinterpret_cast<const std::uint64_t*>(static_cast<const unsigned char*>(table) + slot_bytes);
 
   // Grid: enough blocks to fill the device once (grid-stride beyond), fewer for small batches.
   int device = 0, sms = 0, blocks_per_sm = 0;

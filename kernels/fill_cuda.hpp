@@ -7,8 +7,7 @@
 #include <span>
 #include <string>
 
-#include "kernels/fill.hpp"
-#include "memory/resource.hpp"
+#include <layerinit/kernels/fill.hpp>
 
 namespace layerinit {
 
@@ -17,9 +16,9 @@ namespace layerinit {
 // not overlap; a transposed job needs rows * cols >= end. Throws std::invalid_argument on a bad job
 // (nothing is enqueued then) and layerinit::cuda_error when a CUDA call fails.
 //
-// The job table travels in a small buffer taken from `scratch`, which must be device memory whose
-// deallocate is ordered on `stream` (the CUDA backend's pool resource is: cudaFreeAsync on its stream).
-void fill_cuda(std::span<const FillJob> jobs, cudaStream_t stream, memory_resource& scratch);
+// The job table travels in a small buffer from the device's default stream-ordered pool
+// (cudaMallocAsync), freed in stream order after the launch.
+void fill_cuda(std::span<const FillJob> jobs, cudaStream_t stream);
 
 // Whether the fill kernel can run on the current device (its architecture is in the fat binary).
 // Returns an empty string when it can, else the reason. Never throws.

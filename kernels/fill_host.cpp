@@ -1,4 +1,4 @@
-#include "kernels/fill_host.hpp"
+#include <layerinit/kernels/fill_host.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -7,12 +7,9 @@
 #include <thread>
 #include <vector>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
-#include "dtypes/convert.hpp"
-#include "kernels/philox.hpp"
+#include <layerinit/dtypes/convert.hpp>
+#include <layerinit/dtypes/round.hpp>
+#include <layerinit/kernels/philox.hpp>
 
 namespace layerinit {
 
@@ -45,24 +42,10 @@ inline void fill_contiguous(const FillJob& j, storage_t<T>* out, std::uint64_t b
     if constexpr (T == DType::f32) {
       for (std::uint64_t k = 0; k < batch; ++k) dst[k] = value_of<K>(p, bits[k]);
     } else {
-      // Values first, then the whole batch converted at once, rounding to nearest even.
+      // Values first, then the whole batch rounded at once (to nearest even, as to_storage does).
       alignas(64) float values[batch];
       for (std::uint64_t k = 0; k < batch; ++k) values[k] = value_of<K>(p, bits[k]);
-#if defined(__F16C__)
-      if constexpr (T == DType::f16) {
-        // Eigen 3.4 converts a float array to half one element at a time with integer bit tricks;
-        // the F16C instruction does 8 per instruction with the same rounding (the golden hashes pass
-        // in builds with and without it).
-        for (std::uint64_t k = 0; k < batch; k += 8)
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + k),
-                           _mm256_cvtps_ph(_mm256_load_ps(values + k), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        continue;
-      }
-#endif
-      using H = typename dtype_traits<T>::host_type;
-      static_assert(sizeof(H) == sizeof(storage_t<T>));
-      Eigen::Map<Eigen::Array<H, batch, 1>>(reinterpret_cast<H*>(dst)) =
-          Eigen::Map<const Eigen::Array<float, batch, 1>, Eigen::Aligned64>(values).template cast<H>();
+      round_floats(T, values, dst, batch);
     }
   }
   for (; m < e; ++m) one(m);

@@ -4,7 +4,7 @@
 
 #include <span>
 
-#include "kernels/fill.hpp"
+#include <layerinit/kernels/fill.hpp>
 
 namespace layerinit {
 

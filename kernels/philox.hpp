@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "kernels/hd.hpp"
-#include "layerinit/config.hpp"
+#include <layerinit/core/hd.hpp>
+#include <layerinit/config.hpp>
 
 #if defined(LAYERINIT_PHILOX_CURAND)
 #include <vector_types.h>
@@ -40,7 +40,7 @@ struct Block {
 };
 
 // One Philox4x32-10 block: counter words (c0..c3), key words (k0, k1).
-LI_HD Block philox4x32_10(std::uint32_t c0, std::uint32_t c1, std::uint32_t c2, std::uint32_t c3,
+LAYERINIT_HD Block philox4x32_10(std::uint32_t c0, std::uint32_t c1, std::uint32_t c2, std::uint32_t c3,
                           std::uint32_t k0, std::uint32_t k1) {
 #if defined(LAYERINIT_PHILOX_CURAND)
   uint4 c;
@@ -58,20 +58,20 @@ LI_HD Block philox4x32_10(std::uint32_t c0, std::uint32_t c1, std::uint32_t c2, 
 }
 
 // The bits for group g (elements 4g..4g+3) of the tensor whose Philox key is `key`.
-LI_HD Block group_bits(std::uint64_t key, std::uint64_t g) {
+LAYERINIT_HD Block group_bits(std::uint64_t key, std::uint64_t g) {
   return philox4x32_10(static_cast<std::uint32_t>(g), static_cast<std::uint32_t>(g >> 32), 0u, 0u,
                        static_cast<std::uint32_t>(key), static_cast<std::uint32_t>(key >> 32));
 }
 
 // SplitMix64's finalizer: a bijection on 64 bits with full avalanche.
-LI_HD std::uint64_t mix64(std::uint64_t z) {
+LAYERINIT_HD std::uint64_t mix64(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
 
 // Philox key of a tensor: key = mix64(seed ^ mix64(tensor_key + golden)). Part of the value contract.
-LI_HD std::uint64_t philox_key(std::uint64_t seed, std::uint64_t tensor_key) {
+LAYERINIT_HD std::uint64_t philox_key(std::uint64_t seed, std::uint64_t tensor_key) {
   return mix64(seed ^ mix64(tensor_key + 0x9e3779b97f4a7c15ull));
 }
 

@@ -11,11 +11,11 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/hd.hpp"
+#include <layerinit/core/hd.hpp>
 
-namespace layerinit::xf {
+namespace layerinit::transforms {
 
-LI_HD float fmaf_(float a, float b, float c) {
+LAYERINIT_HD float fmaf_(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
   return __fmaf_rn(a, b, c);
 #else
@@ -23,7 +23,7 @@ LI_HD float fmaf_(float a, float b, float c) {
 #endif
 }
 
-LI_HD float sqrtf_(float a) {
+LAYERINIT_HD float sqrtf_(float a) {
 #if defined(__CUDA_ARCH__)
   return __fsqrt_rn(a);
 #else
@@ -31,7 +31,7 @@ LI_HD float sqrtf_(float a) {
 #endif
 }
 
-LI_HD std::uint32_t as_bits(float f) {
+LAYERINIT_HD std::uint32_t as_bits(float f) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(f);
 #else
@@ -41,7 +41,7 @@ LI_HD std::uint32_t as_bits(float f) {
 #endif
 }
 
-LI_HD float as_float(std::uint32_t u) {
+LAYERINIT_HD float as_float(std::uint32_t u) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(u);
 #else
@@ -52,24 +52,24 @@ LI_HD float as_float(std::uint32_t u) {
 }
 
 // x limited to [lo, hi] (lo <= hi, x not NaN), written as min/max selects that vectorize.
-LI_HD float clamp(float x, float lo, float hi) {
+LAYERINIT_HD float clamp(float x, float lo, float hi) {
   x = hi < x ? hi : x;
   return x < lo ? lo : x;
 }
 
 // Symmetric uniform on the open interval (-1, 1): the odd multiples of 2^-24, each with
 // probability 2^-24. Uses the top 24 bits; every value is exact in float.
-LI_HD float unit_open(std::uint32_t bits) {
+LAYERINIT_HD float unit_open(std::uint32_t bits) {
   const auto m = static_cast<std::int32_t>(bits) >> 8;  // [-2^23, 2^23 - 1], arithmetic shift
   return fmaf_(static_cast<float>(m), 0x1p-23f, 0x1p-24f);
 }
 
 // Uniform on [0, 1): the multiples of 2^-24. Uses the top 24 bits.
-LI_HD float unit_01(std::uint32_t bits) { return static_cast<float>(bits >> 8) * 0x1p-24f; }
+LAYERINIT_HD float unit_01(std::uint32_t bits) { return static_cast<float>(bits >> 8) * 0x1p-24f; }
 
 // Natural log for positive normal floats, max error below 1 ulp. Polynomial for log1p on
 // [-1/3, 1/3] after splitting off the exponent with integer ops (after N. Juffa's logf).
-LI_HD float log_pos(float a) {
+LAYERINIT_HD float log_pos(float a) {
   const std::int32_t ia = static_cast<std::int32_t>(as_bits(a));
   const std::int32_t e = (ia - static_cast<std::int32_t>(0x3f2aaaabu)) & static_cast<std::int32_t>(0xff800000u);
   float m = as_float(static_cast<std::uint32_t>(ia - e));  // m in [2/3, 4/3)
@@ -92,7 +92,7 @@ LI_HD float log_pos(float a) {
 
 // Inverse error function on (-1, 1) (M. Giles, "Approximating the erfinv function", GPU Computing
 // Gems Jade, 2011: the single-precision version), with our own log. Relative error about 4e-7.
-LI_HD float erfinv_central(float w) {  // w = -log(1 - x^2) < 5
+LAYERINIT_HD float erfinv_central(float w) {  // w = -log(1 - x^2) < 5
   w = w - 2.5f;
   float p = 2.81022636e-08f;
   p = fmaf_(p, w, 3.43273939e-07f);
@@ -105,7 +105,7 @@ LI_HD float erfinv_central(float w) {  // w = -log(1 - x^2) < 5
   return fmaf_(p, w, 1.50140941f);
 }
 
-LI_HD float erfinv_tail(float w) {  // w >= 5
+LAYERINIT_HD float erfinv_tail(float w) {  // w >= 5
   w = sqrtf_(w) - 3.0f;
   float p = -0.000200214257f;
   p = fmaf_(p, w, 0.000100950558f);
@@ -118,7 +118,7 @@ LI_HD float erfinv_tail(float w) {  // w >= 5
   return fmaf_(p, w, 2.83297682f);
 }
 
-LI_HD float erfinv(float x) {
+LAYERINIT_HD float erfinv(float x) {
   // 1 - x^2, floored so x = +-1 (possible for trunc_normal after rounding) gives a finite value
   // instead of log(0); callers clamp the result. unit_open() inputs never reach the floor.
   float d = (1.0f - x) * (1.0f + x);
@@ -135,4 +135,4 @@ LI_HD float erfinv(float x) {
   return p * x;
 }
 
-}  // namespace layerinit::xf
+}  // namespace layerinit::transforms

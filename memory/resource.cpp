@@ -1,4 +1,4 @@
-#include "memory/resource.hpp"
+#include <layerinit/memory/resource.hpp>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "memory/errors.hpp"
+#include <layerinit/core/errors.hpp>
 
 namespace layerinit {
 

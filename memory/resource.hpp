@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "dtypes/dtype.hpp"
+#include <layerinit/dtypes/dtype.hpp>
 
 namespace layerinit {
 

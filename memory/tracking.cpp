@@ -1,9 +1,9 @@
-#include "memory/tracking.hpp"
+#include <layerinit/memory/tracking.hpp>
 
 #include <algorithm>
 #include <stdexcept>
 
-#include "memory/errors.hpp"
+#include <layerinit/core/errors.hpp>
 
 namespace layerinit {
 

@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "memory/resource.hpp"
+#include <layerinit/memory/resource.hpp>
 
 namespace layerinit {
 

@@ -1,18 +1,10 @@
-#include "stacking/stack.hpp"
+#include <layerinit/stacking/stack.hpp>
 
 #include <stdexcept>
 
-#include "memory/errors.hpp"
+#include <layerinit/core/errors.hpp>
 
 namespace layerinit {
-
-std::string stacked_name(const ModelSpec& spec, const TensorSpec& t) { return spec.layer_prefix + t.name; }
-
-Shape stacked_shape(const ModelSpec& spec, const Shape& slice) {
-  Shape shape{spec.num_layers};
-  shape.insert(shape.end(), slice.begin(), slice.end());
-  return shape;
-}
 
 Model stack(Model&& m, const ModelSpec& spec, backend& be, memory_resource& memory) {
   if (m.layout != Layout::per_layer) throw std::invalid_argument("stack: the model is already stacked");

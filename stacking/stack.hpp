@@ -1,17 +1,11 @@
 // Stacked layouts: every layer parameter of all L layers in one contiguous [L, ...] buffer.
-// defines: stack, unstack, stacked_name
 #pragma once
 
 #include <vector>
 
-#include "init/builder.hpp"
+#include <layerinit/init/builder.hpp>
 
 namespace layerinit {
-
-// "model.layers." + "mlp.up_proj.weight" -> "model.layers.mlp.up_proj.weight".
-std::string stacked_name(const ModelSpec& spec, const TensorSpec& t);
-// [L, ...slice]: the shape of a stacked layer parameter whose layer slices have `slice` shape.
-Shape stacked_shape(const ModelSpec& spec, const Shape& slice);
 
 // Turns a per-layer model into a stacked one with in-place copies: each stacked buffer is reserved
 // (address space only) and its slice i committed just before layer i is copied into it; layer i is

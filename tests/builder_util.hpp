@@ -4,9 +4,9 @@
 #include <map>
 #include <string>
 
-#include "init/builder.hpp"
-#include "init/presets.hpp"
-#include "stacking/stack.hpp"
+#include <layerinit/init/builder.hpp>
+#include <layerinit/init/presets.hpp>
+#include <layerinit/stacking/stack.hpp>
 
 namespace layerinit::testing {
 

@@ -22,7 +22,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "dtypes/dtype.hpp"
+#include <layerinit/dtypes/dtype.hpp>
 
 namespace layerinit::stats {
 

@@ -6,8 +6,9 @@
 #include <random>
 
 #include "builder_util.hpp"
-#include "init/naive.hpp"
-#include "kernels/philox.hpp"
+#include "naive.hpp"
+#include <layerinit/core/text.hpp>
+#include <layerinit/kernels/philox.hpp>
 
 using namespace layerinit;
 using layerinit::testing::hashes_by_name;

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "checkpoint/writer.hpp"
+#include <layerinit/checkpoint/writer.hpp>
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;

@@ -15,7 +15,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "checkpoint/writer.hpp"
+#include <layerinit/checkpoint/hf_config.hpp>
+#include <layerinit/init/spec.hpp>
+#include <layerinit/checkpoint/writer.hpp>
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;

@@ -33,7 +33,7 @@
 #include <sstream>
 #include <thread>
 
-#include "layerinit/config.hpp"
+#include <layerinit/config.hpp>
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;

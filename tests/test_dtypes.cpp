@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "dtypes/convert.hpp"
-#include "dtypes/dtype.hpp"
+#include <layerinit/dtypes/convert.hpp>
+#include <layerinit/dtypes/dtype.hpp>
 
 using namespace layerinit;
 

@@ -15,11 +15,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "checkpoint/emit.hpp"
-#include "init/plan.hpp"
-#include "init/presets.hpp"
-#include "init/recipes.hpp"
-#include "stacking/stack.hpp"
+#include <layerinit/checkpoint/emit.hpp>
+#include <layerinit/plan/plan.hpp>
+#include <layerinit/init/presets.hpp>
+#include <layerinit/init/recipes.hpp>
+#include <layerinit/stacking/stack.hpp>
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;

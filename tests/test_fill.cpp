@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "dtypes/convert.hpp"
-#include "kernels/fill.hpp"
-#include "kernels/fill_host.hpp"
-#include "kernels/philox.hpp"
+#include <layerinit/dtypes/convert.hpp>
+#include <layerinit/kernels/fill.hpp>
+#include <layerinit/kernels/fill_host.hpp>
+#include <layerinit/kernels/philox.hpp>
 #include "stats.hpp"
 
 using namespace layerinit;

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/fill.hpp"
-#include "kernels/fill_host.hpp"
+#include <layerinit/kernels/fill.hpp>
+#include <layerinit/kernels/fill_host.hpp>
 #include "stats.hpp"
 
 using namespace layerinit;

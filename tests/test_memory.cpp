@@ -12,13 +12,14 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/fill.hpp"
-#include "kernels/fill_host.hpp"
-#include "layerinit/config.hpp"
-#include "memory/backend.hpp"
-#include "memory/errors.hpp"
-#include "memory/resource.hpp"
-#include "memory/tracking.hpp"
+#include <layerinit/core/bytes.hpp>
+#include <layerinit/kernels/fill.hpp>
+#include <layerinit/kernels/fill_host.hpp>
+#include <layerinit/config.hpp>
+#include <layerinit/backends/backend.hpp>
+#include <layerinit/core/errors.hpp>
+#include <layerinit/memory/resource.hpp>
+#include <layerinit/memory/tracking.hpp>
 
 using namespace layerinit;
 

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "builder_util.hpp"
-#include "init/naive.hpp"
+#include "naive.hpp"
 
 using namespace layerinit;
 using layerinit::testing::part_sizes;

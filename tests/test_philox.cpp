@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "kernels/philox.hpp"
+#include <layerinit/kernels/philox.hpp>
 
 using layerinit::rng::Block;
 

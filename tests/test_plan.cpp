@@ -7,8 +7,9 @@
 #include <stdexcept>
 
 #include "builder_util.hpp"
-#include "init/naive.hpp"
-#include "init/plan.hpp"
+#include "naive.hpp"
+#include <layerinit/core/bytes.hpp>
+#include <layerinit/plan/plan.hpp>
 
 using namespace layerinit;
 

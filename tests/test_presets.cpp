@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "init/presets.hpp"
+#include <layerinit/init/presets.hpp>
 
 using namespace layerinit;
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "init/presets.hpp"
-#include "init/recipes.hpp"
+#include <layerinit/init/presets.hpp>
+#include <layerinit/init/recipes.hpp>
 
 using namespace layerinit;
 

@@ -4,7 +4,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "init/spec.hpp"
+#include <layerinit/init/spec.hpp>
 
 using namespace layerinit;
 

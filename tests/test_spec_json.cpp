@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "init/presets.hpp"
-#include "init/spec_json.hpp"
+#include <layerinit/init/presets.hpp>
+#include <layerinit/init/spec_json.hpp>
 
 using namespace layerinit;
 

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/transforms.hpp"
+#include <layerinit/kernels/transforms.hpp>
 
 using namespace layerinit;
 
@@ -59,7 +59,7 @@ double ref_erfinv(double x, double y0) {
   return std::copysign(y, x);
 }
 
-float unit_open_of(std::uint32_t m24) { return xf::unit_open(m24 << 8); }
+float unit_open_of(std::uint32_t m24) { return transforms::unit_open(m24 << 8); }
 
 }  // namespace
 
@@ -67,29 +67,29 @@ TEST(Transforms, UnitOpenIsExactSymmetricAndInsideOpenInterval) {
   // Every top-24-bit pattern: value = (2m + 1) 2^-24 with m the signed top 24 bits.
   for (std::uint32_t t = 0; t < (1u << 24); ++t) {
     const std::uint32_t bits = t << 8;
-    const float v = xf::unit_open(bits);
+    const float v = transforms::unit_open(bits);
     const std::int32_t m = static_cast<std::int32_t>(bits) >> 8;
     ASSERT_EQ(static_cast<double>(v), std::ldexp(2.0 * m + 1, -24)) << std::hex << bits;
     ASSERT_TRUE(v > -1.0f && v < 1.0f);
-    ASSERT_EQ(xf::unit_open(~bits), -v) << std::hex << bits;  // symmetric: ~bits maps to -v
+    ASSERT_EQ(transforms::unit_open(~bits), -v) << std::hex << bits;  // symmetric: ~bits maps to -v
   }
   // The low 8 bits are ignored.
   for (std::uint32_t bits : {0x00000000u, 0x12345600u, 0x7fffff00u, 0x80000000u, 0xffffff00u})
-    for (std::uint32_t low : {1u, 0x80u, 0xffu}) EXPECT_EQ(xf::unit_open(bits | low), xf::unit_open(bits));
-  EXPECT_EQ(xf::unit_open(0x7fffffffu), 1.0f - 0x1p-24f);
-  EXPECT_EQ(xf::unit_open(0x80000000u), -1.0f + 0x1p-24f);
-  EXPECT_EQ(xf::unit_open(0x00000000u), 0x1p-24f);
-  EXPECT_EQ(xf::unit_open(0xffffffffu), -0x1p-24f);
+    for (std::uint32_t low : {1u, 0x80u, 0xffu}) EXPECT_EQ(transforms::unit_open(bits | low), transforms::unit_open(bits));
+  EXPECT_EQ(transforms::unit_open(0x7fffffffu), 1.0f - 0x1p-24f);
+  EXPECT_EQ(transforms::unit_open(0x80000000u), -1.0f + 0x1p-24f);
+  EXPECT_EQ(transforms::unit_open(0x00000000u), 0x1p-24f);
+  EXPECT_EQ(transforms::unit_open(0xffffffffu), -0x1p-24f);
 }
 
 TEST(Transforms, Unit01IsExactInHalfOpenInterval) {
   for (std::uint32_t t = 0; t < (1u << 24); ++t) {
-    const float v = xf::unit_01(t << 8 | (t & 0xff));
+    const float v = transforms::unit_01(t << 8 | (t & 0xff));
     ASSERT_EQ(static_cast<double>(v), std::ldexp(static_cast<double>(t), -24));
     ASSERT_TRUE(v >= 0.0f && v < 1.0f);
   }
-  EXPECT_EQ(xf::unit_01(0u), 0.0f);
-  EXPECT_EQ(xf::unit_01(0xffffffffu), 1.0f - 0x1p-24f);
+  EXPECT_EQ(transforms::unit_01(0u), 0.0f);
+  EXPECT_EQ(transforms::unit_01(0xffffffffu), 1.0f - 0x1p-24f);
 }
 
 TEST(Transforms, LogPosBelowOneUlp) {
@@ -102,7 +102,7 @@ TEST(Transforms, LogPosBelowOneUlp) {
     for (std::uint64_t i = b; i < e; ++i) {
       const float x = i < dense_n ? std::bit_cast<float>(static_cast<std::uint32_t>(dense_lo + i))
                                   : std::bit_cast<float>(static_cast<std::uint32_t>(sweep_lo + (i - dense_n) * 97));
-      w.update(ulp_error(xf::log_pos(x), std::log(static_cast<double>(x))), x);
+      w.update(ulp_error(transforms::log_pos(x), std::log(static_cast<double>(x))), x);
     }
     return w;
   };
@@ -112,21 +112,21 @@ TEST(Transforms, LogPosBelowOneUlp) {
               static_cast<unsigned long long>(dense_n + sweep_n));
   EXPECT_LT(w.err, 1.0) << "at x = " << std::hexfloat << w.at;
   // Exact where the answer is exact.
-  EXPECT_EQ(xf::log_pos(1.0f), 0.0f);
+  EXPECT_EQ(transforms::log_pos(1.0f), 0.0f);
 }
 
 TEST(Transforms, ErfinvRelativeErrorOverEveryUnitOpenInput) {
   // erfinv is odd bit for bit over every unit_open value (so the negative half needs no second sweep).
   for (std::uint32_t m = 0; m < (1u << 23); ++m) {
     const float x = unit_open_of(m);  // m < 2^23: x = (2m + 1) 2^-24 > 0
-    ASSERT_EQ(xf::erfinv(-x), -xf::erfinv(x)) << std::hexfloat << x;
+    ASSERT_EQ(transforms::erfinv(-x), -transforms::erfinv(x)) << std::hexfloat << x;
   }
   // Relative error over the 2^23 positive inputs (all of them: |x| > 0.99 included), two threads.
   auto work = [](std::uint64_t b, std::uint64_t e) {
     Worst w;
     for (std::uint64_t m = b; m < e; ++m) {
       const float x = unit_open_of(static_cast<std::uint32_t>(m));
-      const float got = xf::erfinv(x);
+      const float got = transforms::erfinv(x);
       const double ref = ref_erfinv(x, got);
       w.update(std::abs(got - ref) / std::abs(ref), x);
     }
@@ -139,10 +139,10 @@ TEST(Transforms, ErfinvRelativeErrorOverEveryUnitOpenInput) {
 }
 
 TEST(Transforms, ErfinvIsMonotoneOverUnitOpenInputs) {
-  float prev = xf::erfinv(unit_open_of(0));
+  float prev = transforms::erfinv(unit_open_of(0));
   int bad = 0;
   for (std::uint32_t m = 1; m < (1u << 23); ++m) {
-    const float y = xf::erfinv(unit_open_of(m));
+    const float y = transforms::erfinv(unit_open_of(m));
     if (y < prev && ++bad <= 5)
       ADD_FAILURE() << "erfinv decreases at x = " << std::hexfloat << unit_open_of(m) << ": " << prev << " -> " << y;
     prev = y;
@@ -158,8 +158,8 @@ TEST(Transforms, ErfinvExtremesAndReferenceSanity) {
   EXPECT_NEAR(ref_erfinv(-0.999, -2.0), -2.32675376551352, 1e-13);
   // The largest input: sqrt(2) erfinv(1 - 2^-24) is the normal quantile of 1 - 2^-25, 5.419983:
   // no normal fill goes past 5.42 std (the source uniform has 24 bits).
-  const float top = xf::erfinv(1.0f - 0x1p-24f);
+  const float top = transforms::erfinv(1.0f - 0x1p-24f);
   EXPECT_NEAR(top * std::sqrt(2.0), 5.419983174916869, 5.42 * 5e-7);
-  EXPECT_TRUE(std::isfinite(xf::erfinv(0x1.fffffep-1f)));
-  EXPECT_EQ(xf::erfinv(0.0f), 0.0f);
+  EXPECT_TRUE(std::isfinite(transforms::erfinv(0x1.fffffep-1f)));
+  EXPECT_EQ(transforms::erfinv(0.0f), 0.0f);
 }

@@ -4,10 +4,11 @@
 #include <fstream>
 #include <iostream>
 
-#include "memory/errors.hpp"
-#include "stacking/stack.hpp"
-#include "tools/common.hpp"
-#include "tools/trace.hpp"
+#include <layerinit/core/bytes.hpp>
+#include <layerinit/core/errors.hpp>
+#include <layerinit/stacking/stack.hpp>
+#include "common.hpp"
+#include "trace.hpp"
 
 namespace layerinit::cli {
 

@@ -1,4 +1,4 @@
-#include "tools/common.hpp"
+#include "common.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <regex>
 #include <sstream>
 
-#include "init/spec_json.hpp"
+#include <layerinit/init/spec_json.hpp>
 
 namespace layerinit::cli {
 

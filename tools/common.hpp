@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/emit.hpp"
-#include "init/builder.hpp"
-#include "init/presets.hpp"
-#include "init/recipes.hpp"
+#include <layerinit/checkpoint/emit.hpp>
+#include <layerinit/init/builder.hpp>
+#include <layerinit/init/presets.hpp>
+#include <layerinit/init/recipes.hpp>
 
 namespace layerinit::cli {
 

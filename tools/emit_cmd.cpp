@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <iostream>
 
-#include "init/plan.hpp"
-#include "init/spec_json.hpp"
-#include "memory/errors.hpp"
-#include "tools/common.hpp"
+#include <layerinit/core/bytes.hpp>
+#include <layerinit/checkpoint/hf_config.hpp>
+#include <layerinit/plan/plan.hpp>
+#include <layerinit/init/spec_json.hpp>
+#include <layerinit/core/errors.hpp>
+#include "common.hpp"
 
 namespace layerinit::cli {
 

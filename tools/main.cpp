@@ -6,10 +6,10 @@
 #include <iostream>
 #include <new>
 
-#include "init/spec_json.hpp"
-#include "layerinit/config.hpp"
-#include "memory/errors.hpp"
-#include "tools/common.hpp"
+#include <layerinit/init/spec_json.hpp>
+#include <layerinit/config.hpp>
+#include <layerinit/core/errors.hpp>
+#include "common.hpp"
 
 namespace {
 // One line on stderr and the exit code: 2 for bad input, 1 for anything else.

@@ -2,24 +2,14 @@
 #include <cstdio>
 #include <iostream>
 
-#include "init/plan.hpp"
-#include "init/spec_json.hpp"
-#include "memory/errors.hpp"
-#include "tools/common.hpp"
+#include <layerinit/core/bytes.hpp>
+#include <layerinit/plan/plan.hpp>
+#include <layerinit/init/spec_json.hpp>
+#include <layerinit/core/errors.hpp>
+#include "common.hpp"
 
 namespace layerinit::cli {
 
-namespace {
-std::string human(std::uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
-  return buf;
-}
-}  // namespace
 
 int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   if (args.layout != "per-layer" && args.layout != "stacked")
@@ -104,25 +94,25 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
     if (i == 0)
       for (const auto& t : b.plan_layer(0)) row(t);
     std::printf("%-52s %-20s %-5s %14llu  %s\n", ("  layer " + std::to_string(i) + " subtotal").c_str(), "", "",
-                (unsigned long long)p.layer_bytes[i], human(p.layer_bytes[i]).c_str());
+                (unsigned long long)p.layer_bytes[i], format_bytes_short(p.layer_bytes[i]).c_str());
   }
   for (const auto& t : b.plan_post()) row(t);
-  std::printf("\nweights %s   (fp32 %s, fp16 %s, bf16 %s)\n", human(p.weight_bytes).c_str(), human(p.bytes_fp32).c_str(),
-              human(p.bytes_fp16).c_str(), human(p.bytes_bf16).c_str());
-  std::printf("largest layer %s, largest tensor %s (%s)\n\n", human(p.largest_layer_bytes).c_str(), p.largest_tensor.c_str(),
-              human(p.largest_tensor_bytes).c_str());
+  std::printf("\nweights %s   (fp32 %s, fp16 %s, bf16 %s)\n", format_bytes_short(p.weight_bytes).c_str(), format_bytes_short(p.bytes_fp32).c_str(),
+              format_bytes_short(p.bytes_fp16).c_str(), format_bytes_short(p.bytes_bf16).c_str());
+  std::printf("largest layer %s, largest tensor %s (%s)\n\n", format_bytes_short(p.largest_layer_bytes).c_str(), p.largest_tensor.c_str(),
+              format_bytes_short(p.largest_tensor_bytes).c_str());
   std::printf("predicted peak memory (bytes in use at the worst moment)\n");
-  std::printf("  layerinit stacked              %14llu  %s\n", (unsigned long long)p.peak_stacked, human(p.peak_stacked).c_str());
-  std::printf("  layerinit per-layer            %14llu  %s\n", (unsigned long long)p.peak_per_layer, human(p.peak_per_layer).c_str());
-  std::printf("  layerinit restack              %14llu  %s\n", (unsigned long long)p.peak_restack, human(p.peak_restack).c_str());
-  std::printf("  layerinit streamed (emit)      %14llu  %s\n", (unsigned long long)p.peak_streamed, human(p.peak_streamed).c_str());
+  std::printf("  layerinit stacked              %14llu  %s\n", (unsigned long long)p.peak_stacked, format_bytes_short(p.peak_stacked).c_str());
+  std::printf("  layerinit per-layer            %14llu  %s\n", (unsigned long long)p.peak_per_layer, format_bytes_short(p.peak_per_layer).c_str());
+  std::printf("  layerinit restack              %14llu  %s\n", (unsigned long long)p.peak_restack, format_bytes_short(p.peak_restack).c_str());
+  std::printf("  layerinit streamed (emit)      %14llu  %s\n", (unsigned long long)p.peak_streamed, format_bytes_short(p.peak_streamed).c_str());
   for (NaiveStrategy n : all_naive_strategies)
     std::printf("  naive %-24s %14llu  %s\n", std::string(naive_name(n)).c_str(), (unsigned long long)p.peak_naive[static_cast<int>(n)],
-                human(p.peak_naive[static_cast<int>(n)]).c_str());
-  std::printf("\nsize on disk (at most)\n  hdf5         %s\n  safetensors  %s\n\n", human(disk_hdf5).c_str(), human(disk_st).c_str());
+                format_bytes_short(p.peak_naive[static_cast<int>(n)]).c_str());
+  std::printf("\nsize on disk (at most)\n  hdf5         %s\n  safetensors  %s\n\n", format_bytes_short(disk_hdf5).c_str(), format_bytes_short(disk_st).c_str());
   std::printf("training, %s precision with Adam (docs/plan.md)\n", std::string(training_setup_name(setup)).c_str());
-  std::printf("  weights %s, gradients %s, optimizer %s, master weights %s: states %s\n", human(te.weights).c_str(),
-              human(te.gradients).c_str(), human(te.optimizer).c_str(), human(te.master).c_str(), human(te.states()).c_str());
+  std::printf("  weights %s, gradients %s, optimizer %s, master weights %s: states %s\n", format_bytes_short(te.weights).c_str(),
+              format_bytes_short(te.gradients).c_str(), format_bytes_short(te.optimizer).c_str(), format_bytes_short(te.master).c_str(), format_bytes_short(te.states()).c_str());
   if (!te.activation_per_layer[0]) {
     std::printf("  activations: no formula for this model (no attention heads)\n");
   } else {
@@ -131,8 +121,8 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
     for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
       const int k = static_cast<int>(r);
       std::printf("    %-10s recompute: %s per layer, %s in all", std::string(recompute_name(r)).c_str(),
-                  human(*te.activation_per_layer[k]).c_str(), human(*te.activation_total[k]).c_str());
-      if (gpu_mem) std::printf(", largest batch in %s: %llu", human(*gpu_mem).c_str(), (unsigned long long)largest_batch(spec, setup, pa.seq, r, *gpu_mem));
+                  format_bytes_short(*te.activation_per_layer[k]).c_str(), format_bytes_short(*te.activation_total[k]).c_str());
+      if (gpu_mem) std::printf(", largest batch in %s: %llu", format_bytes_short(*gpu_mem).c_str(), (unsigned long long)largest_batch(spec, setup, pa.seq, r, *gpu_mem));
       std::printf("\n");
     }
   }

@@ -1,4 +1,4 @@
-#include "tools/trace.hpp"
+#include "trace.hpp"
 
 #include <fstream>
 #include <stdexcept>

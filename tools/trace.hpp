@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "init/spec.hpp"
-#include "memory/tracking.hpp"
+#include <layerinit/init/spec.hpp>
+#include <layerinit/memory/tracking.hpp>
 
 namespace layerinit::cli {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/fill.hpp"
-#include "kernels/fill_host.hpp"
+#include <layerinit/kernels/fill.hpp>
+#include <layerinit/kernels/fill_host.hpp>
 
 using namespace layerinit;
 

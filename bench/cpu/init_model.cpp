@@ -17,13 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "init/builder.hpp"
-#include "init/naive.hpp"
-#include "init/presets.hpp"
-#include "init/recipes.hpp"
-#include "init/spec_json.hpp"
-#include "memory/backend.hpp"
-#include "memory/tracking.hpp"
+#include <layerinit/init/builder.hpp>
+#include "naive.hpp"
+#include <layerinit/init/presets.hpp>
+#include <layerinit/init/recipes.hpp>
+#include <layerinit/init/spec_json.hpp>
+#include <layerinit/backends/backend.hpp>
+#include <layerinit/memory/tracking.hpp>
 
 using namespace layerinit;
 

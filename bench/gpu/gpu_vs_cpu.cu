@@ -19,9 +19,9 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/fill_host.hpp"
-#include "memory/backend.hpp"
-#include "memory/cuda_backend.hpp"
+#include <layerinit/kernels/fill_host.hpp>
+#include <layerinit/backends/backend.hpp>
+#include <layerinit/backends/cuda_backend.hpp>
 
 using namespace layerinit;
 

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/fill.hpp"
-#include "memory/backend.hpp"
-#include "memory/cuda_backend.hpp"
+#include <layerinit/kernels/fill.hpp>
+#include <layerinit/backends/backend.hpp>
+#include <layerinit/backends/cuda_backend.hpp>
 
 using namespace layerinit;
 

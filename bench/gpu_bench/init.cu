@@ -11,13 +11,13 @@
 #include <cstdio>
 #include <string>
 
-#include "init/builder.hpp"
-#include "init/presets.hpp"
-#include "init/recipes.hpp"
-#include "memory/backend.hpp"
-#include "memory/cuda_backend.hpp"
-#include "memory/errors.hpp"
-#include "memory/tracking.hpp"
+#include <layerinit/init/builder.hpp>
+#include <layerinit/init/presets.hpp>
+#include <layerinit/init/recipes.hpp>
+#include <layerinit/backends/backend.hpp>
+#include <layerinit/backends/cuda_backend.hpp>
+#include <layerinit/core/errors.hpp>
+#include <layerinit/memory/tracking.hpp>
 
 using namespace layerinit;
 

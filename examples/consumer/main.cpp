@@ -1,6 +1,6 @@
 // Builds llama-tiny in bf16 through the installed package and checks a value-contract fact:
 // the same seed gives the same bytes as a second build.
-#include <layerinit.hpp>
+#include <layerinit/layerinit.hpp>
 
 #include <cstdio>
 

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "init/spec_json.hpp"
+#include <layerinit/init/spec_json.hpp>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

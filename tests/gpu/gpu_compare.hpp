@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/fill_host.hpp"
-#include "memory/backend.hpp"
-#include "memory/cuda_backend.hpp"
+#include <layerinit/kernels/fill_host.hpp>
+#include <layerinit/backends/backend.hpp>
+#include <layerinit/backends/cuda_backend.hpp>
 
 #define LAYERINIT_SKIP_WITHOUT_GPU()                                    \
   do {                                                                  \

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "../builder_util.hpp"
-#include "memory/cuda_backend.hpp"
+#include <layerinit/backends/cuda_backend.hpp>
 
 using namespace layerinit;
 using layerinit::testing::hashes_by_name;

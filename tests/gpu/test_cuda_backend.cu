@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "gpu_compare.hpp"
-#include "kernels/fill_host.hpp"
-#include "memory/backend.hpp"
-#include "memory/cuda_backend.hpp"
-#include "memory/errors.hpp"
-#include "memory/tracking.hpp"
+#include <layerinit/kernels/fill_host.hpp>
+#include <layerinit/backends/backend.hpp>
+#include <layerinit/backends/cuda_backend.hpp>
+#include <layerinit/core/errors.hpp>
+#include <layerinit/memory/tracking.hpp>
 
 using namespace layerinit;
 

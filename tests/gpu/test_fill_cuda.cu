@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "gpu_compare.hpp"
-#include "kernels/fill.hpp"
-#include "kernels/fill_cuda.hpp"
-#include "memory/backend.hpp"
-#include "memory/cuda_backend.hpp"
+#include <layerinit/kernels/fill.hpp>
+#include <layerinit/kernels/fill_cuda.hpp>
+#include <layerinit/backends/backend.hpp>
+#include <layerinit/backends/cuda_backend.hpp>
 
 using namespace layerinit;
 using layerinit::testing::compare_buffers;
@@ -205,7 +205,7 @@ TEST(FillCuda, RejectsBadJobsBeforeLaunching) {
   EXPECT_NO_THROW(b->synchronize());
 }
 
-// fill_cuda on the backend's own stream and resource, as other components call it.
+// fill_cuda on the backend's own stream, as other components call it.
 TEST(FillCuda, DirectCallOnTheBackendStream) {
   LAYERINIT_SKIP_WITHOUT_GPU();
   auto b = make_cuda_backend();
@@ -213,7 +213,7 @@ TEST(FillCuda, DirectCallOnTheBackendStream) {
   Buffer dev(b->memory(), n * 2);
   FillJob j = job(DType::f16, n, "direct", FillSpec::normal(0, 0.02));
   j.dst = dev.data();
-  fill_cuda({&j, 1}, cuda_backend_stream(*b), b->memory());
+  fill_cuda({&j, 1}, cuda_backend_stream(*b));
   std::vector<std::uint16_t> got(n), want(n);
   b->copy_to_host(got.data(), dev.data(), n * 2);
   FillJob h = j;

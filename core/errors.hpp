@@ -1,5 +1,4 @@
 // Errors the library throws. It never ends the process itself: every failure is an exception.
-// defines: error, out_of_memory, cuda_error, LAYERINIT_EXPECTS, LAYERINIT_CUDA_TRY
 #pragma once
 
 #include <cstddef>
@@ -35,9 +34,6 @@ class cuda_error : public error {
  private:
   std::string call_;
 };
-
-// "a, b and c" style byte counts for messages: "1.50 GiB (1610612736 bytes)".
-std::string format_bytes(std::size_t bytes);
 
 [[noreturn]] void throw_precondition(const char* expr, const std::string& msg, const char* file, int line);
 

@@ -1,7 +1,7 @@
 #include <sys/mman.h>
 
-#include "memory/backend.hpp"
-#include "memory/errors.hpp"
+#include <layerinit/backends/backend.hpp>
+#include <layerinit/core/errors.hpp>
 
 namespace layerinit {
 

@@ -1,4 +1,4 @@
-#include "init/plan.hpp"
+#include <layerinit/plan/plan.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -6,6 +6,15 @@
 #include <stdexcept>
 
 namespace layerinit {
+
+std::string_view naive_name(NaiveStrategy s) {
+  switch (s) {
+    case NaiveStrategy::all_fp32_then_cast: return "all-fp32-then-cast";
+    case NaiveStrategy::fp32_then_cast_per_layer: return "fp32-then-cast-per-layer";
+    case NaiveStrategy::list_then_stack: return "list-then-stack";
+  }
+  return "?";
+}
 
 namespace {
 std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what) {
@@ -143,32 +152,5 @@ std::uint64_t largest_batch(const ModelSpec& spec, TrainingSetup setup, std::uin
   return (memory - one.states()) / *act;
 }
 
-std::uint64_t parse_byte_size(std::string_view text) {
-  std::string t(text);
-  t.erase(std::remove_if(t.begin(), t.end(), [](unsigned char c) { return std::isspace(c); }), t.end());
-  std::size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(t, &used);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("cannot read byte size '" + std::string(text) + "' (e.g. 80GiB, 500MB, 1048576)");
-  }
-  std::string unit = t.substr(used);
-  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double scale = 0;
-  if (unit.empty() || unit == "b") scale = 1;
-  else if (unit == "kb") scale = 1e3;
-  else if (unit == "mb") scale = 1e6;
-  else if (unit == "gb") scale = 1e9;
-  else if (unit == "tb") scale = 1e12;
-  else if (unit == "kib") scale = 1024.0;
-  else if (unit == "mib") scale = 1024.0 * 1024;
-  else if (unit == "gib") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
-  const double bytes = v * scale;
-  if (scale == 0 || !std::isfinite(bytes) || bytes < 0 || bytes >= 1.8e19)
-    throw std::invalid_argument("cannot read byte size '" + std::string(text) + "' (e.g. 80GiB, 500MB, 1048576)");
-  return static_cast<std::uint64_t>(bytes);
-}
 
 }  // namespace layerinit

@@ -9,7 +9,7 @@
 // The driver API (cuMemCreate & co., for reserve/commit) is reached through
 // cudaGetDriverEntryPointByVersion rather than by calling libcuda's symbols, so nothing here needs
 // libcuda.so.1 at load time and cuda_probe() can say "no CUDA driver" on a machine without one.
-#include "memory/cuda_backend.hpp"
+#include <layerinit/backends/cuda_backend.hpp>
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -24,9 +24,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/fill_cuda.hpp"
-#include "memory/cuda_check.hpp"
-#include "memory/errors.hpp"
+#include <layerinit/kernels/fill_cuda.hpp>
+#include <layerinit/core/cuda_check.hpp>
+#include <layerinit/core/errors.hpp>
 
 namespace layerinit {
 
@@ -396,7 +396,7 @@ class cuda_backend final : public backend {
 
   void fill(std::span<const FillJob> jobs) override {
     DeviceScope scope(device_);
-    fill_cuda(jobs, stream_, *mr_);
+    fill_cuda(jobs, stream_);
   }
 
   void copy(void* dst, const void* src, std::size_t bytes) override {

@@ -1,4 +1,4 @@
-#include "init/tensor.hpp"
+#include <layerinit/memory/tensor.hpp>
 
 #include <stdexcept>
 

@@ -12,10 +12,21 @@
 #include <string_view>
 #include <vector>
 
-#include "init/builder.hpp"
-#include "init/naive.hpp"
+#include <layerinit/init/builder.hpp>
 
 namespace layerinit {
+
+// The naive strategies users hit (bench/naive runs them through the same tracker); the plan predicts
+// their peaks so the gap is a number before anything is allocated.
+enum class NaiveStrategy {
+  all_fp32_then_cast,        // vmap over layers in fp32, then cast the tree: fp32 + target alive together
+  fp32_then_cast_per_layer,  // each part in fp32, cast, fp32 freed: final + one part in fp32
+  list_then_stack,           // every layer in the target dtype, then a full [L, ...] stack: twice the layers
+};
+inline constexpr NaiveStrategy all_naive_strategies[] = {
+    NaiveStrategy::all_fp32_then_cast, NaiveStrategy::fp32_then_cast_per_layer, NaiveStrategy::list_then_stack};
+std::string_view naive_name(NaiveStrategy s);  // "all-fp32-then-cast", "fp32-then-cast-per-layer", "list-then-stack"
+
 
 struct MemoryPlan {
   std::uint64_t parameters = 0;
@@ -61,7 +72,5 @@ TrainingEstimate estimate_training(const ModelSpec& spec, TrainingSetup setup, s
 // model has no activation formula).
 std::uint64_t largest_batch(const ModelSpec& spec, TrainingSetup setup, std::uint64_t seq, Recompute r, std::uint64_t memory);
 
-// "80GiB", "80GB", "1.5 TiB", "123456" (bytes). Throws std::invalid_argument naming the text.
-std::uint64_t parse_byte_size(std::string_view text);
 
 }  // namespace layerinit

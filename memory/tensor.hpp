@@ -1,14 +1,13 @@
 // Tensors the builder makes: owned storage plus a view that kernels and writers take.
-// defines: TensorView, Storage, Tensor
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <utility>
 
-#include "dtypes/dtype.hpp"
-#include "init/spec.hpp"
-#include "memory/resource.hpp"
+#include <layerinit/core/shape.hpp>
+#include <layerinit/dtypes/dtype.hpp>
+#include <layerinit/memory/resource.hpp>
 
 namespace layerinit {
 

@@ -1,21 +1,11 @@
-#include "init/naive.hpp"
-
-#include <Eigen/Core>
+#include "naive.hpp"
 
 #include <stdexcept>
 
-#include "stacking/stack.hpp"
+#include <layerinit/dtypes/round.hpp>
+#include <layerinit/stacking/stack.hpp>
 
 namespace layerinit {
-
-std::string_view naive_name(NaiveStrategy s) {
-  switch (s) {
-    case NaiveStrategy::all_fp32_then_cast: return "all-fp32-then-cast";
-    case NaiveStrategy::fp32_then_cast_per_layer: return "fp32-then-cast-per-layer";
-    case NaiveStrategy::list_then_stack: return "list-then-stack";
-  }
-  return "?";
-}
 
 namespace {
 
@@ -44,13 +34,7 @@ std::vector<Staged> make_fp32(const std::vector<PlannedTensor>& plans, backend& 
 Tensor cast(const Staged& s, backend& be, memory_resource& mr) {
   Tensor t = Tensor::allocate(mr, s.plan.name, s.plan.memory_shape, s.plan.dtype);
   if (be.kind() == BackendKind::dry) return t;
-  const auto n = static_cast<Eigen::Index>(s.plan.numel());
-  const Eigen::Map<const Eigen::ArrayXf> src(static_cast<const float*>(s.f32.view.data), n);
-  switch (s.plan.dtype) {
-    case DType::f32: Eigen::Map<Eigen::ArrayXf>(static_cast<float*>(t.view.data), n) = src; break;
-    case DType::f16: Eigen::Map<Eigen::Array<Eigen::half, Eigen::Dynamic, 1>>(static_cast<Eigen::half*>(t.view.data), n) = src.cast<Eigen::half>(); break;
-    case DType::bf16: Eigen::Map<Eigen::Array<Eigen::bfloat16, Eigen::Dynamic, 1>>(static_cast<Eigen::bfloat16*>(t.view.data), n) = src.cast<Eigen::bfloat16>(); break;
-  }
+  round_floats(s.plan.dtype, static_cast<const float*>(s.f32.view.data), t.view.data, s.plan.numel());
   return t;
 }
 

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <string>
 
-#include "memory/errors.hpp"
+#include <layerinit/core/errors.hpp>
 
 namespace layerinit::detail {
 

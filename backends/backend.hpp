@@ -1,5 +1,4 @@
 // Backends: where tensors live and how they are filled, behind one interface.
-// defines: BackendKind, backend, make_backend, cuda_probe, CudaProbe, parse_backend_kind
 //
 // The host backend is the reference: the CUDA backend must produce the same bytes for every fill.
 #pragma once
@@ -10,8 +9,9 @@
 #include <string>
 #include <string_view>
 
-#include "kernels/fill.hpp"
-#include "memory/resource.hpp"
+#include <layerinit/kernels/fill.hpp>
+#include <layerinit/memory/resource.hpp>
+#include <layerinit/memory/tensor.hpp>
 
 namespace layerinit {
 
@@ -53,5 +53,10 @@ std::unique_ptr<backend> make_host_backend(int threads = 0);
 
 // The dry backend: the same allocation calls as a real build, no bytes written or backed.
 std::unique_ptr<backend> make_dry_backend();
+
+// FNV-1a 64 of a tensor's raw bytes, read through the backend (device memory is copied to the host
+// in bounded chunks).
+std::uint64_t hash_tensor(backend& be, const TensorView& t);
+std::uint64_t hash_bytes(backend& be, const void* data, std::uint64_t bytes);
 
 }  // namespace layerinit

@@ -19,7 +19,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "memory/backend.hpp"
+#include <layerinit/backends/backend.hpp>
 
 namespace layerinit {
 

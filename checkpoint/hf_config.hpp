@@ -1,0 +1,15 @@
+// Hugging Face config.json for a model spec, so transformers loads an emitted directory as a model.
+#pragma once
+
+#include <string>
+
+#include <layerinit/dtypes/dtype.hpp>
+#include <layerinit/init/spec.hpp>
+
+namespace layerinit {
+
+// config.json for the llama, mistral, mixtral and gpt2 families (from spec.family, spec.hyper and
+// spec.num_layers). Throws std::invalid_argument for other families, naming the supported ones.
+std::string config_json(const ModelSpec& spec, DType dtype);
+
+}  // namespace layerinit

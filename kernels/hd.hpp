@@ -1,9 +1,0 @@
-// LI_HD marks code compiled for both the host and the device: the one definition of every value.
-#pragma once
-#if defined(__CUDACC__)
-#define LI_HD __host__ __device__ __forceinline__
-#else
-// Forced inline on the host too: the host fill loops only vectorize when the whole per-element
-// chain (Philox, transform, clamp) is inlined into them.
-#define LI_HD inline __attribute__((always_inline))
-#endif
