@@ -1,10 +1,4 @@
 // The CUDA backend and its memory resource.
-// includes:
-//   memory/cuda_backend.hpp  make_cuda_backend, cuda_pool_stats, cuda_pool_reset_peak, cuda_backend_stream
-//   memory/backend.hpp       backend, cuda_probe, CudaProbe
-//   kernels/fill_cuda.hpp    fill_cuda, fill_cuda_check_device
-//   memory/cuda_check.hpp    LAYERINIT_CUDA_TRY, LAYERINIT_CUDA_TRY_NOTHROW
-//   cuda.h                   driver API types only: its functions are looked up at run time
 //
 // The driver API (cuMemCreate & co., for reserve/commit) is reached through
 // cudaGetDriverEntryPointByVersion rather than by calling libcuda's symbols, so nothing here needs

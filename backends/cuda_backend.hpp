@@ -1,5 +1,4 @@
 // The CUDA backend: device memory from a stream-ordered pool, fills with one kernel per batch.
-// defines: make_cuda_backend, CudaPoolStats, cuda_pool_stats, cuda_pool_reset_peak, cuda_backend_stream
 //
 // cuda_probe() and CudaProbe are declared in memory/backend.hpp; make_backend("cuda") is the usual way
 // in. Everything here is for the CUDA build only (LAYERINIT_HAS_CUDA).

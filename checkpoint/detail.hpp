@@ -1,6 +1,4 @@
 // Internal to checkpoint/: what both writers share. Not installed as API.
-// defines: detail::fail, detail::TempPath, detail::Progress, detail::validate_datasets,
-//          detail::metadata_pairs, detail::full_write, detail::fsync_path, detail::publish
 #pragma once
 
 #include <cstdint>

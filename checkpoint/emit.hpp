@@ -1,5 +1,4 @@
 // Emit: build a model part by part and stream it into a checkpoint, memory bounded by one part.
-// defines: checkpoint_datasets, EmitProgress, EmitOptions, TensorReport, EmitResult, emit_checkpoint
 #pragma once
 
 #include <atomic>

@@ -1,6 +1,5 @@
 // The HDF5 writer: one chunked dataset per declared tensor, written with direct chunk writes from
 // the caller's memory (a chunk-sized staging buffer only when a write ends inside a chunk).
-// defines: open_hdf5_writer, planned_bytes (both formats: it needs the HDF5 chunking)
 #include <hdf5.h>
 
 #include <algorithm>

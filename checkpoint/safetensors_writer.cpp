@@ -1,7 +1,6 @@
 // The safetensors writer: a directory with model.safetensors (or shards and their index) and
 // config.json, built in a temporary directory beside the target and renamed into place. Data goes
 // from the caller's memory to the file with pwrite at offsets fixed by the header: no staging.
-// defines: open_safetensors_writer
 #include <fcntl.h>
 #include <unistd.h>
 

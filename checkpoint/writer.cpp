@@ -1,8 +1,5 @@
 // Shared parts of the checkpoint writers: validation, free space, temporary paths, atomic publish,
 // format names and config.json.
-// defines: everything in checkpoint/detail.hpp; format_name, parse_checkpoint_format,
-//          check_free_space, planned_bytes, open_checkpoint_writer, config_json,
-//          CheckpointWriter::write(name, ...), CheckpointWriter::index_of
 #include "detail.hpp"
 
 #include <fcntl.h>

@@ -1,5 +1,4 @@
 // Checking CUDA runtime calls (CUDA-only header: include it from .cu files only).
-// defines: LAYERINIT_CUDA_TRY, LAYERINIT_CUDA_TRY_NOTHROW, detail::throw_cuda_error
 //
 // LAYERINIT_CUDA_TRY(call) throws layerinit::cuda_error carrying the call's text, file and line.
 // LAYERINIT_CUDA_TRY_NOTHROW(call) is the form for destructors and noexcept paths: it reports the

@@ -1,5 +1,4 @@
 // Float to dtype storage bits, the same function on host and device.
-// defines: storage_t, to_storage
 // nvcc (both passes) converts with cuda_fp16 / cuda_bf16; a host compiler with Eigen::half /
 // Eigen::bfloat16. Both round to nearest even, so the bits agree for every finite float
 // (tests/test_dtypes.cpp checks Eigen against a bit-level reference).

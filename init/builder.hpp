@@ -1,5 +1,4 @@
 // The builder: a model created one layer at a time, directly in its final dtype.
-// defines: Layout, Orientation, BuildOptions, PlannedTensor, Layer, Model, Part, Builder
 //
 // No fp32 buffer exists for a half model: every tensor is allocated in its target dtype and filled
 // in place from registers (kernels/). Peak memory of a build, through the tracking resource:

@@ -1,5 +1,4 @@
 // Model families and named presets, with the tensor names and shapes of the Hugging Face models.
-// defines: mlp_spec, llama_spec, gpt2_spec, mixtral_spec, make_preset, preset_names
 //
 // Sources of the numbers: each preset's config.json on the Hugging Face Hub (openai-community/gpt2*,
 // meta-llama/Meta-Llama-3-{8B,70B}, mistralai/Mistral-7B-v0.1, mistralai/Mixtral-8x7B-v0.1); names and

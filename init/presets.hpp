@@ -1,5 +1,4 @@
 // Model families and named presets.
-// defines: mlp_spec, llama_spec, gpt2_spec, mixtral_spec, make_preset, preset_names
 #pragma once
 
 #include <string>

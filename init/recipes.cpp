@@ -1,5 +1,4 @@
 // Init recipes: the fill each tensor gets in the codebase a recipe is named after (docs/recipes.md).
-// defines: Recipe::rule_for, Recipe::add_override, make_recipe, recipe_names
 #include <layerinit/init/recipes.hpp>
 
 #include <cmath>

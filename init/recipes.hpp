@@ -1,5 +1,4 @@
 // Init recipes: which fill every tensor gets, as the reference codebases do it.
-// defines: TensorContext, Recipe, make_recipe, recipe_names
 #pragma once
 
 #include <optional>

@@ -1,5 +1,4 @@
 // The JSON model spec (schema in docs/spec.md): parse with a path in every error, and write back.
-// defines: spec_from_json, spec_to_json
 //
 // Parsing runs in three steps: nlohmann's parser (iterative, so deep nesting cannot overflow the
 // stack; a callback rejects duplicate keys), a walk over the document that checks every field and

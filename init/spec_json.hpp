@@ -1,5 +1,4 @@
 // The JSON model spec: model code declares its own layer types without C++ (docs/spec.md).
-// defines: spec_error, spec_from_json, spec_to_json
 #pragma once
 
 #include <stdexcept>

@@ -1,5 +1,4 @@
 // Fills: what a tensor's values are, and jobs that write them into memory.
-// defines: FillKind, FillSpec, FillParams, prepare_fill, FillJob, make_fill_job, element_value
 //
 // The value contract: element i (row-major index over the tensor's logical shape) of a tensor named N,
 // for a seed S, is value(params, bits) where bits = word (i mod 4) of Philox4x32-10 with counter

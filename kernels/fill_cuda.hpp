@@ -1,5 +1,4 @@
 // The CUDA fill: one kernel launch writes a whole batch of jobs, byte for byte what fill_host writes.
-// defines: fill_cuda, fill_cuda_check_device
 #pragma once
 
 #include <cuda_runtime_api.h>  // cudaStream_t

@@ -1,5 +1,4 @@
 // The host fill: all cores, same bytes as the CUDA kernels.
-// defines: fill_host, default_thread_count
 #pragma once
 
 #include <span>

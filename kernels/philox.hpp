@@ -1,5 +1,4 @@
 // Philox4x32-10 for host and device from one header, and the key/counter layout of layerinit.
-// defines: philox4x32_10, philox_key, fnv1a64, tensor_key
 //
 // Where CUDA is available, host code includes cuRAND's own curand_philox4x32_x.h with QUALIFIERS
 // widened to __host__ __device__ (its mulhilo32 has a host branch), so host and device run the same

@@ -1,5 +1,4 @@
 // From random bits to values: the transforms every backend shares.
-// defines: unit_open, unit_01, log_pos, erfinv, fmaf_, sqrtf_
 //
 // Only operations that give identical bits on the CPU and the GPU: +, -, *, explicit fma, IEEE sqrt,
 // integer ops and bit casts. No library log/erf/sin (their results differ between libm and CUDA), no

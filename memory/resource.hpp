@@ -1,5 +1,4 @@
 // Memory resources: where every byte layerinit allocates comes from.
-// defines: MemoryKind, AllocTag, memory_resource, host_resource, Buffer
 //
 // Public allocate/deallocate call private virtual hooks (the pattern of std::pmr and RMM). The
 // reserve/commit slot is optional: a resource that cannot reserve address space says so through

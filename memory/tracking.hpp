@@ -1,5 +1,4 @@
 // Tracking and limiting adaptors: every byte counted, peaks proven.
-// defines: MemoryStats, AllocationRecord, MemoryEvent, tracking_resource, limiting_resource
 #pragma once
 
 #include <chrono>

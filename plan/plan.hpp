@@ -1,6 +1,4 @@
 // Memory plans: what a build will need, computed from the spec before anything is allocated.
-// defines: MemoryPlan, make_memory_plan, TrainingSetup, TrainingEstimate, estimate_training,
-//          largest_batch
 //
 // Every peak here is derived from the same plan the builder follows (Builder::plan_*), and
 // tests/test_plan.cpp checks each against the tracker's measured peak of a real or dry build.

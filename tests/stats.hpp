@@ -1,10 +1,6 @@
 // Statistical helpers for tests of fills: reference distributions, their exact CDF after rounding to a
 // dtype, a Kolmogorov-Smirnov test that is correct for discrete samples, moments, Poisson tails and
 // correlation. Header-only, for tests (tests/test_fill_stats.cpp; reusable by any other test).
-// defines: normal_cdf, Cdf, normal_dist, trunc_normal_dist, uniform_dist, Moments, normal_moments,
-//          trunc_normal_moments, uniform_moments, load_value, load_values, next_up, next_down,
-//          rounded_cdf_at, rounded_cdf_below, Histogram, histogram, KsResult, ks_discrete, ks_threshold,
-//          sample_moments, rounded_moments, poisson_cdf, poisson_sf, poisson_consistent, pearson
 //
 // The rounded reference: an output X = round_to_nearest_t(Y) with Y continuous with CDF F takes the
 // value v exactly when Y falls in v's rounding bin, between the midpoints to v's neighbours, so

@@ -1,6 +1,5 @@
 // Helpers of the GPU tests: skip without a usable GPU, and compare GPU fills with the host fill byte for
 // byte, guard bytes around every job included.
-// defines: LAYERINIT_SKIP_WITHOUT_GPU, Placed, Layout, layout_of, compare_buffers, compare_with_host
 #pragma once
 
 #include <cuda_runtime_api.h>
