@@ -8,71 +8,28 @@
 #include <vector>
 
 #include <layerinit/dtypes/convert.hpp>
-#include <layerinit/dtypes/round.hpp>
-#include <layerinit/kernels/philox.hpp>
 
 namespace layerinit {
 
+namespace detail {
+void fill_range_baseline(const FillJob& j, std::uint64_t b, std::uint64_t e);
+#if LAYERINIT_HOST_ISA_X86_64
+void fill_range_x86_64_v3(const FillJob& j, std::uint64_t b, std::uint64_t e);
+void fill_range_x86_64_v4(const FillJob& j, std::uint64_t b, std::uint64_t e);
+#endif
+}  // namespace detail
+
 namespace {
 
-// Elements per batch: 16 Philox groups. The loops over a batch have no branches the compiler cannot
-// if-convert, so they vectorize; each element's value is still element_value() of its own bits.
-constexpr std::uint64_t batch = 64;
+using range_fn = void (*)(const FillJob&, std::uint64_t, std::uint64_t);
 
-template <DType T, FillKind K>
-inline void fill_contiguous(const FillJob& j, storage_t<T>* out, std::uint64_t b, std::uint64_t e) {
-  const FillParams p = j.params;
-  std::uint64_t m = b;
-  auto one = [&](std::uint64_t idx) {
-    const rng::Block blk = rng::group_bits(j.key, idx >> 2);
-    out[idx - j.begin] = to_storage<T>(value_of<K>(p, blk.w[idx & 3]));
-  };
-  for (; m < e && m % batch != 0; ++m) one(m);
-  for (; m + batch <= e; m += batch) {
-    std::uint32_t bits[batch];
-    const std::uint64_t g0 = m / 4;
-    for (std::uint64_t g = 0; g < batch / 4; ++g) {
-      const rng::Block blk = rng::group_bits(j.key, g0 + g);
-      bits[4 * g + 0] = blk.w[0];
-      bits[4 * g + 1] = blk.w[1];
-      bits[4 * g + 2] = blk.w[2];
-      bits[4 * g + 3] = blk.w[3];
-    }
-    storage_t<T>* dst = out + (m - j.begin);
-    if constexpr (T == DType::f32) {
-      for (std::uint64_t k = 0; k < batch; ++k) dst[k] = value_of<K>(p, bits[k]);
-    } else {
-      // Values first, then the whole batch rounded at once (to nearest even, as to_storage does).
-      alignas(64) float values[batch];
-      for (std::uint64_t k = 0; k < batch; ++k) values[k] = value_of<K>(p, bits[k]);
-      round_floats(T, values, dst, batch);
-    }
-  }
-  for (; m < e; ++m) one(m);
-}
-
-template <DType T>
-void fill_span(const FillJob& j, std::uint64_t b, std::uint64_t e) {
-  auto* out = static_cast<storage_t<T>*>(j.dst);
-  const std::uint64_t base = j.begin;
-  if (j.params.kind == FillKind::constant) {
-    std::fill(out + (b - base), out + (e - base), to_storage<T>(j.params.shift));
-    return;
-  }
-  if (!j.transposed) {
-    switch (j.params.kind) {
-      case FillKind::normal: fill_contiguous<T, FillKind::normal>(j, out, b, e); break;
-      case FillKind::trunc_normal: fill_contiguous<T, FillKind::trunc_normal>(j, out, b, e); break;
-      case FillKind::uniform: fill_contiguous<T, FillKind::uniform>(j, out, b, e); break;
-      default: break;
-    }
-    return;
-  }
-  // Transposed: neighbours in memory are `rows` apart logically, so each element draws its own block.
-  for (std::uint64_t m = b; m < e; ++m) {
-    const std::uint64_t i = logical_index(j, m);
-    const rng::Block blk = rng::group_bits(j.key, i >> 2);
-    out[m - base] = to_storage<T>(element_value(j.params, blk.w[i & 3]));
+range_fn range_for(HostIsa isa) {
+  switch (isa) {
+#if LAYERINIT_HOST_ISA_X86_64
+    case HostIsa::x86_64_v3: return detail::fill_range_x86_64_v3;
+    case HostIsa::x86_64_v4: return detail::fill_range_x86_64_v4;
+#endif
+    default: return detail::fill_range_baseline;
   }
 }
 
@@ -85,20 +42,61 @@ struct Chunk {
 
 }  // namespace
 
+std::string_view host_isa_name(HostIsa isa) {
+  switch (isa) {
+    case HostIsa::baseline: return "x86-64";
+    case HostIsa::x86_64_v3: return "x86-64-v3";
+    case HostIsa::x86_64_v4: return "x86-64-v4";
+  }
+  return "?";
+}
+
+std::vector<HostIsa> supported_host_isas() {
+  std::vector<HostIsa> out{HostIsa::baseline};
+#if LAYERINIT_HOST_ISA_X86_64
+  __builtin_cpu_init();
+  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+                  __builtin_cpu_supports("bmi2");
+  if (v3) out.push_back(HostIsa::x86_64_v3);
+  if (v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    out.push_back(HostIsa::x86_64_v4);
+#endif
+  return out;
+}
+
+HostIsa best_host_isa() {
+  static const HostIsa best = supported_host_isas().back();
+  return best;
+}
+
 int default_thread_count() {
   const unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
-void fill_host_range(const FillJob& j, std::uint64_t b, std::uint64_t e) {
+void fill_host_range(const FillJob& j, std::uint64_t b, std::uint64_t e) { fill_host_range(j, b, e, best_host_isa()); }
+
+void fill_host_range(const FillJob& j, std::uint64_t b, std::uint64_t e, HostIsa isa) {
   if (b < j.begin || e > j.end || b > e) throw std::invalid_argument("fill_host_range: range outside the job");
   if (j.transposed && (j.rows == 0 || j.cols == 0 || j.rows * j.cols < j.end))
     throw std::invalid_argument("fill_host_range: transposed job needs rows * cols >= end");
-  switch (j.dtype) {
-    case DType::f32: fill_span<DType::f32>(j, b, e); break;
-    case DType::f16: fill_span<DType::f16>(j, b, e); break;
-    case DType::bf16: fill_span<DType::bf16>(j, b, e); break;
+  static const std::vector<HostIsa> supported = supported_host_isas();
+  if (std::find(supported.begin(), supported.end(), isa) == supported.end())
+    throw std::invalid_argument("fill_host_range: this CPU cannot run " + std::string(host_isa_name(isa)) + " code");
+  if (j.params.kind == FillKind::constant) {
+    auto fill_constant = [&]<DType T>() {
+      auto* out = static_cast<storage_t<T>*>(j.dst);
+      std::fill(out + (b - j.begin), out + (e - j.begin), to_storage<T>(j.params.shift));
+    };
+    switch (j.dtype) {
+      case DType::f32: fill_constant.operator()<DType::f32>(); break;
+      case DType::f16: fill_constant.operator()<DType::f16>(); break;
+      case DType::bf16: fill_constant.operator()<DType::bf16>(); break;
+    }
+    return;
   }
+  range_for(isa)(j, b, e);
 }
 
 void fill_host(std::span<const FillJob> jobs, int threads) {

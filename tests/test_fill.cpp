@@ -102,6 +102,38 @@ TEST(Fill, GoldenHashes) {
     }
 }
 
+// The host loops are compiled for x86-64, x86-64-v3 and x86-64-v4 and picked at run time: every level
+// this CPU runs writes the baseline's bytes, for every kind and dtype, from an odd start (heads, batches
+// and tails all run) and transposed.
+TEST(Fill, SameBytesOnEveryInstructionSetLevel) {
+  const std::vector<HostIsa> isas = supported_host_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.front(), HostIsa::baseline);
+  EXPECT_EQ(isas.back(), best_host_isa());
+  const std::uint64_t n = 10007;
+  for (DType t : all_dtypes)
+    for (int k = 0; k < kNumSpecs; ++k)
+      for (bool transposed : {false, true}) {
+        Bytes want(n * dtype_size(t));
+        FillJob j = make_fill_job(want.data(), t, n, 99, kName, kSpecs[k]);
+        if (transposed) {
+          j.rows = 1429;  // 1429 * 7 = 10003 >= n - 4 elements filled below
+          j.cols = 7;
+          j.transposed = true;
+          j.end = n - 4;
+        }
+        fill_host_range(j, 3, j.end, HostIsa::baseline);
+        for (HostIsa isa : isas) {
+          Bytes got(want.size());
+          FillJob g = j;
+          g.dst = got.data();
+          fill_host_range(g, 3, g.end, isa);
+          EXPECT_EQ(got, want) << host_isa_name(isa) << " " << dtype_name(t) << " " << kSpecs[k].describe()
+                               << (transposed ? " transposed" : "") << ": " << first_difference(got, want, t);
+        }
+      }
+}
+
 // Bounds beyond the largest |z| the 24-bit source reaches (5.42 std) leave the normal untouched:
 // trunc_normal(0, 0.02, -2, 2), PyTorch's default bounds at 100 std, is bit for bit normal(0, 0.02).
 TEST(Fill, WideTruncNormalIsTheNormal) {

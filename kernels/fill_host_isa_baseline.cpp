@@ -1,0 +1,8 @@
+// The host fill loops for x86-64 (SSE2): any 64-bit x86 CPU.
+#include "fill_host_loops.hpp"
+
+namespace layerinit::detail {
+
+void fill_range_baseline(const FillJob& j, std::uint64_t b, std::uint64_t e) { fill_range_loops(j, b, e); }
+
+}  // namespace layerinit::detail
