@@ -39,11 +39,8 @@ Hyper attention_defaults(const std::string& name, Hyper h) {
   require(h.hidden_size > 0, name, "hidden_size must be positive");
   require(h.num_heads > 0, name, "num_heads must be positive");
   if (h.num_kv_heads == 0) h.num_kv_heads = h.num_heads;
-  require(h.num_heads % h.num_kv_heads == 0, name, "num_kv_heads must divide num_heads");
-  if (h.head_dim == 0) {
-    require(h.hidden_size % h.num_heads == 0, name, "num_heads must divide hidden_size (or set head_dim)");
-    h.head_dim = h.hidden_size / h.num_heads;
-  }
+  if (const auto p = hyper_problem(h)) throw std::invalid_argument("model '" + name + "': " + p->field + " " + p->message);
+  if (h.head_dim == 0) h.head_dim = h.hidden_size / h.num_heads;
   return h;
 }
 

@@ -211,17 +211,22 @@ void ModelSpec::validate() const {
   if (total > kMax / sizeof(float)) fail("byte count of " + std::to_string(total) + " parameters overflows 64 bits");
 
   // Architecture numbers, where the spec carries them.
-  const Hyper& h = hyper;
+  if (const auto p = hyper_problem(hyper)) fail(p->field + " " + p->message);
+}
+
+std::optional<HyperProblem> hyper_problem(const Hyper& h) {
+  auto n = [](std::uint64_t v) { return std::to_string(v); };
   if (h.num_heads > 0 && h.hidden_size > 0 && h.head_dim == 0 && h.hidden_size % h.num_heads != 0)
-    fail("num_heads " + std::to_string(h.num_heads) + " does not divide hidden_size " + std::to_string(h.hidden_size));
+    return HyperProblem{"num_heads", n(h.num_heads) + " does not divide hidden_size " + n(h.hidden_size)};
   if (h.num_kv_heads > 0 && (h.num_heads == 0 || h.num_heads % h.num_kv_heads != 0))
-    fail("num_kv_heads " + std::to_string(h.num_kv_heads) + " does not divide num_heads " + std::to_string(h.num_heads));
+    return HyperProblem{"num_kv_heads", n(h.num_kv_heads) + " does not divide num_heads " + n(h.num_heads)};
   if (h.experts_per_token > h.num_experts)
-    fail("experts_per_token " + std::to_string(h.experts_per_token) + " exceeds num_experts " +
-         std::to_string(h.num_experts));
-  if (!std::isfinite(h.initializer_range) || h.initializer_range < 0) fail("initializer_range must be finite and >= 0");
-  if (!std::isfinite(h.norm_eps) || h.norm_eps < 0) fail("norm_eps must be finite and >= 0");
-  if (!std::isfinite(h.rope_theta) || h.rope_theta < 0) fail("rope_theta must be finite and >= 0");
+    return HyperProblem{"experts_per_token", n(h.experts_per_token) + " exceeds num_experts " + n(h.num_experts)};
+  const std::pair<const char*, double> reals[] = {
+      {"initializer_range", h.initializer_range}, {"norm_eps", h.norm_eps}, {"rope_theta", h.rope_theta}};
+  for (const auto& [field, v] : reals)
+    if (!std::isfinite(v) || v < 0) return HyperProblem{field, "must be finite and >= 0"};
+  return std::nullopt;
 }
 
 }  // namespace layerinit

@@ -75,6 +75,14 @@ struct Hyper {
   bool operator==(const Hyper&) const = default;
 };
 
+// The first inconsistency among a Hyper's numbers: the field and what is wrong with it ("num_kv_heads",
+// "3 does not divide num_heads 4"), or nothing. Presets, ModelSpec::validate and JSON specs all ask it.
+struct HyperProblem {
+  std::string field;
+  std::string message;
+};
+std::optional<HyperProblem> hyper_problem(const Hyper& h);
+
 struct ModelSpec {
   std::string name;     // preset name or the spec's own
   std::string family;   // "mlp", "llama", "mistral", "gpt2", "mixtral", "custom"

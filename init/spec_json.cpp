@@ -255,15 +255,8 @@ Hyper parse_hyper(const json& j, const std::string& path) {
   d("rope_theta", h.rope_theta);
   b("tie_word_embeddings", h.tie_word_embeddings);
   b("bias", h.bias);
-  if (h.num_heads > 0 && h.hidden_size > 0 && h.head_dim == 0 && h.hidden_size % h.num_heads != 0)
-    fail(join(path, "num_heads"), std::to_string(h.num_heads) + " does not divide hidden_size " +
-                                      std::to_string(h.hidden_size) + " (set head_dim if that is intended)");
-  if (h.num_kv_heads > 0 && (h.num_heads == 0 || h.num_heads % h.num_kv_heads != 0))
-    fail(join(path, "num_kv_heads"),
-         std::to_string(h.num_kv_heads) + " does not divide num_heads " + std::to_string(h.num_heads));
-  if (h.experts_per_token > h.num_experts)
-    fail(join(path, "experts_per_token"),
-         std::to_string(h.experts_per_token) + " exceeds num_experts " + std::to_string(h.num_experts));
+  if (const auto p = hyper_problem(h))
+    fail(join(path, p->field), p->message + (p->field == "num_heads" ? " (set head_dim if that is intended)" : ""));
   return h;
 }
 

@@ -37,7 +37,6 @@ class Storage {
   void reset() noexcept;
   void* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return bytes_; }
-  bool reserved() const noexcept { return reserved_; }
 
  private:
   memory_resource* mr_ = nullptr;

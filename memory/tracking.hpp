@@ -61,7 +61,6 @@ class tracking_resource final : public memory_resource {
   // Called after every change, under the tracker's lock: keep it short.
   void set_listener(std::function<void(const MemoryEvent&)> f);
 
-  memory_resource& upstream() const noexcept { return *upstream_; }
 
  private:
   void* do_allocate(std::size_t bytes, const AllocTag& tag) override;

@@ -4,6 +4,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include <layerinit/init/presets.hpp>
 #include <layerinit/init/spec.hpp>
 
 using namespace layerinit;
@@ -186,4 +187,35 @@ TEST(Spec, EmptyLayers) {
   m.pre.clear();
   m.post.clear();
   EXPECT_EQ(message(m), "(valid)");  // layers alone are a model
+}
+
+// One check of the architecture numbers serves presets, ModelSpec::validate and JSON specs.
+TEST(Spec, HyperProblemNamesTheFirstInconsistentField) {
+  Hyper h;
+  EXPECT_FALSE(hyper_problem(h).has_value());
+  h.hidden_size = 10;
+  h.num_heads = 3;
+  auto p = hyper_problem(h);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->field, "num_heads");
+  EXPECT_EQ(p->message, "3 does not divide hidden_size 10");
+  h.head_dim = 4;  // an explicit head_dim lifts the divisibility rule
+  EXPECT_FALSE(hyper_problem(h).has_value());
+  h.num_kv_heads = 2;
+  p = hyper_problem(h);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->field, "num_kv_heads");
+  EXPECT_EQ(p->message, "2 does not divide num_heads 3");
+  h.num_kv_heads = 3;
+  h.experts_per_token = 2;
+  p = hyper_problem(h);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->message, "2 exceeds num_experts 0");
+  h.experts_per_token = 0;
+  h.norm_eps = -1;
+  p = hyper_problem(h);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->field, "norm_eps");
+  EXPECT_EQ(p->message, "must be finite and >= 0");
+  EXPECT_THROW(llama_spec("x", Hyper{.vocab_size = 8, .hidden_size = 10, .num_heads = 3}, 1), std::invalid_argument);
 }

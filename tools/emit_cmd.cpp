@@ -1,7 +1,5 @@
 // layerinit emit: build layer by layer and stream into an HDF5 file or a safetensors directory.
 #include <unistd.h>
-#if defined(__GLIBC__)
-#endif
 
 #include <atomic>
 #include <csignal>

@@ -32,15 +32,15 @@ struct Placed {
   std::size_t byte_offset = 0;  // within its slot, a multiple of the element size
 };
 
-struct Layout {
+struct BufferLayout {
   std::vector<std::size_t> pos;  // byte position of each job's dst in the buffer
   std::size_t bytes = 0;
 };
 
 inline std::size_t job_bytes(const FillJob& j) { return (j.end - j.begin) * dtype_size(j.dtype); }
 
-inline Layout layout_of(const std::vector<Placed>& jobs) {
-  Layout l;
+inline BufferLayout layout_of(const std::vector<Placed>& jobs) {
+  BufferLayout l;
   std::size_t p = 0;
   for (const Placed& pj : jobs) {
     p += guard_bytes;
@@ -84,7 +84,7 @@ inline std::size_t compare_buffers(backend& b, std::size_t bytes, const std::vec
 
 // Each job at its own placement; the same jobs on both sides.
 inline std::size_t compare_with_host(backend& b, const std::vector<Placed>& jobs) {
-  const Layout l = layout_of(jobs);
+  const BufferLayout l = layout_of(jobs);
   std::vector<FillJob> js;
   for (const Placed& p : jobs) js.push_back(p.job);
   return compare_buffers(b, l.bytes, js, l.pos, js, l.pos);
