@@ -1,5 +1,5 @@
 // Internal to checkpoint/: what both writers share. Not installed as API.
-// defines: detail::fail, detail::TempPath, detail::Progress, detail::validate_datasets,
+// defines: detail::fail, detail::refuse, detail::TempPath, detail::Progress, detail::validate_datasets,
 //          detail::metadata_pairs, detail::full_write, detail::fsync_path, detail::publish
 #pragma once
 
@@ -17,6 +17,8 @@ namespace fs = std::filesystem;
 
 // throws checkpoint_error("checkpoint: <what> <path>: <strerror(err)>")
 [[noreturn]] void fail(const std::string& what, const fs::path& path, int err);
+// the same message as checkpoint_refused: the path, not the environment, is the problem
+[[noreturn]] void refuse(const std::string& what, const fs::path& path, int err);
 
 // Absolute, normalized, no trailing separator; throws std::invalid_argument on an empty path.
 fs::path normalize_target(const fs::path& target);

@@ -58,14 +58,9 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
     result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), rng::fnv1a64_init, {}});
     result.weight_bytes += result.tensors.back().bytes;
   }
-  // A target that cannot be opened (unwritable, exists without overwrite, too little space) is an
-  // argument problem found before any work: invalid_argument, so the CLI exits with 2.
-  std::unique_ptr<CheckpointWriter> writer;
-  try {
-    writer = open_checkpoint_writer(opts.format, target, datasets, opts.meta, opts.writer);
-  } catch (const checkpoint_error& e) {
-    throw std::invalid_argument(e.what());
-  }
+  // Before any work: a refused target throws checkpoint_refused, an environment failure (no space,
+  // EIO) checkpoint_error; both propagate as they are.
+  std::unique_ptr<CheckpointWriter> writer = open_checkpoint_writer(opts.format, target, datasets, opts.meta, opts.writer);
 
   std::vector<unsigned char> staging;
   const bool device = be.memory().kind() != MemoryKind::host;

@@ -27,6 +27,10 @@ void fail(const std::string& what, const fs::path& path, int err) {
   throw checkpoint_error("checkpoint: " + what + " " + path.string() + ": " + std::strerror(err));
 }
 
+void refuse(const std::string& what, const fs::path& path, int err) {
+  throw checkpoint_refused("checkpoint: " + what + " " + path.string() + ": " + std::strerror(err));
+}
+
 fs::path normalize_target(const fs::path& target) {
   if (target.empty()) throw std::invalid_argument("checkpoint: empty output path");
   fs::path p = fs::absolute(target).lexically_normal();
@@ -35,19 +39,29 @@ fs::path normalize_target(const fs::path& target) {
   return p;
 }
 
+namespace {
+// Errors of a path that names nothing usable (refused, exit 2), as opposed to the environment's
+// (EIO, EACCES, ...).
+bool wrong_path(int err) { return err == ENOENT || err == ENOTDIR || err == ELOOP || err == ENAMETOOLONG; }
+}  // namespace
+
 void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool check_space, std::uint64_t bytes) {
   struct stat st{};
   if (::lstat(target.c_str(), &st) == 0) {
     if (!overwrite)
-      throw checkpoint_error("checkpoint: refusing to overwrite existing " + target.string() + " (use --force)");
+      throw checkpoint_refused("checkpoint: refusing to overwrite existing " + target.string() + " (use --force)");
     if (!target_is_dir && S_ISDIR(st.st_mode))
-      throw checkpoint_error("checkpoint: " + target.string() + " is a directory, not a file");
+      throw checkpoint_refused("checkpoint: " + target.string() + " is a directory, not a file");
   } else if (errno != ENOENT) {
+    if (wrong_path(errno)) refuse("cannot access", target, errno);
     fail("cannot access", target, errno);
   }
   const fs::path dir = target.parent_path();
-  if (::stat(dir.c_str(), &st) != 0) fail("cannot use output directory", dir, errno);
-  if (!S_ISDIR(st.st_mode)) fail("cannot use output directory", dir, ENOTDIR);
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (wrong_path(errno)) refuse("cannot use output directory", dir, errno);
+    fail("cannot use output directory", dir, errno);
+  }
+  if (!S_ISDIR(st.st_mode)) refuse("cannot use output directory", dir, ENOTDIR);
   if (::access(dir.c_str(), W_OK | X_OK) != 0) fail("cannot write into", dir, errno);
   if (check_space) check_free_space(dir, bytes);
 }
@@ -98,8 +112,8 @@ void TempPath::publish(const fs::path& target, bool overwrite) {
   // atomically with the old one, which is then removed.
   if (!overwrite) {
     if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {
-      if (errno == EEXIST)
-        throw checkpoint_error("checkpoint: refusing to overwrite existing " + target.string() + " (use --force)");
+      if (errno == EEXIST)  // it appeared while we wrote
+        throw checkpoint_refused("checkpoint: refusing to overwrite existing " + target.string() + " (use --force)");
       fail("cannot rename the temporary into", target, errno);
     }
   } else if (directory_ && fs::exists(fs::symlink_status(target))) {

@@ -1,6 +1,6 @@
 // Checkpoint writers: stream a model's parameters, slab by slab, into HDF5 or safetensors files that
 // appear atomically at the target path (docs/checkpoint.md).
-// defines: checkpoint_error, CheckpointFormat, DatasetSpec, CheckpointMetadata, WriterOptions,
+// defines: checkpoint_error, checkpoint_refused, CheckpointFormat, DatasetSpec, CheckpointMetadata, WriterOptions,
 //          CheckpointWriter, open_checkpoint_writer, open_hdf5_writer, open_safetensors_writer,
 //          check_free_space, planned_bytes, config_json, format_name, parse_checkpoint_format
 //
@@ -31,6 +31,15 @@ namespace layerinit {
 class checkpoint_error : public error {
  public:
   using error::error;
+};
+
+// The target may not be written as asked, found before any work: it exists and overwrite is off,
+// overwrite is on but it is not something layerinit wrote (docs/checkpoint.md), or its directory
+// does not exist. The CLI reports it as bad input (exit 2); every other checkpoint_error is an I/O
+// or environment failure (exit 1).
+class checkpoint_refused : public checkpoint_error {
+ public:
+  using checkpoint_error::checkpoint_error;
 };
 
 enum class CheckpointFormat : std::uint8_t { hdf5, safetensors };

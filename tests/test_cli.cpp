@@ -16,6 +16,10 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,7 +70,11 @@ struct Result {
 };
 
 struct SpawnOptions {
-  rlim_t max_file_size = RLIM_INFINITY;  // RLIMIT_FSIZE of the child, with SIGXFSZ ignored
+  rlim_t max_file_size = RLIM_INFINITY;  // RLIMIT_FSIZE of the child, with SIGXFSZ ignored unless...
+  bool default_sigxfsz = false;          // ...this is set: SIGXFSZ as a shell leaves it (terminate)
+  rlim_t max_open_files = RLIM_INFINITY; // RLIMIT_NOFILE of the child
+  int umask = -1;                        // the child's umask, when >= 0
+  std::string cwd;                       // the child's working directory, when not empty
 };
 
 struct Child {
@@ -90,10 +98,17 @@ Child spawn(const std::vector<std::string>& args, const SpawnOptions& so = {}) {
     const int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
     if (so.max_file_size != RLIM_INFINITY) {
-      ::signal(SIGXFSZ, SIG_IGN);  // kept across exec: writes fail with EFBIG instead
+      // Ignored is kept across exec: writes fail with EFBIG instead.
+      ::signal(SIGXFSZ, so.default_sigxfsz ? SIG_DFL : SIG_IGN);
       struct rlimit rl = {so.max_file_size, so.max_file_size};
       ::setrlimit(RLIMIT_FSIZE, &rl);
     }
+    if (so.max_open_files != RLIM_INFINITY) {
+      struct rlimit rl = {so.max_open_files, so.max_open_files};
+      ::setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (so.umask >= 0) ::umask(static_cast<mode_t>(so.umask));
+    if (!so.cwd.empty() && ::chdir(so.cwd.c_str()) != 0) ::_exit(126);
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
@@ -596,4 +611,23 @@ TEST_F(Cli, PythonReadersHashTheFilesToTheReport) {
     if (std::string(c.format) == "hdf5" && c.model[1] == "llama-tiny") EXPECT_EQ(bf16, 30u);
     fs::remove_all(target);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile and careless use (issue 9)
+
+TEST_F(Cli, EnvironmentFailureAtOpenIsExitOne) {
+  // Each shard is open from the start: 34 shards of llama-tiny under 16 descriptors fail to open,
+  // an environment failure (exit 1), not bad input.
+  TempDir dir;
+  const fs::path target = dir / "st";
+  SpawnOptions so;
+  so.max_open_files = 16;
+  const Result r = run({"emit", "--preset", "llama-tiny", "--format", "safetensors", "--max-shard-size", "1KB", "-o",
+                        target.string()}, so);
+  EXPECT_EQ(r.code(), 1) << r.how() << "\nstderr: " << r.err;
+  expect_one_error_line(r, "too many open files");
+  EXPECT_NE(r.err.find("cannot create " + target.string() + "/model-"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Too many open files"), std::string::npos) << r.err;
+  EXPECT_TRUE(dir.entries().empty());
 }

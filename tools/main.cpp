@@ -12,7 +12,8 @@
 #include "tools/common.hpp"
 
 namespace {
-// One line on stderr and the exit code: 2 for bad input, 1 for anything else.
+// One line on stderr and the exit code: 2 for bad input or a refused output path, 1 for anything else
+// (an environment or I/O failure).
 [[noreturn]] void fail(int code, const char* what, const char* suffix = "") {
   std::fprintf(stderr, "layerinit: error: %s%s\n", what, suffix);
   std::exit(code);
@@ -83,6 +84,8 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {  // bad input: usage_error, spec_error, unknown names
     fail(2, e.what());
   } catch (const std::overflow_error& e) {
+    fail(2, e.what());
+  } catch (const checkpoint_refused& e) {  // an output path that may not be written: bad input
     fail(2, e.what());
   } catch (const out_of_memory& e) {
     fail(1, e.what());
