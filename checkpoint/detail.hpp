@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,9 +24,17 @@ namespace fs = std::filesystem;
 // Absolute, normalized, no trailing separator; throws std::invalid_argument on an empty path.
 fs::path normalize_target(const fs::path& target);
 
-// Before any work: the target must not exist unless overwrite (and must not be a directory for a
-// file format), its directory must exist, and there must be room for `bytes`.
-void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool check_space, std::uint64_t bytes);
+// With overwrite, whether an existing target is something this writer wrote: "" if it is, else
+// why not ("it holds notes.txt, which layerinit does not write").
+using OwnershipCheck = std::function<std::string(const fs::path&)>;
+
+// Before any work: the target must not exist unless overwrite. With overwrite an existing target is
+// replaced only if it is what the writer writes (a regular file for a file format, a directory
+// otherwise; no link, device, FIFO or socket; not a mount point; not the current directory or one
+// of its parents) and `ours` accepts it; else checkpoint_refused. Its directory must exist, and
+// there must be room for `bytes`.
+void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool check_space, std::uint64_t bytes,
+               const OwnershipCheck& ours);
 
 // A temporary file or directory beside the target: "<dir>/.<name>.tmp-XXXXXX". Removed by remove()
 // or the destructor unless released by publish().

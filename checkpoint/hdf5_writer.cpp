@@ -111,6 +111,24 @@ bool write_string_attribute(hid_t obj, const std::string& name, const std::strin
   return H5Awrite(attr.get(), type.get(), &p) >= 0;
 }
 
+// --force replaces an HDF5 file only if it carries the root attributes every layerinit checkpoint
+// has (docs/checkpoint.md); "" when it does, else why not.
+std::string hdf5_ownership(const fs::path& p) {
+  static const char* const marks[] = {"format_version", "library_version", "model_spec"};
+  QuietErrors quiet;
+  Hid f(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  std::string why;
+  if (!f.valid()) {
+    why = "it is not an HDF5 file";
+  } else {
+    for (const char* m : marks)
+      if (why.empty() && H5Aexists(f.get(), m) <= 0)
+        why = std::string("it is an HDF5 file without the root attribute ") + m + " that layerinit writes";
+  }
+  H5Eclear2(H5E_DEFAULT);
+  return why;
+}
+
 // How a dataset is cut into chunks: chunk = [1, ..., 1, k, d[p+1], ..., d[n-1]]. Every chunk is a
 // contiguous run of row-major elements, and none crosses a slab boundary.
 struct Chunking {
@@ -189,7 +207,7 @@ class Hdf5Writer final : public CheckpointWriter {
              const WriterOptions& opts)
       : target_(std::move(target)), d_(std::move(datasets)), opts_(opts), progress_(d_) {
     detail::preflight(target_, false, opts_.overwrite, opts_.check_free_space,
-                      planned_bytes(CheckpointFormat::hdf5, d_, meta, opts_));
+                      planned_bytes(CheckpointFormat::hdf5, d_, meta, opts_), hdf5_ownership);
     tmp_.emplace(target_, false);
     try {
       create(meta);

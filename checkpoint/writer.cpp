@@ -10,6 +10,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -43,15 +44,43 @@ namespace {
 // Errors of a path that names nothing usable (refused, exit 2), as opposed to the environment's
 // (EIO, EACCES, ...).
 bool wrong_path(int err) { return err == ENOENT || err == ENOTDIR || err == ELOOP || err == ENAMETOOLONG; }
+
+// Why --force may not replace the existing `target` (lstat in `st`), or "" when it may.
+std::string not_replaceable(const fs::path& target, const struct stat& st, bool target_is_dir, const OwnershipCheck& ours) {
+  if (S_ISLNK(st.st_mode)) return "it is a symbolic link";
+  if (S_ISFIFO(st.st_mode)) return "it is a FIFO";
+  if (S_ISSOCK(st.st_mode)) return "it is a socket";
+  if (S_ISCHR(st.st_mode)) return "it is a character device";
+  if (S_ISBLK(st.st_mode)) return "it is a block device";
+  if (target_is_dir && !S_ISDIR(st.st_mode)) return "it is a file, and this checkpoint is a directory";
+  if (S_ISDIR(st.st_mode)) {
+    struct stat parent{};
+    if (::stat(target.parent_path().c_str(), &parent) == 0 && (parent.st_dev != st.st_dev || parent.st_ino == st.st_ino))
+      return "it is a mount point";
+    // Replacing the directory a shell sits in (or one above it) would pull it from under the user.
+    std::error_code ec;
+    const fs::path cwd = fs::current_path(ec), real = fs::canonical(target, ec);
+    if (!ec && !cwd.empty()) {
+      const auto [a, b] = std::mismatch(real.begin(), real.end(), cwd.begin(), cwd.end());
+      if (a == real.end()) return "it is the current directory or one of its parents";
+    }
+  }
+  return ours(target);
+}
 }  // namespace
 
-void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool check_space, std::uint64_t bytes) {
+void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool check_space, std::uint64_t bytes,
+               const OwnershipCheck& ours) {
   struct stat st{};
   if (::lstat(target.c_str(), &st) == 0) {
     if (!overwrite)
       throw checkpoint_refused("checkpoint: refusing to overwrite existing " + target.string() + " (use --force)");
     if (!target_is_dir && S_ISDIR(st.st_mode))
       throw checkpoint_refused("checkpoint: " + target.string() + " is a directory, not a file");
+    const std::string why = not_replaceable(target, st, target_is_dir, ours);
+    if (!why.empty())
+      throw checkpoint_refused("checkpoint: refusing to replace " + target.string() +
+                               " (--force replaces only what layerinit wrote): " + why);
   } else if (errno != ENOENT) {
     if (wrong_path(errno)) refuse("cannot access", target, errno);
     fail("cannot access", target, errno);

@@ -616,6 +616,136 @@ TEST_F(Cli, PythonReadersHashTheFilesToTheReport) {
 // ---------------------------------------------------------------------------------------------
 // Hostile and careless use (issue 9)
 
+namespace {
+
+// Every entry under `root` (not following links) with its type and, for files and links, what
+// they hold (a file as a hash of its bytes): equal snapshots mean nothing there was touched.
+std::map<std::string, std::string> snapshot(const fs::path& root) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    const fs::file_status st = e.symlink_status();
+    std::string v = std::to_string(static_cast<int>(st.type()));
+    if (st.type() == fs::file_type::regular) v += ":" + std::to_string(std::hash<std::string>{}(slurp(e.path())));
+    if (st.type() == fs::file_type::symlink) v += ":" + fs::read_symlink(e.path()).string();
+    out[fs::relative(e.path(), root).string()] = std::move(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_F(Cli, ForceRefusesWhatLayerinitDidNotWrite) {
+  TempDir dir;
+  // Things layerinit did not write, beside outputs it did.
+  const fs::path fifo = dir / "fifo.h5";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const fs::path text = dir / "notes.h5";
+  write_file(text, "my notes\n");
+  const fs::path sock = dir / "sock.h5";
+  const int sfd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(sfd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(sock.string().size(), sizeof addr.sun_path);
+  std::strcpy(addr.sun_path, sock.c_str());
+  ASSERT_EQ(::bind(sfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const fs::path real = dir / "real.h5", link = dir / "link.h5";
+  ASSERT_EQ(run({"emit", "--preset", "gpt2-tiny", "-o", real.string()}).code(), 0);
+  fs::create_symlink(real, link);
+  const fs::path foreign = dir / "foreign", nested = dir / "nested";
+  for (const fs::path& d : {foreign, nested})
+    ASSERT_EQ(run({"emit", "--preset", "gpt2-tiny", "--format", "safetensors", "-o", d.string()}).code(), 0);
+  write_file(foreign / "notes.txt", "mine\n");
+  fs::create_directory(nested / "sub");
+  const fs::path project = dir / "project";  // a project's working copy, emitted into as '.'
+  fs::create_directories(project / ".git");
+  write_file(project / ".git" / "HEAD", "ref: refs/heads/main\n");
+  write_file(project / "main.cpp", "int main() {}\n");
+
+  struct Case {
+    std::string what;
+    std::vector<std::string> args;
+    std::string shown, word;  // the path the line names and why it refuses
+  };
+  const std::vector<Case> cases = {
+      {"FIFO", {"--format", "hdf5", "-o", fifo.string()}, fifo.string(), "FIFO"},
+      {"socket", {"--format", "hdf5", "-o", sock.string()}, sock.string(), "socket"},
+      {"foreign file", {"--format", "hdf5", "-o", text.string()}, text.string(), "it is not an HDF5 file"},
+      {"symbolic link", {"--format", "hdf5", "-o", link.string()}, link.string(), "symbolic link"},
+      {"foreign file in the directory", {"--format", "safetensors", "-o", foreign.string()}, foreign.string(), "notes.txt"},
+      {"directory in the directory", {"--format", "safetensors", "-o", nested.string()}, nested.string(), "sub"},
+      {"socket as a directory target", {"--format", "safetensors", "-o", sock.string()}, sock.string(), "socket"},
+  };
+  const auto before = snapshot(dir.path());
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::vector<std::string> args{"emit", "--preset", "llama-tiny", "--force"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const Result r = run(args);
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, c.what);
+    EXPECT_NE(r.err.find("refusing to replace " + c.shown), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(c.word), std::string::npos) << r.err;
+    EXPECT_EQ(snapshot(dir.path()), before) << "touched";
+  }
+  {
+    SCOPED_TRACE("the current directory of a project");
+    SpawnOptions so;
+    so.cwd = project.string();
+    const Result r = run({"emit", "--preset", "llama-tiny", "--format", "safetensors", "--force", "-o", "."}, so);
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "current directory");
+    EXPECT_NE(r.err.find("refusing to replace " + project.string()), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("current directory"), std::string::npos) << r.err;
+    EXPECT_EQ(snapshot(dir.path()), before) << "touched";
+  }
+  ::close(sfd);
+  // What layerinit wrote is still replaced: an HDF5 file, a safetensors directory, an empty directory.
+  fs::create_directory(dir / "empty");
+  for (const auto& [format, target] : std::vector<std::pair<std::string, fs::path>>{
+           {"hdf5", real}, {"safetensors", dir / "foreign2"}, {"safetensors", dir / "empty"}}) {
+    SCOPED_TRACE(target.string());
+    if (!fs::exists(target))
+      ASSERT_EQ(run({"emit", "--preset", "gpt2-tiny", "--format", format, "--max-shard-size", "100KB", "-o", target.string()}).code(), 0);
+    const Result r = run({"emit", "--preset", "llama-tiny", "--format", format, "--force", "-o", target.string()});
+    EXPECT_EQ(r.code(), 0) << r.err;
+  }
+  EXPECT_EQ(TempDir::list(dir / "empty"), (std::vector<std::string>{"config.json", "model.safetensors"}));
+  EXPECT_EQ(TempDir::list(dir / "foreign2"), (std::vector<std::string>{"config.json", "model.safetensors"}));
+}
+
+TEST_F(Cli, ForceRefusesADeviceNode) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mknod needs root";
+  TempDir dir;
+  const fs::path node = dir / "null.h5";  // a copy of /dev/null
+  if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) GTEST_SKIP() << "mknod: " << std::strerror(errno);
+  for (const char* format : {"hdf5", "safetensors"}) {
+    SCOPED_TRACE(format);
+    const Result r = run({"emit", "--preset", "llama-tiny", "--format", format, "--force", "-o", node.string()});
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "device node");
+    EXPECT_NE(r.err.find("refusing to replace " + node.string()), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("character device"), std::string::npos) << r.err;
+    struct stat st {};
+    ASSERT_EQ(::lstat(node.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode));
+    EXPECT_EQ(st.st_rdev, makedev(1, 3));
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{"null.h5"});
+  }
+}
+
+TEST_F(Cli, ForceRefusesAMountPoint) {
+  struct stat proc {}, root {};
+  if (::stat("/proc", &proc) != 0 || ::stat("/", &root) != 0 || proc.st_dev == root.st_dev)
+    GTEST_SKIP() << "/proc is not a mount point here";
+  const Result r = run({"emit", "--preset", "llama-tiny", "--format", "safetensors", "--force", "-o", "/proc"});
+  EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+  expect_one_error_line(r, "mount point");
+  EXPECT_NE(r.err.find("refusing to replace /proc"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("mount point"), std::string::npos) << r.err;
+  EXPECT_FALSE(find_temporary("/proc").has_value());
+}
+
 TEST_F(Cli, EnvironmentFailureAtOpenIsExitOne) {
   // Each shard is open from the start: 34 shards of llama-tiny under 16 descriptors fail to open,
   // an environment failure (exit 1), not bad input.
