@@ -746,6 +746,24 @@ TEST_F(Cli, ForceRefusesAMountPoint) {
   EXPECT_FALSE(find_temporary("/proc").has_value());
 }
 
+TEST_F(Cli, WriteLimitWithTheShellsSigxfszFailsWithOneLine) {
+  // ulimit -f as a shell sets it: SIGXFSZ left at its default (terminate). 200 KiB is less than
+  // llama-tiny's 489 KiB, so the limit is reached mid-write.
+  TempDir dir;
+  for (const char* format : {"hdf5", "safetensors"}) {
+    SCOPED_TRACE(format);
+    const fs::path target = dir / (std::string("m.") + format);
+    SpawnOptions so;
+    so.max_file_size = 200 << 10;
+    so.default_sigxfsz = true;
+    const Result r = run({"emit", "--preset", "llama-tiny", "--format", format, "--backend", "cpu", "-o", target.string()}, so);
+    EXPECT_EQ(r.code(), 1) << r.how() << " (stderr: " << r.err << ")";
+    expect_one_error_line(r, "write limit");
+    EXPECT_NE(r.err.find("File too large"), std::string::npos) << r.err;
+    EXPECT_TRUE(dir.entries().empty()) << "left: " << dir.entries().front();
+  }
+}
+
 TEST_F(Cli, EnvironmentFailureAtOpenIsExitOne) {
   // Each shard is open from the start: 34 shards of llama-tiny under 16 descriptors fail to open,
   // an environment failure (exit 1), not bad input.

@@ -1,6 +1,7 @@
 // layerinit: build, plan and emit model parameters layer by layer.
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -23,6 +24,9 @@ namespace {
 int main(int argc, char** argv) {
   using namespace layerinit;
   using namespace layerinit::cli;
+  // Past `ulimit -f` the default SIGXFSZ kills the process mid-write, leaving the temporary behind;
+  // ignored, the write fails with EFBIG and takes the normal cleanup path (one line, exit 1).
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"layerinit " LAYERINIT_VERSION ": model parameters created layer by layer, directly in fp16/bf16, "
                "with values that depend only on (seed, tensor name, element index)."};
   app.require_subcommand(1);
