@@ -387,6 +387,10 @@ std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& 
   static const bool no_atexit = [] { return H5dont_atexit() >= 0; }();
   (void)no_atexit;
   detail::validate_datasets(datasets);
+  // normalize_target would drop the slash of "newdir/" and write a file named newdir: refuse it.
+  if (!target.has_filename() || target.filename() == "." || target.filename() == "..")
+    throw std::invalid_argument("checkpoint: hdf5 output '" + target.string() +
+                                "' names a directory; an HDF5 checkpoint is a file");
   if (opts.max_chunk_bytes == 0 || opts.max_chunk_bytes > (std::uint64_t{1} << 32) - 1)
     throw std::invalid_argument("checkpoint: max_chunk_bytes must be in [1, 4 GiB)");
   return std::make_unique<Hdf5Writer>(detail::normalize_target(target), std::move(datasets), meta, opts);

@@ -764,6 +764,32 @@ TEST_F(Cli, WriteLimitWithTheShellsSigxfszFailsWithOneLine) {
   }
 }
 
+TEST_F(Cli, NothingFailsAfterTheRename) {
+  TempDir dir;
+  {
+    SCOPED_TRACE("-o newdir/ for a file format");
+    const std::string target = (dir / "newdir").string() + "/";
+    const Result r = run({"emit", "--preset", "llama-tiny", "--format", "hdf5", "-o", target});
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "trailing slash");
+    EXPECT_NE(r.err.find("'" + target + "'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("an HDF5 checkpoint is a file"), std::string::npos) << r.err;
+    EXPECT_TRUE(dir.entries().empty());
+  }
+  {
+    SCOPED_TRACE("a path that is not UTF-8");
+    const std::string name = "\xff" "a\xc3\xa9.h5";  // 0xff is never UTF-8; "a\u00e9" is
+    const fs::path target = dir / name;
+    const Result r = run({"emit", "--preset", "llama-tiny", "--report", "json", "-o", target.string()});
+    ASSERT_EQ(r.code(), 0) << r.how() << "\nstderr: " << r.err;
+    EXPECT_TRUE(r.err.empty()) << r.err;
+    const json rep = json::parse(r.out);
+    EXPECT_EQ(rep["output"], dir.path().string() + "/\\xffa\xc3\xa9.h5");
+    EXPECT_EQ(rep["file_bytes"].get<std::uint64_t>(), fs::file_size(target));
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{name});
+  }
+}
+
 TEST_F(Cli, EnvironmentFailureAtOpenIsExitOne) {
   // Each shard is open from the start: 34 shards of llama-tiny under 16 descriptors fail to open,
   // an environment failure (exit 1), not bad input.

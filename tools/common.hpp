@@ -48,6 +48,9 @@ struct ModelArgs {
 FillSpec parse_fill(const std::string& text);
 
 nlohmann::ordered_json shape_json(const Shape& s);
+// `s` for a JSON string: bytes that are not part of valid UTF-8 (a path may hold any byte but '\0')
+// become the four characters \xNN, so dump() cannot throw and the bytes stay recoverable.
+std::string escape_non_utf8(const std::string& s);
 std::string hex64(std::uint64_t h);
 
 // The "tensors" array of a report: name, shape, dtype, bytes, fnv1a64 (and per-layer hashes).
