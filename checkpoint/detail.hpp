@@ -1,4 +1,5 @@
-// Internal to checkpoint/: what both writers share. Not installed as API.
+// Internal to checkpoint/: what both writers share (and tools/trace.cpp, which publishes its CSV the
+// same way). Not installed as API.
 // defines: detail::fail, detail::refuse, detail::TempPath, detail::Progress, detail::validate_datasets,
 //          detail::metadata_pairs, detail::full_write, detail::fsync_path, detail::publish
 #pragma once

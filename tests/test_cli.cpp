@@ -530,7 +530,7 @@ TEST_F(Cli, HelpOfEachSubcommandListsEveryFlag) {
   const std::vector<std::string> model = {"--preset", "--spec", "--dtype", "--dtype-override", "--recipe",
                                           "--init-override", "--seed", "--layout", "--orientation"};
   std::map<std::string, std::vector<std::string>> flags = {
-      {"build", {"--backend", "--threads", "--report", "--trace"}},
+      {"build", {"--backend", "--threads", "--report", "--trace", "--force"}},
       {"plan", {"--json", "--precision", "--batch", "--seq", "--gpu-mem"}},
       {"emit", {"--backend", "--threads", "--format", "-o", "--output", "--force", "--report", "--max-shard-size"}},
   };
@@ -787,6 +787,65 @@ TEST_F(Cli, NothingFailsAfterTheRename) {
     EXPECT_EQ(rep["output"], dir.path().string() + "/\\xffa\xc3\xa9.h5");
     EXPECT_EQ(rep["file_bytes"].get<std::uint64_t>(), fs::file_size(target));
     EXPECT_EQ(dir.entries(), std::vector<std::string>{name});
+  }
+}
+
+TEST_F(Cli, TraceFileFollowsTheOutputRules) {
+  TempDir dir;
+  const fs::path trace = dir / "trace.csv";
+  write_file(trace, "my numbers\n");
+  const std::vector<std::string> build{"build", "--preset", "llama-tiny", "--backend", "cpu", "--trace", trace.string()};
+  {
+    SCOPED_TRACE("existing file without --force");
+    const Result r = run(build);
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "existing trace");
+    EXPECT_NE(r.err.find("refusing to overwrite existing " + trace.string() + " (use --force)"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << "built before refusing";
+  }
+  auto forced = build;
+  forced.push_back("--force");
+  {
+    SCOPED_TRACE("--force onto a file that is not a trace");
+    const Result r = run(forced);
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "foreign file");
+    EXPECT_NE(r.err.find("refusing to replace " + trace.string()), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("not a trace layerinit wrote"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(slurp(trace), "my numbers\n");
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"trace.csv"});
+  fs::remove(trace);
+  ASSERT_EQ(run(build).code(), 0);
+  const std::string first = slurp(trace);
+  EXPECT_EQ(first.rfind("seconds,event,bytes,current_bytes,layer,tensor\n", 0), 0u) << first.substr(0, 100);
+  {
+    SCOPED_TRACE("--force onto a trace");
+    const Result r = run(forced);
+    EXPECT_EQ(r.code(), 0) << r.err;
+    EXPECT_EQ(slurp(trace).rfind("seconds,event,bytes,current_bytes,layer,tensor\n", 0), 0u);
+    EXPECT_NE(slurp(trace), first) << "not rewritten (the times differ)";
+  }
+  {
+    SCOPED_TRACE("a build that fails after it started");
+    const fs::path failed = dir / "failed.csv";
+    const Result r = run({"build", "--preset", "llama-tiny", "--backend", "cpu", "--layout", "stacked", "--dtype-override",
+                          "model.layers.1.*=fp32", "--trace", failed.string()});
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "failed build");
+    EXPECT_NE(r.err.find("stacked layout needs one dtype per layer parameter"), std::string::npos) << r.err;
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{"trace.csv"}) << "a partial trace or its temporary was left";
+  }
+  {
+    SCOPED_TRACE("a trace that cannot be written completely");
+    const fs::path cut = dir / "cut.csv";
+    SpawnOptions so;
+    so.max_file_size = 100;  // the header and one row
+    const Result r = run({"build", "--preset", "llama-tiny", "--backend", "cpu", "--trace", cut.string()}, so);
+    EXPECT_EQ(r.code(), 1) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "cut trace");
+    EXPECT_NE(r.err.find(cut.string()), std::string::npos) << r.err;
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{"trace.csv"}) << "a partial trace or its temporary was left";
   }
 }
 

@@ -60,7 +60,7 @@ nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors);
 nlohmann::ordered_json report_header(const ModelSpec& spec, const BuildOptions& opts, const Recipe& recipe,
                                      const std::string& layout, const backend& be);
 
-int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file);
+int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file, bool force);
 
 struct PlanArgs {
   bool json = false;

@@ -34,12 +34,14 @@ int main(int argc, char** argv) {
 
   ModelArgs build_args;
   std::string build_report, build_trace;
+  bool build_force = false;
   auto* build = app.add_subcommand("build", "Build a model in memory and report its tensors, hashes, peak memory and time");
   build_args.add_model_flags(*build);
   build_args.add_build_flags(*build, "per-layer, stacked, restack (per-layer, then stack in place)");
   build_args.add_backend_flags(*build);
   build->add_option("--report", build_report, "Print a machine-readable report: json");
   build->add_option("--trace", build_trace, "Write bytes in use after each allocation and free to a CSV file");
+  build->add_flag("--force", build_force, "Replace an existing --trace file (only a trace layerinit wrote)");
 
   ModelArgs plan_args;
   PlanArgs plan_opts;
@@ -74,7 +76,7 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-    if (*build) return build_command(build_args, build_report, build_trace);
+    if (*build) return build_command(build_args, build_report, build_trace, build_force);
     if (*plan) return plan_command(plan_args, plan_opts);
     if (*emit) return emit_command(emit_args, emit_opts);
   } catch (const CLI::CallForHelp& e) {
