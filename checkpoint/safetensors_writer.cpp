@@ -80,7 +80,7 @@ class SafetensorsWriter final : public CheckpointWriter {
     try {
       for (auto& s : shards_) {
         const fs::path p = tmp_->path() / s.file;
-        s.fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        s.fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);  // the umask decides
         if (s.fd < 0) detail::fail("cannot create", target_ / s.file, errno);
         detail::full_pwrite(s.fd, headers_[&s - shards_.data()].data(), s.data_start, 0, target_ / s.file);
       }

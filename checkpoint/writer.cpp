@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <stdexcept>
 
@@ -95,18 +97,37 @@ void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool 
   if (check_space) check_free_space(dir, bytes);
 }
 
+namespace {
+// The process's umask without changing it: umask(2) can only be read by setting it, which would
+// race with files other threads create; Linux reports it in /proc/self/status (since 4.7).
+mode_t current_umask() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    char* end = nullptr;
+    const unsigned long m = line.rfind("Umask:", 0) == 0 ? std::strtoul(line.c_str() + 6, &end, 8) : 0;
+    if (end != nullptr && end != line.c_str() + 6) return static_cast<mode_t>(m & 0777);
+  }
+  const mode_t m = ::umask(022);
+  ::umask(m);
+  return m;
+}
+}  // namespace
+
 TempPath::TempPath(const fs::path& target, bool directory) : directory_(directory) {
   std::string name = ".";  // (not "." + string: GCC 12 warns -Wrestrict falsely)
   name += target.filename().string();
   name += ".tmp-XXXXXX";
   std::string tmpl = (target.parent_path() / name).string();
+  // mkdtemp and mkostemp create 0700 and 0600; the result gets the mode any new file or directory
+  // gets under the user's umask, as if created with open(0666) or mkdir(0777).
+  const mode_t mask = current_umask();
   if (directory) {
     if (::mkdtemp(tmpl.data()) == nullptr) fail("cannot create a temporary directory beside", target, errno);
-    ::chmod(tmpl.c_str(), 0755);
+    ::chmod(tmpl.c_str(), 0777 & ~mask);
   } else {
     int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
     if (fd < 0) fail("cannot create a temporary file beside", target, errno);
-    ::fchmod(fd, 0644);
+    ::fchmod(fd, 0666 & ~mask);
     ::close(fd);
   }
   path_ = tmpl;
@@ -254,7 +275,7 @@ void full_pwrite(int fd, const void* p, std::uint64_t n, std::uint64_t offset, c
 }
 
 void write_small_file(const fs::path& p, const std::string& text, const fs::path& shown) {
-  int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);  // the umask decides
   if (fd < 0) fail("cannot create", shown, errno);
   try {
     full_pwrite(fd, text.data(), text.size(), 0, shown);

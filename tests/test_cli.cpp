@@ -632,6 +632,12 @@ std::map<std::string, std::string> snapshot(const fs::path& root) {
   return out;
 }
 
+mode_t mode_of(const fs::path& p) {
+  struct stat st {};
+  if (::lstat(p.c_str(), &st) != 0) return 0;
+  return st.st_mode & 07777;
+}
+
 }  // namespace
 
 TEST_F(Cli, ForceRefusesWhatLayerinitDidNotWrite) {
@@ -846,6 +852,26 @@ TEST_F(Cli, TraceFileFollowsTheOutputRules) {
     expect_one_error_line(r, "cut trace");
     EXPECT_NE(r.err.find(cut.string()), std::string::npos) << r.err;
     EXPECT_EQ(dir.entries(), std::vector<std::string>{"trace.csv"}) << "a partial trace or its temporary was left";
+  }
+}
+
+TEST_F(Cli, OutputsFollowTheUmask) {
+  for (int mask : {077, 002}) {
+    SCOPED_TRACE("umask " + std::to_string(mask));
+    TempDir dir;
+    SpawnOptions so;
+    so.umask = mask;
+    const mode_t file = 0666 & ~mask, directory = 0777 & ~mask;
+    ASSERT_EQ(run({"emit", "--preset", "llama-tiny", "-o", (dir / "m.h5").string()}, so).code(), 0);
+    EXPECT_EQ(mode_of(dir / "m.h5"), file);
+    ASSERT_EQ(run({"emit", "--preset", "llama-tiny", "--format", "safetensors", "--max-shard-size", "100KB", "-o",
+                   (dir / "st").string()}, so).code(), 0);
+    EXPECT_EQ(mode_of(dir / "st"), directory);
+    const auto files = TempDir::list(dir / "st");
+    ASSERT_GE(files.size(), 4u);  // shards, index, config.json
+    for (const auto& f : files) EXPECT_EQ(mode_of(dir / "st" / f), file) << f;
+    ASSERT_EQ(run({"build", "--preset", "llama-tiny", "--trace", (dir / "t.csv").string()}, so).code(), 0);
+    EXPECT_EQ(mode_of(dir / "t.csv"), file);
   }
 }
 
