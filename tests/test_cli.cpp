@@ -12,6 +12,7 @@
 //     files' raw bytes to the report's FNV-1a 64 values.
 // Skips (GTEST_SKIP) when the binary was not built (LAYERINIT_BUILD_TOOLS=OFF).
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -75,6 +76,7 @@ struct SpawnOptions {
   rlim_t max_open_files = RLIM_INFINITY; // RLIMIT_NOFILE of the child
   int umask = -1;                        // the child's umask, when >= 0
   std::string cwd;                       // the child's working directory, when not empty
+  int uid = -1;                          // run as this user and group id, when >= 0 (needs root)
 };
 
 struct Child {
@@ -109,6 +111,9 @@ Child spawn(const std::vector<std::string>& args, const SpawnOptions& so = {}) {
     }
     if (so.umask >= 0) ::umask(static_cast<mode_t>(so.umask));
     if (!so.cwd.empty() && ::chdir(so.cwd.c_str()) != 0) ::_exit(126);
+    if (so.uid >= 0 && (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(so.uid)) != 0 ||
+                        ::setuid(static_cast<uid_t>(so.uid)) != 0))
+      ::_exit(126);
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
@@ -889,4 +894,32 @@ TEST_F(Cli, EnvironmentFailureAtOpenIsExitOne) {
   EXPECT_NE(r.err.find("cannot create " + target.string() + "/model-"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("Too many open files"), std::string::npos) << r.err;
   EXPECT_TRUE(dir.entries().empty());
+}
+
+TEST_F(Cli, UnwritableDirectoryIsAnEnvironmentFailure) {
+  // Permission denied is the environment's (exit 1), like a full disk; a missing directory is a
+  // wrong path (exit 2, in BadInputIsOneLineExitTwoAndNothingWritten). Root writes anywhere, so as
+  // root the child runs as nobody.
+  TempDir dir;
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                  fs::perms::others_read | fs::perms::others_exec);
+  const fs::path locked = dir / "locked";
+  fs::create_directory(locked);
+  fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                              fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  SpawnOptions so;
+  if (::geteuid() == 0) so.uid = 65534;
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"emit", "--preset", "llama-tiny", "-o", (locked / "m.h5").string()},
+           {"emit", "--preset", "llama-tiny", "--format", "safetensors", "-o", (locked / "m").string()},
+           {"build", "--preset", "llama-tiny", "--trace", (locked / "t.csv").string()}}) {
+    SCOPED_TRACE(joined(args));
+    const Result r = run(args, so);
+    EXPECT_EQ(r.code(), 1) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "permission denied");
+    EXPECT_NE(r.err.find(locked.string()), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << "built before failing";
+    EXPECT_TRUE(TempDir::list(locked).empty());
+  }
 }

@@ -43,7 +43,12 @@ void MemoryTrace::attach(tracking_resource& tracker, std::string path, bool forc
   if (::stat(dir.c_str(), &st) != 0) err = errno;
   else if (!S_ISDIR(st.st_mode)) err = ENOTDIR;
   else if (::access(dir.c_str(), W_OK | X_OK) != 0) err = errno;
-  if (err != 0) throw std::invalid_argument("cannot write trace file '" + path_ + "': " + std::strerror(err));
+  if (err != 0) {
+    const std::string what = "cannot write trace file '" + path_ + "': " + std::strerror(err);
+    // A directory that is not there is a wrong path (exit 2); EACCES, EROFS, EIO are the environment's (exit 1).
+    if (err == ENOENT || err == ENOTDIR || err == ELOOP || err == ENAMETOOLONG) throw std::invalid_argument(what);
+    throw std::runtime_error(what);
+  }
   tmp_ = std::make_unique<detail::TempPath>(target_, false);
   tracker_ = &tracker;
   tracker.set_listener([this](const MemoryEvent& e) {
