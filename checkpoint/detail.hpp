@@ -1,7 +1,8 @@
 // Internal to checkpoint/: what both writers share (and tools/trace.cpp, which publishes its CSV the
 // same way). Not installed as API.
 // defines: detail::fail, detail::refuse, detail::TempPath, detail::Progress, detail::validate_datasets,
-//          detail::metadata_pairs, detail::full_write, detail::fsync_path, detail::publish
+//          detail::metadata_pairs, detail::full_write, detail::fsync_path, detail::publish,
+//          detail::preflight, detail::check_replaceable
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,9 @@ using OwnershipCheck = std::function<std::string(const fs::path&)>;
 // there must be room for `bytes`.
 void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool check_space, std::uint64_t bytes,
                const OwnershipCheck& ours);
+// The overwrite half of preflight, again just before publishing: an hours-long write leaves time
+// for someone to put a file of their own into the directory about to be replaced.
+void check_replaceable(const fs::path& target, bool target_is_dir, const OwnershipCheck& ours);
 
 // A temporary file or directory beside the target: "<dir>/.<name>.tmp-XXXXXX". Removed by remove()
 // or the destructor unless released by publish().

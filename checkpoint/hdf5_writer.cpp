@@ -240,6 +240,7 @@ class Hdf5Writer final : public CheckpointWriter {
       for (auto& d : ds_)
         if (d.id.reset() < 0) hdf5_fail("cannot write", target_);
       if (file_.reset() < 0) hdf5_fail("cannot write", target_);
+      if (opts_.overwrite) detail::check_replaceable(target_, false, hdf5_ownership);
       tmp_->publish(target_, opts_.overwrite);
     } catch (...) {
       abort();

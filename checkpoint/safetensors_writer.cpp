@@ -132,6 +132,7 @@ class SafetensorsWriter final : public CheckpointWriter {
       }
       if (!opts_.config_json.empty())
         detail::write_small_file(tmp_->path() / "config.json", opts_.config_json, target_ / "config.json");
+      if (opts_.overwrite) detail::check_replaceable(target_, true, safetensors_ownership);
       tmp_->publish(target_, opts_.overwrite);
     } catch (...) {
       abort();

@@ -69,7 +69,21 @@ std::string not_replaceable(const fs::path& target, const struct stat& st, bool 
   }
   return ours(target);
 }
+
+void check_replaceable(const fs::path& target, const struct stat& st, bool target_is_dir, const OwnershipCheck& ours) {
+  if (!target_is_dir && S_ISDIR(st.st_mode))
+    throw checkpoint_refused("checkpoint: " + target.string() + " is a directory, not a file");
+  const std::string why = not_replaceable(target, st, target_is_dir, ours);
+  if (!why.empty())
+    throw checkpoint_refused("checkpoint: refusing to replace " + target.string() +
+                             " (--force replaces only what layerinit wrote): " + why);
+}
 }  // namespace
+
+void check_replaceable(const fs::path& target, bool target_is_dir, const OwnershipCheck& ours) {
+  struct stat st{};
+  if (::lstat(target.c_str(), &st) == 0) check_replaceable(target, st, target_is_dir, ours);
+}
 
 void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool check_space, std::uint64_t bytes,
                const OwnershipCheck& ours) {
@@ -77,12 +91,7 @@ void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool 
   if (::lstat(target.c_str(), &st) == 0) {
     if (!overwrite)
       throw checkpoint_refused("checkpoint: refusing to overwrite existing " + target.string() + " (use --force)");
-    if (!target_is_dir && S_ISDIR(st.st_mode))
-      throw checkpoint_refused("checkpoint: " + target.string() + " is a directory, not a file");
-    const std::string why = not_replaceable(target, st, target_is_dir, ours);
-    if (!why.empty())
-      throw checkpoint_refused("checkpoint: refusing to replace " + target.string() +
-                               " (--force replaces only what layerinit wrote): " + why);
+    check_replaceable(target, st, target_is_dir, ours);
   } else if (errno != ENOENT) {
     if (wrong_path(errno)) refuse("cannot access", target, errno);
     fail("cannot access", target, errno);

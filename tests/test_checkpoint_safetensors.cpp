@@ -363,6 +363,36 @@ TEST(CheckpointSafetensors, OverwriteReplacesOnlyADirectoryLayerinitWrote) {
   EXPECT_EQ(dir.entries(), (std::vector<std::string>{"empty", "file", "foreign", "notes", "ours", "sub"}));
 }
 
+TEST(CheckpointSafetensors, OverwriteChecksTheTargetAgainAtCommit) {
+  // A file put into the old directory while the new one is written would be deleted with it: the
+  // commit checks the target again and refuses, leaving both as they are.
+  TempDir dir;
+  const fs::path out = dir.path() / "model";
+  Fixture fx;
+  {
+    auto w = open_safetensors_writer(out, fx.specs(), test_meta(), {});
+    fx.write(*w);
+    w->commit();
+  }
+  const std::string before = slurp(out / "model.safetensors");
+  WriterOptions o;
+  o.overwrite = true;
+  auto w = open_safetensors_writer(out, fx.specs(), test_meta(), o);
+  fx.write(*w);
+  { std::ofstream(out / "notes.txt") << "written meanwhile"; }
+  try {
+    w->commit();
+    ADD_FAILURE() << "replaced";
+  } catch (const checkpoint_refused& e) {
+    EXPECT_EQ(std::string(e.what()), "checkpoint: refusing to replace " + out.string() +
+                                         " (--force replaces only what layerinit wrote): it holds notes.txt, which "
+                                         "layerinit does not write");
+  }
+  EXPECT_EQ(TempDir::list(out), (std::vector<std::string>{"model.safetensors", "notes.txt"}));
+  EXPECT_EQ(slurp(out / "model.safetensors"), before);
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"model"}) << "temporary left";
+}
+
 TEST(CheckpointSafetensors, KilledMidWayLeavesTheOldDirectoryIntact) {
   TempDir dir;
   const fs::path out = dir.path() / "model";
