@@ -1,8 +1,10 @@
-// Internal to checkpoint/: what both writers share. Not installed as API.
+// Internal to checkpoint/: what both writers share (and tools/trace.cpp, which publishes its CSV the
+// same way). Not installed as API.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,13 +17,26 @@ namespace fs = std::filesystem;
 
 // throws checkpoint_error("checkpoint: <what> <path>: <strerror(err)>")
 [[noreturn]] void fail(const std::string& what, const fs::path& path, int err);
+// the same message as checkpoint_refused: the path, not the environment, is the problem
+[[noreturn]] void refuse(const std::string& what, const fs::path& path, int err);
 
 // Absolute, normalized, no trailing separator; throws std::invalid_argument on an empty path.
 fs::path normalize_target(const fs::path& target);
 
-// Before any work: the target must not exist unless overwrite (and must not be a directory for a
-// file format), its directory must exist, and there must be room for `bytes`.
-void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool check_space, std::uint64_t bytes);
+// With overwrite, whether an existing target is something this writer wrote: "" if it is, else
+// why not ("it holds notes.txt, which layerinit does not write").
+using OwnershipCheck = std::function<std::string(const fs::path&)>;
+
+// Before any work: the target must not exist unless overwrite. With overwrite an existing target is
+// replaced only if it is what the writer writes (a regular file for a file format, a directory
+// otherwise; no link, device, FIFO or socket; not a mount point; not the current directory or one
+// of its parents) and `ours` accepts it; else checkpoint_refused. Its directory must exist, and
+// there must be room for `bytes`.
+void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool check_space, std::uint64_t bytes,
+               const OwnershipCheck& ours);
+// The overwrite half of preflight, again just before publishing: an hours-long write leaves time
+// for someone to put a file of their own into the directory about to be replaced.
+void check_replaceable(const fs::path& target, bool target_is_dir, const OwnershipCheck& ours);
 
 // A temporary file or directory beside the target: "<dir>/.<name>.tmp-XXXXXX". Removed by remove()
 // or the destructor unless released by publish().

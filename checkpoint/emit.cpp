@@ -29,12 +29,20 @@ std::vector<DatasetSpec> checkpoint_datasets(const Builder& b) {
 
 namespace {
 
-std::uint64_t disk_bytes(const std::filesystem::path& target) {
+// Runs after the commit, so it never throws: a failure here must not report a published checkpoint
+// as failed (0 when the size cannot be read).
+std::uint64_t disk_bytes(const std::filesystem::path& target) noexcept {
   namespace fs = std::filesystem;
-  if (fs::is_regular_file(target)) return fs::file_size(target);
+  std::error_code ec;
+  if (fs::is_regular_file(target, ec)) {
+    const std::uint64_t n = fs::file_size(target, ec);
+    return ec ? 0 : n;
+  }
   std::uint64_t n = 0;
-  for (const auto& e : fs::recursive_directory_iterator(target))
-    if (e.is_regular_file()) n += e.file_size();
+  for (fs::recursive_directory_iterator it(target, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::uint64_t size = it->is_regular_file(ec) ? it->file_size(ec) : 0;
+    if (!ec) n += size;
+  }
   return n;
 }
 
@@ -57,14 +65,9 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
     result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), rng::fnv1a64_init, {}});
     result.weight_bytes += result.tensors.back().bytes;
   }
-  // A target that cannot be opened (unwritable, exists without overwrite, too little space) is an
-  // argument problem found before any work: invalid_argument, so the CLI exits with 2.
-  std::unique_ptr<CheckpointWriter> writer;
-  try {
-    writer = open_checkpoint_writer(opts.format, target, datasets, opts.meta, opts.writer);
-  } catch (const checkpoint_error& e) {
-    throw std::invalid_argument(e.what());
-  }
+  // Before any work: a refused target throws checkpoint_refused, an environment failure (no space,
+  // EIO) checkpoint_error; both propagate as they are.
+  std::unique_ptr<CheckpointWriter> writer = open_checkpoint_writer(opts.format, target, datasets, opts.meta, opts.writer);
 
   std::vector<unsigned char> staging;
   const bool device = be.memory().kind() != MemoryKind::host;
@@ -114,7 +117,7 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
   });
   if (opts.cancel && opts.cancel->load()) throw error("interrupted");
   writer->commit();
-  result.file_bytes = disk_bytes(target);
+  result.file_bytes = disk_bytes(writer->target());  // the normalized path: "out/" names the directory
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }

@@ -51,8 +51,9 @@ struct EmitResult {
 };
 
 // Opens the writer first (so a bad path, an existing target or too little space fail before any
-// work, as std::invalid_argument), streams every part, commits. On any exception or cancellation the target keeps what it held
-// and temporary files are removed. Cancellation throws layerinit::error("interrupted").
+// work: checkpoint_refused for a target that may not be written, checkpoint_error for an environment
+// failure), streams every part, commits. On any exception or cancellation the target keeps what it
+// held and temporary files are removed. Cancellation throws layerinit::error("interrupted").
 EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem::path& target, const EmitOptions& opts);
 
 }  // namespace layerinit

@@ -113,6 +113,24 @@ bool write_string_attribute(hid_t obj, const std::string& name, const std::strin
   return H5Awrite(attr.get(), type.get(), &p) >= 0;
 }
 
+// --force replaces an HDF5 file only if it carries the root attributes every layerinit checkpoint
+// has (docs/checkpoint.md); "" when it does, else why not.
+std::string hdf5_ownership(const fs::path& p) {
+  static const char* const marks[] = {"format_version", "library_version", "model_spec"};
+  QuietErrors quiet;
+  Hid f(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  std::string why;
+  if (!f.valid()) {
+    why = "it is not an HDF5 file";
+  } else {
+    for (const char* m : marks)
+      if (why.empty() && H5Aexists(f.get(), m) <= 0)
+        why = std::string("it is an HDF5 file without the root attribute ") + m + " that layerinit writes";
+  }
+  H5Eclear2(H5E_DEFAULT);
+  return why;
+}
+
 // How a dataset is cut into chunks: chunk = [1, ..., 1, k, d[p+1], ..., d[n-1]]. Every chunk is a
 // contiguous run of row-major elements, and none crosses a slab boundary.
 struct Chunking {
@@ -191,7 +209,7 @@ class Hdf5Writer final : public CheckpointWriter {
              const WriterOptions& opts)
       : target_(std::move(target)), d_(std::move(datasets)), opts_(opts), progress_(d_) {
     detail::preflight(target_, false, opts_.overwrite, opts_.check_free_space,
-                      planned_bytes(CheckpointFormat::hdf5, d_, meta, opts_));
+                      planned_bytes(CheckpointFormat::hdf5, d_, meta, opts_), hdf5_ownership);
     tmp_.emplace(target_, false);
     try {
       create(meta);
@@ -224,6 +242,7 @@ class Hdf5Writer final : public CheckpointWriter {
       for (auto& d : ds_)
         if (d.id.reset() < 0) hdf5_fail("cannot write", target_);
       if (file_.reset() < 0) hdf5_fail("cannot write", target_);
+      if (opts_.overwrite) detail::check_replaceable(target_, false, hdf5_ownership);
       tmp_->publish(target_, opts_.overwrite);
     } catch (...) {
       abort();
@@ -371,6 +390,10 @@ std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& 
   static const bool no_atexit = [] { return H5dont_atexit() >= 0; }();
   (void)no_atexit;
   detail::validate_datasets(datasets);
+  // normalize_target would drop the slash of "newdir/" and write a file named newdir: refuse it.
+  if (!target.has_filename() || target.filename() == "." || target.filename() == "..")
+    throw std::invalid_argument("checkpoint: hdf5 output '" + target.string() +
+                                "' names a directory; an HDF5 checkpoint is a file");
   if (opts.max_chunk_bytes == 0 || opts.max_chunk_bytes > (std::uint64_t{1} << 32) - 1)
     throw std::invalid_argument("checkpoint: max_chunk_bytes must be in [1, 4 GiB)");
   return std::make_unique<Hdf5Writer>(detail::normalize_target(target), std::move(datasets), meta, opts);

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstdio>
+#include <fstream>
 #include <optional>
 #include <stdexcept>
 
@@ -23,6 +24,41 @@ namespace fs = std::filesystem;
 
 const char* st_dtype(DType t) { return t == DType::bf16 ? "BF16" : t == DType::f16 ? "F16" : "F32"; }
 
+// Whether a .safetensors file's header carries the __metadata__ keys every layerinit file has.
+bool written_by_layerinit(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  unsigned char len[8];
+  if (!in.read(reinterpret_cast<char*>(len), 8)) return false;
+  std::uint64_t n = 0;
+  for (int b = 7; b >= 0; --b) n = (n << 8) | len[b];
+  std::error_code ec;
+  const std::uint64_t size = fs::file_size(p, ec);
+  if (ec || n > size - 8 || n > 100'000'000) return false;  // the format's own limit on a header
+  std::string header(static_cast<std::size_t>(n), '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(n))) return false;
+  const auto j = nlohmann::json::parse(header, nullptr, false);
+  if (!j.is_object() || !j.contains("__metadata__") || !j["__metadata__"].is_object()) return false;
+  const auto& m = j["__metadata__"];
+  return m.contains("format_version") && m["format_version"].is_string() && m.contains("library_version") &&
+         m["library_version"].is_string();
+}
+
+// --force replaces a directory only if it holds nothing but what this writer writes: .safetensors
+// files with layerinit's __metadata__, model.safetensors.index.json and config.json (or nothing).
+std::string safetensors_ownership(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!fs::is_regular_file(it->symlink_status(ec))) return "it holds " + name + ", which is not a file layerinit writes";
+    if (name == "config.json" || name == "model.safetensors.index.json") continue;
+    if (!name.ends_with(".safetensors")) return "it holds " + name + ", which layerinit does not write";
+    if (!written_by_layerinit(it->path()))
+      return "it holds " + name + ", which layerinit did not write (no format_version and library_version in its __metadata__)";
+  }
+  if (ec) detail::fail("cannot read", dir, ec.value());
+  return {};
+}
+
 struct Shard {
   std::string file;                 // "model.safetensors" or "model-00001-of-00003.safetensors"
   std::vector<std::size_t> tensors;
@@ -38,12 +74,12 @@ class SafetensorsWriter final : public CheckpointWriter {
       : target_(std::move(target)), d_(std::move(datasets)), opts_(opts), progress_(d_) {
     plan(meta);  // header too large etc. before touching the disk
     detail::preflight(target_, true, opts_.overwrite, opts_.check_free_space,
-                      planned_bytes(CheckpointFormat::safetensors, d_, meta, opts_));
+                      planned_bytes(CheckpointFormat::safetensors, d_, meta, opts_), safetensors_ownership);
     tmp_.emplace(target_, true);
     try {
       for (auto& s : shards_) {
         const fs::path p = tmp_->path() / s.file;
-        s.fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        s.fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);  // the umask decides
         if (s.fd < 0) detail::fail("cannot create", target_ / s.file, errno);
         detail::full_pwrite(s.fd, headers_[&s - shards_.data()].data(), s.data_start, 0, target_ / s.file);
       }
@@ -95,6 +131,7 @@ class SafetensorsWriter final : public CheckpointWriter {
       }
       if (!opts_.config_json.empty())
         detail::write_small_file(tmp_->path() / "config.json", opts_.config_json, target_ / "config.json");
+      if (opts_.overwrite) detail::check_replaceable(target_, true, safetensors_ownership);
       tmp_->publish(target_, opts_.overwrite);
     } catch (...) {
       abort();

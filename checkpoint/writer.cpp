@@ -7,9 +7,12 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <stdexcept>
 
@@ -25,6 +28,10 @@ void fail(const std::string& what, const fs::path& path, int err) {
   throw checkpoint_error("checkpoint: " + what + " " + path.string() + ": " + std::strerror(err));
 }
 
+void refuse(const std::string& what, const fs::path& path, int err) {
+  throw checkpoint_refused("checkpoint: " + what + " " + path.string() + ": " + std::strerror(err));
+}
+
 fs::path normalize_target(const fs::path& target) {
   if (target.empty()) throw std::invalid_argument("checkpoint: empty output path");
   fs::path p = fs::absolute(target).lexically_normal();
@@ -33,35 +40,101 @@ fs::path normalize_target(const fs::path& target) {
   return p;
 }
 
-void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool check_space, std::uint64_t bytes) {
+namespace {
+// Errors of a path that names nothing usable (refused, exit 2), as opposed to the environment's
+// (EIO, EACCES, ...).
+bool wrong_path(int err) { return err == ENOENT || err == ENOTDIR || err == ELOOP || err == ENAMETOOLONG; }
+
+// Why --force may not replace the existing `target` (lstat in `st`), or "" when it may.
+std::string not_replaceable(const fs::path& target, const struct stat& st, bool target_is_dir, const OwnershipCheck& ours) {
+  if (S_ISLNK(st.st_mode)) return "it is a symbolic link";
+  if (S_ISFIFO(st.st_mode)) return "it is a FIFO";
+  if (S_ISSOCK(st.st_mode)) return "it is a socket";
+  if (S_ISCHR(st.st_mode)) return "it is a character device";
+  if (S_ISBLK(st.st_mode)) return "it is a block device";
+  if (target_is_dir && !S_ISDIR(st.st_mode)) return "it is a file, and this checkpoint is a directory";
+  if (S_ISDIR(st.st_mode)) {
+    struct stat parent{};
+    if (::stat(target.parent_path().c_str(), &parent) == 0 && (parent.st_dev != st.st_dev || parent.st_ino == st.st_ino))
+      return "it is a mount point";
+    // Replacing the directory a shell sits in (or one above it) would pull it from under the user.
+    std::error_code ec;
+    const fs::path cwd = fs::current_path(ec), real = fs::canonical(target, ec);
+    if (!ec && !cwd.empty()) {
+      const auto [a, b] = std::mismatch(real.begin(), real.end(), cwd.begin(), cwd.end());
+      if (a == real.end()) return "it is the current directory or one of its parents";
+    }
+  }
+  return ours(target);
+}
+
+void check_replaceable(const fs::path& target, const struct stat& st, bool target_is_dir, const OwnershipCheck& ours) {
+  if (!target_is_dir && S_ISDIR(st.st_mode))
+    throw checkpoint_refused("checkpoint: " + target.string() + " is a directory, not a file");
+  const std::string why = not_replaceable(target, st, target_is_dir, ours);
+  if (!why.empty())
+    throw checkpoint_refused("checkpoint: refusing to replace " + target.string() +
+                             " (--force replaces only what layerinit wrote): " + why);
+}
+}  // namespace
+
+void check_replaceable(const fs::path& target, bool target_is_dir, const OwnershipCheck& ours) {
+  struct stat st{};
+  if (::lstat(target.c_str(), &st) == 0) check_replaceable(target, st, target_is_dir, ours);
+}
+
+void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool check_space, std::uint64_t bytes,
+               const OwnershipCheck& ours) {
   struct stat st{};
   if (::lstat(target.c_str(), &st) == 0) {
     if (!overwrite)
-      throw checkpoint_error("checkpoint: refusing to overwrite existing " + target.string() + " (use --force)");
-    if (!target_is_dir && S_ISDIR(st.st_mode))
-      throw checkpoint_error("checkpoint: " + target.string() + " is a directory, not a file");
+      throw checkpoint_refused("checkpoint: refusing to overwrite existing " + target.string() + " (use --force)");
+    check_replaceable(target, st, target_is_dir, ours);
   } else if (errno != ENOENT) {
+    if (wrong_path(errno)) refuse("cannot access", target, errno);
     fail("cannot access", target, errno);
   }
   const fs::path dir = target.parent_path();
-  if (::stat(dir.c_str(), &st) != 0) fail("cannot use output directory", dir, errno);
-  if (!S_ISDIR(st.st_mode)) fail("cannot use output directory", dir, ENOTDIR);
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (wrong_path(errno)) refuse("cannot use output directory", dir, errno);
+    fail("cannot use output directory", dir, errno);
+  }
+  if (!S_ISDIR(st.st_mode)) refuse("cannot use output directory", dir, ENOTDIR);
   if (::access(dir.c_str(), W_OK | X_OK) != 0) fail("cannot write into", dir, errno);
   if (check_space) check_free_space(dir, bytes);
 }
+
+namespace {
+// The process's umask without changing it: umask(2) can only be read by setting it, which would
+// race with files other threads create; Linux reports it in /proc/self/status (since 4.7).
+mode_t current_umask() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    char* end = nullptr;
+    const unsigned long m = line.rfind("Umask:", 0) == 0 ? std::strtoul(line.c_str() + 6, &end, 8) : 0;
+    if (end != nullptr && end != line.c_str() + 6) return static_cast<mode_t>(m & 0777);
+  }
+  const mode_t m = ::umask(022);
+  ::umask(m);
+  return m;
+}
+}  // namespace
 
 TempPath::TempPath(const fs::path& target, bool directory) : directory_(directory) {
   std::string name = ".";  // (not "." + string: GCC 12 warns -Wrestrict falsely)
   name += target.filename().string();
   name += ".tmp-XXXXXX";
   std::string tmpl = (target.parent_path() / name).string();
+  // mkdtemp and mkostemp create 0700 and 0600; the result gets the mode any new file or directory
+  // gets under the user's umask, as if created with open(0666) or mkdir(0777).
+  const mode_t mask = current_umask();
   if (directory) {
     if (::mkdtemp(tmpl.data()) == nullptr) fail("cannot create a temporary directory beside", target, errno);
-    ::chmod(tmpl.c_str(), 0755);
+    ::chmod(tmpl.c_str(), 0777 & ~mask);
   } else {
     int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
     if (fd < 0) fail("cannot create a temporary file beside", target, errno);
-    ::fchmod(fd, 0644);
+    ::fchmod(fd, 0666 & ~mask);
     ::close(fd);
   }
   path_ = tmpl;
@@ -96,8 +169,8 @@ void TempPath::publish(const fs::path& target, bool overwrite) {
   // atomically with the old one, which is then removed.
   if (!overwrite) {
     if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {
-      if (errno == EEXIST)
-        throw checkpoint_error("checkpoint: refusing to overwrite existing " + target.string() + " (use --force)");
+      if (errno == EEXIST)  // it appeared while we wrote
+        throw checkpoint_refused("checkpoint: refusing to overwrite existing " + target.string() + " (use --force)");
       fail("cannot rename the temporary into", target, errno);
     }
   } else if (directory_ && fs::exists(fs::symlink_status(target))) {
@@ -209,7 +282,7 @@ void full_pwrite(int fd, const void* p, std::uint64_t n, std::uint64_t offset, c
 }
 
 void write_small_file(const fs::path& p, const std::string& text, const fs::path& shown) {
-  int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);  // the umask decides
   if (fd < 0) fail("cannot create", shown, errno);
   try {
     full_pwrite(fd, text.data(), text.size(), 0, shown);

@@ -30,6 +30,15 @@ class checkpoint_error : public error {
   using error::error;
 };
 
+// The target may not be written as asked, found before any work: it exists and overwrite is off,
+// overwrite is on but it is not something layerinit wrote (docs/checkpoint.md), or its directory
+// does not exist. The CLI reports it as bad input (exit 2); every other checkpoint_error is an I/O
+// or environment failure (exit 1).
+class checkpoint_refused : public checkpoint_error {
+ public:
+  using checkpoint_error::checkpoint_error;
+};
+
 enum class CheckpointFormat : std::uint8_t { hdf5, safetensors };
 std::string_view format_name(CheckpointFormat f);           // "hdf5", "safetensors"
 CheckpointFormat parse_checkpoint_format(std::string_view s);  // throws std::invalid_argument listing both

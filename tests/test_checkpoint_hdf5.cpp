@@ -323,15 +323,22 @@ TEST(CheckpointHdf5, MisuseIsRejected) {
 TEST(CheckpointHdf5, OverwriteRefusedWithoutTheFlag) {
   TempDir dir;
   const fs::path out = dir.path() / "model.h5";
-  { std::ofstream(out) << "old"; }
   Fixture fx;
+  {
+    auto w = open_hdf5_writer(out, {{"old", {4}, DType::f32}}, test_meta(), {});
+    const float old[4] = {1, 2, 3, 4};
+    w->write(0, 0, old, 4);
+    w->commit();
+  }
+  const std::string before = slurp(out);
   try {
     open_hdf5_writer(out, fx.specs(), test_meta(), {});
     FAIL() << "overwrote without --force";
-  } catch (const checkpoint_error& e) {
+  } catch (const checkpoint_refused& e) {
     EXPECT_NE(std::string(e.what()).find(out.string()), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("refusing to overwrite"), std::string::npos) << e.what();
   }
+  EXPECT_EQ(slurp(out), before);
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.h5"});
   WriterOptions o;
   o.overwrite = true;
@@ -340,6 +347,37 @@ TEST(CheckpointHdf5, OverwriteRefusedWithoutTheFlag) {
   w->commit();
   EXPECT_EQ(read_native_float(out, "model.norm.weight"), fx.f32);
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"model.h5"});
+}
+
+TEST(CheckpointHdf5, OverwriteReplacesOnlyAFileLayerinitWrote) {
+  // The mark is the root attributes every layerinit file has; a file without them stays.
+  TempDir dir;
+  Fixture fx;
+  WriterOptions o;
+  o.overwrite = true;
+  const fs::path text = dir.path() / "text.h5", bare = dir.path() / "bare.h5";
+  { std::ofstream(text) << "old"; }
+  {
+    hid_t f = H5Fcreate(bare.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);  // HDF5, not layerinit's
+    ASSERT_GE(f, 0);
+    H5Fclose(f);
+  }
+  const std::string bare_bytes = slurp(bare);
+  for (const auto& [target, why] : {std::pair{text, std::string("it is not an HDF5 file")},
+                                    std::pair{bare, std::string("it is an HDF5 file without the root attribute "
+                                                                "format_version that layerinit writes")}}) {
+    SCOPED_TRACE(target.string());
+    try {
+      open_hdf5_writer(target, fx.specs(), test_meta(), o);
+      ADD_FAILURE() << "replaced";
+    } catch (const checkpoint_refused& e) {
+      EXPECT_EQ(std::string(e.what()), "checkpoint: refusing to replace " + target.string() +
+                                           " (--force replaces only what layerinit wrote): " + why);
+    }
+  }
+  EXPECT_EQ(slurp(text), "old");
+  EXPECT_EQ(slurp(bare), bare_bytes);
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"bare.h5", "text.h5"}));
 }
 
 TEST(CheckpointHdf5, UnwritablePathFailsBeforeAnyWork) {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -307,6 +308,91 @@ TEST(CheckpointSafetensors, OverwriteRefusedThenReplacesTheWholeDirectory) {
   // The new set replaced the old one as a whole: no stale shards or index.
   EXPECT_EQ(TempDir::list(out), std::vector<std::string>{"model.safetensors"});
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"model"});
+}
+
+TEST(CheckpointSafetensors, OverwriteReplacesOnlyADirectoryLayerinitWrote) {
+  TempDir dir;
+  Fixture fx;
+  auto emit = [&](const fs::path& out, const WriterOptions& o) {
+    auto w = open_safetensors_writer(out, fx.specs(), test_meta(), o);
+    fx.write(*w);
+    w->commit();
+  };
+  WriterOptions force;
+  force.overwrite = true;
+  force.config_json = "{}\n";
+  force.max_shard_size = 1000;  // shards, their index and config.json: all of it may be replaced
+  const fs::path ours = dir.path() / "ours", notes = dir.path() / "notes", sub = dir.path() / "sub",
+                 foreign = dir.path() / "foreign", file = dir.path() / "file", empty = dir.path() / "empty";
+  for (const fs::path& d : {ours, notes, sub}) emit(d, force);
+  { std::ofstream(notes / "notes.txt") << "mine"; }
+  fs::create_directory(sub / "sub");
+  fs::create_directory(foreign);
+  {  // a safetensors file as other tools write it: no layerinit metadata
+    const std::string h = R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+    std::string bytes(8, '\0');
+    bytes[0] = static_cast<char>(h.size());
+    std::ofstream(foreign / "model.safetensors", std::ios::binary) << bytes << h << std::string(4, '\0');
+  }
+  { std::ofstream(file) << "old"; }
+  fs::create_directory(empty);
+  const std::map<fs::path, std::string> refused = {
+      {notes, "it holds notes.txt, which layerinit does not write"},
+      {sub, "it holds sub, which is not a file layerinit writes"},
+      {foreign, "it holds model.safetensors, which layerinit did not write (no format_version and library_version in its "
+                "__metadata__)"},
+      {file, "it is a file, and this checkpoint is a directory"}};
+  for (const auto& [target, why] : refused) {
+    SCOPED_TRACE(target.string());
+    const auto before = fs::is_directory(target) ? TempDir::list(target) : std::vector<std::string>{};
+    try {
+      open_safetensors_writer(target, fx.specs(), test_meta(), force);
+      ADD_FAILURE() << "replaced";
+    } catch (const checkpoint_refused& e) {
+      EXPECT_EQ(std::string(e.what()), "checkpoint: refusing to replace " + target.string() +
+                                           " (--force replaces only what layerinit wrote): " + why);
+    }
+    if (fs::is_directory(target)) EXPECT_EQ(TempDir::list(target), before);
+  }
+  EXPECT_EQ(slurp(file), "old");
+  WriterOptions plain;
+  plain.overwrite = true;
+  for (const fs::path& d : {ours, empty}) {
+    SCOPED_TRACE(d.string());
+    emit(d, plain);
+    EXPECT_EQ(TempDir::list(d), std::vector<std::string>{"model.safetensors"});
+  }
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"empty", "file", "foreign", "notes", "ours", "sub"}));
+}
+
+TEST(CheckpointSafetensors, OverwriteChecksTheTargetAgainAtCommit) {
+  // A file put into the old directory while the new one is written would be deleted with it: the
+  // commit checks the target again and refuses, leaving both as they are.
+  TempDir dir;
+  const fs::path out = dir.path() / "model";
+  Fixture fx;
+  {
+    auto w = open_safetensors_writer(out, fx.specs(), test_meta(), {});
+    fx.write(*w);
+    w->commit();
+  }
+  const std::string before = slurp(out / "model.safetensors");
+  WriterOptions o;
+  o.overwrite = true;
+  auto w = open_safetensors_writer(out, fx.specs(), test_meta(), o);
+  fx.write(*w);
+  { std::ofstream(out / "notes.txt") << "written meanwhile"; }
+  try {
+    w->commit();
+    ADD_FAILURE() << "replaced";
+  } catch (const checkpoint_refused& e) {
+    EXPECT_EQ(std::string(e.what()), "checkpoint: refusing to replace " + out.string() +
+                                         " (--force replaces only what layerinit wrote): it holds notes.txt, which "
+                                         "layerinit does not write");
+  }
+  EXPECT_EQ(TempDir::list(out), (std::vector<std::string>{"model.safetensors", "notes.txt"}));
+  EXPECT_EQ(slurp(out / "model.safetensors"), before);
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"model"}) << "temporary left";
 }
 
 TEST(CheckpointSafetensors, KilledMidWayLeavesTheOldDirectoryIntact) {

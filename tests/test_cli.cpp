@@ -12,10 +12,15 @@
 //     files' raw bytes to the report's FNV-1a 64 values.
 // Skips (GTEST_SKIP) when the binary was not built (LAYERINIT_BUILD_TOOLS=OFF).
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,7 +71,12 @@ struct Result {
 };
 
 struct SpawnOptions {
-  rlim_t max_file_size = RLIM_INFINITY;  // RLIMIT_FSIZE of the child, with SIGXFSZ ignored
+  rlim_t max_file_size = RLIM_INFINITY;  // RLIMIT_FSIZE of the child, with SIGXFSZ ignored unless...
+  bool default_sigxfsz = false;          // ...this is set: SIGXFSZ as a shell leaves it (terminate)
+  rlim_t max_open_files = RLIM_INFINITY; // RLIMIT_NOFILE of the child
+  int umask = -1;                        // the child's umask, when >= 0
+  std::string cwd;                       // the child's working directory, when not empty
+  int uid = -1;                          // run as this user and group id, when >= 0 (needs root)
 };
 
 struct Child {
@@ -90,10 +100,20 @@ Child spawn(const std::vector<std::string>& args, const SpawnOptions& so = {}) {
     const int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
     if (so.max_file_size != RLIM_INFINITY) {
-      ::signal(SIGXFSZ, SIG_IGN);  // kept across exec: writes fail with EFBIG instead
+      // Ignored is kept across exec: writes fail with EFBIG instead.
+      ::signal(SIGXFSZ, so.default_sigxfsz ? SIG_DFL : SIG_IGN);
       struct rlimit rl = {so.max_file_size, so.max_file_size};
       ::setrlimit(RLIMIT_FSIZE, &rl);
     }
+    if (so.max_open_files != RLIM_INFINITY) {
+      struct rlimit rl = {so.max_open_files, so.max_open_files};
+      ::setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (so.umask >= 0) ::umask(static_cast<mode_t>(so.umask));
+    if (!so.cwd.empty() && ::chdir(so.cwd.c_str()) != 0) ::_exit(126);
+    if (so.uid >= 0 && (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(so.uid)) != 0 ||
+                        ::setuid(static_cast<uid_t>(so.uid)) != 0))
+      ::_exit(126);
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
@@ -515,7 +535,7 @@ TEST_F(Cli, HelpOfEachSubcommandListsEveryFlag) {
   const std::vector<std::string> model = {"--preset", "--spec", "--dtype", "--dtype-override", "--recipe",
                                           "--init-override", "--seed", "--layout", "--orientation"};
   std::map<std::string, std::vector<std::string>> flags = {
-      {"build", {"--backend", "--threads", "--report", "--trace"}},
+      {"build", {"--backend", "--threads", "--report", "--trace", "--force"}},
       {"plan", {"--json", "--precision", "--batch", "--seq", "--gpu-mem"}},
       {"emit", {"--backend", "--threads", "--format", "-o", "--output", "--force", "--report", "--max-shard-size"}},
   };
@@ -595,5 +615,311 @@ TEST_F(Cli, PythonReadersHashTheFilesToTheReport) {
     }
     if (std::string(c.format) == "hdf5" && c.model[1] == "llama-tiny") EXPECT_EQ(bf16, 30u);
     fs::remove_all(target);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile and careless use (issue 9)
+
+namespace {
+
+// Every entry under `root` (not following links) with its type and, for files and links, what
+// they hold (a file as a hash of its bytes): equal snapshots mean nothing there was touched.
+std::map<std::string, std::string> snapshot(const fs::path& root) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    const fs::file_status st = e.symlink_status();
+    std::string v = std::to_string(static_cast<int>(st.type()));
+    if (st.type() == fs::file_type::regular) v += ":" + std::to_string(std::hash<std::string>{}(slurp(e.path())));
+    if (st.type() == fs::file_type::symlink) v += ":" + fs::read_symlink(e.path()).string();
+    out[fs::relative(e.path(), root).string()] = std::move(v);
+  }
+  return out;
+}
+
+mode_t mode_of(const fs::path& p) {
+  struct stat st {};
+  if (::lstat(p.c_str(), &st) != 0) return 0;
+  return st.st_mode & 07777;
+}
+
+}  // namespace
+
+TEST_F(Cli, ForceRefusesWhatLayerinitDidNotWrite) {
+  TempDir dir;
+  // Things layerinit did not write, beside outputs it did.
+  const fs::path fifo = dir / "fifo.h5";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const fs::path text = dir / "notes.h5";
+  write_file(text, "my notes\n");
+  const fs::path sock = dir / "sock.h5";
+  const int sfd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(sfd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(sock.string().size(), sizeof addr.sun_path);
+  std::strcpy(addr.sun_path, sock.c_str());
+  ASSERT_EQ(::bind(sfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const fs::path real = dir / "real.h5", link = dir / "link.h5";
+  ASSERT_EQ(run({"emit", "--preset", "gpt2-tiny", "-o", real.string()}).code(), 0);
+  fs::create_symlink(real, link);
+  const fs::path foreign = dir / "foreign", nested = dir / "nested";
+  for (const fs::path& d : {foreign, nested})
+    ASSERT_EQ(run({"emit", "--preset", "gpt2-tiny", "--format", "safetensors", "-o", d.string()}).code(), 0);
+  write_file(foreign / "notes.txt", "mine\n");
+  fs::create_directory(nested / "sub");
+  const fs::path project = dir / "project";  // a project's working copy, emitted into as '.'
+  fs::create_directories(project / ".git");
+  write_file(project / ".git" / "HEAD", "ref: refs/heads/main\n");
+  write_file(project / "main.cpp", "int main() {}\n");
+
+  struct Case {
+    std::string what;
+    std::vector<std::string> args;
+    std::string shown, word;  // the path the line names and why it refuses
+  };
+  const std::vector<Case> cases = {
+      {"FIFO", {"--format", "hdf5", "-o", fifo.string()}, fifo.string(), "FIFO"},
+      {"socket", {"--format", "hdf5", "-o", sock.string()}, sock.string(), "socket"},
+      {"foreign file", {"--format", "hdf5", "-o", text.string()}, text.string(), "it is not an HDF5 file"},
+      {"symbolic link", {"--format", "hdf5", "-o", link.string()}, link.string(), "symbolic link"},
+      {"foreign file in the directory", {"--format", "safetensors", "-o", foreign.string()}, foreign.string(), "notes.txt"},
+      {"directory in the directory", {"--format", "safetensors", "-o", nested.string()}, nested.string(), "sub"},
+      {"socket as a directory target", {"--format", "safetensors", "-o", sock.string()}, sock.string(), "socket"},
+  };
+  const auto before = snapshot(dir.path());
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::vector<std::string> args{"emit", "--preset", "llama-tiny", "--force"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const Result r = run(args);
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, c.what);
+    EXPECT_NE(r.err.find("refusing to replace " + c.shown), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(c.word), std::string::npos) << r.err;
+    EXPECT_EQ(snapshot(dir.path()), before) << "touched";
+  }
+  {
+    SCOPED_TRACE("the current directory of a project");
+    SpawnOptions so;
+    so.cwd = project.string();
+    const Result r = run({"emit", "--preset", "llama-tiny", "--format", "safetensors", "--force", "-o", "."}, so);
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "current directory");
+    EXPECT_NE(r.err.find("refusing to replace " + project.string()), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("current directory"), std::string::npos) << r.err;
+    EXPECT_EQ(snapshot(dir.path()), before) << "touched";
+  }
+  ::close(sfd);
+  // What layerinit wrote is still replaced: an HDF5 file, a safetensors directory, an empty directory.
+  fs::create_directory(dir / "empty");
+  for (const auto& [format, target] : std::vector<std::pair<std::string, fs::path>>{
+           {"hdf5", real}, {"safetensors", dir / "foreign2"}, {"safetensors", dir / "empty"}}) {
+    SCOPED_TRACE(target.string());
+    if (!fs::exists(target))
+      ASSERT_EQ(run({"emit", "--preset", "gpt2-tiny", "--format", format, "--max-shard-size", "100KB", "-o", target.string()}).code(), 0);
+    const Result r = run({"emit", "--preset", "llama-tiny", "--format", format, "--force", "-o", target.string()});
+    EXPECT_EQ(r.code(), 0) << r.err;
+  }
+  EXPECT_EQ(TempDir::list(dir / "empty"), (std::vector<std::string>{"config.json", "model.safetensors"}));
+  EXPECT_EQ(TempDir::list(dir / "foreign2"), (std::vector<std::string>{"config.json", "model.safetensors"}));
+}
+
+TEST_F(Cli, ForceRefusesADeviceNode) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mknod needs root";
+  TempDir dir;
+  const fs::path node = dir / "null.h5";  // a copy of /dev/null
+  if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) GTEST_SKIP() << "mknod: " << std::strerror(errno);
+  for (const char* format : {"hdf5", "safetensors"}) {
+    SCOPED_TRACE(format);
+    const Result r = run({"emit", "--preset", "llama-tiny", "--format", format, "--force", "-o", node.string()});
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "device node");
+    EXPECT_NE(r.err.find("refusing to replace " + node.string()), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("character device"), std::string::npos) << r.err;
+    struct stat st {};
+    ASSERT_EQ(::lstat(node.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode));
+    EXPECT_EQ(st.st_rdev, makedev(1, 3));
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{"null.h5"});
+  }
+}
+
+TEST_F(Cli, ForceRefusesAMountPoint) {
+  struct stat proc {}, root {};
+  if (::stat("/proc", &proc) != 0 || ::stat("/", &root) != 0 || proc.st_dev == root.st_dev)
+    GTEST_SKIP() << "/proc is not a mount point here";
+  const Result r = run({"emit", "--preset", "llama-tiny", "--format", "safetensors", "--force", "-o", "/proc"});
+  EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+  expect_one_error_line(r, "mount point");
+  EXPECT_NE(r.err.find("refusing to replace /proc"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("mount point"), std::string::npos) << r.err;
+  EXPECT_FALSE(find_temporary("/proc").has_value());
+}
+
+TEST_F(Cli, WriteLimitWithTheShellsSigxfszFailsWithOneLine) {
+  // ulimit -f as a shell sets it: SIGXFSZ left at its default (terminate). 200 KiB is less than
+  // llama-tiny's 489 KiB, so the limit is reached mid-write.
+  TempDir dir;
+  for (const char* format : {"hdf5", "safetensors"}) {
+    SCOPED_TRACE(format);
+    const fs::path target = dir / (std::string("m.") + format);
+    SpawnOptions so;
+    so.max_file_size = 200 << 10;
+    so.default_sigxfsz = true;
+    const Result r = run({"emit", "--preset", "llama-tiny", "--format", format, "--backend", "cpu", "-o", target.string()}, so);
+    EXPECT_EQ(r.code(), 1) << r.how() << " (stderr: " << r.err << ")";
+    expect_one_error_line(r, "write limit");
+    EXPECT_NE(r.err.find("File too large"), std::string::npos) << r.err;
+    EXPECT_TRUE(dir.entries().empty()) << "left: " << dir.entries().front();
+  }
+}
+
+TEST_F(Cli, NothingFailsAfterTheRename) {
+  TempDir dir;
+  {
+    SCOPED_TRACE("-o newdir/ for a file format");
+    const std::string target = (dir / "newdir").string() + "/";
+    const Result r = run({"emit", "--preset", "llama-tiny", "--format", "hdf5", "-o", target});
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "trailing slash");
+    EXPECT_NE(r.err.find("'" + target + "'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("an HDF5 checkpoint is a file"), std::string::npos) << r.err;
+    EXPECT_TRUE(dir.entries().empty());
+  }
+  {
+    SCOPED_TRACE("a path that is not UTF-8");
+    const std::string name = "\xff" "a\xc3\xa9.h5";  // 0xff is never UTF-8; "a\u00e9" is
+    const fs::path target = dir / name;
+    const Result r = run({"emit", "--preset", "llama-tiny", "--report", "json", "-o", target.string()});
+    ASSERT_EQ(r.code(), 0) << r.how() << "\nstderr: " << r.err;
+    EXPECT_TRUE(r.err.empty()) << r.err;
+    const json rep = json::parse(r.out);
+    EXPECT_EQ(rep["output"], dir.path().string() + "/\\xffa\xc3\xa9.h5");
+    EXPECT_EQ(rep["file_bytes"].get<std::uint64_t>(), fs::file_size(target));
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{name});
+  }
+}
+
+TEST_F(Cli, TraceFileFollowsTheOutputRules) {
+  TempDir dir;
+  const fs::path trace = dir / "trace.csv";
+  write_file(trace, "my numbers\n");
+  const std::vector<std::string> build{"build", "--preset", "llama-tiny", "--backend", "cpu", "--trace", trace.string()};
+  {
+    SCOPED_TRACE("existing file without --force");
+    const Result r = run(build);
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "existing trace");
+    EXPECT_NE(r.err.find("refusing to overwrite existing " + trace.string() + " (use --force)"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << "built before refusing";
+  }
+  auto forced = build;
+  forced.push_back("--force");
+  {
+    SCOPED_TRACE("--force onto a file that is not a trace");
+    const Result r = run(forced);
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "foreign file");
+    EXPECT_NE(r.err.find("refusing to replace " + trace.string()), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("not a trace layerinit wrote"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(slurp(trace), "my numbers\n");
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"trace.csv"});
+  fs::remove(trace);
+  ASSERT_EQ(run(build).code(), 0);
+  const std::string first = slurp(trace);
+  EXPECT_EQ(first.rfind("seconds,event,bytes,current_bytes,layer,tensor\n", 0), 0u) << first.substr(0, 100);
+  {
+    SCOPED_TRACE("--force onto a trace");
+    const Result r = run(forced);
+    EXPECT_EQ(r.code(), 0) << r.err;
+    EXPECT_EQ(slurp(trace).rfind("seconds,event,bytes,current_bytes,layer,tensor\n", 0), 0u);
+    EXPECT_NE(slurp(trace), first) << "not rewritten (the times differ)";
+  }
+  {
+    SCOPED_TRACE("a build that fails after it started");
+    const fs::path failed = dir / "failed.csv";
+    const Result r = run({"build", "--preset", "llama-tiny", "--backend", "cpu", "--layout", "stacked", "--dtype-override",
+                          "model.layers.1.*=fp32", "--trace", failed.string()});
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "failed build");
+    EXPECT_NE(r.err.find("stacked layout needs one dtype per layer parameter"), std::string::npos) << r.err;
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{"trace.csv"}) << "a partial trace or its temporary was left";
+  }
+  {
+    SCOPED_TRACE("a trace that cannot be written completely");
+    const fs::path cut = dir / "cut.csv";
+    SpawnOptions so;
+    so.max_file_size = 100;  // the header and one row
+    const Result r = run({"build", "--preset", "llama-tiny", "--backend", "cpu", "--trace", cut.string()}, so);
+    EXPECT_EQ(r.code(), 1) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "cut trace");
+    EXPECT_NE(r.err.find(cut.string()), std::string::npos) << r.err;
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{"trace.csv"}) << "a partial trace or its temporary was left";
+  }
+}
+
+TEST_F(Cli, OutputsFollowTheUmask) {
+  for (int mask : {077, 002}) {
+    SCOPED_TRACE("umask " + std::to_string(mask));
+    TempDir dir;
+    SpawnOptions so;
+    so.umask = mask;
+    const mode_t file = 0666 & ~mask, directory = 0777 & ~mask;
+    ASSERT_EQ(run({"emit", "--preset", "llama-tiny", "-o", (dir / "m.h5").string()}, so).code(), 0);
+    EXPECT_EQ(mode_of(dir / "m.h5"), file);
+    ASSERT_EQ(run({"emit", "--preset", "llama-tiny", "--format", "safetensors", "--max-shard-size", "100KB", "-o",
+                   (dir / "st").string()}, so).code(), 0);
+    EXPECT_EQ(mode_of(dir / "st"), directory);
+    const auto files = TempDir::list(dir / "st");
+    ASSERT_GE(files.size(), 4u);  // shards, index, config.json
+    for (const auto& f : files) EXPECT_EQ(mode_of(dir / "st" / f), file) << f;
+    ASSERT_EQ(run({"build", "--preset", "llama-tiny", "--trace", (dir / "t.csv").string()}, so).code(), 0);
+    EXPECT_EQ(mode_of(dir / "t.csv"), file);
+  }
+}
+
+TEST_F(Cli, EnvironmentFailureAtOpenIsExitOne) {
+  // Each shard is open from the start: 34 shards of llama-tiny under 16 descriptors fail to open,
+  // an environment failure (exit 1), not bad input.
+  TempDir dir;
+  const fs::path target = dir / "st";
+  SpawnOptions so;
+  so.max_open_files = 16;
+  const Result r = run({"emit", "--preset", "llama-tiny", "--format", "safetensors", "--max-shard-size", "1KB", "-o",
+                        target.string()}, so);
+  EXPECT_EQ(r.code(), 1) << r.how() << "\nstderr: " << r.err;
+  expect_one_error_line(r, "too many open files");
+  EXPECT_NE(r.err.find("cannot create " + target.string() + "/model-"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Too many open files"), std::string::npos) << r.err;
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+TEST_F(Cli, UnwritableDirectoryIsAnEnvironmentFailure) {
+  // Permission denied is the environment's (exit 1), like a full disk; a missing directory is a
+  // wrong path (exit 2, in BadInputIsOneLineExitTwoAndNothingWritten). Root writes anywhere, so as
+  // root the child runs as nobody.
+  TempDir dir;
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                  fs::perms::others_read | fs::perms::others_exec);
+  const fs::path locked = dir / "locked";
+  fs::create_directory(locked);
+  fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                              fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  SpawnOptions so;
+  if (::geteuid() == 0) so.uid = 65534;
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"emit", "--preset", "llama-tiny", "-o", (locked / "m.h5").string()},
+           {"emit", "--preset", "llama-tiny", "--format", "safetensors", "-o", (locked / "m").string()},
+           {"build", "--preset", "llama-tiny", "--trace", (locked / "t.csv").string()}}) {
+    SCOPED_TRACE(joined(args));
+    const Result r = run(args, so);
+    EXPECT_EQ(r.code(), 1) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "permission denied");
+    EXPECT_NE(r.err.find(locked.string()), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << "built before failing";
+    EXPECT_TRUE(TempDir::list(locked).empty());
   }
 }

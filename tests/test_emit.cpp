@@ -5,6 +5,9 @@
 // existing target leave the directory as it was; the tracked peak is the plan's streamed peak.
 #include <hdf5.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -331,7 +334,7 @@ TEST(Emit, CancellationLeavesNoTargetAndNoTemporary) {
   }
 }
 
-TEST(Emit, ExistingTargetWithoutOverwriteIsAnArgumentErrorAndUntouched) {
+TEST(Emit, ExistingTargetWithoutOverwriteIsARefusalAndUntouched) {
   auto be = make_host_backend(2);
   const ModelSpec spec = make_preset("llama-tiny");
   for (CheckpointFormat f : {CheckpointFormat::hdf5, CheckpointFormat::safetensors}) {
@@ -352,7 +355,7 @@ TEST(Emit, ExistingTargetWithoutOverwriteIsAnArgumentErrorAndUntouched) {
     try {
       emit_checkpoint(Builder(spec, make_recipe("hf"), other, *be, tracker), *be, target, eo);
       ADD_FAILURE() << "overwrote without overwrite";
-    } catch (const std::invalid_argument& e) {
+    } catch (const checkpoint_refused& e) {  // the writer's own type, not std::invalid_argument
       EXPECT_NE(std::string(e.what()).find("refusing to overwrite existing " + target.string()), std::string::npos)
           << e.what();
     }
@@ -366,6 +369,45 @@ TEST(Emit, ExistingTargetWithoutOverwriteIsAnArgumentErrorAndUntouched) {
     EXPECT_NE(slurp(data_file(target, f)), before);
     EXPECT_EQ(dir.entries(), std::vector<std::string>{target.filename().string()});
   }
+}
+
+TEST(Emit, AnEnvironmentFailureAtOpenKeepsItsType) {
+  // Every shard file is opened up front: with no descriptor left, opening fails with EMFILE, an
+  // environment failure: checkpoint_error, neither a refusal nor std::invalid_argument.
+  TempDir dir;
+  const fs::path target = dir.path() / "m";
+  const layerinit::testing::ChildOutcome child = layerinit::testing::in_child_with_message([&](std::string& message) {
+    auto be = make_host_backend(1);
+    const Builder b(make_preset("llama-tiny"), make_recipe("hf"), opts(Layout::per_layer), *be, be->memory());
+    EmitOptions eo;
+    eo.format = CheckpointFormat::safetensors;
+    eo.writer.max_shard_size = 1;  // a shard per tensor
+    const int lowest_free = ::dup(0);
+    ::close(lowest_free);
+    const struct rlimit rl = {static_cast<rlim_t>(lowest_free) + 1, static_cast<rlim_t>(lowest_free) + 1};
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+    try {
+      emit_checkpoint(b, *be, target, eo);
+    } catch (const checkpoint_refused& e) {
+      message = std::string("refusal: ") + e.what();
+      return 2;
+    } catch (const checkpoint_error& e) {
+      message = e.what();
+      return 0;
+    } catch (const std::exception& e) {
+      message = std::string("other type: ") + e.what();
+      return 3;
+    }
+    return 1;
+  });
+  ASSERT_TRUE(WIFEXITED(child.status));
+  EXPECT_EQ(WEXITSTATUS(child.status), 0) << child.message;
+  // Which shard fails depends on the descriptors the test runner holds; the 39 tensors are 39 shards.
+  const std::string& m = child.message;
+  EXPECT_EQ(m.rfind("checkpoint: cannot create " + (target / "model-").string(), 0), 0u) << m;
+  const std::string tail = "-of-00039.safetensors: Too many open files";
+  EXPECT_TRUE(m.size() > tail.size() && m.compare(m.size() - tail.size(), tail.size(), tail) == 0) << m;
+  EXPECT_TRUE(dir.entries().empty());
 }
 
 TEST(Emit, RefusesTheDryBackendAndUnorderedLayers) {

@@ -12,7 +12,7 @@
 
 namespace layerinit::cli {
 
-int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file) {
+int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file, bool force) {
   if (!report.empty() && report != "json") throw usage_error("unknown report format '" + report + "' (valid: json)");
   if (args.layout != "per-layer" && args.layout != "stacked" && args.layout != "restack")
     throw usage_error("unknown layout '" + args.layout + "' (valid: per-layer, stacked, restack)");
@@ -22,7 +22,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   auto be = make_backend(args.backend, args.threads);
   tracking_resource tracker(be->memory());
   MemoryTrace trace(spec);
-  if (!trace_file.empty()) trace.attach(tracker, trace_file);
+  if (!trace_file.empty()) trace.attach(tracker, trace_file, force);
 
   const auto t0 = std::chrono::steady_clock::now();
   Builder builder(spec, recipe, opts, *be, tracker);

@@ -119,6 +119,41 @@ FillSpec parse_fill(const std::string& text) {
   return f;
 }
 
+namespace {
+// Length of the valid UTF-8 sequence at s[i] (RFC 3629: shortest form, no surrogates, at most
+// U+10FFFF), or 0.
+std::size_t utf8_length(const std::string& s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the allowed range of the second byte
+  if (c >= 0xc2 && c <= 0xdf) n = 2;
+  else if (c >= 0xe0 && c <= 0xef) n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+  else if (c >= 0xf0 && c <= 0xf4) n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+  else return 0;
+  if (i + n > s.size() || b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k)
+    if ((b(i + k) & 0xc0) != 0x80) return 0;
+  return n;
+}
+}  // namespace
+
+std::string escape_non_utf8(const std::string& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    if (const std::size_t n = utf8_length(s, i)) {
+      out.append(s, i, n);
+      i += n;
+    } else {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(s[i++]));
+      out += buf;
+    }
+  }
+  return out;
+}
+
 nlohmann::ordered_json shape_json(const Shape& s) {
   nlohmann::ordered_json j = nlohmann::ordered_json::array();
   for (auto d : s) j.push_back(d);

@@ -48,6 +48,9 @@ struct ModelArgs {
 FillSpec parse_fill(const std::string& text);
 
 nlohmann::ordered_json shape_json(const Shape& s);
+// `s` for a JSON string: bytes that are not part of valid UTF-8 (a path may hold any byte but '\0')
+// become the four characters \xNN, so dump() cannot throw and the bytes stay recoverable.
+std::string escape_non_utf8(const std::string& s);
 std::string hex64(std::uint64_t h);
 
 // The "tensors" array of a report: name, shape, dtype, bytes, fnv1a64 (and per-layer hashes).
@@ -57,7 +60,7 @@ nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors);
 nlohmann::ordered_json report_header(const ModelSpec& spec, const BuildOptions& opts, const Recipe& recipe,
                                      const std::string& layout, const backend& be);
 
-int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file);
+int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file, bool force);
 
 struct PlanArgs {
   bool json = false;

@@ -96,14 +96,15 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
   if (ea.report == "json") {
     nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout, *be);
     out["format"] = format_name(format);
-    out["output"] = ea.output;
+    out["output"] = escape_non_utf8(ea.output);
     out["parameters"] = spec.parameter_count();
     out["tensors"] = tensors_json(r.tensors);
     out["total_bytes"] = r.weight_bytes;
     out["peak_bytes"] = tracker.stats().peak_bytes;
     out["file_bytes"] = r.file_bytes;
     out["wall_seconds"] = r.seconds;
-    std::cout << out.dump(2) << "\n";
+    // The checkpoint is published by now: replace (never throw on) any other invalid UTF-8.
+    std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   } else {
     std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", ea.output.c_str(), format_bytes(r.weight_bytes).c_str(),
                 format_bytes(r.file_bytes).c_str(), r.seconds, format_bytes(tracker.stats().peak_bytes).c_str());

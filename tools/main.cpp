@@ -1,6 +1,7 @@
 // layerinit: build, plan and emit model parameters layer by layer.
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -12,7 +13,8 @@
 #include "common.hpp"
 
 namespace {
-// One line on stderr and the exit code: 2 for bad input, 1 for anything else.
+// One line on stderr and the exit code: 2 for bad input or a refused output path, 1 for anything else
+// (an environment or I/O failure).
 [[noreturn]] void fail(int code, const char* what, const char* suffix = "") {
   std::fprintf(stderr, "layerinit: error: %s%s\n", what, suffix);
   std::exit(code);
@@ -22,6 +24,9 @@ namespace {
 int main(int argc, char** argv) {
   using namespace layerinit;
   using namespace layerinit::cli;
+  // Past `ulimit -f` the default SIGXFSZ kills the process mid-write, leaving the temporary behind;
+  // ignored, the write fails with EFBIG and takes the normal cleanup path (one line, exit 1).
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"layerinit " LAYERINIT_VERSION ": model parameters created layer by layer, directly in fp16/bf16, "
                "with values that depend only on (seed, tensor name, element index)."};
   app.require_subcommand(1);
@@ -29,12 +34,14 @@ int main(int argc, char** argv) {
 
   ModelArgs build_args;
   std::string build_report, build_trace;
+  bool build_force = false;
   auto* build = app.add_subcommand("build", "Build a model in memory and report its tensors, hashes, peak memory and time");
   build_args.add_model_flags(*build);
   build_args.add_build_flags(*build, "per-layer, stacked, restack (per-layer, then stack in place)");
   build_args.add_backend_flags(*build);
   build->add_option("--report", build_report, "Print a machine-readable report: json");
   build->add_option("--trace", build_trace, "Write bytes in use after each allocation and free to a CSV file");
+  build->add_flag("--force", build_force, "Replace an existing --trace file (only a trace layerinit wrote)");
 
   ModelArgs plan_args;
   PlanArgs plan_opts;
@@ -69,7 +76,7 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-    if (*build) return build_command(build_args, build_report, build_trace);
+    if (*build) return build_command(build_args, build_report, build_trace, build_force);
     if (*plan) return plan_command(plan_args, plan_opts);
     if (*emit) return emit_command(emit_args, emit_opts);
   } catch (const CLI::CallForHelp& e) {
@@ -83,6 +90,8 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {  // bad input: usage_error, spec_error, unknown names
     fail(2, e.what());
   } catch (const std::overflow_error& e) {
+    fail(2, e.what());
+  } catch (const checkpoint_refused& e) {  // an output path that may not be written: bad input
     fail(2, e.what());
   } catch (const out_of_memory& e) {
     fail(1, e.what());
