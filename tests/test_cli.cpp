@@ -67,6 +67,8 @@ struct Result {
 
 struct SpawnOptions {
   rlim_t max_file_size = RLIM_INFINITY;  // RLIMIT_FSIZE of the child, with SIGXFSZ ignored
+  const char* stdout_file = nullptr;     // opened for writing as the child's stdout instead of the pipe
+  bool close_stdout = false;             // the child starts with fd 1 closed (a shell's >&-)
 };
 
 struct Child {
@@ -89,6 +91,13 @@ Child spawn(const std::vector<std::string>& args, const SpawnOptions& so = {}) {
     ::dup2(err[1], STDERR_FILENO);
     const int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    if (so.stdout_file) {
+      const int fd = ::open(so.stdout_file, O_WRONLY);
+      if (fd < 0) ::_exit(126);
+      ::dup2(fd, STDOUT_FILENO);
+      ::close(fd);
+    }
+    if (so.close_stdout) ::close(STDOUT_FILENO);
     if (so.max_file_size != RLIM_INFINITY) {
       ::signal(SIGXFSZ, SIG_IGN);  // kept across exec: writes fail with EFBIG instead
       struct rlimit rl = {so.max_file_size, so.max_file_size};
@@ -427,6 +436,42 @@ TEST_F(Cli, FullFileSystemFailsWithOneLineAndLeavesNothing) {
     EXPECT_NE(r.err.find("cannot write " + target.string()), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("File too large"), std::string::npos) << r.err;
     EXPECT_TRUE(dir.entries().empty()) << "left: " << dir.entries().front();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Standard output that cannot be written
+
+TEST_F(Cli, FailedWritesToStdoutAreExitOneWithOneLine) {
+  // A report lost to a full device or a closed stdout must not pass as success. A closed stdout is
+  // found before any work (nothing written, and no file the command opens can take fd 1, where the
+  // report would then land).
+  if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full";
+  TempDir dir;
+  const std::string target = (dir / "m.h5").string();
+  const std::vector<std::vector<std::string>> commands = {
+      {"build", "--preset", "llama-tiny", "--backend", "cpu", "--report", "json"},
+      {"build", "--preset", "llama-tiny", "--backend", "cpu"},
+      {"plan", "--preset", "llama-tiny"},
+      {"plan", "--preset", "llama-tiny", "--json"},
+      {"emit", "--preset", "llama-tiny", "--backend", "cpu", "--report", "json", "-o", target},
+      {"--version"},
+      {"build", "--help"},
+  };
+  for (const auto& args : commands) {
+    for (const bool closed : {false, true}) {
+      SCOPED_TRACE(joined(args) + (closed ? " >&-" : " >/dev/full"));
+      SpawnOptions so;
+      if (closed) so.close_stdout = true;
+      else so.stdout_file = "/dev/full";
+      const Result r = run(args, so);
+      EXPECT_EQ(r.code(), 1) << r.how() << "\nstderr: " << r.err;
+      expect_one_error_line(r, "stdout");
+      const std::string reason = closed ? "Bad file descriptor" : "No space left on device";
+      EXPECT_NE(r.err.find("cannot write to standard output: " + reason), std::string::npos) << r.err;
+      if (closed) EXPECT_TRUE(dir.entries().empty()) << "written with a closed stdout: " << dir.entries().front();
+      fs::remove_all(target);
+    }
   }
 }
 

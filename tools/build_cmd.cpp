@@ -47,6 +47,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   for (const auto& t : model.stacked) add(t.view, true);
   for (const auto& t : model.post) add(t.view, false);
 
+  begin_stdout();
   if (report == "json") {
     nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout, *be);
     out["parameters"] = spec.parameter_count();
@@ -63,6 +64,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
     std::printf("weights    %s\npeak       %s\ntime       %.3f s\n", format_bytes(model.bytes()).c_str(),
                 format_bytes(stats.peak_bytes).c_str(), build_seconds);
   }
+  check_stdout();
   trace.finish();
   return 0;
 }

@@ -1,7 +1,10 @@
 #include "tools/common.hpp"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <iostream>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -149,6 +152,20 @@ nlohmann::ordered_json report_header(const ModelSpec& spec, const BuildOptions& 
                                 {"layout", layout},
                                 {"orientation", orientation_name(opts.orientation)},
                                 {"backend", be.describe()}};
+}
+
+// The reason of a failed write is the errno it left: cleared here, so nothing older is reported.
+void begin_stdout() { errno = 0; }
+
+void check_stdout() {
+  // A report larger than stdout's buffer fails while it is written (std::cout then stops writing);
+  // a smaller one fails in this fflush. std::cout writes through stdout's buffer (sync_with_stdio).
+  const int earlier = errno;
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int e = errno ? errno : earlier;
+  if (!flushed || std::ferror(stdout) || !std::cout.flush())
+    throw std::runtime_error(std::string("cannot write to standard output: ") + (e ? std::strerror(e) : "write error"));
 }
 
 std::string hex64(std::uint64_t h) {

@@ -57,6 +57,12 @@ nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors);
 nlohmann::ordered_json report_header(const ModelSpec& spec, const BuildOptions& opts, const Recipe& recipe,
                                      const std::string& layout, const backend& be);
 
+// Reports and tables go to stdout. begin_stdout() before writing one, check_stdout() after: it throws
+// std::runtime_error "cannot write to standard output: <reason>" (exit 1) when any of it was lost to a
+// full disk, a closed pipe or another write error, so a lost report never passes as success.
+void begin_stdout();
+void check_stdout();
+
 int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file);
 
 struct PlanArgs {

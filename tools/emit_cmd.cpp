@@ -93,6 +93,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
   }
   if (tty) std::fprintf(stderr, "\n");
 
+  begin_stdout();
   if (ea.report == "json") {
     nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout, *be);
     out["format"] = format_name(format);
@@ -108,6 +109,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
     std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", ea.output.c_str(), format_bytes(r.weight_bytes).c_str(),
                 format_bytes(r.file_bytes).c_str(), r.seconds, format_bytes(tracker.stats().peak_bytes).c_str());
   }
+  check_stdout();
   return 0;
 }
 

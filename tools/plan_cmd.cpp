@@ -43,6 +43,7 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   const std::uint64_t disk_st = planned_bytes(CheckpointFormat::safetensors, datasets, meta, {});
   const TrainingEstimate te = estimate_training(spec, setup, pa.batch, pa.seq);
 
+  begin_stdout();
   if (pa.json) {
     nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
     auto add = [&](const PlannedTensor& t, std::optional<std::uint64_t> layer) {
@@ -88,6 +89,7 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
                                {"disk", {{"hdf5", disk_hdf5}, {"safetensors", disk_st}}},
                                {"training", training}};
     std::cout << out.dump(2) << "\n";
+    check_stdout();
     return 0;
   }
 
@@ -136,6 +138,7 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
       std::printf("\n");
     }
   }
+  check_stdout();
   return 0;
 }
 
