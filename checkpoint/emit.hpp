@@ -1,5 +1,5 @@
 // Emit: build a model part by part and stream it into a checkpoint, memory bounded by one part.
-// defines: checkpoint_datasets, EmitProgress, EmitOptions, TensorReport, EmitResult, emit_checkpoint
+// defines: checkpoint_datasets, planned_checkpoint_bytes, EmitProgress, EmitOptions, TensorReport, EmitResult, emit_checkpoint
 #pragma once
 
 #include <atomic>
@@ -17,6 +17,12 @@ namespace layerinit {
 // The datasets a build writes, in file order: per-layer layout one per tensor (Hugging Face names),
 // stacked layout one [L, ...] dataset per layer parameter with one slab per layer.
 std::vector<DatasetSpec> checkpoint_datasets(const Builder& b);
+
+// planned_bytes(f, checkpoint_datasets(b), meta, opts) without the list: O(tensors of one layer) for
+// uniform layers (Builder::uniform_layers), O(1) memory always. The free space check of emit asks
+// this before anything grows with the model.
+std::uint64_t planned_checkpoint_bytes(const Builder& b, CheckpointFormat f, const CheckpointMetadata& meta,
+                                       const WriterOptions& opts);
 
 struct EmitProgress {
   std::uint64_t layers_done = 0, layers_total = 0;
@@ -51,8 +57,9 @@ struct EmitResult {
   double seconds = 0;
 };
 
-// Opens the writer first (so a bad path, an existing target or too little space fail before any
-// work, as std::invalid_argument), streams every part, commits. On any exception or cancellation the target keeps what it held
+// Checks the target and the free space first (planned_checkpoint_bytes: before the dataset list and
+// anything else that grows with the model), then opens the writer (so a bad path, an existing target
+// or too little space fail before any work, as std::invalid_argument), streams every part, commits. On any exception or cancellation the target keeps what it held
 // and temporary files are removed. Cancellation throws layerinit::error("interrupted").
 EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem::path& target, const EmitOptions& opts);
 

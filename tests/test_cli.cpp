@@ -69,6 +69,8 @@ struct SpawnOptions {
   rlim_t max_file_size = RLIM_INFINITY;  // RLIMIT_FSIZE of the child, with SIGXFSZ ignored
   const char* stdout_file = nullptr;     // opened for writing as the child's stdout instead of the pipe
   bool close_stdout = false;             // the child starts with fd 1 closed (a shell's >&-)
+  rlim_t max_address_space = RLIM_INFINITY;  // RLIMIT_AS: a runaway allocation fails instead of eating the machine
+  unsigned alarm_s = 0;                  // SIGALRM (kept across exec) ends a child that runs this long
 };
 
 struct Child {
@@ -98,6 +100,11 @@ Child spawn(const std::vector<std::string>& args, const SpawnOptions& so = {}) {
       ::close(fd);
     }
     if (so.close_stdout) ::close(STDOUT_FILENO);
+    if (so.max_address_space != RLIM_INFINITY) {
+      struct rlimit rl = {so.max_address_space, so.max_address_space};
+      ::setrlimit(RLIMIT_AS, &rl);
+    }
+    if (so.alarm_s) ::alarm(so.alarm_s);
     if (so.max_file_size != RLIM_INFINITY) {
       ::signal(SIGXFSZ, SIG_IGN);  // kept across exec: writes fail with EFBIG instead
       struct rlimit rl = {so.max_file_size, so.max_file_size};
@@ -320,6 +327,60 @@ TEST_F(Cli, BadInputIsOneLineExitTwoAndNothingWritten) {
     EXPECT_EQ(dir.entries(), before) << "something was written";
   }
   std::printf("%zu bad inputs: exit code 2, one line each\n", cases.size());
+}
+
+// Sizes that used to grow before any check: 4e9 identical layers (8 TB of weights in per-layer
+// layout: as many datasets, so a list of them alone is hundreds of GB) and spec files of any size.
+// Each run is limited to 2 GiB of address space and 30 s, so a regression fails instead of taking the
+// machine; each must end with exit 2 and one line in well under 10 s.
+TEST_F(Cli, HugeLayerCountsAndSpecFilesAreRefusedQuickly) {
+  TempDir dir;
+  const std::string huge = (dir / "huge.json").string();
+  write_file(huge, R"({"name": "huge", "family": "custom", "hyper": {"hidden_size": 1024},
+    "layer": {"count": 4000000000, "tensors": [{"name": "norm.weight", "shape": [1024], "role": "norm_weight"}]}})");
+  // Valid specs padded with spaces to exactly the 16 MiB cap and one byte past it.
+  const std::string small = R"({"name": "pad", "pre": [{"name": "w", "shape": [4], "role": "norm_weight"}]})";
+  const std::string at_cap = (dir / "at_cap.json").string(), past_cap = (dir / "past_cap.json").string();
+  write_file(at_cap, small + std::string((16u << 20) - small.size(), ' '));
+  write_file(past_cap, small + std::string((16u << 20) + 1 - small.size(), ' '));
+  const std::vector<std::string> before = dir.entries();
+  const fs::path target = dir / "out";
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> words;  // each must appear in the one line
+  };
+  const std::vector<Case> cases = {
+      {{"plan", "--spec", huge}, {"4000000000 layers", "too many to list", "1048576"}},
+      {{"plan", "--spec", huge, "--json"}, {"4000000000 tensors", "too many to list", "1048576"}},
+      // Data, and per dataset an HDF5 object header and index entries or a safetensors header entry.
+      {{"emit", "--spec", huge, "--backend", "cpu", "-o", target.string()}, {"not enough space for", "needs 22.71 TiB"}},
+      {{"emit", "--spec", huge, "--backend", "cpu", "--format", "safetensors", "-o", target.string()},
+       {"not enough space for", "needs 8.02 TiB"}},
+      {{"emit", "--spec", huge, "--backend", "cpu", "--layout", "stacked", "-o", target.string()},
+       {"not enough space for", "needs 7.68 TiB"}},
+      {{"plan", "--spec", "/dev/zero"}, {"spec file '/dev/zero' is larger than 16 MiB"}},
+      {{"emit", "--spec", past_cap, "-o", target.string()}, {"spec file '" + past_cap + "' is larger than 16 MiB"}},
+  };
+  SpawnOptions so;
+  so.max_address_space = 2ull << 30;
+  so.alarm_s = 30;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(joined(c.args));
+    const auto t0 = std::chrono::steady_clock::now();
+    const Result r = run(c.args, so);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%-90s %s in %.2f s, max RSS %.1f MiB\n", joined(c.args).substr(0, 90).c_str(), r.how().c_str(), secs,
+                r.maxrss_kb / 1024.0);
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err.substr(0, 500);
+    expect_one_error_line(r, "huge");
+    for (const auto& w : c.words) EXPECT_NE(r.err.find(w), std::string::npos) << "missing '" << w << "' in: " << r.err;
+    EXPECT_LT(secs, 5.0);
+    EXPECT_LT(r.maxrss_kb, 256 * 1024) << "grew with the model";
+    EXPECT_EQ(dir.entries(), before) << "something was written";
+  }
+  // The cap itself is allowed.
+  const Result ok = run({"plan", "--spec", at_cap}, so);
+  EXPECT_EQ(ok.code(), 0) << ok.how() << " " << ok.err;
 }
 
 TEST_F(Cli, ExistingTargetWithoutForceIsExitTwoAndUntouched) {

@@ -52,9 +52,13 @@ ModelSpec ModelArgs::load_spec() const {
   if (!preset.empty()) return make_preset(preset);
   std::ifstream in(spec_file, std::ios::binary);
   if (!in) throw usage_error("cannot read spec file '" + spec_file + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return spec_from_json(ss.str());
+  // At most one byte past the cap: /dev/zero or a huge file is refused without reading it whole.
+  std::string text(kMaxSpecFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw usage_error("cannot read spec file '" + spec_file + "'");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxSpecFileBytes) throw usage_error("spec file '" + spec_file + "' is larger than 16 MiB");
+  return spec_from_json(text);
 }
 
 namespace {
