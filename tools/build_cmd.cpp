@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "init/plan.hpp"
 #include "memory/errors.hpp"
 #include "stacking/stack.hpp"
 #include "tools/common.hpp"
@@ -23,8 +24,17 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   MemoryTrace trace(spec);
   if (!trace_file.empty()) trace.attach(tracker, trace_file);
 
-  const auto t0 = std::chrono::steady_clock::now();
   Builder builder(spec, recipe, opts, *be, tracker);
+  {
+    const MemoryPlan p = make_memory_plan(builder);
+    if (args.layout == "restack")
+      check_memory(args, *be, {"weights plus the largest layer", p.peak_restack, record_bytes(spec, args.layout, false)});
+    else
+      check_memory(args, *be, {"weights", opts.layout == Layout::stacked ? p.peak_stacked : p.peak_per_layer,
+                               record_bytes(spec, args.layout, false)});
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
   Model model = builder.build();
   if (args.layout == "restack") model = stack(std::move(model), spec, *be, tracker);
   const double build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

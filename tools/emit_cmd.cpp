@@ -80,6 +80,8 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
   auto be = make_backend(args.backend, args.threads);
   tracking_resource tracker(be->memory());
   const Builder builder(spec, recipe, opts, *be, tracker);
+  check_memory(args, *be, {"the largest part", make_memory_plan(builder).peak_streamed,
+                           record_bytes(spec, args.layout, format == CheckpointFormat::hdf5)});
   EmitResult r;
   try {
     r = emit_checkpoint(builder, *be, ea.output, eo);

@@ -112,6 +112,8 @@ int main(int argc, char** argv) {
     fail(2, e.what());
   } catch (const out_of_memory& e) {
     fail(1, e.what());
+  } catch (const std::bad_alloc&) {  // a list or report past the memory check: the same kind of line
+    fail(1, "out of memory on host: an allocation outside the tracked tensors failed (std::bad_alloc)");
   } catch (const std::exception& e) {
     fail(1, e.what());
   }
