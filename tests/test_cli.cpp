@@ -589,6 +589,9 @@ TEST_F(Cli, NotEnoughMemoryIsRefusedBeforeAllocating) {
        {"needs 132.92 MiB (139373056 bytes) at its peak (the largest part 122.70 MiB (128657920 bytes) + tensor records "
         "10.22 MiB (10715136 bytes)), 64.00 MiB (67108864 bytes)" + hook}},
       {{"build", "--preset", "llama-tiny", "--backend", "cpu"}, "100KiB", {"(weights 489.12 KiB (500864 bytes)"}},
+      // Refused before the trace file is created.
+      {{"build", "--preset", "llama-tiny", "--backend", "cpu", "--trace", (dir / "t.csv").string()}, "100KiB",
+       {"not enough memory"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(joined(c.args) + " with " + c.available);

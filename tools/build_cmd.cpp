@@ -21,9 +21,6 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   const BuildOptions opts = args.build_options();
   auto be = make_backend(args.backend, args.threads);
   tracking_resource tracker(be->memory());
-  MemoryTrace trace(spec);
-  if (!trace_file.empty()) trace.attach(tracker, trace_file);
-
   Builder builder(spec, recipe, opts, *be, tracker);
   {
     const MemoryPlan p = make_memory_plan(builder);
@@ -33,6 +30,8 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
       check_memory(args, *be, {"weights", opts.layout == Layout::stacked ? p.peak_stacked : p.peak_per_layer,
                                record_bytes(spec, args.layout, false)});
   }
+  MemoryTrace trace(spec);
+  if (!trace_file.empty()) trace.attach(tracker, trace_file);  // after the refusals: it creates the file
 
   const auto t0 = std::chrono::steady_clock::now();
   Model model = builder.build();
