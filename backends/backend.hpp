@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -12,6 +13,7 @@
 #include <layerinit/kernels/fill.hpp>
 #include <layerinit/memory/resource.hpp>
 #include <layerinit/memory/tensor.hpp>
+#include <layerinit/memory/available.hpp>
 
 namespace layerinit {
 
@@ -34,6 +36,10 @@ class backend {
   // Copies from this backend's memory to host memory, then waits.
   virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // What this backend's memory() may still hand out, for a check before a build allocates: on the
+  // host available_host_memory() (cgroup limits, MemAvailable), on a GPU cudaMemGetInfo's free
+  // bytes; nullopt when unknown (the dry backend). Never throws.
+  virtual std::optional<AvailableMemory> available_memory() const { return std::nullopt; }
 };
 
 struct CudaProbe {

@@ -411,6 +411,16 @@ class cuda_backend final : public backend {
     LAYERINIT_CUDA_TRY(cudaStreamSynchronize(stream_));
   }
 
+  std::optional<AvailableMemory> available_memory() const override {
+    DeviceScope scope(device_);
+    std::size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return std::nullopt;
+    }
+    return AvailableMemory{free_bytes, "cudaMemGetInfo free bytes of " + name_};
+  }
+
   cudaStream_t stream() const noexcept { return stream_; }
 
  private:

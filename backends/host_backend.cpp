@@ -21,6 +21,7 @@ class host_backend final : public backend {
   }
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override { copy(dst, src, bytes); }
   void synchronize() override {}
+  std::optional<AvailableMemory> available_memory() const override { return available_host_memory(); }
 
  private:
   int threads_;

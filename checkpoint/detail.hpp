@@ -37,6 +37,9 @@ void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool 
 // The overwrite half of preflight, again just before publishing: an hours-long write leaves time
 // for someone to put a file of their own into the directory about to be replaced.
 void check_replaceable(const fs::path& target, bool target_is_dir, const OwnershipCheck& ours);
+// The formats' ownership checks: "" when --force may replace `p`, else why not.
+std::string hdf5_ownership(const fs::path& p);
+std::string safetensors_ownership(const fs::path& dir);
 
 // A temporary file or directory beside the target: "<dir>/.<name>.tmp-XXXXXX". Removed by remove()
 // or the destructor unless released by publish().

@@ -2,12 +2,26 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <stdexcept>
 
+#include <layerinit/checkpoint/detail.hpp>
 #include <layerinit/kernels/philox.hpp>
 
 namespace layerinit {
+
+namespace {
+// Stacked layout: one [L, ...] dataset per layer parameter, written one layer slice per call.
+void add_stacked_datasets(const Builder& b, const std::function<void(const DatasetSpec&)>& add) {
+  const ModelSpec& spec = b.spec();
+  if (spec.num_layers == 0) return;
+  const auto first = b.plan_layer(0);
+  for (std::size_t j = 0; j < first.size(); ++j)
+    add({stacked_name(spec, spec.layer.tensors[j]), stacked_shape(spec, first[j].memory_shape), first[j].dtype,
+         first[j].numel()});
+}
+}  // namespace
 
 std::vector<DatasetSpec> checkpoint_datasets(const Builder& b) {
   const ModelSpec& spec = b.spec();
@@ -17,14 +31,54 @@ std::vector<DatasetSpec> checkpoint_datasets(const Builder& b) {
   if (b.options().layout == Layout::per_layer) {
     for (std::uint64_t i = 0; i < spec.num_layers; ++i)
       for (const auto& p : b.plan_layer(i)) add(p);
-  } else if (spec.num_layers > 0) {
-    const auto first = b.plan_layer(0);
-    for (std::size_t j = 0; j < first.size(); ++j)
-      out.push_back({stacked_name(spec, spec.layer.tensors[j]), stacked_shape(spec, first[j].memory_shape), first[j].dtype,
-                     first[j].numel()});
+  } else {
+    add_stacked_datasets(b, [&](const DatasetSpec& d) { out.push_back(d); });
   }
   for (const auto& p : b.plan_post()) add(p);
   return out;
+}
+
+namespace {
+
+// Characters of the decimal numbers 0 .. n-1, saturating.
+std::uint64_t index_digits(std::uint64_t n) {
+  if (n == 0) return 0;
+  std::uint64_t total = 1;  // "0"
+  std::uint64_t lo = 1;     // first number with `d` digits
+  for (std::uint64_t d = 1; lo < n; ++d) {
+    const std::uint64_t hi = lo > UINT64_MAX / 10 ? UINT64_MAX : lo * 10;
+    const std::uint64_t k = std::min(hi, n) - lo;
+    total = k > (UINT64_MAX - total) / d ? UINT64_MAX : total + k * d;
+    lo = hi;
+  }
+  return total;
+}
+
+}  // namespace
+
+std::uint64_t planned_checkpoint_bytes(const Builder& b, CheckpointFormat f, const CheckpointMetadata& meta,
+                                       const WriterOptions& opts) {
+  const ModelSpec& spec = b.spec();
+  PlannedBytes p(f, meta, opts);
+  auto add = [&](const PlannedTensor& t) { p.add({t.name, t.memory_shape, t.dtype, 0}); };
+  for (const auto& t : b.plan_pre()) add(t);
+  if (b.options().layout == Layout::stacked) {
+    add_stacked_datasets(b, [&](const DatasetSpec& d) { p.add(d); });
+  } else if (spec.num_layers > 0 && b.uniform_layers()) {
+    // Layer i's names are prefix + i + "." + rel: the index digits of all layers are counted once.
+    const std::uint64_t L = spec.num_layers, digits = index_digits(L);
+    const auto first = b.plan_layer(0);
+    for (std::size_t j = 0; j < first.size(); ++j) {
+      const std::uint64_t each = spec.layer_prefix.size() + 1 + spec.layer.tensors[j].name.size();
+      const std::uint64_t names = each > (UINT64_MAX - digits) / L ? UINT64_MAX : L * each + digits;
+      p.add_run({"", first[j].memory_shape, first[j].dtype, 0}, L, names);
+    }
+  } else {
+    for (std::uint64_t i = 0; i < spec.num_layers; ++i)
+      for (const auto& t : b.plan_layer(i)) add(t);
+  }
+  for (const auto& t : b.plan_post()) add(t);
+  return p.total();
 }
 
 namespace {
@@ -57,6 +111,15 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
   if (be.kind() == BackendKind::dry) throw std::invalid_argument("emit needs a backend that holds bytes (cpu or cuda)");
   const bool stacked = b.options().layout == Layout::stacked;
 
+  // Before anything that grows with the model (the dataset list, the reports; 10^9 tiny layers would
+  // be hundreds of GB of lists for a checkpoint no disk holds): the checks the writer makes at open.
+  // A refused target throws checkpoint_refused, an environment failure (no space, EIO)
+  // checkpoint_error; both propagate as they are.
+  detail::preflight(detail::normalize_target(target), opts.format == CheckpointFormat::safetensors,
+                    opts.writer.overwrite, opts.writer.check_free_space,
+                    planned_checkpoint_bytes(b, opts.format, opts.meta, opts.writer),
+                    opts.format == CheckpointFormat::hdf5 ? detail::hdf5_ownership : detail::safetensors_ownership);
+
   std::vector<DatasetSpec> datasets = checkpoint_datasets(b);
   std::map<std::string, std::size_t> index;
   for (std::size_t k = 0; k < datasets.size(); ++k) index[datasets[k].name] = k;
@@ -65,8 +128,6 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
     result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), rng::fnv1a64_init, {}});
     result.weight_bytes += result.tensors.back().bytes;
   }
-  // Before any work: a refused target throws checkpoint_refused, an environment failure (no space,
-  // EIO) checkpoint_error; both propagate as they are.
   std::unique_ptr<CheckpointWriter> writer = open_checkpoint_writer(opts.format, target, datasets, opts.meta, opts.writer);
 
   std::vector<unsigned char> staging;

@@ -17,6 +17,12 @@ namespace layerinit {
 // stacked layout one [L, ...] dataset per layer parameter with one slab per layer.
 std::vector<DatasetSpec> checkpoint_datasets(const Builder& b);
 
+// planned_bytes(f, checkpoint_datasets(b), meta, opts) without the list: O(tensors of one layer) for
+// uniform layers (Builder::uniform_layers), O(1) memory always. The free space check of emit asks
+// this before anything grows with the model.
+std::uint64_t planned_checkpoint_bytes(const Builder& b, CheckpointFormat f, const CheckpointMetadata& meta,
+                                       const WriterOptions& opts);
+
 struct EmitProgress {
   std::uint64_t layers_done = 0, layers_total = 0;
   std::uint64_t bytes_done = 0, bytes_total = 0;
@@ -50,10 +56,12 @@ struct EmitResult {
   double seconds = 0;
 };
 
-// Opens the writer first (so a bad path, an existing target or too little space fail before any
-// work: checkpoint_refused for a target that may not be written, checkpoint_error for an environment
-// failure), streams every part, commits. On any exception or cancellation the target keeps what it
-// held and temporary files are removed. Cancellation throws layerinit::error("interrupted").
+// Checks the target and the free space first (planned_checkpoint_bytes: before the dataset list and
+// anything else that grows with the model), then opens the writer (so a bad path, an existing target
+// or too little space fail before any work: checkpoint_refused for a target that may not be written,
+// checkpoint_error for an environment failure), streams every part, commits. On any exception or
+// cancellation the target keeps what it held and temporary files are removed. Cancellation throws
+// layerinit::error("interrupted").
 EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem::path& target, const EmitOptions& opts);
 
 }  // namespace layerinit

@@ -115,7 +115,7 @@ bool write_string_attribute(hid_t obj, const std::string& name, const std::strin
 
 // --force replaces an HDF5 file only if it carries the root attributes every layerinit checkpoint
 // has (docs/checkpoint.md); "" when it does, else why not.
-std::string hdf5_ownership(const fs::path& p) {
+std::string hdf5_ownership_impl(const fs::path& p) {
   static const char* const marks[] = {"format_version", "library_version", "model_spec"};
   QuietErrors quiet;
   Hid f(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
@@ -209,7 +209,7 @@ class Hdf5Writer final : public CheckpointWriter {
              const WriterOptions& opts)
       : target_(std::move(target)), d_(std::move(datasets)), opts_(opts), progress_(d_) {
     detail::preflight(target_, false, opts_.overwrite, opts_.check_free_space,
-                      planned_bytes(CheckpointFormat::hdf5, d_, meta, opts_), hdf5_ownership);
+                      planned_bytes(CheckpointFormat::hdf5, d_, meta, opts_), hdf5_ownership_impl);
     tmp_.emplace(target_, false);
     try {
       create(meta);
@@ -242,7 +242,7 @@ class Hdf5Writer final : public CheckpointWriter {
       for (auto& d : ds_)
         if (d.id.reset() < 0) hdf5_fail("cannot write", target_);
       if (file_.reset() < 0) hdf5_fail("cannot write", target_);
-      if (opts_.overwrite) detail::check_replaceable(target_, false, hdf5_ownership);
+      if (opts_.overwrite) detail::check_replaceable(target_, false, hdf5_ownership_impl);
       tmp_->publish(target_, opts_.overwrite);
     } catch (...) {
       abort();
@@ -358,27 +358,43 @@ class Hdf5Writer final : public CheckpointWriter {
 
 }  // namespace
 
+namespace {
+std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b) { return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b; }
+}  // namespace
+
+PlannedBytes::PlannedBytes(CheckpointFormat f, const CheckpointMetadata& meta, const WriterOptions& opts)
+    : f_(f), max_chunk_bytes_(opts.max_chunk_bytes), max_shard_size_(opts.max_shard_size),
+      config_bytes_(opts.config_json.size()) {
+  for (const auto& [k, v] : detail::metadata_pairs(meta)) meta_bytes_ += k.size() + v.size() + 64;
+}
+
+void PlannedBytes::add_run(const DatasetSpec& d, std::uint64_t count, std::uint64_t name_bytes) {
+  datasets_ = sat_add(datasets_, count);
+  if (f_ == CheckpointFormat::hdf5) {
+    // Whole chunks (an edge chunk is stored full), an object header and a chunk index entry each.
+    const Chunking c = choose_chunking(d, max_chunk_bytes_);
+    data_ = sat_add(data_, sat_mul(count, c.count() * c.chunk_elements() * dtype_size(d.dtype)));
+    per_dataset_ = sat_add(per_dataset_, sat_add(sat_mul(count, 4096 + 64 * c.count()), name_bytes));
+  } else {
+    // The data, and a header entry: the name twice (header and index), offsets and the shape.
+    data_ = sat_add(data_, sat_mul(count, numel(d.shape) * dtype_size(d.dtype)));
+    per_dataset_ = sat_add(per_dataset_, sat_add(sat_mul(count, 64 + 24 * d.shape.size()), sat_mul(2, name_bytes)));
+  }
+}
+
+std::uint64_t PlannedBytes::total() const {
+  if (f_ == CheckpointFormat::hdf5) return sat_add(sat_add(data_, per_dataset_), (1u << 20) + meta_bytes_);
+  // safetensors: per shard a header (metadata), then the index and config.
+  const std::uint64_t shards = max_shard_size_ ? datasets_ : 1;  // an upper bound
+  return sat_add(sat_add(data_, per_dataset_), sat_add(sat_mul(shards, meta_bytes_ + 4096), config_bytes_ + 4096));
+}
+
 std::uint64_t planned_bytes(CheckpointFormat f, const std::vector<DatasetSpec>& datasets,
                             const CheckpointMetadata& meta, const WriterOptions& opts) {
-  std::uint64_t meta_bytes = 0;
-  for (const auto& [k, v] : detail::metadata_pairs(meta)) meta_bytes += k.size() + v.size() + 64;
-  std::uint64_t total = 0;
-  if (f == CheckpointFormat::hdf5) {
-    total = (1u << 20) + meta_bytes;
-    for (const auto& d : datasets) {
-      const Chunking c = choose_chunking(d, opts.max_chunk_bytes);
-      total += c.count() * c.chunk_elements() * dtype_size(d.dtype) + 4096 + 64 * c.count() + d.name.size();
-    }
-    return total;
-  }
-  // safetensors: data, plus per shard a header (metadata and per-tensor entries), index and config.
-  std::uint64_t data = 0, entries = 0;
-  for (const auto& d : datasets) {
-    data += numel(d.shape) * dtype_size(d.dtype);
-    entries += 2 * d.name.size() + 64 + 24 * d.shape.size();
-  }
-  const std::uint64_t shards = opts.max_shard_size ? datasets.size() : 1;  // an upper bound
-  return data + entries + shards * (meta_bytes + 4096) + opts.config_json.size() + 4096;
+  PlannedBytes p(f, meta, opts);
+  for (const auto& d : datasets) p.add(d);
+  return p.total();
 }
 
 std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& target,
@@ -398,5 +414,9 @@ std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& 
     throw std::invalid_argument("checkpoint: max_chunk_bytes must be in [1, 4 GiB)");
   return std::make_unique<Hdf5Writer>(detail::normalize_target(target), std::move(datasets), meta, opts);
 }
+
+namespace detail {
+std::string hdf5_ownership(const fs::path& p) { return hdf5_ownership_impl(p); }
+}  // namespace detail
 
 }  // namespace layerinit

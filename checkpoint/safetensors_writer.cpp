@@ -45,7 +45,7 @@ bool written_by_layerinit(const fs::path& p) {
 
 // --force replaces a directory only if it holds nothing but what this writer writes: .safetensors
 // files with layerinit's __metadata__, model.safetensors.index.json and config.json (or nothing).
-std::string safetensors_ownership(const fs::path& dir) {
+std::string safetensors_ownership_impl(const fs::path& dir) {
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -74,7 +74,7 @@ class SafetensorsWriter final : public CheckpointWriter {
       : target_(std::move(target)), d_(std::move(datasets)), opts_(opts), progress_(d_) {
     plan(meta);  // header too large etc. before touching the disk
     detail::preflight(target_, true, opts_.overwrite, opts_.check_free_space,
-                      planned_bytes(CheckpointFormat::safetensors, d_, meta, opts_), safetensors_ownership);
+                      planned_bytes(CheckpointFormat::safetensors, d_, meta, opts_), safetensors_ownership_impl);
     tmp_.emplace(target_, true);
     try {
       for (auto& s : shards_) {
@@ -131,7 +131,7 @@ class SafetensorsWriter final : public CheckpointWriter {
       }
       if (!opts_.config_json.empty())
         detail::write_small_file(tmp_->path() / "config.json", opts_.config_json, target_ / "config.json");
-      if (opts_.overwrite) detail::check_replaceable(target_, true, safetensors_ownership);
+      if (opts_.overwrite) detail::check_replaceable(target_, true, safetensors_ownership_impl);
       tmp_->publish(target_, opts_.overwrite);
     } catch (...) {
       abort();
@@ -229,5 +229,9 @@ std::unique_ptr<CheckpointWriter> open_safetensors_writer(const std::filesystem:
   detail::validate_datasets(datasets);
   return std::make_unique<SafetensorsWriter>(detail::normalize_target(target), std::move(datasets), meta, opts);
 }
+
+namespace detail {
+std::string safetensors_ownership(const fs::path& dir) { return safetensors_ownership_impl(dir); }
+}  // namespace detail
 
 }  // namespace layerinit

@@ -114,6 +114,23 @@ class CheckpointWriter {
 std::uint64_t planned_bytes(CheckpointFormat f, const std::vector<DatasetSpec>& datasets,
                             const CheckpointMetadata& meta, const WriterOptions& opts);
 
+// planned_bytes added up one dataset, or one run of alike datasets, at a time: the datasets of 10^9
+// identical layers are counted without a list of them. Saturates at 2^64 - 1 (no space has that).
+class PlannedBytes {
+ public:
+  PlannedBytes(CheckpointFormat f, const CheckpointMetadata& meta, const WriterOptions& opts);
+  void add(const DatasetSpec& d) { add_run(d, 1, d.name.size()); }
+  // `count` datasets with the shape, dtype and slab_elements of `each`, whose names have
+  // `name_bytes` characters in all (each.name is not used).
+  void add_run(const DatasetSpec& each, std::uint64_t count, std::uint64_t name_bytes);
+  std::uint64_t total() const;
+
+ private:
+  CheckpointFormat f_;
+  std::uint64_t max_chunk_bytes_, max_shard_size_, config_bytes_, meta_bytes_ = 0;
+  std::uint64_t data_ = 0, per_dataset_ = 0, datasets_ = 0;
+};
+
 // Throws checkpoint_error when the filesystem holding `where` (a file or directory; the nearest
 // existing ancestor is asked) has fewer than `bytes` bytes available to this user:
 // "checkpoint: not enough space for /data/out.h5: needs 13.49 GiB (...), 2.00 GiB (...) available".

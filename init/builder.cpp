@@ -108,6 +108,15 @@ std::vector<PlannedTensor> Builder::plan_post() const {
   return out;
 }
 
+bool Builder::uniform_layers() const {
+  // Canonical names of two layers differ only in the index, a non-empty run of digits. A glob whose
+  // only wildcard is '*' and whose literal characters are not digits matches both or neither: no
+  // literal can land on a digit, so the index always lies within '*' spans.
+  for (const auto& o : opts_.dtype_overrides)
+    if (o.pattern.find_first_of("?[\\0123456789") != std::string::npos) return false;
+  return true;
+}
+
 std::vector<std::uint64_t> Builder::layer_order() const {
   if (!opts_.layer_order.empty()) return opts_.layer_order;
   std::vector<std::uint64_t> order(spec_.num_layers);
@@ -183,7 +192,11 @@ void Builder::stream(const std::function<void(const Part&)>& sink) const {
     sink(part);
   };  // tensors die here: the part is freed before the next one is made
   for (const auto& p : plan_pre()) emit(Part::Kind::pre, 0, {p});
-  for (std::uint64_t i : layer_order()) emit(Part::Kind::layer, i, plan_layer(i));
+  // Ascending without a list of every index: memory stays one part for any layer count.
+  if (opts_.layer_order.empty())
+    for (std::uint64_t i = 0; i < spec_.num_layers; ++i) emit(Part::Kind::layer, i, plan_layer(i));
+  else
+    for (std::uint64_t i : opts_.layer_order) emit(Part::Kind::layer, i, plan_layer(i));
   for (const auto& p : plan_post()) emit(Part::Kind::post, 0, {p});
 }
 

@@ -98,6 +98,10 @@ class Builder {
   std::vector<PlannedTensor> plan_pre() const;
   std::vector<PlannedTensor> plan_layer(std::uint64_t i) const;
   std::vector<PlannedTensor> plan_post() const;
+  // True when every layer has the same memory shapes and dtypes as layer 0 (only names and fills
+  // differ), so sizes of all layers follow from plan_layer(0) in O(1): no dtype override can tell
+  // layer indices apart. False when an override pattern may (it has '?', '[', '\\' or a digit).
+  bool uniform_layers() const;
 
   // The whole model in options().layout. on_layer (optional) runs after each layer is filled.
   Model build(const std::function<void(std::uint64_t layer)>& on_layer = {}) const;

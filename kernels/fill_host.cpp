@@ -35,6 +35,8 @@ range_fn range_for(HostIsa isa) {
 
 constexpr std::uint64_t chunk_elements = 1u << 16;  // a multiple of 4: chunks hold whole groups
 
+fill_thread_start_hook g_thread_start_hook = nullptr;
+
 struct Chunk {
   std::size_t job;
   std::uint64_t b, e;
@@ -69,6 +71,8 @@ HostIsa best_host_isa() {
   static const HostIsa best = supported_host_isas().back();
   return best;
 }
+
+void set_fill_thread_start_hook(fill_thread_start_hook hook) noexcept { g_thread_start_hook = hook; }
 
 int default_thread_count() {
   const unsigned n = std::thread::hardware_concurrency();
@@ -135,7 +139,17 @@ void fill_host(std::span<const FillJob> jobs, int threads) {
   };
   std::vector<std::thread> pool;
   pool.reserve(n_threads - 1);
-  for (std::size_t t = 1; t < n_threads; ++t) pool.emplace_back(worker);
+  for (std::size_t t = 1; t < n_threads; ++t) {
+    // A thread that cannot start (EAGAIN under a pids limit, no memory for its stack) must not
+    // unwind past the joinable threads already running (std::terminate): go on with those. The
+    // calling thread always works, and the bytes do not depend on the thread count.
+    try {
+      if (g_thread_start_hook) g_thread_start_hook(t);
+      pool.emplace_back(worker);
+    } catch (...) {
+      break;
+    }
+  }
   worker();
   for (auto& t : pool) t.join();
   if (failure) std::rethrow_exception(failure);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <iterator>
 #include <stdexcept>
 
 namespace layerinit {
@@ -46,13 +47,31 @@ MemoryPlan make_memory_plan(const Builder& b) {
     largest_outside = std::max(largest_outside, t.bytes());
   }
   part(p.pre_bytes, pre_fp32);
-  for (std::uint64_t i = 0; i < spec.num_layers; ++i) {
+  std::uint64_t layers = 0;
+  auto add_run = [&](std::uint64_t first, std::uint64_t count, std::uint64_t bytes) {
+    if (!p.layer_runs.empty() && p.layer_runs.back().bytes == bytes) p.layer_runs.back().count += count;
+    else p.layer_runs.push_back({first, count, bytes});
+    layers += count * bytes;  // within the spec's validated byte count
+  };
+  if (spec.num_layers > 0 && b.uniform_layers()) {
+    // Layer 0 stands for all: the largest tensor keeps the first name, and the naive per-part peak
+    // grows with every layer, so it is reached after the last one.
     std::uint64_t layer = 0, layer_fp32 = 0;
-    for (const auto& t : b.plan_layer(i)) layer += see(t), layer_fp32 += t.numel() * 4;
-    p.layer_bytes.push_back(layer);
-    p.largest_layer_bytes = std::max(p.largest_layer_bytes, layer);
-    layers_fp32 += layer_fp32;
-    part(layer, layer_fp32);
+    for (const auto& t : b.plan_layer(0)) layer += see(t), layer_fp32 += t.numel() * 4;
+    add_run(0, spec.num_layers, layer);
+    p.largest_layer_bytes = layer;
+    layers_fp32 = spec.num_layers * layer_fp32;
+    so_far += spec.num_layers * layer;
+    per_part_peak = std::max(per_part_peak, so_far + layer_fp32);
+  } else {
+    for (std::uint64_t i = 0; i < spec.num_layers; ++i) {
+      std::uint64_t layer = 0, layer_fp32 = 0;
+      for (const auto& t : b.plan_layer(i)) layer += see(t), layer_fp32 += t.numel() * 4;
+      add_run(i, 1, layer);
+      p.largest_layer_bytes = std::max(p.largest_layer_bytes, layer);
+      layers_fp32 += layer_fp32;
+      part(layer, layer_fp32);
+    }
   }
   for (const auto& t : b.plan_post()) {
     p.post_bytes += see(t);
@@ -60,8 +79,6 @@ MemoryPlan make_memory_plan(const Builder& b) {
     largest_outside = std::max(largest_outside, t.bytes());
   }
   part(p.post_bytes, post_fp32);
-  std::uint64_t layers = 0;
-  for (auto l : p.layer_bytes) layers += l;
   p.weight_bytes = p.pre_bytes + layers + p.post_bytes;
 
   p.peak_stacked = p.weight_bytes;
@@ -72,6 +89,14 @@ MemoryPlan make_memory_plan(const Builder& b) {
   p.peak_naive[1] = per_part_peak;
   p.peak_naive[2] = p.weight_bytes + layers;  // the list and the stack
   return p;
+}
+
+std::uint64_t MemoryPlan::layer_bytes(std::uint64_t i) const {
+  const auto it = std::upper_bound(layer_runs.begin(), layer_runs.end(), i,
+                                   [](std::uint64_t x, const LayerRun& r) { return x < r.first; });
+  if (it == layer_runs.begin() || i - std::prev(it)->first >= std::prev(it)->count)
+    throw std::out_of_range("layer " + std::to_string(i) + " is not in the plan");
+  return std::prev(it)->bytes;
 }
 
 std::string_view training_setup_name(TrainingSetup s) {

@@ -30,7 +30,14 @@ struct MemoryPlan {
   std::uint64_t parameters = 0;
   std::uint64_t weight_bytes = 0;        // in the build's dtypes
   std::uint64_t bytes_fp32 = 0, bytes_fp16 = 0, bytes_bf16 = 0;  // the same model in one dtype
-  std::vector<std::uint64_t> layer_bytes;  // per repeated layer
+  // Bytes of the repeated layers as runs of consecutive layers of equal size, in order, covering
+  // every layer: one run when the layers are uniform (Builder::uniform_layers), so a plan of 10^9
+  // layers takes no memory or time per layer.
+  struct LayerRun {
+    std::uint64_t first = 0, count = 0, bytes = 0;  // layers [first, first + count), `bytes` each
+  };
+  std::vector<LayerRun> layer_runs;
+  std::uint64_t layer_bytes(std::uint64_t i) const;  // of layer i; throws std::out_of_range
   std::uint64_t pre_bytes = 0, post_bytes = 0;
   std::uint64_t largest_layer_bytes = 0;
   std::string largest_tensor;

@@ -77,6 +77,11 @@ struct SpawnOptions {
   int umask = -1;                        // the child's umask, when >= 0
   std::string cwd;                       // the child's working directory, when not empty
   int uid = -1;                          // run as this user and group id, when >= 0 (needs root)
+  const char* stdout_file = nullptr;     // opened for writing as the child's stdout instead of the pipe
+  bool close_stdout = false;             // the child starts with fd 1 closed (a shell's >&-)
+  rlim_t max_address_space = RLIM_INFINITY;  // RLIMIT_AS: a runaway allocation fails instead of eating the machine
+  unsigned alarm_s = 0;                  // SIGALRM (kept across exec) ends a child that runs this long
+  std::vector<std::string> env;          // "NAME=VALUE" added to the child's environment
 };
 
 struct Child {
@@ -90,6 +95,11 @@ Child spawn(const std::vector<std::string>& args, const SpawnOptions& so = {}) {
   std::vector<char*> argv;
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
+  std::vector<std::string> env_strings = so.env;  // built before fork: the child only execs
+  std::vector<char*> envp;
+  for (char** e = environ; *e; ++e) envp.push_back(*e);
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
   const pid_t pid = ::fork();
@@ -99,6 +109,18 @@ Child spawn(const std::vector<std::string>& args, const SpawnOptions& so = {}) {
     ::dup2(err[1], STDERR_FILENO);
     const int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    if (so.stdout_file) {
+      const int fd = ::open(so.stdout_file, O_WRONLY);
+      if (fd < 0) ::_exit(126);
+      ::dup2(fd, STDOUT_FILENO);
+      ::close(fd);
+    }
+    if (so.close_stdout) ::close(STDOUT_FILENO);
+    if (so.max_address_space != RLIM_INFINITY) {
+      struct rlimit rl = {so.max_address_space, so.max_address_space};
+      ::setrlimit(RLIMIT_AS, &rl);
+    }
+    if (so.alarm_s) ::alarm(so.alarm_s);
     if (so.max_file_size != RLIM_INFINITY) {
       // Ignored is kept across exec: writes fail with EFBIG instead.
       ::signal(SIGXFSZ, so.default_sigxfsz ? SIG_DFL : SIG_IGN);
@@ -114,7 +136,7 @@ Child spawn(const std::vector<std::string>& args, const SpawnOptions& so = {}) {
     if (so.uid >= 0 && (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(so.uid)) != 0 ||
                         ::setuid(static_cast<uid_t>(so.uid)) != 0))
       ::_exit(126);
-    ::execv(argv[0], argv.data());
+    ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
   ::close(out[1]);
@@ -333,6 +355,74 @@ TEST_F(Cli, BadInputIsOneLineExitTwoAndNothingWritten) {
   std::printf("%zu bad inputs: exit code 2, one line each\n", cases.size());
 }
 
+// Sizes that used to grow before any check: 4e9 identical layers (8 TB of weights in per-layer
+// layout: as many datasets, so a list of them alone is hundreds of GB) and spec files of any size.
+// Each run is limited to 2 GiB of address space and 30 s, so a regression fails instead of taking the
+// machine; each must end with exit 2 and one line in well under 10 s.
+TEST_F(Cli, HugeLayerCountsAndSpecFilesAreRefusedQuickly) {
+  TempDir dir;
+  const std::string huge = (dir / "huge.json").string();
+  write_file(huge, R"({"name": "huge", "family": "custom", "hyper": {"hidden_size": 1024},
+    "layer": {"count": 4000000000, "tensors": [{"name": "norm.weight", "shape": [1024], "role": "norm_weight"}]}})");
+  // Valid specs padded with spaces to exactly the 16 MiB cap and one byte past it.
+  const std::string small = R"({"name": "pad", "pre": [{"name": "w", "shape": [4], "role": "norm_weight"}]})";
+  const std::string at_cap = (dir / "at_cap.json").string(), past_cap = (dir / "past_cap.json").string();
+  write_file(at_cap, small + std::string((16u << 20) - small.size(), ' '));
+  write_file(past_cap, small + std::string((16u << 20) + 1 - small.size(), ' '));
+  const std::vector<std::string> before = dir.entries();
+  const fs::path target = dir / "out";
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> words;  // each must appear in the one line
+  };
+  const std::vector<Case> cases = {
+      {{"plan", "--spec", huge}, {"4000000000 layers", "too many to list", "1048576"}},
+      {{"plan", "--spec", huge, "--json"}, {"4000000000 tensors", "too many to list", "1048576"}},
+      // The memory check first: 4e9 datasets (24 KiB of records each in HDF5, 2 KiB in safetensors),
+      // or in stacked layout one HDF5 dataset and 4e9 layer hashes of 128 bytes; a build's weights.
+      {{"emit", "--spec", huge, "--backend", "cpu", "-o", target.string()},
+       {"not enough memory", "tensor records 89.41 TiB (98304000000000 bytes)"}},
+      {{"emit", "--spec", huge, "--backend", "cpu", "--format", "safetensors", "-o", target.string()},
+       {"not enough memory", "tensor records 7.45 TiB (8192000000000 bytes)"}},
+      {{"emit", "--spec", huge, "--backend", "cpu", "--layout", "stacked", "-o", target.string()},
+       {"not enough memory", "tensor records 476.84 GiB (512000024576 bytes)"}},
+      {{"build", "--spec", huge, "--backend", "cpu", "--layout", "stacked"},
+       {"not enough memory", "weights 7.45 TiB (8192000000000 bytes)"}},
+      // Past it, the disk: data, and per dataset an HDF5 object header and index entries or a
+      // safetensors header entry.
+      {{"emit", "--spec", huge, "--backend", "cpu", "--no-memory-check", "-o", target.string()},
+       {"not enough space for", "needs 22.71 TiB"}},
+      {{"emit", "--spec", huge, "--backend", "cpu", "--no-memory-check", "--format", "safetensors", "-o", target.string()},
+       {"not enough space for", "needs 8.02 TiB"}},
+      {{"emit", "--spec", huge, "--backend", "cpu", "--no-memory-check", "--layout", "stacked", "-o", target.string()},
+       {"not enough space for", "needs 7.68 TiB"}},
+      {{"plan", "--spec", "/dev/zero"}, {"spec file '/dev/zero' is larger than 16 MiB"}},
+      {{"emit", "--spec", past_cap, "-o", target.string()}, {"spec file '" + past_cap + "' is larger than 16 MiB"}},
+  };
+  SpawnOptions so;
+  so.max_address_space = 2ull << 30;
+  so.alarm_s = 30;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(joined(c.args));
+    const auto t0 = std::chrono::steady_clock::now();
+    const Result r = run(c.args, so);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%-90s %s in %.2f s, max RSS %.1f MiB\n", joined(c.args).substr(0, 90).c_str(), r.how().c_str(), secs,
+                r.maxrss_kb / 1024.0);
+    // Too little disk is the environment's failure (exit 1, docs/checkpoint.md); the rest are refusals.
+    const bool disk = c.words.front() == "not enough space for";
+    EXPECT_EQ(r.code(), disk ? 1 : 2) << r.how() << "\nstderr: " << r.err.substr(0, 500);
+    expect_one_error_line(r, "huge");
+    for (const auto& w : c.words) EXPECT_NE(r.err.find(w), std::string::npos) << "missing '" << w << "' in: " << r.err;
+    EXPECT_LT(secs, 5.0);
+    EXPECT_LT(r.maxrss_kb, 256 * 1024) << "grew with the model";
+    EXPECT_EQ(dir.entries(), before) << "something was written";
+  }
+  // The cap itself is allowed.
+  const Result ok = run({"plan", "--spec", at_cap}, so);
+  EXPECT_EQ(ok.code(), 0) << ok.how() << " " << ok.err;
+}
+
 TEST_F(Cli, ExistingTargetWithoutForceIsExitTwoAndUntouched) {
   TempDir dir;
   for (const char* format : {"hdf5", "safetensors"}) {
@@ -451,6 +541,127 @@ TEST_F(Cli, FullFileSystemFailsWithOneLineAndLeavesNothing) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Standard output that cannot be written
+
+TEST_F(Cli, FailedWritesToStdoutAreExitOneWithOneLine) {
+  // A report lost to a full device or a closed stdout must not pass as success. A closed stdout is
+  // found before any work (nothing written, and no file the command opens can take fd 1, where the
+  // report would then land).
+  if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full";
+  TempDir dir;
+  const std::string target = (dir / "m.h5").string();
+  const std::vector<std::vector<std::string>> commands = {
+      {"build", "--preset", "llama-tiny", "--backend", "cpu", "--report", "json"},
+      {"build", "--preset", "llama-tiny", "--backend", "cpu"},
+      {"plan", "--preset", "llama-tiny"},
+      {"plan", "--preset", "llama-tiny", "--json"},
+      {"emit", "--preset", "llama-tiny", "--backend", "cpu", "--report", "json", "-o", target},
+      {"--version"},
+      {"build", "--help"},
+  };
+  for (const auto& args : commands) {
+    for (const bool closed : {false, true}) {
+      SCOPED_TRACE(joined(args) + (closed ? " >&-" : " >/dev/full"));
+      SpawnOptions so;
+      if (closed) so.close_stdout = true;
+      else so.stdout_file = "/dev/full";
+      const Result r = run(args, so);
+      EXPECT_EQ(r.code(), 1) << r.how() << "\nstderr: " << r.err;
+      expect_one_error_line(r, "stdout");
+      const std::string reason = closed ? "Bad file descriptor" : "No space left on device";
+      EXPECT_NE(r.err.find("cannot write to standard output: " + reason), std::string::npos) << r.err;
+      if (closed) EXPECT_TRUE(dir.entries().empty()) << "written with a closed stdout: " << dir.entries().front();
+      fs::remove_all(target);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory preflight
+
+TEST_F(Cli, NotEnoughMemoryIsRefusedBeforeAllocating) {
+  // LAYERINIT_TEST_AVAILABLE_MEMORY stands for a small cgroup (memory.max - memory.current). A
+  // 512 MiB RLIMIT_AS makes a missing check fail instead of taking the machine's memory.
+  TempDir dir;
+  const std::string target = (dir / "g.h5").string();
+  auto limited = [](const char* available) {
+    SpawnOptions so;
+    so.env = {std::string("LAYERINIT_TEST_AVAILABLE_MEMORY=") + available};
+    so.max_address_space = 512ull << 20;
+    so.alarm_s = 60;
+    return so;
+  };
+  const std::string hook = " available (LAYERINIT_TEST_AVAILABLE_MEMORY, a test hook); --no-memory-check to go ahead anyway";
+  struct Case {
+    std::vector<std::string> args;
+    const char* available;
+    std::vector<std::string> words;
+  };
+  // gpt2-large: 774,030,080 parameters, 1,548,060,160 bytes in bf16; 436 tensors (36 layers of 12,
+  // and 4), 2 KiB of records each (24 KiB for an HDF5 dataset) and 128 bytes per layer slice in
+  // restack's report; a layer is 19,677,440 parameters; its largest part is wte, 50257 x 1280.
+  const std::vector<Case> cases = {
+      {{"build", "--preset", "gpt2-large", "--dtype", "bf16", "--backend", "cpu"}, "512MiB",
+       {"not enough memory: needs 1.44 GiB (1548953088 bytes) at its peak (weights 1.44 GiB (1548060160 bytes) + tensor "
+        "records 872.00 KiB (892928 bytes)), 512.00 MiB (536870912 bytes)" + hook}},
+      {{"build", "--preset", "gpt2-large", "--dtype", "bf16", "--backend", "cpu", "--layout", "restack"}, "1GiB",
+       {"needs 1.48 GiB (1588363264 bytes) at its peak (weights plus the largest layer 1.48 GiB (1587415040 bytes) + "
+        "tensor records 926.00 KiB (948224 bytes)), 1.00 GiB (1073741824 bytes)" + hook}},
+      {{"emit", "--preset", "gpt2-large", "--dtype", "bf16", "--backend", "cpu", "-o", target}, "64MiB",
+       {"needs 132.92 MiB (139373056 bytes) at its peak (the largest part 122.70 MiB (128657920 bytes) + tensor records "
+        "10.22 MiB (10715136 bytes)), 64.00 MiB (67108864 bytes)" + hook}},
+      {{"build", "--preset", "llama-tiny", "--backend", "cpu"}, "100KiB", {"(weights 489.12 KiB (500864 bytes)"}},
+      // Refused before the trace file is created.
+      {{"build", "--preset", "llama-tiny", "--backend", "cpu", "--trace", (dir / "t.csv").string()}, "100KiB",
+       {"not enough memory"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(joined(c.args) + " with " + c.available);
+    const auto t0 = std::chrono::steady_clock::now();
+    const Result r = run(c.args, limited(c.available));
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, "memory");
+    for (const auto& w : c.words) EXPECT_NE(r.err.find(w), std::string::npos) << "missing '" << w << "' in: " << r.err;
+    EXPECT_LT(secs, 5.0);
+    EXPECT_LT(r.maxrss_kb, 128 * 1024) << "allocated before refusing";
+    EXPECT_TRUE(r.out.empty());
+    EXPECT_TRUE(dir.entries().empty()) << "written: " << dir.entries().front();
+  }
+  // --no-memory-check goes ahead; enough memory needs no flag.
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"build", "--preset", "llama-tiny", "--backend", "cpu", "--no-memory-check"},
+           {"emit", "--preset", "llama-tiny", "--backend", "cpu", "--no-memory-check", "-o", target}}) {
+    SCOPED_TRACE(joined(args));
+    const Result r = run(args, limited("100KiB"));
+    EXPECT_EQ(r.code(), 0) << r.how() << "\nstderr: " << r.err;
+  }
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"g.h5"});
+  const Result enough = run({"build", "--preset", "llama-tiny", "--backend", "cpu"}, limited("600KiB"));
+  EXPECT_EQ(enough.code(), 0) << enough.how() << "\nstderr: " << enough.err;
+  const Result bad = run({"build", "--preset", "llama-tiny"}, limited("lots"));
+  EXPECT_EQ(bad.code(), 2) << bad.how();
+  expect_one_error_line(bad, "bad hook");
+  EXPECT_NE(bad.err.find("LAYERINIT_TEST_AVAILABLE_MEMORY: cannot read byte size 'lots'"), std::string::npos) << bad.err;
+}
+
+TEST_F(Cli, BadAllocIsTheOutOfMemoryLine) {
+  // Past the check, an allocation outside the tracked tensors fails: the per-layer list of 4e9
+  // layers under a 1 GiB RLIMIT_AS. One typed line, exit 1, not a raw "std::bad_alloc".
+  TempDir dir;
+  const std::string huge = (dir / "huge.json").string();
+  write_file(huge, R"({"name": "huge", "family": "custom", "hyper": {"hidden_size": 1024},
+    "layer": {"count": 4000000000, "tensors": [{"name": "norm.weight", "shape": [1024], "role": "norm_weight"}]}})");
+  SpawnOptions so;
+  so.max_address_space = 1ull << 30;
+  so.alarm_s = 30;
+  const Result r = run({"build", "--spec", huge, "--backend", "cpu", "--no-memory-check"}, so);
+  EXPECT_EQ(r.code(), 1) << r.how() << "\nstderr: " << r.err;
+  expect_one_error_line(r, "bad_alloc");
+  EXPECT_EQ(r.err, "layerinit: error: out of memory on host: an allocation outside the tracked tensors failed (std::bad_alloc)\n");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Memory from outside
 
 TEST_F(Cli, EmitPeakResidentMemoryStaysWithinItsBound) {
@@ -535,9 +746,10 @@ TEST_F(Cli, HelpOfEachSubcommandListsEveryFlag) {
   const std::vector<std::string> model = {"--preset", "--spec", "--dtype", "--dtype-override", "--recipe",
                                           "--init-override", "--seed", "--layout", "--orientation"};
   std::map<std::string, std::vector<std::string>> flags = {
-      {"build", {"--backend", "--threads", "--report", "--trace", "--force"}},
+      {"build", {"--backend", "--threads", "--report", "--trace", "--force", "--no-memory-check"}},
       {"plan", {"--json", "--precision", "--batch", "--seq", "--gpu-mem"}},
-      {"emit", {"--backend", "--threads", "--format", "-o", "--output", "--force", "--report", "--max-shard-size"}},
+      {"emit", {"--backend", "--threads", "--format", "-o", "--output", "--force", "--report", "--max-shard-size",
+                "--no-memory-check"}},
   };
   for (auto& [sub, own] : flags) {
     SCOPED_TRACE(sub);

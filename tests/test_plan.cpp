@@ -116,14 +116,17 @@ TEST(Plan, SubtotalsTotalsAndLargestParts) {
       if (t.bytes() > largest_tensor) largest_tensor = t.bytes(), largest_name = t.name;
     };
     for (const auto& t : b.plan_pre()) pre += t.bytes(), see(t);
-    ASSERT_EQ(p.layer_bytes.size(), spec.num_layers);
+    ASSERT_EQ(p.layer_runs.size(), 1u) << "identical layers are one run";
+    EXPECT_EQ(p.layer_runs[0].first, 0u);
+    EXPECT_EQ(p.layer_runs[0].count, spec.num_layers);
     for (std::uint64_t i = 0; i < spec.num_layers; ++i) {
       std::uint64_t layer = 0;
       for (const auto& t : b.plan_layer(i)) layer += t.bytes(), see(t);
-      EXPECT_EQ(p.layer_bytes[i], layer) << "layer " << i;
+      EXPECT_EQ(p.layer_bytes(i), layer) << "layer " << i;
       largest_layer = std::max(largest_layer, layer);
-      sum_layers += p.layer_bytes[i];
+      sum_layers += p.layer_bytes(i);
     }
+    EXPECT_THROW(p.layer_bytes(spec.num_layers), std::out_of_range);
     for (const auto& t : b.plan_post()) post += t.bytes(), see(t);
     EXPECT_EQ(p.pre_bytes, pre);
     EXPECT_EQ(p.post_bytes, post);

@@ -6,6 +6,7 @@
 
 #include <layerinit/core/bytes.hpp>
 #include <layerinit/core/errors.hpp>
+#include <layerinit/plan/plan.hpp>
 #include <layerinit/stacking/stack.hpp>
 #include "common.hpp"
 #include "trace.hpp"
@@ -21,11 +22,19 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   const BuildOptions opts = args.build_options();
   auto be = make_backend(args.backend, args.threads);
   tracking_resource tracker(be->memory());
+  Builder builder(spec, recipe, opts, *be, tracker);
+  {
+    const MemoryPlan p = make_memory_plan(builder);
+    if (args.layout == "restack")
+      check_memory(args, *be, {"weights plus the largest layer", p.peak_restack, record_bytes(spec, args.layout, false)});
+    else
+      check_memory(args, *be, {"weights", opts.layout == Layout::stacked ? p.peak_stacked : p.peak_per_layer,
+                               record_bytes(spec, args.layout, false)});
+  }
   MemoryTrace trace(spec);
-  if (!trace_file.empty()) trace.attach(tracker, trace_file, force);
+  if (!trace_file.empty()) trace.attach(tracker, trace_file, force);  // after the refusals: it creates the file
 
   const auto t0 = std::chrono::steady_clock::now();
-  Builder builder(spec, recipe, opts, *be, tracker);
   Model model = builder.build();
   if (args.layout == "restack") model = stack(std::move(model), spec, *be, tracker);
   const double build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -48,6 +57,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   for (const auto& t : model.stacked) add(t.view, true);
   for (const auto& t : model.post) add(t.view, false);
 
+  begin_stdout();
   if (report == "json") {
     nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout, *be);
     out["parameters"] = spec.parameter_count();
@@ -64,6 +74,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
     std::printf("weights    %s\npeak       %s\ntime       %.3f s\n", format_bytes(model.bytes()).c_str(),
                 format_bytes(stats.peak_bytes).c_str(), build_seconds);
   }
+  check_stdout();
   trace.finish();
   return 0;
 }

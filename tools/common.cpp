@@ -1,12 +1,19 @@
 #include "common.hpp"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <iostream>
 #include <regex>
 #include <sstream>
 
+#include <layerinit/core/bytes.hpp>
+#include <layerinit/core/errors.hpp>
 #include <layerinit/init/spec_json.hpp>
+#include <layerinit/plan/plan.hpp>
 
 namespace layerinit::cli {
 
@@ -42,6 +49,56 @@ void ModelArgs::add_build_flags(CLI::App& app, const std::string& layouts) {
 void ModelArgs::add_backend_flags(CLI::App& app) {
   app.add_option("--backend", backend, "auto (CUDA when a GPU is usable), cpu or cuda")->capture_default_str();
   app.add_option("--threads", threads, "Host threads (0 = all cores)")->capture_default_str();
+  app.add_flag("--no-memory-check", no_memory_check,
+               "Allocate even when the predicted peak exceeds the memory this process may use (cgroup limit, "
+               "MemAvailable, free GPU memory)");
+}
+
+namespace {
+std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b) { return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b; }
+}  // namespace
+
+std::uint64_t record_bytes(const ModelSpec& spec, const std::string& layout, bool hdf5_datasets) {
+  // Measured with GNU time's max RSS over 80,000 one-element layers: build's tensors and reports and
+  // emit's lists, reports and safetensors writer take about 1.5 KiB per tensor, HDF5 19.5 KiB more
+  // per dataset (open dataset handles, its metadata cache); a stacked tensor's report holds a hash
+  // per layer slice. Rounded up to 2 KiB, 22 KiB and 128 bytes.
+  const std::uint64_t L = spec.num_layers, T = spec.layer.tensors.size(), outer = spec.pre.size() + spec.post.size();
+  const bool stacked = layout == "stacked";
+  const std::uint64_t tensors = sat_add(outer, stacked ? T : sat_mul(L, T));
+  const std::uint64_t slices = layout == "per-layer" ? 0 : sat_mul(L, T);
+  return sat_add(sat_mul(tensors, hdf5_datasets ? (2u + 22u) << 10 : 2u << 10), sat_mul(slices, 128));
+}
+
+void check_memory(const ModelArgs& args, backend& be, const MemoryNeed& need) {
+  if (args.no_memory_check) return;
+  std::optional<AvailableMemory> device, host;
+  if (const char* hook = std::getenv("LAYERINIT_TEST_AVAILABLE_MEMORY")) {
+    std::uint64_t bytes = 0;
+    try {
+      bytes = parse_byte_size(hook);
+    } catch (const std::invalid_argument& e) {
+      throw usage_error(std::string("LAYERINIT_TEST_AVAILABLE_MEMORY: ") + e.what());
+    }
+    device = host = AvailableMemory{bytes, "LAYERINIT_TEST_AVAILABLE_MEMORY, a test hook"};
+  } else {
+    device = be.available_memory();
+    host = be.memory().kind() == MemoryKind::host ? device : available_host_memory();
+  }
+  auto refuse = [](const std::string& where, std::uint64_t total, const std::string& parts, const AvailableMemory& a) {
+    throw usage_error("not enough memory" + where + ": needs " + format_bytes(total) + " at its peak (" + parts + "), " +
+                      format_bytes(a.bytes) + " available (" + a.source + "); --no-memory-check to go ahead anyway");
+  };
+  const std::string peak = need.peak_what + " " + format_bytes(need.peak);
+  const std::string records = "tensor records " + format_bytes(need.records);
+  if (be.memory().kind() == MemoryKind::host) {
+    const std::uint64_t total = sat_add(need.peak, need.records);
+    if (host && total > host->bytes) refuse("", total, peak + " + " + records, *host);
+  } else {
+    if (device && need.peak > device->bytes) refuse(" on " + be.describe(), need.peak, peak, *device);
+    if (host && need.records > host->bytes) refuse(" on the host", need.records, records, *host);
+  }
 }
 
 ModelSpec ModelArgs::load_spec() const {
@@ -49,9 +106,13 @@ ModelSpec ModelArgs::load_spec() const {
   if (!preset.empty()) return make_preset(preset);
   std::ifstream in(spec_file, std::ios::binary);
   if (!in) throw usage_error("cannot read spec file '" + spec_file + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return spec_from_json(ss.str());
+  // At most one byte past the cap: /dev/zero or a huge file is refused without reading it whole.
+  std::string text(kMaxSpecFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw usage_error("cannot read spec file '" + spec_file + "'");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxSpecFileBytes) throw usage_error("spec file '" + spec_file + "' is larger than 16 MiB");
+  return spec_from_json(text);
 }
 
 namespace {
@@ -184,6 +245,20 @@ nlohmann::ordered_json report_header(const ModelSpec& spec, const BuildOptions& 
                                 {"layout", layout},
                                 {"orientation", orientation_name(opts.orientation)},
                                 {"backend", be.describe()}};
+}
+
+// The reason of a failed write is the errno it left: cleared here, so nothing older is reported.
+void begin_stdout() { errno = 0; }
+
+void check_stdout() {
+  // A report larger than stdout's buffer fails while it is written (std::cout then stops writing);
+  // a smaller one fails in this fflush. std::cout writes through stdout's buffer (sync_with_stdio).
+  const int earlier = errno;
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int e = errno ? errno : earlier;
+  if (!flushed || std::ferror(stdout) || !std::cout.flush())
+    throw std::runtime_error(std::string("cannot write to standard output: ") + (e ? std::strerror(e) : "write error"));
 }
 
 std::string hex64(std::uint64_t h) {

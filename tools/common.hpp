@@ -20,6 +20,9 @@ struct usage_error : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// A spec file is JSON of a few KiB; larger ones (or /dev/zero) are refused before they are read whole.
+inline constexpr std::size_t kMaxSpecFileBytes = 16u << 20;
+
 // Flags every model-building subcommand takes.
 struct ModelArgs {
   std::string preset;
@@ -33,10 +36,11 @@ struct ModelArgs {
   std::string orientation = "out-in";
   std::string backend = "auto";
   int threads = 0;
+  bool no_memory_check = false;
 
   void add_model_flags(CLI::App& app);           // --preset, --spec
   void add_build_flags(CLI::App& app, const std::string& layouts);  // dtype, recipe, seed, layout, ...
-  void add_backend_flags(CLI::App& app);         // --backend, --threads
+  void add_backend_flags(CLI::App& app);         // --backend, --threads, --no-memory-check
 
   ModelSpec load_spec() const;
   Recipe load_recipe() const;
@@ -59,6 +63,29 @@ nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors);
 // The report fields build and emit share: model, dtype, seed, recipe, layout, orientation, backend.
 nlohmann::ordered_json report_header(const ModelSpec& spec, const BuildOptions& opts, const Recipe& recipe,
                                      const std::string& layout, const backend& be);
+
+// What a build or emit will hold at its worst moment, for the memory preflight.
+struct MemoryNeed {
+  std::string peak_what;     // "weights", "the largest part", ...
+  std::uint64_t peak = 0;    // the plan's peak, on the backend's memory
+  std::uint64_t records = 0; // host memory besides the tensors that grows with their count (estimate)
+};
+
+// Host bytes of the lists, reports and writer state that grow with the number of tensors (see
+// tools/common.cpp for the measurements). `hdf5_datasets`: emit to HDF5, which holds every dataset open.
+std::uint64_t record_bytes(const ModelSpec& spec, const std::string& layout, bool hdf5_datasets);
+
+// Before anything is allocated: throws usage_error (exit 2) naming both numbers when `need` exceeds
+// what this process may use (backend::available_memory; on a GPU the records are checked against
+// the host's), unless --no-memory-check. The environment variable LAYERINIT_TEST_AVAILABLE_MEMORY,
+// a test hook, replaces the available bytes ("512MiB").
+void check_memory(const ModelArgs& args, backend& be, const MemoryNeed& need);
+
+// Reports and tables go to stdout. begin_stdout() before writing one, check_stdout() after: it throws
+// std::runtime_error "cannot write to standard output: <reason>" (exit 1) when any of it was lost to a
+// full disk, a closed pipe or another write error, so a lost report never passes as success.
+void begin_stdout();
+void check_stdout();
 
 int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file, bool force);
 

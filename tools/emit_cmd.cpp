@@ -80,6 +80,8 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
   auto be = make_backend(args.backend, args.threads);
   tracking_resource tracker(be->memory());
   const Builder builder(spec, recipe, opts, *be, tracker);
+  check_memory(args, *be, {"the largest part", make_memory_plan(builder).peak_streamed,
+                           record_bytes(spec, args.layout, format == CheckpointFormat::hdf5)});
   EmitResult r;
   try {
     r = emit_checkpoint(builder, *be, ea.output, eo);
@@ -93,6 +95,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
   }
   if (tty) std::fprintf(stderr, "\n");
 
+  begin_stdout();
   if (ea.report == "json") {
     nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout, *be);
     out["format"] = format_name(format);
@@ -109,6 +112,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
     std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", ea.output.c_str(), format_bytes(r.weight_bytes).c_str(),
                 format_bytes(r.file_bytes).c_str(), r.seconds, format_bytes(tracker.stats().peak_bytes).c_str());
   }
+  check_stdout();
   return 0;
 }
 

@@ -1,9 +1,13 @@
 // layerinit: build, plan and emit model parameters layer by layer.
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <new>
 
@@ -18,6 +22,24 @@ namespace {
 [[noreturn]] void fail(int code, const char* what, const char* suffix = "") {
   std::fprintf(stderr, "layerinit: error: %s%s\n", what, suffix);
   std::exit(code);
+}
+
+// Every command's result is on stdout. A closed stdout is refused before any work: a file the
+// command opens would otherwise take fd 1 and receive the report.
+void check_stdout_open() {
+  const int flags = ::fcntl(STDOUT_FILENO, F_GETFL);
+  if (flags < 0 || (flags & O_ACCMODE) == O_RDONLY)
+    fail(1, "cannot write to standard output: ", std::strerror(flags < 0 ? errno : EBADF));
+}
+
+// Help and version text: a failed write is exit 1 like a lost report (the commands check their own).
+int help_written(int rc) {
+  try {
+    layerinit::cli::check_stdout();
+  } catch (const std::exception& e) {
+    fail(1, e.what());
+  }
+  return rc;
 }
 }  // namespace
 
@@ -74,17 +96,21 @@ int main(int argc, char** argv) {
   emit->add_option("--report", emit_opts.report, "Print a machine-readable report: json (hashes equal build's)");
   emit->add_option("--max-shard-size", emit_opts.max_shard_size, "safetensors: shard above this size (e.g. 5GB)");
 
+  check_stdout_open();
   try {
     app.parse(argc, argv);
     if (*build) return build_command(build_args, build_report, build_trace, build_force);
     if (*plan) return plan_command(plan_args, plan_opts);
     if (*emit) return emit_command(emit_args, emit_opts);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    begin_stdout();
+    return help_written(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    begin_stdout();
+    return help_written(app.exit(e));
   } catch (const CLI::Success& e) {
-    return app.exit(e);
+    begin_stdout();
+    return help_written(app.exit(e));
   } catch (const CLI::ParseError& e) {
     fail(2, e.what(), " (see --help)");
   } catch (const std::invalid_argument& e) {  // bad input: usage_error, spec_error, unknown names
@@ -95,6 +121,8 @@ int main(int argc, char** argv) {
     fail(2, e.what());
   } catch (const out_of_memory& e) {
     fail(1, e.what());
+  } catch (const std::bad_alloc&) {  // a list or report past the memory check: the same kind of line
+    fail(1, "out of memory on host: an allocation outside the tracked tensors failed (std::bad_alloc)");
   } catch (const std::exception& e) {
     fail(1, e.what());
   }

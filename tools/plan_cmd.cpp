@@ -21,6 +21,21 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   if (pa.batch == 0) throw usage_error("--batch must be a positive integer");
   if (pa.seq == 0) throw usage_error("--seq must be a positive integer");
   const std::optional<std::uint64_t> gpu_mem = pa.gpu_mem.empty() ? std::nullopt : std::optional(parse_byte_size(pa.gpu_mem));
+  // The table has a row per layer, --json an entry per tensor: a spec of 10^9 layers would print for
+  // hours (and --json build its whole tree in memory first). Refused before anything is computed.
+  constexpr std::uint64_t max_rows = 1u << 20;
+  if (pa.json) {
+    const std::uint64_t per_layer = spec.layer.tensors.size(), L = spec.num_layers;
+    const std::uint64_t n = per_layer && L > (UINT64_MAX - spec.pre.size() - spec.post.size()) / per_layer
+                                ? UINT64_MAX
+                                : spec.pre.size() + L * per_layer + spec.post.size();
+    if (n > max_rows)
+      throw usage_error("plan --json: " + std::to_string(n) + " tensors are too many to list (at most " +
+                        std::to_string(max_rows) + ")");
+  } else if (spec.num_layers > max_rows) {
+    throw usage_error("plan: " + std::to_string(spec.num_layers) + " layers are too many to list (at most " +
+                      std::to_string(max_rows) + ")");
+  }
 
   // Plans need no memory: the dry backend only hands out address space, and nothing is built here.
   auto be = make_dry_backend();
@@ -28,11 +43,11 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   const MemoryPlan p = make_memory_plan(b);
   CheckpointMetadata meta;
   meta.model_spec = spec_to_json(spec);
-  const auto datasets = checkpoint_datasets(b);
-  const std::uint64_t disk_hdf5 = planned_bytes(CheckpointFormat::hdf5, datasets, meta, {});
-  const std::uint64_t disk_st = planned_bytes(CheckpointFormat::safetensors, datasets, meta, {});
+  const std::uint64_t disk_hdf5 = planned_checkpoint_bytes(b, CheckpointFormat::hdf5, meta, {});
+  const std::uint64_t disk_st = planned_checkpoint_bytes(b, CheckpointFormat::safetensors, meta, {});
   const TrainingEstimate te = estimate_training(spec, setup, pa.batch, pa.seq);
 
+  begin_stdout();
   if (pa.json) {
     nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
     auto add = [&](const PlannedTensor& t, std::optional<std::uint64_t> layer) {
@@ -45,6 +60,9 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
     for (std::uint64_t i = 0; i < spec.num_layers; ++i)
       for (const auto& t : b.plan_layer(i)) add(t, i);
     for (const auto& t : b.plan_post()) add(t, std::nullopt);
+    nlohmann::ordered_json layer_bytes = nlohmann::ordered_json::array();
+    for (const auto& r : p.layer_runs)
+      for (std::uint64_t k = 0; k < r.count; ++k) layer_bytes.push_back(r.bytes);
     nlohmann::ordered_json naive;
     for (NaiveStrategy n : all_naive_strategies) naive[std::string(naive_name(n))] = p.peak_naive[static_cast<int>(n)];
     nlohmann::ordered_json training{{"precision", training_setup_name(setup)}, {"batch", pa.batch}, {"seq", pa.seq},
@@ -68,7 +86,7 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
                                {"dtype", dtype_name(opts.dtype)},
                                {"layout", layout_name(opts.layout)},
                                {"tensors", tensors},
-                               {"layer_bytes", p.layer_bytes},
+                               {"layer_bytes", layer_bytes},
                                {"totals", {{"weights", p.weight_bytes}, {"fp32", p.bytes_fp32}, {"fp16", p.bytes_fp16}, {"bf16", p.bytes_bf16}}},
                                {"largest_layer_bytes", p.largest_layer_bytes},
                                {"largest_tensor", {{"name", p.largest_tensor}, {"bytes", p.largest_tensor_bytes}}},
@@ -78,6 +96,7 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
                                {"disk", {{"hdf5", disk_hdf5}, {"safetensors", disk_st}}},
                                {"training", training}};
     std::cout << out.dump(2) << "\n";
+    check_stdout();
     return 0;
   }
 
@@ -94,7 +113,7 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
     if (i == 0)
       for (const auto& t : b.plan_layer(0)) row(t);
     std::printf("%-52s %-20s %-5s %14llu  %s\n", ("  layer " + std::to_string(i) + " subtotal").c_str(), "", "",
-                (unsigned long long)p.layer_bytes[i], format_bytes_short(p.layer_bytes[i]).c_str());
+                (unsigned long long)p.layer_bytes(i), format_bytes_short(p.layer_bytes(i)).c_str());
   }
   for (const auto& t : b.plan_post()) row(t);
   std::printf("\nweights %s   (fp32 %s, fp16 %s, bf16 %s)\n", format_bytes_short(p.weight_bytes).c_str(), format_bytes_short(p.bytes_fp32).c_str(),
@@ -126,6 +145,7 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
       std::printf("\n");
     }
   }
+  check_stdout();
   return 0;
 }
 
