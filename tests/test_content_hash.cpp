@@ -1,12 +1,16 @@
 // The report's content hash: XXH3-64 of the raw bytes (backends/content_hash.hpp), with known values
-// from xxhash itself, and streaming equal to one-shot however the bytes are split.
+// from xxhash itself, streaming equal to one-shot however the bytes are split, and the chunked
+// device-to-host path (read_on_host, hash_bytes through a fake device backend) equal to the host's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
+#include <layerinit/backends/backend.hpp>
 #include <layerinit/backends/content_hash.hpp>
+#include "fake_device.hpp"
 
 using namespace layerinit;
 
@@ -54,4 +58,54 @@ TEST(ContentHash, StreamingEqualsOneShotForEverySplit) {
   ContentHash moved = std::move(h);
   moved.update(data.data() + 500, data.size() - 500);
   EXPECT_EQ(moved.digest(), whole);
+}
+
+TEST(ContentHash, ReadOnHostCopiesDeviceBytesInStagingSizedPieces) {
+  layerinit::testing::fake_device_backend dev;
+  const auto data = pattern(10007, 7);
+  for (std::size_t staging_bytes : {1u, 1000u, 10006u, 10007u, 20000u}) {
+    SCOPED_TRACE(staging_bytes);
+    std::vector<unsigned char> staging(staging_bytes), seen;
+    dev.copies.clear();
+    read_on_host(dev, data.data(), data.size(), staging, [&](const void* host, std::uint64_t offset, std::uint64_t n) {
+      EXPECT_EQ(host, staging.data());
+      EXPECT_EQ(offset, seen.size());
+      const auto* p = static_cast<const unsigned char*>(host);
+      seen.insert(seen.end(), p, p + n);
+    });
+    EXPECT_EQ(seen, data);
+    ASSERT_EQ(dev.copies.size(), (data.size() + staging_bytes - 1) / staging_bytes);
+    for (std::size_t i = 0; i + 1 < dev.copies.size(); ++i) EXPECT_EQ(dev.copies[i], staging_bytes);
+  }
+  std::vector<unsigned char> none;
+  EXPECT_THROW(read_on_host(dev, data.data(), data.size(), none, [](const void*, std::uint64_t, std::uint64_t) {}),
+               std::invalid_argument);
+
+  // Host memory: one piece, the caller's own pointer, no copy.
+  auto host = make_host_backend(1);
+  int calls = 0;
+  read_on_host(*host, data.data(), data.size(), none, [&](const void* p, std::uint64_t offset, std::uint64_t n) {
+    ++calls;
+    EXPECT_EQ(p, data.data());
+    EXPECT_EQ(offset, 0u);
+    EXPECT_EQ(n, data.size());
+  });
+  EXPECT_EQ(calls, 1);
+}
+
+// hash_bytes reads device memory in chunks of 64 MiB: a buffer of two chunks and a tail hashes, through
+// the fake device backend, to the host backend's one-shot hash of the same bytes.
+TEST(ContentHash, HashBytesThroughDeviceChunksEqualsHost) {
+  layerinit::testing::fake_device_backend dev;
+  auto host = make_host_backend(1);
+  const auto data = pattern((128ull << 20) + 12345, 3);
+  const std::uint64_t expected = content_hash(data.data(), data.size());
+  EXPECT_EQ(hash_bytes(*host, data.data(), data.size()), expected);
+  EXPECT_EQ(hash_bytes(dev, data.data(), data.size()), expected);
+  EXPECT_EQ(dev.copies, (std::vector<std::uint64_t>{64ull << 20, 64ull << 20, 12345}));
+  dev.copies.clear();
+  EXPECT_EQ(hash_bytes(dev, data.data(), 0), content_hash(nullptr, 0));
+  EXPECT_TRUE(dev.copies.empty());
+  auto dry = make_dry_backend();
+  EXPECT_THROW(hash_bytes(*dry, data.data(), 16), std::logic_error);
 }
