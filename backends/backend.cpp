@@ -6,7 +6,6 @@
 
 #include <layerinit/config.hpp>
 #include <layerinit/core/errors.hpp>
-#include <layerinit/kernels/philox.hpp>
 
 namespace layerinit {
 
@@ -34,18 +33,27 @@ std::unique_ptr<backend> make_backend(std::string_view name, int threads) {
   throw std::invalid_argument("unknown backend '" + std::string(name) + "' (valid: auto, cpu, cuda)");
 }
 
+void read_on_host(backend& be, const void* data, std::uint64_t bytes, std::span<unsigned char> staging,
+                  const std::function<void(const void* host, std::uint64_t offset, std::uint64_t n)>& visit) {
+  if (be.memory().kind() == MemoryKind::host) {
+    visit(data, 0, bytes);
+    return;
+  }
+  if (bytes > 0 && staging.empty()) throw std::invalid_argument("read_on_host: device memory needs a staging buffer");
+  for (std::uint64_t off = 0; off < bytes; off += staging.size()) {
+    const std::uint64_t n = std::min<std::uint64_t>(staging.size(), bytes - off);
+    be.copy_to_host(staging.data(), static_cast<const unsigned char*>(data) + off, n);
+    visit(staging.data(), off, n);
+  }
+}
+
 std::uint64_t hash_bytes(backend& be, const void* data, std::uint64_t bytes) {
   if (be.kind() == BackendKind::dry) throw std::logic_error("hash_bytes: the dry backend holds no bytes");
-  if (be.memory().kind() == MemoryKind::host) return rng::fnv1a64(data, bytes);
-  constexpr std::uint64_t chunk = 64ull << 20;
-  std::vector<unsigned char> staging(std::min(bytes, chunk));
-  std::uint64_t h = rng::fnv1a64_init;
-  for (std::uint64_t off = 0; off < bytes; off += chunk) {
-    const std::uint64_t n = std::min(chunk, bytes - off);
-    be.copy_to_host(staging.data(), static_cast<const unsigned char*>(data) + off, n);
-    h = rng::fnv1a64(staging.data(), n, h);
-  }
-  return h;
+  if (be.memory().kind() == MemoryKind::host) return content_hash(data, bytes);
+  std::vector<unsigned char> staging(std::min<std::uint64_t>(bytes, 64ull << 20));
+  ContentHash h;
+  read_on_host(be, data, bytes, staging, [&](const void* host, std::uint64_t, std::uint64_t n) { h.update(host, n); });
+  return h.digest();
 }
 
 std::uint64_t hash_tensor(backend& be, const TensorView& t) { return hash_bytes(be, t.data, t.bytes()); }

@@ -4,12 +4,15 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
+#include <layerinit/backends/content_hash.hpp>
 #include <layerinit/kernels/fill.hpp>
 #include <layerinit/memory/resource.hpp>
 #include <layerinit/memory/tensor.hpp>
@@ -60,8 +63,15 @@ std::unique_ptr<backend> make_host_backend(int threads = 0);
 // The dry backend: the same allocation calls as a real build, no bytes written or backed.
 std::unique_ptr<backend> make_dry_backend();
 
-// FNV-1a 64 of a tensor's raw bytes, read through the backend (device memory is copied to the host
-// in bounded chunks).
+// Hands [data, data + bytes) of the backend's memory to visit(host, offset, n) in order, as host
+// memory: in one piece (offset 0) when the backend's memory is host memory, else copied into
+// `staging` piece by piece, each staging.size() bytes but the last. Throws std::invalid_argument
+// when device bytes are to be read through an empty staging buffer.
+void read_on_host(backend& be, const void* data, std::uint64_t bytes, std::span<unsigned char> staging,
+                  const std::function<void(const void* host, std::uint64_t offset, std::uint64_t n)>& visit);
+
+// The report hash of a tensor: XXH3-64 of its raw bytes (content_hash.hpp), read through the
+// backend (device memory is copied to the host in chunks of at most 64 MiB).
 std::uint64_t hash_tensor(backend& be, const TensorView& t);
 std::uint64_t hash_bytes(backend& be, const void* data, std::uint64_t bytes);
 

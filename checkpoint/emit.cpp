@@ -4,10 +4,12 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <span>
 #include <stdexcept>
+#include <vector>
 
+#include <layerinit/backends/backend.hpp>
 #include <layerinit/checkpoint/detail.hpp>
-#include <layerinit/kernels/philox.hpp>
 
 namespace layerinit {
 
@@ -125,40 +127,30 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
   for (std::size_t k = 0; k < datasets.size(); ++k) index[datasets[k].name] = k;
   EmitResult result;
   for (const auto& d : datasets) {
-    result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), rng::fnv1a64_init, {}});
+    result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), 0, {}});
     result.weight_bytes += result.tensors.back().bytes;
   }
   std::unique_ptr<CheckpointWriter> writer = open_checkpoint_writer(opts.format, target, datasets, opts.meta, opts.writer);
 
   std::vector<unsigned char> staging;
   const bool device = be.memory().kind() != MemoryKind::host;
-  if (device) staging.resize(std::max<std::uint64_t>(opts.staging_bytes, 1));
+  if (device) staging.resize(std::max<std::uint64_t>(opts.staging_bytes, 8));  // at least one element of any dtype
   EmitProgress progress{0, spec.num_layers, 0, result.weight_bytes, 0};
+  // Each dataset's running hash: a stacked dataset receives its layer slices in order.
+  std::vector<ContentHash> dataset_hash(datasets.size());
 
   // Writes one tensor view (in host or device memory) into dataset k at element `first`, hashing the
-  // bytes as they pass; returns the FNV-1a 64 of the view alone.
-  auto put = [&](const TensorView& v, std::size_t k, std::uint64_t first) {
+  // bytes as they pass into the dataset's hash and, when given, the view's own.
+  auto put = [&](const TensorView& v, std::size_t k, std::uint64_t first, ContentHash* own) {
     const std::uint64_t esize = dtype_size(v.dtype);
-    std::uint64_t own = rng::fnv1a64_init;
-    auto pass = [&](const void* host, std::uint64_t elem_offset, std::uint64_t n) {
-      const std::uint64_t nbytes = n * esize;
-      own = rng::fnv1a64(host, nbytes, own);
-      result.tensors[k].hash = rng::fnv1a64(host, nbytes, result.tensors[k].hash);
-      writer->write(k, first + elem_offset, host, n);
+    // Device memory comes through staging in pieces of whole elements: the writer takes element counts.
+    const std::span<unsigned char> pieces(staging.data(), staging.size() / esize * esize);
+    read_on_host(be, v.data, v.bytes(), pieces, [&](const void* host, std::uint64_t offset, std::uint64_t nbytes) {
+      dataset_hash[k].update(host, nbytes);
+      if (own) own->update(host, nbytes);
+      writer->write(k, first + offset / esize, host, nbytes / esize);
       progress.bytes_done += nbytes;
-    };
-    const std::uint64_t n = numel(v.shape);
-    if (!device) {
-      pass(v.data, 0, n);
-    } else {
-      const std::uint64_t per = std::max<std::uint64_t>(staging.size() / esize, 1);
-      for (std::uint64_t off = 0; off < n; off += per) {
-        const std::uint64_t m = std::min(per, n - off);
-        be.copy_to_host(staging.data(), static_cast<const unsigned char*>(v.data) + off * esize, m * esize);
-        pass(staging.data(), off, m);
-      }
-    }
-    return own;
+    });
   };
 
   b.stream([&](const Part& part) {
@@ -167,9 +159,11 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
       const TensorView& v = part.tensors[j];
       if (part.kind == Part::Kind::layer && stacked) {
         const std::size_t k = index.at(stacked_name(spec, spec.layer.tensors[j]));
-        result.tensors[k].layer_hashes.push_back(put(v, k, part.layer * numel(v.shape)));
+        ContentHash own;
+        put(v, k, part.layer * numel(v.shape), &own);
+        result.tensors[k].layer_hashes.push_back(own.digest());
       } else {
-        put(v, index.at(v.name), 0);
+        put(v, index.at(v.name), 0, nullptr);
       }
     }
     if (part.kind == Part::Kind::layer) ++progress.layers_done;
@@ -177,6 +171,7 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
     if (opts.progress) opts.progress(progress);
   });
   if (opts.cancel && opts.cancel->load()) throw error("interrupted");
+  for (std::size_t k = 0; k < datasets.size(); ++k) result.tensors[k].hash = dataset_hash[k].digest();
   writer->commit();
   result.file_bytes = disk_bytes(writer->target());  // the normalized path: "out/" names the directory
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

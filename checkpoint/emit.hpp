@@ -38,8 +38,8 @@ struct EmitOptions {
   std::uint64_t staging_bytes = 64ull << 20;          // host buffer for device-resident parts
 };
 
-// What `build --report json` reports for a tensor: FNV-1a 64 of its raw bytes, and for a stacked
-// tensor also of each layer slice.
+// What `build --report json` reports for a tensor: XXH3-64 of its raw bytes (content_hash), and for a
+// stacked tensor also of each layer slice.
 struct TensorReport {
   std::string name;
   Shape shape;

@@ -74,7 +74,8 @@ LAYERINIT_HD std::uint64_t philox_key(std::uint64_t seed, std::uint64_t tensor_k
   return mix64(seed ^ mix64(tensor_key + 0x9e3779b97f4a7c15ull));
 }
 
-// FNV-1a 64 of raw bytes (also the report hash of tensor contents).
+// FNV-1a 64 of raw bytes: the name hash below. (Reports hash tensor contents with XXH3-64,
+// backends/content_hash.hpp.)
 constexpr std::uint64_t fnv1a64_init = 0xcbf29ce484222325ull;
 inline std::uint64_t fnv1a64(const void* data, std::size_t n, std::uint64_t h = fnv1a64_init) {
   const auto* p = static_cast<const unsigned char*>(data);

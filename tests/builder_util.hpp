@@ -10,7 +10,7 @@
 
 namespace layerinit::testing {
 
-// Canonical per-layer name -> FNV-1a 64 of its bytes, whatever the model's layout.
+// Canonical per-layer name -> content hash (XXH3-64) of its bytes, whatever the model's layout.
 inline std::map<std::string, std::uint64_t> hashes_by_name(backend& be, const Model& m, const ModelSpec& spec) {
   std::map<std::string, std::uint64_t> out;
   for (const auto& t : m.pre) out[t.view.name] = hash_tensor(be, t.view);

@@ -9,7 +9,7 @@
 //     largest part + the writer's 64 MiB chunk staging + 32 MiB slack, for a model 17x its largest part;
 //   - build and emit reports agree; --help lists every flag; --version;
 //   - an independent Python reader (h5py, safetensors; .venv from scripts/python-env) hashes the
-//     files' raw bytes to the report's FNV-1a 64 values.
+//     files' raw bytes to the report's XXH3-64 values (Python's xxhash package).
 // Skips (GTEST_SKIP) when the binary was not built (LAYERINIT_BUILD_TOOLS=OFF).
 #include <fcntl.h>
 #include <grp.h>
@@ -776,8 +776,8 @@ TEST_F(Cli, Version) {
 
 TEST_F(Cli, PythonReadersHashTheFilesToTheReport) {
   if (::access(kPython.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << kPython << " (run scripts/python-env to create it)";
-  if (std::system((kPython + " -c 'import h5py, safetensors' 2>/dev/null").c_str()) != 0)
-    GTEST_SKIP() << kPython << " lacks h5py or safetensors (run scripts/python-env)";
+  if (std::system((kPython + " -c 'import h5py, safetensors, xxhash' 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << kPython << " lacks h5py, safetensors or xxhash (run scripts/python-env)";
   TempDir dir;
   struct Case {
     const char* format;
@@ -811,7 +811,7 @@ TEST_F(Cli, PythonReadersHashTheFilesToTheReport) {
       SCOPED_TRACE(name);
       ASSERT_TRUE(read.contains(name));
       const auto& r = read[name];
-      EXPECT_EQ(r["fnv1a64"], t["fnv1a64"]);
+      EXPECT_EQ(r["xxh3_64"], t["xxh3_64"]);
       EXPECT_EQ(r["shape"], t["shape"]);
       if (std::string(c.format) == "hdf5") {
         EXPECT_EQ(r["dtype"], t["dtype"]);

@@ -23,6 +23,7 @@
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/stacking/stack.hpp>
+#include "fake_device.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -245,6 +246,52 @@ TEST(Emit, OtherDTypesOrientationAndOverrides) {
       o.orientation = Orientation::in_out;
       o.dtype_overrides = {{"*norm*", DType::f32}};
       check_emit_equals_build(make_preset("llama-tiny"), o, f);
+    }
+}
+
+// Device-resident parts go through the host staging buffer (read_on_host) in pieces of whole
+// elements: with a fake device backend and a staging buffer of 1001 bytes (a multiple of no element
+// size), every tensor in the file and every reported hash equal the host backend's emit of the same
+// model. (Tensors, not whole files: HDF5 object headers carry modification times.)
+TEST(Emit, DeviceStagingGivesTheHostBytesAndHashes) {
+  const ModelSpec spec = make_preset("llama-tiny");
+  for (Layout l : {Layout::per_layer, Layout::stacked})
+    for (CheckpointFormat f : {CheckpointFormat::hdf5, CheckpointFormat::safetensors}) {
+      SCOPED_TRACE(std::string(layout_name(l)) + " " + std::string(format_name(f)));
+      BuildOptions o = opts(l);
+      o.dtype_overrides = {{"*norm*", DType::f32}};
+      TempDir dir;
+      auto emit_with = [&](backend& be, const std::string& name, std::uint64_t staging_bytes) {
+        const fs::path target = dir.path() / (f == CheckpointFormat::hdf5 ? name + ".h5" : name);
+        tracking_resource tracker(be.memory());
+        EmitOptions eo;
+        eo.format = f;
+        eo.staging_bytes = staging_bytes;
+        const EmitResult r = emit_checkpoint(Builder(spec, make_recipe("hf"), o, be, tracker), be, target, eo);
+        const auto file = f == CheckpointFormat::hdf5 ? read_hdf5_raw(target) : read_safetensors_raw(data_file(target, f));
+        return std::make_pair(r, file);
+      };
+      auto host = make_host_backend(2);
+      layerinit::testing::fake_device_backend dev;
+      const auto [want, want_file] = emit_with(*host, "host", 64ull << 20);
+      const auto [got, got_file] = emit_with(dev, "device", 1001);
+      EXPECT_FALSE(dev.copies.empty());
+      for (std::uint64_t n : dev.copies) EXPECT_LE(n, 1001u);
+      ASSERT_EQ(got.tensors.size(), want.tensors.size());
+      ASSERT_EQ(got_file.size(), want_file.size());
+      for (std::size_t k = 0; k < want.tensors.size(); ++k) {
+        SCOPED_TRACE(want.tensors[k].name);
+        const FileTensor& w = want_file.at(want.tensors[k].name);
+        const FileTensor& g = got_file.at(want.tensors[k].name);
+        EXPECT_EQ(g.shape, w.shape);
+        EXPECT_EQ(g.dtype, w.dtype);
+        EXPECT_TRUE(g.bytes == w.bytes) << "tensor bytes in the file differ";
+        EXPECT_EQ(got.tensors[k].hash, want.tensors[k].hash);
+        EXPECT_EQ(got.tensors[k].hash, content_hash(g.bytes.data(), g.bytes.size()));
+        EXPECT_EQ(got.tensors[k].layer_hashes, want.tensors[k].layer_hashes);
+        const bool is_stacked = l == Layout::stacked && k > 0 && k + 2 < want.tensors.size();  // not embed, norm, lm_head
+        EXPECT_EQ(want.tensors[k].layer_hashes.size(), is_stacked ? spec.num_layers : 0u);
+      }
     }
 }
 

@@ -225,7 +225,7 @@ nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const auto& t : tensors) {
     nlohmann::ordered_json j{{"name", t.name}, {"shape", shape_json(t.shape)}, {"dtype", dtype_name(t.dtype)},
-                             {"bytes", t.bytes}, {"fnv1a64", hex64(t.hash)}};
+                             {"bytes", t.bytes}, {"xxh3_64", hex64(t.hash)}};
     if (!t.layer_hashes.empty()) {
       nlohmann::ordered_json layers = nlohmann::ordered_json::array();
       for (auto h : t.layer_hashes) layers.push_back(hex64(h));

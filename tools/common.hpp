@@ -57,7 +57,7 @@ nlohmann::ordered_json shape_json(const Shape& s);
 std::string escape_non_utf8(const std::string& s);
 std::string hex64(std::uint64_t h);
 
-// The "tensors" array of a report: name, shape, dtype, bytes, fnv1a64 (and per-layer hashes).
+// The "tensors" array of a report: name, shape, dtype, bytes, xxh3_64 (and per-layer hashes).
 nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors);
 
 // The report fields build and emit share: model, dtype, seed, recipe, layout, orientation, backend.

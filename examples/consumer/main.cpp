@@ -19,7 +19,7 @@ int main() {
   const Model b = Builder(spec, make_recipe("hf"), opts, *be, memory).build();
   const std::uint64_t ha = hash_tensor(*be, a.layers[1].tensors[2].view);
   const std::uint64_t hb = hash_tensor(*be, b.layers[1].tensors[2].view);
-  std::printf("layerinit %s: %llu parameters, %s fnv1a64 %016llx\n", LAYERINIT_VERSION,
+  std::printf("layerinit %s: %llu parameters, %s xxh3_64 %016llx\n", LAYERINIT_VERSION,
               (unsigned long long)spec.parameter_count(), a.layers[1].tensors[2].view.name.c_str(), (unsigned long long)ha);
   return ha == hb && memory.stats().peak_bytes == a.bytes() + b.bytes() ? 0 : 1;
 }

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Per-tensor FNV-1a 64 of the raw bytes of a layerinit checkpoint, read independently of layerinit.
+"""Per-tensor XXH3-64 of the raw bytes of a layerinit checkpoint, read independently of layerinit.
 
     hash_checkpoint.py hdf5 FILE
     hash_checkpoint.py safetensors DIR
 
-Prints one JSON object {name: {"dtype", "shape", "fnv1a64", ...}}, used by tests/test_cli.cpp to
-compare with `layerinit emit --report json`.
+Prints one JSON object {name: {"dtype", "shape", "xxh3_64", ...}}, used by tests/test_cli.cpp to
+compare with `layerinit emit --report json` (xxh3_64: the xxhash package's xxh3_64 of the bytes, seed
+0, as 16 hex digits like the report's).
 
 HDF5 (h5py): the raw bytes are read with the dataset's own file type as the memory type (no
 conversion). For bf16 datasets h5py's ordinary read converts to float32; "bf16_as_f32_exact" says
@@ -18,17 +19,11 @@ import os
 import sys
 
 import numpy as np
-
-FNV_OFFSET = 0xCBF29CE484222325
-FNV_PRIME = 0x100000001B3
-MASK = (1 << 64) - 1
+import xxhash
 
 
-def fnv1a64(data):
-    h = FNV_OFFSET
-    for b in bytes(data):
-        h = ((h ^ b) * FNV_PRIME) & MASK
-    return "%016x" % h
+def xxh3_64(data):
+    return "%016x" % xxhash.xxh3_64_intdigest(bytes(data))
 
 
 def hash_hdf5(path):
@@ -40,7 +35,7 @@ def hash_hdf5(path):
             size = ftype.get_size()
             raw = np.empty(ds.shape, dtype={1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size])
             ds.id.read(h5py.h5s.ALL, h5py.h5s.ALL, raw, mtype=ftype)
-            entry = {"dtype": ds.attrs["dtype"], "shape": list(ds.shape), "fnv1a64": fnv1a64(raw.tobytes()),
+            entry = {"dtype": ds.attrs["dtype"], "shape": list(ds.shape), "xxh3_64": xxh3_64(raw.tobytes()),
                      "numpy_dtype": str(ds.dtype)}
             if entry["dtype"] == "bf16":
                 as_f32 = np.ascontiguousarray(ds[...], dtype=np.float32).view(np.uint32)
@@ -62,7 +57,7 @@ def hash_safetensors(directory):
         with open(os.path.join(directory, file), "rb") as f:
             for name, t in deserialize(f.read()):
                 dt = t["dtype"] if isinstance(t["dtype"], str) else str(t["dtype"])
-                out[name] = {"dtype": dt.upper(), "shape": list(t["shape"]), "fnv1a64": fnv1a64(t["data"]),
+                out[name] = {"dtype": dt.upper(), "shape": list(t["shape"]), "xxh3_64": xxh3_64(t["data"]),
                              "file": file}
     return out
 

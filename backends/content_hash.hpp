@@ -1,0 +1,32 @@
+// The report hash of tensor contents: XXH3-64 (seed 0) of the raw bytes, exactly xxhash's
+// XXH3_64bits and Python's xxhash.xxh3_64 of the same bytes. Not part of the value contract (the
+// tensor-name hash that keys Philox is FNV-1a 64, kernels/philox.hpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace layerinit {
+
+// One-shot XXH3-64 of host memory.
+std::uint64_t content_hash(const void* host_data, std::size_t bytes);
+
+// Streaming XXH3-64: update() with consecutive pieces of host memory, in order; digest() equals
+// content_hash() of their concatenation, however the bytes were split. Move-only.
+class ContentHash {
+ public:
+  ContentHash();
+  ~ContentHash();
+  ContentHash(ContentHash&&) noexcept;
+  ContentHash& operator=(ContentHash&&) noexcept;
+
+  void update(const void* host_data, std::size_t bytes);
+  std::uint64_t digest() const;  // of everything so far; update() may continue afterwards
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace layerinit
