@@ -739,6 +739,9 @@ TEST_F(Cli, BuildAndEmitReportsAgree) {
     EXPECT_EQ(ej["output"], target);
     EXPECT_GT(ej["file_bytes"].get<std::uint64_t>(), ej["total_bytes"].get<std::uint64_t>());
     EXPECT_LT(ej["peak_bytes"].get<std::uint64_t>(), bj["peak_bytes"].get<std::uint64_t>());
+    // The build's time and its hashing's, apart (issue 8's budget: hashing <= 10% of the process).
+    EXPECT_GE(bj["wall_seconds"].get<double>(), 0.0);
+    EXPECT_GE(bj["hash_seconds"].get<double>(), 0.0);
   }
 }
 
