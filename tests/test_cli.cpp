@@ -38,6 +38,7 @@
 #include <sstream>
 #include <thread>
 
+#include <layerinit/init/presets.hpp>
 #include <layerinit/config.hpp>
 #include "test_util.hpp"
 
@@ -376,7 +377,7 @@ TEST_F(Cli, HugeLayerCountsAndSpecFilesAreRefusedQuickly) {
     std::vector<std::string> words;  // each must appear in the one line
   };
   const std::vector<Case> cases = {
-      {{"plan", "--spec", huge}, {"4000000000 layers", "too many to list", "1048576"}},
+      {{"plan", "--spec", huge, "--per-layer"}, {"4000000000 layers", "too many to list", "1048576"}},
       {{"plan", "--spec", huge, "--json"}, {"4000000000 tensors", "too many to list", "1048576"}},
       // The memory check first: 4e9 datasets (24 KiB of records each in HDF5, 2 KiB in safetensors),
       // or in stacked layout one HDF5 dataset and 4e9 layer hashes of 128 bytes; a build's weights.
@@ -745,12 +746,44 @@ TEST_F(Cli, BuildAndEmitReportsAgree) {
   }
 }
 
+// The plan table prints a run of identical layers as one row; --per-layer gives a row per layer. A
+// layer told apart by a dtype override splits the run.
+TEST_F(Cli, PlanPrintsRunsOfIdenticalLayersAsOneRow) {
+  auto subtotals = [](const std::string& out) {
+    std::vector<std::string> rows;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("  layer ", 0) == 0 || line.rfind("  layers ", 0) == 0) rows.push_back(line.substr(2, line.find("  ", 2) - 2));
+    return rows;
+  };
+  Result r = run({"plan", "--preset", "llama-3-70b", "--dtype", "bf16"});
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_EQ(subtotals(r.out), (std::vector<std::string>{"layers 0-79, each"}));
+  EXPECT_NE(r.out.find("1711308800  1.59 GiB"), std::string::npos) << r.out;
+  r = run({"plan", "--preset", "llama-tiny", "--per-layer"});
+  ASSERT_EQ(r.code(), 0) << r.err;
+  const std::vector<std::string> rows = subtotals(r.out);
+  ASSERT_EQ(rows.size(), layerinit::make_preset("llama-tiny").num_layers);
+  EXPECT_EQ(rows.front(), "layer 0 subtotal");
+  r = run({"plan", "--preset", "llama-3-70b", "--dtype-override", "model.layers.1.*=fp32"});
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_EQ(subtotals(r.out), (std::vector<std::string>{"layer 0 subtotal", "layer 1 subtotal", "layers 2-79, each"}));
+  // 4e9 identical layers: one row, at once.
+  TempDir dir;
+  const std::string huge = (dir / "huge.json").string();
+  write_file(huge, R"({"name": "huge", "family": "custom", "hyper": {"hidden_size": 1024},
+    "layer": {"count": 4000000000, "tensors": [{"name": "norm.weight", "shape": [1024], "role": "norm_weight"}]}})");
+  r = run({"plan", "--spec", huge});
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_EQ(subtotals(r.out), (std::vector<std::string>{"layers 0-3999999999, each"}));
+}
+
 TEST_F(Cli, HelpOfEachSubcommandListsEveryFlag) {
   const std::vector<std::string> model = {"--preset", "--spec", "--dtype", "--dtype-override", "--recipe",
                                           "--init-override", "--seed", "--layout", "--orientation"};
   std::map<std::string, std::vector<std::string>> flags = {
       {"build", {"--backend", "--threads", "--report", "--trace", "--force", "--no-memory-check"}},
-      {"plan", {"--json", "--precision", "--batch", "--seq", "--gpu-mem"}},
+      {"plan", {"--json", "--per-layer", "--precision", "--batch", "--seq", "--gpu-mem"}},
       {"emit", {"--backend", "--threads", "--format", "-o", "--output", "--force", "--report", "--max-shard-size",
                 "--no-memory-check"}},
   };

@@ -91,6 +91,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
 
 struct PlanArgs {
   bool json = false;
+  bool per_layer = false;  // a subtotal row per layer instead of one per run of identical layers
   std::string training = "mixed";
   std::uint64_t batch = 1;
   std::uint64_t seq = 2048;

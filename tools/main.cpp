@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   plan_args.add_model_flags(*plan);
   plan_args.add_build_flags(*plan, "per-layer, stacked");
   plan->add_flag("--json", plan_opts.json, "Print JSON instead of tables");
+  plan->add_flag("--per-layer", plan_opts.per_layer, "A subtotal row per layer (default: one per run of identical layers)");
   plan->add_option("--precision", plan_opts.training, "Training setup for the estimate: mixed, fp32, pure-bf16")->capture_default_str();
   // CLI11 reads "-1" into an unsigned option as 2^64 - 1: check the text first.
   const CLI::Validator positive_integer(

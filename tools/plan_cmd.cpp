@@ -32,8 +32,8 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
     if (n > max_rows)
       throw usage_error("plan --json: " + std::to_string(n) + " tensors are too many to list (at most " +
                         std::to_string(max_rows) + ")");
-  } else if (spec.num_layers > max_rows) {
-    throw usage_error("plan: " + std::to_string(spec.num_layers) + " layers are too many to list (at most " +
+  } else if (pa.per_layer && spec.num_layers > max_rows) {
+    throw usage_error("plan --per-layer: " + std::to_string(spec.num_layers) + " layers are too many to list (at most " +
                       std::to_string(max_rows) + ")");
   }
 
@@ -109,11 +109,21 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
                 std::string(dtype_name(t.dtype)).c_str(), (unsigned long long)t.bytes());
   };
   for (const auto& t : b.plan_pre()) row(t);
-  for (std::uint64_t i = 0; i < spec.num_layers; ++i) {
-    if (i == 0)
-      for (const auto& t : b.plan_layer(0)) row(t);
-    std::printf("%-52s %-20s %-5s %14llu  %s\n", ("  layer " + std::to_string(i) + " subtotal").c_str(), "", "",
-                (unsigned long long)p.layer_bytes(i), format_bytes_short(p.layer_bytes(i)).c_str());
+  if (spec.num_layers > 0)
+    for (const auto& t : b.plan_layer(0)) row(t);
+  // Identical layers are one row ("layers 0-79, each 1.59 GiB") unless --per-layer.
+  auto subtotal = [](const std::string& what, std::uint64_t bytes) {
+    std::printf("%-52s %-20s %-5s %14llu  %s\n", ("  " + what).c_str(), "", "", (unsigned long long)bytes,
+                format_bytes_short(bytes).c_str());
+  };
+  for (const auto& r : p.layer_runs) {
+    if (pa.per_layer) {
+      for (std::uint64_t i = r.first; i < r.first + r.count; ++i) subtotal("layer " + std::to_string(i) + " subtotal", r.bytes);
+    } else if (r.count == 1) {
+      subtotal("layer " + std::to_string(r.first) + " subtotal", r.bytes);
+    } else {
+      subtotal("layers " + std::to_string(r.first) + "-" + std::to_string(r.first + r.count - 1) + ", each", r.bytes);
+    }
   }
   for (const auto& t : b.plan_post()) row(t);
   std::printf("\nweights %s   (fp32 %s, fp16 %s, bf16 %s)\n", format_bytes_short(p.weight_bytes).c_str(), format_bytes_short(p.bytes_fp32).c_str(),
