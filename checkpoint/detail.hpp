@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -76,6 +77,74 @@ class Progress {
   const std::vector<DatasetSpec>& d_;
   std::vector<std::uint64_t> numel_, written_;
 };
+
+// The lifecycle both formats share. open(): preflight, then the temporary beside the target; write():
+// order checked, any failure aborts; commit(): every dataset complete, the format's finish(), the
+// ownership check again (--force), publish; abort(): idempotent, closes the format's handles and
+// removes the temporary. A format supplies only its steps. Its destructor must call abort(): the
+// base's cannot reach the format's release().
+class WriterBase : public CheckpointWriter {
+ public:
+  void write(std::size_t dataset, std::uint64_t first, const void* bytes, std::uint64_t n) final;
+  void commit() final;
+  void abort() noexcept final;
+  const std::vector<DatasetSpec>& datasets() const final { return d_; }
+  const fs::path& target() const final { return target_; }
+
+ protected:
+  WriterBase(fs::path target, std::vector<DatasetSpec> datasets, const WriterOptions& opts, bool directory,
+             OwnershipCheck ours);
+  // Preflight against `planned` bytes and create the temporary; then the format creates its files
+  // through `create` (an exception from it aborts and propagates).
+  template <class F> void open(std::uint64_t planned, F&& create) {
+    preflight(target_, directory_, opts_.overwrite, opts_.check_free_space, planned, ours_);
+    tmp_.emplace(target_, directory_);
+    guarded(create);
+  }
+  template <class F> void guarded(F&& f) {
+    try {
+      f();
+    } catch (...) {
+      abort();
+      throw;
+    }
+  }
+  const fs::path& temp_path() const { return tmp_->path(); }
+
+  // The format's steps.
+  virtual void write_elements(std::size_t dataset, std::uint64_t first, const void* bytes, std::uint64_t n) = 0;
+  virtual void dataset_complete(std::size_t) {}
+  virtual void finish() = 0;            // flush and close everything in the temporary
+  virtual void release() noexcept = 0;  // after a failure: close what is open (the base removes the files)
+
+  fs::path target_;
+  std::vector<DatasetSpec> d_;
+  WriterOptions opts_;
+
+ private:
+  enum class State { open, committed, aborted };
+  void require_open() const;
+
+  bool directory_;
+  OwnershipCheck ours_;
+  Progress progress_;
+  std::optional<TempPath> tmp_;
+  State state_ = State::open;
+};
+
+// Each format's share of planned_bytes (PlannedBytes): the data and per-dataset overhead of `count`
+// datasets like `each` whose names take `name_bytes`, and the fixed part on top of the sums.
+struct PlannedRun {
+  std::uint64_t data = 0, overhead = 0;
+};
+PlannedRun hdf5_planned_run(const DatasetSpec& each, std::uint64_t count, std::uint64_t name_bytes,
+                            std::uint64_t max_chunk_bytes);
+std::uint64_t hdf5_planned_fixed(std::uint64_t meta_bytes);
+PlannedRun safetensors_planned_run(const DatasetSpec& each, std::uint64_t count, std::uint64_t name_bytes);
+std::uint64_t safetensors_planned_fixed(std::uint64_t meta_bytes, std::uint64_t datasets, std::uint64_t max_shard_size,
+                                        std::uint64_t config_bytes);
+std::uint64_t sat_add(std::uint64_t a, std::uint64_t b);
+std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b);
 
 // Names unique, non-empty, without '/'; rank >= 1, dims > 0; slab_elements a suffix product or 0.
 void validate_datasets(const std::vector<DatasetSpec>& d);

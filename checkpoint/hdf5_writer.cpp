@@ -203,74 +203,37 @@ struct Dataset {
   std::uint64_t staged = 0;            // elements in staging
 };
 
-class Hdf5Writer final : public CheckpointWriter {
+class Hdf5Writer final : public detail::WriterBase {
  public:
   Hdf5Writer(fs::path target, std::vector<DatasetSpec> datasets, const CheckpointMetadata& meta,
              const WriterOptions& opts)
-      : target_(std::move(target)), d_(std::move(datasets)), opts_(opts), progress_(d_) {
-    detail::preflight(target_, false, opts_.overwrite, opts_.check_free_space,
-                      planned_bytes(CheckpointFormat::hdf5, d_, meta, opts_), hdf5_ownership_impl);
-    tmp_.emplace(target_, false);
-    try {
-      create(meta);
-    } catch (...) {
-      abort();
-      throw;
-    }
+      : WriterBase(std::move(target), std::move(datasets), opts, false, hdf5_ownership_impl) {
+    open(planned_bytes(CheckpointFormat::hdf5, d_, meta, opts_), [&] { create(meta); });
   }
   ~Hdf5Writer() override { abort(); }
 
-  void write(std::size_t i, std::uint64_t first, const void* bytes, std::uint64_t n) override {
-    if (state_ != State::open) throw checkpoint_error("checkpoint: " + target_.string() + ": writer is " + state_name());
-    progress_.check(i, first, bytes, n);
+ private:
+  void write_elements(std::size_t i, std::uint64_t first, const void* bytes, std::uint64_t n) override {
     QuietErrors quiet;
-    try {
-      write_elements(ds_[i], first, static_cast<const unsigned char*>(bytes), n);
-    } catch (...) {
-      abort();
-      throw;
-    }
-    progress_.advance(i, n);
-    if (progress_.complete(i)) ds_[i].staging = {};
+    write_elements(ds_[i], first, static_cast<const unsigned char*>(bytes), n);
   }
-
-  void commit() override {
-    if (state_ != State::open) throw checkpoint_error("checkpoint: " + target_.string() + ": writer is " + state_name());
-    try {
-      progress_.check_complete(target_);
-      QuietErrors quiet;
-      for (auto& d : ds_)
-        if (d.id.reset() < 0) hdf5_fail("cannot write", target_);
-      if (file_.reset() < 0) hdf5_fail("cannot write", target_);
-      if (opts_.overwrite) detail::check_replaceable(target_, false, hdf5_ownership_impl);
-      tmp_->publish(target_, opts_.overwrite);
-    } catch (...) {
-      abort();
-      throw;
-    }
-    state_ = State::committed;
+  void dataset_complete(std::size_t i) override { ds_[i].staging = {}; }
+  void finish() override {
+    QuietErrors quiet;
+    for (auto& d : ds_)
+      if (d.id.reset() < 0) hdf5_fail("cannot write", target_);
+    if (file_.reset() < 0) hdf5_fail("cannot write", target_);
   }
-
-  void abort() noexcept override {
-    if (state_ != State::open) return;
-    state_ = State::aborted;
+  void release() noexcept override {
     QuietErrors quiet;
     ds_.clear();
     file_.reset();
     H5Eclear2(H5E_DEFAULT);
-    if (tmp_) tmp_->remove();
   }
-
-  const std::vector<DatasetSpec>& datasets() const override { return d_; }
-  const fs::path& target() const override { return target_; }
-
- private:
-  enum class State { open, committed, aborted };
-  const char* state_name() const { return state_ == State::committed ? "already committed" : "aborted"; }
 
   void create(const CheckpointMetadata& meta) {
     QuietErrors quiet;
-    const fs::path& tmp = tmp_->path();
+    const fs::path& tmp = temp_path();
     file_ = Hid(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
     if (!file_.valid()) hdf5_fail("cannot create", tmp);
     for (const auto& [k, v] : detail::metadata_pairs(meta))
@@ -346,56 +309,26 @@ class Hdf5Writer final : public CheckpointWriter {
     }
   }
 
-  fs::path target_;
-  std::vector<DatasetSpec> d_;
-  WriterOptions opts_;
-  detail::Progress progress_;
-  std::optional<detail::TempPath> tmp_;
   Hid file_;
   std::vector<Dataset> ds_;
-  State state_ = State::open;
 };
 
 }  // namespace
 
-namespace {
-std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
-std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b) { return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b; }
-}  // namespace
+namespace detail {
 
-PlannedBytes::PlannedBytes(CheckpointFormat f, const CheckpointMetadata& meta, const WriterOptions& opts)
-    : f_(f), max_chunk_bytes_(opts.max_chunk_bytes), max_shard_size_(opts.max_shard_size),
-      config_bytes_(opts.config_json.size()) {
-  for (const auto& [k, v] : detail::metadata_pairs(meta)) meta_bytes_ += k.size() + v.size() + 64;
+// Whole chunks (an edge chunk is stored full), an object header and a chunk index entry each.
+PlannedRun hdf5_planned_run(const DatasetSpec& d, std::uint64_t count, std::uint64_t name_bytes,
+                            std::uint64_t max_chunk_bytes) {
+  const Chunking c = choose_chunking(d, max_chunk_bytes);
+  return {sat_mul(count, c.count() * c.chunk_elements() * dtype_size(d.dtype)),
+          sat_add(sat_mul(count, 4096 + 64 * c.count()), name_bytes)};
 }
 
-void PlannedBytes::add_run(const DatasetSpec& d, std::uint64_t count, std::uint64_t name_bytes) {
-  datasets_ = sat_add(datasets_, count);
-  if (f_ == CheckpointFormat::hdf5) {
-    // Whole chunks (an edge chunk is stored full), an object header and a chunk index entry each.
-    const Chunking c = choose_chunking(d, max_chunk_bytes_);
-    data_ = sat_add(data_, sat_mul(count, c.count() * c.chunk_elements() * dtype_size(d.dtype)));
-    per_dataset_ = sat_add(per_dataset_, sat_add(sat_mul(count, 4096 + 64 * c.count()), name_bytes));
-  } else {
-    // The data, and a header entry: the name twice (header and index), offsets and the shape.
-    data_ = sat_add(data_, sat_mul(count, numel(d.shape) * dtype_size(d.dtype)));
-    per_dataset_ = sat_add(per_dataset_, sat_add(sat_mul(count, 64 + 24 * d.shape.size()), sat_mul(2, name_bytes)));
-  }
-}
+// The superblock, root group and its attributes.
+std::uint64_t hdf5_planned_fixed(std::uint64_t meta_bytes) { return (1u << 20) + meta_bytes; }
 
-std::uint64_t PlannedBytes::total() const {
-  if (f_ == CheckpointFormat::hdf5) return sat_add(sat_add(data_, per_dataset_), (1u << 20) + meta_bytes_);
-  // safetensors: per shard a header (metadata), then the index and config.
-  const std::uint64_t shards = max_shard_size_ ? datasets_ : 1;  // an upper bound
-  return sat_add(sat_add(data_, per_dataset_), sat_add(sat_mul(shards, meta_bytes_ + 4096), config_bytes_ + 4096));
-}
-
-std::uint64_t planned_bytes(CheckpointFormat f, const std::vector<DatasetSpec>& datasets,
-                            const CheckpointMetadata& meta, const WriterOptions& opts) {
-  PlannedBytes p(f, meta, opts);
-  for (const auto& d : datasets) p.add(d);
-  return p.total();
-}
+}  // namespace detail
 
 std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& target,
                                                    std::vector<DatasetSpec> datasets,

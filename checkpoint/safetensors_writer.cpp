@@ -67,96 +67,63 @@ struct Shard {
   int fd = -1;
 };
 
-class SafetensorsWriter final : public CheckpointWriter {
+class SafetensorsWriter final : public detail::WriterBase {
  public:
   SafetensorsWriter(fs::path target, std::vector<DatasetSpec> datasets, const CheckpointMetadata& meta,
                     const WriterOptions& opts)
-      : target_(std::move(target)), d_(std::move(datasets)), opts_(opts), progress_(d_) {
+      : WriterBase(std::move(target), std::move(datasets), opts, true, safetensors_ownership_impl) {
     plan(meta);  // header too large etc. before touching the disk
-    detail::preflight(target_, true, opts_.overwrite, opts_.check_free_space,
-                      planned_bytes(CheckpointFormat::safetensors, d_, meta, opts_), safetensors_ownership_impl);
-    tmp_.emplace(target_, true);
-    try {
+    open(planned_bytes(CheckpointFormat::safetensors, d_, meta, opts_), [&] {
       for (auto& s : shards_) {
-        const fs::path p = tmp_->path() / s.file;
+        const fs::path p = temp_path() / s.file;
         s.fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);  // the umask decides
         if (s.fd < 0) detail::fail("cannot create", target_ / s.file, errno);
         detail::full_pwrite(s.fd, headers_[&s - shards_.data()].data(), s.data_start, 0, target_ / s.file);
       }
       headers_.clear();
-    } catch (...) {
-      abort();
-      throw;
-    }
+    });
   }
   ~SafetensorsWriter() override { abort(); }
 
-  void write(std::size_t i, std::uint64_t first, const void* bytes, std::uint64_t n) override {
-    if (state_ != State::open) throw checkpoint_error("checkpoint: " + target_.string() + ": writer is " + state_name());
-    progress_.check(i, first, bytes, n);
+ private:
+  void write_elements(std::size_t i, std::uint64_t first, const void* bytes, std::uint64_t n) override {
     const Shard& s = shards_[shard_of_[i]];
     const std::uint64_t es = dtype_size(d_[i].dtype);
-    try {
-      detail::full_pwrite(s.fd, bytes, n * es, s.data_start + offset_[i] + first * es, target_ / s.file);
-    } catch (...) {
-      abort();
-      throw;
-    }
-    progress_.advance(i, n);
+    detail::full_pwrite(s.fd, bytes, n * es, s.data_start + offset_[i] + first * es, target_ / s.file);
   }
 
-  void commit() override {
-    if (state_ != State::open) throw checkpoint_error("checkpoint: " + target_.string() + ": writer is " + state_name());
-    try {
-      progress_.check_complete(target_);
-      for (auto& s : shards_) {
-        if (::fsync(s.fd) != 0) detail::fail("cannot sync", target_ / s.file, errno);
-        if (::close(s.fd) != 0) {
-          s.fd = -1;
-          detail::fail("cannot write", target_ / s.file, errno);
-        }
+  void finish() override {
+    for (auto& s : shards_) {
+      if (::fsync(s.fd) != 0) detail::fail("cannot sync", target_ / s.file, errno);
+      if (::close(s.fd) != 0) {
         s.fd = -1;
+        detail::fail("cannot write", target_ / s.file, errno);
       }
-      if (shards_.size() > 1) {
-        nlohmann::ordered_json index;
-        std::uint64_t total = 0;
-        for (const auto& s : shards_) total += s.data_bytes;
-        index["metadata"]["total_size"] = total;
-        nlohmann::ordered_json map = nlohmann::ordered_json::object();
-        for (const auto& s : shards_)
-          for (auto t : s.tensors) map[d_[t].name] = s.file;
-        index["weight_map"] = std::move(map);
-        detail::write_small_file(tmp_->path() / "model.safetensors.index.json", index.dump(2) + "\n",
-                                 target_ / "model.safetensors.index.json");
-      }
-      if (!opts_.config_json.empty())
-        detail::write_small_file(tmp_->path() / "config.json", opts_.config_json, target_ / "config.json");
-      if (opts_.overwrite) detail::check_replaceable(target_, true, safetensors_ownership_impl);
-      tmp_->publish(target_, opts_.overwrite);
-    } catch (...) {
-      abort();
-      throw;
+      s.fd = -1;
     }
-    state_ = State::committed;
+    if (shards_.size() > 1) {
+      nlohmann::ordered_json index;
+      std::uint64_t total = 0;
+      for (const auto& s : shards_) total += s.data_bytes;
+      index["metadata"]["total_size"] = total;
+      nlohmann::ordered_json map = nlohmann::ordered_json::object();
+      for (const auto& s : shards_)
+        for (auto t : s.tensors) map[d_[t].name] = s.file;
+      index["weight_map"] = std::move(map);
+      detail::write_small_file(temp_path() / "model.safetensors.index.json", index.dump(2) + "\n",
+                               target_ / "model.safetensors.index.json");
+    }
+    if (!opts_.config_json.empty())
+      detail::write_small_file(temp_path() / "config.json", opts_.config_json, target_ / "config.json");
   }
 
-  void abort() noexcept override {
-    if (state_ != State::open) return;
-    state_ = State::aborted;
+  void release() noexcept override {
     for (auto& s : shards_)
       if (s.fd >= 0) {
         ::close(s.fd);
         s.fd = -1;
       }
-    if (tmp_) tmp_->remove();
   }
-
-  const std::vector<DatasetSpec>& datasets() const override { return d_; }
-  const fs::path& target() const override { return target_; }
-
- private:
-  enum class State { open, committed, aborted };
-  const char* state_name() const { return state_ == State::committed ? "already committed" : "aborted"; }
 
   // Assigns tensors to shards in declaration order and builds each shard's header.
   void plan(const CheckpointMetadata& meta) {
@@ -208,16 +175,10 @@ class SafetensorsWriter final : public CheckpointWriter {
     }
   }
 
-  fs::path target_;
-  std::vector<DatasetSpec> d_;
-  WriterOptions opts_;
-  detail::Progress progress_;
   std::vector<Shard> shards_;
   std::vector<std::string> headers_;      // until written at open
   std::vector<std::size_t> shard_of_;     // per tensor
   std::vector<std::uint64_t> offset_;     // per tensor, within its shard's data
-  std::optional<detail::TempPath> tmp_;
-  State state_ = State::open;
 };
 
 }  // namespace
@@ -231,6 +192,20 @@ std::unique_ptr<CheckpointWriter> open_safetensors_writer(const std::filesystem:
 }
 
 namespace detail {
+
+// The data, and a header entry: the name twice (header and index), offsets and the shape.
+PlannedRun safetensors_planned_run(const DatasetSpec& d, std::uint64_t count, std::uint64_t name_bytes) {
+  return {sat_mul(count, numel(d.shape) * dtype_size(d.dtype)),
+          sat_add(sat_mul(count, 64 + 24 * d.shape.size()), sat_mul(2, name_bytes))};
+}
+
+// Per shard a header (metadata), then the index and config.
+std::uint64_t safetensors_planned_fixed(std::uint64_t meta_bytes, std::uint64_t datasets, std::uint64_t max_shard_size,
+                                        std::uint64_t config_bytes) {
+  const std::uint64_t shards = max_shard_size ? datasets : 1;  // an upper bound
+  return sat_add(sat_mul(shards, meta_bytes + 4096), config_bytes + 4096);
+}
+
 std::string safetensors_ownership(const fs::path& dir) { return safetensors_ownership_impl(dir); }
 }  // namespace detail
 

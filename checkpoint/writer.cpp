@@ -215,6 +215,46 @@ void Progress::check(std::size_t i, std::uint64_t first, const void* bytes, std:
   if (n > 0 && bytes == nullptr) throw std::invalid_argument("checkpoint: " + d_[i].name + ": null data");
 }
 
+WriterBase::WriterBase(fs::path target, std::vector<DatasetSpec> datasets, const WriterOptions& opts, bool directory,
+                       OwnershipCheck ours)
+    : target_(std::move(target)), d_(std::move(datasets)), opts_(opts), directory_(directory), ours_(std::move(ours)),
+      progress_(d_) {}
+
+void WriterBase::require_open() const {
+  if (state_ != State::open)
+    throw checkpoint_error("checkpoint: " + target_.string() + ": writer is " +
+                           (state_ == State::committed ? "already committed" : "aborted"));
+}
+
+void WriterBase::write(std::size_t i, std::uint64_t first, const void* bytes, std::uint64_t n) {
+  require_open();
+  progress_.check(i, first, bytes, n);
+  guarded([&] { write_elements(i, first, bytes, n); });
+  progress_.advance(i, n);
+  if (progress_.complete(i)) dataset_complete(i);
+}
+
+void WriterBase::commit() {
+  require_open();
+  guarded([&] {
+    progress_.check_complete(target_);
+    finish();
+    if (opts_.overwrite) check_replaceable(target_, directory_, ours_);
+    tmp_->publish(target_, opts_.overwrite);
+  });
+  state_ = State::committed;
+}
+
+void WriterBase::abort() noexcept {
+  if (state_ != State::open) return;
+  state_ = State::aborted;
+  release();
+  if (tmp_) tmp_->remove();
+}
+
+std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b) { return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b; }
+
 void Progress::check_complete(const fs::path& target) const {
   for (std::size_t i = 0; i < d_.size(); ++i)
     if (written_[i] != numel_[i])
@@ -331,6 +371,34 @@ std::size_t CheckpointWriter::index_of(std::string_view name) const {
 
 void CheckpointWriter::write(std::string_view name, std::uint64_t first, const void* bytes, std::uint64_t n) {
   write(index_of(name), first, bytes, n);
+}
+
+PlannedBytes::PlannedBytes(CheckpointFormat f, const CheckpointMetadata& meta, const WriterOptions& opts)
+    : f_(f), max_chunk_bytes_(opts.max_chunk_bytes), max_shard_size_(opts.max_shard_size),
+      config_bytes_(opts.config_json.size()) {
+  for (const auto& [k, v] : detail::metadata_pairs(meta)) meta_bytes_ += k.size() + v.size() + 64;
+}
+
+void PlannedBytes::add_run(const DatasetSpec& d, std::uint64_t count, std::uint64_t name_bytes) {
+  datasets_ = detail::sat_add(datasets_, count);
+  const detail::PlannedRun r = f_ == CheckpointFormat::hdf5 ? detail::hdf5_planned_run(d, count, name_bytes, max_chunk_bytes_)
+                                                            : detail::safetensors_planned_run(d, count, name_bytes);
+  data_ = detail::sat_add(data_, r.data);
+  per_dataset_ = detail::sat_add(per_dataset_, r.overhead);
+}
+
+std::uint64_t PlannedBytes::total() const {
+  const std::uint64_t fixed = f_ == CheckpointFormat::hdf5
+                                  ? detail::hdf5_planned_fixed(meta_bytes_)
+                                  : detail::safetensors_planned_fixed(meta_bytes_, datasets_, max_shard_size_, config_bytes_);
+  return detail::sat_add(detail::sat_add(data_, per_dataset_), fixed);
+}
+
+std::uint64_t planned_bytes(CheckpointFormat f, const std::vector<DatasetSpec>& datasets,
+                            const CheckpointMetadata& meta, const WriterOptions& opts) {
+  PlannedBytes p(f, meta, opts);
+  for (const auto& d : datasets) p.add(d);
+  return p.total();
 }
 
 }  // namespace layerinit
