@@ -146,13 +146,19 @@ std::uint64_t largest_batch(const ModelSpec& spec, TrainingSetup setup, std::uin
 std::uint64_t parse_byte_size(std::string_view text) {
   std::string t(text);
   t.erase(std::remove_if(t.begin(), t.end(), [](unsigned char c) { return std::isspace(c); }), t.end());
-  std::size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(t, &used);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("cannot read byte size '" + std::string(text) + "' (e.g. 80GiB, 500MB, 1048576)");
+  // Decimal digits with at most one '.', then a unit: stod alone also took "0x10" (hex), "1e3",
+  // "+80", "inf" and "nan".
+  const std::size_t used = std::min(t.find_first_not_of("0123456789."), t.size());
+  const std::string number = t.substr(0, used);
+  double v = -1;
+  if (number.find_first_of("0123456789") != std::string::npos && std::count(number.begin(), number.end(), '.') <= 1) {
+    try {
+      v = std::stod(number);
+    } catch (const std::out_of_range&) {  // hundreds of digits: too large, refused below
+      v = INFINITY;
+    }
   }
+  if (v < 0) throw std::invalid_argument("cannot read byte size '" + std::string(text) + "' (e.g. 80GiB, 500MB, 1048576)");
   std::string unit = t.substr(used);
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   double scale = 0;

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -596,4 +597,82 @@ TEST_F(Cli, PythonReadersHashTheFilesToTheReport) {
     if (std::string(c.format) == "hdf5" && c.model[1] == "llama-tiny") EXPECT_EQ(bf16, 30u);
     fs::remove_all(target);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Numbers, messages, overrides (issue 9)
+
+namespace {
+// The JSON report of a build of llama-tiny on the CPU with extra flags; exit code checked.
+json build_report(const std::vector<std::string>& extra) {
+  std::vector<std::string> args{"build", "--preset", "llama-tiny", "--backend", "cpu", "--report", "json"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const Result r = run(args);
+  EXPECT_EQ(r.code(), 0) << joined(args) << ": " << r.err;
+  return r.code() == 0 ? json::parse(r.out) : json();
+}
+}  // namespace
+
+// Every integer option reads decimal digits only: CLI11 read "010" as octal 8, "0x10" as 16, "-1"
+// and 18446744073709551616 as 2^64 - 1, and accepted "+5" and " 5".
+TEST_F(Cli, IntegerOptionsAreDecimalOnly) {
+  TempDir dir;
+  const std::string target = (dir / "out.h5").string();
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> words;
+  };
+  const std::string max64 = "18446744073709551615";
+  const std::vector<Case> bad = {
+      {{"build", "--preset", "llama-tiny", "--seed", "-1"}, {"--seed", "'-1'", "decimal integer from 0 to " + max64}},
+      {{"build", "--preset", "llama-tiny", "--seed", "18446744073709551616"}, {"--seed", "'18446744073709551616'", "out of range"}},
+      {{"build", "--preset", "llama-tiny", "--seed", "99999999999999999999999"}, {"--seed", "out of range"}},
+      {{"build", "--preset", "llama-tiny", "--seed", "1e23"}, {"--seed", "'1e23'", "decimal integer"}},
+      {{"build", "--preset", "llama-tiny", "--seed", "0x10"}, {"--seed", "'0x10'"}},
+      {{"build", "--preset", "llama-tiny", "--seed", "+5"}, {"--seed", "'+5'"}},
+      {{"build", "--preset", "llama-tiny", "--seed", " 5"}, {"--seed", "' 5'"}},
+      {{"build", "--preset", "llama-tiny", "--seed", "5 "}, {"--seed", "'5 '"}},
+      {{"build", "--preset", "llama-tiny", "--seed", ""}, {"--seed", "''"}},
+      {{"build", "--preset", "llama-tiny", "--seed", "1.0"}, {"--seed", "'1.0'"}},
+      {{"emit", "--preset", "llama-tiny", "--seed", "-0", "-o", target}, {"--seed", "'-0'"}},
+      {{"build", "--preset", "llama-tiny", "--threads", "-1"}, {"--threads", "'-1'", "decimal integer from 0 to 4096"}},
+      {{"build", "--preset", "llama-tiny", "--threads", "4097"}, {"--threads", "'4097'", "out of range"}},
+      {{"build", "--preset", "llama-tiny", "--threads", "4294967298"}, {"--threads", "out of range"}},
+      {{"emit", "--preset", "llama-tiny", "--threads", "0x2", "-o", target}, {"--threads", "'0x2'"}},
+      {{"plan", "--preset", "llama-tiny", "--batch", "0x10"}, {"--batch", "'0x10'", "positive integer (decimal, at most " + max64 + ")"}},
+      {{"plan", "--preset", "llama-tiny", "--batch", "1e3"}, {"--batch", "'1e3'"}},
+      {{"plan", "--preset", "llama-tiny", "--batch", "0"}, {"--batch", "'0'", "out of range"}},
+      {{"plan", "--preset", "llama-tiny", "--seq", "18446744073709551616"}, {"--seq", "out of range"}},
+      {{"plan", "--preset", "llama-tiny", "--seq", "-0"}, {"--seq", "'-0'"}},
+      {{"plan", "--preset", "llama-tiny", "--gpu-mem", "0x10GiB"}, {"cannot read byte size '0x10GiB'"}},
+      {{"plan", "--preset", "llama-tiny", "--gpu-mem", "1e3GB"}, {"cannot read byte size '1e3GB'"}},
+      {{"plan", "--preset", "llama-tiny", "--gpu-mem", "+80GiB"}, {"cannot read byte size '+80GiB'"}},
+      {{"emit", "--preset", "llama-tiny", "--format", "safetensors", "--max-shard-size", "0x100000", "-o", target},
+       {"cannot read byte size '0x100000'"}},
+  };
+  for (const auto& c : bad) {
+    SCOPED_TRACE(joined(c.args));
+    const Result r = run(c.args);
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, joined(c.args));
+    for (const auto& w : c.words) EXPECT_NE(r.err.find(w), std::string::npos) << "missing '" << w << "' in: " << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_TRUE(dir.entries().empty());
+  }
+  // Leading zeros are decimal: 010 is ten (the same tensors as --seed 10), and the largest seed is accepted.
+  const json ten = build_report({"--seed", "10"}), zero_ten = build_report({"--seed", "010"});
+  EXPECT_EQ(zero_ten["seed"], 10u);
+  EXPECT_EQ(zero_ten["tensors"], ten["tensors"]);
+  EXPECT_EQ(build_report({"--seed", max64})["seed"], std::numeric_limits<std::uint64_t>::max());
+  const json threads = build_report({"--threads", "010"});
+  EXPECT_EQ(threads["tensors"], build_report({})["tensors"]);
+  EXPECT_EQ(threads["backend"], "cpu (10 threads)");
+  const Result p = run({"plan", "--preset", "llama-tiny", "--json", "--batch", "010", "--seq", "0100"});
+  ASSERT_EQ(p.code(), 0) << p.err;
+  const json plan = json::parse(p.out);
+  EXPECT_EQ(plan["training"]["batch"], 10u);
+  EXPECT_EQ(plan["training"]["seq"], 100u);
+  const Result g = run({"plan", "--preset", "llama-tiny", "--json", "--gpu-mem", "1.5GiB"});
+  ASSERT_EQ(g.code(), 0) << g.err;
+  EXPECT_EQ(json::parse(g.out)["training"]["gpu_memory"], 1610612736u);
 }

@@ -1,7 +1,9 @@
 #include "tools/common.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -9,6 +11,44 @@
 #include "init/spec_json.hpp"
 
 namespace layerinit::cli {
+
+std::uint64_t parse_decimal(std::string_view text, std::string_view option, std::uint64_t min, std::uint64_t max) {
+  auto refuse = [&](const char* why) {
+    const std::string range = min == 1 ? "a positive integer (decimal, at most " + std::to_string(max) + ")"
+                                       : "a decimal integer from " + std::to_string(min) + " to " + std::to_string(max);
+    throw usage_error(std::string(option) + " must be " + range + ", got '" + std::string(text) + "'" + why);
+  };
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string_view::npos) refuse("");
+  std::uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, 10);
+  if (ec == std::errc::result_out_of_range || v < min || v > max) refuse(": out of range");
+  if (ec != std::errc() || end != text.data() + text.size()) refuse("");
+  return v;
+}
+
+CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, std::uint64_t& target, std::uint64_t min,
+                                std::uint64_t max, const std::string& help) {
+  // The option takes the text; parse_decimal's usage_error leaves app.parse() as exit code 2.
+  return app
+      .add_option_function<std::string>(
+          name, [&target, name, min, max](const std::string& s) { target = parse_decimal(s, name, min, max); }, help)
+      ->type_name("UINT")
+      ->default_str(std::to_string(target));
+}
+
+CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, int& target, int min, int max,
+                                const std::string& help) {
+  if (min < 0 || max < min) throw std::logic_error("add_decimal_option: bad range for " + name);
+  return app
+      .add_option_function<std::string>(
+          name,
+          [&target, name, min, max](const std::string& s) {
+            target = static_cast<int>(parse_decimal(s, name, static_cast<std::uint64_t>(min), static_cast<std::uint64_t>(max)));
+          },
+          help)
+      ->type_name("UINT")
+      ->default_str(std::to_string(target));
+}
 
 void ModelArgs::add_model_flags(CLI::App& app) {
   auto* p = app.add_option("--preset", preset, "Named model (" + [] {
@@ -33,7 +73,8 @@ void ModelArgs::add_build_flags(CLI::App& app, const std::string& layouts) {
   app.add_option("--init-override", init_overrides,
                  "PATTERN=FILL: fill of matching tensors, e.g. '*.o_proj.weight=normal(0,0.01)'; fills: normal(m,s), "
                  "trunc_normal(m,s,a,b), trunc_normal_std(m,s,a,b), uniform(lo,hi), constant(v) (repeatable)");
-  app.add_option("--seed", seed, "Seed: values are a pure function of (seed, tensor name, element index)")->capture_default_str();
+  add_decimal_option(app, "--seed", seed, 0, std::numeric_limits<std::uint64_t>::max(),
+                     "Seed: values are a pure function of (seed, tensor name, element index)");
   app.add_option("--layout", layout, "Memory layout: " + layouts)->capture_default_str();
   app.add_option("--orientation", orientation, "Linear weights as [out, in] (out-in, PyTorch/HF) or [in, out] (in-out, JAX/Flax)")
       ->capture_default_str();
@@ -41,7 +82,8 @@ void ModelArgs::add_build_flags(CLI::App& app, const std::string& layouts) {
 
 void ModelArgs::add_backend_flags(CLI::App& app) {
   app.add_option("--backend", backend, "auto (CUDA when a GPU is usable), cpu or cuda")->capture_default_str();
-  app.add_option("--threads", threads, "Host threads (0 = all cores)")->capture_default_str();
+  // More threads than any host has cores would only cost stacks: 4096 bounds the request.
+  add_decimal_option(app, "--threads", threads, 0, 4096, "Host threads (0 = all cores)");
 }
 
 ModelSpec ModelArgs::load_spec() const {

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "checkpoint/emit.hpp"
@@ -42,6 +43,15 @@ struct ModelArgs {
   Recipe load_recipe() const;
   BuildOptions build_options() const;  // layout "restack" maps to per-layer
 };
+
+// Every integer option goes through these: decimal digits only (no sign, no 0x or octal prefix, no
+// exponent, no spaces; leading zeros are decimal), within [min, max]. CLI11's own conversion read
+// "010" as 8, "0x10" as 16 and "-1" or 2^64 as 2^64 - 1. Throws usage_error naming the option.
+std::uint64_t parse_decimal(std::string_view text, std::string_view option, std::uint64_t min, std::uint64_t max);
+CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, std::uint64_t& target, std::uint64_t min,
+                                std::uint64_t max, const std::string& help);
+CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, int& target, int min, int max,
+                                const std::string& help);
 
 // "fp32", a FillSpec from "normal(0,0.02)", "trunc_normal(0,0.02,-2,2)", "trunc_normal_std(0,0.02,-3,3)",
 // "uniform(-0.1,0.1)", "constant(1)".
