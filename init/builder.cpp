@@ -16,7 +16,7 @@ std::string_view layout_name(Layout l) { return l == Layout::per_layer ? "per-la
 Layout parse_layout(std::string_view s) {
   if (s == "per-layer") return Layout::per_layer;
   if (s == "stacked") return Layout::stacked;
-  throw std::invalid_argument("unknown layout '" + std::string(s) + "' (valid: per-layer, stacked)");
+  throw std::invalid_argument("unknown layout '" + printable(s) + "' (valid: per-layer, stacked)");
 }
 
 std::string_view orientation_name(Orientation o) { return o == Orientation::out_in ? "out-in" : "in-out"; }
@@ -24,7 +24,7 @@ std::string_view orientation_name(Orientation o) { return o == Orientation::out_
 Orientation parse_orientation(std::string_view s) {
   if (s == "out-in") return Orientation::out_in;
   if (s == "in-out") return Orientation::in_out;
-  throw std::invalid_argument("unknown orientation '" + std::string(s) + "' (valid: out-in, in-out)");
+  throw std::invalid_argument("unknown orientation '" + printable(s) + "' (valid: out-in, in-out)");
 }
 
 bool name_matches(std::string_view pattern, std::string_view name) {

@@ -78,7 +78,7 @@ TrainingSetup parse_training_setup(std::string_view s) {
   if (s == "mixed") return TrainingSetup::mixed;
   if (s == "fp32") return TrainingSetup::fp32;
   if (s == "pure-bf16") return TrainingSetup::pure_bf16;
-  throw std::invalid_argument("unknown training precision '" + std::string(s) + "' (valid: mixed, fp32, pure-bf16)");
+  throw std::invalid_argument("unknown training precision '" + printable(s) + "' (valid: mixed, fp32, pure-bf16)");
 }
 
 std::string_view recompute_name(Recompute r) {
@@ -158,7 +158,7 @@ std::uint64_t parse_byte_size(std::string_view text) {
       v = INFINITY;
     }
   }
-  if (v < 0) throw std::invalid_argument("cannot read byte size '" + std::string(text) + "' (e.g. 80GiB, 500MB, 1048576)");
+  if (v < 0) throw std::invalid_argument("cannot read byte size '" + printable(text) + "' (e.g. 80GiB, 500MB, 1048576)");
   std::string unit = t.substr(used);
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   double scale = 0;
@@ -173,7 +173,7 @@ std::uint64_t parse_byte_size(std::string_view text) {
   else if (unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
   const double bytes = v * scale;
   if (scale == 0 || !std::isfinite(bytes) || bytes < 0 || bytes >= 1.8e19)
-    throw std::invalid_argument("cannot read byte size '" + std::string(text) + "' (e.g. 80GiB, 500MB, 1048576)");
+    throw std::invalid_argument("cannot read byte size '" + printable(text) + "' (e.g. 80GiB, 500MB, 1048576)");
   return static_cast<std::uint64_t>(bytes);
 }
 

@@ -234,7 +234,7 @@ Recipe make_recipe(std::string_view name) {
     if (name == e.name) return Recipe(e.name, e.rule);
     valid += (valid.empty() ? "" : ", ") + std::string(e.name);
   }
-  throw std::invalid_argument("unknown recipe '" + std::string(name) + "' (valid: " + valid + ")");
+  throw std::invalid_argument("unknown recipe '" + printable(name) + "' (valid: " + valid + ")");
 }
 
 }  // namespace layerinit

@@ -1,8 +1,9 @@
 // Model specs: sizes, names and validation.
-// defines: numel, shape_string, role_name, parse_role, ModelSpec::{canonical_name, parameter_count,
+// defines: printable, numel, shape_string, role_name, parse_role, ModelSpec::{canonical_name, parameter_count,
 //          layer_parameter_count, validate}, validate_fill
 #include "init/spec.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -39,30 +40,68 @@ constexpr TensorRole kRoles[] = {
     TensorRole::head_weight, TensorRole::other,
 };
 
-// Names are printable: no control bytes (they end up in JSON, file headers and error messages).
-bool printable_name(std::string_view s) {
-  for (unsigned char c : s)
-    if (c < 0x20 || c == 0x7f) return false;
-  return true;
+// Names go into JSON, file headers, tables and messages as they are: nothing printable() would
+// escape. Returns what is wrong, or nullptr.
+const char* name_problem(std::string_view s) {
+  if (printable(s) == s) return nullptr;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const bool c1 = c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) <= 0x9f &&
+                    static_cast<unsigned char>(s[i + 1]) >= 0x80;
+    if (c < 0x20 || c == 0x7f || c1) return "name contains control characters";
+  }
+  return "name is not valid UTF-8";
 }
 
-// A name for a message: control bytes as \xNN, so the message stays one line (and survives a NUL).
-std::string quoted(std::string_view s) {
-  static const char* hex = "0123456789abcdef";
-  std::string out = "'";
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "'";
-}
+// A name for a message, in quotes.
+std::string quoted(std::string_view s) { return "'" + printable(s) + "'"; }
 
 }  // namespace
+
+std::string printable(std::string_view s, std::size_t max) {
+  static const char* hex = "0123456789abcdef";
+  const std::size_t n = std::min(s.size(), max);
+  std::string out;
+  out.reserve(n);
+  auto escape = [&](unsigned char c) {
+    out += "\\x";
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  };
+  auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char c = byte(i);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7f) escape(c);
+      else out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // A well-formed UTF-8 sequence (RFC 3629: no overlong forms, no surrogates, at most U+10FFFF).
+    std::size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xbf;  // range of the second byte
+    if (c >= 0xc2 && c <= 0xdf) len = 2;
+    else if (c == 0xe0) len = 3, lo = 0xa0;
+    else if (c == 0xed) len = 3, hi = 0x9f;
+    else if (c >= 0xe1 && c <= 0xef) len = 3;
+    else if (c == 0xf0) len = 4, lo = 0x90;
+    else if (c >= 0xf1 && c <= 0xf3) len = 4;
+    else if (c == 0xf4) len = 4, hi = 0x8f;
+    bool ok = len > 0 && i + len <= n && byte(i + 1) >= lo && byte(i + 1) <= hi;
+    for (std::size_t k = 2; ok && k < len; ++k) ok = byte(i + k) >= 0x80 && byte(i + k) <= 0xbf;
+    // U+0080-U+009F are the C1 controls (0x9b is CSI on some terminals).
+    if (ok && c == 0xc2 && byte(i + 1) <= 0x9f) ok = false;
+    if (!ok) {
+      escape(c);
+      ++i;
+      continue;
+    }
+    out.append(s.data() + i, len);
+    i += len;
+  }
+  if (s.size() > max) out += "...";
+  return out;
+}
 
 std::uint64_t numel(const Shape& s) {
   std::uint64_t n = 1;
@@ -167,12 +206,12 @@ void ModelSpec::validate() const {
   const std::string model = "model " + quoted(name);
   auto fail = [&](const std::string& what) { throw std::invalid_argument(model + ": " + what); };
   if (name.empty()) throw std::invalid_argument("model spec: name is empty");
-  if (!printable_name(name)) fail("name contains control characters");
+  if (const char* why = name_problem(name)) fail(why);
   if (pre.empty() && post.empty() && (num_layers == 0 || layer.tensors.empty())) fail("has no tensors");
   if (num_layers > 0 && layer.tensors.empty())
     fail("num_layers is " + std::to_string(num_layers) + " but the layer has no tensors");
   if (num_layers > 0 && layer_prefix.empty()) fail("layer prefix is empty");
-  if (!printable_name(layer_prefix)) fail("layer prefix contains control characters");
+  if (name_problem(layer_prefix)) fail("layer prefix contains control characters or is not UTF-8");
 
   // Tensors one by one, and unique names: pre/post are canonical; layer names are relative, and
   // prefix + i + "." + rel determines i (the digits run up to the first '.'), so layer names collide
@@ -182,7 +221,7 @@ void ModelSpec::validate() const {
     const auto& t = layer.tensors[k];
     const std::string where = "layer tensor " + std::to_string(k) + " " + quoted(t.name);
     if (t.name.empty()) fail("layer tensor " + std::to_string(k) + ": name is empty");
-    if (!printable_name(t.name)) fail(where + ": name contains control characters");
+    if (const char* why = name_problem(t.name)) fail(where + ": " + why);
     check_tensor(t, model + ": " + where);
     if (!rel.insert(t.name).second) fail("duplicate layer tensor name " + quoted(t.name));
   }
@@ -192,7 +231,7 @@ void ModelSpec::validate() const {
       const auto& t = ts[k];
       const std::string where = std::string(list) + " tensor " + std::to_string(k) + " " + quoted(t.name);
       if (t.name.empty()) fail(std::string(list) + " tensor " + std::to_string(k) + ": name is empty");
-      if (!printable_name(t.name)) fail(where + ": name contains control characters");
+      if (const char* why = name_problem(t.name)) fail(where + ": " + why);
       check_tensor(t, model + ": " + where);
       auto [it, fresh] = seen.emplace(t.name, where);
       if (!fresh) fail("duplicate tensor name " + quoted(t.name) + " (" + it->second + " and " + where + ")");

@@ -1,5 +1,5 @@
 // Model specs: which tensors a model has, their logical shapes and what recipes need to know.
-// defines: Shape, TensorRole, TensorSpec, LayerSpec, ModelSpec, Hyper, numel, validate_fill, ModelSpec::canonical_name
+// defines: printable, Shape, TensorRole, TensorSpec, LayerSpec, ModelSpec, Hyper, numel, validate_fill, ModelSpec::canonical_name
 //
 // A model is `pre` tensors (embeddings), then num_layers copies of one LayerSpec whose names are
 // relative ("self_attn.q_proj.weight" -> "model.layers.3.self_attn.q_proj.weight"), then `post`
@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/fill.hpp"
@@ -21,6 +22,11 @@ namespace layerinit {
 using Shape = std::vector<std::uint64_t>;
 std::uint64_t numel(const Shape& s);  // throws std::overflow_error past 2^64
 std::string shape_string(const Shape& s);  // "[4096, 4096]"
+// User text made safe for a one-line message or a terminal: C0 controls, DEL, C1 controls (a raw byte
+// or UTF-8 encoded, U+0080-U+009F) and bytes that are not UTF-8 become \xNN; other UTF-8 passes as
+// it is. A backslash is kept, so escaping twice changes nothing. Past `max` bytes the text is cut
+// and "..." appended.
+std::string printable(std::string_view s, std::size_t max = std::string_view::npos);
 // Checks a fill's numbers are finite and within float range and that prepare_fill accepts it; throws
 // std::invalid_argument naming the problem.
 void validate_fill(const FillSpec& f);

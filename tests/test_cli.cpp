@@ -676,3 +676,74 @@ TEST_F(Cli, IntegerOptionsAreDecimalOnly) {
   ASSERT_EQ(g.code(), 0) << g.err;
   EXPECT_EQ(json::parse(g.out)["training"]["gpu_memory"], 1610612736u);
 }
+
+namespace {
+// Bytes a terminal could act on: C0 controls (but the final newline), DEL, and C1 controls, raw
+// (0x80-0x9f outside a UTF-8 sequence) or UTF-8 encoded (U+0080-U+009F: c2 80 - c2 9f).
+std::string terminal_controls(const std::string& s) {
+  std::string found;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const bool last_newline = c == '\n' && i + 1 == s.size();
+    const bool c1_utf8 = c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
+                         static_cast<unsigned char>(s[i + 1]) <= 0x9f;
+    const bool c1_raw = c >= 0x80 && c <= 0x9f && !(i > 0 && static_cast<unsigned char>(s[i - 1]) >= 0xc0);
+    if ((c < 0x20 && !last_newline) || c == 0x7f || c1_utf8 || c1_raw) found += "byte " + std::to_string(i) + " ";
+  }
+  return found;
+}
+}  // namespace
+
+// User text echoed in a message (preset, dtype, recipe, fill, flag names, paths) had its newlines
+// and escape sequences printed raw: a two-line message, or terminal commands. They are written
+// \xNN now, as the spec parser already wrote names.
+TEST_F(Cli, MessagesEscapeControlCharactersInUserText) {
+  TempDir dir;
+  const std::string esc = "\x1b]0;owned\x07\x1b[31m";  // set the window title, then red
+  struct Case {
+    std::vector<std::string> args;
+    std::string escaped;  // must appear in the line
+    int code;
+  };
+  const std::string nl_dir = (dir / "no\nsuch").string();
+  const std::vector<Case> cases = {
+      {{"emit", "--preset", "llama\n" + esc, "-o", (dir / "a.h5").string()},
+       "unknown preset 'llama\\x0a\\x1b]0;owned\\x07\\x1b[31m'", 2},
+      {{"build", "--preset", "llama-tiny", "--dtype", "bf\n16"}, "unknown dtype 'bf\\x0a16'", 2},
+      {{"build", "--preset", "llama-tiny", "--recipe", "hf\r" + esc}, "unknown recipe 'hf\\x0d\\x1b]0;owned", 2},
+      {{"build", "--preset", "llama-tiny", "--layout", "x\ny"}, "unknown layout 'x\\x0ay'", 2},
+      {{"build", "--preset", "llama-tiny", "--orientation", "x\ny"}, "unknown orientation 'x\\x0ay'", 2},
+      {{"build", "--preset", "llama-tiny", "--backend", "x\ny"}, "unknown backend 'x\\x0ay'", 2},
+      {{"build", "--preset", "llama-tiny", "--report", "x\ny"}, "unknown report format 'x\\x0ay'", 2},
+      {{"plan", "--preset", "llama-tiny", "--precision", "x\ny"}, "unknown training precision 'x\\x0ay'", 2},
+      {{"emit", "--preset", "llama-tiny", "--format", "x\ny", "-o", (dir / "a").string()}, "'x\\x0ay'", 2},
+      {{"build", "--preset", "llama-tiny", "--init-override", "*=normal(0,\n1x)"}, "normal(0,\\x0a1x)", 2},
+      {{"build", "--preset", "llama-tiny", "--dtype-override", "*\n=fp32x"}, "fp32x", 2},
+      {{"build", "--preset", "llama-tiny", "--dtype-override", "x\ny"}, "'x\\x0ay'", 2},
+      {{"build", "--preset", "llama-tiny", "--seed", "1\n2"}, "'1\\x0a2'", 2},
+      {{"build", "--preset", "llama-tiny", "--fa\nst"}, "--fa\\x0ast", 2},
+      {{"build", "--spec", (dir / "no\nsuch.json").string()}, "no\\x0asuch.json", 2},
+      {{"emit", "--preset", "llama-tiny", "-o", nl_dir + "/m.h5"}, "no\\x0asuch", 2},
+      {{"build", "--preset", "llama-tiny", "--trace", nl_dir + "/t.csv"}, "no\\x0asuch", 2},
+      // C1 controls: U+009B (CSI) in UTF-8 and a raw 0x9b byte; other UTF-8 passes as it is.
+      {{"build", "--preset", "\xc2\x9b" "31m\xc3\xa9"}, "unknown preset '\\xc2\\x9b31m\xc3\xa9'", 2},
+      {{"build", "--preset", "\x9b" "31m\xff"}, "unknown preset '\\x9b31m\\xff'", 2},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(joined(c.args));
+    const Result r = run(c.args);
+    EXPECT_EQ(r.code(), c.code) << r.how() << "\nstderr: " << r.err;
+    expect_one_error_line(r, joined(c.args));
+    EXPECT_EQ(terminal_controls(r.err), "") << r.err;
+    EXPECT_NE(r.err.find(c.escaped), std::string::npos) << "missing '" << c.escaped << "' in: " << r.err;
+  }
+  EXPECT_TRUE(dir.entries().empty());
+  // A successful emit to such a path: its summary line escapes the path too.
+  const std::string odd = (dir / "m\n\x1b[2J.h5").string();
+  const Result ok = run({"emit", "--preset", "llama-tiny", "--backend", "cpu", "-o", odd});
+  ASSERT_EQ(ok.code(), 0) << ok.err;
+  EXPECT_TRUE(fs::exists(odd));
+  EXPECT_EQ(std::count(ok.out.begin(), ok.out.end(), '\n'), 1) << ok.out;
+  EXPECT_EQ(terminal_controls(ok.out), "") << ok.out;
+  EXPECT_EQ(ok.out.rfind((dir / "m\\x0a\\x1b[2J.h5").string() + ": wrote ", 0), 0u) << ok.out;
+}

@@ -86,7 +86,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
   } catch (...) {
     if (tty) std::fprintf(stderr, "\n");
     if (g_cancel.load()) {
-      std::fprintf(stderr, "layerinit: interrupted; %s was left as it was\n", ea.output.c_str());
+      std::fprintf(stderr, "layerinit: interrupted; %s was left as it was\n", printable(ea.output).c_str());
       std::exit(130);  // tools/ only: the library never exits
     }
     throw;
@@ -105,7 +105,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
     out["wall_seconds"] = r.seconds;
     std::cout << out.dump(2) << "\n";
   } else {
-    std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", ea.output.c_str(), format_bytes(r.weight_bytes).c_str(),
+    std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", printable(ea.output).c_str(), format_bytes(r.weight_bytes).c_str(),
                 format_bytes(r.file_bytes).c_str(), r.seconds, format_bytes(tracker.stats().peak_bytes).c_str());
   }
   return 0;

@@ -13,9 +13,10 @@
 #include "tools/common.hpp"
 
 namespace {
-// One line on stderr and the exit code: 2 for bad input, 1 for anything else.
+// One line on stderr and the exit code: 2 for bad input, 1 for anything else. Messages echo user
+// text (names, paths, CLI11's flag names): printable() keeps them one line, without terminal escapes.
 [[noreturn]] void fail(int code, const char* what, const char* suffix = "") {
-  std::fprintf(stderr, "layerinit: error: %s%s\n", what, suffix);
+  std::fprintf(stderr, "layerinit: error: %s%s\n", layerinit::printable(what).c_str(), suffix);
   std::exit(code);
 }
 }  // namespace
