@@ -747,3 +747,51 @@ TEST_F(Cli, MessagesEscapeControlCharactersInUserText) {
   EXPECT_EQ(terminal_controls(ok.out), "") << ok.out;
   EXPECT_EQ(ok.out.rfind((dir / "m\\x0a\\x1b[2J.h5").string() + ": wrote ", 0), 0u) << ok.out;
 }
+
+// An override whose pattern matches no tensor (a typo, another model's names) was accepted without a
+// word. It is a warning now, and an error with --strict.
+TEST_F(Cli, OverridesThatMatchNoTensorWarnAndFailWithStrict) {
+  TempDir dir;
+  const std::string target = (dir / "m.h5").string();
+  const std::string init_warning =
+      "layerinit: warning: --init-override pattern 'model.layer.*.mlp.*' matches no tensor of llama-tiny\n";
+  const std::string dtype_warning = "layerinit: warning: --dtype-override pattern '*layernorm\\x0a' matches no tensor of llama-tiny\n";
+  const std::vector<std::string> unmatched = {"--init-override", "model.layer.*.mlp.*=normal(0,0.01)",
+                                              "--dtype-override", "*layernorm\n=fp32"};
+  for (const std::vector<std::string>& cmd :
+       {std::vector<std::string>{"build", "--preset", "llama-tiny", "--backend", "cpu"},
+        std::vector<std::string>{"plan", "--preset", "llama-tiny"},
+        std::vector<std::string>{"emit", "--preset", "llama-tiny", "--backend", "cpu", "-o", target}}) {
+    SCOPED_TRACE(cmd[0]);
+    std::vector<std::string> args = cmd;
+    args.insert(args.end(), unmatched.begin(), unmatched.end());
+    const Result warned = run(args);
+    EXPECT_EQ(warned.code(), 0) << warned.err;
+    EXPECT_EQ(warned.err, init_warning + dtype_warning);
+    fs::remove(target);
+    args.push_back("--strict");
+    const Result strict = run(args);
+    EXPECT_EQ(strict.code(), 2) << strict.how();
+    EXPECT_EQ(strict.err, "layerinit: error: --init-override pattern 'model.layer.*.mlp.*' matches no tensor of "
+                          "llama-tiny (--strict)\n");
+    EXPECT_TRUE(strict.out.empty());
+    EXPECT_TRUE(dir.entries().empty());
+    // Patterns that match (layer 3's down_proj only; the norms) say nothing, with or without --strict.
+    std::vector<std::string> matched = cmd;
+    for (const char* a : {"--init-override", "model.layers.3.mlp.down_proj.weight=normal(0,0.01)", "--dtype-override",
+                          "*layernorm.weight=fp32", "--strict"})
+      matched.push_back(a);
+    const Result quiet = run(matched);
+    EXPECT_EQ(quiet.code(), 0) << quiet.err;
+    EXPECT_EQ(quiet.err, "");
+    fs::remove(target);
+  }
+  // llama-tiny has layers 0 to 3: a two-digit index or layer 4 matches nothing, one digit does.
+  for (const auto& [pattern, matches] : std::vector<std::pair<std::string, bool>>{
+           {"model.layers.??.*", false}, {"model.layers.4.*", false}, {"model.layers.[4-9].*", false},
+           {"model.layers.?.mlp.*", true}, {"model.layers.[3-9].*", true}, {"*.3.*", true}}) {
+    const Result r = run({"plan", "--preset", "llama-tiny", "--init-override", pattern + "=normal(0,1)"});
+    EXPECT_EQ(r.code(), 0) << r.err;
+    EXPECT_EQ(r.err, matches ? "" : "layerinit: warning: --init-override pattern '" + pattern + "' matches no tensor of llama-tiny\n");
+  }
+}

@@ -18,6 +18,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   const ModelSpec spec = args.load_spec();
   const Recipe recipe = args.load_recipe();
   const BuildOptions opts = args.build_options();
+  args.check_overrides(spec, recipe, opts);
   auto be = make_backend(args.backend, args.threads);
   tracking_resource tracker(be->memory());
   MemoryTrace trace(spec);

@@ -75,6 +75,7 @@ void ModelArgs::add_build_flags(CLI::App& app, const std::string& layouts) {
                  "trunc_normal(m,s,a,b), trunc_normal_std(m,s,a,b), uniform(lo,hi), constant(v) (repeatable)");
   add_decimal_option(app, "--seed", seed, 0, std::numeric_limits<std::uint64_t>::max(),
                      "Seed: values are a pure function of (seed, tensor name, element index)");
+  app.add_flag("--strict", strict, "An --init-override or --dtype-override that matches no tensor is an error");
   app.add_option("--layout", layout, "Memory layout: " + layouts)->capture_default_str();
   app.add_option("--orientation", orientation, "Linear weights as [out, in] (out-in, PyTorch/HF) or [in, out] (in-out, JAX/Flax)")
       ->capture_default_str();
@@ -127,6 +128,43 @@ BuildOptions ModelArgs::build_options() const {
   o.layout = layout == "restack" ? Layout::per_layer : parse_layout(layout);
   o.orientation = parse_orientation(orientation);
   return o;
+}
+
+namespace {
+// Whether a glob matches a canonical name of the spec. Layer names are prefix + i + "." + relative;
+// a pattern without digits or bracket sets cannot tell two indices of the same length apart (only
+// '*' and '?' match a digit there), so it is tried on one index per length: 0, 10, 100, ... Other
+// patterns go through the indices until one matches.
+bool matches_some_tensor(const ModelSpec& spec, const std::string& pattern) {
+  for (const auto* list : {&spec.pre, &spec.post})
+    for (const auto& t : *list)
+      if (name_matches(pattern, t.name)) return true;
+  if (spec.layer.tensors.empty()) return false;
+  auto layer_matches = [&](std::uint64_t i) {
+    for (const auto& t : spec.layer.tensors)
+      if (name_matches(pattern, spec.canonical_name(i, t))) return true;
+    return false;
+  };
+  if (pattern.find_first_of("0123456789[") == std::string::npos) {
+    for (std::uint64_t i = 0; i < spec.num_layers; i = i == 0 ? 10 : (i > UINT64_MAX / 10 ? spec.num_layers : i * 10))
+      if (layer_matches(i)) return true;
+    return false;
+  }
+  for (std::uint64_t i = 0; i < spec.num_layers; ++i)
+    if (layer_matches(i)) return true;
+  return false;
+}
+}  // namespace
+
+void ModelArgs::check_overrides(const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts) const {
+  auto check = [&](const char* flag, const std::string& pattern) {
+    if (matches_some_tensor(spec, pattern)) return;
+    const std::string what = std::string(flag) + " pattern '" + printable(pattern) + "' matches no tensor of " + printable(spec.name);
+    if (strict) throw usage_error(what + " (--strict)");
+    std::fprintf(stderr, "layerinit: warning: %s\n", what.c_str());
+  };
+  for (const auto& [pattern, fill] : recipe.overrides()) check("--init-override", pattern);
+  for (const auto& o : opts.dtype_overrides) check("--dtype-override", o.pattern);
 }
 
 FillSpec parse_fill(const std::string& text) {

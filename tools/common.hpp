@@ -34,6 +34,7 @@ struct ModelArgs {
   std::string orientation = "out-in";
   std::string backend = "auto";
   int threads = 0;
+  bool strict = false;  // an override that matches no tensor is an error, not a warning
 
   void add_model_flags(CLI::App& app);           // --preset, --spec
   void add_build_flags(CLI::App& app, const std::string& layouts);  // dtype, recipe, seed, layout, ...
@@ -42,6 +43,9 @@ struct ModelArgs {
   ModelSpec load_spec() const;
   Recipe load_recipe() const;
   BuildOptions build_options() const;  // layout "restack" maps to per-layer
+  // Each --init-override / --dtype-override pattern that matches no tensor of `spec`: a warning line
+  // on stderr, or with --strict a usage_error naming the first.
+  void check_overrides(const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts) const;
 };
 
 // Every integer option goes through these: decimal digits only (no sign, no 0x or octal prefix, no

@@ -44,6 +44,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
   const ModelSpec spec = args.load_spec();
   const Recipe recipe = args.load_recipe();
   const BuildOptions opts = args.build_options();
+  args.check_overrides(spec, recipe, opts);
 
   EmitOptions eo;
   eo.format = format;
