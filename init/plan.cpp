@@ -146,9 +146,15 @@ std::uint64_t largest_batch(const ModelSpec& spec, TrainingSetup setup, std::uin
 std::uint64_t parse_byte_size(std::string_view text) {
   std::string t(text);
   t.erase(std::remove_if(t.begin(), t.end(), [](unsigned char c) { return std::isspace(c); }), t.end());
-  // Decimal digits with at most one '.', then a unit: stod alone also took "0x10" (hex), "1e3",
-  // "+80", "inf" and "nan".
-  const std::size_t used = std::min(t.find_first_not_of("0123456789."), t.size());
+  // A decimal number (digits, at most one '.', an optional exponent: 1.5, 1e3), then a unit. stod
+  // alone also took hex ("0x10GiB" was 16 GiB), a sign, "inf" and "nan".
+  std::size_t used = std::min(t.find_first_not_of("0123456789."), t.size());
+  if (used > 0 && used < t.size() && (t[used] == 'e' || t[used] == 'E')) {
+    std::size_t k = used + 1;
+    if (k < t.size() && (t[k] == '+' || t[k] == '-')) ++k;
+    const std::size_t digits_end = std::min(t.find_first_not_of("0123456789", k), t.size());
+    if (digits_end > k) used = digits_end;
+  }
   const std::string number = t.substr(0, used);
   double v = -1;
   if (number.find_first_of("0123456789") != std::string::npos && std::count(number.begin(), number.end(), '.') <= 1) {

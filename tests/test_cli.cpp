@@ -645,7 +645,7 @@ TEST_F(Cli, IntegerOptionsAreDecimalOnly) {
       {{"plan", "--preset", "llama-tiny", "--seq", "18446744073709551616"}, {"--seq", "out of range"}},
       {{"plan", "--preset", "llama-tiny", "--seq", "-0"}, {"--seq", "'-0'"}},
       {{"plan", "--preset", "llama-tiny", "--gpu-mem", "0x10GiB"}, {"cannot read byte size '0x10GiB'"}},
-      {{"plan", "--preset", "llama-tiny", "--gpu-mem", "1e3GB"}, {"cannot read byte size '1e3GB'"}},
+      {{"plan", "--preset", "llama-tiny", "--gpu-mem", "0x1p4GiB"}, {"cannot read byte size '0x1p4GiB'"}},
       {{"plan", "--preset", "llama-tiny", "--gpu-mem", "+80GiB"}, {"cannot read byte size '+80GiB'"}},
       {{"emit", "--preset", "llama-tiny", "--format", "safetensors", "--max-shard-size", "0x100000", "-o", target},
        {"cannot read byte size '0x100000'"}},
