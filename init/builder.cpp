@@ -103,6 +103,13 @@ PlannedTensor Builder::plan_one(const TensorSpec& t, std::optional<std::uint64_t
   for (const auto& o : opts_.dtype_overrides)
     if (name_matches(o.pattern, p.name)) p.dtype = o.dtype;
   p.fill = recipe_.rule_for(TensorContext{spec_, t, layer, p.name});
+  // The fill in this tensor's dtype (a std fp16 cannot hold, say): refused while planning, before
+  // anything is allocated or written, with the tensor's name.
+  try {
+    prepare_fill(p.fill, p.dtype);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("tensor '" + printable(p.name) + "': " + e.what());
+  }
   p.memory_shape = t.shape;
   if (opts_.orientation == Orientation::in_out && t.transposable && t.shape.size() == 2) {
     std::swap(p.memory_shape[0], p.memory_shape[1]);

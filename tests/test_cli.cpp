@@ -795,3 +795,40 @@ TEST_F(Cli, OverridesThatMatchNoTensorWarnAndFailWithStrict) {
     EXPECT_EQ(r.err, matches ? "" : "layerinit: warning: --init-override pattern '" + pattern + "' matches no tensor of llama-tiny\n");
   }
 }
+
+// normal(0, 1e-300) wrote zeros in every dtype, normal(0, 1e-10) zeros in fp16: refused before
+// anything is written, naming the tensor when the dtype is what makes the fill degenerate.
+TEST_F(Cli, FillsThatUnderflowTheDtypeAreRefused) {
+  TempDir dir;
+  const std::string target = (dir / "m.h5").string();
+  struct Case {
+    std::vector<std::string> args;
+    std::string line;
+  };
+  const std::vector<Case> cases = {
+      {{"emit", "--preset", "llama-tiny", "--init-override", "*proj*=normal(0,1e-300)", "-o", target},
+       "layerinit: error: invalid fill normal(0, 1e-300): std * sqrt(2) underflows float\n"},
+      {{"emit", "--preset", "llama-tiny", "--dtype", "fp16", "--init-override", "*.mlp.*=normal(0,1e-10)", "-o", target},
+       "layerinit: error: tensor 'model.layers.0.mlp.gate_proj.weight': invalid fill normal(0, 1e-10): every value "
+       "rounds to 0 in fp16 (too narrow for the dtype; write constant(0) for a constant)\n"},
+      {{"build", "--preset", "llama-tiny", "--dtype", "bf16", "--init-override", "model.norm.weight=normal(1,1e-5)"},
+       "layerinit: error: tensor 'model.norm.weight': invalid fill normal(1, 1e-05): every value rounds to 1 in bf16 "
+       "(too narrow for the dtype; write constant(1) for a constant)\n"},
+      {{"plan", "--preset", "llama-tiny", "--dtype-override", "lm_head.weight=fp16", "--init-override",
+        "lm_head.weight=uniform(0,1e-9)"},
+       "layerinit: error: tensor 'lm_head.weight': invalid fill uniform(0, 1e-09): every value rounds to 0 in fp16 "
+       "(too narrow for the dtype; write constant(0) for a constant)\n"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(joined(c.args));
+    const Result r = run(c.args);
+    EXPECT_EQ(r.code(), 2) << r.how();
+    EXPECT_EQ(r.err, c.line);
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_TRUE(dir.entries().empty());
+  }
+  // The same fills where the dtype holds them.
+  const Result ok = run({"emit", "--preset", "llama-tiny", "--dtype", "fp32", "--init-override", "*.mlp.*=normal(0,1e-10)",
+                         "--backend", "cpu", "-o", target});
+  EXPECT_EQ(ok.code(), 0) << ok.err;
+}
