@@ -832,3 +832,59 @@ TEST_F(Cli, FillsThatUnderflowTheDtypeAreRefused) {
                          "--backend", "cpu", "-o", target});
   EXPECT_EQ(ok.code(), 0) << ok.err;
 }
+
+// build --trace: every row of a tiny model, exactly. The tracker was made without its live list, so
+// a free had neither tensor nor layer (",deallocate,16,112,-1,"). Restack frees each per-layer tensor
+// after its slice is committed into the [L, ...] buffer.
+TEST_F(Cli, BuildTraceRecordsEveryAllocationAndFreeWithItsTensorAndLayer) {
+  TempDir dir;
+  const std::string spec = (dir / "tiny.json").string();
+  write_file(spec, R"({"name": "trace-tiny", "family": "custom",
+ "pre": [{"name": "embed.weight", "shape": [4, 2], "role": "embedding"}],
+ "layer": {"prefix": "blocks.", "count": 2, "tensors": [
+   {"name": "w", "shape": [2, 2], "role": "linear_weight"},
+   {"name": "b", "shape": [2], "role": "linear_bias"}]},
+ "post": [{"name": "head.weight", "shape": [3, 2], "role": "head_weight"}]})");
+  const std::string alloc_rows = "allocate,32,32,-1,embed.weight\n"
+                                 "allocate,16,48,0,blocks.0.w\n"
+                                 "allocate,8,56,0,blocks.0.b\n"
+                                 "allocate,16,72,1,blocks.1.w\n"
+                                 "allocate,8,80,1,blocks.1.b\n"
+                                 "allocate,24,104,-1,head.weight\n";
+  const std::map<std::string, std::string> expected = {
+      {"per-layer", alloc_rows},
+      {"stacked", "allocate,32,32,-1,embed.weight\n"
+                  "allocate,32,64,-1,blocks.w\n"
+                  "allocate,16,80,-1,blocks.b\n"
+                  "allocate,24,104,-1,head.weight\n"},
+      {"restack", alloc_rows + "commit,16,120,-1,blocks.w\n"
+                               "commit,8,128,-1,blocks.b\n"
+                               "deallocate,16,112,0,blocks.0.w\n"
+                               "deallocate,8,104,0,blocks.0.b\n"
+                               "commit,16,120,-1,blocks.w\n"
+                               "commit,8,128,-1,blocks.b\n"
+                               "deallocate,16,112,1,blocks.1.w\n"
+                               "deallocate,8,104,1,blocks.1.b\n"},
+  };
+  for (const auto& [layout, rows] : expected) {
+    SCOPED_TRACE(layout);
+    const fs::path trace = dir / ("trace-" + layout + ".csv");
+    const Result r = run({"build", "--spec", spec, "--dtype", "fp32", "--backend", "cpu", "--layout", layout,
+                          "--trace", trace.string()});
+    ASSERT_EQ(r.code(), 0) << r.err;
+    std::istringstream in(slurp(trace));
+    std::string line, without_time;
+    std::getline(in, line);
+    EXPECT_EQ(line, "seconds,event,bytes,current_bytes,layer,tensor");
+    double last = 0;
+    while (std::getline(in, line)) {
+      const auto comma = line.find(',');
+      ASSERT_NE(comma, std::string::npos) << line;
+      const double t = std::stod(line.substr(0, comma));
+      EXPECT_GE(t, last) << line;  // seconds since the tracker was made, in order
+      last = t;
+      without_time += line.substr(comma + 1) + "\n";
+    }
+    EXPECT_EQ(without_time, rows);
+  }
+}

@@ -20,7 +20,8 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   const BuildOptions opts = args.build_options();
   args.check_overrides(spec, recipe, opts);
   auto be = make_backend(args.backend, args.threads);
-  tracking_resource tracker(be->memory());
+  // A free carries only its pointer: the tracker's live list gives the trace its tensor and layer.
+  tracking_resource tracker(be->memory(), tracking_resource::options{.live_list = !trace_file.empty()});
   MemoryTrace trace(spec);
   if (!trace_file.empty()) trace.attach(tracker, trace_file);
 
