@@ -5,6 +5,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "init/spec_json.hpp"
 #include "kernels/philox.hpp"
 #include "stacking/stack.hpp"
 
@@ -50,6 +51,23 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
   if (be.kind() == BackendKind::dry) throw std::invalid_argument("emit needs a backend that holds bytes (cpu or cuda)");
   const bool stacked = b.options().layout == Layout::stacked;
 
+  const BuildOptions& bo = b.options();
+  // The file's metadata is the builder's: filled in where the caller left a field empty; a caller's
+  // value that contradicts the builder is refused, since the file would misstate how it was made.
+  CheckpointMetadata meta = opts.meta;
+  auto from_builder = [](std::string& field, const char* key, const std::string& truth, bool quote_truth) {
+    if (field.empty()) field = truth;
+    else if (field != truth)
+      throw std::invalid_argument("emit: metadata " + std::string(key) + " '" + printable(field, 64) +
+                                  "' contradicts the builder's " + (quote_truth ? "'" + printable(truth) + "'" : "spec"));
+  };
+  from_builder(meta.dtype, "dtype", std::string(dtype_name(bo.dtype)), true);
+  from_builder(meta.seed, "seed", std::to_string(bo.seed), true);
+  from_builder(meta.recipe, "recipe", b.recipe().name(), true);
+  from_builder(meta.layout, "layout", std::string(layout_name(bo.layout)), true);
+  from_builder(meta.orientation, "orientation", std::string(orientation_name(bo.orientation)), true);
+  from_builder(meta.model_spec, "model_spec", spec_to_json(spec), false);
+
   std::vector<DatasetSpec> datasets = checkpoint_datasets(b);
   std::map<std::string, std::size_t> index;
   for (std::size_t k = 0; k < datasets.size(); ++k) index[datasets[k].name] = k;
@@ -62,7 +80,7 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
   // argument problem found before any work: invalid_argument, so the CLI exits with 2.
   std::unique_ptr<CheckpointWriter> writer;
   try {
-    writer = open_checkpoint_writer(opts.format, target, datasets, opts.meta, opts.writer);
+    writer = open_checkpoint_writer(opts.format, target, datasets, meta, opts.writer);
   } catch (const checkpoint_error& e) {
     throw std::invalid_argument(e.what());
   }

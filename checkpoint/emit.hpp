@@ -27,6 +27,8 @@ struct EmitProgress {
 struct EmitOptions {
   CheckpointFormat format = CheckpointFormat::hdf5;
   WriterOptions writer;
+  // dtype, seed, recipe, layout, orientation and model_spec are the builder's: left empty they are
+  // filled in; a value that differs from the builder's is refused (std::invalid_argument).
   CheckpointMetadata meta;
   std::function<void(const EmitProgress&)> progress;  // after each part
   const std::atomic<bool>* cancel = nullptr;          // set (e.g. by a signal handler) to stop

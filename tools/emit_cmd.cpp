@@ -61,12 +61,8 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
       // MLPs and custom specs have no Hugging Face config: weights only.
     }
   }
-  eo.meta.dtype = dtype_name(opts.dtype);
-  eo.meta.seed = std::to_string(opts.seed);
-  eo.meta.recipe = recipe.name();
-  eo.meta.layout = layout_name(opts.layout);
-  eo.meta.orientation = orientation_name(opts.orientation);
-  eo.meta.model_spec = spec_to_json(spec);
+  // The file's metadata (dtype, seed, recipe, layout, orientation, model spec) is the builder's:
+  // emit_checkpoint fills it in.
   eo.cancel = &g_cancel;
   const bool tty = isatty(STDERR_FILENO);
   if (tty) eo.progress = draw;
