@@ -51,7 +51,13 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
   if (be.kind() == BackendKind::dry) throw std::invalid_argument("emit needs a backend that holds bytes (cpu or cuda)");
   const bool stacked = b.options().layout == Layout::stacked;
 
+  // A Hugging Face config.json makes transformers load the directory as its model: only the
+  // per-layer, out-in layout matches what it expects (stacked or transposed weights would load as
+  // missing keys initialized anew, or a square weight silently transposed).
   const BuildOptions& bo = b.options();
+  if (!opts.writer.config_json.empty() && (bo.layout != Layout::per_layer || bo.orientation != Orientation::out_in))
+    throw std::invalid_argument("emit: a Hugging Face config.json describes the per-layer, out-in layout; this checkpoint is " +
+                                std::string(layout_name(bo.layout)) + ", " + std::string(orientation_name(bo.orientation)));
   // The file's metadata is the builder's: filled in where the caller left a field empty; a caller's
   // value that contradicts the builder is refused, since the file would misstate how it was made.
   CheckpointMetadata meta = opts.meta;

@@ -888,3 +888,28 @@ TEST_F(Cli, BuildTraceRecordsEveryAllocationAndFreeWithItsTensorAndLayer) {
     EXPECT_EQ(without_time, rows);
   }
 }
+
+// A stacked (or in-out) safetensors directory had a Hugging Face config.json: from_pretrained loaded
+// it, reported 36 missing and 9 unexpected keys and initialized those anew. config.json is written
+// for the per-layer, out-in layout only; the layout is in the file's metadata either way.
+TEST_F(Cli, SafetensorsConfigJsonOnlyForTheLayoutTransformersLoads) {
+  TempDir dir;
+  struct Case {
+    std::vector<std::string> flags;
+    std::vector<std::string> files;
+  };
+  for (const Case& c : {Case{{"--layout", "stacked"}, {"model.safetensors"}},
+                        Case{{"--orientation", "in-out"}, {"model.safetensors"}},
+                        Case{{"--layout", "stacked", "--orientation", "in-out"}, {"model.safetensors"}},
+                        Case{{}, {"config.json", "model.safetensors"}}}) {
+    SCOPED_TRACE(joined(c.flags));
+    const fs::path target = dir / "m";
+    std::vector<std::string> args{"emit", "--preset", "llama-tiny", "--format", "safetensors", "--backend", "cpu", "-o",
+                                  target.string()};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    const Result r = run(args);
+    ASSERT_EQ(r.code(), 0) << r.err;
+    EXPECT_EQ(TempDir::list(target), c.files);
+    fs::remove_all(target);
+  }
+}

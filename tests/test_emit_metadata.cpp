@@ -1,5 +1,7 @@
 // What emit_checkpoint records about a model besides its tensors: the file's metadata (seed, dtype,
-// recipe, layout, orientation, model spec) comes from the Builder itself.
+// recipe, layout, orientation, model spec) comes from the Builder itself, and a Hugging Face
+// config.json is written only for the one layout transformers loads (per-layer, out-in), with token
+// ids inside the vocabulary.
 #include <hdf5.h>
 
 #include <gtest/gtest.h>
@@ -127,4 +129,37 @@ TEST(EmitMetadata, CallerValuesMustAgreeWithTheBuilder) {
     }
     EXPECT_TRUE(dir.entries().empty());
   }
+}
+
+// A config.json beside a stacked or in-out checkpoint made transformers' from_pretrained load the
+// directory, report missing and unexpected keys and initialize them anew (or, for a square weight
+// stored transposed, load it silently wrong). emit_checkpoint refuses it; the per-layer out-in
+// layout gets it.
+TEST(EmitConfigJson, OnlyForThePerLayerOutInLayout) {
+  auto be = make_host_backend(2);
+  const ModelSpec spec = make_preset("llama-tiny");
+  TempDir dir;
+  for (const auto& [layout, orientation] : {std::pair{Layout::stacked, Orientation::out_in},
+                                            std::pair{Layout::per_layer, Orientation::in_out},
+                                            std::pair{Layout::stacked, Orientation::in_out}}) {
+    const Builder b(spec, make_recipe("hf"), options(layout, orientation), *be, be->memory());
+    EmitOptions eo;
+    eo.format = CheckpointFormat::safetensors;
+    eo.writer.config_json = config_json(spec, DType::f16);
+    try {
+      emit_checkpoint(b, *be, dir / "m", eo);
+      ADD_FAILURE() << "config.json written for " << layout_name(layout) << ", " << orientation_name(orientation);
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "emit: a Hugging Face config.json describes the per-layer, out-in layout; this checkpoint is " +
+                    std::string(layout_name(layout)) + ", " + std::string(orientation_name(orientation)));
+    }
+    EXPECT_TRUE(dir.entries().empty());
+  }
+  const Builder b(spec, make_recipe("hf"), options(Layout::per_layer, Orientation::out_in), *be, be->memory());
+  EmitOptions eo;
+  eo.format = CheckpointFormat::safetensors;
+  eo.writer.config_json = config_json(spec, DType::f16);
+  emit_checkpoint(b, *be, dir / "m", eo);
+  EXPECT_EQ(slurp(dir / "m" / "config.json"), eo.writer.config_json);
 }

@@ -54,7 +54,10 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
     eo.writer.max_shard_size = parse_byte_size(ea.max_shard_size);
     if (eo.writer.max_shard_size == 0) throw usage_error("--max-shard-size must be positive");
   }
-  if (format == CheckpointFormat::safetensors) {
+  // transformers loads the per-layer, out-in layout only: a config.json beside stacked or transposed
+  // weights would have it load them as missing keys and initialize those anew.
+  if (format == CheckpointFormat::safetensors && opts.layout == Layout::per_layer &&
+      opts.orientation == Orientation::out_in) {
     try {
       eo.writer.config_json = config_json(spec, opts.dtype);
     } catch (const std::invalid_argument&) {
