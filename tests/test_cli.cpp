@@ -913,3 +913,16 @@ TEST_F(Cli, SafetensorsConfigJsonOnlyForTheLayoutTransformersLoads) {
     fs::remove_all(target);
   }
 }
+
+// gpt2-tiny's config.json had no bos/eos ids, so transformers took GPT-2's 50256, outside its
+// 512-token vocabulary. GPT-2's end-of-text token is the last one.
+TEST_F(Cli, Gpt2TinyConfigJsonHasTokenIdsInsideItsVocabulary) {
+  TempDir dir;
+  const Result r = run({"emit", "--preset", "gpt2-tiny", "--format", "safetensors", "--backend", "cpu", "-o",
+                        (dir / "g").string()});
+  ASSERT_EQ(r.code(), 0) << r.err;
+  const json config = json::parse(slurp(dir / "g" / "config.json"));
+  EXPECT_EQ(config["vocab_size"], 512);
+  EXPECT_EQ(config["bos_token_id"], 511);
+  EXPECT_EQ(config["eos_token_id"], 511);
+}

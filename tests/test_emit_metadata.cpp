@@ -163,3 +163,24 @@ TEST(EmitConfigJson, OnlyForThePerLayerOutInLayout) {
   emit_checkpoint(b, *be, dir / "m", eo);
   EXPECT_EQ(slurp(dir / "m" / "config.json"), eo.writer.config_json);
 }
+
+// transformers' GPT2Config defaults bos/eos to 50256, outside gpt2-tiny's 512-token vocabulary (it
+// warns). GPT-2's end-of-text token is the last one: vocab_size - 1 for every GPT-2 preset. Every
+// token id any config.json names lies inside its vocabulary.
+TEST(EmitConfigJson, TokenIdsLieInsideTheVocabulary) {
+  const json tiny = json::parse(config_json(make_preset("gpt2-tiny"), DType::bf16));
+  EXPECT_EQ(tiny["vocab_size"], 512u);
+  EXPECT_EQ(tiny["bos_token_id"], 511u);
+  EXPECT_EQ(tiny["eos_token_id"], 511u);
+  const json gpt2 = json::parse(config_json(make_preset("gpt2"), DType::bf16));
+  EXPECT_EQ(gpt2["bos_token_id"], 50256u);
+  EXPECT_EQ(gpt2["eos_token_id"], 50256u);
+  for (const auto& name : preset_names()) {
+    const ModelSpec spec = make_preset(name);
+    if (spec.family == "mlp") continue;
+    SCOPED_TRACE(name);
+    const json c = json::parse(config_json(spec, DType::bf16));
+    for (const auto& [key, value] : c.items())
+      if (key.ends_with("_token_id") && value.is_number()) EXPECT_LT(value.get<std::uint64_t>(), c["vocab_size"].get<std::uint64_t>()) << key;
+  }
+}
