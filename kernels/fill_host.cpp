@@ -109,8 +109,14 @@ int default_thread_count() {
 
 void fill_host_range(const FillJob& j, std::uint64_t b, std::uint64_t e) {
   if (b < j.begin || e > j.end || b > e) throw std::invalid_argument("fill_host_range: range outside the job");
-  if (j.transposed && (j.rows == 0 || j.cols == 0 || j.rows * j.cols < j.end))
-    throw std::invalid_argument("fill_host_range: transposed job needs rows * cols >= end");
+  // The same preconditions as fill_cuda: rows * cols checked without wrapping around 2^64, and a dst
+  // to write through whenever there is something to write.
+  if (j.transposed && (j.rows == 0 || j.cols == 0 || j.rows > UINT64_MAX / j.cols || j.rows * j.cols < j.end))
+    throw std::invalid_argument("fill_host_range: transposed job needs rows * cols >= end (without overflow)");
+  if (b == e) return;
+  if (j.dst == nullptr) throw std::invalid_argument("fill_host_range: job with a null dst");
+  if (reinterpret_cast<std::uintptr_t>(j.dst) % dtype_size(j.dtype) != 0)
+    throw std::invalid_argument("fill_host_range: dst is not aligned to its element size");
   switch (j.dtype) {
     case DType::f32: fill_span<DType::f32>(j, b, e); break;
     case DType::f16: fill_span<DType::f16>(j, b, e); break;

@@ -375,3 +375,37 @@ TEST(Fill, RefusesFillsWhoseValuesAllRoundToOneValue) {
   expect_invalid(FillSpec::normal(0, 0x1p-25 / 5.4215 * 0.999), DType::f16, "every value rounds to 0 in fp16");
   accepted(FillSpec::normal(0, 0x1p-25 / 5.4215 * 1.001), DType::f16);
 }
+
+// fill_host_range's preconditions, as fill_cuda checks them: rows * cols wrapped around 2^64 (2^32 + 1
+// rows of 2^32 columns pass as 2^32 >= end), and a null or misaligned dst was written through.
+TEST(Fill, HostRangeRefusesOverflowingShapesAndBadDestinations) {
+  Bytes out(100 * 4 + 4);
+  FillJob j = make_fill_job(out.data(), DType::f32, 100, 1, "t", FillSpec::normal(0, 1));
+  auto message = [&](std::uint64_t b, std::uint64_t e) {
+    try {
+      fill_host_range(j, b, e);
+    } catch (const std::invalid_argument& x) {
+      return std::string(x.what());
+    }
+    return std::string("accepted");
+  };
+  j.transposed = true;
+  j.rows = (1ull << 32) + 1;
+  j.cols = 1ull << 32;
+  EXPECT_EQ(message(0, 100), "fill_host_range: transposed job needs rows * cols >= end (without overflow)");
+  j.rows = 1ull << 63;
+  j.cols = 2;  // wraps to 0
+  EXPECT_EQ(message(0, 100), "fill_host_range: transposed job needs rows * cols >= end (without overflow)");
+  j.rows = 10;
+  j.cols = 10;
+  EXPECT_EQ(message(0, 100), "accepted");
+  j.transposed = false;
+  j.dst = nullptr;
+  EXPECT_EQ(message(0, 100), "fill_host_range: job with a null dst");
+  EXPECT_THROW(fill_host(std::span(&j, 1), 2), std::invalid_argument);
+  EXPECT_EQ(message(0, 0), "accepted");  // nothing to write
+  for (DType t : {DType::f32, DType::bf16}) {
+    j = make_fill_job(out.data() + 1, t, 100, 1, "t", FillSpec::normal(0, 1));
+    EXPECT_EQ(message(0, 100), "fill_host_range: dst is not aligned to its element size") << dtype_name(t);
+  }
+}
