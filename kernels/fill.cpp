@@ -75,6 +75,7 @@ bool finite(double x) { return std::isfinite(x); }
 // A random fill that can produce one value of the dtype only.
 [[noreturn]] void one_value(const FillSpec& s, float v, DType t) {
   std::ostringstream o;
+  o.precision(9);  // every float exactly
   o << v;
   throw std::invalid_argument("invalid fill " + s.describe() + ": every value rounds to " + o.str() + " in " +
                               std::string(dtype_name(t)) + " (too narrow for the dtype; write constant(" + o.str() +
