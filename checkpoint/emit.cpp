@@ -10,6 +10,7 @@
 
 #include <layerinit/backends/backend.hpp>
 #include <layerinit/checkpoint/detail.hpp>
+#include <layerinit/init/spec_json.hpp>
 
 namespace layerinit {
 
@@ -113,13 +114,36 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
   if (be.kind() == BackendKind::dry) throw std::invalid_argument("emit needs a backend that holds bytes (cpu or cuda)");
   const bool stacked = b.options().layout == Layout::stacked;
 
+  // A Hugging Face config.json makes transformers load the directory as its model: only the
+  // per-layer, out-in layout matches what it expects (stacked or transposed weights would load as
+  // missing keys initialized anew, or a square weight silently transposed).
+  const BuildOptions& bo = b.options();
+  if (!opts.writer.config_json.empty() && (bo.layout != Layout::per_layer || bo.orientation != Orientation::out_in))
+    throw std::invalid_argument("emit: a Hugging Face config.json describes the per-layer, out-in layout; this checkpoint is " +
+                                std::string(layout_name(bo.layout)) + ", " + std::string(orientation_name(bo.orientation)));
+  // The file's metadata is the builder's: filled in where the caller left a field empty; a caller's
+  // value that contradicts the builder is refused, since the file would misstate how it was made.
+  CheckpointMetadata meta = opts.meta;
+  auto from_builder = [](std::string& field, const char* key, const std::string& truth, bool quote_truth) {
+    if (field.empty()) field = truth;
+    else if (field != truth)
+      throw std::invalid_argument("emit: metadata " + std::string(key) + " '" + printable(field, 64) +
+                                  "' contradicts the builder's " + (quote_truth ? "'" + printable(truth) + "'" : "spec"));
+  };
+  from_builder(meta.dtype, "dtype", std::string(dtype_name(bo.dtype)), true);
+  from_builder(meta.seed, "seed", std::to_string(bo.seed), true);
+  from_builder(meta.recipe, "recipe", b.recipe().name(), true);
+  from_builder(meta.layout, "layout", std::string(layout_name(bo.layout)), true);
+  from_builder(meta.orientation, "orientation", std::string(orientation_name(bo.orientation)), true);
+  from_builder(meta.model_spec, "model_spec", spec_to_json(spec), false);
+
   // Before anything that grows with the model (the dataset list, the reports; 10^9 tiny layers would
   // be hundreds of GB of lists for a checkpoint no disk holds): the checks the writer makes at open.
   // A refused target throws checkpoint_refused, an environment failure (no space, EIO)
   // checkpoint_error; both propagate as they are.
   detail::preflight(detail::normalize_target(target), opts.format == CheckpointFormat::safetensors,
                     opts.writer.overwrite, opts.writer.check_free_space,
-                    planned_checkpoint_bytes(b, opts.format, opts.meta, opts.writer),
+                    planned_checkpoint_bytes(b, opts.format, meta, opts.writer),
                     opts.format == CheckpointFormat::hdf5 ? detail::hdf5_ownership : detail::safetensors_ownership);
 
   std::vector<DatasetSpec> datasets = checkpoint_datasets(b);
@@ -130,7 +154,7 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
     result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), 0, {}});
     result.weight_bytes += result.tensors.back().bytes;
   }
-  std::unique_ptr<CheckpointWriter> writer = open_checkpoint_writer(opts.format, target, datasets, opts.meta, opts.writer);
+  std::unique_ptr<CheckpointWriter> writer = open_checkpoint_writer(opts.format, target, datasets, meta, opts.writer);
 
   std::vector<unsigned char> staging;
   const bool device = be.memory().kind() != MemoryKind::host;

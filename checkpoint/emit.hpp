@@ -31,7 +31,11 @@ struct EmitProgress {
 
 struct EmitOptions {
   CheckpointFormat format = CheckpointFormat::hdf5;
+  // writer.config_json only for the per-layer, out-in layout (the one transformers loads): else
+  // emit_checkpoint throws std::invalid_argument.
   WriterOptions writer;
+  // dtype, seed, recipe, layout, orientation and model_spec are the builder's: left empty they are
+  // filled in; a value that differs from the builder's is refused (std::invalid_argument).
   CheckpointMetadata meta;
   std::function<void(const EmitProgress&)> progress;  // after each part
   const std::atomic<bool>* cancel = nullptr;          // set (e.g. by a signal handler) to stop

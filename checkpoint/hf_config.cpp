@@ -51,6 +51,12 @@ std::string config_json(const ModelSpec& spec, DType dtype) {
     j["layer_norm_epsilon"] = h.norm_eps;
     j["initializer_range"] = h.initializer_range;
     j["tie_word_embeddings"] = true;
+    // GPT2Config defaults both to 50256 (GPT-2's <|endoftext|>, its last token), which lies outside a
+    // smaller vocabulary (gpt2-tiny's 512): the last token of this one.
+    if (h.vocab_size > 0) {
+      j["bos_token_id"] = h.vocab_size - 1;
+      j["eos_token_id"] = h.vocab_size - 1;
+    }
   } else {
     throw std::invalid_argument("config.json: no Hugging Face model_type for family '" + fam +
                                 "' (supported: llama, mistral, mixtral, gpt2)");

@@ -20,12 +20,13 @@
 
 #include <layerinit/config.hpp>
 #include <layerinit/core/bytes.hpp>
+#include <layerinit/core/text.hpp>
 
 namespace layerinit {
 namespace detail {
 
 void fail(const std::string& what, const fs::path& path, int err) {
-  throw checkpoint_error("checkpoint: " + what + " " + path.string() + ": " + std::strerror(err));
+  throw checkpoint_error("checkpoint: " + what + " " + printable(path.string()) + ": " + std::strerror(err));
 }
 
 void refuse(const std::string& what, const fs::path& path, int err) {
@@ -340,7 +341,7 @@ std::string_view format_name(CheckpointFormat f) { return f == CheckpointFormat:
 CheckpointFormat parse_checkpoint_format(std::string_view s) {
   if (s == "hdf5" || s == "h5") return CheckpointFormat::hdf5;
   if (s == "safetensors") return CheckpointFormat::safetensors;
-  throw std::invalid_argument("unknown checkpoint format '" + std::string(s) + "' (valid: hdf5, safetensors)");
+  throw std::invalid_argument("unknown checkpoint format '" + printable(s) + "' (valid: hdf5, safetensors)");
 }
 
 void check_free_space(const std::filesystem::path& where, std::uint64_t bytes) {

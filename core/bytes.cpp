@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include <layerinit/core/text.hpp>
+
 namespace layerinit {
 
 namespace {
@@ -42,13 +44,25 @@ std::string format_bytes_short(std::uint64_t bytes) {
 std::uint64_t parse_byte_size(std::string_view text) {
   std::string t(text);
   t.erase(std::remove_if(t.begin(), t.end(), [](unsigned char c) { return std::isspace(c); }), t.end());
-  std::size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(t, &used);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("cannot read byte size '" + std::string(text) + "' (e.g. 80GiB, 500MB, 1048576)");
+  // A decimal number (digits, at most one '.', an optional exponent: 1.5, 1e3), then a unit. stod
+  // alone also took hex ("0x10GiB" was 16 GiB), a sign, "inf" and "nan".
+  std::size_t used = std::min(t.find_first_not_of("0123456789."), t.size());
+  if (used > 0 && used < t.size() && (t[used] == 'e' || t[used] == 'E')) {
+    std::size_t k = used + 1;
+    if (k < t.size() && (t[k] == '+' || t[k] == '-')) ++k;
+    const std::size_t digits_end = std::min(t.find_first_not_of("0123456789", k), t.size());
+    if (digits_end > k) used = digits_end;
   }
+  const std::string number = t.substr(0, used);
+  double v = -1;
+  if (number.find_first_of("0123456789") != std::string::npos && std::count(number.begin(), number.end(), '.') <= 1) {
+    try {
+      v = std::stod(number);
+    } catch (const std::out_of_range&) {  // hundreds of digits: too large, refused below
+      v = INFINITY;
+    }
+  }
+  if (v < 0) throw std::invalid_argument("cannot read byte size '" + printable(text) + "' (e.g. 80GiB, 500MB, 1048576)");
   std::string unit = t.substr(used);
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   double scale = 0;
@@ -63,7 +77,7 @@ std::uint64_t parse_byte_size(std::string_view text) {
   else if (unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
   const double bytes = v * scale;
   if (scale == 0 || !std::isfinite(bytes) || bytes < 0 || bytes >= 1.8e19)
-    throw std::invalid_argument("cannot read byte size '" + std::string(text) + "' (e.g. 80GiB, 500MB, 1048576)");
+    throw std::invalid_argument("cannot read byte size '" + printable(text) + "' (e.g. 80GiB, 500MB, 1048576)");
   return static_cast<std::uint64_t>(bytes);
 }
 

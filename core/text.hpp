@@ -1,11 +1,19 @@
 // Text rules shared by specs, recipes, overrides and messages.
 #pragma once
 
+#include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace layerinit {
 
 // Glob match on canonical names (fnmatch without special treatment of '.' or '/').
 bool name_matches(std::string_view pattern, std::string_view name);
+
+// User text made safe for a one-line message or a terminal: C0 controls, DEL, C1 controls (a raw byte
+// or UTF-8 encoded, U+0080-U+009F) and bytes that are not UTF-8 become \xNN; other UTF-8 passes as
+// it is. A backslash is kept, so escaping twice changes nothing. Past `max` bytes the text is cut
+// and "..." appended.
+std::string printable(std::string_view s, std::size_t max = std::string_view::npos);
 
 }  // namespace layerinit

@@ -14,7 +14,7 @@ std::string_view layout_name(Layout l) { return l == Layout::per_layer ? "per-la
 Layout parse_layout(std::string_view s) {
   if (s == "per-layer") return Layout::per_layer;
   if (s == "stacked") return Layout::stacked;
-  throw std::invalid_argument("unknown layout '" + std::string(s) + "' (valid: per-layer, stacked)");
+  throw std::invalid_argument("unknown layout '" + printable(s) + "' (valid: per-layer, stacked)");
 }
 
 std::string_view orientation_name(Orientation o) { return o == Orientation::out_in ? "out-in" : "in-out"; }
@@ -22,7 +22,7 @@ std::string_view orientation_name(Orientation o) { return o == Orientation::out_
 Orientation parse_orientation(std::string_view s) {
   if (s == "out-in") return Orientation::out_in;
   if (s == "in-out") return Orientation::in_out;
-  throw std::invalid_argument("unknown orientation '" + std::string(s) + "' (valid: out-in, in-out)");
+  throw std::invalid_argument("unknown orientation '" + printable(s) + "' (valid: out-in, in-out)");
 }
 
 std::uint64_t Layer::bytes() const {
@@ -81,6 +81,13 @@ PlannedTensor Builder::plan_one(const TensorSpec& t, std::optional<std::uint64_t
   for (const auto& o : opts_.dtype_overrides)
     if (name_matches(o.pattern, p.name)) p.dtype = o.dtype;
   p.fill = recipe_.rule_for(TensorContext{spec_, t, layer, p.name});
+  // The fill in this tensor's dtype (a std fp16 cannot hold, say): refused while planning, before
+  // anything is allocated or written, with the tensor's name.
+  try {
+    prepare_fill(p.fill, p.dtype);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("tensor '" + printable(p.name) + "': " + e.what());
+  }
   p.memory_shape = t.shape;
   if (opts_.orientation == Orientation::in_out && t.transposable && t.shape.size() == 2) {
     std::swap(p.memory_shape[0], p.memory_shape[1]);

@@ -92,6 +92,7 @@ class Builder {
   Builder(const ModelSpec& spec, const Recipe& recipe, BuildOptions opts, backend& be, memory_resource& memory);
 
   const ModelSpec& spec() const noexcept { return spec_; }
+  const Recipe& recipe() const noexcept { return recipe_; }
   const BuildOptions& options() const noexcept { return opts_; }
 
   // What will be made, without allocating.

@@ -259,7 +259,7 @@ ModelSpec make_preset(std::string_view name) {
     if (name == p.name) return p.make();
     valid += (valid.empty() ? "" : ", ") + std::string(p.name);
   }
-  throw std::invalid_argument("unknown preset '" + std::string(name) + "' (valid: " + valid + ")");
+  throw std::invalid_argument("unknown preset '" + printable(name) + "' (valid: " + valid + ")");
 }
 
 }  // namespace layerinit

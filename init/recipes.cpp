@@ -87,7 +87,11 @@ FillSpec torchtitan_rule(const TensorContext& c) {
   switch (c.tensor.role) {
     case TensorRole::linear_bias: return FillSpec::constant(0.0);
     case TensorRole::embedding:
-    case TensorRole::position_embedding: return FillSpec::normal(0.0, 1.0);  // nn.init.normal_(tok_embeddings)
+      // Tied to the output (llama3 1B/3B, qwen3 with enable_weight_tying): torchtitan skips the
+      // embedding's init and the shared tensor gets the output's, trunc_normal(0, dim^-0.5, +-3 std).
+      if (c.model.hyper.tie_word_embeddings) return FillSpec::trunc_normal_std(0.0, 1.0 / std::sqrt(embedding_fan_in(c)), -3.0, 3.0);
+      return FillSpec::normal(0.0, 1.0);  // nn.init.normal_(tok_embeddings)
+    case TensorRole::position_embedding: return FillSpec::normal(0.0, 1.0);
     case TensorRole::linear_weight:
       if (is_up_projection(c)) return FillSpec::trunc_normal(0.0, depth_std, -2.0, 2.0);
       return FillSpec::trunc_normal(0.0, 0.02, -2.0, 2.0);
@@ -233,7 +237,7 @@ Recipe make_recipe(std::string_view name) {
     if (name == e.name) return Recipe(e.name, e.rule);
     valid += (valid.empty() ? "" : ", ") + std::string(e.name);
   }
-  throw std::invalid_argument("unknown recipe '" + std::string(name) + "' (valid: " + valid + ")");
+  throw std::invalid_argument("unknown recipe '" + printable(name) + "' (valid: " + valid + ")");
 }
 
 }  // namespace layerinit

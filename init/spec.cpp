@@ -1,6 +1,7 @@
 // Model specs: sizes, names and validation.
 #include <layerinit/init/spec.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -37,28 +38,21 @@ constexpr TensorRole kRoles[] = {
     TensorRole::head_weight, TensorRole::other,
 };
 
-// Names are printable: no control bytes (they end up in JSON, file headers and error messages).
-bool printable_name(std::string_view s) {
-  for (unsigned char c : s)
-    if (c < 0x20 || c == 0x7f) return false;
-  return true;
+// Names go into JSON, file headers, tables and messages as they are: nothing printable() would
+// escape. Returns what is wrong, or nullptr.
+const char* name_problem(std::string_view s) {
+  if (printable(s) == s) return nullptr;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const bool c1 = c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) <= 0x9f &&
+                    static_cast<unsigned char>(s[i + 1]) >= 0x80;
+    if (c < 0x20 || c == 0x7f || c1) return "name contains control characters";
+  }
+  return "name is not valid UTF-8";
 }
 
-// A name for a message: control bytes as \xNN, so the message stays one line (and survives a NUL).
-std::string quoted(std::string_view s) {
-  static const char* hex = "0123456789abcdef";
-  std::string out = "'";
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "'";
-}
+// A name for a message, in quotes.
+std::string quoted(std::string_view s) { return "'" + printable(s) + "'"; }
 
 }  // namespace
 
@@ -155,12 +149,12 @@ void ModelSpec::validate() const {
   const std::string model = "model " + quoted(name);
   auto fail = [&](const std::string& what) { throw std::invalid_argument(model + ": " + what); };
   if (name.empty()) throw std::invalid_argument("model spec: name is empty");
-  if (!printable_name(name)) fail("name contains control characters");
+  if (const char* why = name_problem(name)) fail(why);
   if (pre.empty() && post.empty() && (num_layers == 0 || layer.tensors.empty())) fail("has no tensors");
   if (num_layers > 0 && layer.tensors.empty())
     fail("num_layers is " + std::to_string(num_layers) + " but the layer has no tensors");
   if (num_layers > 0 && layer_prefix.empty()) fail("layer prefix is empty");
-  if (!printable_name(layer_prefix)) fail("layer prefix contains control characters");
+  if (name_problem(layer_prefix)) fail("layer prefix contains control characters or is not UTF-8");
 
   // Tensors one by one, and unique names: pre/post are canonical; layer names are relative, and
   // prefix + i + "." + rel determines i (the digits run up to the first '.'), so layer names collide
@@ -170,7 +164,7 @@ void ModelSpec::validate() const {
     const auto& t = layer.tensors[k];
     const std::string where = "layer tensor " + std::to_string(k) + " " + quoted(t.name);
     if (t.name.empty()) fail("layer tensor " + std::to_string(k) + ": name is empty");
-    if (!printable_name(t.name)) fail(where + ": name contains control characters");
+    if (const char* why = name_problem(t.name)) fail(where + ": " + why);
     check_tensor(t, model + ": " + where);
     if (!rel.insert(t.name).second) fail("duplicate layer tensor name " + quoted(t.name));
   }
@@ -180,7 +174,7 @@ void ModelSpec::validate() const {
       const auto& t = ts[k];
       const std::string where = std::string(list) + " tensor " + std::to_string(k) + " " + quoted(t.name);
       if (t.name.empty()) fail(std::string(list) + " tensor " + std::to_string(k) + ": name is empty");
-      if (!printable_name(t.name)) fail(where + ": name contains control characters");
+      if (const char* why = name_problem(t.name)) fail(where + ": " + why);
       check_tensor(t, model + ": " + where);
       auto [it, fresh] = seen.emplace(t.name, where);
       if (!fresh) fail("duplicate tensor name " + quoted(t.name) + " (" + it->second + " and " + where + ")");

@@ -11,9 +11,11 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <layerinit/core/shape.hpp>
+#include <layerinit/core/text.hpp>  // printable(): specs' names in messages
 #include <layerinit/kernels/fill.hpp>
 
 namespace layerinit {

@@ -25,24 +25,6 @@ using ojson = nlohmann::ordered_json;
 constexpr std::size_t kMaxDepth = 64;        // objects and arrays nested deeper are refused
 constexpr std::size_t kMaxMessagePart = 200;  // longest quoted input in an error message
 
-// One line of printable text: control bytes become \xNN, long runs are cut.
-std::string printable(std::string_view s, std::size_t max = std::string::npos) {
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < s.size() && i < max; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (s.size() > max) out += "...";
-  return out;
-}
-
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw spec_error("spec: " + printable(path.empty() ? "top level" : path) + ": " + printable(what));
 }

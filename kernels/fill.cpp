@@ -1,5 +1,6 @@
 #include <layerinit/kernels/fill.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -71,6 +72,15 @@ void require(bool ok, const FillSpec& s, const std::string& what) {
   if (!ok) throw std::invalid_argument("invalid fill " + s.describe() + ": " + what);
 }
 bool finite(double x) { return std::isfinite(x); }
+// A random fill that can produce one value of the dtype only.
+[[noreturn]] void one_value(const FillSpec& s, float v, DType t) {
+  std::ostringstream o;
+  o.precision(9);  // every float exactly
+  o << v;
+  throw std::invalid_argument("invalid fill " + s.describe() + ": every value rounds to " + o.str() + " in " +
+                              std::string(dtype_name(t)) + " (too narrow for the dtype; write constant(" + o.str() +
+                              ") for a constant)");
+}
 }  // namespace
 
 FillParams prepare_fill(const FillSpec& s, DType t) {
@@ -84,12 +94,14 @@ FillParams prepare_fill(const FillSpec& s, DType t) {
     case FillKind::normal:
       require(finite(s.mean) && finite(s.std), s, "mean and std must be finite");
       require(s.std > 0, s, "std must be positive");
+      require(static_cast<float>(s.std * std::sqrt(2.0)) > 0, s, "std * sqrt(2) underflows float");
       p.scale = static_cast<float>(s.std * std::sqrt(2.0));
       p.shift = static_cast<float>(s.mean);
       break;
     case FillKind::trunc_normal: {
       require(finite(s.mean) && finite(s.std), s, "mean and std must be finite");
       require(s.std > 0, s, "std must be positive");
+      require(static_cast<float>(s.std * std::sqrt(2.0)) > 0, s, "std * sqrt(2) underflows float");
       require(finite(s.a) && finite(s.b), s, "bounds must be finite");
       require(s.a < s.b, s, "lower bound must be below upper bound");
       const double a = s.bounds_in_std ? s.mean + s.a * s.std : s.a;
@@ -99,6 +111,7 @@ FillParams prepare_fill(const FillSpec& s, DType t) {
       const float b_t = dtype_floor(static_cast<float>(b) > b ? std::nextafter(static_cast<float>(b), -INFINITY)
                                                               : static_cast<float>(b), t);
       require(a_t <= b_t, s, "no value of the dtype lies between the bounds");
+      if (a_t == b_t) one_value(s, a_t, t);
       const double ea = std::erf((a_t - s.mean) / (s.std * std::sqrt(2.0)));
       const double eb = std::erf((b_t - s.mean) / (s.std * std::sqrt(2.0)));
       require(eb > ea, s, "bounds lie too far in one tail of the normal");
@@ -126,11 +139,19 @@ FillParams prepare_fill(const FillSpec& s, DType t) {
           s, "its constants overflow float");
   // element_value is monotone in the random word's unit_open / unit_01 value, so the extreme words
   // give the extreme values the fill can produce.
+  float lowest = INFINITY, highest = -INFINITY;
   for (std::uint32_t bits : {0x7fffffffu, 0x80000000u, 0x00000000u, 0xffffffffu}) {
     const float v = element_value(p, bits);
-    require(std::isfinite(round_to_dtype(v, t)), s,
+    const float r = round_to_dtype(v, t);
+    require(std::isfinite(r), s,
             "values would overflow " + std::string(dtype_name(t)) + " (reaching " + std::to_string(v) + ")");
+    lowest = std::min(lowest, r);
+    highest = std::max(highest, r);
   }
+  // A random fill whose extremes round to one value writes that value everywhere (a std too small
+  // for the dtype, e.g. normal(0, 1e-10) in fp16 or normal(1, 1e-5) in bf16): refused, since
+  // rounding is monotone too. A constant is meant to be one value.
+  if (s.kind != FillKind::constant && lowest == highest) one_value(s, lowest, t);
   return p;
 }
 

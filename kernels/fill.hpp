@@ -58,7 +58,9 @@ struct FillParams {
 // Validates the spec (finite numbers, std > 0, a < b, lo < hi) and computes the constants for
 // dtype t. trunc_normal's bounds are snapped inward to values of t (a' = smallest value >= a,
 // b' = largest value <= b) so rounded outputs never leave [a, b]; the distribution sampled is the
-// normal truncated to [a', b'], rounded to nearest. Throws std::invalid_argument naming the problem.
+// normal truncated to [a', b'], rounded to nearest. A random fill whose every value rounds to one
+// value of t (or whose std * sqrt(2) is 0 in float) is refused (docs/spec.md). Throws
+// std::invalid_argument naming the problem.
 FillParams prepare_fill(const FillSpec& spec, DType t);
 
 // One contiguous run of memory of one tensor to fill.

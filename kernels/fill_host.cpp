@@ -83,8 +83,14 @@ void fill_host_range(const FillJob& j, std::uint64_t b, std::uint64_t e) { fill_
 
 void fill_host_range(const FillJob& j, std::uint64_t b, std::uint64_t e, HostIsa isa) {
   if (b < j.begin || e > j.end || b > e) throw std::invalid_argument("fill_host_range: range outside the job");
-  if (j.transposed && (j.rows == 0 || j.cols == 0 || j.rows * j.cols < j.end))
-    throw std::invalid_argument("fill_host_range: transposed job needs rows * cols >= end");
+  // The same preconditions as fill_cuda: rows * cols checked without wrapping around 2^64, and a dst
+  // to write through whenever there is something to write.
+  if (j.transposed && (j.rows == 0 || j.cols == 0 || j.rows > UINT64_MAX / j.cols || j.rows * j.cols < j.end))
+    throw std::invalid_argument("fill_host_range: transposed job needs rows * cols >= end (without overflow)");
+  if (b == e) return;
+  if (j.dst == nullptr) throw std::invalid_argument("fill_host_range: job with a null dst");
+  if (reinterpret_cast<std::uintptr_t>(j.dst) % dtype_size(j.dtype) != 0)
+    throw std::invalid_argument("fill_host_range: dst is not aligned to its element size");
   static const std::vector<HostIsa> supported = supported_host_isas();
   if (std::find(supported.begin(), supported.end(), isa) == supported.end())
     throw std::invalid_argument("fill_host_range: this CPU cannot run " + std::string(host_isa_name(isa)) + " code");

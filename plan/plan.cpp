@@ -112,7 +112,7 @@ TrainingSetup parse_training_setup(std::string_view s) {
   if (s == "mixed") return TrainingSetup::mixed;
   if (s == "fp32") return TrainingSetup::fp32;
   if (s == "pure-bf16") return TrainingSetup::pure_bf16;
-  throw std::invalid_argument("unknown training precision '" + std::string(s) + "' (valid: mixed, fp32, pure-bf16)");
+  throw std::invalid_argument("unknown training precision '" + printable(s) + "' (valid: mixed, fp32, pure-bf16)");
 }
 
 std::string_view recompute_name(Recompute r) {

@@ -374,3 +374,73 @@ TEST(Fill, TruncNormalBoundsSnapInward) {
       EXPECT_GT(stats::next_up(p.hi, t), b) << s.describe() << " " << dtype_name(t);
     }
 }
+
+// A random fill whose every value rounds to one value of the dtype is a constant in disguise:
+// normal(0, 1e-300) wrote zeros (std * sqrt(2) is 0 in float), normal(0, 1e-10) in fp16 too (its
+// largest value, 5.4e-10, is below half of fp16's smallest subnormal), normal(1, 1e-5) in bf16 ones.
+// Refused: when std * sqrt(2) underflows float, or when the fill's smallest and largest values round
+// to the same value of the dtype (element_value is monotone in the random word, rounding monotone).
+TEST(Fill, RefusesFillsWhoseValuesAllRoundToOneValue) {
+  for (DType t : all_dtypes) {
+    expect_invalid(FillSpec::normal(0, 1e-300), t, "std * sqrt(2) underflows float");
+    expect_invalid(FillSpec::trunc_normal(0, 1e-300, -1, 1), t, "std * sqrt(2) underflows float");
+    expect_invalid(FillSpec::trunc_normal_std(0, 1e-300, -2, 2), t, "std * sqrt(2) underflows float");
+    expect_invalid(FillSpec::normal(0.5, 1e-46), t, "std * sqrt(2) underflows float");
+    expect_invalid(FillSpec::uniform(0, 1e-300), t, "every value rounds to 0 in " + std::string(dtype_name(t)));
+  }
+  expect_invalid(FillSpec::normal(0, 1e-10), DType::f16, "every value rounds to 0 in fp16");
+  expect_invalid(FillSpec::normal(1, 1e-5), DType::bf16, "every value rounds to 1 in bf16");
+  expect_invalid(FillSpec::normal(1, 1e-5), DType::f16, "every value rounds to 1 in fp16");
+  expect_invalid(FillSpec::uniform(1, 1.001), DType::bf16, "every value rounds to 1 in bf16");
+  expect_invalid(FillSpec::trunc_normal(0, 1, 0.999, 1.001), DType::bf16, "every value rounds to 1 in bf16");
+  expect_invalid(FillSpec::normal(-3, 1e-6), DType::bf16, "every value rounds to -3 in bf16");
+  float dst[4];
+  auto accepted = [&](const FillSpec& s, DType t) {
+    EXPECT_NO_THROW(make_fill_job(dst, t, 4, 1, "t", s)) << s.describe() << " in " << dtype_name(t);
+  };
+  for (DType t : all_dtypes) accepted(FillSpec::constant(0), t);  // a constant is meant to be one value
+  accepted(FillSpec::normal(0, 1e-10), DType::bf16);  // bf16 and fp32 reach 1e-38
+  accepted(FillSpec::normal(0, 1e-10), DType::f32);
+  accepted(FillSpec::normal(1, 1e-5), DType::f32);
+  accepted(FillSpec::uniform(1, 1.001), DType::f16);  // 1 and 1 + 2^-10
+  accepted(FillSpec::trunc_normal(0, 1, 0.999, 1.001), DType::f16);
+  accepted(FillSpec::normal(0, 1e-45), DType::f32);   // std * sqrt(2) is the smallest float subnormal
+  // fp16's threshold: the largest value, std * sqrt(2) * erfinv(1 - 2^-24) = 5.4215 std, must round
+  // away from 0, i.e. exceed 2^-25 (half the smallest subnormal; a tie goes to even, 0).
+  expect_invalid(FillSpec::normal(0, 0x1p-25 / 5.4215 * 0.999), DType::f16, "every value rounds to 0 in fp16");
+  accepted(FillSpec::normal(0, 0x1p-25 / 5.4215 * 1.001), DType::f16);
+}
+
+// fill_host_range's preconditions, as fill_cuda checks them: rows * cols wrapped around 2^64 (2^32 + 1
+// rows of 2^32 columns pass as 2^32 >= end), and a null or misaligned dst was written through.
+TEST(Fill, HostRangeRefusesOverflowingShapesAndBadDestinations) {
+  Bytes out(100 * 4 + 4);
+  FillJob j = make_fill_job(out.data(), DType::f32, 100, 1, "t", FillSpec::normal(0, 1));
+  auto message = [&](std::uint64_t b, std::uint64_t e) {
+    try {
+      fill_host_range(j, b, e);
+    } catch (const std::invalid_argument& x) {
+      return std::string(x.what());
+    }
+    return std::string("accepted");
+  };
+  j.transposed = true;
+  j.rows = (1ull << 32) + 1;
+  j.cols = 1ull << 32;
+  EXPECT_EQ(message(0, 100), "fill_host_range: transposed job needs rows * cols >= end (without overflow)");
+  j.rows = 1ull << 63;
+  j.cols = 2;  // wraps to 0
+  EXPECT_EQ(message(0, 100), "fill_host_range: transposed job needs rows * cols >= end (without overflow)");
+  j.rows = 10;
+  j.cols = 10;
+  EXPECT_EQ(message(0, 100), "accepted");
+  j.transposed = false;
+  j.dst = nullptr;
+  EXPECT_EQ(message(0, 100), "fill_host_range: job with a null dst");
+  EXPECT_THROW(fill_host(std::span(&j, 1), 2), std::invalid_argument);
+  EXPECT_EQ(message(0, 0), "accepted");  // nothing to write
+  for (DType t : {DType::f32, DType::bf16}) {
+    j = make_fill_job(out.data() + 1, t, 100, 1, "t", FillSpec::normal(0, 1));
+    EXPECT_EQ(message(0, 100), "fill_host_range: dst is not aligned to its element size") << dtype_name(t);
+  }
+}

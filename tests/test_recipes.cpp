@@ -1,11 +1,17 @@
 // Recipes: the exact FillSpec each recipe gives each tensor, overrides, errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <span>
 #include <stdexcept>
+#include <vector>
 
+#include <layerinit/init/builder.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
+#include <layerinit/kernels/fill_host.hpp>
 
 using namespace layerinit;
 
@@ -242,4 +248,50 @@ TEST(Recipes, OtherRoleNeedsInit) {
   m.post.back().init = FillSpec::constant(0.5);
   EXPECT_EQ(fill(make_recipe("hf"), m, "model.extra"), FillSpec::constant(0.5));
   EXPECT_THROW(fill(Recipe{}, m, "model.norm.weight"), std::invalid_argument);
+}
+
+// torchtitan with tied embeddings (its llama3 1B/3B and qwen3 configs): the embedding's own init is
+// skipped and the shared tensor gets the output rule, trunc_normal(0, dim^-0.5, +-3 std). layerinit
+// gave it normal(0, 1): 8x too large at gpt2-tiny's dim 64, 45x at dim 2048.
+TEST(Recipes, TorchtitanTiedEmbeddingGetsTheOutputRule) {
+  const Recipe r = make_recipe("torchtitan");
+  const ModelSpec g = make_preset("gpt2-tiny");  // tied, dim 64
+  ASSERT_TRUE(g.hyper.tie_word_embeddings);
+  EXPECT_EQ(fill(r, g, "transformer.wte.weight"), FillSpec::trunc_normal_std(0, 0.125, -3, 3));
+  EXPECT_EQ(fill(r, g, "transformer.wpe.weight"), FillSpec::normal(0, 1));  // positions are not tied
+  const ModelSpec gpt2 = make_preset("gpt2");  // dim 768
+  EXPECT_EQ(fill(r, gpt2, "transformer.wte.weight"), FillSpec::trunc_normal_std(0, 1.0 / std::sqrt(768.0), -3, 3));
+  ModelSpec l = make_preset("llama-tiny");  // untied: the embedding keeps normal(0, 1)
+  EXPECT_EQ(fill(r, l, "model.embed_tokens.weight"), FillSpec::normal(0, 1));
+  // A tied llama-style spec (no lm_head tensor): the embedding is the output.
+  l.hyper.tie_word_embeddings = true;
+  l.post.pop_back();
+  EXPECT_EQ(fill(r, l, "model.embed_tokens.weight"), FillSpec::trunc_normal_std(0, 0.125, -3, 3));
+  // Other recipes are unchanged by tying.
+  EXPECT_EQ(fill(make_recipe("hf"), g, "transformer.wte.weight"), FillSpec::normal(0, 0.02));
+}
+
+// The bytes: gpt2-tiny built with torchtitan holds exactly the output rule's fill in its embedding,
+// every value within 3 std = 0.375.
+TEST(Recipes, TorchtitanTiedEmbeddingBytesAreTheOutputRulesFill) {
+  auto be = make_host_backend(2);
+  const ModelSpec g = make_preset("gpt2-tiny");
+  BuildOptions o;
+  o.dtype = DType::f32;
+  o.seed = 7;
+  const Model m = Builder(g, make_recipe("torchtitan"), o, *be, be->memory()).build();
+  const TensorView& wte = m.pre.at(0).view;
+  ASSERT_EQ(wte.name, "transformer.wte.weight");
+  const std::uint64_t n = numel(wte.shape);
+  std::vector<float> expected(n);
+  const FillJob j = make_fill_job(expected.data(), DType::f32, n, 7, wte.name, FillSpec::trunc_normal_std(0, 0.125, -3, 3));
+  fill_host(std::span(&j, 1), 1);
+  const auto* got = static_cast<const float*>(wte.data);
+  EXPECT_EQ(std::memcmp(got, expected.data(), n * sizeof(float)), 0);
+  float lo = 0, hi = 0;
+  for (std::uint64_t i = 0; i < n; ++i) lo = std::min(lo, got[i]), hi = std::max(hi, got[i]);
+  EXPECT_GE(lo, -0.375f);
+  EXPECT_LE(hi, 0.375f);
+  EXPECT_LT(lo, -0.3f);  // 32768 draws reach past 2.4 std on both sides
+  EXPECT_GT(hi, 0.3f);
 }

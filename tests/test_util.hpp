@@ -15,6 +15,20 @@
 
 namespace layerinit::testing {
 
+// A LAYERINIT_SANITIZE build (AddressSanitizer): resident memory there includes ASan's shadow and the
+// quarantine that holds freed blocks back, so tests that bound RSS skip under it, saying so.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+
 // A fresh directory under the system's temp dir, removed with everything in it.
 class TempDir {
  public:

@@ -20,8 +20,10 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   const ModelSpec spec = args.load_spec();
   const Recipe recipe = args.load_recipe();
   const BuildOptions opts = args.build_options();
+  args.check_overrides(spec, recipe, opts);
   auto be = make_backend(args.backend, args.threads);
-  tracking_resource tracker(be->memory());
+  // A free carries only its pointer: the tracker's live list gives the trace its tensor and layer.
+  tracking_resource tracker(be->memory(), tracking_resource::options{.live_list = !trace_file.empty()});
   Builder builder(spec, recipe, opts, *be, tracker);
   {
     const MemoryPlan p = make_memory_plan(builder);

@@ -1,12 +1,14 @@
 #include "common.hpp"
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <regex>
 #include <sstream>
 
@@ -16,6 +18,44 @@
 #include <layerinit/plan/plan.hpp>
 
 namespace layerinit::cli {
+
+std::uint64_t parse_decimal(std::string_view text, std::string_view option, std::uint64_t min, std::uint64_t max) {
+  auto refuse = [&](const char* why) {
+    const std::string range = min == 1 ? "a positive integer (decimal, at most " + std::to_string(max) + ")"
+                                       : "a decimal integer from " + std::to_string(min) + " to " + std::to_string(max);
+    throw usage_error(std::string(option) + " must be " + range + ", got '" + std::string(text) + "'" + why);
+  };
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string_view::npos) refuse("");
+  std::uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, 10);
+  if (ec == std::errc::result_out_of_range || v < min || v > max) refuse(": out of range");
+  if (ec != std::errc() || end != text.data() + text.size()) refuse("");
+  return v;
+}
+
+CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, std::uint64_t& target, std::uint64_t min,
+                                std::uint64_t max, const std::string& help) {
+  // The option takes the text; parse_decimal's usage_error leaves app.parse() as exit code 2.
+  return app
+      .add_option_function<std::string>(
+          name, [&target, name, min, max](const std::string& s) { target = parse_decimal(s, name, min, max); }, help)
+      ->type_name("UINT")
+      ->default_str(std::to_string(target));
+}
+
+CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, int& target, int min, int max,
+                                const std::string& help) {
+  if (min < 0 || max < min) throw std::logic_error("add_decimal_option: bad range for " + name);
+  return app
+      .add_option_function<std::string>(
+          name,
+          [&target, name, min, max](const std::string& s) {
+            target = static_cast<int>(parse_decimal(s, name, static_cast<std::uint64_t>(min), static_cast<std::uint64_t>(max)));
+          },
+          help)
+      ->type_name("UINT")
+      ->default_str(std::to_string(target));
+}
 
 void ModelArgs::add_model_flags(CLI::App& app) {
   auto* p = app.add_option("--preset", preset, "Named model (" + [] {
@@ -40,7 +80,9 @@ void ModelArgs::add_build_flags(CLI::App& app, const std::string& layouts) {
   app.add_option("--init-override", init_overrides,
                  "PATTERN=FILL: fill of matching tensors, e.g. '*.o_proj.weight=normal(0,0.01)'; fills: normal(m,s), "
                  "trunc_normal(m,s,a,b), trunc_normal_std(m,s,a,b), uniform(lo,hi), constant(v) (repeatable)");
-  app.add_option("--seed", seed, "Seed: values are a pure function of (seed, tensor name, element index)")->capture_default_str();
+  add_decimal_option(app, "--seed", seed, 0, std::numeric_limits<std::uint64_t>::max(),
+                     "Seed: values are a pure function of (seed, tensor name, element index)");
+  app.add_flag("--strict", strict, "An --init-override or --dtype-override that matches no tensor is an error");
   app.add_option("--layout", layout, "Memory layout: " + layouts)->capture_default_str();
   app.add_option("--orientation", orientation, "Linear weights as [out, in] (out-in, PyTorch/HF) or [in, out] (in-out, JAX/Flax)")
       ->capture_default_str();
@@ -48,7 +90,8 @@ void ModelArgs::add_build_flags(CLI::App& app, const std::string& layouts) {
 
 void ModelArgs::add_backend_flags(CLI::App& app) {
   app.add_option("--backend", backend, "auto (CUDA when a GPU is usable), cpu or cuda")->capture_default_str();
-  app.add_option("--threads", threads, "Host threads (0 = all cores)")->capture_default_str();
+  // More threads than any host has cores would only cost stacks: 4096 bounds the request.
+  add_decimal_option(app, "--threads", threads, 0, 4096, "Host threads (0 = all cores)");
   app.add_flag("--no-memory-check", no_memory_check,
                "Allocate even when the predicted peak exceeds the memory this process may use (cgroup limit, "
                "MemAvailable, free GPU memory)");
@@ -146,6 +189,43 @@ BuildOptions ModelArgs::build_options() const {
   o.layout = layout == "restack" ? Layout::per_layer : parse_layout(layout);
   o.orientation = parse_orientation(orientation);
   return o;
+}
+
+namespace {
+// Whether a glob matches a canonical name of the spec. Layer names are prefix + i + "." + relative;
+// a pattern without digits or bracket sets cannot tell two indices of the same length apart (only
+// '*' and '?' match a digit there), so it is tried on one index per length: 0, 10, 100, ... Other
+// patterns go through the indices until one matches.
+bool matches_some_tensor(const ModelSpec& spec, const std::string& pattern) {
+  for (const auto* list : {&spec.pre, &spec.post})
+    for (const auto& t : *list)
+      if (name_matches(pattern, t.name)) return true;
+  if (spec.layer.tensors.empty()) return false;
+  auto layer_matches = [&](std::uint64_t i) {
+    for (const auto& t : spec.layer.tensors)
+      if (name_matches(pattern, spec.canonical_name(i, t))) return true;
+    return false;
+  };
+  if (pattern.find_first_of("0123456789[") == std::string::npos) {
+    for (std::uint64_t i = 0; i < spec.num_layers; i = i == 0 ? 10 : (i > UINT64_MAX / 10 ? spec.num_layers : i * 10))
+      if (layer_matches(i)) return true;
+    return false;
+  }
+  for (std::uint64_t i = 0; i < spec.num_layers; ++i)
+    if (layer_matches(i)) return true;
+  return false;
+}
+}  // namespace
+
+void ModelArgs::check_overrides(const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts) const {
+  auto check = [&](const char* flag, const std::string& pattern) {
+    if (matches_some_tensor(spec, pattern)) return;
+    const std::string what = std::string(flag) + " pattern '" + printable(pattern) + "' matches no tensor of " + printable(spec.name);
+    if (strict) throw usage_error(what + " (--strict)");
+    std::fprintf(stderr, "layerinit: warning: %s\n", what.c_str());
+  };
+  for (const auto& [pattern, fill] : recipe.overrides()) check("--init-override", pattern);
+  for (const auto& o : opts.dtype_overrides) check("--dtype-override", o.pattern);
 }
 
 FillSpec parse_fill(const std::string& text) {

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <layerinit/checkpoint/emit.hpp>
@@ -37,6 +38,7 @@ struct ModelArgs {
   std::string backend = "auto";
   int threads = 0;
   bool no_memory_check = false;
+  bool strict = false;  // an override that matches no tensor is an error, not a warning
 
   void add_model_flags(CLI::App& app);           // --preset, --spec
   void add_build_flags(CLI::App& app, const std::string& layouts);  // dtype, recipe, seed, layout, ...
@@ -45,7 +47,19 @@ struct ModelArgs {
   ModelSpec load_spec() const;
   Recipe load_recipe() const;
   BuildOptions build_options() const;  // layout "restack" maps to per-layer
+  // Each --init-override / --dtype-override pattern that matches no tensor of `spec`: a warning line
+  // on stderr, or with --strict a usage_error naming the first.
+  void check_overrides(const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts) const;
 };
+
+// Every integer option goes through these: decimal digits only (no sign, no 0x or octal prefix, no
+// exponent, no spaces; leading zeros are decimal), within [min, max]. CLI11's own conversion read
+// "010" as 8, "0x10" as 16 and "-1" or 2^64 as 2^64 - 1. Throws usage_error naming the option.
+std::uint64_t parse_decimal(std::string_view text, std::string_view option, std::uint64_t min, std::uint64_t max);
+CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, std::uint64_t& target, std::uint64_t min,
+                                std::uint64_t max, const std::string& help);
+CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, int& target, int min, int max,
+                                const std::string& help);
 
 // "fp32", a FillSpec from "normal(0,0.02)", "trunc_normal(0,0.02,-2,2)", "trunc_normal_std(0,0.02,-3,3)",
 // "uniform(-0.1,0.1)", "constant(1)".

@@ -44,6 +44,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
   const ModelSpec spec = args.load_spec();
   const Recipe recipe = args.load_recipe();
   const BuildOptions opts = args.build_options();
+  args.check_overrides(spec, recipe, opts);
 
   EmitOptions eo;
   eo.format = format;
@@ -53,19 +54,18 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
     eo.writer.max_shard_size = parse_byte_size(ea.max_shard_size);
     if (eo.writer.max_shard_size == 0) throw usage_error("--max-shard-size must be positive");
   }
-  if (format == CheckpointFormat::safetensors) {
+  // transformers loads the per-layer, out-in layout only: a config.json beside stacked or transposed
+  // weights would have it load them as missing keys and initialize those anew.
+  if (format == CheckpointFormat::safetensors && opts.layout == Layout::per_layer &&
+      opts.orientation == Orientation::out_in) {
     try {
       eo.writer.config_json = config_json(spec, opts.dtype);
     } catch (const std::invalid_argument&) {
       // MLPs and custom specs have no Hugging Face config: weights only.
     }
   }
-  eo.meta.dtype = dtype_name(opts.dtype);
-  eo.meta.seed = std::to_string(opts.seed);
-  eo.meta.recipe = recipe.name();
-  eo.meta.layout = layout_name(opts.layout);
-  eo.meta.orientation = orientation_name(opts.orientation);
-  eo.meta.model_spec = spec_to_json(spec);
+  // The file's metadata (dtype, seed, recipe, layout, orientation, model spec) is the builder's:
+  // emit_checkpoint fills it in.
   eo.cancel = &g_cancel;
   const bool tty = isatty(STDERR_FILENO);
   if (tty) eo.progress = draw;
@@ -88,7 +88,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
   } catch (...) {
     if (tty) std::fprintf(stderr, "\n");
     if (g_cancel.load()) {
-      std::fprintf(stderr, "layerinit: interrupted; %s was left as it was\n", ea.output.c_str());
+      std::fprintf(stderr, "layerinit: interrupted; %s was left as it was\n", printable(ea.output).c_str());
       std::exit(130);  // tools/ only: the library never exits
     }
     throw;
@@ -109,7 +109,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
     // The checkpoint is published by now: replace (never throw on) any other invalid UTF-8.
     std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   } else {
-    std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", ea.output.c_str(), format_bytes(r.weight_bytes).c_str(),
+    std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", printable(ea.output).c_str(), format_bytes(r.weight_bytes).c_str(),
                 format_bytes(r.file_bytes).c_str(), r.seconds, format_bytes(tracker.stats().peak_bytes).c_str());
   }
   check_stdout();

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <new>
 
 #include <layerinit/init/spec_json.hpp>
@@ -18,9 +19,10 @@
 
 namespace {
 // One line on stderr and the exit code: 2 for bad input or a refused output path, 1 for anything else
-// (an environment or I/O failure).
+// (an environment or I/O failure). Messages echo user text (names, paths, CLI11's flag names):
+// printable() keeps them one line, without terminal escapes.
 [[noreturn]] void fail(int code, const char* what, const char* suffix = "") {
-  std::fprintf(stderr, "layerinit: error: %s%s\n", what, suffix);
+  std::fprintf(stderr, "layerinit: error: %s%s\n", layerinit::printable(what).c_str(), suffix);
   std::exit(code);
 }
 
@@ -73,16 +75,10 @@ int main(int argc, char** argv) {
   plan->add_flag("--json", plan_opts.json, "Print JSON instead of tables");
   plan->add_flag("--per-layer", plan_opts.per_layer, "A subtotal row per layer (default: one per run of identical layers)");
   plan->add_option("--precision", plan_opts.training, "Training setup for the estimate: mixed, fp32, pure-bf16")->capture_default_str();
-  // CLI11 reads "-1" into an unsigned option as 2^64 - 1: check the text first.
-  const CLI::Validator positive_integer(
-      [](std::string& s) -> std::string {
-        if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.find_first_not_of('0') == std::string::npos)
-          return "must be a positive integer, got '" + s + "'";
-        return {};
-      },
-      "POSITIVE");
-  plan->add_option("--batch", plan_opts.batch, "Batch size for activation memory")->capture_default_str()->check(positive_integer);
-  plan->add_option("--seq", plan_opts.seq, "Sequence length for activation memory")->capture_default_str()->check(positive_integer);
+  add_decimal_option(*plan, "--batch", plan_opts.batch, 1, std::numeric_limits<std::uint64_t>::max(),
+                     "Batch size for activation memory");
+  add_decimal_option(*plan, "--seq", plan_opts.seq, 1, std::numeric_limits<std::uint64_t>::max(),
+                     "Sequence length for activation memory");
   plan->add_option("--gpu-mem", plan_opts.gpu_mem, "GPU memory (e.g. 80GiB): also print the largest batch that fits");
 
   ModelArgs emit_args;

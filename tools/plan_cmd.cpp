@@ -17,6 +17,7 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   const ModelSpec spec = args.load_spec();
   const Recipe recipe = args.load_recipe();
   const BuildOptions opts = args.build_options();
+  args.check_overrides(spec, recipe, opts);
   const TrainingSetup setup = parse_training_setup(pa.training);
   if (pa.batch == 0) throw usage_error("--batch must be a positive integer");
   if (pa.seq == 0) throw usage_error("--seq must be a positive integer");

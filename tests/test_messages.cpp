@@ -1,0 +1,69 @@
+// printable(): user text in one-line messages, and the names a spec may hold.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include <layerinit/init/presets.hpp>
+#include <layerinit/init/recipes.hpp>
+#include <layerinit/init/spec.hpp>
+
+using namespace layerinit;
+
+TEST(Printable, EscapesControlsAndWhatIsNotUtf8) {
+  using namespace std::string_literals;
+  EXPECT_EQ(printable("model.layers.0.q_proj.weight"), "model.layers.0.q_proj.weight");
+  EXPECT_EQ(printable("a\nb\r\t\x1b[31m\x7f"), "a\\x0ab\\x0d\\x09\\x1b[31m\\x7f");
+  EXPECT_EQ(printable("nul\0x"s), "nul\\x00x");
+  // UTF-8 passes: é (2 bytes), € (3), 𝔸 (4).
+  EXPECT_EQ(printable("caf\xc3\xa9 \xe2\x82\xac \xf0\x9d\x94\xb8"), "caf\xc3\xa9 \xe2\x82\xac \xf0\x9d\x94\xb8");
+  // C1 controls: U+0085 (NEL) and U+009B (CSI) encoded, and raw bytes; U+00A0 is not a control.
+  EXPECT_EQ(printable("\xc2\x85\xc2\x9b" "1m\xc2\xa0"), "\\xc2\\x85\\xc2\\x9b1m\xc2\xa0");
+  EXPECT_EQ(printable("\x9b" "31m"), "\\x9b31m");
+  // Not UTF-8: a lone continuation byte, a cut sequence, an overlong '/', a surrogate, past U+10FFFF.
+  EXPECT_EQ(printable("\x80"), "\\x80");
+  EXPECT_EQ(printable("\xe2\x82"), "\\xe2\\x82");
+  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");
+  EXPECT_EQ(printable("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");
+  EXPECT_EQ(printable("\xff\xfe"), "\\xff\\xfe");
+  // Escaping twice changes nothing (messages pass through the library and the CLI).
+  const std::string once = printable("x\n\xc2\x9b\xff\\y");
+  EXPECT_EQ(once, "x\\x0a\\xc2\\x9b\\xff\\y");
+  EXPECT_EQ(printable(once), once);
+  // Cut after max bytes.
+  EXPECT_EQ(printable("abcdef", 3), "abc...");
+  EXPECT_EQ(printable("ab\n", 3), "ab\\x0a");
+}
+
+TEST(Printable, LibraryMessagesEscapeTheNameTheyEcho) {
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  EXPECT_EQ(message([] { make_preset("x\n\x1b[2J"); }).rfind("unknown preset 'x\\x0a\\x1b[2J' (valid: ", 0), 0u);
+  EXPECT_EQ(message([] { make_recipe("\xc2\x9bx"); }).rfind("unknown recipe '\\xc2\\x9bx' (valid: ", 0), 0u);
+}
+
+// A name with a C1 control or bytes that are not UTF-8 would reach tables, JSON and file headers as
+// it is: refused like C0 controls were.
+TEST(Printable, SpecNamesMustBePrintableUtf8) {
+  auto message = [](const std::string& name) {
+    ModelSpec m = make_preset("llama-tiny");
+    m.pre[0].name = name;
+    try {
+      m.validate();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(message("embed\xc2\x9b"), "model 'llama-tiny': pre tensor 0 'embed\\xc2\\x9b': name contains control characters");
+  EXPECT_EQ(message("embed\xff"), "model 'llama-tiny': pre tensor 0 'embed\\xff': name is not valid UTF-8");
+  EXPECT_EQ(message("embed\n"), "model 'llama-tiny': pre tensor 0 'embed\\x0a': name contains control characters");
+  EXPECT_EQ(message("embed\xc3\xa9"), "accepted");
+}
