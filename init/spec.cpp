@@ -56,6 +56,17 @@ std::string quoted(std::string_view s) { return "'" + printable(s) + "'"; }
 
 }  // namespace
 
+std::optional<LayerName> split_layer_name(std::string_view prefix, std::string_view name) {
+  if (!name.starts_with(prefix)) return std::nullopt;
+  name.remove_prefix(prefix.size());
+  const auto dot = name.find('.');
+  if (dot == std::string_view::npos || dot == 0 || dot > 19) return std::nullopt;  // 19 digits fit 64 bits
+  const std::string_view digits = name.substr(0, dot);
+  if ((digits.size() > 1 && digits[0] == '0') || digits.find_first_not_of("0123456789") != std::string_view::npos)
+    return std::nullopt;
+  return LayerName{std::stoull(std::string(digits)), name.substr(dot + 1)};
+}
+
 std::string stacked_name(const ModelSpec& spec, const TensorSpec& t) { return spec.layer_prefix + t.name; }
 
 Shape stacked_shape(const ModelSpec& spec, const Shape& slice) {
@@ -178,18 +189,9 @@ void ModelSpec::validate() const {
       check_tensor(t, model + ": " + where);
       auto [it, fresh] = seen.emplace(t.name, where);
       if (!fresh) fail("duplicate tensor name " + quoted(t.name) + " (" + it->second + " and " + where + ")");
-      std::string_view s = t.name;
-      if (num_layers > 0 && s.starts_with(layer_prefix)) {
-        s.remove_prefix(layer_prefix.size());
-        const auto dot = s.find('.');
-        if (dot == std::string_view::npos || dot == 0) continue;
-        const auto digits = s.substr(0, dot);
-        if (digits.size() > 1 && digits[0] == '0') continue;
-        if (digits.find_first_not_of("0123456789") != std::string_view::npos || digits.size() > 19) continue;
-        const std::uint64_t i = std::stoull(std::string(digits));
-        if (i < num_layers && rel.count(std::string(s.substr(dot + 1))))
-          fail("duplicate tensor name " + quoted(t.name) + " (" + where + " and layer " + std::to_string(i) + ")");
-      }
+      const auto l = num_layers > 0 ? split_layer_name(layer_prefix, t.name) : std::nullopt;
+      if (l && l->layer < num_layers && rel.count(std::string(l->relative)))
+        fail("duplicate tensor name " + quoted(t.name) + " (" + where + " and layer " + std::to_string(l->layer) + ")");
     }
   };
   check_outer(pre, "pre");

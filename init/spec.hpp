@@ -103,6 +103,16 @@ struct ModelSpec {
   bool operator==(const ModelSpec&) const = default;
 };
 
+// A canonical layer tensor name split at its layer: "model.layers.3.mlp.up_proj.weight" with prefix
+// "model.layers." is layer 3, "mlp.up_proj.weight". Nothing for names outside the layers (and for a
+// stacked name, which has no index); the index is decimal without a leading zero, as
+// ModelSpec::canonical_name writes it.
+struct LayerName {
+  std::uint64_t layer = 0;
+  std::string_view relative;
+};
+std::optional<LayerName> split_layer_name(std::string_view layer_prefix, std::string_view name);
+
 // The stacked layout's names and shapes (stacking/ and the builder share them):
 // "model.layers." + "mlp.up_proj.weight" -> "model.layers.mlp.up_proj.weight".
 std::string stacked_name(const ModelSpec& spec, const TensorSpec& t);

@@ -219,3 +219,21 @@ TEST(Spec, HyperProblemNamesTheFirstInconsistentField) {
   EXPECT_EQ(p->message, "must be finite and >= 0");
   EXPECT_THROW(llama_spec("x", Hyper{.vocab_size = 8, .hidden_size = 10, .num_heads = 3}, 1), std::invalid_argument);
 }
+
+// One parser of "<prefix><i>.<rel>" for spec validation, the CLI's trace and the benchmarks.
+TEST(Spec, SplitLayerNameFindsTheCanonicalIndex) {
+  auto l = split_layer_name("model.layers.", "model.layers.12.mlp.up_proj.weight");
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->layer, 12u);
+  EXPECT_EQ(l->relative, "mlp.up_proj.weight");
+  l = split_layer_name("model.layers.", "model.layers.18446744073709551615.x");  // 20 digits: not canonical here
+  EXPECT_FALSE(l.has_value());
+  l = split_layer_name("model.layers.", "model.layers.9999999999999999999.x");  // 19 digits
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->layer, 9999999999999999999ull);
+  EXPECT_FALSE(split_layer_name("model.layers.", "model.layers.mlp.up_proj.weight").has_value());  // stacked
+  EXPECT_FALSE(split_layer_name("model.layers.", "model.layers.03.x").has_value());  // leading zero
+  EXPECT_FALSE(split_layer_name("model.layers.", "model.layers.3").has_value());     // no dot
+  EXPECT_FALSE(split_layer_name("model.layers.", "model.embed_tokens.weight").has_value());
+  EXPECT_FALSE(split_layer_name("h.", "model.layers.3.x").has_value());
+}

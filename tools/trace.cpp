@@ -53,14 +53,7 @@ void MemoryTrace::attach(tracking_resource& tracker, std::string path, bool forc
   tracker_ = &tracker;
   tracker.set_listener([this](const MemoryEvent& e) {
     Row r{e.seconds, e.kind, e.bytes, e.current_bytes, -1, e.tag ? e.tag->label : std::string()};
-    // Layer index from the canonical name: "<prefix><i>.<rest>".
-    if (r.tensor.rfind(prefix_, 0) == 0) {
-      std::size_t k = prefix_.size();
-      long long idx = 0;
-      bool digits = false;
-      while (k < r.tensor.size() && r.tensor[k] >= '0' && r.tensor[k] <= '9') idx = idx * 10 + (r.tensor[k++] - '0'), digits = true;
-      if (digits) r.layer = idx;
-    }
+    if (const auto l = split_layer_name(prefix_, r.tensor)) r.layer = static_cast<long long>(l->layer);
     rows_.push_back(std::move(r));
   });
 }

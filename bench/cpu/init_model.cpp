@@ -53,12 +53,8 @@ struct Row {
 };
 
 long long layer_of(const std::string& name, const std::string& prefix) {
-  if (name.rfind(prefix, 0) != 0) return -1;
-  std::size_t k = prefix.size();
-  long long idx = 0;
-  bool digits = false;
-  while (k < name.size() && name[k] >= '0' && name[k] <= '9') idx = idx * 10 + (name[k++] - '0'), digits = true;
-  return digits ? idx : -1;
+  const auto l = split_layer_name(prefix, name);
+  return l ? static_cast<long long>(l->layer) : -1;
 }
 
 }  // namespace
