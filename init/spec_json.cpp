@@ -6,6 +6,7 @@
 // totals overflowing 64 bits).
 #include <layerinit/init/spec_json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -34,20 +35,18 @@ std::string join(const std::string& path, std::string_view key) {
 }
 std::string at(const std::string& path, std::size_t i) { return path + "[" + std::to_string(i) + "]"; }
 
-std::string list(std::initializer_list<const char*> names) {
-  std::string out;
-  for (auto n : names) out += (out.empty() ? "" : ", ") + std::string(n);
-  return out;
-}
-
 // An object whose keys are all in `valid`.
-void check_object(const json& j, const std::string& path, std::initializer_list<const char*> valid) {
+void check_object(const json& j, const std::string& path, const std::vector<std::string>& valid) {
   if (!j.is_object()) fail(path, "must be an object");
-  for (const auto& [key, value] : j.items()) {
-    bool ok = false;
-    for (auto v : valid) ok = ok || key == v;
-    if (!ok) fail(join(path, printable(key, 64)), "unknown key (valid: " + list(valid) + ")");
-  }
+  for (const auto& [key, value] : j.items())
+    if (std::find(valid.begin(), valid.end(), key) == valid.end()) {
+      std::string names;
+      for (const auto& v : valid) names += (names.empty() ? "" : ", ") + v;
+      fail(join(path, printable(key, 64)), "unknown key (valid: " + names + ")");
+    }
+}
+void check_object(const json& j, const std::string& path, std::initializer_list<const char*> valid) {
+  check_object(j, path, std::vector<std::string>(valid.begin(), valid.end()));
 }
 const json* find(const json& j, const char* key) {
   auto it = j.find(key);
@@ -92,35 +91,27 @@ std::string to_string(const json& v, const std::string& path, bool nonempty) {
 // ---- fills ----
 
 FillSpec parse_fill(const json& j, const std::string& path) {
-  check_object(j, path, {"constant", "normal", "trunc_normal", "trunc_normal_std", "uniform"});
-  if (j.size() != 1) fail(path, "must hold exactly one of constant, normal, trunc_normal, trunc_normal_std, uniform");
+  // The kinds and their parameters are the CLI's (kernels/fill.hpp, fill_syntax); JSON names them and
+  // may leave out those with a default.
+  std::vector<std::string> kinds;
+  for (const auto& k : fill_syntax()) kinds.emplace_back(k.name);
+  check_object(j, path, kinds);
+  if (j.size() != 1) fail(path, "must hold exactly one of " + fill_names());
   const auto item = j.items().begin();
   const std::string kind = item.key();
   const json& body = item.value();
   const std::string p = join(path, kind);
-  auto num = [&](const char* key, std::optional<double> dflt) {
-    const json* v = find(body, key);
-    if (!v) {
-      if (!dflt) fail(p, std::string("missing key '") + key + "'");
-      return *dflt;
-    }
-    return to_double(*v, join(p, key));
-  };
-  FillSpec f;
-  if (kind == "constant") {
-    check_object(body, p, {"value"});
-    f = FillSpec::constant(num("value", std::nullopt));
-  } else if (kind == "normal") {
-    check_object(body, p, {"mean", "std"});
-    f = FillSpec::normal(num("mean", 0.0), num("std", std::nullopt));
-  } else if (kind == "trunc_normal" || kind == "trunc_normal_std") {
-    check_object(body, p, {"mean", "std", "a", "b"});
-    const double mean = num("mean", 0.0), std = num("std", std::nullopt), a = num("a", -2.0), b = num("b", 2.0);
-    f = kind == "trunc_normal" ? FillSpec::trunc_normal(mean, std, a, b) : FillSpec::trunc_normal_std(mean, std, a, b);
-  } else {
-    check_object(body, p, {"lo", "hi"});
-    f = FillSpec::uniform(num("lo", std::nullopt), num("hi", std::nullopt));
+  const auto& syntax = *std::find_if(fill_syntax().begin(), fill_syntax().end(), [&](const FillSyntax& k) { return k.name == kind; });
+  std::vector<std::string> keys;
+  for (const auto& param : syntax.params) keys.emplace_back(param.name);
+  check_object(body, p, keys);
+  std::vector<double> args;
+  for (const auto& param : syntax.params) {
+    const json* v = find(body, std::string(param.name).c_str());
+    if (!v && !param.default_value) fail(p, "missing key '" + std::string(param.name) + "'");
+    args.push_back(v ? to_double(*v, join(p, std::string(param.name))) : *param.default_value);
   }
+  const FillSpec f = make_fill(kind, args);
   try {
     validate_fill(f);
   } catch (const std::invalid_argument& e) {

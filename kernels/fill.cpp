@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <layerinit/core/text.hpp>
 #include <layerinit/kernels/philox.hpp>
 
 namespace layerinit {
@@ -50,6 +51,70 @@ FillSpec FillSpec::uniform(double lo, double hi) {
   s.lo = lo;
   s.hi = hi;
   return s;
+}
+
+const std::vector<FillSyntax>& fill_syntax() {
+  static const std::vector<FillSyntax> table = {
+      {"constant", {{"value", std::nullopt}}},
+      {"normal", {{"mean", 0.0}, {"std", std::nullopt}}},
+      {"trunc_normal", {{"mean", 0.0}, {"std", std::nullopt}, {"a", -2.0}, {"b", 2.0}}},
+      {"trunc_normal_std", {{"mean", 0.0}, {"std", std::nullopt}, {"a", -2.0}, {"b", 2.0}}},
+      {"uniform", {{"lo", std::nullopt}, {"hi", std::nullopt}}},
+  };
+  return table;
+}
+
+std::string fill_names() {
+  std::string out;
+  for (const auto& k : fill_syntax()) out += (out.empty() ? "" : ", ") + std::string(k.name);
+  return out;
+}
+
+FillSpec make_fill(std::string_view name, std::span<const double> a) {
+  const auto& table = fill_syntax();
+  const auto it = std::find_if(table.begin(), table.end(), [&](const FillSyntax& k) { return k.name == name; });
+  if (it == table.end()) throw std::invalid_argument("unknown fill '" + std::string(name) + "' (valid: " + fill_names() + ")");
+  if (a.size() != it->params.size())
+    throw std::invalid_argument(std::string(name) + " takes " + std::to_string(it->params.size()) + " numbers, got " +
+                                std::to_string(a.size()));
+  if (name == "constant") return FillSpec::constant(a[0]);
+  if (name == "normal") return FillSpec::normal(a[0], a[1]);
+  if (name == "trunc_normal") return FillSpec::trunc_normal(a[0], a[1], a[2], a[3]);
+  if (name == "trunc_normal_std") return FillSpec::trunc_normal_std(a[0], a[1], a[2], a[3]);
+  return FillSpec::uniform(a[0], a[1]);
+}
+
+FillSpec parse_fill(std::string_view text) {
+  const std::string t(text);
+  const auto open = t.find('('), close = t.rfind(')');
+  auto trim = [](std::string s) {
+    s.erase(0, std::min(s.find_first_not_of(" \t"), s.size()));
+    s.erase(std::min(s.find_last_not_of(" \t") + 1, s.size()));
+    return s;
+  };
+  if (open == std::string::npos || close == std::string::npos || close < open || !trim(t.substr(close + 1)).empty() ||
+      t.find_first_of("()", open + 1) != close)
+    throw std::invalid_argument("cannot parse fill '" + printable(t) + "' (e.g. normal(0,0.02))");
+  const std::string name = trim(t.substr(0, open));
+  std::vector<double> args;
+  std::stringstream ss(t.substr(open + 1, close - open - 1));
+  for (std::string item; std::getline(ss, item, ',');) {
+    std::size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || item.find_first_not_of(" \t", used) != std::string::npos || !std::isfinite(v))
+      throw std::invalid_argument("fill '" + printable(t) + "': '" + printable(item) + "' is not a finite number");
+    args.push_back(v);
+  }
+  try {
+    return make_fill(name, args);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("fill '" + printable(t) + "': " + e.what());
+  }
 }
 
 std::string FillSpec::describe() const {

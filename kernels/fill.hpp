@@ -8,7 +8,10 @@
 
 #include <cstdint>
 #include <string>
+#include <optional>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include <layerinit/dtypes/dtype.hpp>
 #include <layerinit/core/hd.hpp>
@@ -43,6 +46,26 @@ struct FillSpec {
   std::string describe() const;  // e.g. "normal(0, 0.02)"
   bool operator==(const FillSpec&) const = default;
 };
+
+// The fills as users write them: one table for the CLI's text ("normal(0, 0.02)") and JSON specs
+// ({"normal": {"std": 0.02}}). Each kind's name and its parameters in order, with the default a
+// JSON spec may leave out (none: required); the text form gives every parameter.
+struct FillParam {
+  std::string_view name;
+  std::optional<double> default_value;
+};
+struct FillSyntax {
+  std::string_view name;
+  std::vector<FillParam> params;
+};
+const std::vector<FillSyntax>& fill_syntax();  // constant, normal, trunc_normal, trunc_normal_std, uniform
+std::string fill_names();                      // "constant, normal, trunc_normal, trunc_normal_std, uniform"
+// The fill `name` from its parameters in table order, all given. Throws std::invalid_argument for an
+// unknown name (listing the valid ones) or a wrong count. Values are validated by prepare_fill.
+FillSpec make_fill(std::string_view name, std::span<const double> args);
+// "normal(0, 0.02)": a kind and all its parameters as finite decimal numbers, in table order.
+// Throws std::invalid_argument naming the text and the problem.
+FillSpec parse_fill(std::string_view text);
 
 // A fill prepared for one dtype: the float constants the per-element code uses. Trivially copyable.
 struct FillParams {

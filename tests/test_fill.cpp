@@ -444,3 +444,36 @@ TEST(Fill, HostRangeRefusesOverflowingShapesAndBadDestinations) {
     EXPECT_EQ(message(0, 100), "fill_host_range: dst is not aligned to its element size") << dtype_name(t);
   }
 }
+
+// The fill grammar the CLI's text and JSON specs share (fill_syntax): every kind, all parameters in
+// order; refusals name the text and the problem.
+TEST(Fill, ParseFillReadsEveryKindInTableOrder) {
+  EXPECT_EQ(parse_fill("normal(0, 0.02)"), FillSpec::normal(0, 0.02));
+  EXPECT_EQ(parse_fill(" trunc_normal(0,0.02,-0.04,0.04) "), FillSpec::trunc_normal(0, 0.02, -0.04, 0.04));
+  EXPECT_EQ(parse_fill("trunc_normal_std(0,1,-3,3)"), FillSpec::trunc_normal_std(0, 1, -3, 3));
+  EXPECT_EQ(parse_fill("uniform(-1e-2, 1e-2)"), FillSpec::uniform(-0.01, 0.01));
+  EXPECT_EQ(parse_fill("constant(1)"), FillSpec::constant(1));
+  EXPECT_EQ(fill_names(), "constant, normal, trunc_normal, trunc_normal_std, uniform");
+  ASSERT_EQ(fill_syntax().size(), 5u);
+  EXPECT_EQ(fill_syntax()[1].params[1].name, "std");
+  EXPECT_FALSE(fill_syntax()[1].params[1].default_value.has_value());
+  auto message = [](const std::string& text) {
+    try {
+      parse_fill(text);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("normal(0)"), "fill 'normal(0)': normal takes 2 numbers, got 1");
+  EXPECT_EQ(message("gauss(0,1)"),
+            "fill 'gauss(0,1)': unknown fill 'gauss' (valid: constant, normal, trunc_normal, trunc_normal_std, uniform)");
+  EXPECT_EQ(message("normal(0,1x)"), "fill 'normal(0,1x)': '1x' is not a finite number");
+  EXPECT_EQ(message("normal(0,inf)"), "fill 'normal(0,inf)': 'inf' is not a finite number");
+  EXPECT_EQ(message("normal 0 1"), "cannot parse fill 'normal 0 1' (e.g. normal(0,0.02))");
+  EXPECT_EQ(message("normal((0,1)"), "cannot parse fill 'normal((0,1)' (e.g. normal(0,0.02))");
+  EXPECT_EQ(message("normal(0,1) x"), "cannot parse fill 'normal(0,1) x' (e.g. normal(0,0.02))");
+  const double two[] = {0, 0.5};
+  EXPECT_EQ(make_fill("normal", two), FillSpec::normal(0, 0.5));
+  EXPECT_THROW(make_fill("constant", two), std::invalid_argument);
+}

@@ -173,7 +173,14 @@ Recipe ModelArgs::load_recipe() const {
     // The fill itself contains '=' never, but may contain ',' and '(': split at the first '=' after the pattern.
     const auto eq = o.find('=');
     if (eq == std::string::npos || eq == 0) throw usage_error("--init-override expects PATTERN=FILL, got '" + o + "'");
-    r.add_override(o.substr(0, eq), parse_fill(o.substr(eq + 1)));
+    FillSpec f;
+    try {
+      f = parse_fill(o.substr(eq + 1));
+    } catch (const std::invalid_argument& e) {
+      throw usage_error(e.what());
+    }
+    prepare_fill(f, DType::f32);  // validates now, with the fill's own message
+    r.add_override(o.substr(0, eq), f);
   }
   return r;
 }
@@ -228,37 +235,6 @@ void ModelArgs::check_overrides(const ModelSpec& spec, const Recipe& recipe, con
   for (const auto& o : opts.dtype_overrides) check("--dtype-override", o.pattern);
 }
 
-FillSpec parse_fill(const std::string& text) {
-  static const std::regex re(R"(^\s*([a-z_]+)\s*\(([^()]*)\)\s*$)");
-  std::smatch m;
-  if (!std::regex_match(text, m, re)) throw usage_error("cannot parse fill '" + text + "' (e.g. normal(0,0.02))");
-  const std::string kind = m[1];
-  std::vector<double> args;
-  std::stringstream ss(m[2].str());
-  for (std::string item; std::getline(ss, item, ',');) {
-    try {
-      std::size_t used = 0;
-      const double v = std::stod(item, &used);
-      if (item.find_first_not_of(" \t", used) != std::string::npos || !std::isfinite(v)) throw std::invalid_argument(item);
-      args.push_back(v);
-    } catch (const std::exception&) {
-      throw usage_error("fill '" + text + "': '" + item + "' is not a finite number");
-    }
-  }
-  auto need = [&](std::size_t n) {
-    if (args.size() != n)
-      throw usage_error("fill '" + text + "': " + kind + " takes " + std::to_string(n) + " numbers, got " + std::to_string(args.size()));
-  };
-  FillSpec f;
-  if (kind == "normal") { need(2); f = FillSpec::normal(args[0], args[1]); }
-  else if (kind == "trunc_normal") { need(4); f = FillSpec::trunc_normal(args[0], args[1], args[2], args[3]); }
-  else if (kind == "trunc_normal_std") { need(4); f = FillSpec::trunc_normal_std(args[0], args[1], args[2], args[3]); }
-  else if (kind == "uniform") { need(2); f = FillSpec::uniform(args[0], args[1]); }
-  else if (kind == "constant") { need(1); f = FillSpec::constant(args[0]); }
-  else throw usage_error("unknown fill '" + kind + "' (valid: normal, trunc_normal, trunc_normal_std, uniform, constant)");
-  prepare_fill(f, DType::f32);  // validates now, with the fill's own message
-  return f;
-}
 
 namespace {
 // Length of the valid UTF-8 sequence at s[i] (RFC 3629: shortest form, no surrogates, at most

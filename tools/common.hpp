@@ -63,7 +63,6 @@ CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, int& tar
 
 // "fp32", a FillSpec from "normal(0,0.02)", "trunc_normal(0,0.02,-2,2)", "trunc_normal_std(0,0.02,-3,3)",
 // "uniform(-0.1,0.1)", "constant(1)".
-FillSpec parse_fill(const std::string& text);
 
 nlohmann::ordered_json shape_json(const Shape& s);
 // `s` for a JSON string: bytes that are not part of valid UTF-8 (a path may hold any byte but '\0')
