@@ -355,6 +355,10 @@ TEST(Errors, MessagesCarryTheDetails) {
   EXPECT_EQ(format_bytes(100), "100 bytes");
   EXPECT_EQ(format_bytes(1610612736), "1.50 GiB (1610612736 bytes)");
   EXPECT_EQ(format_bytes(2048), "2.00 KiB (2048 bytes)");
+  // Tables (layerinit plan) take the short form.
+  EXPECT_EQ(format_bytes_short(100), "100 B");
+  EXPECT_EQ(format_bytes_short(1711308800), "1.59 GiB");
+  EXPECT_EQ(format_bytes_short(8192000000000ull), "7.45 TiB");
   const out_of_memory e(2048, 100, "host");
   EXPECT_STREQ(e.what(), "out of memory on host: asked for 2.00 KiB (2048 bytes) with 100 bytes in use");
   const cuda_error c("cudaMalloc(&p, n)", "out of memory", "x.cu", 12);
