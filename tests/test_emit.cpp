@@ -419,6 +419,8 @@ TEST(Emit, ExistingTargetWithoutOverwriteIsARefusalAndUntouched) {
 }
 
 TEST(Emit, AnEnvironmentFailureAtOpenKeepsItsType) {
+  if (layerinit::testing::kAddressSanitizer)
+    GTEST_SKIP() << "with every descriptor taken, the sanitizers cannot open the pipe they read memory through and report a false invalid vptr";
   // Every shard file is opened up front: with no descriptor left, opening fails with EMFILE, an
   // environment failure: checkpoint_error, neither a refusal nor std::invalid_argument.
   TempDir dir;
