@@ -1,8 +1,9 @@
 #!/bin/sh
 # Builds the libFuzzer target for the JSON spec parser with ASan and UBSan (needs clang++).
 #   tests/fuzz/build.sh BUILD_DIR [OUTPUT]
-# BUILD_DIR is a configured CMake build of layerinit (it holds the generated layerinit/config.hpp and
-# the Philox include path). OUTPUT defaults to /tmp/fuzz_spec_json.
+# BUILD_DIR is a configured CMake build of layerinit (its include/all/layerinit/ view holds every
+# folder and the generated config.hpp; its cache the Philox include path). OUTPUT defaults to
+# /tmp/fuzz_spec_json.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$1
@@ -10,7 +11,8 @@ out=${2:-/tmp/fuzz_spec_json}
 philox=$(sed -n 's/^LAYERINIT_\(CURAND\|RANDOM123\)_INCLUDE:PATH=//p' "$build/CMakeCache.txt" | head -n 1)
 ${CXX:-clang++} -std=c++20 -O1 -g -ffp-contract=off -fsanitize=fuzzer,address,undefined \
   -fno-sanitize-recover=undefined \
-  -I"$root" -I"$build/generated" ${philox:+-I"$philox"} -I/usr/include/eigen3 \
+  -I"$build/include/all" ${philox:+-I"$philox"} -I/usr/include/eigen3 \
   "$root/tests/fuzz/fuzz_spec_json.cpp" "$root/init/spec_json.cpp" "$root/init/spec.cpp" \
-  "$root/kernels/fill.cpp" "$root/dtypes/dtype.cpp" -o "$out"
+  "$root/kernels/fill.cpp" "$root/dtypes/dtype.cpp" "$root/core/shape.cpp" "$root/core/text.cpp" \
+  "$root/core/errors.cpp" "$root/core/bytes.cpp" -o "$out"
 echo "built $out"
