@@ -143,8 +143,6 @@ std::uint64_t hdf5_planned_fixed(std::uint64_t meta_bytes);
 PlannedRun safetensors_planned_run(const DatasetSpec& each, std::uint64_t count, std::uint64_t name_bytes);
 std::uint64_t safetensors_planned_fixed(std::uint64_t meta_bytes, std::uint64_t datasets, std::uint64_t max_shard_size,
                                         std::uint64_t config_bytes);
-std::uint64_t sat_add(std::uint64_t a, std::uint64_t b);
-std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b);
 
 // Names unique, non-empty, without '/'; rank >= 1, dims > 0; slab_elements a suffix product or 0.
 void validate_datasets(const std::vector<DatasetSpec>& d);

@@ -49,9 +49,9 @@ std::uint64_t index_digits(std::uint64_t n) {
   std::uint64_t total = 1;  // "0"
   std::uint64_t lo = 1;     // first number with `d` digits
   for (std::uint64_t d = 1; lo < n; ++d) {
-    const std::uint64_t hi = lo > UINT64_MAX / 10 ? UINT64_MAX : lo * 10;
+    const std::uint64_t hi = saturating_mul(lo, 10);
     const std::uint64_t k = std::min(hi, n) - lo;
-    total = k > (UINT64_MAX - total) / d ? UINT64_MAX : total + k * d;
+    total = saturating_add(total, saturating_mul(k, d));
     lo = hi;
   }
   return total;
@@ -73,7 +73,7 @@ std::uint64_t planned_checkpoint_bytes(const Builder& b, CheckpointFormat f, con
     const auto first = b.plan_layer(0);
     for (std::size_t j = 0; j < first.size(); ++j) {
       const std::uint64_t each = spec.layer_prefix.size() + 1 + spec.layer.tensors[j].name.size();
-      const std::uint64_t names = each > (UINT64_MAX - digits) / L ? UINT64_MAX : L * each + digits;
+      const std::uint64_t names = saturating_add(saturating_mul(L, each), digits);
       p.add_run({"", first[j].memory_shape, first[j].dtype, 0}, L, names);
     }
   } else {

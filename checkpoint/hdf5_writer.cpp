@@ -321,8 +321,8 @@ namespace detail {
 PlannedRun hdf5_planned_run(const DatasetSpec& d, std::uint64_t count, std::uint64_t name_bytes,
                             std::uint64_t max_chunk_bytes) {
   const Chunking c = choose_chunking(d, max_chunk_bytes);
-  return {sat_mul(count, c.count() * c.chunk_elements() * dtype_size(d.dtype)),
-          sat_add(sat_mul(count, 4096 + 64 * c.count()), name_bytes)};
+  return {saturating_mul(count, c.count() * c.chunk_elements() * dtype_size(d.dtype)),
+          saturating_add(saturating_mul(count, 4096 + 64 * c.count()), name_bytes)};
 }
 
 // The superblock, root group and its attributes.

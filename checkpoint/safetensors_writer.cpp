@@ -195,15 +195,15 @@ namespace detail {
 
 // The data, and a header entry: the name twice (header and index), offsets and the shape.
 PlannedRun safetensors_planned_run(const DatasetSpec& d, std::uint64_t count, std::uint64_t name_bytes) {
-  return {sat_mul(count, numel(d.shape) * dtype_size(d.dtype)),
-          sat_add(sat_mul(count, 64 + 24 * d.shape.size()), sat_mul(2, name_bytes))};
+  return {saturating_mul(count, numel(d.shape) * dtype_size(d.dtype)),
+          saturating_add(saturating_mul(count, 64 + 24 * d.shape.size()), saturating_mul(2, name_bytes))};
 }
 
 // Per shard a header (metadata), then the index and config.
 std::uint64_t safetensors_planned_fixed(std::uint64_t meta_bytes, std::uint64_t datasets, std::uint64_t max_shard_size,
                                         std::uint64_t config_bytes) {
   const std::uint64_t shards = max_shard_size ? datasets : 1;  // an upper bound
-  return sat_add(sat_mul(shards, meta_bytes + 4096), config_bytes + 4096);
+  return saturating_add(saturating_mul(shards, meta_bytes + 4096), config_bytes + 4096);
 }
 
 std::string safetensors_ownership(const fs::path& dir) { return safetensors_ownership_impl(dir); }

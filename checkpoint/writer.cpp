@@ -253,9 +253,6 @@ void WriterBase::abort() noexcept {
   if (tmp_) tmp_->remove();
 }
 
-std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
-std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b) { return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b; }
-
 void Progress::check_complete(const fs::path& target) const {
   for (std::size_t i = 0; i < d_.size(); ++i)
     if (written_[i] != numel_[i])
@@ -381,18 +378,18 @@ PlannedBytes::PlannedBytes(CheckpointFormat f, const CheckpointMetadata& meta, c
 }
 
 void PlannedBytes::add_run(const DatasetSpec& d, std::uint64_t count, std::uint64_t name_bytes) {
-  datasets_ = detail::sat_add(datasets_, count);
+  datasets_ = saturating_add(datasets_, count);
   const detail::PlannedRun r = f_ == CheckpointFormat::hdf5 ? detail::hdf5_planned_run(d, count, name_bytes, max_chunk_bytes_)
                                                             : detail::safetensors_planned_run(d, count, name_bytes);
-  data_ = detail::sat_add(data_, r.data);
-  per_dataset_ = detail::sat_add(per_dataset_, r.overhead);
+  data_ = saturating_add(data_, r.data);
+  per_dataset_ = saturating_add(per_dataset_, r.overhead);
 }
 
 std::uint64_t PlannedBytes::total() const {
   const std::uint64_t fixed = f_ == CheckpointFormat::hdf5
                                   ? detail::hdf5_planned_fixed(meta_bytes_)
                                   : detail::safetensors_planned_fixed(meta_bytes_, datasets_, max_shard_size_, config_bytes_);
-  return detail::sat_add(detail::sat_add(data_, per_dataset_), fixed);
+  return saturating_add(saturating_add(data_, per_dataset_), fixed);
 }
 
 std::uint64_t planned_bytes(CheckpointFormat f, const std::vector<DatasetSpec>& datasets,

@@ -1,19 +1,29 @@
 #include <layerinit/core/shape.hpp>
 
-#include <limits>
+#include <cstdint>
 #include <stdexcept>
 
 namespace layerinit {
 
 std::uint64_t numel(const Shape& s) {
-  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
   std::uint64_t n = 1;
   for (auto d : s) {
-    if (d != 0 && n > kMax / d) throw std::overflow_error("element count of shape " + shape_string(s) + " overflows 64 bits");
+    if (d != 0 && n > UINT64_MAX / d) throw std::overflow_error("element count of shape " + shape_string(s) + " overflows 64 bits");
     n *= d;
   }
   return n;
 }
+
+std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const char* what) {
+  if (b > UINT64_MAX - a) throw std::overflow_error(std::string(what) + " overflows 64 bits");
+  return a + b;
+}
+std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what) {
+  if (a != 0 && b > UINT64_MAX / a) throw std::overflow_error(std::string(what) + " overflows 64 bits");
+  return a * b;
+}
+std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b) { return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b; }
 
 std::string shape_string(const Shape& s) {
   std::string out = "[";

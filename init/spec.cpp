@@ -17,14 +17,6 @@ namespace {
 
 constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
 
-std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what) {
-  if (a != 0 && b > kMax / a) throw std::overflow_error(std::string(what) + " overflows 64 bits");
-  return a * b;
-}
-std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const char* what) {
-  if (b > kMax - a) throw std::overflow_error(std::string(what) + " overflows 64 bits");
-  return a + b;
-}
 
 std::uint64_t count(const std::vector<TensorSpec>& ts) {
   std::uint64_t n = 0;

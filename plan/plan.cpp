@@ -17,13 +17,6 @@ std::string_view naive_name(NaiveStrategy s) {
   return "?";
 }
 
-namespace {
-std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what) {
-  if (a != 0 && b > UINT64_MAX / a) throw std::overflow_error(std::string(what) + " overflows 64 bits");
-  return a * b;
-}
-}  // namespace
-
 MemoryPlan make_memory_plan(const Builder& b) {
   const ModelSpec& spec = b.spec();
   MemoryPlan p;

@@ -237,3 +237,21 @@ TEST(Spec, SplitLayerNameFindsTheCanonicalIndex) {
   EXPECT_FALSE(split_layer_name("model.layers.", "model.embed_tokens.weight").has_value());
   EXPECT_FALSE(split_layer_name("h.", "model.layers.3.x").has_value());
 }
+
+// Element and byte counts past 2^64 (core/shape.hpp): checked arithmetic names what overflowed,
+// saturating arithmetic stops at 2^64 - 1.
+TEST(Spec, CheckedAndSaturatingCounts) {
+  EXPECT_EQ(checked_add(1, 2, "x"), 3u);
+  EXPECT_EQ(checked_mul(1ull << 32, (1ull << 32) - 1, "x"), (1ull << 32) * ((1ull << 32) - 1));
+  try {
+    checked_mul(1ull << 32, 1ull << 32, "parameter count");
+    ADD_FAILURE() << "no throw";
+  } catch (const std::overflow_error& e) {
+    EXPECT_STREQ(e.what(), "parameter count overflows 64 bits");
+  }
+  EXPECT_THROW(checked_add(UINT64_MAX, 1, "x"), std::overflow_error);
+  EXPECT_EQ(saturating_add(UINT64_MAX - 1, 5), UINT64_MAX);
+  EXPECT_EQ(saturating_mul(1ull << 40, 1ull << 40), UINT64_MAX);
+  EXPECT_EQ(saturating_mul(0, UINT64_MAX), 0u);
+  EXPECT_EQ(saturating_add(2, 3), 5u);
+}

@@ -97,11 +97,6 @@ void ModelArgs::add_backend_flags(CLI::App& app) {
                "MemAvailable, free GPU memory)");
 }
 
-namespace {
-std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
-std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b) { return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b; }
-}  // namespace
-
 std::uint64_t record_bytes(const ModelSpec& spec, const std::string& layout, bool hdf5_datasets) {
   // Measured with GNU time's max RSS over 80,000 one-element layers: build's tensors and reports and
   // emit's lists, reports and safetensors writer take about 1.5 KiB per tensor, HDF5 19.5 KiB more
@@ -109,9 +104,9 @@ std::uint64_t record_bytes(const ModelSpec& spec, const std::string& layout, boo
   // per layer slice. Rounded up to 2 KiB, 22 KiB and 128 bytes.
   const std::uint64_t L = spec.num_layers, T = spec.layer.tensors.size(), outer = spec.pre.size() + spec.post.size();
   const bool stacked = layout == "stacked";
-  const std::uint64_t tensors = sat_add(outer, stacked ? T : sat_mul(L, T));
-  const std::uint64_t slices = layout == "per-layer" ? 0 : sat_mul(L, T);
-  return sat_add(sat_mul(tensors, hdf5_datasets ? (2u + 22u) << 10 : 2u << 10), sat_mul(slices, 128));
+  const std::uint64_t tensors = saturating_add(outer, stacked ? T : saturating_mul(L, T));
+  const std::uint64_t slices = layout == "per-layer" ? 0 : saturating_mul(L, T);
+  return saturating_add(saturating_mul(tensors, hdf5_datasets ? (2u + 22u) << 10 : 2u << 10), saturating_mul(slices, 128));
 }
 
 void check_memory(const ModelArgs& args, backend& be, const MemoryNeed& need) {
@@ -136,7 +131,7 @@ void check_memory(const ModelArgs& args, backend& be, const MemoryNeed& need) {
   const std::string peak = need.peak_what + " " + format_bytes(need.peak);
   const std::string records = "tensor records " + format_bytes(need.records);
   if (be.memory().kind() == MemoryKind::host) {
-    const std::uint64_t total = sat_add(need.peak, need.records);
+    const std::uint64_t total = saturating_add(need.peak, need.records);
     if (host && total > host->bytes) refuse("", total, peak + " + " + records, *host);
   } else {
     if (device && need.peak > device->bytes) refuse(" on " + be.describe(), need.peak, peak, *device);
