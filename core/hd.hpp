@@ -7,3 +7,10 @@
 // chain (Philox, transform, clamp) is inlined into them.
 #define LAYERINIT_HD inline __attribute__((always_inline))
 #endif
+
+// Unrolls the loop that follows on the device (nvcc's #pragma unroll); the host compiler decides alone.
+#if defined(__CUDACC__)
+#define LAYERINIT_UNROLL _Pragma("unroll")
+#else
+#define LAYERINIT_UNROLL
+#endif

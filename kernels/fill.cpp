@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include <layerinit/core/text.hpp>
 #include <layerinit/kernels/philox.hpp>
@@ -148,6 +149,75 @@ bool finite(double x) { return std::isfinite(x); }
 }
 }  // namespace
 
+namespace {
+
+// The smallest x in [lo, hi] with up(x), for up false-then-true over [lo, hi]; nullopt if up(hi) is false.
+template <class Pred>
+std::optional<std::uint64_t> first_true(std::uint64_t lo, std::uint64_t hi, Pred up) {
+  if (!up(hi)) return std::nullopt;
+  while (lo < hi) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    if (up(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+// trunc_normal's positions: the span of positions whose value (before rounding) lies in [a', b'], by
+// bisection over the fill's own arithmetic (value(P) is non-decreasing in P). So the fill samples the
+// normal truncated to [a', b'] and rounds it: a bound gets the half of its rounding interval inside, no
+// more. fp16/bf16 positions run over the 16-bit nodes [0, 65535 * 2^16]; fp32 positions are
+// probabilities times 2^64 in [1, 2^64 - 1].
+void place_trunc_span(FillParams& p, const FillSpec& s, DType t, float a_t, float b_t) {
+  const FillTables tab = host_fill_tables();
+  const bool half = t != DType::f32;
+  const std::uint64_t first = half ? 0 : 1;
+  const std::uint64_t last = half ? node16_last_position : UINT64_MAX;
+  auto value = [&](std::uint64_t pos) {
+    const float z = half ? node16_at(tab.node16, static_cast<std::uint32_t>(pos))
+                         : quantile::normal_quantile64(tab.cubic, pos);
+    return transforms::fmaf_(p.scale, z, p.shift);
+  };
+  const auto lo = first_true(first, last, [&](std::uint64_t pos) { return value(pos) >= a_t; });
+  const auto above = first_true(first, last, [&](std::uint64_t pos) { return value(pos) > b_t; });
+  const std::uint64_t hi = above ? *above - 1 : last;  // above == first: nothing <= b'
+  const char* range = half ? "the 16-bit quantiles reach |z| <= 4.32 std in fp16 and bf16"
+                           : "the 64-bit positions reach |z| <= 9.08 std in fp32";
+  require(lo && (!above || *above > first) && *lo <= hi, s,
+          std::string("the bounds lie beyond the normal's reach in ") + std::string(dtype_name(t)) + " (" + range + ")");
+  p.p_lo = *lo;
+  p.span = hi - *lo + 1;  // hi - lo < 2^64 - 1 for fp32 (first = 1), so no wrap
+}
+
+// Whether every value normal(mean, std) can produce in t lies in [a', b']: then trunc_normal is that
+// normal, bit for bit (PyTorch's default bounds, +-2 absolute, around a std of 0.02).
+bool bounds_hold_every_normal_value(const FillParams& p, DType t, float a_t, float b_t) {
+  const FillTables tab = host_fill_tables();
+  float extremes[2];
+  if (t == DType::f32) {
+    extremes[0] = transforms::fmaf_(p.scale, quantile::normal_quantile32(tab.cubic, 0), p.shift);
+    extremes[1] = transforms::fmaf_(p.scale, quantile::normal_quantile32(tab.cubic, 0xffffffffu), p.shift);
+  } else {
+    extremes[0] = round_to_dtype(transforms::fmaf_(p.scale, node16(tab.node16, 0), p.shift), t);
+    extremes[1] = round_to_dtype(transforms::fmaf_(p.scale, node16(tab.node16, 65535), p.shift), t);
+  }
+  return extremes[0] >= a_t && extremes[1] <= b_t;
+}
+
+}  // namespace
+
+FillTables host_fill_tables() {
+  static const std::vector<float> nodes = [] {
+    const float* h = quantile::normal_node16_table;
+    std::vector<float> t(node16_entries);
+    t[0] = -h[0];
+    std::copy(h, h + 32768, t.begin() + 1);
+    t[32769] = h[32767];
+    return t;
+  }();
+  return {nodes.data(), quantile::normal_cubic_table};
+}
+
 FillParams prepare_fill(const FillSpec& s, DType t) {
   FillParams p;
   p.kind = s.kind;
@@ -157,66 +227,67 @@ FillParams prepare_fill(const FillSpec& s, DType t) {
       p.shift = static_cast<float>(s.value);
       break;
     case FillKind::normal:
+    case FillKind::trunc_normal:
       require(finite(s.mean) && finite(s.std), s, "mean and std must be finite");
       require(s.std > 0, s, "std must be positive");
-      require(static_cast<float>(s.std * std::sqrt(2.0)) > 0, s, "std * sqrt(2) underflows float");
-      p.scale = static_cast<float>(s.std * std::sqrt(2.0));
+      require(static_cast<float>(s.std) > 0, s, "std underflows float");
+      p.scale = static_cast<float>(s.std);
       p.shift = static_cast<float>(s.mean);
+      require(std::isfinite(p.scale) && std::isfinite(p.shift), s, "its constants overflow float");
+      if (s.kind == FillKind::trunc_normal) {
+        require(finite(s.a) && finite(s.b), s, "bounds must be finite");
+        require(s.a < s.b, s, "lower bound must be below upper bound");
+        const double a = s.bounds_in_std ? s.mean + s.a * s.std : s.a;
+        const double b = s.bounds_in_std ? s.mean + s.b * s.std : s.b;
+        require(std::isfinite(a) && std::isfinite(b), s, "its bounds overflow");
+        const float a_t = dtype_ceil(static_cast<float>(a) < a ? std::nextafter(static_cast<float>(a), INFINITY)
+                                                               : static_cast<float>(a), t);
+        const float b_t = dtype_floor(static_cast<float>(b) > b ? std::nextafter(static_cast<float>(b), -INFINITY)
+                                                                : static_cast<float>(b), t);
+        require(a_t <= b_t, s, "no value of the dtype lies between the bounds");
+        if (a_t == b_t) one_value(s, a_t, t);
+        p.lo = a_t;
+        p.hi = b_t;
+        if (bounds_hold_every_normal_value(p, t, a_t, b_t)) {
+          p.kind = FillKind::normal;
+        } else {
+          place_trunc_span(p, s, t, a_t, b_t);
+        }
+      }
       break;
-    case FillKind::trunc_normal: {
-      require(finite(s.mean) && finite(s.std), s, "mean and std must be finite");
-      require(s.std > 0, s, "std must be positive");
-      require(static_cast<float>(s.std * std::sqrt(2.0)) > 0, s, "std * sqrt(2) underflows float");
-      require(finite(s.a) && finite(s.b), s, "bounds must be finite");
-      require(s.a < s.b, s, "lower bound must be below upper bound");
-      const double a = s.bounds_in_std ? s.mean + s.a * s.std : s.a;
-      const double b = s.bounds_in_std ? s.mean + s.b * s.std : s.b;
-      const float a_t = dtype_ceil(static_cast<float>(a) < a ? std::nextafter(static_cast<float>(a), INFINITY)
-                                                             : static_cast<float>(a), t);
-      const float b_t = dtype_floor(static_cast<float>(b) > b ? std::nextafter(static_cast<float>(b), -INFINITY)
-                                                              : static_cast<float>(b), t);
-      require(a_t <= b_t, s, "no value of the dtype lies between the bounds");
-      if (a_t == b_t) one_value(s, a_t, t);
-      const double ea = std::erf((a_t - s.mean) / (s.std * std::sqrt(2.0)));
-      const double eb = std::erf((b_t - s.mean) / (s.std * std::sqrt(2.0)));
-      require(eb > ea, s, "bounds lie too far in one tail of the normal");
-      p.scale = static_cast<float>(s.std * std::sqrt(2.0));
-      p.shift = static_cast<float>(s.mean);
-      p.half_width = static_cast<float>((eb - ea) / 2);
-      p.center = static_cast<float>((eb + ea) / 2);
-      p.lo = a_t;
-      p.hi = b_t;
-      break;
-    }
     case FillKind::uniform:
       require(finite(s.lo) && finite(s.hi), s, "bounds must be finite");
       require(s.lo < s.hi, s, "lo must be below hi");
       p.scale = static_cast<float>(s.hi - s.lo);
       p.shift = static_cast<float>(s.lo);
+      p.lo = p.shift;
       p.hi = static_cast<float>(s.hi);
       break;
     default:
       throw std::invalid_argument("unknown fill kind");
   }
   // Finite in double is not enough: the constants are floats, and every value must fit the dtype.
-  require(std::isfinite(p.scale) && std::isfinite(p.shift) && std::isfinite(p.half_width) &&
-              std::isfinite(p.center) && std::isfinite(p.lo) && std::isfinite(p.hi),
-          s, "its constants overflow float");
-  // element_value is monotone in the random word's unit_open / unit_01 value, so the extreme words
-  // give the extreme values the fill can produce.
+  require(std::isfinite(p.scale) && std::isfinite(p.shift) && std::isfinite(p.lo) && std::isfinite(p.hi), s,
+          "its constants overflow float");
+  // Every value is non-decreasing in its random input, so the extreme inputs give the extreme values.
   float lowest = INFINITY, highest = -INFINITY;
-  for (std::uint32_t bits : {0x7fffffffu, 0x80000000u, 0x00000000u, 0xffffffffu}) {
-    const float v = element_value(p, bits);
-    const float r = round_to_dtype(v, t);
-    require(std::isfinite(r), s,
-            "values would overflow " + std::string(dtype_name(t)) + " (reaching " + std::to_string(v) + ")");
+  const FillTables tab = host_fill_tables();
+  for (std::uint32_t in : {0u, 0xffffffffu}) {
+    const rng::Block blk{{in, in, in, in}};
+    float r = 0;
+    switch (t) {
+      case DType::f32: r = block_element<DType::f32>(p, blk, 0, tab); break;
+      case DType::f16: r = f16_bits_to_float(block_element<DType::f16>(p, blk, 0, tab)); break;
+      case DType::bf16: r = bf16_bits_to_float(block_element<DType::bf16>(p, blk, 0, tab)); break;
+    }
+    require(std::isfinite(r), s, "values would overflow " + std::string(dtype_name(t)));
     lowest = std::min(lowest, r);
     highest = std::max(highest, r);
   }
   // A random fill whose extremes round to one value writes that value everywhere (a std too small
   // for the dtype, e.g. normal(0, 1e-10) in fp16 or normal(1, 1e-5) in bf16): refused, since
   // rounding is monotone too. A constant is meant to be one value.
-  if (s.kind != FillKind::constant && lowest == highest) one_value(s, lowest, t);
+  if (s.kind != FillKind::constant && lowest == highest) one_value(s, highest + 0.0f, t);  // -0 + 0 = +0
   return p;
 }
 

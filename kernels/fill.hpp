@@ -1,9 +1,13 @@
 // Fills: what a tensor's values are, and jobs that write them into memory.
 //
-// The value contract: element i (row-major index over the tensor's logical shape) of a tensor named N,
-// for a seed S, is value(params, bits) where bits = word (i mod 4) of Philox4x32-10 with counter
-// (i / 4) and key philox_key(S, fnv1a64(N)), rounded to nearest in the target dtype. Nothing else
-// (launch shape, threads, chunking, layout, other tensors) enters it.
+// The value contract (docs/design.md, "The value of an element"). Element i (row-major index over the
+// tensor's logical shape) of a tensor named N, for a seed S, in dtype T:
+// - fp16, bf16: 16 random bits each, eight elements per Philox call. code = half-word (i mod 8) of the
+//   Philox4x32-10 block with counter i / 8 and key philox_key(S, fnv1a64(N)) (word (i mod 8) / 2, its
+//   low half for even i); value = half_value<kind>(params, code), rounded to nearest in T.
+// - fp32: 32 random bits each: bits = word (i mod 4) of the block with counter i / 4, same key;
+//   value = f32_value<kind>(params, bits).
+// Nothing else (launch shape, threads, chunking, layout, other tensors) enters it.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +19,9 @@
 
 #include <layerinit/dtypes/dtype.hpp>
 #include <layerinit/core/hd.hpp>
+#include <layerinit/dtypes/convert.hpp>
+#include <layerinit/kernels/philox.hpp>
+#include <layerinit/kernels/quantile.hpp>
 #include <layerinit/kernels/transforms.hpp>
 
 namespace layerinit {
@@ -67,23 +74,29 @@ FillSpec make_fill(std::string_view name, std::span<const double> args);
 // Throws std::invalid_argument naming the text and the problem.
 FillSpec parse_fill(std::string_view text);
 
-// A fill prepared for one dtype: the float constants the per-element code uses. Trivially copyable.
+// A fill prepared for one dtype: the constants the per-element code uses. Trivially copyable.
 struct FillParams {
   FillKind kind = FillKind::constant;
-  float scale = 0.f;  // normal, trunc_normal: std * sqrt(2); uniform: hi - lo
+  float scale = 0.f;  // normal, trunc_normal: std; uniform: hi - lo
   float shift = 0.f;  // normal, trunc_normal: mean; uniform: lo; constant: the value
-  float half_width = 0.f;  // trunc_normal: (erf(b') - erf(a')) / 2 in the erf domain
-  float center = 0.f;      // trunc_normal: (erf(b') + erf(a')) / 2
-  float lo = 0.f;     // trunc_normal: a', clamp; uniform: unused
-  float hi = 0.f;     // trunc_normal: b', clamp; uniform: hi, clamp
+  // uniform: [lo, hi] clamps the value before rounding. trunc_normal: the bounds snapped to the dtype,
+  // a' and b' (a clamp in fp32; in fp16/bf16 the span alone keeps values inside).
+  float lo = 0.f;
+  float hi = 0.f;
+  // trunc_normal: positions drawn uniformly from [p_lo, p_lo + span). fp16/bf16: positions on the
+  // 16-bit quantile nodes (node j at j * 2^16, linear between nodes; span < 2^32); fp32: probabilities
+  // times 2^64.
+  std::uint64_t p_lo = 0;
+  std::uint64_t span = 0;
 };
 
 // Validates the spec (finite numbers, std > 0, a < b, lo < hi) and computes the constants for
 // dtype t. trunc_normal's bounds are snapped inward to values of t (a' = smallest value >= a,
-// b' = largest value <= b) so rounded outputs never leave [a, b]; the distribution sampled is the
-// normal truncated to [a', b'], rounded to nearest. A random fill whose every value rounds to one
-// value of t (or whose std * sqrt(2) is 0 in float) is refused (docs/spec.md). Throws
-// std::invalid_argument naming the problem.
+// b' = largest value <= b) and the positions whose value before rounding lies in [a', b'] are found by bisection
+// over the same arithmetic the fill runs, so no value leaves [a, b] and no library erf enters the
+// contract. When every value the normal of the same mean and std produces lies within [a', b'], the
+// prepared fill is that normal (kind normal). A random fill whose every value rounds to one value of t (or whose constants overflow) is
+// refused (docs/spec.md). Throws std::invalid_argument naming the problem.
 FillParams prepare_fill(const FillSpec& spec, DType t);
 
 // One contiguous run of memory of one tensor to fill.
@@ -103,29 +116,134 @@ struct FillJob {
 FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t seed,
                       std::string_view canonical_name, const FillSpec& spec);
 
-// The float value of an element from its 32 random bits (before rounding to the dtype), per kind.
-template <FillKind K> LAYERINIT_HD float value_of(const FillParams& p, std::uint32_t bits) {
+// The tables the transforms read. The host passes its static arrays (host_fill_tables()); the CUDA
+// kernels pass their shared-memory copies.
+struct FillTables {
+  // [node16_entries] The 16-bit quantile nodes from the middle up, one before and one after:
+  // [-H0, H0, H1, ..., H32767, H32767] with Hm = quantile::normal_node16_table[m] = Phi^-1((32768.5 + m)
+  // / 65536). Entry k + 1 is node 32768 + k; entry 0 (node 32767 = -H0) lets the segment across the
+  // middle interpolate like the others, and the repeated last entry keeps the top segment in bounds.
+  const float* node16 = nullptr;
+  const quantile::CubicRow* cubic = nullptr;  // quantile::normal_cubic_table
+};
+constexpr std::size_t node16_entries = 32770;
+FillTables host_fill_tables();
+
+// Elements per Philox block: 8 16-bit codes for fp16/bf16, 4 32-bit words for fp32.
+LAYERINIT_HD constexpr unsigned elements_per_block(DType t) { return t == DType::f32 ? 4u : 8u; }
+
+// The random input of element k (k < 8) of a block, for fp16/bf16: half-word k, low half first.
+LAYERINIT_HD std::uint32_t code16(const rng::Block& b, unsigned k) {
+  return (b.w[k >> 1] >> ((k & 1u) * 16u)) & 0xffffu;
+}
+
+// fp16/bf16 normal: node `code` (0..65535), Phi^-1((code + 1/2) / 65536), mirrored from the upper half.
+LAYERINIT_HD float node16(const float* nodes, std::uint32_t code) {
+  const bool up = code >= 32768u;
+  const float h = nodes[up ? code - 32767u : 32768u - code];
+  return up ? h : -h;
+}
+
+// fp16/bf16 trunc_normal positions run over [0, 65535 * 2^16]: node j sits at j * 2^16.
+constexpr std::uint32_t node16_last_position = 0xffff0000u;
+constexpr std::uint32_t node16_middle_position = 0x7fff8000u;  // between nodes 32767 and 32768: z = 0
+
+// fp16/bf16 trunc_normal: the standard normal value at a position, linear between nodes, computed on
+// the upper half and mirrored (odd about the middle, where it is 0). Non-decreasing in the position.
+LAYERINIT_HD float node16_at(const float* nodes, std::uint32_t pos, bool* upper = nullptr) {
+  const bool up = pos >= node16_middle_position;
+  const std::uint32_t q = up ? pos : node16_last_position - pos;  // q >= the middle
+  const std::uint32_t k = (q >> 16) - 32767u;                      // 0 .. 32768: nodes k - 1, k
+  const float t0 = nodes[k], t1 = nodes[k + 1];
+  const float z = transforms::fmaf_(static_cast<float>(q & 0xffffu) * 0x1p-16f, t1 - t0, t0);
+  if (upper != nullptr) *upper = up;
+  return up ? z : -z;
+}
+
+// fp16/bf16 trunc_normal: position of code (0..65535), the midpoint of its 1/65536 of the span:
+// p_lo + floor(span * (code + 1/2) / 65536), one 32-bit high multiply.
+LAYERINIT_HD std::uint32_t position16(const FillParams& p, std::uint32_t code) {
+  const std::uint32_t x = (code << 16) | 0x8000u;
+  const auto span = static_cast<std::uint32_t>(p.span);
+#if defined(__CUDA_ARCH__)
+  return static_cast<std::uint32_t>(p.p_lo) + __umulhi(span, x);
+#else
+  return static_cast<std::uint32_t>(p.p_lo) + static_cast<std::uint32_t>((static_cast<std::uint64_t>(span) * x) >> 32);
+#endif
+}
+
+// fp32 trunc_normal: position of a 32-bit draw: the midpoint of its 1/2^32 of the span (64-bit
+// probability units).
+LAYERINIT_HD std::uint64_t position64(const FillParams& p, std::uint32_t bits) {
+  const std::uint64_t x = (static_cast<std::uint64_t>(bits) << 32) | 0x80000000u;
+#if defined(__CUDA_ARCH__)
+  return p.p_lo + __umul64hi(p.span, x);
+#else
+  return p.p_lo + static_cast<std::uint64_t>((static_cast<unsigned __int128>(p.span) * x) >> 64);
+#endif
+}
+
+// The float value of an fp16/bf16 element from its 16-bit code, before rounding to the dtype.
+template <FillKind K> LAYERINIT_HD float half_value(const FillParams& p, std::uint32_t code, const float* node16) {
   if constexpr (K == FillKind::normal) {
-    return transforms::fmaf_(p.scale, transforms::erfinv(transforms::unit_open(bits)), p.shift);
+    // The code's own quantile, Phi^-1((code + 1/2) / 65536): one table read.
+    return transforms::fmaf_(p.scale, layerinit::node16(node16, code), p.shift);
   } else if constexpr (K == FillKind::trunc_normal) {
-    // Inverse CDF on the erf-domain interval of [a', b']: no rejection, one draw per value.
-    const float t = transforms::fmaf_(p.half_width, transforms::unit_open(bits), p.center);
-    return transforms::clamp(transforms::fmaf_(p.scale, transforms::erfinv(t), p.shift), p.lo, p.hi);
+    // No clamp: the value is non-decreasing in the position and both ends of the span round inside.
+    return transforms::fmaf_(p.scale, node16_at(node16, position16(p, code)), p.shift);
   } else if constexpr (K == FillKind::uniform) {
-    return transforms::clamp(transforms::fmaf_(p.scale, transforms::unit_01(bits), p.shift), p.shift, p.hi);
+    // (code + 1/2) / 65536, exact in float.
+    const float u = transforms::fmaf_(static_cast<float>(code), 0x1p-16f, 0x1p-17f);
+    return transforms::clamp(transforms::fmaf_(p.scale, u, p.shift), p.lo, p.hi);
   } else {
     return p.shift;
   }
 }
 
-LAYERINIT_HD float element_value(const FillParams& p, std::uint32_t bits) {
-  switch (p.kind) {
-    case FillKind::normal: return value_of<FillKind::normal>(p, bits);
-    case FillKind::trunc_normal: return value_of<FillKind::trunc_normal>(p, bits);
-    case FillKind::uniform: return value_of<FillKind::uniform>(p, bits);
-    case FillKind::constant:
-    default: return p.shift;
+// The value of an fp32 element from its 32 random bits.
+template <FillKind K>
+LAYERINIT_HD float f32_value(const FillParams& p, std::uint32_t bits, const quantile::CubicRow* cubic) {
+  if constexpr (K == FillKind::normal) {
+    return transforms::fmaf_(p.scale, quantile::normal_quantile32(cubic, bits), p.shift);
+  } else if constexpr (K == FillKind::trunc_normal) {
+    const float z = quantile::normal_quantile64(cubic, position64(p, bits));
+    return transforms::clamp(transforms::fmaf_(p.scale, z, p.shift), p.lo, p.hi);
+  } else if constexpr (K == FillKind::uniform) {
+    return transforms::clamp(transforms::fmaf_(p.scale, transforms::unit_01(bits), p.shift), p.lo, p.hi);
+  } else {
+    return p.shift;
   }
+}
+
+// Element k of a block (k < elements_per_block(T)) in storage bits.
+template <DType T, FillKind K>
+LAYERINIT_HD storage_t<T> block_element(const FillParams& p, const rng::Block& b, unsigned k, const FillTables& tab) {
+  if constexpr (T == DType::f32) {
+    return f32_value<K>(p, b.w[k], tab.cubic);
+  } else {
+    return to_storage<T>(half_value<K>(p, code16(b, k), tab.node16));
+  }
+}
+
+template <DType T>
+LAYERINIT_HD storage_t<T> block_element(const FillParams& p, const rng::Block& b, unsigned k, const FillTables& tab) {
+  switch (p.kind) {
+    case FillKind::normal: return block_element<T, FillKind::normal>(p, b, k, tab);
+    case FillKind::trunc_normal: return block_element<T, FillKind::trunc_normal>(p, b, k, tab);
+    case FillKind::uniform: return block_element<T, FillKind::uniform>(p, b, k, tab);
+    case FillKind::constant:
+    default: return to_storage<T>(p.shift);
+  }
+}
+
+// The contract for one element on its own: logical element i of the job's tensor, in storage bits.
+// The reference the fast loops are tested against, and the path of heads, tails and odd shapes.
+template <DType T>
+LAYERINIT_HD storage_t<T> element_at(const FillJob& j, std::uint64_t i, const FillTables& tab) {
+  if (j.params.kind == FillKind::constant) return to_storage<T>(j.params.shift);
+  constexpr unsigned n = elements_per_block(T);
+  const rng::Block b = rng::group_bits(j.key, i / n);
+  return block_element<T>(j.params, b, static_cast<unsigned>(i % n), tab);
 }
 
 // Logical index of memory element m.

@@ -13,15 +13,19 @@ namespace layerinit {
 
 namespace detail {
 void fill_range_baseline(const FillJob& j, std::uint64_t b, std::uint64_t e);
+void fill_tile_baseline(const FillJob& j, std::uint64_t c0, std::uint64_t r0, std::uint64_t r1);
 #if LAYERINIT_HOST_ISA_X86_64
 void fill_range_x86_64_v3(const FillJob& j, std::uint64_t b, std::uint64_t e);
 void fill_range_x86_64_v4(const FillJob& j, std::uint64_t b, std::uint64_t e);
+void fill_tile_x86_64_v3(const FillJob& j, std::uint64_t c0, std::uint64_t r0, std::uint64_t r1);
+void fill_tile_x86_64_v4(const FillJob& j, std::uint64_t c0, std::uint64_t r0, std::uint64_t r1);
 #endif
 }  // namespace detail
 
 namespace {
 
 using range_fn = void (*)(const FillJob&, std::uint64_t, std::uint64_t);
+using tile_fn = void (*)(const FillJob&, std::uint64_t, std::uint64_t, std::uint64_t);
 
 range_fn range_for(HostIsa isa) {
   switch (isa) {
@@ -33,14 +37,47 @@ range_fn range_for(HostIsa isa) {
   }
 }
 
-constexpr std::uint64_t chunk_elements = 1u << 16;  // a multiple of 4: chunks hold whole groups
+tile_fn tile_for(HostIsa isa) {
+  switch (isa) {
+#if LAYERINIT_HOST_ISA_X86_64
+    case HostIsa::x86_64_v3: return detail::fill_tile_x86_64_v3;
+    case HostIsa::x86_64_v4: return detail::fill_tile_x86_64_v4;
+#endif
+    default: return detail::fill_tile_baseline;
+  }
+}
+
+constexpr std::uint64_t chunk_elements = 1u << 16;  // a multiple of 8: chunks hold whole blocks
 
 fill_thread_start_hook g_thread_start_hook = nullptr;
 
+// A piece of one job: memory elements [b, e), or for a transposed job a tile: memory rows c0 .. c0+n-1
+// (n elements per block) over logical rows [b, e).
 struct Chunk {
   std::size_t job;
   std::uint64_t b, e;
+  bool tile = false;
+  std::uint64_t c0 = 0;
 };
+
+// Whether fill_host cuts a job into tiles: transposed with whole blocks along each logical row.
+bool tiled(const FillJob& j) {
+  return j.transposed && j.params.kind != FillKind::constant && j.cols % elements_per_block(j.dtype) == 0;
+}
+
+// The tiles of a tiled job: per group of n memory rows, the logical rows any of its rows needs, cut
+// into pieces of about chunk_elements elements.
+void add_tiles(std::vector<Chunk>& chunks, std::size_t k, const FillJob& j) {
+  const std::uint64_t n = elements_per_block(j.dtype);
+  const std::uint64_t c_first = j.begin / j.rows, c_last = (j.end - 1) / j.rows;
+  const std::uint64_t piece = chunk_elements / n;
+  for (std::uint64_t c0 = c_first - c_first % n; c0 <= c_last; c0 += n) {
+    const std::uint64_t ca = std::max(c0, c_first), cb = std::min(c0 + n - 1, c_last);
+    const std::uint64_t r0 = ca == c_first && cb == c_first ? j.begin % j.rows : 0;
+    const std::uint64_t r1 = ca == c_last && cb == c_last ? (j.end - 1) % j.rows + 1 : j.rows;
+    for (std::uint64_t r = r0; r < r1; r += std::min(piece, r1 - r)) chunks.push_back({k, r, std::min(r1, r + piece), true, c0});
+  }
+}
 
 }  // namespace
 
@@ -109,6 +146,17 @@ void fill_host_range(const FillJob& j, std::uint64_t b, std::uint64_t e, HostIsa
   range_for(isa)(j, b, e);
 }
 
+namespace {
+void run_chunk(const FillJob& j, const Chunk& c) {
+  if (!c.tile) return fill_host_range(j, c.b, c.e);
+  // fill_host_range's checks on the whole job, then the tile.
+  if (j.dst == nullptr) throw std::invalid_argument("fill_host: job with a null dst");
+  if (reinterpret_cast<std::uintptr_t>(j.dst) % dtype_size(j.dtype) != 0)
+    throw std::invalid_argument("fill_host: dst is not aligned to its element size");
+  tile_for(best_host_isa())(j, c.c0, c.b, c.e);
+}
+}  // namespace
+
 void fill_host(std::span<const FillJob> jobs, int threads) {
   if (threads <= 0) threads = default_thread_count();
   std::vector<Chunk> chunks;
@@ -116,7 +164,14 @@ void fill_host(std::span<const FillJob> jobs, int threads) {
   for (std::size_t k = 0; k < jobs.size(); ++k) {
     const FillJob& j = jobs[k];
     if (j.end < j.begin) throw std::invalid_argument("fill_host: job with end < begin");
-    // Chunk edges on multiples of chunk_elements (memory indices), so a chunk never splits a group.
+    if (j.end > j.begin && tiled(j)) {
+      if (j.rows == 0 || j.cols == 0 || j.rows > UINT64_MAX / j.cols || j.rows * j.cols < j.end)
+        throw std::invalid_argument("fill_host: transposed job needs rows * cols >= end (without overflow)");
+      add_tiles(chunks, k, j);
+      total += j.end - j.begin;
+      continue;
+    }
+    // Chunk edges on multiples of chunk_elements (memory indices), so a chunk never splits a block.
     std::uint64_t b = j.begin;
     while (b < j.end) {
       const std::uint64_t e = std::min(j.end, (b / chunk_elements + 1) * chunk_elements);
@@ -128,7 +183,7 @@ void fill_host(std::span<const FillJob> jobs, int threads) {
   const std::size_t n_threads =
       std::min<std::size_t>(static_cast<std::size_t>(threads), std::max<std::size_t>(1, chunks.size()));
   if (n_threads <= 1 || total < chunk_elements) {
-    for (const Chunk& c : chunks) fill_host_range(jobs[c.job], c.b, c.e);
+    for (const Chunk& c : chunks) run_chunk(jobs[c.job], c);
     return;
   }
   std::atomic<std::size_t> next{0};
@@ -137,7 +192,7 @@ void fill_host(std::span<const FillJob> jobs, int threads) {
   auto worker = [&] {
     for (std::size_t i = next++; i < chunks.size() && !failed; i = next++) {
       try {
-        fill_host_range(jobs[chunks[i].job], chunks[i].b, chunks[i].e);
+        run_chunk(jobs[chunks[i].job], chunks[i]);
       } catch (...) {
         if (!failed.exchange(true)) failure = std::current_exception();
       }

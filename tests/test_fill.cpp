@@ -63,19 +63,40 @@ const char* kName = "model.layers.0.self_attn.q_proj.weight";
 
 }  // namespace
 
-// The value contract, written out: element i is element_value(params, word i%4 of the Philox block
-// at counter i/4 under key philox_key(seed, fnv1a64(name))), rounded to nearest in the dtype.
+// The value contract, written out: fp16/bf16 element i takes half-word i%8 (word (i%8)/2, low half
+// first) of the Philox block at counter i/8, fp32 element i word i%4 of the block at counter i/4, under
+// key philox_key(seed, fnv1a64(name)); its value is the kind's transform of those bits, rounded to
+// nearest in the dtype.
 TEST(Fill, FollowsTheValueContractElementByElement) {
   const std::uint64_t n = 4099, seed = 77;
+  const FillTables tab = host_fill_tables();
   for (DType t : all_dtypes)
     for (const FillSpec& spec : kSpecs) {
       const Bytes b = fill(t, n, seed, kName, spec, 1);
       const FillParams p = prepare_fill(spec, t);
       const std::uint64_t key = rng::philox_key(seed, rng::fnv1a64(kName, std::strlen(kName)));
+      const unsigned per = t == DType::f32 ? 4 : 8;
       for (std::uint64_t i = 0; i < n; ++i) {
-        const float v = element_value(p, rng::philox4x32_10(static_cast<std::uint32_t>(i / 4), 0, 0, 0,
-                                                            static_cast<std::uint32_t>(key),
-                                                            static_cast<std::uint32_t>(key >> 32)).w[i % 4]);
+        const rng::Block blk = rng::philox4x32_10(static_cast<std::uint32_t>(i / per), 0, 0, 0,
+                                                  static_cast<std::uint32_t>(key), static_cast<std::uint32_t>(key >> 32));
+        float v = 0;
+        if (t == DType::f32) {
+          const std::uint32_t bits = blk.w[i % 4];
+          switch (p.kind) {
+            case FillKind::normal: v = f32_value<FillKind::normal>(p, bits, tab.cubic); break;
+            case FillKind::trunc_normal: v = f32_value<FillKind::trunc_normal>(p, bits, tab.cubic); break;
+            case FillKind::uniform: v = f32_value<FillKind::uniform>(p, bits, tab.cubic); break;
+            default: v = p.shift;
+          }
+        } else {
+          const std::uint32_t code = (blk.w[(i % 8) / 2] >> (16 * (i % 2))) & 0xffffu;
+          switch (p.kind) {
+            case FillKind::normal: v = half_value<FillKind::normal>(p, code, tab.node16); break;
+            case FillKind::trunc_normal: v = half_value<FillKind::trunc_normal>(p, code, tab.node16); break;
+            case FillKind::uniform: v = half_value<FillKind::uniform>(p, code, tab.node16); break;
+            default: v = p.shift;
+          }
+        }
         ASSERT_EQ(stats::load_value(b.data(), i, t), round_to_dtype(v, t))
             << dtype_name(t) << " " << spec.describe() << " element " << i;
       }
@@ -85,17 +106,17 @@ TEST(Fill, FollowsTheValueContractElementByElement) {
 // Golden XXH3-64 hashes (content_hash, the report hash) of fixed-seed fills of 100003 elements (seed
 // 1234, kName): they pin the value contract (transforms, key derivation, counter layout, rounding).
 // A change here changes every model layerinit has ever written. (trunc_normal(0, 0.02, -2, 2) equals
-// normal(0, 0.02): see below.) Recomputed once from the unchanged fills when the report hash moved
-// from FNV-1a 64 to XXH3-64: the same bytes still gave the former FNV-1a 64 goldens.
+// normal(0, 0.02): see below.) Changed once, with the dtype-matched contract (16-bit codes and the
+// quantile tables in fp16/bf16, the cubic quantile in fp32): fp32 constant and uniform kept theirs.
 TEST(Fill, GoldenHashes) {
   const std::uint64_t golden[3][kNumSpecs] = {
       // constant, normal, trunc_normal abs, trunc_normal std, uniform, trunc_normal abs asymmetric
-      {0xf77a67df31bec895ull, 0x2f19462b0f9f2da3ull, 0x2f19462b0f9f2da3ull, 0xef9f4d8e019c8ee3ull,
-       0xc961fbfb5fa3f93dull, 0x46ad03d91adc1ff8ull},  // fp32
-      {0xbfb56e14c0fbbfeeull, 0xeb5c4cdafa7662c8ull, 0xeb5c4cdafa7662c8ull, 0xb53d9fa0ee307074ull,
-       0xb3bf9b84d0a37c94ull, 0x2e3c3277a86f927eull},  // fp16
-      {0x82991c5d9cb4a690ull, 0x79eb47ab44fa4a79ull, 0x79eb47ab44fa4a79ull, 0x1012902c3b476a08ull,
-       0x12af020354181689ull, 0x1871227c75aa9ae8ull},  // bf16
+      {0xf77a67df31bec895ull, 0x831b09f566cc202aull, 0x831b09f566cc202aull, 0x1fda819b488a2f17ull,
+       0xc961fbfb5fa3f93dull, 0x64b2171212d6c539ull},  // fp32
+      {0xbfb56e14c0fbbfeeull, 0xfc1132062d631743ull, 0xfc1132062d631743ull, 0xadacd324dd3073eaull,
+       0xab31ff7d8c481161ull, 0xceaa3abac726a16cull},  // fp16
+      {0x82991c5d9cb4a690ull, 0x8fb65c4b3dca7fa2ull, 0x8fb65c4b3dca7fa2ull, 0xc06a15e65814d31cull,
+       0xfbc48c847452e923ull, 0x6b558d92cfc9eaa7ull},  // bf16
   };
   for (DType t : all_dtypes)
     for (int k = 0; k < kNumSpecs; ++k) {
@@ -137,7 +158,7 @@ TEST(Fill, SameBytesOnEveryInstructionSetLevel) {
       }
 }
 
-// Bounds beyond the largest |z| the 24-bit source reaches (5.42 std) leave the normal untouched:
+// Bounds beyond every value the normal reaches (4.32 std in fp16/bf16, 6.34 in fp32) leave it untouched:
 // trunc_normal(0, 0.02, -2, 2), PyTorch's default bounds at 100 std, is bit for bit normal(0, 0.02).
 TEST(Fill, WideTruncNormalIsTheNormal) {
   for (DType t : all_dtypes)
@@ -323,7 +344,7 @@ TEST(Fill, ValidationErrorsNameTheProblem) {
     expect_invalid(FillSpec::trunc_normal_std(0, 1, 2, -2), t, "lower bound must be below upper bound");
     expect_invalid(FillSpec::trunc_normal(0, 1, -inf, 2), t, "bounds must be finite");
     expect_invalid(FillSpec::trunc_normal(0, 1, -2, nan), t, "bounds must be finite");
-    expect_invalid(FillSpec::trunc_normal(0, 1, 40, 50), t, "too far in one tail");
+    expect_invalid(FillSpec::trunc_normal(0, 1, 40, 50), t, "the bounds lie beyond the normal's reach in " + std::string(dtype_name(t)));
     expect_invalid(FillSpec::uniform(1, 1), t, "lo must be below hi");
     expect_invalid(FillSpec::uniform(1, 0), t, "lo must be below hi");
     expect_invalid(FillSpec::uniform(0, inf), t, "bounds must be finite");
@@ -376,16 +397,16 @@ TEST(Fill, TruncNormalBoundsSnapInward) {
 }
 
 // A random fill whose every value rounds to one value of the dtype is a constant in disguise:
-// normal(0, 1e-300) wrote zeros (std * sqrt(2) is 0 in float), normal(0, 1e-10) in fp16 too (its
-// largest value, 5.4e-10, is below half of fp16's smallest subnormal), normal(1, 1e-5) in bf16 ones.
-// Refused: when std * sqrt(2) underflows float, or when the fill's smallest and largest values round
-// to the same value of the dtype (element_value is monotone in the random word, rounding monotone).
+// normal(0, 1e-300) wrote zeros (std is 0 in float), normal(0, 1e-10) in fp16 too (its largest value,
+// 4.3e-10, is below half of fp16's smallest subnormal), normal(1, 1e-5) in bf16 ones. Refused: when
+// std underflows float, or when the fill's smallest and largest values round to the same value of the
+// dtype (every value is non-decreasing in its random input, rounding monotone).
 TEST(Fill, RefusesFillsWhoseValuesAllRoundToOneValue) {
   for (DType t : all_dtypes) {
-    expect_invalid(FillSpec::normal(0, 1e-300), t, "std * sqrt(2) underflows float");
-    expect_invalid(FillSpec::trunc_normal(0, 1e-300, -1, 1), t, "std * sqrt(2) underflows float");
-    expect_invalid(FillSpec::trunc_normal_std(0, 1e-300, -2, 2), t, "std * sqrt(2) underflows float");
-    expect_invalid(FillSpec::normal(0.5, 1e-46), t, "std * sqrt(2) underflows float");
+    expect_invalid(FillSpec::normal(0, 1e-300), t, "std underflows float");
+    expect_invalid(FillSpec::trunc_normal(0, 1e-300, -1, 1), t, "std underflows float");
+    expect_invalid(FillSpec::trunc_normal_std(0, 1e-300, -2, 2), t, "std underflows float");
+    expect_invalid(FillSpec::normal(0.5, 1e-46), t, "std underflows float");
     expect_invalid(FillSpec::uniform(0, 1e-300), t, "every value rounds to 0 in " + std::string(dtype_name(t)));
   }
   expect_invalid(FillSpec::normal(0, 1e-10), DType::f16, "every value rounds to 0 in fp16");
@@ -404,11 +425,11 @@ TEST(Fill, RefusesFillsWhoseValuesAllRoundToOneValue) {
   accepted(FillSpec::normal(1, 1e-5), DType::f32);
   accepted(FillSpec::uniform(1, 1.001), DType::f16);  // 1 and 1 + 2^-10
   accepted(FillSpec::trunc_normal(0, 1, 0.999, 1.001), DType::f16);
-  accepted(FillSpec::normal(0, 1e-45), DType::f32);   // std * sqrt(2) is the smallest float subnormal
-  // fp16's threshold: the largest value, std * sqrt(2) * erfinv(1 - 2^-24) = 5.4215 std, must round
-  // away from 0, i.e. exceed 2^-25 (half the smallest subnormal; a tie goes to even, 0).
-  expect_invalid(FillSpec::normal(0, 0x1p-25 / 5.4215 * 0.999), DType::f16, "every value rounds to 0 in fp16");
-  accepted(FillSpec::normal(0, 0x1p-25 / 5.4215 * 1.001), DType::f16);
+  accepted(FillSpec::normal(0, 1e-44), DType::f32);   // a few float subnormals
+  // fp16's threshold: the largest value, std * Phi^-1(1 - 2^-17) = 4.3249 std, must round away from 0,
+  // i.e. exceed 2^-25 (half the smallest subnormal; a tie goes to even, 0).
+  expect_invalid(FillSpec::normal(0, 0x1p-25 / 4.3249 * 0.999), DType::f16, "every value rounds to 0 in fp16");
+  accepted(FillSpec::normal(0, 0x1p-25 / 4.3249 * 1.001), DType::f16);
 }
 
 // fill_host_range's preconditions, as fill_cuda checks them: rows * cols wrapped around 2^64 (2^32 + 1

@@ -6,8 +6,8 @@
 //   alpha = 6.3e-5 per check (normal approximation, n = 2^20).
 // - Counts in tails and at truncation bounds against Poisson expectations: alpha = 1e-4 per count.
 // - Correlations between streams and within a stream: |r| < 4.5/sqrt(n), alpha = 6.8e-6 per check.
-// The source uniform has 24-bit resolution: normal fills take the 2^24 quantiles
-// Phi^-1((j + 1/2) / 2^24), so |z| <= 5.42 and the tail expectations below use that exact model.
+// The source has 16-bit resolution in fp16/bf16 (|z| <= 4.325) and 32-bit in fp32 (|z| <= 6.338); the
+// tail expectations below use those exact models.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include <layerinit/kernels/fill.hpp>
 #include <layerinit/kernels/fill_host.hpp>
 #include "stats.hpp"
+#include "test_util.hpp"
 
 using namespace layerinit;
 
@@ -86,12 +87,14 @@ const Case kCases[] = {
     {FillSpec::uniform(-1.0 / 64, 1.0 / 64), DType::f16},
 };
 
-constexpr std::uint64_t kN = (1u << 20) + 3;
+// 10^7 values per case (2^20 under ASan, where the fills run ~10x slower).
+constexpr std::uint64_t kN = layerinit::testing::kAddressSanitizer ? (1u << 20) + 3 : 10000019;
 
 }  // namespace
 
 TEST(FillStats, KolmogorovSmirnovMeanAndVariance) {
   const double ks_max = stats::ks_threshold(kN, 0.001);
+  std::printf("n = %llu per case\n", static_cast<unsigned long long>(kN));
   std::printf("%-40s %-5s %10s %10s %8s %8s\n", "fill", "dtype", "KS D", "threshold", "mean z", "var z");
   std::uint64_t seed = 1000;
   for (const Case& c : kCases) {
@@ -167,26 +170,39 @@ TEST(FillStats, TruncNormalHasNoPileUpAtTheBounds) {
     }
 }
 
-// Tails of normal(0, 1) in fp32, 2^24 samples, against the exact 24-bit model: per tail the source
-// reaches past t with probability ceil(2^24 Q(t) - 1/2) / 2^24, Q the normal upper tail.
+// Tails of normal(0, 1), 2^24 samples, against the exact model of the source: fp32 takes the
+// 2^32 quantiles Phi^-1((j + 1/2) / 2^32) (|z| <= 6.338), so per tail it reaches past t with
+// probability ceil(2^32 Q(t) - 1/2) / 2^32 (Q the normal upper tail); fp16 and bf16 take the 65536
+// table nodes (|z| <= 4.325), so the model counts the codes whose rounded node exceeds t.
 TEST(FillStats, NormalTails) {
   const std::uint64_t n = 1u << 24;
-  const Bytes b = fill(DType::f32, n, 2024, "model.embed_tokens.weight", FillSpec::normal(0, 1));
-  const std::vector<float> v = stats::load_values(b.data(), n, DType::f32);
-  const double z_max = 5.419983174916869;  // Phi^-1(1 - 2^-25): the largest quantile the source has
-  float lo = 0, hi = 0;
-  for (float x : v) lo = std::min(lo, x), hi = std::max(hi, x);
-  EXPECT_LE(hi, z_max * (1 + 5e-7));
-  EXPECT_GE(lo, -z_max * (1 + 5e-7));
-  for (double t : {2.0, 3.0, 4.0, 4.5, 5.0, 5.3}) {
-    std::uint64_t above = 0, below = 0;
-    for (float x : v) above += x > t, below += x < -t;
-    const double p = std::ceil(std::ldexp(stats::normal_sf(t), 24) - 0.5) / 0x1p24;
-    const double lam = n * p;
-    std::printf("normal tail beyond %.1f: %llu above, %llu below, expected %.2f each\n", t,
-                static_cast<unsigned long long>(above), static_cast<unsigned long long>(below), lam);
-    EXPECT_TRUE(stats::poisson_consistent(above, lam, 1e-4)) << "t = " << t << ": " << above;
-    EXPECT_TRUE(stats::poisson_consistent(below, lam, 1e-4)) << "t = " << t << ": " << below;
+  const FillTables tab = host_fill_tables();
+  for (DType t : all_dtypes) {
+    const Bytes b = fill(t, n, 2024, "model.embed_tokens.weight", FillSpec::normal(0, 1));
+    const std::vector<float> v = stats::load_values(b.data(), n, t);
+    const double z_max = t == DType::f32 ? 6.3379577545537885 : round_to_dtype(node16(tab.node16, 65535), t);
+    float lo = 0, hi = 0;
+    for (float x : v) lo = std::min(lo, x), hi = std::max(hi, x);
+    EXPECT_LE(hi, z_max * (1 + 2e-7)) << dtype_name(t);
+    EXPECT_GE(lo, -z_max * (1 + 2e-7)) << dtype_name(t);
+    EXPECT_GE(hi, 4.0) << dtype_name(t) << ": the tails must reach 4 std";
+    EXPECT_LE(lo, -4.0) << dtype_name(t);
+    for (double th : {2.0, 3.0, 4.0, 4.25, 5.0, 5.5}) {
+      double p = 0;
+      if (t == DType::f32) {
+        p = std::ceil(std::ldexp(stats::normal_sf(th), 32) - 0.5) / 0x1p32;
+      } else {
+        for (std::uint32_t k = 0; k < 65536; ++k) p += round_to_dtype(node16(tab.node16, k), t) > th;
+        p /= 65536.0;
+      }
+      std::uint64_t above = 0, below = 0;
+      for (float x : v) above += x > th, below += x < -th;
+      const double lam = n * p;
+      std::printf("%-4s normal tail beyond %.2f: %llu above, %llu below, expected %.2f each\n", std::string(dtype_name(t)).c_str(), th,
+                  static_cast<unsigned long long>(above), static_cast<unsigned long long>(below), lam);
+      EXPECT_TRUE(stats::poisson_consistent(above, lam, 1e-4)) << dtype_name(t) << " t = " << th << ": " << above;
+      EXPECT_TRUE(stats::poisson_consistent(below, lam, 1e-4)) << dtype_name(t) << " t = " << th << ": " << below;
+    }
   }
 }
 

@@ -39,6 +39,25 @@ TEST(Philox, GroupCounterIsLow64BitsOfCounter) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(a.w[i], b.w[i]);
 }
 
+// The key schedule the store loops keep in registers gives group_bits' blocks bit for bit.
+TEST(Philox, KeyScheduleGivesTheSameBlocks) {
+  const std::uint64_t keys[] = {0, 1, 0x299f31d0a4093822ull, ~0ull, 0xffffffff00000000ull};
+  const std::uint64_t groups[] = {0, 1, 0xffffffffull, 0x100000000ull, 0x85a308d3243f6a88ull, ~0ull};
+  for (std::uint64_t key : keys) {
+    const layerinit::rng::KeySchedule ks = layerinit::rng::key_schedule(key);
+    EXPECT_EQ(ks.k0[0], static_cast<std::uint32_t>(key));
+    EXPECT_EQ(ks.k1[9], static_cast<std::uint32_t>((key >> 32) + 9u * 0xBB67AE85u));
+    for (std::uint64_t g : groups) {
+      const Block a = layerinit::rng::group_bits(key, g), b = layerinit::rng::group_bits(ks, g);
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(a.w[i], b.w[i]) << std::hex << key << " " << g;
+    }
+  }
+  // And the known answer through the schedule.
+  const Block pi = layerinit::rng::group_bits(layerinit::rng::key_schedule(0x299f31d0a4093822ull), 0x85a308d3243f6a88ull);
+  const Block want = layerinit::rng::philox4x32_10(0x243f6a88, 0x85a308d3, 0, 0, 0xa4093822, 0x299f31d0);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(pi.w[i], want.w[i]);
+}
+
 TEST(Philox, Fnv1a64KnownValues) {
   // Published FNV-1a 64 test values: "" and "a" and "foobar".
   EXPECT_EQ(layerinit::rng::tensor_key(""), 0xcbf29ce484222325ull);

@@ -1,0 +1,220 @@
+// The CUDA fill's work split, in code the host runs too: the kernel in fill_cuda.cu calls run_task for
+// each of its blocks' tasks, and fill_grid_simulated runs the very same functions over a simulated grid
+// on the CPU, so CI checks the kernel's index logic against fill_host without a GPU.
+//
+// A launch holds up to max_grid_jobs jobs (passed by value as a __grid_constant__ kernel parameter:
+// no allocation and no copy per fill). Each job is cut into tasks, one block's work at a time, along
+// one of three paths:
+// - vectors (not transposed): scalar head elements up to the first 16-byte aligned address, 16-byte
+//   vectors (8 fp16/bf16 or 4 fp32 elements: one Philox block each when the job's first vector starts
+//   a block, else two), scalar tail elements. A task is `vectors_per_thread` vectors per thread.
+// - tiles (transposed, memory [cols, rows], whole groups of n = elements_per_block memory rows, rows
+//   and the tensor's start aligned to 16 bytes): a thread takes n memory rows x n logical rows, draws
+//   the n blocks of logical (r, c0 .. c0 + n - 1) once and stores n vectors, so no element draws a
+//   block of its own and no index is divided per element.
+// - scalars (anything else: odd shapes, partial rows of a transposed range): element_at per element.
+// The split changes which thread writes an element, never its value.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include <layerinit/core/hd.hpp>
+#include <layerinit/dtypes/convert.hpp>
+#include <layerinit/kernels/fill.hpp>
+
+namespace layerinit::grid {
+
+constexpr int max_grid_jobs = 24;          // keeps the launch parameter under the classic 4 KB
+constexpr std::uint64_t vector_bytes = 16;
+constexpr std::uint64_t vectors_per_thread = 4;
+constexpr std::uint64_t scalars_per_thread = 4;
+constexpr std::uint64_t tiles_per_thread = 1;
+
+enum class Path : std::uint8_t { vectors, tiles, scalars };
+
+struct Job {
+  FillJob job;
+  std::uint64_t first_task = 0;  // tasks of the launch's earlier jobs
+  std::uint64_t tasks = 0;
+  std::uint64_t head = 0;        // vectors: scalar elements before the first vector
+  std::uint64_t nvec = 0;        // vectors: 16-byte vectors after them; tiles: logical-row tiles per group
+  std::uint64_t groups = 0;      // tiles: groups of n memory rows, the first at memory row begin / rows
+  Path path = Path::scalars;
+  bool aligned = false;          // vectors: the first vector starts a Philox block
+};
+
+// One kernel launch: jobs of one dtype.
+struct Launch {
+  Job jobs[max_grid_jobs];
+  int n_jobs = 0;
+  DType dtype = DType::f32;
+  bool needs_table = false;  // a job reads the dtype's quantile table (normal or trunc_normal)
+  std::uint64_t tasks = 0;
+};
+// A kernel parameter: within the 4 KB every driver takes (CUDA 12.1+ allows 32 KB on Volta and newer).
+static_assert(sizeof(Launch) <= 4096, "grid::Launch must fit a kernel's parameter space");
+
+// The launches for a batch of jobs, for blocks of `threads` threads: the non-empty jobs in order, at
+// most max_grid_jobs per launch, one dtype per launch. Checks nothing: callers validate the jobs first
+// (check_grid_jobs).
+std::vector<Launch> plan_launches(std::span<const FillJob> jobs, unsigned threads);
+
+// 16 bytes as four little-endian words, the lower address first.
+struct alignas(16) Vec16 {
+  std::uint32_t w[4];
+};
+
+// 16 bytes at p (16-byte aligned): one streaming store on the device (STG.E.EF.128: evict-first, the
+// bytes are not read again soon), a copy on the host.
+LAYERINIT_HD void store16(void* p, const Vec16& v) {
+#if defined(__CUDA_ARCH__)
+  __stcs(static_cast<uint4*>(p), make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]));
+#else
+  std::memcpy(p, v.w, 16);
+#endif
+}
+
+
+
+template <DType T>
+LAYERINIT_HD storage_t<T>* at(const FillJob& j, std::uint64_t m) {
+  return static_cast<storage_t<T>*>(j.dst) + (m - j.begin);
+}
+
+// Puts storage value x as element k (k < 16 / sizeof) of a 16-byte vector.
+template <DType T> LAYERINIT_HD void put(Vec16& v, unsigned k, storage_t<T> x) {
+  if constexpr (T == DType::f32) v.w[k] = transforms::as_bits(x);
+  else v.w[k >> 1] |= static_cast<std::uint32_t>(x) << ((k & 1u) * 16u);
+}
+
+// The 16 bytes of elements [g * n, g * n + n) when they start a block (Aligned: block g), else of
+// elements [g * n + s, g * n + s + n), which straddle blocks g and g + 1 (s = the job's first vector's
+// offset in its block, the same for every vector of the job). Key and parameters arrive in registers.
+template <DType T, FillKind K, bool Aligned>
+LAYERINIT_HD void write_vector(const rng::KeySchedule& key, const FillParams& p, std::uint64_t g, unsigned s,
+                               storage_t<T>* dst, const FillTables& tab) {
+  constexpr unsigned n = elements_per_block(T);
+  Vec16 v{};
+  const rng::Block b0 = rng::group_bits(key, g);
+  if constexpr (Aligned) {
+    LAYERINIT_UNROLL
+    for (unsigned k = 0; k < n; ++k) put<T>(v, k, block_element<T, K>(p, b0, k, tab));
+  } else {
+    const rng::Block b1 = rng::group_bits(key, g + 1);
+    LAYERINIT_UNROLL
+    for (unsigned k = 0; k < n; ++k)
+      put<T>(v, k, s + k < n ? block_element<T, K>(p, b0, s + k, tab) : block_element<T, K>(p, b1, s + k - n, tab));
+  }
+  store16(dst, v);
+}
+
+template <DType T, FillKind K>
+LAYERINIT_HD void vectors_task(const Job& g, std::uint64_t t, unsigned tid, unsigned threads, const FillTables& tab) {
+  constexpr unsigned n = elements_per_block(T);  // = elements per 16-byte vector
+  const FillJob& j = g.job;
+  // The store loops read only registers: copy what they need out of the job table first.
+  const rng::KeySchedule key = rng::key_schedule(j.key);
+  const FillParams p = j.params;
+  const std::uint64_t per_task = vectors_per_thread * threads;
+  const std::uint64_t v_end = (t + 1) * per_task < g.nvec ? (t + 1) * per_task : g.nvec;
+  const std::uint64_t first = j.begin + g.head;  // memory element of vector 0
+  const unsigned s = static_cast<unsigned>(first % n);
+  const std::uint64_t g0 = first / n;            // block of vector 0's first element
+  storage_t<T>* const out = at<T>(j, first);     // vector 0
+  std::uint64_t v = t * per_task + tid;
+  if (g.aligned) {
+    for (; v < v_end; v += threads) write_vector<T, K, true>(key, p, g0 + v, 0, out + v * n, tab);
+  } else {
+    for (; v < v_end; v += threads) write_vector<T, K, false>(key, p, g0 + v, s, out + v * n, tab);
+  }
+  if (t == 0) {  // the head and tail scalars, outside the store loops
+    const std::uint64_t tail_begin = first + g.nvec * n;
+    const std::uint64_t tail = j.end - tail_begin;
+    for (std::uint64_t k = tid; k < g.head + tail; k += threads) {
+      const std::uint64_t m = k < g.head ? j.begin + k : tail_begin + (k - g.head);
+      *at<T>(j, m) = element_at<T>(j, m, tab);
+    }
+  }
+}
+
+template <DType T, FillKind K>
+LAYERINIT_HD void tiles_task(const Job& g, std::uint64_t t, unsigned tid, unsigned threads, const FillTables& tab) {
+  constexpr unsigned n = elements_per_block(T);
+  const FillJob& j = g.job;
+  const rng::KeySchedule key = rng::key_schedule(j.key);
+  const FillParams p = j.params;
+  const std::uint64_t rows = j.rows;
+  const std::uint64_t per_task = tiles_per_thread * threads;       // logical-row tiles per task
+  const std::uint64_t tasks_per_group = (g.nvec + per_task - 1) / per_task;
+  const std::uint64_t c0 = j.begin / rows + (t / tasks_per_group) * n;  // first memory row of the group
+  const std::uint64_t rt_begin = (t % tasks_per_group) * per_task;
+  const std::uint64_t rt_end = rt_begin + per_task < g.nvec ? rt_begin + per_task : g.nvec;
+  // Logical (r, c0) is element r * cols + c0, block (r * cols + c0) / n = r * (cols / n) + c0 / n.
+  const std::uint64_t blocks_per_row = j.cols / n, c_block = c0 / n;
+  storage_t<T>* const row0 = at<T>(j, c0 * rows);  // memory row c0
+  for (std::uint64_t rt = rt_begin + tid; rt < rt_end; rt += threads) {
+    // Tile: logical rows r0 .. r0 + n - 1 (memory columns), memory rows c0 .. c0 + n - 1.
+    const std::uint64_t r0 = rt * n;
+    Vec16 v[n] = {};  // v[q]: memory row c0 + q, logical rows r0 .. r0 + n - 1
+    LAYERINIT_UNROLL
+    for (unsigned k = 0; k < n; ++k) {
+      const rng::Block b = rng::group_bits(key, (r0 + k) * blocks_per_row + c_block);
+      LAYERINIT_UNROLL
+      for (unsigned q = 0; q < n; ++q) put<T>(v[q], k, block_element<T, K>(p, b, q, tab));
+    }
+    LAYERINIT_UNROLL
+    for (unsigned q = 0; q < n; ++q) store16(row0 + q * rows + r0, v[q]);
+  }
+}
+
+template <DType T>
+LAYERINIT_HD void scalars_task(const Job& g, std::uint64_t t, unsigned tid, unsigned threads, const FillTables& tab) {
+  const FillJob& j = g.job;
+  const std::uint64_t per_task = scalars_per_thread * threads;
+  const std::uint64_t m_end = j.begin + ((t + 1) * per_task < j.end - j.begin ? (t + 1) * per_task : j.end - j.begin);
+  for (std::uint64_t m = j.begin + t * per_task + tid; m < m_end; m += threads)
+    *at<T>(j, m) = element_at<T>(j, logical_index(j, m), tab);
+}
+
+template <DType T, FillKind K>
+LAYERINIT_HD void run_task_kind(const Job& g, std::uint64_t t, unsigned tid, unsigned threads, const FillTables& tab) {
+  switch (g.path) {
+    case Path::vectors: vectors_task<T, K>(g, t, tid, threads, tab); break;
+    case Path::tiles: tiles_task<T, K>(g, t, tid, threads, tab); break;
+    default: scalars_task<T>(g, t, tid, threads, tab); break;
+  }
+}
+
+// Task t of the launch, as thread tid of `threads`. The job search and the kind switch are uniform
+// across the block and happen once per task, outside the store loops.
+template <DType T>
+LAYERINIT_HD void run_task(const Launch& L, std::uint64_t t, unsigned tid, unsigned threads, const FillTables& tab) {
+  int lo = 0, hi = L.n_jobs - 1;  // the last job with first_task <= t
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (L.jobs[mid].first_task <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  const Job& g = L.jobs[lo];
+  const std::uint64_t r = t - g.first_task;
+  switch (g.job.params.kind) {
+    case FillKind::normal: run_task_kind<T, FillKind::normal>(g, r, tid, threads, tab); break;
+    case FillKind::trunc_normal: run_task_kind<T, FillKind::trunc_normal>(g, r, tid, threads, tab); break;
+    case FillKind::uniform: run_task_kind<T, FillKind::uniform>(g, r, tid, threads, tab); break;
+    default: run_task_kind<T, FillKind::constant>(g, r, tid, threads, tab); break;
+  }
+}
+
+// Runs every launch of plan_launches(jobs, threads) on the host as a grid of `blocks` blocks of
+// `threads` threads would (each block's tasks in grid-stride order; threads one after another), with
+// the host's tables. Validates the jobs like fill_cuda. The bytes equal fill_host's for any blocks and
+// threads; the tests use it to check the kernel's index logic without a GPU.
+void fill_grid_simulated(std::span<const FillJob> jobs, unsigned blocks, unsigned threads);
+
+// fill_cuda's and fill_grid_simulated's checks of a batch. Throws std::invalid_argument.
+void check_grid_jobs(std::span<const FillJob> jobs);
+
+}  // namespace layerinit::grid
