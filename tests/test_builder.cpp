@@ -121,7 +121,8 @@ TEST(Builder, HalfModelNeverAllocatesFp32) {
       const Model m = Builder(spec, make_recipe("hf"), opts(layout), *env.be, env.tracker).build();
       const auto history = env.tracker.history();
       const std::size_t expected = spec.pre.size() + spec.post.size() +
-                                   (layout == Layout::stacked ? spec.layer.tensors.size() : spec.num_layers * spec.layer.tensors.size());
+                                   (layout == Layout::stacked ? stacked_layout(spec, ExpertLayout::stacked).buffers.size()
+                                                              : spec.num_layers * spec.layer.tensors.size());
       EXPECT_EQ(history.size(), expected);
       for (const auto& r : history) {
         ASSERT_TRUE(r.tag.dtype.has_value()) << r.tag.label;

@@ -1101,7 +1101,7 @@ TEST_F(Cli, TraceFileFollowsTheOutputRules) {
                           "model.layers.1.*=fp32", "--trace", failed.string()});
     EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
     expect_one_error_line(r, "failed build");
-    EXPECT_NE(r.err.find("stacked layout needs one dtype per layer parameter"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("stacked layout needs one dtype per stacked buffer"), std::string::npos) << r.err;
     EXPECT_EQ(dir.entries(), std::vector<std::string>{"trace.csv"}) << "a partial trace or its temporary was left";
   }
   {

@@ -131,7 +131,7 @@ TEST(SpecJson, ErrorMessages) {
       {edit("\"transposable\": true", "\"transposable\": 1"), "spec: layer.tensors[1].transposable: must be true or false"},
       {edit("\"count\": 2", "\"count\": 2.5"), "spec: layer.count: must be a non-negative integer"},
       {edit("\"count\": 2,", ""), "spec: layer: missing key 'count'"},
-      {edit("\"prefix\"", "\"prefx\""), "spec: layer.prefx: unknown key (valid: prefix, count, tensors)"},
+      {edit("\"prefix\"", "\"prefx\""), "spec: layer.prefx: unknown key (valid: prefix, first, count, expert_prefix, tensors)"},
       {edit("\"name\": \"toy\"", "\"name\": \"\""), "spec: name: must be a non-empty string"},
       {edit("\"name\": \"toy\",", ""), "spec: top level: missing key 'name'"},
       {edit("\"family\"", "\"familly\""),
