@@ -15,14 +15,17 @@
 namespace layerinit {
 
 namespace {
-// Stacked layout: one [L, ...] dataset per layer parameter, written one layer slice per call.
+// Stacked layout: one [L, ...] dataset per layer parameter (or [L, E, ...] per expert weight),
+// written one slice per call.
 void add_stacked_datasets(const Builder& b, const std::function<void(const DatasetSpec&)>& add) {
   const ModelSpec& spec = b.spec();
   if (spec.num_layers == 0) return;
   const auto first = b.plan_layer(0);
-  for (std::size_t j = 0; j < first.size(); ++j)
-    add({stacked_name(spec, spec.layer.tensors[j]), stacked_shape(spec, first[j].memory_shape), first[j].dtype,
-         first[j].numel()});
+  const StackedLayout sl = stacked_layout(spec, b.options().experts);
+  for (std::size_t k = 0; k < sl.buffers.size(); ++k) {
+    const PlannedTensor& f = first[sl.buffers[k].first];
+    add({sl.buffers[k].name, sl.shape(spec, k, f.memory_shape), f.dtype, f.numel()});
+  }
 }
 }  // namespace
 
@@ -160,6 +163,7 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
   const bool device = be.memory().kind() != MemoryKind::host;
   if (device) staging.resize(std::max<std::uint64_t>(opts.staging_bytes, 8));  // at least one element of any dtype
   EmitProgress progress{0, spec.num_layers, 0, result.weight_bytes, 0};
+  const StackedLayout sl = stacked_layout(spec, bo.experts);
   // Each dataset's running hash: a stacked dataset receives its layer slices in order.
   std::vector<ContentHash> dataset_hash(datasets.size());
 
@@ -182,9 +186,9 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
     for (std::size_t j = 0; j < part.tensors.size(); ++j) {
       const TensorView& v = part.tensors[j];
       if (part.kind == Part::Kind::layer && stacked) {
-        const std::size_t k = index.at(stacked_name(spec, spec.layer.tensors[j]));
+        const std::size_t k = index.at(sl.buffers[sl.buffer[j]].name);
         ContentHash own;
-        put(v, k, part.layer * numel(v.shape), &own);
+        put(v, k, sl.slice(j, part.layer) * numel(v.shape), &own);
         result.tensors[k].layer_hashes.push_back(own.digest());
       } else {
         put(v, index.at(v.name), 0, nullptr);

@@ -11,18 +11,23 @@ std::string config_json(const ModelSpec& spec, DType dtype) {
   const std::string& fam = spec.family;
   const char* torch_dtype = dtype == DType::bf16 ? "bfloat16" : dtype == DType::f16 ? "float16" : "float32";
   nlohmann::ordered_json j;
-  if (fam == "llama" || fam == "mistral" || fam == "mixtral") {
-    const char* arch = fam == "llama" ? "LlamaForCausalLM" : fam == "mistral" ? "MistralForCausalLM" : "MixtralForCausalLM";
+  if (fam == "llama" || fam == "mistral" || fam == "mixtral" || fam == "qwen2" || fam == "gemma2") {
+    const char* arch = fam == "llama"     ? "LlamaForCausalLM"
+                       : fam == "mistral" ? "MistralForCausalLM"
+                       : fam == "mixtral" ? "MixtralForCausalLM"
+                       : fam == "qwen2"   ? "Qwen2ForCausalLM"
+                                          : "Gemma2ForCausalLM";
     j["architectures"] = {arch};
     j["model_type"] = fam;
     j["vocab_size"] = h.vocab_size;
     j["hidden_size"] = h.hidden_size;
     j["intermediate_size"] = h.intermediate_size;
-    j["num_hidden_layers"] = spec.num_layers;
+    j["num_hidden_layers"] = spec.total_layers();
     j["num_attention_heads"] = h.num_heads;
     j["num_key_value_heads"] = h.num_kv_heads ? h.num_kv_heads : h.num_heads;
     if (h.head_dim) j["head_dim"] = h.head_dim;
-    j["hidden_act"] = "silu";
+    if (fam == "gemma2") j["hidden_activation"] = "gelu_pytorch_tanh";
+    else j["hidden_act"] = "silu";
     j["max_position_embeddings"] = h.max_position_embeddings;
     j["rms_norm_eps"] = h.norm_eps;
     j["rope_theta"] = h.rope_theta;
@@ -36,6 +41,20 @@ std::string config_json(const ModelSpec& spec, DType dtype) {
     if (fam == "mixtral") {
       j["num_local_experts"] = h.num_experts;
       j["num_experts_per_tok"] = h.experts_per_token;
+    }
+    if (fam == "qwen2") {  // Qwen2.5's configs: full attention in every layer
+      j["use_sliding_window"] = false;
+      j["sliding_window"] = h.max_position_embeddings;
+      j["max_window_layers"] = spec.total_layers();
+    }
+    if (fam == "gemma2") {  // google/gemma-2-9b's attention numbers
+      j["query_pre_attn_scalar"] = h.head_dim ? h.head_dim : h.hidden_size / h.num_heads;
+      j["sliding_window"] = 4096;
+      j["final_logit_softcapping"] = 30.0;
+      j["attn_logit_softcapping"] = 50.0;
+      j["pad_token_id"] = 0;
+      j["eos_token_id"] = 1;
+      j["bos_token_id"] = 2;
     }
   } else if (fam == "gpt2") {
     j["architectures"] = {"GPT2LMHeadModel"};
@@ -59,7 +78,7 @@ std::string config_json(const ModelSpec& spec, DType dtype) {
     }
   } else {
     throw std::invalid_argument("config.json: no Hugging Face model_type for family '" + fam +
-                                "' (supported: llama, mistral, mixtral, gpt2)");
+                                "' (supported: llama, mistral, mixtral, qwen2, gemma2, gpt2)");
   }
   j["torch_dtype"] = torch_dtype;
   return j.dump(2) + "\n";

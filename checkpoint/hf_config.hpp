@@ -8,7 +8,8 @@
 
 namespace layerinit {
 
-// config.json for the llama, mistral, mixtral and gpt2 families (from spec.family, spec.hyper and
+// config.json for the llama, mistral, mixtral, qwen2, gemma2 and gpt2 families (not deepseek_v3: its
+// latent-attention and MoE numbers are not in Hyper) (from spec.family, spec.hyper and
 // spec.num_layers). Throws std::invalid_argument for other families, naming the supported ones.
 std::string config_json(const ModelSpec& spec, DType dtype);
 

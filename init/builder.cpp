@@ -80,7 +80,7 @@ PlannedTensor Builder::plan_one(const TensorSpec& t, std::optional<std::uint64_t
   p.dtype = opts_.dtype;
   for (const auto& o : opts_.dtype_overrides)
     if (name_matches(o.pattern, p.name)) p.dtype = o.dtype;
-  p.fill = recipe_.rule_for(TensorContext{spec_, t, layer, p.name});
+  p.fill = recipe_.rule_for(tensor_context(spec_, t, layer));
   // The fill in this tensor's dtype (a std fp16 cannot hold, say): refused while planning, before
   // anything is allocated or written, with the tensor's name.
   try {
@@ -153,6 +153,7 @@ Model Builder::build(const std::function<void(std::uint64_t)>& on_layer) const {
   auto make = [this](const PlannedTensor& p) { return make_tensor(p); };
   Model m;
   m.layout = opts_.layout;
+  m.experts = opts_.experts;
   m.num_layers = spec_.num_layers;
   m.pre = make_filled(plan_pre(), make, *be_, opts_.seed);
 
@@ -164,21 +165,25 @@ Model Builder::build(const std::function<void(std::uint64_t)>& on_layer) const {
       if (on_layer) on_layer(i);
     }
   } else if (spec_.num_layers > 0) {
-    // One [L, ...] allocation per layer parameter; layer i is filled straight into slice i.
+    // One [L, ...] (or [L, E, ...]) allocation per stacked buffer; layer i's tensors are filled
+    // straight into their slices.
+    const StackedLayout sl = stacked_layout(spec_, opts_.experts);
     const std::vector<PlannedTensor> first = plan_layer(0);
-    for (std::size_t j = 0; j < first.size(); ++j)
-      m.stacked.push_back(Tensor::allocate(*mr_, stacked_name(spec_, spec_.layer.tensors[j]),
-                                           stacked_shape(spec_, first[j].memory_shape), first[j].dtype));
+    for (std::size_t b = 0; b < sl.buffers.size(); ++b) {
+      const PlannedTensor& f = first[sl.buffers[b].first];
+      m.stacked.push_back(Tensor::allocate(*mr_, sl.buffers[b].name, sl.shape(spec_, b, f.memory_shape), f.dtype));
+    }
     for (std::uint64_t i : layer_order()) {
       const std::vector<PlannedTensor> plans = plan_layer(i);
       std::vector<FillJob> jobs;
       for (std::size_t j = 0; j < plans.size(); ++j) {
-        if (plans[j].dtype != first[j].dtype)
-          throw std::invalid_argument("stacked layout needs one dtype per layer parameter, but " + plans[j].name + " is " +
-                                      std::string(dtype_name(plans[j].dtype)) + " and " + first[j].name + " is " +
-                                      std::string(dtype_name(first[j].dtype)));
-        auto* base = static_cast<unsigned char*>(m.stacked[j].view.data);
-        jobs.push_back(fill_job_for(plans[j], base + i * plans[j].bytes(), opts_.seed));
+        const Tensor& buf = m.stacked[sl.buffer[j]];
+        if (plans[j].dtype != buf.view.dtype)
+          throw std::invalid_argument("stacked layout needs one dtype per stacked buffer, but " + plans[j].name + " is " +
+                                      std::string(dtype_name(plans[j].dtype)) + " and " + buf.view.name + " is " +
+                                      std::string(dtype_name(buf.view.dtype)));
+        auto* base = static_cast<unsigned char*>(buf.view.data);
+        jobs.push_back(fill_job_for(plans[j], base + sl.slice(j, i) * plans[j].bytes(), opts_.seed));
       }
       be_->fill(jobs);
       if (on_layer) on_layer(i);

@@ -41,6 +41,9 @@ struct BuildOptions {
   std::uint64_t seed = 0;
   Layout layout = Layout::per_layer;
   Orientation orientation = Orientation::out_in;
+  // Stacked layout only: MoE experts as one [L, E, ...] buffer per expert weight, or one [L, ...]
+  // buffer per expert tensor.
+  ExpertLayout experts = ExpertLayout::stacked;
   // The order layers are created in (a permutation of 0..L-1); empty = ascending. Values never
   // depend on it.
   std::vector<std::uint64_t> layer_order;
@@ -67,10 +70,13 @@ struct Layer {
 // A built model in one of two layouts.
 struct Model {
   Layout layout = Layout::per_layer;
+  ExpertLayout experts = ExpertLayout::stacked;  // how the stacked layout holds experts
   std::uint64_t num_layers = 0;
   std::vector<Tensor> pre;
   std::vector<Layer> layers;       // per-layer layout: layers[i].index == i
-  std::vector<Tensor> stacked;     // stacked layout: one [L, ...] tensor per layer parameter, LayerSpec order
+  // stacked layout: the buffers of stacked_layout(spec, experts) in order, [L, ...] per layer
+  // parameter or [L, E, ...] per expert weight
+  std::vector<Tensor> stacked;
   std::vector<Tensor> post;
 
   std::uint64_t bytes() const;

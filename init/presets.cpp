@@ -1,8 +1,10 @@
 // Model families and named presets, with the tensor names and shapes of the Hugging Face models.
 //
 // Sources of the numbers: each preset's config.json on the Hugging Face Hub (openai-community/gpt2*,
-// meta-llama/Meta-Llama-3-{8B,70B}, mistralai/Mistral-7B-v0.1, mistralai/Mixtral-8x7B-v0.1); names and
-// module order from transformers' modeling_{gpt2,llama,mistral,mixtral}.py.
+// meta-llama/Meta-Llama-3-{8B,70B}, mistralai/Mistral-7B-v0.1, mistralai/Mixtral-8x7B-v0.1,
+// Qwen/Qwen2.5-7B, google/gemma-2-9b, deepseek-ai/DeepSeek-V3); names and module order from
+// transformers' modeling_{gpt2,llama,mistral,mixtral,qwen2,gemma2,deepseek_v3}.py. tests/python/
+// hf_meta.py builds each of them in transformers on the meta device and compares.
 #include <layerinit/init/presets.hpp>
 
 #include <stdexcept>
@@ -131,6 +133,7 @@ ModelSpec mixtral_spec(std::string name, const Hyper& hyper, std::uint64_t num_l
   const Hyper& h = m.hyper;
   const std::uint64_t d = h.hidden_size, ff = h.intermediate_size;
   auto& ts = m.layer.tensors;
+  m.layer.expert_prefix = "block_sparse_moe.experts.";
   add_attention(ts, h);
   ts.push_back(linear("block_sparse_moe.gate.weight", d, h.num_experts, TensorRole::router_weight));
   for (std::uint64_t e = 0; e < h.num_experts; ++e) {
@@ -142,6 +145,103 @@ ModelSpec mixtral_spec(std::string name, const Hyper& hyper, std::uint64_t num_l
   ts.push_back(norm("input_layernorm.weight", d));
   ts.push_back(norm("post_attention_layernorm.weight", d));
   add_llama_ends(m);
+  return m;
+}
+
+ModelSpec gemma2_spec(std::string name, const Hyper& hyper, std::uint64_t num_layers) {
+  ModelSpec m;
+  m.hyper = attention_defaults(name, hyper);
+  require(m.hyper.intermediate_size > 0, name, "intermediate_size must be positive");
+  m.hyper.tie_word_embeddings = true;
+  m.name = std::move(name);
+  m.family = "gemma2";
+  m.num_layers = num_layers;
+  const Hyper& h = m.hyper;
+  // Gemma2RMSNorm: x * (1 + weight), weight created as zeros.
+  auto gemma_norm = [](std::string n, std::uint64_t d) {
+    TensorSpec t = norm(std::move(n), d);
+    t.init = FillSpec::constant(0.0);
+    return t;
+  };
+  auto& ts = m.layer.tensors;
+  add_attention(ts, h);
+  ts.push_back(linear("mlp.gate_proj.weight", h.hidden_size, h.intermediate_size));
+  ts.push_back(linear("mlp.up_proj.weight", h.hidden_size, h.intermediate_size));
+  ts.push_back(linear("mlp.down_proj.weight", h.intermediate_size, h.hidden_size, TensorRole::output_weight));
+  ts.push_back(gemma_norm("input_layernorm.weight", h.hidden_size));
+  ts.push_back(gemma_norm("post_attention_layernorm.weight", h.hidden_size));
+  ts.push_back(gemma_norm("pre_feedforward_layernorm.weight", h.hidden_size));
+  ts.push_back(gemma_norm("post_feedforward_layernorm.weight", h.hidden_size));
+  m.pre.push_back(embedding("model.embed_tokens.weight", h.vocab_size, h.hidden_size));
+  m.post.push_back(gemma_norm("model.norm.weight", h.hidden_size));
+  return m;
+}
+
+namespace {
+
+// Multi-head latent attention (DeepseekV3Attention), relative names.
+void add_mla(std::vector<TensorSpec>& ts, const Hyper& h, const DeepseekDims& x, const std::string& p = "") {
+  const std::uint64_t d = h.hidden_size, H = h.num_heads;
+  const std::uint64_t qk = x.qk_nope_head_dim + x.qk_rope_head_dim;
+  ts.push_back(linear(p + "self_attn.q_a_proj.weight", d, x.q_lora_rank));
+  ts.push_back(norm(p + "self_attn.q_a_layernorm.weight", x.q_lora_rank));
+  ts.push_back(linear(p + "self_attn.q_b_proj.weight", x.q_lora_rank, H * qk));
+  ts.push_back(linear(p + "self_attn.kv_a_proj_with_mqa.weight", d, x.kv_lora_rank + x.qk_rope_head_dim));
+  ts.push_back(norm(p + "self_attn.kv_a_layernorm.weight", x.kv_lora_rank));
+  ts.push_back(linear(p + "self_attn.kv_b_proj.weight", x.kv_lora_rank, H * (x.qk_nope_head_dim + x.v_head_dim)));
+  ts.push_back(linear(p + "self_attn.o_proj.weight", H * x.v_head_dim, d, TensorRole::output_weight));
+}
+
+void add_swiglu(std::vector<TensorSpec>& ts, const std::string& p, std::uint64_t d, std::uint64_t ff) {
+  ts.push_back(linear(p + "gate_proj.weight", d, ff));
+  ts.push_back(linear(p + "up_proj.weight", d, ff));
+  ts.push_back(linear(p + "down_proj.weight", ff, d, TensorRole::output_weight));
+}
+
+}  // namespace
+
+ModelSpec deepseek_v3_spec(std::string name, const Hyper& hyper, const DeepseekDims& x, std::uint64_t num_hidden_layers) {
+  ModelSpec m;
+  Hyper h = hyper;
+  h.head_dim = x.qk_nope_head_dim + x.qk_rope_head_dim;  // a query head's width
+  m.hyper = attention_defaults(name, h);
+  require(m.hyper.intermediate_size > 0, name, "intermediate_size must be positive");
+  require(m.hyper.num_experts > 0, name, "num_experts (n_routed_experts) must be positive");
+  require(x.q_lora_rank > 0 && x.kv_lora_rank > 0 && x.qk_nope_head_dim > 0 && x.qk_rope_head_dim > 0 && x.v_head_dim > 0,
+          name, "q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim must be positive");
+  require(x.moe_intermediate_size > 0, name, "moe_intermediate_size must be positive");
+  require(x.first_k_dense_replace < num_hidden_layers, name, "first_k_dense_replace must leave at least one MoE layer");
+  m.name = std::move(name);
+  m.family = "deepseek_v3";
+  m.first_layer = x.first_k_dense_replace;
+  m.num_layers = num_hidden_layers - x.first_k_dense_replace;
+  const Hyper& hh = m.hyper;
+  const std::uint64_t d = hh.hidden_size;
+  m.pre.push_back(embedding("model.embed_tokens.weight", hh.vocab_size, d));
+  // The dense layers, after the embedding, under their canonical names.
+  for (std::uint64_t i = 0; i < x.first_k_dense_replace; ++i) {
+    const std::string p = m.layer_prefix + std::to_string(i) + ".";
+    add_mla(m.pre, hh, x, p);
+    add_swiglu(m.pre, p + "mlp.", d, hh.intermediate_size);
+    m.pre.push_back(norm(p + "input_layernorm.weight", d));
+    m.pre.push_back(norm(p + "post_attention_layernorm.weight", d));
+  }
+  // The MoE layers: routed experts, the router and its correction bias, the shared experts.
+  auto& ts = m.layer.tensors;
+  m.layer.expert_prefix = "mlp.experts.";
+  add_mla(ts, hh, x);
+  for (std::uint64_t e = 0; e < hh.num_experts; ++e)
+    add_swiglu(ts, "mlp.experts." + std::to_string(e) + ".", d, x.moe_intermediate_size);
+  ts.push_back(linear("mlp.gate.weight", d, hh.num_experts, TensorRole::router_weight));
+  // Updated by the load balancing, not by gradients: zero at the start in every recipe.
+  TensorSpec correction = bias("mlp.gate.e_score_correction_bias", d, hh.num_experts);
+  correction.init = FillSpec::constant(0.0);
+  ts.push_back(correction);
+  if (x.n_shared_experts > 0) add_swiglu(ts, "mlp.shared_experts.", d, x.moe_intermediate_size * x.n_shared_experts);
+  ts.push_back(norm("input_layernorm.weight", d));
+  ts.push_back(norm("post_attention_layernorm.weight", d));
+  m.post.push_back(norm("model.norm.weight", d));
+  if (!hh.tie_word_embeddings) m.post.push_back(linear("lm_head.weight", d, hh.vocab_size, TensorRole::head_weight));
   return m;
 }
 
@@ -218,6 +318,42 @@ Hyper mixtral_hyper(std::uint64_t vocab, std::uint64_t d, std::uint64_t ff, std:
   return h;
 }
 
+Hyper qwen2_hyper(std::uint64_t vocab, std::uint64_t d, std::uint64_t ff, std::uint64_t heads, std::uint64_t kv,
+                  std::uint64_t positions) {
+  Hyper h = llama_hyper(vocab, d, ff, heads, kv, positions, 1e6);
+  h.norm_eps = 1e-6;
+  h.bias = true;  // Qwen2Attention: q/k/v with bias, o_proj without
+  return h;
+}
+
+Hyper gemma2_hyper(std::uint64_t vocab, std::uint64_t d, std::uint64_t ff, std::uint64_t heads, std::uint64_t kv,
+                   std::uint64_t head_dim) {
+  Hyper h = llama_hyper(vocab, d, ff, heads, kv, 8192, 10000.0);
+  h.head_dim = head_dim;
+  h.norm_eps = 1e-6;
+  h.tie_word_embeddings = true;
+  return h;
+}
+
+// deepseek-ai/DeepSeek-V3 config.json: hidden 7168, 61 layers of which 3 dense (intermediate 18432),
+// 256 routed experts of 2048 and 1 shared, 8 per token, 128 heads, q_lora_rank 1536, kv_lora_rank 512,
+// qk_nope 128 + qk_rope 64, v 128, vocab 129280.
+ModelSpec deepseek_v3() {
+  Hyper h = llama_hyper(129280, 7168, 18432, 128, 128, 163840, 10000.0);
+  h.norm_eps = 1e-6;
+  h.num_experts = 256;
+  h.experts_per_token = 8;
+  return deepseek_v3_spec("deepseek-v3", h, DeepseekDims{1536, 512, 128, 64, 128, 2048, 1, 3}, 61);
+}
+
+ModelSpec deepseek_v3_tiny() {
+  Hyper h = llama_hyper(512, 64, 128, 4, 4, 256, 10000.0);
+  h.norm_eps = 1e-6;
+  h.num_experts = 4;
+  h.experts_per_token = 2;
+  return deepseek_v3_spec("deepseek-v3-tiny", h, DeepseekDims{32, 16, 16, 8, 16, 32, 1, 1}, 3);
+}
+
 struct Preset {
   const char* name;
   ModelSpec (*make)();
@@ -234,6 +370,9 @@ const Preset kPresets[] = {
     {"llama-3-70b", [] { return llama_spec("llama-3-70b", llama_hyper(128256, 8192, 28672, 64, 8, 8192, 500000.0), 80); }},
     {"mistral-7b", [] { return llama_spec("mistral-7b", llama_hyper(32000, 4096, 14336, 32, 8, 32768, 10000.0), 32, "mistral"); }},
     {"mixtral-8x7b", [] { return mixtral_spec("mixtral-8x7b", mixtral_hyper(32000, 4096, 14336, 32, 8, 8, 2), 32); }},
+    {"qwen2.5-7b", [] { return llama_spec("qwen2.5-7b", qwen2_hyper(152064, 3584, 18944, 28, 4, 131072), 28, "qwen2"); }},
+    {"gemma-2-9b", [] { return gemma2_spec("gemma-2-9b", gemma2_hyper(256000, 3584, 14336, 16, 8, 256), 42); }},
+    {"deepseek-v3", deepseek_v3},
     // Small models of each family for tests: same structure, a few hundred thousand parameters.
     {"llama-tiny", [] { return llama_spec("llama-tiny", llama_hyper(512, 64, 176, 4, 2, 256, 10000.0), 4); }},
     {"gpt2-tiny", [] {
@@ -243,6 +382,10 @@ const Preset kPresets[] = {
        return gpt2_spec("gpt2-tiny", h, 2);
      }},
     {"mixtral-tiny", [] { return mixtral_spec("mixtral-tiny", mixtral_hyper(512, 64, 128, 4, 2, 4, 2), 2); }},
+    {"qwen2.5-tiny", [] { return llama_spec("qwen2.5-tiny", qwen2_hyper(512, 64, 176, 4, 2, 256), 2, "qwen2"); }},
+    // head_dim 32 x 4 heads = 128 != hidden 64, as gemma-2-9b's 256 x 16 != 3584.
+    {"gemma-2-tiny", [] { return gemma2_spec("gemma-2-tiny", gemma2_hyper(512, 64, 128, 4, 2, 32), 2); }},
+    {"deepseek-v3-tiny", deepseek_v3_tiny},
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <layerinit/init/recipes.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 #include <layerinit/core/text.hpp>
@@ -41,8 +42,9 @@ double fan_out(const char* recipe, const TensorContext& c) {
 double embedding_fan_in(const TensorContext& c) { return static_cast<double>(c.tensor.shape.back()); }
 double embedding_fan_out(const TensorContext& c) { return static_cast<double>(c.tensor.shape.front()); }
 
+// L: the model's depth, layers before the repeated block included.
 double num_layers(const TensorContext& c) {
-  return static_cast<double>(c.model.num_layers > 0 ? c.model.num_layers : 1);
+  return static_cast<double>(c.model.total_layers() > 0 ? c.model.total_layers() : 1);
 }
 
 bool ends_with(std::string_view s, std::string_view suffix) { return s.ends_with(suffix); }
@@ -200,15 +202,177 @@ FillSpec kaiming_rule(const TensorContext& c) {
   return FillSpec::normal(0.0, std::sqrt(2.0 / fi));
 }
 
+// ---- OLMo-core: olmo_core/nn/transformer/init.py InitMethod, attention/__init__.py
+// Attention.init_weights. Every linear weight is trunc_normal(0, s, +-3 s) (init_linear); `s` starts
+// at the recipe's std (init_std, 0.02). ----
+enum class Olmo { normal, llama, llama_depth, normalized };
+
+double hidden_size(const char* recipe, const TensorContext& c) {
+  if (c.model.hyper.hidden_size == 0) no_rule(recipe, c, "hyper.hidden_size is unknown");
+  return static_cast<double>(c.model.hyper.hidden_size);
+}
+
+bool is_expert(const TensorContext& c) { return c.layer && split_expert_name(c.model.layer, c.tensor.name).has_value(); }
+
+FillSpec olmo_rule(const char* recipe, Olmo kind, const TensorContext& c, const RecipeParams& p) {
+  if (auto n = norm_rule(c)) return *n;
+  const double s = p.at("std");
+  auto trunc = [](double std) { return FillSpec::trunc_normal_std(0.0, std, -3.0, 3.0); };
+  // The std of "output" layers: by depth (llama), by layer index (llama_depth); tensors outside the
+  // blocks have no index and take the depth rule.
+  const double L = num_layers(c);
+  auto scaled = [&](double std) {
+    if (kind == Olmo::llama || (kind == Olmo::llama_depth && !c.layer)) return std / std::sqrt(2.0 * L);
+    if (kind == Olmo::llama_depth) return std / std::sqrt(2.0 * (static_cast<double>(*c.layer) + 1.0));
+    return std;
+  };
+  switch (c.tensor.role) {
+    case TensorRole::linear_bias: return FillSpec::constant(0.0);
+    case TensorRole::embedding:
+    case TensorRole::position_embedding:
+      if (kind == Olmo::llama || kind == Olmo::llama_depth) return FillSpec::normal(0.0, 1.0);
+      if (kind == Olmo::normalized) return FillSpec::normal(0.0, 1.0 / std::sqrt(hidden_size(recipe, c)));
+      return trunc(s);
+    case TensorRole::head_weight:  // init_final_w_out
+      return trunc(kind == Olmo::normal ? s : 1.0 / std::sqrt(hidden_size(recipe, c)));
+    case TensorRole::router_weight:  // init_feed_forward_moe: router and experts alike, no nGPT case
+      return trunc(scaled(s));
+    case TensorRole::linear_weight:
+    case TensorRole::output_weight: {
+      if (is_expert(c)) return trunc(scaled(s));
+      // init_attention / init_feed_forward: w_q, w_k, w_v, w1 keep s (nGPT: d^-0.5); w3 (up) is
+      // scaled like w_out and w2 except in nGPT, which scales only w_out and w2 by sqrt(2 L).
+      const double base = kind == Olmo::normalized ? 1.0 / std::sqrt(hidden_size(recipe, c)) : s;
+      if (c.tensor.role == TensorRole::output_weight)
+        return trunc(kind == Olmo::normalized ? base / std::sqrt(2.0 * L) : scaled(base));
+      if (is_up_projection(c) && kind != Olmo::normalized) return trunc(scaled(base));
+      return trunc(base);
+    }
+    default: no_rule(recipe, c);
+  }
+}
+
+// ---- neox: GPT-NeoX megatron/model/init_functions.py, init_method = small_init on every weight
+// (embeddings and the final linear too), output_layer_init_method = wang_init on the projections into
+// the residual stream ----
+FillSpec neox_rule(const TensorContext& c, const RecipeParams&) {
+  if (auto n = norm_rule(c)) return *n;
+  const double d = hidden_size("neox", c);
+  switch (c.tensor.role) {
+    case TensorRole::linear_bias: return FillSpec::constant(0.0);
+    case TensorRole::embedding:
+    case TensorRole::position_embedding:
+    case TensorRole::linear_weight:
+    case TensorRole::router_weight:
+    case TensorRole::head_weight: return FillSpec::normal(0.0, std::sqrt(2.0 / (5.0 * d)));  // small_init
+    case TensorRole::output_weight: return FillSpec::normal(0.0, 2.0 / num_layers(c) / std::sqrt(d));  // wang_init
+    default: no_rule("neox", c);
+  }
+}
+
+// ---- mpt: llm-foundry llmfoundry/models/utils/param_init_fns.py neox_param_init_fn_: small_init's
+// std on every weight, and the `_is_residual` projections (attention out_proj, FFN down_proj, the
+// experts' w2) divided by n_layers / sqrt(10) ----
+FillSpec mpt_rule(const TensorContext& c, const RecipeParams&) {
+  if (auto n = norm_rule(c)) return *n;
+  const double small = std::sqrt(2.0 / (5.0 * hidden_size("mpt", c)));
+  switch (c.tensor.role) {
+    case TensorRole::linear_bias: return FillSpec::constant(0.0);
+    case TensorRole::embedding:
+    case TensorRole::position_embedding:
+    case TensorRole::linear_weight:
+    case TensorRole::router_weight:
+    case TensorRole::head_weight: return FillSpec::normal(0.0, small);
+    case TensorRole::output_weight: return FillSpec::normal(0.0, small / (num_layers(c) / std::sqrt(10.0)));
+    default: no_rule("mpt", c);
+  }
+}
+
+// ---- mup: Megatron-LM megatron/core/transformer/transformer_config.py with use_mup: width_mult =
+// hidden_size / base_width; hidden weights normal(0, r / sqrt(width_mult)), output layers
+// normal(0, r / (sqrt(2 L) sqrt(width_mult))) (megatron/core/utils.py mup_scaled_init_method_normal),
+// embeddings and the untied output layer unscaled normal(0, r) ----
+FillSpec mup_rule(const TensorContext& c, const RecipeParams& p) {
+  if (auto n = norm_rule(c)) return *n;
+  const double r = c.model.hyper.initializer_range;
+  const double base = p.at("base_width");
+  const double m = base > 0 ? hidden_size("mup", c) / base : 1.0;  // 0: base_width = hidden_size
+  switch (c.tensor.role) {
+    case TensorRole::linear_bias: return FillSpec::constant(0.0);
+    case TensorRole::embedding:
+    case TensorRole::position_embedding:
+    case TensorRole::head_weight: return FillSpec::normal(0.0, r);
+    case TensorRole::linear_weight:
+    case TensorRole::router_weight: return FillSpec::normal(0.0, r / std::sqrt(m));
+    case TensorRole::output_weight: return FillSpec::normal(0.0, r / (std::sqrt(2.0 * num_layers(c)) * std::sqrt(m)));
+    default: no_rule("mup", c);
+  }
+}
+
+struct Param {
+  const char* name;
+  double default_value;
+};
 struct Entry {
   const char* name;
   Recipe::Rule rule;
+  std::vector<Param> params;
 };
-constexpr Entry kRecipes[] = {
-    {"hf", hf_rule},           {"torchtitan", torchtitan_rule}, {"megatron", megatron_rule},
-    {"pytorch-default", pytorch_rule}, {"equinox", equinox_rule}, {"flax", flax_rule},
-    {"xavier-uniform", xavier_rule},   {"kaiming-normal", kaiming_rule},
-};
+const std::vector<Entry>& recipes() {
+  static const std::vector<Entry> all = {
+      {"hf", [](const TensorContext& c, const RecipeParams&) { return hf_rule(c); }, {}},
+      {"torchtitan", [](const TensorContext& c, const RecipeParams&) { return torchtitan_rule(c); }, {}},
+      {"megatron", [](const TensorContext& c, const RecipeParams&) { return megatron_rule(c); }, {}},
+      {"pytorch-default", [](const TensorContext& c, const RecipeParams&) { return pytorch_rule(c); }, {}},
+      {"equinox", [](const TensorContext& c, const RecipeParams&) { return equinox_rule(c); }, {}},
+      {"flax", [](const TensorContext& c, const RecipeParams&) { return flax_rule(c); }, {}},
+      {"xavier-uniform", [](const TensorContext& c, const RecipeParams&) { return xavier_rule(c); }, {}},
+      {"kaiming-normal", [](const TensorContext& c, const RecipeParams&) { return kaiming_rule(c); }, {}},
+      {"olmo-normal", [](const TensorContext& c, const RecipeParams& p) { return olmo_rule("olmo-normal", Olmo::normal, c, p); }, {{"std", 0.02}}},
+      {"olmo-llama", [](const TensorContext& c, const RecipeParams& p) { return olmo_rule("olmo-llama", Olmo::llama, c, p); }, {{"std", 0.02}}},
+      {"olmo-llama-depth", [](const TensorContext& c, const RecipeParams& p) { return olmo_rule("olmo-llama-depth", Olmo::llama_depth, c, p); }, {{"std", 0.02}}},
+      {"olmo-normalized", [](const TensorContext& c, const RecipeParams& p) { return olmo_rule("olmo-normalized", Olmo::normalized, c, p); }, {{"std", 0.02}}},
+      {"neox", neox_rule, {}},
+      {"mpt", mpt_rule, {}},
+      {"mup", mup_rule, {{"base_width", 0.0}}},
+  };
+  return all;
+}
+
+// "key=value,key=value" into the entry's parameters; the canonical text of what was given.
+RecipeParams parse_params(const Entry& e, std::string_view text, std::string& canonical) {
+  RecipeParams out;
+  for (const auto& p : e.params) out[p.name] = p.default_value;
+  std::string valid;
+  for (const auto& p : e.params) valid += (valid.empty() ? "" : ", ") + std::string(p.name);
+  const std::string recipe = "recipe '" + std::string(e.name) + "'";
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    const std::size_t eq = item.find('=');
+    const std::string key(item.substr(0, eq));
+    if (eq == std::string_view::npos || !out.count(key))
+      throw std::invalid_argument(recipe + ": unknown parameter '" + printable(key) + "' (valid: " +
+                                  (valid.empty() ? "none" : valid) + "; write name:key=value)");
+    const std::string value(item.substr(eq + 1));
+    double v = 0;
+    std::size_t used = 0;
+    try {
+      v = std::stod(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != value.size() || value.empty() || !std::isfinite(v) || v <= 0)
+      throw std::invalid_argument(recipe + ": parameter " + key + " must be a positive finite number, not '" +
+                                  printable(value) + "'");
+    out[key] = v;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    canonical += (canonical.find(':') == std::string::npos ? ":" : ",") + key + "=" + buf;
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -217,7 +381,7 @@ FillSpec Recipe::rule_for(const TensorContext& c) const {
     if (name_matches(it->first, c.canonical_name)) return it->second;
   if (c.tensor.init) return *c.tensor.init;
   if (!rule_) throw std::invalid_argument("recipe '" + name_ + "' has no rule for tensor '" + c.canonical_name + "'");
-  return rule_(c);
+  return rule_(c, params_);
 }
 
 void Recipe::add_override(std::string pattern, FillSpec fill) {
@@ -227,14 +391,28 @@ void Recipe::add_override(std::string pattern, FillSpec fill) {
 
 std::vector<std::string> recipe_names() {
   std::vector<std::string> out;
-  for (const auto& e : kRecipes) out.emplace_back(e.name);
+  for (const auto& e : recipes()) out.emplace_back(e.name);
   return out;
 }
 
-Recipe make_recipe(std::string_view name) {
+TensorContext tensor_context(const ModelSpec& spec, const TensorSpec& t, std::optional<std::uint64_t> block_layer) {
+  if (block_layer) return TensorContext{spec, t, spec.first_layer + *block_layer, spec.canonical_name(*block_layer, t)};
+  std::optional<std::uint64_t> layer;
+  if (spec.first_layer > 0)
+    if (const auto l = split_layer_name(spec.layer_prefix, t.name); l && l->layer < spec.first_layer) layer = l->layer;
+  return TensorContext{spec, t, layer, t.name};
+}
+
+Recipe make_recipe(std::string_view text) {
+  const std::size_t colon = text.find(':');
+  const std::string_view name = text.substr(0, colon);
   std::string valid;
-  for (const auto& e : kRecipes) {
-    if (name == e.name) return Recipe(e.name, e.rule);
+  for (const auto& e : recipes()) {
+    if (name == e.name) {
+      std::string canonical(e.name);
+      RecipeParams params = parse_params(e, colon == std::string_view::npos ? std::string_view{} : text.substr(colon + 1), canonical);
+      return Recipe(canonical, e.rule, std::move(params));
+    }
     valid += (valid.empty() ? "" : ", ") + std::string(e.name);
   }
   throw std::invalid_argument("unknown recipe '" + printable(name) + "' (valid: " + valid + ")");

@@ -1,6 +1,8 @@
 // Init recipes: which fill every tensor gets, as the reference codebases do it.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,13 +16,22 @@ namespace layerinit {
 struct TensorContext {
   const ModelSpec& model;
   const TensorSpec& tensor;
-  std::optional<std::uint64_t> layer;  // set for tensors of the repeated block
+  std::optional<std::uint64_t> layer;  // the model's layer index (first_layer + i in the block), if any
   std::string canonical_name;
 };
+
+// The context of tensor t: a layer tensor of block layer i (0-based in the block) is in layer
+// first_layer + i; a pre tensor named as one of the layers before the block (DeepSeek-V3's dense
+// layers) is in that layer; other pre/post tensors are in none.
+TensorContext tensor_context(const ModelSpec& spec, const TensorSpec& t, std::optional<std::uint64_t> block_layer);
+
+// A recipe's numeric parameters, all of them with values (defaults filled in), by name.
+using RecipeParams = std::map<std::string, double, std::less<>>;
 
 class Recipe {
  public:
   Recipe() = default;
+  // The recipe as make_recipe reads it back: "mup" or "mup:base_width=256" (the parameters given).
   const std::string& name() const noexcept { return name_; }
   // The fill of one tensor. Precedence: the last matching override, then the tensor's own init,
   // then the recipe's rule.
@@ -29,18 +40,25 @@ class Recipe {
   // "*", "?", "[...]"; e.g. "*.norm.weight" or "model.layers.*.mlp.down_proj.weight").
   void add_override(std::string pattern, FillSpec fill);
   const std::vector<std::pair<std::string, FillSpec>>& overrides() const noexcept { return overrides_; }
+  const RecipeParams& params() const noexcept { return params_; }
 
-  using Rule = FillSpec (*)(const TensorContext&);
-  Recipe(std::string name, Rule rule) : name_(std::move(name)), rule_(rule) {}
+  using Rule = FillSpec (*)(const TensorContext&, const RecipeParams&);
+  Recipe(std::string name, Rule rule, RecipeParams params = {})
+      : name_(std::move(name)), rule_(rule), params_(std::move(params)) {}
 
  private:
   std::string name_;
   Rule rule_ = nullptr;
+  RecipeParams params_;
   std::vector<std::pair<std::string, FillSpec>> overrides_;
 };
 
-// hf, torchtitan, megatron, pytorch-default, equinox, flax, xavier-uniform, kaiming-normal.
-// Throws std::invalid_argument "unknown recipe 'x' (valid: ...)".
+// A recipe by name, with optional parameters after a colon: "olmo-llama", "mup:base_width=256",
+// "olmo-normal:std=0.01". Names: hf, torchtitan, megatron, pytorch-default, equinox, flax,
+// xavier-uniform, kaiming-normal, olmo-normal, olmo-llama, olmo-llama-depth, olmo-normalized, neox,
+// mpt, mup (docs/recipes.md). Throws std::invalid_argument "unknown recipe 'x' (valid: ...)", or
+// naming a parameter the recipe does not have (with the ones it has) or a value that is not a
+// positive finite number.
 Recipe make_recipe(std::string_view name);
 std::vector<std::string> recipe_names();
 

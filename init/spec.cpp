@@ -61,6 +61,57 @@ std::optional<LayerName> split_layer_name(std::string_view prefix, std::string_v
 
 std::string stacked_name(const ModelSpec& spec, const TensorSpec& t) { return spec.layer_prefix + t.name; }
 
+std::optional<LayerName> split_expert_name(const LayerSpec& layer, std::string_view name) {
+  if (layer.expert_prefix.empty()) return std::nullopt;
+  return split_layer_name(layer.expert_prefix, name);
+}
+
+std::uint64_t num_experts(const LayerSpec& layer) {
+  std::uint64_t n = 0;
+  for (const auto& t : layer.tensors)
+    if (const auto e = split_expert_name(layer, t.name)) n = std::max(n, e->layer + 1);
+  return n;
+}
+
+std::string_view expert_layout_name(ExpertLayout e) { return e == ExpertLayout::per_expert ? "per-expert" : "stacked"; }
+
+ExpertLayout parse_expert_layout(std::string_view s) {
+  if (s == "per-expert") return ExpertLayout::per_expert;
+  if (s == "stacked") return ExpertLayout::stacked;
+  throw std::invalid_argument("unknown expert layout '" + printable(s) + "' (valid: per-expert, stacked)");
+}
+
+Shape StackedLayout::shape(const ModelSpec& spec, std::size_t b, const Shape& slice) const {
+  Shape s{spec.num_layers};
+  if (buffers[b].fused) s.push_back(buffers[b].experts);
+  s.insert(s.end(), slice.begin(), slice.end());
+  return s;
+}
+
+StackedLayout stacked_layout(const ModelSpec& spec, ExpertLayout experts) {
+  const LayerSpec& l = spec.layer;
+  StackedLayout out;
+  out.buffer.resize(l.tensors.size());
+  out.expert.resize(l.tensors.size());
+  const std::uint64_t E = experts == ExpertLayout::stacked ? num_experts(l) : 0;
+  std::unordered_map<std::string, std::size_t> fused;  // rest -> buffer
+  for (std::size_t j = 0; j < l.tensors.size(); ++j) {
+    const auto e = E > 0 ? split_expert_name(l, l.tensors[j].name) : std::nullopt;
+    if (!e) {
+      out.buffer[j] = out.buffers.size();
+      out.buffers.push_back({stacked_name(spec, l.tensors[j]), j, 1, false});
+      continue;
+    }
+    const std::string rest(e->relative);
+    auto [it, fresh] = fused.emplace(rest, out.buffers.size());
+    if (fresh) out.buffers.push_back({spec.layer_prefix + l.expert_prefix + rest, j, E, true});
+    out.buffer[j] = it->second;
+    out.expert[j] = e->layer;
+    if (e->layer == 0) out.buffers[it->second].first = j;
+  }
+  return out;
+}
+
 Shape stacked_shape(const ModelSpec& spec, const Shape& slice) {
   Shape shape{spec.num_layers};
   shape.insert(shape.end(), slice.begin(), slice.end());
@@ -93,8 +144,10 @@ TensorRole parse_role(std::string_view s) {
 }
 
 std::string ModelSpec::canonical_name(std::uint64_t layer_index, const TensorSpec& t) const {
-  return layer_prefix + std::to_string(layer_index) + "." + t.name;
+  return layer_prefix + std::to_string(first_layer + layer_index) + "." + t.name;
 }
+
+std::uint64_t ModelSpec::total_layers() const { return first_layer + num_layers; }
 
 std::uint64_t ModelSpec::layer_parameter_count() const { return count(layer.tensors); }
 
@@ -148,6 +201,36 @@ void check_tensor(const TensorSpec& t, const std::string& where) {
 
 }  // namespace
 
+void ModelSpec::check_experts() const {
+  const LayerSpec& l = layer;
+  if (l.expert_prefix.empty()) return;
+  const std::string model = "model " + quoted(name);
+  auto fail = [&](const std::string& what) { throw std::invalid_argument(model + ": " + what); };
+  if (name_problem(l.expert_prefix)) fail("expert prefix contains control characters or is not UTF-8");
+  const std::uint64_t E = num_experts(l);
+  if (E == 0) fail("expert prefix " + quoted(l.expert_prefix) + " matches no layer tensor");
+  // Per rest: how many experts, and the tensor whose shape and role all must share.
+  std::unordered_map<std::string, std::pair<std::uint64_t, const TensorSpec*>> rests;
+  for (const auto& t : l.tensors) {
+    const auto e = split_expert_name(l, t.name);
+    if (!e) continue;
+    auto& [count, first] = rests[std::string(e->relative)];
+    // In expert order: a stacked [L, E, ...] buffer then receives its slices in order.
+    if (e->layer != count)
+      fail("expert tensor " + quoted(t.name) + " is listed out of order (expected expert " + std::to_string(count) +
+           " of " + quoted(std::string(e->relative)) + ")");
+    ++count;
+    if (!first) first = &t;
+    else if (t.shape != first->shape || t.role != first->role || t.transposable != first->transposable)
+      fail("expert tensor " + quoted(t.name) + " differs from " + quoted(first->name) +
+           " in shape, role or transposability (experts of one weight must match)");
+  }
+  for (const auto& [rest, cf] : rests)
+    if (cf.first != E)
+      fail("expert weight " + quoted(l.expert_prefix + "*." + rest) + " has " + std::to_string(cf.first) + " of " +
+           std::to_string(E) + " experts (every expert weight needs experts 0.." + std::to_string(E - 1) + ")");
+}
+
 void ModelSpec::validate() const {
   const std::string model = "model " + quoted(name);
   auto fail = [&](const std::string& what) { throw std::invalid_argument(model + ": " + what); };
@@ -171,6 +254,9 @@ void ModelSpec::validate() const {
     check_tensor(t, model + ": " + where);
     if (!rel.insert(t.name).second) fail("duplicate layer tensor name " + quoted(t.name));
   }
+  if (first_layer > 0 && num_layers == 0) fail("first_layer is " + std::to_string(first_layer) + " but there is no repeated layer");
+  if (first_layer > kMax - num_layers) fail("first_layer + num_layers overflows 64 bits");
+  check_experts();
   std::unordered_map<std::string, std::string> seen;  // canonical name -> where
   auto check_outer = [&](const std::vector<TensorSpec>& ts, const char* list) {
     for (std::size_t k = 0; k < ts.size(); ++k) {
@@ -182,7 +268,7 @@ void ModelSpec::validate() const {
       auto [it, fresh] = seen.emplace(t.name, where);
       if (!fresh) fail("duplicate tensor name " + quoted(t.name) + " (" + it->second + " and " + where + ")");
       const auto l = num_layers > 0 ? split_layer_name(layer_prefix, t.name) : std::nullopt;
-      if (l && l->layer < num_layers && rel.count(std::string(l->relative)))
+      if (l && l->layer >= first_layer && l->layer - first_layer < num_layers && rel.count(std::string(l->relative)))
         fail("duplicate tensor name " + quoted(t.name) + " (" + where + " and layer " + std::to_string(l->layer) + ")");
     }
   };

@@ -55,6 +55,11 @@ struct TensorSpec {
 
 struct LayerSpec {
   std::vector<TensorSpec> tensors;
+  // MoE experts: a tensor named expert_prefix + e + "." + rest ("block_sparse_moe.experts.3.w1.weight"
+  // with prefix "block_sparse_moe.experts.") is expert e's copy of `rest`, read as split_layer_name
+  // reads layer indices. Every rest has experts 0..E-1, all of one shape, role and orientation; the
+  // stacked layout may then hold them as one [L, E, ...] buffer (stacked_layout). Empty: no experts.
+  std::string expert_prefix;
   bool operator==(const LayerSpec&) const = default;
 };
 
@@ -91,16 +96,26 @@ struct ModelSpec {
   Hyper hyper;
   std::vector<TensorSpec> pre;
   LayerSpec layer;
-  std::string layer_prefix = "model.layers.";  // canonical = layer_prefix + i + "." + relative name
-  std::uint64_t num_layers = 0;
+  std::string layer_prefix = "model.layers.";  // canonical = layer_prefix + (first_layer + i) + "." + relative name
+  std::uint64_t num_layers = 0;                 // copies of `layer`
+  // The model's index of the repeated block's first layer. Layers before it have other tensors
+  // (DeepSeek-V3's dense layers before its MoE layers) and are listed in `pre` under their canonical
+  // names, as layers 0..first_layer-1.
+  std::uint64_t first_layer = 0;
   std::vector<TensorSpec> post;
 
+  // Layer i of the repeated block (0-based in the block) is layer first_layer + i of the model.
   std::string canonical_name(std::uint64_t layer_index, const TensorSpec& t) const;
+  // first_layer + num_layers: the model's depth (recipes' L, config.json's num_hidden_layers).
+  std::uint64_t total_layers() const;
   std::uint64_t parameter_count() const;   // every tensor of every layer
   std::uint64_t layer_parameter_count() const;
   // Throws std::invalid_argument naming the problem: empty or zero dims, duplicate names, overflow.
   void validate() const;
   bool operator==(const ModelSpec&) const = default;
+
+ private:
+  void check_experts() const;  // validate()'s checks of layer.expert_prefix
 };
 
 // A canonical layer tensor name split at its layer: "model.layers.3.mlp.up_proj.weight" with prefix
@@ -113,10 +128,43 @@ struct LayerName {
 };
 std::optional<LayerName> split_layer_name(std::string_view layer_prefix, std::string_view name);
 
-// The stacked layout's names and shapes (stacking/ and the builder share them):
+// Expert e of `rest` for a layer tensor inside the LayerSpec's experts (see LayerSpec); nothing for
+// the others and when the LayerSpec has no expert prefix.
+std::optional<LayerName> split_expert_name(const LayerSpec& layer, std::string_view name);
+// The number of experts E of a LayerSpec (0 without experts).
+std::uint64_t num_experts(const LayerSpec& layer);
+
+// The stacked layout's names and shapes (stacking/, the builder and emit share them):
 // "model.layers." + "mlp.up_proj.weight" -> "model.layers.mlp.up_proj.weight".
 std::string stacked_name(const ModelSpec& spec, const TensorSpec& t);
 // [L, ...slice]: the shape of a stacked layer parameter whose layer slices have `slice` shape.
 Shape stacked_shape(const ModelSpec& spec, const Shape& slice);
+
+// How the stacked layout holds MoE experts: one [L, ...] buffer per expert tensor, or one
+// [L, E, ...] buffer per expert weight ("model.layers.block_sparse_moe.experts.w1.weight"), the layout
+// JAX scan code and transformers 5's fused experts expect. Either way an element's value is that of
+// the per-expert tensor it stands for.
+enum class ExpertLayout { per_expert, stacked };
+std::string_view expert_layout_name(ExpertLayout e);  // "per-expert", "stacked"
+ExpertLayout parse_expert_layout(std::string_view s);  // throws listing valid names
+
+// Where each layer tensor goes in the stacked layout. Buffer b holds L * experts slices of one
+// layer tensor's shape; layer tensor j of layer i (0-based in the block) is slice
+// i * experts + expert of its buffer.
+struct StackedBuffer {
+  std::string name;           // stacked_name, with the expert index dropped for a fused buffer
+  std::size_t first = 0;      // the LayerSpec index of its first tensor (expert 0 for a fused buffer)
+  std::uint64_t experts = 1;  // slices per layer: E for a fused expert buffer, else 1
+  bool fused = false;         // [L, E, ...] rather than [L, ...]
+};
+struct StackedLayout {
+  std::vector<StackedBuffer> buffers;  // in LayerSpec order of their first tensor
+  std::vector<std::size_t> buffer;     // per layer tensor: its buffer
+  std::vector<std::uint64_t> expert;   // per layer tensor: its slice within a layer (0 unless fused)
+  std::uint64_t slice(std::size_t j, std::uint64_t layer) const { return layer * buffers[buffer[j]].experts + expert[j]; }
+  // The buffer's shape for slices of `slice` shape: [L, ...] or [L, E, ...].
+  Shape shape(const ModelSpec& spec, std::size_t b, const Shape& slice) const;
+};
+StackedLayout stacked_layout(const ModelSpec& spec, ExpertLayout experts);
 
 }  // namespace layerinit

@@ -375,9 +375,11 @@ ModelSpec spec_from_json(std::string_view text) {
   if (const json* v = find(doc, "hyper")) m.hyper = parse_hyper(*v, "hyper");
   if (const json* v = find(doc, "pre")) m.pre = parse_tensors(*v, "pre");
   if (const json* v = find(doc, "layer")) {
-    check_object(*v, "layer", {"prefix", "count", "tensors"});
+    check_object(*v, "layer", {"prefix", "first", "count", "expert_prefix", "tensors"});
     if (const json* p = find(*v, "prefix")) m.layer_prefix = to_string(*p, "layer.prefix", true);
+    if (const json* p = find(*v, "first")) m.first_layer = to_uint(*p, "layer.first", false);
     m.num_layers = to_uint(require(*v, "layer", "count"), "layer.count", false);
+    if (const json* p = find(*v, "expert_prefix")) m.layer.expert_prefix = to_string(*p, "layer.expert_prefix", true);
     m.layer.tensors = parse_tensors(require(*v, "layer", "tensors"), "layer.tensors");
   }
   if (const json* v = find(doc, "post")) m.post = parse_tensors(*v, "post");
@@ -418,7 +420,13 @@ std::string spec_to_json(const ModelSpec& s) {
     return a;
   };
   j["pre"] = tensors(s.pre);
-  j["layer"] = {{"prefix", s.layer_prefix}, {"count", s.num_layers}, {"tensors", tensors(s.layer.tensors)}};
+  ojson layer = ojson::object();
+  layer["prefix"] = s.layer_prefix;
+  if (s.first_layer > 0) layer["first"] = s.first_layer;
+  layer["count"] = s.num_layers;
+  if (!s.layer.expert_prefix.empty()) layer["expert_prefix"] = s.layer.expert_prefix;
+  layer["tensors"] = tensors(s.layer.tensors);
+  j["layer"] = layer;
   j["post"] = tensors(s.post);
   // Invalid UTF-8 in a name (possible only from C++) is replaced rather than thrown.
   return j.dump(2, ' ', false, ojson::error_handler_t::replace) + "\n";

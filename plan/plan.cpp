@@ -157,7 +157,8 @@ TrainingEstimate estimate_training(const ModelSpec& spec, TrainingSetup setup, s
   for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
     const auto per = activation_bytes(spec, batch, seq, r);
     e.activation_per_layer[static_cast<int>(r)] = per;
-    if (per) e.activation_total[static_cast<int>(r)] = checked_mul(*per, spec.num_layers, "activation bytes");
+    // Every layer of the model, those before the repeated block included.
+    if (per) e.activation_total[static_cast<int>(r)] = checked_mul(*per, spec.total_layers(), "activation bytes");
   }
   return e;
 }

@@ -6,7 +6,7 @@
 
 namespace layerinit {
 
-Model stack(Model&& m, const ModelSpec& spec, backend& be, memory_resource& memory) {
+Model stack(Model&& m, const ModelSpec& spec, backend& be, memory_resource& memory, ExpertLayout experts) {
   if (m.layout != Layout::per_layer) throw std::invalid_argument("stack: the model is already stacked");
   if (m.layers.size() != spec.num_layers)
     throw std::invalid_argument("stack: the model has " + std::to_string(m.layers.size()) + " layers, the spec " +
@@ -16,6 +16,7 @@ Model stack(Model&& m, const ModelSpec& spec, backend& be, memory_resource& memo
 
   Model out;
   out.layout = Layout::stacked;
+  out.experts = experts;
   out.num_layers = m.num_layers;
   out.pre = std::move(m.pre);
   out.post = std::move(m.post);
@@ -25,11 +26,17 @@ Model stack(Model&& m, const ModelSpec& spec, backend& be, memory_resource& memo
   // must match it.
   const std::size_t count = m.layers.front().tensors.size();
   if (count != spec.layer.tensors.size()) throw std::invalid_argument("stack: layer tensors do not match the spec");
+  const StackedLayout sl = stacked_layout(spec, experts);
   std::vector<std::uint64_t> slice(count);
+  std::vector<Shape> shape(count);
   for (std::size_t j = 0; j < count; ++j) {
     const TensorView& v = m.layers.front().tensors[j].view;
     slice[j] = v.bytes();
-    out.stacked.push_back(Tensor::reserve(memory, stacked_name(spec, spec.layer.tensors[j]), stacked_shape(spec, v.shape), v.dtype));
+    shape[j] = v.shape;
+  }
+  for (std::size_t b = 0; b < sl.buffers.size(); ++b) {
+    const TensorView& v = m.layers.front().tensors[sl.buffers[b].first].view;
+    out.stacked.push_back(Tensor::reserve(memory, sl.buffers[b].name, sl.shape(spec, b, v.shape), v.dtype));
   }
 
   std::vector<bool> seen(spec.num_layers, false);
@@ -38,12 +45,15 @@ Model stack(Model&& m, const ModelSpec& spec, backend& be, memory_resource& memo
     if (i >= spec.num_layers || seen[i]) throw std::invalid_argument("stack: layer index " + std::to_string(i) + " repeated or out of range");
     seen[i] = true;
     if (layer.tensors.size() != count) throw std::invalid_argument("stack: layer " + std::to_string(i) + " has a different tensor count");
-    for (std::size_t j = 0; j < slice.size(); ++j) {
+    for (std::size_t j = 0; j < count; ++j) {
       const TensorView& v = layer.tensors[j].view;
-      if (v.bytes() != slice[j] || v.dtype != out.stacked[j].view.dtype || v.shape != Shape(out.stacked[j].view.shape.begin() + 1, out.stacked[j].view.shape.end()))
-        throw std::invalid_argument("stack: " + v.name + " does not match the shape or dtype of layer 0's tensor");
-      out.stacked[j].storage.commit(i * slice[j], slice[j]);
-      be.copy(static_cast<unsigned char*>(out.stacked[j].view.data) + i * slice[j], v.data, slice[j]);
+      Tensor& dst = out.stacked[sl.buffer[j]];
+      if (v.bytes() != slice[j] || v.dtype != dst.view.dtype || v.shape != shape[j] ||
+          v.shape != shape[sl.buffers[sl.buffer[j]].first])
+        throw std::invalid_argument("stack: " + v.name + " does not match the shape or dtype of its stacked buffer " + dst.view.name);
+      const std::uint64_t offset = sl.slice(j, i) * slice[j];
+      dst.storage.commit(offset, slice[j]);
+      be.copy(static_cast<unsigned char*>(dst.view.data) + offset, v.data, slice[j]);
     }
     be.synchronize();
     layer.tensors.clear();  // layer i is freed before layer i+1 is committed: peak = final + one layer
@@ -53,13 +63,17 @@ Model stack(Model&& m, const ModelSpec& spec, backend& be, memory_resource& memo
 
 std::vector<std::vector<TensorView>> unstack(const Model& m, const ModelSpec& spec) {
   if (m.layout != Layout::stacked) throw std::invalid_argument("unstack: the model is not stacked");
+  const StackedLayout sl = stacked_layout(spec, m.experts);
+  if (sl.buffers.size() != m.stacked.size() && m.num_layers > 0)
+    throw std::invalid_argument("unstack: the model's stacked buffers do not match the spec");
   std::vector<std::vector<TensorView>> out(m.num_layers);
   for (std::uint64_t i = 0; i < m.num_layers; ++i) {
-    for (std::size_t j = 0; j < m.stacked.size(); ++j) {
-      const TensorView& s = m.stacked[j].view;
-      const std::uint64_t slice = s.bytes() / m.num_layers;
-      out[i].push_back(TensorView{spec.canonical_name(i, spec.layer.tensors[j]), Shape(s.shape.begin() + 1, s.shape.end()),
-                                  s.dtype, static_cast<unsigned char*>(s.data) + i * slice, s.where});
+    for (std::size_t j = 0; j < spec.layer.tensors.size(); ++j) {
+      const TensorView& s = m.stacked[sl.buffer[j]].view;
+      const std::size_t lead = sl.buffers[sl.buffer[j]].fused ? 2 : 1;  // [L, ...] or [L, E, ...]
+      const std::uint64_t slice = s.bytes() / (m.num_layers * sl.buffers[sl.buffer[j]].experts);
+      out[i].push_back(TensorView{spec.canonical_name(i, spec.layer.tensors[j]), Shape(s.shape.begin() + lead, s.shape.end()),
+                                  s.dtype, static_cast<unsigned char*>(s.data) + sl.slice(j, i) * slice, s.where});
     }
   }
   return out;

@@ -11,11 +11,14 @@ namespace layerinit {
 // (address space only) and its slice i committed just before layer i is copied into it; layer i is
 // freed right after. Peak: final weights + the largest layer. `memory` must be the resource the
 // layers came from or share its accounting; it must support reserve() (host and CUDA do), else
-// std::invalid_argument. Layers may arrive in any order of index.
-Model stack(Model&& per_layer, const ModelSpec& spec, backend& be, memory_resource& memory);
+// std::invalid_argument. Layers may arrive in any order of index. MoE experts go into one
+// [L, E, ...] buffer per expert weight (ExpertLayout::stacked) or stay one [L, ...] buffer per
+// expert tensor, as stacked_layout(spec, experts) places them; bytes are copied unchanged.
+Model stack(Model&& per_layer, const ModelSpec& spec, backend& be, memory_resource& memory,
+            ExpertLayout experts = ExpertLayout::stacked);
 
-// Per-layer views of a stacked model, without copying: result[i] holds layer i's tensors, each
-// named as in the per-layer layout and pointing into slice i.
+// Per-layer views of a stacked model, without copying: result[i] holds layer i's tensors in
+// LayerSpec order, each named as in the per-layer layout and pointing into its slice.
 std::vector<std::vector<TensorView>> unstack(const Model& stacked, const ModelSpec& spec);
 
 }  // namespace layerinit

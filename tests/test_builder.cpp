@@ -6,6 +6,7 @@
 #include <layerinit/dtypes/round.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "builder_util.hpp"
@@ -26,7 +27,8 @@ struct Env {
 ModelSpec small_mlp() { return mlp_spec("mlp-small", {3, 64, 64, 64, 2}, true); }
 
 std::vector<ModelSpec> small_models() {
-  return {make_preset("llama-tiny"), make_preset("gpt2-tiny"), make_preset("mixtral-tiny"), small_mlp()};
+  return {make_preset("llama-tiny"),   make_preset("gpt2-tiny"),    make_preset("mixtral-tiny"), make_preset("qwen2.5-tiny"),
+          make_preset("gemma-2-tiny"), make_preset("deepseek-v3-tiny"), small_mlp()};
 }
 
 BuildOptions opts(Layout layout, DType dtype = DType::bf16, std::uint64_t seed = 7) {
@@ -124,7 +126,8 @@ TEST(Builder, HalfModelNeverAllocatesFp32) {
       const Model m = Builder(spec, make_recipe("hf"), opts(layout), *env.be, env.tracker).build();
       const auto history = env.tracker.history();
       const std::size_t expected = spec.pre.size() + spec.post.size() +
-                                   (layout == Layout::stacked ? spec.layer.tensors.size() : spec.num_layers * spec.layer.tensors.size());
+                                   (layout == Layout::stacked ? stacked_layout(spec, ExpertLayout::stacked).buffers.size()
+                                                              : spec.num_layers * spec.layer.tensors.size());
       EXPECT_EQ(history.size(), expected);
       for (const auto& r : history) {
         ASSERT_TRUE(r.tag.dtype.has_value()) << r.tag.label;
@@ -241,4 +244,101 @@ TEST(Builder, LayoutAndOrientationNamesParse) {
   EXPECT_THROW(parse_orientation("sideways"), std::invalid_argument);
   EXPECT_TRUE(name_matches("*.norm.weight", "model.norm.weight"));
   EXPECT_FALSE(name_matches("*.norm.weight", "model.layers.0.input_layernorm.weight"));
+}
+
+// MoE experts in the stacked layout: one [L, E, out, in] buffer per expert weight, built in place or
+// restacked from a per-layer model; slice (l, e) is byte for byte the per-layer model's tensor of
+// expert e in layer l. The per-expert layout keeps one [L, out, in] buffer per expert.
+TEST(Builder, StackedExpertsAreOneBufferPerExpertWeightWithUnchangedBytes) {
+  for (const char* name : {"mixtral-tiny", "deepseek-v3-tiny"}) {
+    SCOPED_TRACE(name);
+    const ModelSpec spec = make_preset(name);
+    const std::uint64_t L = spec.num_layers, E = num_experts(spec.layer);
+    ASSERT_EQ(E, 4u);
+    for (Orientation orient : {Orientation::out_in, Orientation::in_out}) {
+      Env env;
+      BuildOptions o = opts(Layout::per_layer);
+      o.orientation = orient;
+      const Recipe recipe = make_recipe("olmo-llama-depth");  // fills differ per layer
+      const Model per_layer = Builder(spec, recipe, o, *env.be, env.tracker).build();
+      std::map<std::string, const TensorView*> by_name;
+      for (const auto& l : per_layer.layers)
+        for (const auto& t : l.tensors) by_name[t.view.name] = &t.view;
+      o.layout = Layout::stacked;
+      const Model stacked = Builder(spec, recipe, o, *env.be, env.tracker).build();
+      Model restacked = stack(Builder(spec, recipe, opts(Layout::per_layer, DType::bf16, 7), *env.be, env.tracker).build(), spec,
+                              *env.be, env.tracker);
+      if (orient == Orientation::out_in) {
+        ASSERT_EQ(restacked.stacked.size(), stacked.stacked.size());
+        for (std::size_t b = 0; b < stacked.stacked.size(); ++b) {
+          EXPECT_EQ(restacked.stacked[b].view.name, stacked.stacked[b].view.name);
+          EXPECT_EQ(restacked.stacked[b].view.shape, stacked.stacked[b].view.shape);
+          EXPECT_EQ(0, std::memcmp(restacked.stacked[b].view.data, stacked.stacked[b].view.data, stacked.stacked[b].view.bytes()))
+              << stacked.stacked[b].view.name;
+        }
+      }
+      std::size_t fused = 0;
+      for (const auto& buf : stacked.stacked) {
+        const TensorView& v = buf.view;
+        const std::string rel = v.name.substr(spec.layer_prefix.size());
+        if (!rel.starts_with(spec.layer.expert_prefix)) {
+          EXPECT_EQ(v.shape[0], L) << v.name;  // [L, ...]: one slice per layer
+          continue;
+        }
+        ++fused;
+        const std::string rest = rel.substr(spec.layer.expert_prefix.size());  // "w1.weight", "down_proj.weight"
+        ASSERT_EQ(v.shape.size(), 4u) << v.name;
+        EXPECT_EQ(v.shape[0], L);
+        EXPECT_EQ(v.shape[1], E);
+        const std::uint64_t slice = v.bytes() / (L * E);
+        for (std::uint64_t l = 0; l < L; ++l)
+          for (std::uint64_t e = 0; e < E; ++e) {
+            const std::string n = spec.layer_prefix + std::to_string(spec.first_layer + l) + "." + spec.layer.expert_prefix +
+                                  std::to_string(e) + "." + rest;
+            const TensorView& t = *by_name.at(n);
+            EXPECT_EQ(Shape(v.shape.begin() + 2, v.shape.end()), t.shape) << n;  // [out, in] or [in, out]
+            ASSERT_EQ(t.bytes(), slice) << n;
+            EXPECT_EQ(0, std::memcmp(static_cast<const unsigned char*>(v.data) + (l * E + e) * slice, t.data, slice)) << n;
+          }
+      }
+      EXPECT_EQ(fused, 3u);  // gate/w1, up/w3, down/w2
+      EXPECT_EQ(stacked.stacked.size(), spec.layer.tensors.size() - 3 * E + 3);
+    }
+  }
+  // The per-expert layout: one [L, out, in] buffer per expert tensor, as before.
+  const ModelSpec spec = make_preset("mixtral-tiny");
+  Env env;
+  BuildOptions o = opts(Layout::stacked);
+  o.experts = ExpertLayout::per_expert;
+  const Model m = Builder(spec, make_recipe("hf"), o, *env.be, env.tracker).build();
+  EXPECT_EQ(m.stacked.size(), spec.layer.tensors.size());
+  EXPECT_EQ(m.experts, ExpertLayout::per_expert);
+  bool found = false;
+  for (const auto& t : m.stacked)
+    if (t.view.name == "model.layers.block_sparse_moe.experts.2.w3.weight") {
+      found = true;
+      EXPECT_EQ(t.view.shape, (Shape{2, 128, 64}));
+    }
+  EXPECT_TRUE(found);
+  const Model fused = Builder(spec, make_recipe("hf"), opts(Layout::stacked), *env.be, env.tracker).build();
+  EXPECT_EQ(hashes_by_name(*env.be, m, spec), hashes_by_name(*env.be, fused, spec));
+  EXPECT_EQ(parse_expert_layout("per-expert"), ExpertLayout::per_expert);
+  EXPECT_EQ(expert_layout_name(ExpertLayout::stacked), "stacked");
+  try {
+    parse_expert_layout("fused");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "unknown expert layout 'fused' (valid: per-expert, stacked)");
+  }
+}
+
+// Restacking experts in place keeps the peak at the final weights plus one layer.
+TEST(Builder, RestackedExpertsPeakAtWeightsPlusOneLayer) {
+  const ModelSpec spec = make_preset("deepseek-v3-tiny");
+  Env env;
+  const Builder b(spec, make_recipe("hf"), opts(Layout::per_layer), *env.be, env.tracker);
+  const layerinit::testing::PartSizes s = layerinit::testing::part_sizes(b);
+  const Model m = stack(b.build(), spec, *env.be, env.tracker);
+  EXPECT_EQ(env.tracker.stats().peak_bytes, s.total() + s.largest_layer);
+  EXPECT_EQ(m.bytes(), s.total());
 }

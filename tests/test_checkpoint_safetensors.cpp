@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include <layerinit/checkpoint/hf_config.hpp>
+#include <layerinit/init/presets.hpp>
 #include <layerinit/init/spec.hpp>
 #include <layerinit/checkpoint/writer.hpp>
 #include "test_util.hpp"
@@ -480,6 +481,26 @@ TEST(CheckpointSafetensors, ConfigJsonForEachFamily) {
   EXPECT_EQ(j["architectures"], json({"MixtralForCausalLM"}));
   EXPECT_EQ(j["num_local_experts"], 8);
   EXPECT_EQ(j["num_experts_per_tok"], 2);
+  // Qwen2.5 and Gemma 2 from their tiny presets: the fields transformers reads beyond Llama's.
+  j = json::parse(config_json(make_preset("qwen2.5-tiny"), DType::bf16));
+  EXPECT_EQ(j["architectures"], json({"Qwen2ForCausalLM"}));
+  EXPECT_EQ(j["model_type"], "qwen2");
+  EXPECT_EQ(j["use_sliding_window"], false);
+  EXPECT_EQ(j["max_window_layers"], 2);
+  EXPECT_EQ(j["rope_theta"], 1e6);
+  EXPECT_EQ(j["rms_norm_eps"], 1e-6);
+  EXPECT_FALSE(j.contains("attention_bias"));  // Qwen2's q/k/v always have biases
+  j = json::parse(config_json(make_preset("gemma-2-tiny"), DType::bf16));
+  EXPECT_EQ(j["architectures"], json({"Gemma2ForCausalLM"}));
+  EXPECT_EQ(j["head_dim"], 32);
+  EXPECT_EQ(j["query_pre_attn_scalar"], 32);
+  EXPECT_EQ(j["hidden_activation"], "gelu_pytorch_tanh");
+  EXPECT_FALSE(j.contains("hidden_act"));
+  EXPECT_EQ(j["tie_word_embeddings"], true);
+  EXPECT_EQ(j["final_logit_softcapping"], 30.0);
+  EXPECT_EQ(j["attn_logit_softcapping"], 50.0);
+  EXPECT_EQ(json::parse(config_json(make_preset("gemma-2-9b"), DType::bf16))["query_pre_attn_scalar"], 256);
+  EXPECT_THROW(config_json(make_preset("deepseek-v3-tiny"), DType::bf16), std::invalid_argument);
   s.family = "gpt2";
   s.hyper.intermediate_size = 256;
   j = json::parse(config_json(s, DType::f32));
@@ -495,6 +516,6 @@ TEST(CheckpointSafetensors, ConfigJsonForEachFamily) {
     config_json(s, DType::bf16);
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("'mlp' (supported: llama, mistral, mixtral, gpt2)"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("'mlp' (supported: llama, mistral, mixtral, qwen2, gemma2, gpt2)"), std::string::npos);
   }
 }

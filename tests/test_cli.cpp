@@ -1101,7 +1101,7 @@ TEST_F(Cli, TraceFileFollowsTheOutputRules) {
                           "model.layers.1.*=fp32", "--trace", failed.string()});
     EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
     expect_one_error_line(r, "failed build");
-    EXPECT_NE(r.err.find("stacked layout needs one dtype per layer parameter"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("stacked layout needs one dtype per stacked buffer"), std::string::npos) << r.err;
     EXPECT_EQ(dir.entries(), std::vector<std::string>{"trace.csv"}) << "a partial trace or its temporary was left";
   }
   {
@@ -1506,4 +1506,93 @@ TEST_F(Cli, Gpt2TinyConfigJsonHasTokenIdsInsideItsVocabulary) {
   EXPECT_EQ(config["vocab_size"], 512);
   EXPECT_EQ(config["bos_token_id"], 511);
   EXPECT_EQ(config["eos_token_id"], 511);
+}
+
+// The presets of issue 13 from the command line: plan at full size with transformers' counts, build
+// and emit the tiny ones (reports agree), MoE experts stacked [L, E, out, in] or per expert, recipes
+// with parameters.
+TEST_F(Cli, QwenGemmaDeepseekPlanBuildAndEmit) {
+  for (const auto& [preset, parameters] : std::vector<std::pair<std::string, std::uint64_t>>{
+           {"qwen2.5-7b", 7'615'616'512ULL}, {"gemma-2-9b", 9'241'705'984ULL}, {"deepseek-v3", 671'026'419'200ULL}}) {
+    const Result r = run({"plan", "--preset", preset, "--json"});
+    ASSERT_EQ(r.code(), 0) << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j["parameters"], parameters) << preset;
+    EXPECT_EQ(j["totals"]["bf16"], 2 * parameters) << preset;
+  }
+  const json ds = json::parse(run({"plan", "--preset", "deepseek-v3", "--json"}).out);
+  EXPECT_EQ(ds["layers"], 61);
+  EXPECT_EQ(ds["first_layer"], 3);
+  EXPECT_EQ(ds["layer_bytes"].size(), 58u);
+  const Result text = run({"plan", "--preset", "deepseek-v3"});
+  EXPECT_NE(text.out.find("61 layers (3 before the repeated block)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("layers 3-60, each"), std::string::npos) << text.out;
+
+  TempDir dir;
+  int k = 0;
+  for (const char* preset : {"qwen2.5-tiny", "gemma-2-tiny", "deepseek-v3-tiny"}) {
+    for (const char* layout : {"per-layer", "stacked"}) {
+      SCOPED_TRACE(std::string(preset) + " " + layout);
+      const std::vector<std::string> model{"--preset", preset, "--layout", layout, "--recipe", "mup:base_width=32", "--seed", "5"};
+      std::vector<std::string> b{"build", "--backend", "cpu", "--report", "json"};
+      b.insert(b.end(), model.begin(), model.end());
+      const Result br = run(b);
+      ASSERT_EQ(br.code(), 0) << br.err;
+      const fs::path target = dir / ("m" + std::to_string(k++));
+      std::vector<std::string> e{"emit", "--backend", "cpu", "--report", "json", "--format", "safetensors", "-o", target.string()};
+      e.insert(e.end(), model.begin(), model.end());
+      const Result er = run(e);
+      ASSERT_EQ(er.code(), 0) << er.err;
+      const json bj = json::parse(br.out), ej = json::parse(er.out);
+      EXPECT_EQ(bj["tensors"], ej["tensors"]);
+      EXPECT_EQ(bj["recipe"], "mup:base_width=32");
+      EXPECT_EQ(bj["experts"], "stacked");
+      const layerinit::ModelSpec spec = layerinit::make_preset(preset);
+      EXPECT_EQ(bj["parameters"], spec.parameter_count());
+      // config.json for the families transformers loads (per-layer only); DeepSeek-V3: weights only.
+      const bool config = std::string(layout) == "per-layer" && std::string(preset) != "deepseek-v3-tiny";
+      EXPECT_EQ(fs::exists(target / "config.json"), config);
+    }
+  }
+  // deepseek-v3-tiny stacked: 2 MoE layers of 4 experts, gate/up [32, 64] and down [64, 32] each.
+  auto shapes = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> b{"build", "--backend", "cpu", "--report", "json", "--preset", "deepseek-v3-tiny", "--layout", "stacked"};
+    b.insert(b.end(), extra.begin(), extra.end());
+    const Result r = run(b);
+    EXPECT_EQ(r.code(), 0) << r.err;
+    std::map<std::string, json> out;
+    const json report = json::parse(r.out);
+    for (const auto& t : report["tensors"]) out[t["name"]] = t;
+    return out;
+  };
+  auto fused = shapes({});
+  EXPECT_EQ(fused.at("model.layers.mlp.experts.gate_proj.weight")["shape"], json({2, 4, 32, 64}));
+  EXPECT_EQ(fused.at("model.layers.mlp.experts.down_proj.weight")["shape"], json({2, 4, 64, 32}));
+  EXPECT_EQ(fused.at("model.layers.mlp.experts.up_proj.weight")["layers"].size(), 8u);  // per layer, per expert
+  EXPECT_EQ(fused.at("model.layers.mlp.gate.weight")["shape"], json({2, 4, 64}));
+  EXPECT_EQ(fused.at("model.layers.0.mlp.down_proj.weight")["shape"], json({64, 128}));  // the dense layer
+  EXPECT_EQ(fused.count("model.layers.mlp.experts.0.gate_proj.weight"), 0u);
+  EXPECT_EQ(fused.at("model.layers.mlp.experts.down_proj.weight")["shape"], json({2, 4, 64, 32}));
+  EXPECT_EQ(shapes({"--orientation", "in-out"}).at("model.layers.mlp.experts.down_proj.weight")["shape"], json({2, 4, 32, 64}));
+  auto per_expert = shapes({"--experts", "per-expert"});
+  EXPECT_EQ(per_expert.at("model.layers.mlp.experts.3.down_proj.weight")["shape"], json({2, 64, 32}));
+  EXPECT_EQ(per_expert.count("model.layers.mlp.experts.down_proj.weight"), 0u);
+  // The fused buffer's slice hashes are the per-expert buffers' layer hashes, interleaved.
+  for (std::uint64_t l = 0; l < 2; ++l)
+    for (std::uint64_t e = 0; e < 4; ++e)
+      EXPECT_EQ(fused.at("model.layers.mlp.experts.down_proj.weight")["layers"][l * 4 + e],
+                per_expert.at("model.layers.mlp.experts." + std::to_string(e) + ".down_proj.weight")["layers"][l]);
+
+  // Bad names: one line, exit 2.
+  for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"build", "--preset", "deepseek-v3-tiny", "--layout", "stacked", "--experts", "fused"},
+            "layerinit: error: unknown expert layout 'fused' (valid: per-expert, stacked)\n"},
+           {{"plan", "--preset", "qwen2.5-tiny", "--recipe", "mup:width=3"},
+            "layerinit: error: recipe 'mup': unknown parameter 'width' (valid: base_width; write name:key=value)\n"},
+           {{"plan", "--preset", "qwen2.5-tiny", "--recipe", "olmo-llama:std=-1"},
+            "layerinit: error: recipe 'olmo-llama': parameter std must be a positive finite number, not '-1'\n"}}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.code(), 2) << joined(args);
+    EXPECT_EQ(r.err, message) << joined(args);
+  }
 }

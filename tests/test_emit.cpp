@@ -194,10 +194,15 @@ void check_emit_equals_build(const ModelSpec& spec, const BuildOptions& o, Check
     EXPECT_EQ(t.hash, hash_tensor(*be, v));
     const bool is_stacked = m.layout == Layout::stacked && k >= m.pre.size() && k < m.pre.size() + m.stacked.size();
     if (is_stacked) {
-      EXPECT_EQ(datasets[k].slab_elements, numel(v.shape) / spec.num_layers);
-      ASSERT_EQ(t.layer_hashes.size(), spec.num_layers);
+      // One hash per slice: per layer, then per expert for a fused [L, E, ...] buffer.
+      const StackedLayout sl = stacked_layout(spec, m.experts);
+      const std::uint64_t E = sl.buffers[stacked_j].experts;
+      EXPECT_EQ(datasets[k].slab_elements, numel(v.shape) / (spec.num_layers * E));
+      ASSERT_EQ(t.layer_hashes.size(), spec.num_layers * E);
+      std::size_t h = 0;
       for (std::uint64_t i = 0; i < spec.num_layers; ++i)
-        EXPECT_EQ(t.layer_hashes[i], hash_tensor(*be, slices[i][stacked_j])) << "layer " << i;
+        for (std::size_t j = 0; j < spec.layer.tensors.size(); ++j)
+          if (sl.buffer[j] == stacked_j) EXPECT_EQ(t.layer_hashes[h++], hash_tensor(*be, slices[i][j])) << "layer " << i << " " << j;
       ++stacked_j;
     } else {
       EXPECT_TRUE(t.layer_hashes.empty());

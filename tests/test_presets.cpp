@@ -36,6 +36,12 @@ TEST(Presets, ExactParameterCounts) {
       {"gpt2-xl", 1'557'611'200ULL},       {"llama-3-8b", 8'030'261'248ULL},
       {"llama-3-70b", 70'553'706'496ULL},  {"mistral-7b", 7'241'732'096ULL},
       {"mixtral-8x7b", 46'702'792'704ULL},
+      // transformers 5.23 num_parameters() on the meta device from each Hub config.json
+      // (tests/python/hf_meta.py checks them where transformers is installed).
+      {"qwen2.5-7b", 7'615'616'512ULL},    {"gemma-2-9b", 9'241'705'984ULL},
+      // 671,026,404,352 parameters plus 58 x 256 router correction biases, which transformers keeps
+      // as buffers (in the state_dict and the checkpoint, not in num_parameters()).
+      {"deepseek-v3", 671'026'404'352ULL + 58ULL * 256ULL},
   };
   for (const auto& [name, n] : expected) {
     const ModelSpec m = make_preset(name);
@@ -47,7 +53,7 @@ TEST(Presets, ExactParameterCounts) {
 
 TEST(Presets, EveryPresetValidates) {
   const auto all = preset_names();
-  EXPECT_EQ(all.size(), 12u);
+  EXPECT_EQ(all.size(), 18u);
   for (const auto& name : all) {
     const ModelSpec m = make_preset(name);
     EXPECT_NO_THROW(m.validate()) << name;
@@ -56,7 +62,7 @@ TEST(Presets, EveryPresetValidates) {
 }
 
 TEST(Presets, TinyPresetsAreSmallAndDeep) {
-  for (const char* name : {"llama-tiny", "gpt2-tiny", "mixtral-tiny"}) {
+  for (const char* name : {"llama-tiny", "gpt2-tiny", "mixtral-tiny", "qwen2.5-tiny", "gemma-2-tiny", "deepseek-v3-tiny"}) {
     const ModelSpec m = make_preset(name);
     EXPECT_LT(m.parameter_count(), 10'000'000u) << name;
     EXPECT_GE(m.num_layers, 2u) << name;
@@ -73,7 +79,8 @@ TEST(Presets, UnknownPresetListsNames) {
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()),
               "unknown preset 'llama-4' (valid: mlp-deep, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-3-8b, "
-              "llama-3-70b, mistral-7b, mixtral-8x7b, llama-tiny, gpt2-tiny, mixtral-tiny)");
+              "llama-3-70b, mistral-7b, mixtral-8x7b, qwen2.5-7b, gemma-2-9b, deepseek-v3, llama-tiny, gpt2-tiny, "
+              "mixtral-tiny, qwen2.5-tiny, gemma-2-tiny, deepseek-v3-tiny)");
   }
 }
 
@@ -249,4 +256,110 @@ TEST(Presets, MixtralNamesShapesRoles) {
   EXPECT_EQ(tensor(ts, "block_sparse_moe.experts.3.w3.weight").role, TensorRole::linear_weight);
   EXPECT_EQ(m.canonical_name(31, w2), "model.layers.31.block_sparse_moe.experts.0.w2.weight");
   EXPECT_EQ(names(m.post), (std::vector<std::string>{"model.norm.weight", "lm_head.weight"}));
+}
+
+TEST(Presets, Qwen25NamesShapesRoles) {
+  const ModelSpec m = make_preset("qwen2.5-7b");
+  EXPECT_EQ(m.family, "qwen2");
+  EXPECT_EQ(m.num_layers, 28u);
+  EXPECT_EQ(names(m.layer.tensors),
+            (std::vector<std::string>{"self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight",
+                                      "self_attn.k_proj.bias", "self_attn.v_proj.weight", "self_attn.v_proj.bias",
+                                      "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                                      "mlp.down_proj.weight", "input_layernorm.weight",
+                                      "post_attention_layernorm.weight"}));
+  const auto& ts = m.layer.tensors;
+  EXPECT_EQ(tensor(ts, "self_attn.q_proj.weight").shape, (Shape{3584, 3584}));
+  EXPECT_EQ(tensor(ts, "self_attn.k_proj.weight").shape, (Shape{512, 3584}));  // 4 kv heads x 128
+  EXPECT_EQ(tensor(ts, "self_attn.k_proj.bias").shape, (Shape{512}));
+  EXPECT_EQ(tensor(ts, "self_attn.v_proj.bias").role, TensorRole::linear_bias);
+  EXPECT_EQ(tensor(ts, "mlp.down_proj.weight").shape, (Shape{3584, 18944}));
+  EXPECT_EQ(names(m.post), (std::vector<std::string>{"model.norm.weight", "lm_head.weight"}));  // untied
+  EXPECT_EQ(m.post[1].shape, (Shape{152064, 3584}));
+  EXPECT_DOUBLE_EQ(m.hyper.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(m.hyper.norm_eps, 1e-6);
+  EXPECT_EQ(m.hyper.head_dim, 128u);
+}
+
+TEST(Presets, Gemma2NamesShapesAndZeroNorms) {
+  const ModelSpec m = make_preset("gemma-2-9b");
+  EXPECT_EQ(m.family, "gemma2");
+  EXPECT_EQ(m.num_layers, 42u);
+  EXPECT_TRUE(m.hyper.tie_word_embeddings);
+  EXPECT_EQ(names(m.pre), (std::vector<std::string>{"model.embed_tokens.weight"}));
+  EXPECT_EQ(names(m.post), (std::vector<std::string>{"model.norm.weight"}));  // tied: no lm_head
+  const auto& ts = m.layer.tensors;
+  EXPECT_EQ(names(ts), (std::vector<std::string>{"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                                  "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                                                  "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+                                                  "input_layernorm.weight", "post_attention_layernorm.weight",
+                                                  "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"}));
+  // head_dim 256 x 16 heads = 4096, not the hidden size 3584.
+  EXPECT_EQ(tensor(ts, "self_attn.q_proj.weight").shape, (Shape{4096, 3584}));
+  EXPECT_EQ(tensor(ts, "self_attn.k_proj.weight").shape, (Shape{2048, 3584}));
+  const auto& o = tensor(ts, "self_attn.o_proj.weight");
+  EXPECT_EQ(o.shape, (Shape{3584, 4096}));
+  EXPECT_EQ(o.fan_in, 4096u);
+  // Gemma scales by (1 + weight): every norm is stored as zeros, an explicit init no recipe overrides.
+  std::size_t norms = 0;
+  for (const auto* list : {&ts, &m.post})
+    for (const auto& t : *list)
+      if (t.role == TensorRole::norm_weight) {
+        ++norms;
+        EXPECT_EQ(t.init, FillSpec::constant(0.0)) << t.name;
+      }
+  EXPECT_EQ(norms, 5u);
+  EXPECT_FALSE(tensor(ts, "mlp.up_proj.weight").init.has_value());
+}
+
+TEST(Presets, DeepseekV3DenseThenMoeLayers) {
+  const ModelSpec m = make_preset("deepseek-v3");
+  EXPECT_EQ(m.family, "deepseek_v3");
+  EXPECT_EQ(m.first_layer, 3u);
+  EXPECT_EQ(m.num_layers, 58u);
+  EXPECT_EQ(m.total_layers(), 61u);
+  EXPECT_EQ(m.layer.expert_prefix, "mlp.experts.");
+  EXPECT_EQ(num_experts(m.layer), 256u);
+  // pre: the embedding, then the three dense layers under their canonical names.
+  ASSERT_EQ(m.pre.size(), 1u + 3u * 12u);
+  EXPECT_EQ(m.pre[0].name, "model.embed_tokens.weight");
+  EXPECT_EQ(tensor(m.pre, "model.layers.2.mlp.down_proj.weight").shape, (Shape{7168, 18432}));
+  EXPECT_EQ(tensor(m.pre, "model.layers.0.self_attn.kv_a_layernorm.weight").shape, (Shape{512}));
+  EXPECT_EQ(find_tensor(m.pre, "model.layers.3.mlp.down_proj.weight"), nullptr);
+  // The MoE block: latent attention, 256 x 3 routed experts, router, correction bias, shared
+  // experts, two norms; layer i of the block is layer 3 + i of the model.
+  const auto& ts = m.layer.tensors;
+  EXPECT_EQ(ts.size(), 7u + 256u * 3u + 2u + 3u + 2u);
+  EXPECT_EQ(tensor(ts, "self_attn.q_a_proj.weight").shape, (Shape{1536, 7168}));
+  EXPECT_EQ(tensor(ts, "self_attn.q_a_layernorm.weight").shape, (Shape{1536}));
+  const auto& qb = tensor(ts, "self_attn.q_b_proj.weight");
+  EXPECT_EQ(qb.shape, (Shape{128u * 192u, 1536}));
+  EXPECT_EQ(qb.fan_in, 1536u);
+  EXPECT_EQ(tensor(ts, "self_attn.kv_a_proj_with_mqa.weight").shape, (Shape{576, 7168}));
+  EXPECT_EQ(tensor(ts, "self_attn.kv_b_proj.weight").shape, (Shape{128u * 256u, 512}));
+  EXPECT_EQ(tensor(ts, "self_attn.o_proj.weight").shape, (Shape{7168, 128u * 128u}));
+  EXPECT_EQ(tensor(ts, "self_attn.o_proj.weight").role, TensorRole::output_weight);
+  EXPECT_EQ(tensor(ts, "mlp.experts.255.up_proj.weight").shape, (Shape{2048, 7168}));
+  EXPECT_EQ(tensor(ts, "mlp.experts.0.down_proj.weight").role, TensorRole::output_weight);
+  EXPECT_EQ(tensor(ts, "mlp.gate.weight").shape, (Shape{256, 7168}));
+  EXPECT_EQ(tensor(ts, "mlp.gate.weight").role, TensorRole::router_weight);
+  const auto& bias = tensor(ts, "mlp.gate.e_score_correction_bias");
+  EXPECT_EQ(bias.shape, (Shape{256}));
+  EXPECT_EQ(bias.init, FillSpec::constant(0.0));
+  EXPECT_EQ(tensor(ts, "mlp.shared_experts.down_proj.weight").shape, (Shape{7168, 2048}));
+  EXPECT_EQ(m.canonical_name(0, ts[0]), "model.layers.3.self_attn.q_a_proj.weight");
+  EXPECT_EQ(m.canonical_name(57, ts[0]), "model.layers.60.self_attn.q_a_proj.weight");
+  EXPECT_EQ(names(m.post), (std::vector<std::string>{"model.norm.weight", "lm_head.weight"}));
+  // Dense layers: 3 x (attention 187,107,328 + MLP 3 x 7168 x 18432 + norms 14,336).
+  const std::uint64_t attention = 7168u * 1536u + 1536u + 24576u * 1536u + 576u * 7168u + 512u + 32768u * 512u + 7168u * 16384u;
+  EXPECT_EQ(attention, 187'107'328u);
+  std::uint64_t pre = 0;
+  for (const auto& t : m.pre) pre += numel(t.shape);
+  EXPECT_EQ(pre, 129280u * 7168u + 3u * (attention + 3u * 7168u * 18432u + 2u * 7168u));
+
+  const ModelSpec tiny = make_preset("deepseek-v3-tiny");
+  EXPECT_EQ(tiny.first_layer, 1u);
+  EXPECT_EQ(tiny.num_layers, 2u);
+  EXPECT_EQ(num_experts(tiny.layer), 4u);
+  EXPECT_EQ(tensor(tiny.layer.tensors, "self_attn.q_b_proj.weight").shape, (Shape{4u * 24u, 32}));
 }

@@ -1,31 +1,42 @@
 // Recipes: the exact FillSpec each recipe gives each tensor, overrides, errors.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <span>
 #include <stdexcept>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include <layerinit/checkpoint/emit.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/kernels/fill_host.hpp>
+
+#include "stats.hpp"
+#include "test_util.hpp"
 
 using namespace layerinit;
 
 namespace {
 
 // The fill of a pre/post tensor (canonical name) or of a layer tensor (relative name) in layer i.
+// `layer` is the block's index (0-based in the block), as the builder passes it.
 FillSpec fill(const Recipe& r, const ModelSpec& m, std::string_view name, std::optional<std::uint64_t> layer = {}) {
   if (layer) {
     for (const auto& t : m.layer.tensors)
-      if (t.name == name) return r.rule_for(TensorContext{m, t, layer, m.canonical_name(*layer, t)});
+      if (t.name == name) return r.rule_for(tensor_context(m, t, layer));
   } else {
     for (const auto* list : {&m.pre, &m.post})
       for (const auto& t : *list)
-        if (t.name == name) return r.rule_for(TensorContext{m, t, std::nullopt, t.name});
+        if (t.name == name) return r.rule_for(tensor_context(m, t, std::nullopt));
   }
   throw std::runtime_error("no tensor " + std::string(name));
 }
@@ -36,7 +47,8 @@ const FillSpec zero = FillSpec::constant(0.0);
 // Every tensor of every preset gets a fill that prepare_fill accepts, in every recipe.
 void expect_all_valid(const Recipe& r, const ModelSpec& m) {
   auto check = [&](const TensorSpec& t, std::optional<std::uint64_t> layer, const std::string& cn) {
-    const FillSpec f = r.rule_for(TensorContext{m, t, layer, cn});
+    const FillSpec f = r.rule_for(tensor_context(m, t, layer));
+    EXPECT_EQ(tensor_context(m, t, layer).canonical_name, cn);
     EXPECT_NO_THROW(validate_fill(f)) << r.name() << " " << cn << " " << f.describe();
   };
   for (const auto& t : m.pre) check(t, std::nullopt, t.name);
@@ -49,20 +61,23 @@ void expect_all_valid(const Recipe& r, const ModelSpec& m) {
 
 TEST(Recipes, NamesAndUnknown) {
   EXPECT_EQ(recipe_names(), (std::vector<std::string>{"hf", "torchtitan", "megatron", "pytorch-default", "equinox",
-                                                      "flax", "xavier-uniform", "kaiming-normal"}));
+                                                      "flax", "xavier-uniform", "kaiming-normal", "olmo-normal",
+                                                      "olmo-llama", "olmo-llama-depth", "olmo-normalized", "neox", "mpt",
+                                                      "mup"}));
   for (const auto& n : recipe_names()) EXPECT_EQ(make_recipe(n).name(), n);
   try {
     make_recipe("jax");
     FAIL();
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()), "unknown recipe 'jax' (valid: hf, torchtitan, megatron, pytorch-default, "
-                                     "equinox, flax, xavier-uniform, kaiming-normal)");
+                                     "equinox, flax, xavier-uniform, kaiming-normal, olmo-normal, olmo-llama, "
+                                     "olmo-llama-depth, olmo-normalized, neox, mpt, mup)");
   }
 }
 
 TEST(Recipes, EveryRecipeCoversEveryPresetTensor) {
   for (const auto& rn : recipe_names())
-    for (const char* pn : {"llama-tiny", "gpt2-tiny", "mixtral-tiny", "mlp-deep"})
+    for (const char* pn : {"llama-tiny", "gpt2-tiny", "mixtral-tiny", "qwen2.5-tiny", "gemma-2-tiny", "deepseek-v3-tiny", "mlp-deep"})
       expect_all_valid(make_recipe(rn), make_preset(pn));
 }
 
@@ -294,4 +309,319 @@ TEST(Recipes, TorchtitanTiedEmbeddingBytesAreTheOutputRulesFill) {
   EXPECT_LE(hi, 0.375f);
   EXPECT_LT(lo, -0.3f);  // 32768 draws reach past 2.4 std on both sides
   EXPECT_GT(hi, 0.3f);
+}
+
+// ---- recipe parameters ----
+
+TEST(Recipes, ParametersAfterAColon) {
+  const Recipe m = make_recipe("mup:base_width=16");
+  EXPECT_EQ(m.name(), "mup:base_width=16");
+  EXPECT_EQ(m.params().at("base_width"), 16.0);
+  EXPECT_EQ(make_recipe(m.name()).params(), m.params());  // the name reads back as the same recipe
+  EXPECT_EQ(make_recipe("mup").params().at("base_width"), 0.0);  // default: the model's own width
+  EXPECT_EQ(make_recipe("olmo-llama").params().at("std"), 0.02);
+  EXPECT_EQ(make_recipe("olmo-llama:std=0.01").name(), "olmo-llama:std=0.01");
+  EXPECT_TRUE(make_recipe("hf").params().empty());
+  auto error = [](const char* text) {
+    try {
+      make_recipe(text);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(error("mup:base=3"), "recipe 'mup': unknown parameter 'base' (valid: base_width; write name:key=value)");
+  EXPECT_EQ(error("hf:std=1"), "recipe 'hf': unknown parameter 'std' (valid: none; write name:key=value)");
+  EXPECT_EQ(error("mup:base_width"), "recipe 'mup': unknown parameter 'base_width' (valid: base_width; write name:key=value)");
+  EXPECT_EQ(error("mup:base_width=-1"), "recipe 'mup': parameter base_width must be a positive finite number, not '-1'");
+  EXPECT_EQ(error("mup:base_width=0"), "recipe 'mup': parameter base_width must be a positive finite number, not '0'");
+  EXPECT_EQ(error("mup:base_width=1e999"), "recipe 'mup': parameter base_width must be a positive finite number, not '1e999'");
+  EXPECT_EQ(error("olmo-normal:std=0.02x"), "recipe 'olmo-normal': parameter std must be a positive finite number, not '0.02x'");
+  EXPECT_EQ(error("olmo:std=1"), "unknown recipe 'olmo' (valid: hf, torchtitan, megatron, pytorch-default, equinox, flax, "
+                                 "xavier-uniform, kaiming-normal, olmo-normal, olmo-llama, olmo-llama-depth, "
+                                 "olmo-normalized, neox, mpt, mup)");
+}
+
+// ---- OLMo-core (olmo_core/nn/transformer/init.py) ----
+
+namespace {
+FillSpec tn(double std) { return FillSpec::trunc_normal_std(0, std, -3, 3); }  // init_linear: +-3 std
+}  // namespace
+
+TEST(Recipes, OlmoNormal) {
+  const Recipe r = make_recipe("olmo-normal");
+  const ModelSpec l = make_preset("llama-tiny");
+  for (const char* t : {"self_attn.q_proj.weight", "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                        "mlp.down_proj.weight"})
+    EXPECT_EQ(fill(r, l, t, 3), tn(0.02)) << t;
+  EXPECT_EQ(fill(r, l, "model.embed_tokens.weight"), tn(0.02));
+  EXPECT_EQ(fill(r, l, "lm_head.weight"), tn(0.02));
+  EXPECT_EQ(fill(r, l, "input_layernorm.weight", 0), one);
+  const ModelSpec x = make_preset("mixtral-tiny");
+  EXPECT_EQ(fill(r, x, "block_sparse_moe.gate.weight", 1), tn(0.02));
+  EXPECT_EQ(fill(r, x, "block_sparse_moe.experts.3.w2.weight", 1), tn(0.02));
+  EXPECT_EQ(fill(r, make_preset("qwen2.5-tiny"), "self_attn.k_proj.bias", 0), zero);
+  // std is init_std, a parameter.
+  EXPECT_EQ(fill(make_recipe("olmo-normal:std=0.01"), l, "mlp.down_proj.weight", 0), tn(0.01));
+}
+
+TEST(Recipes, OlmoLlama) {
+  const Recipe r = make_recipe("olmo-llama");
+  const ModelSpec l = make_preset("llama-tiny");  // d 64, 4 blocks: w_out, w2, w3 get 0.02 / sqrt(8)
+  const FillSpec out = tn(0.02 / std::sqrt(8.0));
+  EXPECT_EQ(fill(r, l, "model.embed_tokens.weight"), FillSpec::normal(0, 1));
+  for (std::uint64_t i : {0u, 3u}) {
+    EXPECT_EQ(fill(r, l, "self_attn.q_proj.weight", i), tn(0.02));
+    EXPECT_EQ(fill(r, l, "self_attn.v_proj.weight", i), tn(0.02));
+    EXPECT_EQ(fill(r, l, "mlp.gate_proj.weight", i), tn(0.02));  // w1
+    EXPECT_EQ(fill(r, l, "self_attn.o_proj.weight", i), out);   // w_out
+    EXPECT_EQ(fill(r, l, "mlp.up_proj.weight", i), out);        // w3
+    EXPECT_EQ(fill(r, l, "mlp.down_proj.weight", i), out);      // w2
+  }
+  EXPECT_EQ(fill(r, l, "lm_head.weight"), tn(0.125));  // init_final_w_out: d_model^-0.5
+  EXPECT_EQ(fill(r, l, "model.norm.weight"), one);
+  // MoE (init_feed_forward_moe): router and every expert weight scaled, 2 blocks.
+  const ModelSpec x = make_preset("mixtral-tiny");
+  const FillSpec moe = tn(0.02 / std::sqrt(4.0));
+  EXPECT_EQ(fill(r, x, "block_sparse_moe.gate.weight", 0), moe);
+  EXPECT_EQ(fill(r, x, "block_sparse_moe.experts.0.w1.weight", 0), moe);
+  EXPECT_EQ(fill(r, x, "block_sparse_moe.experts.2.w2.weight", 1), moe);
+  EXPECT_EQ(fill(r, x, "block_sparse_moe.experts.3.w3.weight", 1), moe);
+  EXPECT_EQ(fill(r, x, "self_attn.q_proj.weight", 1), tn(0.02));
+  // DeepSeek-V3 tiny: 3 layers in all (1 dense + 2 MoE) is the depth.
+  const ModelSpec d = make_preset("deepseek-v3-tiny");
+  EXPECT_EQ(fill(r, d, "self_attn.o_proj.weight", 1), tn(0.02 / std::sqrt(6.0)));
+  EXPECT_EQ(fill(r, d, "model.layers.0.mlp.down_proj.weight"), tn(0.02 / std::sqrt(6.0)));
+  EXPECT_EQ(fill(r, d, "mlp.shared_experts.up_proj.weight", 0), tn(0.02 / std::sqrt(6.0)));
+  EXPECT_EQ(fill(r, d, "mlp.shared_experts.gate_proj.weight", 0), tn(0.02));
+  EXPECT_EQ(fill(r, d, "mlp.experts.1.gate_proj.weight", 0), tn(0.02 / std::sqrt(6.0)));
+  EXPECT_EQ(fill(r, d, "self_attn.kv_b_proj.weight", 0), tn(0.02));
+  EXPECT_EQ(fill(r, d, "mlp.gate.e_score_correction_bias", 0), zero);
+  EXPECT_EQ(fill(r, d, "self_attn.q_a_layernorm.weight", 0), one);
+}
+
+TEST(Recipes, OlmoLlamaDepthUsesTheModelsLayerIndex) {
+  const Recipe r = make_recipe("olmo-llama-depth");
+  const ModelSpec l = make_preset("llama-tiny");
+  EXPECT_EQ(fill(r, l, "self_attn.o_proj.weight", 0), tn(0.02 / std::sqrt(2.0)));
+  EXPECT_EQ(fill(r, l, "mlp.up_proj.weight", 1), tn(0.02 / std::sqrt(4.0)));
+  EXPECT_EQ(fill(r, l, "mlp.down_proj.weight", 3), tn(0.02 / std::sqrt(8.0)));
+  EXPECT_EQ(fill(r, l, "mlp.gate_proj.weight", 3), tn(0.02));
+  EXPECT_EQ(fill(r, l, "model.embed_tokens.weight"), FillSpec::normal(0, 1));
+  EXPECT_EQ(fill(r, l, "lm_head.weight"), tn(0.125));
+  // deepseek-v3-tiny: the dense layer 0 is a pre tensor and still layer 0; block layer i is model
+  // layer 1 + i.
+  const ModelSpec d = make_preset("deepseek-v3-tiny");
+  EXPECT_EQ(fill(r, d, "model.layers.0.self_attn.o_proj.weight"), tn(0.02 / std::sqrt(2.0)));
+  EXPECT_EQ(fill(r, d, "model.layers.0.mlp.up_proj.weight"), tn(0.02 / std::sqrt(2.0)));
+  EXPECT_EQ(fill(r, d, "self_attn.o_proj.weight", 0), tn(0.02 / std::sqrt(4.0)));  // model layer 1
+  EXPECT_EQ(fill(r, d, "self_attn.o_proj.weight", 1), tn(0.02 / std::sqrt(6.0)));  // model layer 2
+  EXPECT_EQ(fill(r, d, "mlp.experts.3.down_proj.weight", 1), tn(0.02 / std::sqrt(6.0)));
+  EXPECT_EQ(fill(r, d, "mlp.gate.weight", 0), tn(0.02 / std::sqrt(4.0)));
+  EXPECT_FALSE(tensor_context(d, d.pre[0], std::nullopt).layer.has_value());  // the embedding is in no layer
+  EXPECT_EQ(tensor_context(d, d.pre[1], std::nullopt).layer, 0u);
+  EXPECT_EQ(tensor_context(d, d.layer.tensors[0], 1).layer, 2u);
+  EXPECT_EQ(tensor_context(d, d.layer.tensors[0], 1).canonical_name, "model.layers.2.self_attn.q_a_proj.weight");
+}
+
+TEST(Recipes, OlmoNormalized) {
+  const Recipe r = make_recipe("olmo-normalized");
+  const ModelSpec l = make_preset("llama-tiny");  // d^-0.5 = 1/8
+  EXPECT_EQ(fill(r, l, "model.embed_tokens.weight"), FillSpec::normal(0, 0.125));
+  EXPECT_EQ(fill(r, l, "self_attn.q_proj.weight", 2), tn(0.125));
+  EXPECT_EQ(fill(r, l, "self_attn.o_proj.weight", 2), tn(0.125 / std::sqrt(8.0)));
+  EXPECT_EQ(fill(r, l, "mlp.gate_proj.weight", 2), tn(0.125));
+  EXPECT_EQ(fill(r, l, "mlp.up_proj.weight", 2), tn(0.125));  // w3 keeps d^-0.5 in nGPT
+  EXPECT_EQ(fill(r, l, "mlp.down_proj.weight", 2), tn(0.125 / std::sqrt(8.0)));
+  EXPECT_EQ(fill(r, l, "lm_head.weight"), tn(0.125));
+  // init_feed_forward_moe has no nGPT case: router and experts keep init_std.
+  const ModelSpec x = make_preset("mixtral-tiny");
+  EXPECT_EQ(fill(r, x, "block_sparse_moe.gate.weight", 1), tn(0.02));
+  EXPECT_EQ(fill(r, x, "block_sparse_moe.experts.1.w2.weight", 1), tn(0.02));
+  // A spec without hidden_size cannot take d^-0.5.
+  ModelSpec custom = l;
+  custom.hyper.hidden_size = 0;
+  try {
+    fill(r, custom, "self_attn.q_proj.weight", 0);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "recipe olmo-normalized: no rule for tensor 'model.layers.0.self_attn.q_proj.weight' "
+                                     "(role linear_weight): hyper.hidden_size is unknown; give it an init or an override");
+  }
+}
+
+// ---- GPT-NeoX (megatron/model/init_functions.py) and MPT (llm-foundry param_init_fns.py) ----
+
+TEST(Recipes, NeoxSmallInitAndWangInit) {
+  const Recipe r = make_recipe("neox");
+  const ModelSpec l = make_preset("llama-tiny");  // d 64, L 4
+  const FillSpec small = FillSpec::normal(0, std::sqrt(2.0 / (5.0 * 64)));
+  const FillSpec wang = FillSpec::normal(0, 2.0 / 4 / std::sqrt(64.0));
+  EXPECT_EQ(wang, FillSpec::normal(0, 0.0625));
+  EXPECT_EQ(fill(r, l, "model.embed_tokens.weight"), small);
+  EXPECT_EQ(fill(r, l, "self_attn.q_proj.weight", 1), small);
+  EXPECT_EQ(fill(r, l, "mlp.up_proj.weight", 1), small);
+  EXPECT_EQ(fill(r, l, "self_attn.o_proj.weight", 1), wang);
+  EXPECT_EQ(fill(r, l, "mlp.down_proj.weight", 3), wang);
+  EXPECT_EQ(fill(r, l, "lm_head.weight"), small);
+  EXPECT_EQ(fill(r, l, "input_layernorm.weight", 0), one);
+  const ModelSpec g = make_preset("gpt2-tiny");  // L 2: wang 2 / 2 / 8
+  EXPECT_EQ(fill(r, g, "transformer.wpe.weight"), small);
+  EXPECT_EQ(fill(r, g, "attn.c_proj.weight", 0), FillSpec::normal(0, 0.125));
+  EXPECT_EQ(fill(r, g, "attn.c_proj.bias", 0), zero);
+  EXPECT_EQ(fill(r, g, "ln_1.bias", 0), zero);
+  const ModelSpec x = make_preset("mixtral-tiny");  // L 2
+  EXPECT_EQ(fill(r, x, "block_sparse_moe.experts.0.w2.weight", 0), FillSpec::normal(0, 0.125));
+  EXPECT_EQ(fill(r, x, "block_sparse_moe.gate.weight", 0), small);
+}
+
+TEST(Recipes, MptDividesResidualProjections) {
+  const Recipe r = make_recipe("mpt");
+  const ModelSpec l = make_preset("llama-tiny");
+  const double small = std::sqrt(2.0 / (5.0 * 64));
+  const FillSpec residual = FillSpec::normal(0, small / (4 / std::sqrt(10.0)));
+  EXPECT_EQ(fill(r, l, "self_attn.o_proj.weight", 2), residual);
+  EXPECT_EQ(fill(r, l, "mlp.down_proj.weight", 2), residual);
+  EXPECT_EQ(fill(r, l, "self_attn.q_proj.weight", 2), FillSpec::normal(0, small));
+  EXPECT_EQ(fill(r, l, "model.embed_tokens.weight"), FillSpec::normal(0, small));
+  EXPECT_EQ(fill(r, l, "lm_head.weight"), FillSpec::normal(0, small));
+  EXPECT_EQ(fill(r, make_preset("qwen2.5-tiny"), "self_attn.q_proj.bias", 1), zero);
+  // small / (L / sqrt(10)) is GPT-NeoX's wang_init 2 / (L sqrt(d)), computed the way llm-foundry does.
+  EXPECT_NEAR(residual.std, 2.0 / 4 / std::sqrt(64.0), 1e-17);
+  const ModelSpec d = make_preset("deepseek-v3-tiny");  // 3 layers in all
+  EXPECT_EQ(fill(r, d, "mlp.experts.2.down_proj.weight", 1), FillSpec::normal(0, small / (3 / std::sqrt(10.0))));
+  EXPECT_EQ(fill(r, d, "mlp.experts.2.up_proj.weight", 1), FillSpec::normal(0, small));
+}
+
+// ---- muP as Megatron-LM implements it (transformer_config.py, use_mup) ----
+
+TEST(Recipes, MupScalesHiddenAndOutputLayersByWidth) {
+  const ModelSpec l = make_preset("llama-tiny");  // r 0.02, d 64, L 4
+  // base_width = hidden_size (the default): width_mult 1, Megatron's plain rule.
+  const Recipe base = make_recipe("mup");
+  EXPECT_EQ(fill(base, l, "self_attn.q_proj.weight", 0), FillSpec::normal(0, 0.02));
+  EXPECT_EQ(fill(base, l, "self_attn.o_proj.weight", 0), FillSpec::normal(0, 0.02 / (std::sqrt(8.0) * 1.0)));
+  for (const char* t : {"self_attn.q_proj.weight", "self_attn.o_proj.weight", "mlp.down_proj.weight"})
+    EXPECT_EQ(fill(base, l, t, 1), fill(make_recipe("megatron"), l, t, 1)) << t;
+  // base_width 16: width_mult 4.
+  const Recipe r = make_recipe("mup:base_width=16");
+  EXPECT_EQ(fill(r, l, "self_attn.q_proj.weight", 0), FillSpec::normal(0, 0.02 / 2.0));
+  EXPECT_EQ(fill(r, l, "mlp.gate_proj.weight", 3), FillSpec::normal(0, 0.01));
+  EXPECT_EQ(fill(r, l, "self_attn.o_proj.weight", 0), FillSpec::normal(0, 0.02 / (std::sqrt(8.0) * 2.0)));
+  EXPECT_EQ(fill(r, l, "mlp.down_proj.weight", 3), FillSpec::normal(0, 0.02 / (std::sqrt(8.0) * 2.0)));
+  // Embeddings and the untied output layer keep the unscaled std (embedding_init_method).
+  EXPECT_EQ(fill(r, l, "model.embed_tokens.weight"), FillSpec::normal(0, 0.02));
+  EXPECT_EQ(fill(r, l, "lm_head.weight"), FillSpec::normal(0, 0.02));
+  EXPECT_EQ(fill(r, l, "model.norm.weight"), one);
+  const ModelSpec x = make_preset("mixtral-tiny");
+  EXPECT_EQ(fill(r, x, "block_sparse_moe.gate.weight", 0), FillSpec::normal(0, 0.01));
+  EXPECT_EQ(fill(r, make_preset("qwen2.5-tiny"), "self_attn.v_proj.bias", 0), zero);
+  // base_width above the width: width_mult 1/4 widens the std.
+  EXPECT_EQ(fill(make_recipe("mup:base_width=256"), l, "self_attn.q_proj.weight", 0), FillSpec::normal(0, 0.02 / std::sqrt(0.25)));
+}
+
+// ---- the held distributions, on emitted models ----
+
+namespace {
+
+// name -> float32 values of a safetensors file written by emit.
+std::map<std::string, std::vector<float>> read_f32_safetensors(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::uint64_t n = 0;
+  std::memcpy(&n, all.data(), 8);
+  const auto header = nlohmann::json::parse(all.substr(8, n));
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, v] : header.items()) {
+    if (name == "__metadata__") continue;
+    EXPECT_EQ(v["dtype"], "F32") << name;
+    const std::uint64_t begin = v["data_offsets"][0], end = v["data_offsets"][1];
+    std::vector<float> x((end - begin) / 4);
+    std::memcpy(x.data(), all.data() + 8 + n + begin, end - begin);
+    out[name] = std::move(x);
+  }
+  return out;
+}
+
+// Checks one emitted tensor against its planned fill; returns whether it had a random fill large
+// enough to check the moments of.
+bool holds_its_fill(const PlannedTensor& p, const std::vector<float>& x, double std_scale = 1.0) {
+  EXPECT_EQ(x.size(), p.numel()) << p.name;
+  const FillSpec& f = p.fill;
+  if (f.kind == FillKind::constant) {
+    for (float v : x) EXPECT_EQ(v, static_cast<float>(f.value)) << p.name;
+    return false;
+  }
+  if (x.size() < 1000) return false;  // too few values for a useful moment check
+  double mean_ref = f.mean, std_ref = f.std, lo = -INFINITY, hi = INFINITY;
+  if (f.kind == FillKind::trunc_normal) {
+    const double a = f.bounds_in_std ? f.mean + f.a * f.std : f.a, b = f.bounds_in_std ? f.mean + f.b * f.std : f.b;
+    const auto mm = stats::trunc_normal_moments(f.mean, f.std, a, b);
+    mean_ref = mm.mean, std_ref = std::sqrt(mm.var), lo = a, hi = b;
+  } else {
+    EXPECT_EQ(f.kind, FillKind::normal) << p.name;
+  }
+  std_ref *= std_scale;
+  double s1 = 0, s2 = 0;
+  std::size_t outside = 0;
+  for (float v : x) {
+    outside += v < lo || v > hi;
+    s1 += v;
+  }
+  EXPECT_EQ(outside, 0u) << p.name;
+  const double n = static_cast<double>(x.size()), mean = s1 / n;
+  for (float v : x) s2 += (v - mean) * (v - mean);
+  const double sd = std::sqrt(s2 / (n - 1));
+  EXPECT_LE(std::fabs(mean - mean_ref), 6 * std_ref / std::sqrt(n)) << p.name << " " << f.describe();
+  EXPECT_LE(std::fabs(sd / std_ref - 1), 6 / std::sqrt(2 * n)) << p.name << " " << f.describe() << " sample std " << sd;
+  return true;
+}
+
+}  // namespace
+
+// Each new recipe emits deepseek-v3-tiny (dense and MoE layers, latent attention, experts, router)
+// and qwen2.5-tiny (biases) in fp32; every tensor of the file holds its planned fill: constants
+// exactly, random fills with their mean and std (the truncated normal's own std for trunc fills,
+// all values inside the bounds). Tolerances are 6 standard errors (normal theory: sd of the sample
+// std ~ std / sqrt(2 n)), so a false alarm is below 1e-8 per check; fixed seed. The same check with
+// a reference std 10% off fails on every role checked (the check can fail).
+TEST(Recipes, EmittedModelsHoldEachRolesDistribution) {
+  auto be = make_host_backend(2);
+  layerinit::testing::TempDir dir("layerinit-recipe-stats");
+  std::map<std::string, int> checked;  // recipe -> tensors with a random fill checked
+  for (const char* rn : {"olmo-normal", "olmo-llama", "olmo-llama-depth", "olmo-normalized", "neox", "mpt", "mup:base_width=16"}) {
+    for (const char* pn : {"deepseek-v3-tiny", "qwen2.5-tiny"}) {
+      SCOPED_TRACE(std::string(rn) + " " + pn);
+      const ModelSpec spec = make_preset(pn);
+      BuildOptions o;
+      o.dtype = DType::f32;
+      o.seed = 11;
+      const Builder b(spec, make_recipe(rn), o, *be, be->memory());
+      const auto target = dir / (std::string(rn).substr(0, std::string(rn).find(':')) + "-" + pn);
+      EmitOptions eo;
+      eo.format = CheckpointFormat::safetensors;
+      emit_checkpoint(b, *be, target, eo);
+      const auto file = read_f32_safetensors(target / "model.safetensors");
+      std::vector<PlannedTensor> plans = b.plan_pre();
+      for (std::uint64_t i = 0; i < spec.num_layers; ++i)
+        for (auto& p : b.plan_layer(i)) plans.push_back(p);
+      for (auto& p : b.plan_post()) plans.push_back(p);
+      ASSERT_EQ(file.size(), plans.size());
+      for (const auto& p : plans)
+        if (holds_its_fill(p, file.at(p.name))) ++checked[rn];
+      // A wrong std is caught: every large random tensor, checked against 1.1x its std, fails.
+      const PlannedTensor* big = nullptr;
+      for (const auto& p : plans)
+        if (p.fill.kind != FillKind::constant && p.numel() >= 4096) big = &p;
+      ASSERT_NE(big, nullptr);
+      ::testing::TestPartResultArray failures;
+      {
+        ::testing::ScopedFakeTestPartResultReporter reporter(::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &failures);
+        holds_its_fill(*big, file.at(big->name), 1.1);
+      }
+      EXPECT_GE(failures.size(), 1) << big->name;
+    }
+  }
+  for (const auto& [rn, count] : checked) EXPECT_GE(count, 40) << rn;
+  EXPECT_EQ(checked.size(), 7u);
 }

@@ -255,3 +255,75 @@ TEST(Spec, CheckedAndSaturatingCounts) {
   EXPECT_EQ(saturating_mul(0, UINT64_MAX), 0u);
   EXPECT_EQ(saturating_add(2, 3), 5u);
 }
+
+// first_layer: the repeated block starts at a later layer; the layers before it are pre tensors.
+TEST(Spec, FirstLayerOffsetsNamesAndDepth) {
+  ModelSpec m = small();
+  m.first_layer = 2;
+  m.pre.push_back(t("model.layers.0.w.weight", {4, 4}));
+  m.pre.push_back(t("model.layers.1.w.weight", {4, 4}));
+  EXPECT_EQ(message(m), "(valid)");
+  EXPECT_EQ(m.canonical_name(0, m.layer.tensors[0]), "model.layers.2.w.weight");
+  EXPECT_EQ(m.canonical_name(2, m.layer.tensors[1]), "model.layers.4.norm.weight");
+  EXPECT_EQ(m.total_layers(), 5u);
+  m.pre.push_back(t("model.layers.2.w.weight", {4, 4}));  // the block's first layer
+  EXPECT_EQ(message(m), "model 'small': duplicate tensor name 'model.layers.2.w.weight' (pre tensor 3 "
+                        "'model.layers.2.w.weight' and layer 2)");
+  m.pre.pop_back();
+  m.pre.push_back(t("model.layers.5.w.weight", {4, 4}));  // past the block: no collision
+  EXPECT_EQ(message(m), "(valid)");
+  m.num_layers = 0;
+  m.layer.tensors.clear();
+  EXPECT_EQ(message(m), "model 'small': first_layer is 2 but there is no repeated layer");
+  m = small();
+  m.first_layer = kMax;
+  EXPECT_EQ(message(m), "model 'small': first_layer + num_layers overflows 64 bits");
+}
+
+TEST(Spec, ExpertPrefixGroupsExpertsOfOneWeight) {
+  ModelSpec m = small();
+  m.layer.expert_prefix = "moe.";
+  EXPECT_EQ(message(m), "model 'small': expert prefix 'moe.' matches no layer tensor");
+  for (int e = 0; e < 3; ++e) {
+    m.layer.tensors.push_back(t("moe." + std::to_string(e) + ".up.weight", {8, 4}));
+    m.layer.tensors.push_back(t("moe." + std::to_string(e) + ".down.weight", {4, 8}, TensorRole::output_weight));
+  }
+  EXPECT_EQ(message(m), "(valid)");
+  EXPECT_EQ(num_experts(m.layer), 3u);
+  const auto e = split_expert_name(m.layer, "moe.2.down.weight");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->layer, 2u);
+  EXPECT_EQ(e->relative, "down.weight");
+  EXPECT_FALSE(split_expert_name(m.layer, "w.weight").has_value());
+  EXPECT_FALSE(split_expert_name(LayerSpec{}, "moe.2.down.weight").has_value());
+
+  const StackedLayout fused = stacked_layout(m, ExpertLayout::stacked);
+  ASSERT_EQ(fused.buffers.size(), 4u);  // w, norm, moe.up, moe.down
+  EXPECT_EQ(fused.buffers[2].name, "model.layers.moe.up.weight");
+  EXPECT_TRUE(fused.buffers[2].fused);
+  EXPECT_EQ(fused.buffers[2].experts, 3u);
+  EXPECT_EQ(fused.buffers[2].first, 2u);
+  EXPECT_EQ(fused.shape(m, 2, {8, 4}), (Shape{3, 3, 8, 4}));
+  EXPECT_EQ(fused.shape(m, 0, {4, 4}), (Shape{3, 4, 4}));
+  EXPECT_EQ(fused.buffer[6], 2u);  // moe.2.up.weight
+  EXPECT_EQ(fused.expert[6], 2u);
+  EXPECT_EQ(fused.slice(6, 1), 1u * 3u + 2u);
+  EXPECT_EQ(fused.slice(1, 2), 2u);
+  const StackedLayout per = stacked_layout(m, ExpertLayout::per_expert);
+  EXPECT_EQ(per.buffers.size(), m.layer.tensors.size());
+  EXPECT_EQ(per.buffers[6].name, "model.layers.moe.2.up.weight");
+  EXPECT_EQ(per.shape(m, 6, {8, 4}), (Shape{3, 8, 4}));
+
+  ModelSpec bad = m;
+  bad.layer.tensors[6].shape = {9, 4};
+  EXPECT_EQ(message(bad), "model 'small': expert tensor 'moe.2.up.weight' differs from 'moe.0.up.weight' in shape, role "
+                          "or transposability (experts of one weight must match)");
+  bad = m;
+  bad.layer.tensors.pop_back();  // moe.2.down.weight
+  EXPECT_EQ(message(bad), "model 'small': expert weight 'moe.*.down.weight' has 2 of 3 experts (every expert weight needs "
+                          "experts 0..2)");
+  bad = m;
+  std::swap(bad.layer.tensors[2], bad.layer.tensors[4]);  // moe.1.up before moe.0.up
+  EXPECT_EQ(message(bad), "model 'small': expert tensor 'moe.1.up.weight' is listed out of order (expected expert 0 of "
+                          "'up.weight')");
+}

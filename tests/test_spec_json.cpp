@@ -101,6 +101,18 @@ TEST(SpecJson, RoundTripEveryPreset) {
   }
 }
 
+// first_layer and the expert prefix are written only when set, and read back.
+TEST(SpecJson, FirstLayerAndExpertPrefixRoundTrip) {
+  const ModelSpec d = make_preset("deepseek-v3-tiny");
+  const std::string text = spec_to_json(d);
+  EXPECT_NE(text.find("\"first\": 1"), std::string::npos);
+  EXPECT_NE(text.find("\"expert_prefix\": \"mlp.experts.\""), std::string::npos);
+  EXPECT_EQ(spec_from_json(text), d);
+  const std::string llama = spec_to_json(make_preset("llama-tiny"));
+  EXPECT_EQ(llama.find("\"first\""), std::string::npos);
+  EXPECT_EQ(llama.find("expert_prefix"), std::string::npos);
+}
+
 TEST(SpecJson, RoundTripExtremes) {
   ModelSpec m = make_preset("llama-tiny");
   m.hyper.initializer_range = 0.1 + 0.2;  // not exactly representable in a short decimal
@@ -131,7 +143,7 @@ TEST(SpecJson, ErrorMessages) {
       {edit("\"transposable\": true", "\"transposable\": 1"), "spec: layer.tensors[1].transposable: must be true or false"},
       {edit("\"count\": 2", "\"count\": 2.5"), "spec: layer.count: must be a non-negative integer"},
       {edit("\"count\": 2,", ""), "spec: layer: missing key 'count'"},
-      {edit("\"prefix\"", "\"prefx\""), "spec: layer.prefx: unknown key (valid: prefix, count, tensors)"},
+      {edit("\"prefix\"", "\"prefx\""), "spec: layer.prefx: unknown key (valid: prefix, first, count, expert_prefix, tensors)"},
       {edit("\"name\": \"toy\"", "\"name\": \"\""), "spec: name: must be a non-empty string"},
       {edit("\"name\": \"toy\",", ""), "spec: top level: missing key 'name'"},
       {edit("\"family\"", "\"familly\""),

@@ -38,7 +38,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
 
   const auto t0 = std::chrono::steady_clock::now();
   Model model = builder.build();
-  if (args.layout == "restack") model = stack(std::move(model), spec, *be, tracker);
+  if (args.layout == "restack") model = stack(std::move(model), spec, *be, tracker, opts.experts);
   const double build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const MemoryStats stats = tracker.stats();
 
@@ -47,11 +47,14 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   const auto t1 = std::chrono::steady_clock::now();
   if (report == "json") {
     const auto slices = model.layout == Layout::stacked ? unstack(model, spec) : std::vector<std::vector<TensorView>>{};
+    const StackedLayout sl = stacked_layout(spec, model.experts);
     std::size_t stacked_index = 0;
     auto add = [&](const TensorView& v, bool is_stacked) {
       TensorReport t{v.name, v.shape, v.dtype, v.bytes(), hash_tensor(*be, v), {}};
-      if (is_stacked) {
-        for (const auto& layer : slices) t.layer_hashes.push_back(hash_tensor(*be, layer[stacked_index]));
+      if (is_stacked) {  // one hash per slice in buffer order: per layer, then per expert
+        for (const auto& layer : slices)
+          for (std::size_t j = 0; j < layer.size(); ++j)
+            if (sl.buffer[j] == stacked_index) t.layer_hashes.push_back(hash_tensor(*be, layer[j]));
         ++stacked_index;
       }
       tensors.push_back(std::move(t));

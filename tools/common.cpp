@@ -72,7 +72,7 @@ void ModelArgs::add_build_flags(CLI::App& app, const std::string& layouts) {
   app.add_option("--dtype", dtype, "Element type: fp32, fp16, bf16")->capture_default_str();
   app.add_option("--dtype-override", dtype_overrides,
                  "PATTERN=DTYPE: dtype of tensors whose canonical name matches the glob, e.g. '*norm*=fp32' (repeatable)");
-  app.add_option("--recipe", recipe, "Init recipe (" + [] {
+  app.add_option("--recipe", recipe, "Init recipe, NAME or NAME:KEY=VALUE,... (" + [] {
                    std::string s;
                    for (const auto& n : recipe_names()) s += (s.empty() ? "" : ", ") + n;
                    return s;
@@ -85,6 +85,10 @@ void ModelArgs::add_build_flags(CLI::App& app, const std::string& layouts) {
   app.add_flag("--strict", strict, "An --init-override or --dtype-override that matches no tensor is an error");
   app.add_option("--layout", layout, "Memory layout: " + layouts)->capture_default_str();
   app.add_option("--orientation", orientation, "Linear weights as [out, in] (out-in, PyTorch/HF) or [in, out] (in-out, JAX/Flax)")
+      ->capture_default_str();
+  app.add_option("--experts", experts,
+                 "Stacked layout: MoE experts as one [L, E, out, in] buffer per expert weight (stacked) or one [L, out, in] "
+                 "buffer per expert (per-expert)")
       ->capture_default_str();
 }
 
@@ -190,6 +194,7 @@ BuildOptions ModelArgs::build_options() const {
   o.seed = seed;
   o.layout = layout == "restack" ? Layout::per_layer : parse_layout(layout);
   o.orientation = parse_orientation(orientation);
+  o.experts = parse_expert_layout(experts);
   return o;
 }
 
@@ -209,8 +214,16 @@ bool matches_some_tensor(const ModelSpec& spec, const std::string& pattern) {
     return false;
   };
   if (pattern.find_first_of("0123456789[") == std::string::npos) {
-    for (std::uint64_t i = 0; i < spec.num_layers; i = i == 0 ? 10 : (i > UINT64_MAX / 10 ? spec.num_layers : i * 10))
+    // One block layer per length of its number first_layer + i: the first, then the first with one
+    // more digit.
+    for (std::uint64_t i = 0; i < spec.num_layers;) {
       if (layer_matches(i)) return true;
+      const std::uint64_t a = spec.first_layer + i;
+      if (a >= 10'000'000'000'000'000'000ULL) break;  // 20 digits: the last length
+      std::uint64_t p = 10;
+      while (p <= a) p *= 10;
+      i = p - spec.first_layer;
+    }
     return false;
   }
   for (std::uint64_t i = 0; i < spec.num_layers; ++i)
@@ -295,6 +308,7 @@ nlohmann::ordered_json report_header(const ModelSpec& spec, const BuildOptions& 
                                 {"recipe", recipe.name()},
                                 {"layout", layout},
                                 {"orientation", orientation_name(opts.orientation)},
+                                {"experts", expert_layout_name(opts.experts)},
                                 {"backend", be.describe()}};
 }
 

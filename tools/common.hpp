@@ -35,6 +35,7 @@ struct ModelArgs {
   std::uint64_t seed = 0;
   std::string layout = "per-layer";
   std::string orientation = "out-in";
+  std::string experts = "stacked";  // stacked layout: MoE experts as [L, E, ...] or per expert
   std::string backend = "auto";
   int threads = 0;
   bool no_memory_check = false;

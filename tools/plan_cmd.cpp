@@ -59,7 +59,7 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
     };
     for (const auto& t : b.plan_pre()) add(t, std::nullopt);
     for (std::uint64_t i = 0; i < spec.num_layers; ++i)
-      for (const auto& t : b.plan_layer(i)) add(t, i);
+      for (const auto& t : b.plan_layer(i)) add(t, spec.first_layer + i);
     for (const auto& t : b.plan_post()) add(t, std::nullopt);
     nlohmann::ordered_json layer_bytes = nlohmann::ordered_json::array();
     for (const auto& r : p.layer_runs)
@@ -83,7 +83,8 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
     nlohmann::ordered_json out{{"model", spec.name},
                                {"family", spec.family},
                                {"parameters", p.parameters},
-                               {"layers", spec.num_layers},
+                               {"layers", spec.total_layers()},
+                               {"first_layer", spec.first_layer},
                                {"dtype", dtype_name(opts.dtype)},
                                {"layout", layout_name(opts.layout)},
                                {"tensors", tensors},
@@ -101,9 +102,10 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
     return 0;
   }
 
-  std::printf("%s (%s): %llu parameters, %llu layers, %s, %s layout\n\n", spec.name.c_str(), spec.family.c_str(),
-              (unsigned long long)p.parameters, (unsigned long long)spec.num_layers, std::string(dtype_name(opts.dtype)).c_str(),
-              std::string(layout_name(opts.layout)).c_str());
+  const std::string before = spec.first_layer ? " (" + std::to_string(spec.first_layer) + " before the repeated block)" : "";
+  std::printf("%s (%s): %llu parameters, %llu layers%s, %s, %s layout\n\n", spec.name.c_str(), spec.family.c_str(),
+              (unsigned long long)p.parameters, (unsigned long long)spec.total_layers(), before.c_str(),
+              std::string(dtype_name(opts.dtype)).c_str(), std::string(layout_name(opts.layout)).c_str());
   std::printf("%-52s %-20s %-5s %14s\n", "tensor", "shape", "dtype", "bytes");
   auto row = [](const PlannedTensor& t) {
     std::printf("%-52s %-20s %-5s %14llu\n", t.name.c_str(), shape_string(t.memory_shape).c_str(),
@@ -117,13 +119,15 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
     std::printf("%-52s %-20s %-5s %14llu  %s\n", ("  " + what).c_str(), "", "", (unsigned long long)bytes,
                 format_bytes_short(bytes).c_str());
   };
+  // Rows name the model's layer numbers: the block's layer i is layer first_layer + i.
+  const std::uint64_t f = spec.first_layer;
   for (const auto& r : p.layer_runs) {
     if (pa.per_layer) {
-      for (std::uint64_t i = r.first; i < r.first + r.count; ++i) subtotal("layer " + std::to_string(i) + " subtotal", r.bytes);
+      for (std::uint64_t i = r.first; i < r.first + r.count; ++i) subtotal("layer " + std::to_string(f + i) + " subtotal", r.bytes);
     } else if (r.count == 1) {
-      subtotal("layer " + std::to_string(r.first) + " subtotal", r.bytes);
+      subtotal("layer " + std::to_string(f + r.first) + " subtotal", r.bytes);
     } else {
-      subtotal("layers " + std::to_string(r.first) + "-" + std::to_string(r.first + r.count - 1) + ", each", r.bytes);
+      subtotal("layers " + std::to_string(f + r.first) + "-" + std::to_string(f + r.first + r.count - 1) + ", each", r.bytes);
     }
   }
   for (const auto& t : b.plan_post()) row(t);
