@@ -117,7 +117,7 @@ TEST(ShardBuild, EveryRankHoldsExactlyItsBoxOfTheUnshardedBuild) {
             tracking_resource mr(be->memory());
             const Builder b(c.spec, recipe, opts, *be, mr);
             const RankPlan rp(b, plan, r);
-            std::uint64_t local_bytes = 0;
+            std::uint64_t local_bytes = 0, pieces_per_layer_build = 0;
             {
               const RankModel m = build_rank(rp);
               EXPECT_EQ(m.rank, r);
@@ -139,6 +139,7 @@ TEST(ShardBuild, EveryRankHoldsExactlyItsBoxOfTheUnshardedBuild) {
                 ++checked_pieces;
               }
               local_bytes = m.bytes();
+              pieces_per_layer_build = m.tensors.size();
               EXPECT_EQ(mr.stats().peak_bytes, local_bytes);  // nothing but the pieces, ever
               EXPECT_EQ(mr.stats().current_bytes, local_bytes);
             }
@@ -177,6 +178,14 @@ TEST(ShardBuild, EveryRankHoldsExactlyItsBoxOfTheUnshardedBuild) {
             });
             EXPECT_EQ(streamed, local_bytes);
             EXPECT_EQ(smr.stats().peak_bytes, largest);
+
+            // The plan's numbers are the measured ones.
+            const RankMemoryPlan pm = plan_rank(rp, TrainingSetup::mixed);
+            EXPECT_EQ(pm.weight_bytes, local_bytes);
+            EXPECT_EQ(pm.peak_streamed, largest);
+            EXPECT_EQ(pm.parameters * es, local_bytes);
+            EXPECT_EQ(pm.states.states(), 16 * pm.parameters);
+            if (layout == Layout::per_layer) EXPECT_EQ(pm.tensors, pieces_per_layer_build);
           }
           // Every element of every tensor, exactly once per replica.
           for (const auto& [name, count] : counts) {
@@ -213,4 +222,35 @@ TEST(ShardBuild, EmptyPiecesAreNotHeld) {
   EXPECT_EQ(r2.layer_tensors(), (std::vector<std::size_t>{0, 1}));
   EXPECT_THROW(RankPlan(b, plan, 4), std::invalid_argument);
   EXPECT_THROW(r3.layer(3), std::out_of_range);
+}
+
+// Layers that differ in size (a dtype override naming one layer): the plan goes layer by layer.
+TEST(ShardBuild, PlanOfRanksWithUnequalLayersMatchesTheirBuilds) {
+  auto be = make_host_backend(1);
+  const ModelSpec spec = make_preset("llama-tiny");
+  BuildOptions opts;
+  opts.dtype_overrides = {{"model.layers.1.*", DType::f32}};
+  const ParallelPlan plan(spec, {.tp = 2, .pp = 2});
+  tracking_resource probe(be->memory());
+  ASSERT_FALSE(Builder(spec, make_recipe("hf"), opts, *be, probe).uniform_layers());
+  const auto ranks = plan_ranks(Builder(spec, make_recipe("hf"), opts, *be, probe), plan, TrainingSetup::pure_bf16);
+  ASSERT_EQ(ranks.size(), 4u);
+  for (std::uint64_t r = 0; r < 4; ++r) {
+    tracking_resource mr(be->memory());
+    const Builder b(spec, make_recipe("hf"), opts, *be, mr);
+    const std::uint64_t bytes = build_rank(RankPlan(b, plan, r)).bytes();
+    EXPECT_EQ(ranks[r].weight_bytes, bytes);
+    EXPECT_EQ(mr.stats().peak_bytes, bytes);
+    EXPECT_EQ(ranks[r].states.states(), 8 * ranks[r].parameters);
+    EXPECT_EQ(ranks[r].coords, plan.coords(r));
+  }
+  // Stage 0 holds layer 1 in fp32 and the embedding; stage 1 the head: the heaviest is rank 0 or 1.
+  EXPECT_GT(ranks[0].weight_bytes, ranks[2].weight_bytes);
+  const RankBalance bal = rank_balance(ranks);
+  EXPECT_EQ(bal.largest_rank, ranks[0].weight_bytes >= ranks[1].weight_bytes ? 0u : 1u);
+  double total = 0;
+  for (const auto& r : ranks) total += static_cast<double>(r.weight_bytes);
+  EXPECT_DOUBLE_EQ(bal.imbalance, static_cast<double>(ranks[bal.largest_rank].weight_bytes) / (total / 4));
+  EXPECT_GT(bal.imbalance, 1.0);
+  EXPECT_EQ(rank_balance({}).imbalance, 0.0);
 }
