@@ -72,7 +72,7 @@ std::vector<LocalTensor> make_pieces(const std::vector<ShardTensor>& shards, con
   out.reserve(shards.size());
   for (const auto& s : shards) {
     out.push_back({Tensor::allocate(b.memory(), s.tensor.name, s.box.shape, s.tensor.dtype), s.tensor.memory_shape,
-                   s.box.offset});
+                   s.box.offset, false});
     box_fill_jobs(s.tensor, s.box, out.back().tensor.view.data, b.options().seed, jobs);
   }
   b.target_backend().fill(jobs);
@@ -109,7 +109,8 @@ RankModel build_rank(const RankPlan& r) {
       const TensorSpec& t = spec.layer.tensors[r.layer_tensors()[k]];
       m.tensors.push_back({Tensor::allocate(b.memory(), stacked_name(spec, t), with_layers(L.size, first[k].box.shape),
                                             first[k].tensor.dtype),
-                           stacked_shape(spec, first[k].tensor.memory_shape), with_layers(L.offset, first[k].box.offset)});
+                           stacked_shape(spec, first[k].tensor.memory_shape), with_layers(L.offset, first[k].box.offset),
+                           true});
     }
     for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i) {
       const std::vector<ShardTensor> shards = r.layer(i);

@@ -60,6 +60,7 @@ struct LocalTensor {
   Tensor tensor;       // view.name the tensor's global (canonical or stacked) name, view.shape the piece's
   Shape global_shape;  // the whole tensor as stored: its memory shape; stacked: [L, ...]
   Shape offset;        // of the piece in global_shape
+  bool stacked = false;  // a stacked layout's [n, ...] piece of one layer parameter, n layers of the stage
 };
 
 struct RankModel {
