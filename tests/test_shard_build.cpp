@@ -130,6 +130,9 @@ TEST(ShardBuild, EveryRankHoldsExactlyItsBoxOfTheUnshardedBuild) {
                 const Box box{lt.offset, v.shape};
                 ASSERT_FALSE(box.empty()) << v.name;
                 EXPECT_EQ(v.dtype, g.dtype);
+                bool is_stacked_name = false;
+                for (const auto& spec_t : c.spec.layer.tensors) is_stacked_name |= stacked_name(c.spec, spec_t) == v.name;
+                EXPECT_EQ(lt.stacked, layout == Layout::stacked && is_stacked_name) << v.name;
                 auto& count = counts[v.name];
                 for_each_row(g.shape, box, [&](std::uint64_t gi, std::uint64_t li, std::uint64_t n) {
                   ASSERT_EQ(std::memcmp(static_cast<const char*>(v.data) + li * es, static_cast<const char*>(g.data) + gi * es, n * es), 0)
