@@ -76,7 +76,8 @@ struct RankModel {
 
 // Allocates (through the builder's memory resource) and fills only the rank's pieces: the tracked
 // peak is their bytes, in either layout and orientation. Each piece's bytes equal that box of the
-// unsharded build's tensor.
+// unsharded build's tensor. Layers are made in ascending order (BuildOptions::layer_order is not
+// used; values never depend on the order).
 RankModel build_rank(const RankPlan& r);
 
 // One finished piece of a streamed rank build: the rank's pieces of one tensor outside the layers,
