@@ -120,6 +120,13 @@ class DatasetFeed {
   }
   // View v into dataset k at element `first`; its bytes also go into `own` when given.
   void put(const TensorView& v, std::size_t k, std::uint64_t first, ContentHash* own) {
+    // A stacked dataset has the dtype of layer 0's tensor; a dtype override that names one layer
+    // would otherwise pour another dtype's bytes into it.
+    const DatasetSpec& d = w_.datasets()[k];
+    if (v.dtype != d.dtype)
+      throw std::invalid_argument("emit: stacked layout needs one dtype per layer parameter, but " + printable(v.name) + " is " +
+                                  std::string(dtype_name(v.dtype)) + " and " + printable(d.name) + " is " +
+                                  std::string(dtype_name(d.dtype)));
     const std::uint64_t esize = dtype_size(v.dtype);
     // Pieces of whole elements: the writer takes element counts.
     const std::span<unsigned char> pieces(staging_.data(), staging_.size() / esize * esize);

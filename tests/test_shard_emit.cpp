@@ -196,3 +196,26 @@ TEST(ShardEmit, RankFilesFollowTheOutputRules) {
                error);
   EXPECT_EQ(TempDir::list(out).size(), 2u);
 }
+
+// A dtype override that names one layer cannot be stacked: refused (it poured fp32 bytes into a bf16
+// dataset before), and nothing is left behind.
+TEST(ShardEmit, StackedLayersOfTwoDtypesAreRefused) {
+  auto be = make_host_backend(1);
+  const ModelSpec spec = make_preset("llama-tiny");
+  BuildOptions opts;
+  opts.layout = Layout::stacked;
+  opts.dtype_overrides = {{"model.layers.1.*", DType::f32}};
+  const Builder b(spec, make_recipe("hf"), opts, *be, be->memory());
+  TempDir dir;
+  EXPECT_THROW(emit_checkpoint(b, *be, dir / "whole", safetensors()), std::invalid_argument);
+  const ParallelPlan plan(spec, {.tp = 2});
+  try {
+    emit_rank(RankPlan(b, plan, 0), *be, dir / "ranks", safetensors());
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.self_attn.q_proj.weight is fp32 and model.layers.self_attn.q_proj.weight is bf16"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(dir.entries().empty());
+}
