@@ -16,6 +16,10 @@
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/init/spec.hpp>
 #include <layerinit/init/spec_json.hpp>
+#include <layerinit/shard/box_fill.hpp>
+#include <layerinit/shard/mesh.hpp>
+#include <layerinit/shard/parallel.hpp>
+#include <layerinit/shard/rank.hpp>
 #include <layerinit/stacking/stack.hpp>
 #include <layerinit/plan/plan.hpp>
 #include <layerinit/checkpoint/emit.hpp>

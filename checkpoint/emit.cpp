@@ -8,6 +8,12 @@
 #include <stdexcept>
 #include <vector>
 
+#include <sys/stat.h>
+#include <cerrno>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
 #include <layerinit/backends/backend.hpp>
 #include <layerinit/checkpoint/detail.hpp>
 #include <layerinit/init/spec_json.hpp>
@@ -106,7 +112,65 @@ std::uint64_t disk_bytes(const std::filesystem::path& target) noexcept {
   return n;
 }
 
+// Writes tensor views (in host or device memory) into a writer's datasets, hashing the bytes as they
+// pass into each dataset's running hash (a stacked dataset receives its layer slices in order).
+class DatasetFeed {
+ public:
+  DatasetFeed(backend& be, CheckpointWriter& w, std::size_t datasets, std::uint64_t staging_bytes, EmitProgress& progress)
+      : be_(be), w_(w), hash_(datasets), progress_(progress) {
+    // Device memory comes through staging, at least one element of any dtype.
+    if (be.memory().kind() != MemoryKind::host) staging_.resize(std::max<std::uint64_t>(staging_bytes, 8));
+  }
+  // View v into dataset k at element `first`; its bytes also go into `own` when given.
+  void put(const TensorView& v, std::size_t k, std::uint64_t first, ContentHash* own) {
+    // A stacked dataset has the dtype of layer 0's tensor; a dtype override that names one layer
+    // would otherwise pour another dtype's bytes into it.
+    const DatasetSpec& d = w_.datasets()[k];
+    if (v.dtype != d.dtype)
+      throw std::invalid_argument("emit: stacked layout needs one dtype per layer parameter, but " + printable(v.name) + " is " +
+                                  std::string(dtype_name(v.dtype)) + " and " + printable(d.name) + " is " +
+                                  std::string(dtype_name(d.dtype)));
+    const std::uint64_t esize = dtype_size(v.dtype);
+    // Pieces of whole elements: the writer takes element counts.
+    const std::span<unsigned char> pieces(staging_.data(), staging_.size() / esize * esize);
+    read_on_host(be_, v.data, v.bytes(), pieces, [&](const void* host, std::uint64_t offset, std::uint64_t nbytes) {
+      hash_[k].update(host, nbytes);
+      if (own) own->update(host, nbytes);
+      w_.write(k, first + offset / esize, host, nbytes / esize);
+      progress_.bytes_done += nbytes;
+    });
+  }
+  std::uint64_t digest(std::size_t k) const { return hash_[k].digest(); }
+
+ private:
+  backend& be_;
+  CheckpointWriter& w_;
+  std::vector<unsigned char> staging_;
+  std::vector<ContentHash> hash_;
+  EmitProgress& progress_;
+};
+
 }  // namespace
+
+CheckpointMetadata builder_metadata(const Builder& b, const CheckpointMetadata& given) {
+  // Filled in where the caller left a field empty; a caller's value that contradicts the builder is
+  // refused, since the file would misstate how it was made.
+  const BuildOptions& bo = b.options();
+  CheckpointMetadata meta = given;
+  auto from_builder = [](std::string& field, const char* key, const std::string& truth, bool quote_truth) {
+    if (field.empty()) field = truth;
+    else if (field != truth)
+      throw std::invalid_argument("emit: metadata " + std::string(key) + " '" + printable(field, 64) +
+                                  "' contradicts the builder's " + (quote_truth ? "'" + printable(truth) + "'" : "spec"));
+  };
+  from_builder(meta.dtype, "dtype", std::string(dtype_name(bo.dtype)), true);
+  from_builder(meta.seed, "seed", std::to_string(bo.seed), true);
+  from_builder(meta.recipe, "recipe", b.recipe().name(), true);
+  from_builder(meta.layout, "layout", std::string(layout_name(bo.layout)), true);
+  from_builder(meta.orientation, "orientation", std::string(orientation_name(bo.orientation)), true);
+  from_builder(meta.model_spec, "model_spec", spec_to_json(b.spec()), false);
+  return meta;
+}
 
 EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem::path& target, const EmitOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -124,21 +188,7 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
   if (!opts.writer.config_json.empty() && (bo.layout != Layout::per_layer || bo.orientation != Orientation::out_in))
     throw std::invalid_argument("emit: a Hugging Face config.json describes the per-layer, out-in layout; this checkpoint is " +
                                 std::string(layout_name(bo.layout)) + ", " + std::string(orientation_name(bo.orientation)));
-  // The file's metadata is the builder's: filled in where the caller left a field empty; a caller's
-  // value that contradicts the builder is refused, since the file would misstate how it was made.
-  CheckpointMetadata meta = opts.meta;
-  auto from_builder = [](std::string& field, const char* key, const std::string& truth, bool quote_truth) {
-    if (field.empty()) field = truth;
-    else if (field != truth)
-      throw std::invalid_argument("emit: metadata " + std::string(key) + " '" + printable(field, 64) +
-                                  "' contradicts the builder's " + (quote_truth ? "'" + printable(truth) + "'" : "spec"));
-  };
-  from_builder(meta.dtype, "dtype", std::string(dtype_name(bo.dtype)), true);
-  from_builder(meta.seed, "seed", std::to_string(bo.seed), true);
-  from_builder(meta.recipe, "recipe", b.recipe().name(), true);
-  from_builder(meta.layout, "layout", std::string(layout_name(bo.layout)), true);
-  from_builder(meta.orientation, "orientation", std::string(orientation_name(bo.orientation)), true);
-  from_builder(meta.model_spec, "model_spec", spec_to_json(spec), false);
+  const CheckpointMetadata meta = builder_metadata(b, opts.meta);
 
   // Before anything that grows with the model (the dataset list, the reports; 10^9 tiny layers would
   // be hundreds of GB of lists for a checkpoint no disk holds): the checks the writer makes at open.
@@ -154,32 +204,14 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
   for (std::size_t k = 0; k < datasets.size(); ++k) index[datasets[k].name] = k;
   EmitResult result;
   for (const auto& d : datasets) {
-    result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), 0, {}});
+    result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), 0, {}, {}, {}});
     result.weight_bytes += result.tensors.back().bytes;
   }
   std::unique_ptr<CheckpointWriter> writer = open_checkpoint_writer(opts.format, target, datasets, meta, opts.writer);
 
-  std::vector<unsigned char> staging;
-  const bool device = be.memory().kind() != MemoryKind::host;
-  if (device) staging.resize(std::max<std::uint64_t>(opts.staging_bytes, 8));  // at least one element of any dtype
   EmitProgress progress{0, spec.num_layers, 0, result.weight_bytes, 0};
   const StackedLayout sl = stacked_layout(spec, bo.experts);
-  // Each dataset's running hash: a stacked dataset receives its layer slices in order.
-  std::vector<ContentHash> dataset_hash(datasets.size());
-
-  // Writes one tensor view (in host or device memory) into dataset k at element `first`, hashing the
-  // bytes as they pass into the dataset's hash and, when given, the view's own.
-  auto put = [&](const TensorView& v, std::size_t k, std::uint64_t first, ContentHash* own) {
-    const std::uint64_t esize = dtype_size(v.dtype);
-    // Device memory comes through staging in pieces of whole elements: the writer takes element counts.
-    const std::span<unsigned char> pieces(staging.data(), staging.size() / esize * esize);
-    read_on_host(be, v.data, v.bytes(), pieces, [&](const void* host, std::uint64_t offset, std::uint64_t nbytes) {
-      dataset_hash[k].update(host, nbytes);
-      if (own) own->update(host, nbytes);
-      writer->write(k, first + offset / esize, host, nbytes / esize);
-      progress.bytes_done += nbytes;
-    });
-  };
+  DatasetFeed feed(be, *writer, datasets.size(), opts.staging_bytes, progress);
 
   b.stream([&](const Part& part) {
     if (opts.cancel && opts.cancel->load()) throw error("interrupted");
@@ -188,10 +220,10 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
       if (part.kind == Part::Kind::layer && stacked) {
         const std::size_t k = index.at(sl.buffers[sl.buffer[j]].name);
         ContentHash own;
-        put(v, k, sl.slice(j, part.layer) * numel(v.shape), &own);
+        feed.put(v, k, sl.slice(j, part.layer) * numel(v.shape), &own);
         result.tensors[k].layer_hashes.push_back(own.digest());
       } else {
-        put(v, index.at(v.name), 0, nullptr);
+        feed.put(v, index.at(v.name), 0, nullptr);
       }
     }
     if (part.kind == Part::Kind::layer) ++progress.layers_done;
@@ -199,9 +231,129 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
     if (opts.progress) opts.progress(progress);
   });
   if (opts.cancel && opts.cancel->load()) throw error("interrupted");
-  for (std::size_t k = 0; k < datasets.size(); ++k) result.tensors[k].hash = dataset_hash[k].digest();
+  for (std::size_t k = 0; k < datasets.size(); ++k) result.tensors[k].hash = feed.digest(k);
   writer->commit();
   result.file_bytes = disk_bytes(writer->target());  // the normalized path: "out/" names the directory
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+std::string rank_file_name(std::uint64_t rank, std::uint64_t ranks) {
+  char name[96];
+  std::snprintf(name, sizeof name, "rank-%05llu-of-%05llu.safetensors", static_cast<unsigned long long>(rank),
+                static_cast<unsigned long long>(ranks));
+  return name;
+}
+
+namespace {
+
+// The rank's datasets in file order, each with its report (global shape and offset).
+struct RankDatasets {
+  std::vector<DatasetSpec> specs;
+  std::vector<TensorReport> reports;
+  std::map<std::string, std::size_t> index;
+  void add(std::string name, Shape shape, DType t, std::uint64_t slab, Shape global, Shape offset) {
+    index[name] = specs.size();
+    reports.push_back({name, shape, t, numel(shape) * dtype_size(t), 0, {}, std::move(global), std::move(offset)});
+    specs.push_back({std::move(name), std::move(shape), t, slab});
+  }
+};
+
+Shape with_layers(std::uint64_t n, const Shape& s) {
+  Shape out{n};
+  out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
+
+RankDatasets rank_datasets(const RankPlan& r) {
+  const Builder& b = r.builder();
+  const ModelSpec& spec = b.spec();
+  RankDatasets d;
+  auto add = [&](const ShardTensor& s) {
+    d.add(s.tensor.name, s.box.shape, s.tensor.dtype, 0, s.tensor.memory_shape, s.box.offset);
+  };
+  for (const auto& s : r.pre()) add(s);
+  const Range L = r.layers();
+  if (b.options().layout == Layout::per_layer) {
+    for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i)
+      for (const auto& s : r.layer(i)) add(s);
+  } else if (L.size > 0) {
+    const auto first = r.layer(L.offset);
+    for (std::size_t k = 0; k < first.size(); ++k)
+      d.add(stacked_name(spec, spec.layer.tensors[r.layer_tensors()[k]]), with_layers(L.size, first[k].box.shape),
+            first[k].tensor.dtype, first[k].numel(), stacked_shape(spec, first[k].tensor.memory_shape),
+            with_layers(L.offset, first[k].box.offset));
+  }
+  for (const auto& s : r.post()) add(s);
+  return d;
+}
+
+std::string shards_json(const RankDatasets& d) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& t : d.reports) j[t.name] = {{"global_shape", t.global_shape}, {"offset", t.offset}};
+  return j.dump();
+}
+
+}  // namespace
+
+EmitResult emit_rank(const RankPlan& r, backend& be, const std::filesystem::path& dir, const EmitOptions& opts) {
+  namespace fs = std::filesystem;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Builder& b = r.builder();
+  if (opts.format != CheckpointFormat::safetensors)
+    throw std::invalid_argument("emit: a rank's file is safetensors (per-rank HDF5 files are not written)");
+  if (opts.writer.max_shard_size != 0 || !opts.writer.config_json.empty())
+    throw std::invalid_argument("emit: a rank's file has no shards and no config.json");
+  if (be.kind() == BackendKind::dry) throw std::invalid_argument("emit needs a backend that holds bytes (cpu or cuda)");
+  const bool stacked = b.options().layout == Layout::stacked;
+  CheckpointMetadata meta = builder_metadata(b, opts.meta);
+  for (const char* key : {"layerinit.shards", "layerinit.mesh"})
+    if (meta.extra.count(key)) throw std::invalid_argument(std::string("emit: metadata key ") + key + " is the rank's own");
+
+  RankDatasets d = rank_datasets(r);
+  meta.extra["layerinit.shards"] = shards_json(d);
+  const ParallelDegrees& g = r.plan().degrees();
+  meta.extra["layerinit.mesh"] = nlohmann::ordered_json{{"pp", g.pp}, {"fsdp", g.fsdp}, {"ep", g.ep}, {"tp", g.tp}, {"rank", r.rank()}}.dump();
+  EmitResult result;
+  for (const auto& t : d.reports) result.weight_bytes += t.bytes;
+
+  // The directory all ranks share: made here when missing (another rank may make it first).
+  const fs::path target_dir = detail::normalize_target(dir);
+  bool made_dir = false;
+  if (::mkdir(target_dir.c_str(), 0777) == 0) made_dir = true;  // the umask decides the mode
+  else if (errno != EEXIST) detail::refuse("cannot create output directory", target_dir, errno);
+  else if (!fs::is_directory(target_dir)) detail::refuse("cannot use output directory", target_dir, ENOTDIR);
+  try {
+    std::unique_ptr<CheckpointWriter> writer =
+        open_safetensors_file_writer(target_dir / rank_file_name(r.rank(), r.plan().ranks()), d.specs, meta, opts.writer);
+    EmitProgress progress{0, r.layers().size, 0, result.weight_bytes, 0};
+    DatasetFeed feed(be, *writer, d.specs.size(), opts.staging_bytes, progress);
+    stream_rank(r, [&](const RankPart& part) {
+      if (opts.cancel && opts.cancel->load()) throw error("interrupted");
+      for (std::size_t j = 0; j < part.tensors.size(); ++j) {
+        const TensorView& v = part.tensors[j];
+        if (part.kind == Part::Kind::layer && stacked) {
+          const std::size_t k = d.index.at(stacked_name(b.spec(), b.spec().layer.tensors[r.layer_tensors()[j]]));
+          ContentHash own;
+          feed.put(v, k, (part.layer - r.layers().offset) * numel(v.shape), &own);
+          d.reports[k].layer_hashes.push_back(own.digest());
+        } else {
+          feed.put(v, d.index.at(v.name), 0, nullptr);
+        }
+      }
+      if (part.kind == Part::Kind::layer) ++progress.layers_done;
+      progress.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (opts.progress) opts.progress(progress);
+    });
+    if (opts.cancel && opts.cancel->load()) throw error("interrupted");
+    for (std::size_t k = 0; k < d.reports.size(); ++k) d.reports[k].hash = feed.digest(k);
+    writer->commit();
+    result.file_bytes = disk_bytes(writer->target());
+  } catch (...) {
+    if (made_dir) ::rmdir(target_dir.c_str());  // only if still empty: other ranks may be writing there
+    throw;
+  }
+  result.tensors = std::move(d.reports);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }

@@ -10,6 +10,7 @@
 
 #include <layerinit/checkpoint/writer.hpp>
 #include <layerinit/init/builder.hpp>
+#include <layerinit/shard/rank.hpp>
 
 namespace layerinit {
 
@@ -51,6 +52,9 @@ struct TensorReport {
   std::uint64_t bytes = 0;
   std::uint64_t hash = 0;
   std::vector<std::uint64_t> layer_hashes;  // stacked only
+  // A rank's piece (emit_rank, build --rank): the whole tensor's shape as stored and where the piece
+  // (shape) sits in it. Empty for whole tensors.
+  Shape global_shape, offset;
 };
 
 struct EmitResult {
@@ -67,5 +71,25 @@ struct EmitResult {
 // cancellation the target keeps what it held and temporary files are removed. Cancellation throws
 // layerinit::error("interrupted").
 EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem::path& target, const EmitOptions& opts);
+
+// `given` with the builder's dtype, seed, recipe, layout, orientation and model_spec filled in where
+// empty; a given value that contradicts the builder throws std::invalid_argument.
+CheckpointMetadata builder_metadata(const Builder& b, const CheckpointMetadata& given);
+
+// A rank's file name: "rank-00003-of-00008.safetensors", the rank counted from 0 and the number of
+// ranks, each with at least 5 digits.
+std::string rank_file_name(std::uint64_t rank, std::uint64_t ranks);
+
+// Streams rank r's pieces (stream_rank: tracked peak = its largest part) into one safetensors file,
+// dir / rank_file_name(r, ranks), written atomically (open_safetensors_file_writer); `dir` is created
+// when missing (its parent must exist), so ranks started together share it. Each piece is stored
+// under its global name with its local shape; stacked layout: one [n, ...] piece per held layer
+// parameter. The __metadata__ holds the builder's metadata plus (docs/sharding.md)
+//   "layerinit.shards": JSON {name: {"global_shape": [...], "offset": [...]}} for every piece,
+//   "layerinit.mesh":   JSON {"pp": P, "fsdp": F, "ep": E, "tp": T, "rank": r}.
+// opts.format must be safetensors, without max_shard_size or config_json (std::invalid_argument).
+// The result's tensors carry global_shape and offset. Failures leave no temporary behind, as
+// emit_checkpoint's do.
+EmitResult emit_rank(const RankPlan& r, backend& be, const std::filesystem::path& dir, const EmitOptions& opts);
 
 }  // namespace layerinit

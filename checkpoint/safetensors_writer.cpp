@@ -1,6 +1,7 @@
 // The safetensors writer: a directory with model.safetensors (or shards and their index) and
-// config.json, built in a temporary directory beside the target and renamed into place. Data goes
-// from the caller's memory to the file with pwrite at offsets fixed by the header: no staging.
+// config.json, built in a temporary directory beside the target and renamed into place; or one
+// .safetensors file (a rank's file), built in a temporary file beside it. Data goes from the
+// caller's memory to the file with pwrite at offsets fixed by the header: no staging.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -59,6 +60,12 @@ std::string safetensors_ownership_impl(const fs::path& dir) {
   return {};
 }
 
+// --force replaces a single file only if it is a .safetensors file layerinit wrote.
+std::string safetensors_file_ownership(const fs::path& p) {
+  if (written_by_layerinit(p)) return {};
+  return "it is not a safetensors file layerinit wrote (no format_version and library_version in its __metadata__)";
+}
+
 struct Shard {
   std::string file;                 // "model.safetensors" or "model-00001-of-00003.safetensors"
   std::vector<std::size_t> tensors;
@@ -69,16 +76,23 @@ struct Shard {
 
 class SafetensorsWriter final : public detail::WriterBase {
  public:
+  // single_file: `target` is the one .safetensors file (no shards, index or config.json).
   SafetensorsWriter(fs::path target, std::vector<DatasetSpec> datasets, const CheckpointMetadata& meta,
-                    const WriterOptions& opts)
-      : WriterBase(std::move(target), std::move(datasets), opts, true, safetensors_ownership_impl) {
+                    const WriterOptions& opts, bool single_file)
+      : WriterBase(std::move(target), std::move(datasets), opts, !single_file,
+                   single_file ? safetensors_file_ownership : safetensors_ownership_impl),
+        single_file_(single_file) {
+    if (single_file_ && (opts_.max_shard_size != 0 || !opts_.config_json.empty()))
+      throw std::invalid_argument("checkpoint: a single safetensors file has no shards and no config.json");
     plan(meta);  // header too large etc. before touching the disk
     open(planned_bytes(CheckpointFormat::safetensors, d_, meta, opts_), [&] {
       for (auto& s : shards_) {
-        const fs::path p = temp_path() / s.file;
-        s.fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);  // the umask decides
-        if (s.fd < 0) detail::fail("cannot create", target_ / s.file, errno);
-        detail::full_pwrite(s.fd, headers_[&s - shards_.data()].data(), s.data_start, 0, target_ / s.file);
+        // A single file is the temporary itself (already created, mode set by the umask).
+        const fs::path p = single_file_ ? temp_path() : temp_path() / s.file;
+        s.fd = single_file_ ? ::open(p.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC)
+                            : ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);  // the umask decides
+        if (s.fd < 0) detail::fail("cannot create", shown(s), errno);
+        detail::full_pwrite(s.fd, headers_[&s - shards_.data()].data(), s.data_start, 0, shown(s));
       }
       headers_.clear();
     });
@@ -89,15 +103,15 @@ class SafetensorsWriter final : public detail::WriterBase {
   void write_elements(std::size_t i, std::uint64_t first, const void* bytes, std::uint64_t n) override {
     const Shard& s = shards_[shard_of_[i]];
     const std::uint64_t es = dtype_size(d_[i].dtype);
-    detail::full_pwrite(s.fd, bytes, n * es, s.data_start + offset_[i] + first * es, target_ / s.file);
+    detail::full_pwrite(s.fd, bytes, n * es, s.data_start + offset_[i] + first * es, shown(s));
   }
 
   void finish() override {
     for (auto& s : shards_) {
-      if (::fsync(s.fd) != 0) detail::fail("cannot sync", target_ / s.file, errno);
+      if (::fsync(s.fd) != 0) detail::fail("cannot sync", shown(s), errno);
       if (::close(s.fd) != 0) {
         s.fd = -1;
-        detail::fail("cannot write", target_ / s.file, errno);
+        detail::fail("cannot write", shown(s), errno);
       }
       s.fd = -1;
     }
@@ -140,10 +154,13 @@ class SafetensorsWriter final : public detail::WriterBase {
       s.data_bytes += bytes;
       s.tensors.push_back(i);
     }
+    if (single_file_ && shards_.empty()) shards_.emplace_back();  // a rank may hold no tensor: a header alone
     const std::size_t n = shards_.size();
     for (std::size_t k = 0; k < n; ++k) {
       Shard& s = shards_[k];
-      if (n == 1) {
+      if (single_file_) {
+        s.file = target_.filename().string();
+      } else if (n == 1) {
         s.file = "model.safetensors";
       } else {
         char name[64];
@@ -164,7 +181,7 @@ class SafetensorsWriter final : public detail::WriterBase {
       std::string json = h.dump();
       json.append((8 - json.size() % 8) % 8, ' ');
       if (json.size() > 100'000'000)
-        throw checkpoint_error("checkpoint: " + (target_ / s.file).string() + ": safetensors header of " +
+        throw checkpoint_error("checkpoint: " + shown(s).string() + ": safetensors header of " +
                                std::to_string(json.size()) + " bytes exceeds the format's 100000000");
       std::string header(8, '\0');
       std::uint64_t len = json.size();
@@ -175,6 +192,10 @@ class SafetensorsWriter final : public detail::WriterBase {
     }
   }
 
+  // The path a shard's file will have, for messages.
+  fs::path shown(const Shard& s) const { return single_file_ ? target_ : target_ / s.file; }
+
+  bool single_file_;
   std::vector<Shard> shards_;
   std::vector<std::string> headers_;      // until written at open
   std::vector<std::size_t> shard_of_;     // per tensor
@@ -188,7 +209,17 @@ std::unique_ptr<CheckpointWriter> open_safetensors_writer(const std::filesystem:
                                                           const CheckpointMetadata& meta,
                                                           const WriterOptions& opts) {
   detail::validate_datasets(datasets);
-  return std::make_unique<SafetensorsWriter>(detail::normalize_target(target), std::move(datasets), meta, opts);
+  return std::make_unique<SafetensorsWriter>(detail::normalize_target(target), std::move(datasets), meta, opts, false);
+}
+
+std::unique_ptr<CheckpointWriter> open_safetensors_file_writer(const std::filesystem::path& file,
+                                                               std::vector<DatasetSpec> datasets,
+                                                               const CheckpointMetadata& meta, const WriterOptions& opts) {
+  detail::validate_datasets(datasets);
+  const fs::path target = detail::normalize_target(file);
+  if (target.extension() != ".safetensors")
+    throw std::invalid_argument("checkpoint: " + target.string() + ": a safetensors file's name ends in .safetensors");
+  return std::make_unique<SafetensorsWriter>(target, std::move(datasets), meta, opts, true);
 }
 
 namespace detail {

@@ -147,6 +147,14 @@ std::unique_ptr<CheckpointWriter> open_safetensors_writer(const std::filesystem:
                                                           std::vector<DatasetSpec> datasets,
                                                           const CheckpointMetadata& meta,
                                                           const WriterOptions& opts);
+// One .safetensors file at `file` (its name must end in .safetensors), written to a temporary file
+// beside it and renamed into place; no shards, no index, no config.json (a max_shard_size or
+// config_json is refused with std::invalid_argument). --force (overwrite) replaces only a
+// .safetensors file whose __metadata__ has format_version and library_version. emit_rank writes
+// each rank's file with it.
+std::unique_ptr<CheckpointWriter> open_safetensors_file_writer(const std::filesystem::path& file,
+                                                               std::vector<DatasetSpec> datasets,
+                                                               const CheckpointMetadata& meta, const WriterOptions& opts);
 std::unique_ptr<CheckpointWriter> open_checkpoint_writer(CheckpointFormat f, const std::filesystem::path& target,
                                                          std::vector<DatasetSpec> datasets,
                                                          const CheckpointMetadata& meta, const WriterOptions& opts);

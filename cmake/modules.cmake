@@ -1,8 +1,9 @@
 # The library is one folder per layer, each an OBJECT library linked into the one installed
 # layerinit::layerinit. Layers, bottom to top (docs/design.md draws the same picture):
 #
-#   core -> dtypes -> kernels ----> backends -> init -> stacking -> checkpoint
-#                  \-> memory --/                \-> plan
+#   core -> dtypes -> kernels ----> backends -> init -> stacking
+#                  \-> memory --/                \-> shard -> plan
+#                                                        \-> checkpoint
 #
 # A layer sees only the headers of
 # itself and the layers it names in DEPS: each target gets an include view

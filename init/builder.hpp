@@ -100,6 +100,9 @@ class Builder {
   const ModelSpec& spec() const noexcept { return spec_; }
   const Recipe& recipe() const noexcept { return recipe_; }
   const BuildOptions& options() const noexcept { return opts_; }
+  // Where tensors are made and filled (shard/ builds a rank's pieces with the same two).
+  backend& target_backend() const noexcept { return *be_; }
+  memory_resource& memory() const noexcept { return *mr_; }
 
   // What will be made, without allocating.
   std::vector<PlannedTensor> plan_pre() const;

@@ -137,8 +137,7 @@ std::optional<std::uint64_t> activation_bytes(const ModelSpec& spec, std::uint64
 }
 }  // namespace
 
-TrainingEstimate estimate_training(const ModelSpec& spec, TrainingSetup setup, std::uint64_t batch, std::uint64_t seq) {
-  const std::uint64_t n = spec.parameter_count();
+TrainingEstimate training_states(std::uint64_t n, TrainingSetup setup) {
   TrainingEstimate e;
   switch (setup) {
     case TrainingSetup::mixed:
@@ -154,6 +153,11 @@ TrainingEstimate estimate_training(const ModelSpec& spec, TrainingSetup setup, s
       e.optimizer = checked_mul(n, 4, "optimizer");
       break;
   }
+  return e;
+}
+
+TrainingEstimate estimate_training(const ModelSpec& spec, TrainingSetup setup, std::uint64_t batch, std::uint64_t seq) {
+  TrainingEstimate e = training_states(spec.parameter_count(), setup);
   for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
     const auto per = activation_bytes(spec, batch, seq, r);
     e.activation_per_layer[static_cast<int>(r)] = per;
@@ -171,5 +175,58 @@ std::uint64_t largest_batch(const ModelSpec& spec, TrainingSetup setup, std::uin
   return (memory - one.states()) / *act;
 }
 
+RankMemoryPlan plan_rank(const RankPlan& r, TrainingSetup setup) {
+  RankMemoryPlan m;
+  m.rank = r.rank();
+  m.coords = r.coords();
+  m.layers = r.layers();
+  auto outside = [&](const std::vector<ShardTensor>& pieces) {
+    for (const auto& s : pieces) {
+      ++m.tensors;
+      m.parameters += s.numel();
+      m.weight_bytes += s.bytes();
+      m.peak_streamed = std::max(m.peak_streamed, s.bytes());
+    }
+  };
+  outside(r.pre());
+  auto layer = [&](std::uint64_t i, std::uint64_t times) {
+    std::uint64_t n = 0, bytes = 0;
+    for (const auto& s : r.layer(i)) n += s.numel(), bytes += s.bytes();
+    m.tensors += times * r.layer_tensors().size();
+    m.parameters += times * n;
+    m.weight_bytes += times * bytes;
+    m.peak_streamed = std::max(m.peak_streamed, bytes);
+  };
+  const Range L = r.layers();
+  if (L.size > 0 && r.builder().uniform_layers()) {
+    layer(L.offset, L.size);  // layers differ only in names and fills
+  } else {
+    for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i) layer(i, 1);
+  }
+  outside(r.post());
+  m.states = training_states(m.parameters, setup);
+  return m;
+}
+
+std::vector<RankMemoryPlan> plan_ranks(const Builder& b, const ParallelPlan& plan, TrainingSetup setup) {
+  std::vector<RankMemoryPlan> out;
+  out.reserve(plan.ranks());
+  for (std::uint64_t r = 0; r < plan.ranks(); ++r) out.push_back(plan_rank(RankPlan(b, plan, r), setup));
+  return out;
+}
+
+RankBalance rank_balance(const std::vector<RankMemoryPlan>& ranks) {
+  RankBalance out;
+  if (ranks.empty()) return out;
+  std::size_t best = 0;
+  double total = 0;
+  for (std::size_t k = 0; k < ranks.size(); ++k) {
+    total += static_cast<double>(ranks[k].weight_bytes);
+    if (ranks[k].weight_bytes > ranks[best].weight_bytes) best = k;
+  }
+  out.largest_rank = ranks[best].rank;
+  if (total > 0) out.imbalance = static_cast<double>(ranks[best].weight_bytes) / (total / static_cast<double>(ranks.size()));
+  return out;
+}
 
 }  // namespace layerinit

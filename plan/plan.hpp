@@ -11,6 +11,8 @@
 #include <vector>
 
 #include <layerinit/init/builder.hpp>
+#include <layerinit/shard/parallel.hpp>
+#include <layerinit/shard/rank.hpp>
 
 namespace layerinit {
 
@@ -73,9 +75,36 @@ struct TrainingEstimate {
 };
 
 TrainingEstimate estimate_training(const ModelSpec& spec, TrainingSetup setup, std::uint64_t batch, std::uint64_t seq);
+// The states alone (no activations) of `parameters` parameters.
+TrainingEstimate training_states(std::uint64_t parameters, TrainingSetup setup);
 // The largest batch whose states plus activations fit in `memory` bytes, or 0 if none does (or the
 // model has no activation formula).
 std::uint64_t largest_batch(const ModelSpec& spec, TrainingSetup setup, std::uint64_t seq, Recompute r, std::uint64_t memory);
+// What one rank of a parallel plan needs (docs/sharding.md), from the same RankPlan its build follows:
+// tests/test_shard_build.cpp checks each number against the tracked peaks of build_rank and
+// stream_rank.
+struct RankMemoryPlan {
+  std::uint64_t rank = 0;
+  ParallelPlan::Coords coords;
+  Range layers;                     // the stage's layers
+  std::uint64_t tensors = 0;        // pieces held, per-layer layout
+  std::uint64_t parameters = 0;     // elements of its pieces
+  std::uint64_t weight_bytes = 0;   // its pieces in the build's dtypes: the peak of build_rank, either layout
+  std::uint64_t peak_streamed = 0;  // its largest part (a layer's pieces, or one piece outside the layers): emit --rank
+  // Training states with every state sharded like the weights (FSDP / ZeRO-3): parameters times the
+  // setup's bytes per parameter.
+  TrainingEstimate states;
+};
+// O(tensors of one layer) per rank for uniform layers (Builder::uniform_layers), else O(its layers).
+RankMemoryPlan plan_rank(const RankPlan& r, TrainingSetup setup);
+std::vector<RankMemoryPlan> plan_ranks(const Builder& b, const ParallelPlan& plan, TrainingSetup setup);
 
+// The rank with the most weight bytes (the first on a tie) and max / mean of the ranks' weight bytes
+// (1 when all are equal; 0 for an empty list or no bytes).
+struct RankBalance {
+  std::uint64_t largest_rank = 0;
+  double imbalance = 0;
+};
+RankBalance rank_balance(const std::vector<RankMemoryPlan>& ranks);
 
 }  // namespace layerinit

@@ -20,6 +20,7 @@
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/spec.hpp>
 #include <layerinit/checkpoint/writer.hpp>
+#include "safetensors_reader.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -31,64 +32,10 @@ using layerinit::testing::ChildOutcome;
 using layerinit::testing::in_child;
 using layerinit::testing::in_child_with_message;
 using layerinit::testing::TempDir;
+using layerinit::testing::parse_safetensors;
+using File = layerinit::testing::SafetensorsFile;
 
 namespace {
-
-// The minimal reader: checks the format's rules and returns name -> (dtype, shape, bytes).
-struct Tensor {
-  std::string dtype;
-  std::vector<std::uint64_t> shape;
-  std::string bytes;
-};
-struct File {
-  json metadata;
-  std::map<std::string, Tensor> tensors;
-  std::vector<std::string> order;  // header order
-};
-
-File parse_safetensors(const fs::path& p) {
-  const std::string raw = slurp(p);
-  File out;
-  EXPECT_GE(raw.size(), 8u);
-  std::uint64_t n = 0;
-  for (int b = 7; b >= 0; --b) n = (n << 8) | static_cast<unsigned char>(raw[b]);
-  EXPECT_EQ(n % 8, 0u) << "header padded to 8 bytes";
-  EXPECT_LE(n, 100'000'000u);
-  EXPECT_LE(8 + n, raw.size());
-  const std::string header = raw.substr(8, n);
-  EXPECT_EQ(header.front(), '{');
-  const json h = json::parse(header);
-  const std::uint64_t data_size = raw.size() - 8 - n;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
-  for (const auto& [name, e] : h.items()) {
-    if (name == "__metadata__") {
-      out.metadata = e;
-      continue;
-    }
-    Tensor t;
-    t.dtype = e.at("dtype");
-    t.shape = e.at("shape").get<std::vector<std::uint64_t>>();
-    const auto off = e.at("data_offsets").get<std::vector<std::uint64_t>>();
-    EXPECT_EQ(off.size(), 2u);
-    std::uint64_t count = 1;
-    for (auto d : t.shape) count *= d;
-    const std::uint64_t es = t.dtype == "F32" ? 4 : 2;
-    EXPECT_EQ(off[1] - off[0], count * es) << name;
-    EXPECT_LE(off[1], data_size) << name;
-    t.bytes = raw.substr(8 + n + off[0], off[1] - off[0]);
-    spans.emplace_back(off[0], off[1]);
-    out.tensors[name] = std::move(t);
-    out.order.push_back(name);
-  }
-  std::sort(spans.begin(), spans.end());
-  std::uint64_t at = 0;
-  for (auto [b, e] : spans) {
-    EXPECT_EQ(b, at) << "offsets tile the data: no gap, no overlap";
-    at = e;
-  }
-  EXPECT_EQ(at, data_size) << "no trailing bytes";
-  return out;
-}
 
 std::string bytes_of(const void* p, std::size_t n) { return std::string(static_cast<const char*>(p), n); }
 

@@ -7,11 +7,83 @@
 #include <layerinit/core/bytes.hpp>
 #include <layerinit/core/errors.hpp>
 #include <layerinit/plan/plan.hpp>
+#include <layerinit/shard/rank.hpp>
 #include <layerinit/stacking/stack.hpp>
 #include "common.hpp"
 #include "trace.hpp"
 
 namespace layerinit::cli {
+
+namespace {
+
+// build --rank R: only rank R's pieces (docs/sharding.md).
+int build_rank_command(const ModelArgs& args, const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts,
+                       const std::string& report, const std::string& trace_file, bool force) {
+  const ParallelPlan plan = args.parallel_plan(spec);
+  if (!args.rank)
+    throw usage_error("--tp, --pp, --ep and --fsdp describe a mesh of " + std::to_string(plan.ranks()) +
+                      " ranks: build needs --rank R, the rank to build (0-" + std::to_string(plan.ranks() - 1) + ")");
+  if (args.layout == "restack")
+    throw usage_error("--layout restack does not apply to --rank (--layout stacked builds a rank's pieces stacked)");
+  auto be = make_backend(args.backend, args.threads);
+  tracking_resource tracker(be->memory(), tracking_resource::options{.live_list = !trace_file.empty()});
+  const Builder builder(spec, recipe, opts, *be, tracker);
+  const RankPlan rank(builder, plan, *args.rank);
+  const RankMemoryPlan need = plan_rank(rank, TrainingSetup::mixed);
+  check_memory(args, *be, {"this rank's pieces", need.weight_bytes, record_bytes(spec, args.layout, false)});
+  MemoryTrace trace(spec);
+  if (!trace_file.empty()) trace.attach(tracker, trace_file, force);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const RankModel model = build_rank(rank);
+  const double build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const MemoryStats stats = tracker.stats();
+
+  std::vector<TensorReport> tensors;
+  const auto t1 = std::chrono::steady_clock::now();
+  if (report == "json") {
+    for (const LocalTensor& lt : model.tensors) {
+      const TensorView& v = lt.tensor.view;
+      TensorReport t{v.name, v.shape, v.dtype, v.bytes(), hash_tensor(*be, v), {}, lt.global_shape, lt.offset};
+      if (lt.stacked) {
+        // A stacked piece [n, ...]: a hash per layer slice, as the unsharded report gives.
+        const std::uint64_t slice = v.bytes() / v.shape[0];
+        for (std::uint64_t k = 0; k < v.shape[0]; ++k)
+          t.layer_hashes.push_back(hash_bytes(*be, static_cast<const unsigned char*>(v.data) + k * slice, slice));
+      }
+      tensors.push_back(std::move(t));
+    }
+  }
+  const double hash_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+
+  begin_stdout();
+  if (report == "json") {
+    nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout, *be);
+    add_rank_json(out, plan, rank.rank());
+    out["parameters"] = need.parameters;
+    out["tensors"] = tensors_json(tensors);
+    out["total_bytes"] = model.bytes();
+    out["peak_bytes"] = stats.peak_bytes;
+    out["allocations"] = stats.total_count;
+    out["wall_seconds"] = build_seconds;
+    out["hash_seconds"] = hash_seconds;
+    std::cout << out.dump(2) << "\n";
+  } else {
+    const ParallelPlan::Coords c = rank.coords();
+    std::printf("%s: rank %llu of %llu (pp %llu, fsdp %llu, ep %llu, tp %llu): %llu parameters in %zu pieces, %s, layout %s, "
+                "backend %s\n",
+                spec.name.c_str(), (unsigned long long)rank.rank(), (unsigned long long)plan.ranks(), (unsigned long long)c.pp,
+                (unsigned long long)c.fsdp, (unsigned long long)c.ep, (unsigned long long)c.tp, (unsigned long long)need.parameters,
+                model.tensors.size(), std::string(dtype_name(opts.dtype)).c_str(), args.layout.c_str(), be->describe().c_str());
+    std::printf("weights    %s\npeak       %s\ntime       %.3f s\n", format_bytes(model.bytes()).c_str(),
+                format_bytes(stats.peak_bytes).c_str(), build_seconds);
+  }
+  check_stdout();
+  trace.finish();
+  return 0;
+}
+
+}  // namespace
 
 int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file, bool force) {
   if (!report.empty() && report != "json") throw usage_error("unknown report format '" + report + "' (valid: json)");
@@ -21,6 +93,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   const Recipe recipe = args.load_recipe();
   const BuildOptions opts = args.build_options();
   args.check_overrides(spec, recipe, opts);
+  if (args.sharded()) return build_rank_command(args, spec, recipe, opts, report, trace_file, force);
   auto be = make_backend(args.backend, args.threads);
   // A free carries only its pointer: the tracker's live list gives the trace its tensor and layer.
   tracking_resource tracker(be->memory(), tracking_resource::options{.live_list = !trace_file.empty()});
@@ -50,7 +123,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
     const StackedLayout sl = stacked_layout(spec, model.experts);
     std::size_t stacked_index = 0;
     auto add = [&](const TensorView& v, bool is_stacked) {
-      TensorReport t{v.name, v.shape, v.dtype, v.bytes(), hash_tensor(*be, v), {}};
+      TensorReport t{v.name, v.shape, v.dtype, v.bytes(), hash_tensor(*be, v), {}, {}, {}};
       if (is_stacked) {  // one hash per slice in buffer order: per layer, then per expert
         for (const auto& layer : slices)
           for (std::size_t j = 0; j < layer.size(); ++j)

@@ -101,6 +101,36 @@ void ModelArgs::add_backend_flags(CLI::App& app) {
                "MemAvailable, free GPU memory)");
 }
 
+void ModelArgs::add_parallel_flags(CLI::App& app) {
+  constexpr std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
+  add_decimal_option(app, "--tp", parallel.tp, 1, max, "Tensor-parallel degree (docs/sharding.md)");
+  add_decimal_option(app, "--pp", parallel.pp, 1, max, "Pipeline-parallel stages");
+  add_decimal_option(app, "--ep", parallel.ep, 1, max, "Expert-parallel degree");
+  add_decimal_option(app, "--fsdp", parallel.fsdp, 1, max, "FSDP degree (Shard(0) of every tensor)");
+  app.add_option_function<std::string>(
+         "--rank", [this](const std::string& s) { rank = parse_decimal(s, "--rank", 0, max); },
+         "This rank's pieces only (0 .. tp*pp*ep*fsdp - 1; tp fastest, pp slowest)")
+      ->type_name("UINT");
+}
+
+bool ModelArgs::sharded() const { return rank || parallel != ParallelDegrees{}; }
+
+ParallelPlan ModelArgs::parallel_plan(const ModelSpec& spec) const {
+  std::optional<ParallelPlan> plan;
+  try {
+    plan.emplace(spec, parallel);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  } catch (const std::overflow_error&) {
+    throw usage_error("--tp x --pp x --ep x --fsdp overflows 64 bits");
+  }
+  if (rank && *rank >= plan->ranks())
+    throw usage_error("--rank " + std::to_string(*rank) + " is outside the mesh of " + std::to_string(plan->ranks()) +
+                      (plan->ranks() == 1 ? " rank" : " ranks") + " (" + plan->mesh().describe() + ": ranks 0-" +
+                      std::to_string(plan->ranks() - 1) + ")");
+  return std::move(*plan);
+}
+
 std::uint64_t record_bytes(const ModelSpec& spec, const std::string& layout, bool hdf5_datasets) {
   // Measured with GNU time's max RSS over 80,000 one-element layers: build's tensors and reports and
   // emit's lists, reports and safetensors writer take about 1.5 KiB per tensor, HDF5 19.5 KiB more
@@ -288,8 +318,17 @@ nlohmann::ordered_json shape_json(const Shape& s) {
 nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const auto& t : tensors) {
-    nlohmann::ordered_json j{{"name", t.name}, {"shape", shape_json(t.shape)}, {"dtype", dtype_name(t.dtype)},
-                             {"bytes", t.bytes}, {"xxh3_64", hex64(t.hash)}};
+    nlohmann::ordered_json j{{"name", t.name}};
+    if (t.global_shape.empty()) {
+      j["shape"] = shape_json(t.shape);
+    } else {
+      j["global_shape"] = shape_json(t.global_shape);
+      j["offset"] = shape_json(t.offset);
+      j["local_shape"] = shape_json(t.shape);
+    }
+    j["dtype"] = dtype_name(t.dtype);
+    j["bytes"] = t.bytes;
+    j["xxh3_64"] = hex64(t.hash);
     if (!t.layer_hashes.empty()) {
       nlohmann::ordered_json layers = nlohmann::ordered_json::array();
       for (auto h : t.layer_hashes) layers.push_back(hex64(h));
@@ -298,6 +337,17 @@ nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors) {
     out.push_back(std::move(j));
   }
   return out;
+}
+
+void add_rank_json(nlohmann::ordered_json& out, const ParallelPlan& plan, std::uint64_t rank) {
+  const ParallelDegrees& d = plan.degrees();
+  const ParallelPlan::Coords c = plan.coords(rank);
+  const Range layers = plan.stage_layers(c.pp);
+  out["parallel"] = {{"pp", d.pp}, {"fsdp", d.fsdp}, {"ep", d.ep}, {"tp", d.tp}};
+  out["ranks"] = plan.ranks();
+  out["rank"] = rank;
+  out["coords"] = {{"pp", c.pp}, {"fsdp", c.fsdp}, {"ep", c.ep}, {"tp", c.tp}};
+  out["layers"] = {layers.offset, layers.size};
 }
 
 nlohmann::ordered_json report_header(const ModelSpec& spec, const BuildOptions& opts, const Recipe& recipe,

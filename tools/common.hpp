@@ -13,6 +13,7 @@
 #include <layerinit/init/builder.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
+#include <layerinit/shard/parallel.hpp>
 
 namespace layerinit::cli {
 
@@ -40,10 +41,17 @@ struct ModelArgs {
   int threads = 0;
   bool no_memory_check = false;
   bool strict = false;  // an override that matches no tensor is an error, not a warning
+  ParallelDegrees parallel;           // --tp, --pp, --ep, --fsdp
+  std::optional<std::uint64_t> rank;  // --rank
 
   void add_model_flags(CLI::App& app);           // --preset, --spec
   void add_build_flags(CLI::App& app, const std::string& layouts);  // dtype, recipe, seed, layout, ...
   void add_backend_flags(CLI::App& app);         // --backend, --threads, --no-memory-check
+  void add_parallel_flags(CLI::App& app);        // --tp, --pp, --ep, --fsdp, --rank (docs/sharding.md)
+
+  bool sharded() const;  // a degree above 1, or --rank
+  // The mesh flags' plan for `spec` (bad degrees: usage_error); with --rank, a rank of that mesh.
+  ParallelPlan parallel_plan(const ModelSpec& spec) const;
 
   ModelSpec load_spec() const;
   Recipe load_recipe() const;
@@ -71,8 +79,12 @@ nlohmann::ordered_json shape_json(const Shape& s);
 std::string escape_non_utf8(const std::string& s);
 std::string hex64(std::uint64_t h);
 
-// The "tensors" array of a report: name, shape, dtype, bytes, xxh3_64 (and per-layer hashes).
+// The "tensors" array of a report: name, shape, dtype, bytes, xxh3_64 (and per-layer hashes); a
+// rank's piece has global_shape, offset and local_shape instead of shape.
 nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors);
+// The fields of a rank's report: "parallel" {"pp", "fsdp", "ep", "tp"}, "ranks", "rank", "coords",
+// "layers" [first, count].
+void add_rank_json(nlohmann::ordered_json& out, const ParallelPlan& plan, std::uint64_t rank);
 
 // The report fields build and emit share: model, dtype, seed, recipe, layout, orientation, backend.
 nlohmann::ordered_json report_header(const ModelSpec& spec, const BuildOptions& opts, const Recipe& recipe,
@@ -120,6 +132,7 @@ struct EmitArgs {
   std::string report;
   std::string max_shard_size;
 };
-int emit_command(const ModelArgs& args, const EmitArgs& emit);
+// format_given: --format was on the command line (emit --rank asks for it by name).
+int emit_command(const ModelArgs& args, const EmitArgs& emit, bool format_given);
 
 }  // namespace layerinit::cli

@@ -4,11 +4,14 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include <layerinit/core/bytes.hpp>
 #include <layerinit/checkpoint/hf_config.hpp>
 #include <layerinit/plan/plan.hpp>
+#include <layerinit/shard/rank.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/core/errors.hpp>
 #include "common.hpp"
@@ -35,7 +38,7 @@ void draw(const EmitProgress& p) {
 
 }  // namespace
 
-int emit_command(const ModelArgs& args, const EmitArgs& ea) {
+int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given) {
   if (!ea.report.empty() && ea.report != "json") throw usage_error("unknown report format '" + ea.report + "' (valid: json)");
   if (args.layout != "per-layer" && args.layout != "stacked")
     throw usage_error("unknown layout '" + args.layout + "' (valid: per-layer, stacked)");
@@ -45,6 +48,17 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
   const Recipe recipe = args.load_recipe();
   const BuildOptions opts = args.build_options();
   args.check_overrides(spec, recipe, opts);
+
+  std::optional<ParallelPlan> plan;
+  if (args.sharded()) {
+    plan.emplace(args.parallel_plan(spec));
+    if (!args.rank)
+      throw usage_error("--tp, --pp, --ep and --fsdp describe a mesh of " + std::to_string(plan->ranks()) +
+                        " ranks: emit needs --rank R, the rank to write (0-" + std::to_string(plan->ranks() - 1) + ")");
+    if (!format_given || format != CheckpointFormat::safetensors)
+      throw usage_error("emit --rank writes one safetensors file per rank: give --format safetensors");
+    if (!ea.max_shard_size.empty()) throw usage_error("--max-shard-size does not apply to --rank (a rank is one file)");
+  }
 
   EmitOptions eo;
   eo.format = format;
@@ -56,7 +70,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
   }
   // transformers loads the per-layer, out-in layout only: a config.json beside stacked or transposed
   // weights would have it load them as missing keys and initialize those anew.
-  if (format == CheckpointFormat::safetensors && opts.layout == Layout::per_layer &&
+  if (!plan && format == CheckpointFormat::safetensors && opts.layout == Layout::per_layer &&
       opts.orientation == Orientation::out_in) {
     try {
       eo.writer.config_json = config_json(spec, opts.dtype);
@@ -80,15 +94,25 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
   auto be = make_backend(args.backend, args.threads);
   tracking_resource tracker(be->memory());
   const Builder builder(spec, recipe, opts, *be, tracker);
-  check_memory(args, *be, {"the largest part", make_memory_plan(builder).peak_streamed,
-                           record_bytes(spec, args.layout, format == CheckpointFormat::hdf5)});
+  std::optional<RankPlan> rank;
+  if (plan) {
+    rank.emplace(builder, *plan, *args.rank);
+    check_memory(args, *be, {"this rank's largest part", plan_rank(*rank, TrainingSetup::mixed).peak_streamed,
+                             record_bytes(spec, args.layout, false)});
+  } else {
+    check_memory(args, *be, {"the largest part", make_memory_plan(builder).peak_streamed,
+                             record_bytes(spec, args.layout, format == CheckpointFormat::hdf5)});
+  }
+  // What the report and messages name: the rank's file, or the checkpoint.
+  const std::string written =
+      rank ? (std::filesystem::path(ea.output) / rank_file_name(rank->rank(), plan->ranks())).string() : ea.output;
   EmitResult r;
   try {
-    r = emit_checkpoint(builder, *be, ea.output, eo);
+    r = rank ? emit_rank(*rank, *be, ea.output, eo) : emit_checkpoint(builder, *be, ea.output, eo);
   } catch (...) {
     if (tty) std::fprintf(stderr, "\n");
     if (g_cancel.load()) {
-      std::fprintf(stderr, "layerinit: interrupted; %s was left as it was\n", printable(ea.output).c_str());
+      std::fprintf(stderr, "layerinit: interrupted; %s was left as it was\n", printable(written).c_str());
       std::exit(130);  // tools/ only: the library never exits
     }
     throw;
@@ -98,9 +122,10 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
   begin_stdout();
   if (ea.report == "json") {
     nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout, *be);
+    if (rank) add_rank_json(out, *plan, rank->rank());
     out["format"] = format_name(format);
-    out["output"] = escape_non_utf8(ea.output);
-    out["parameters"] = spec.parameter_count();
+    out["output"] = escape_non_utf8(written);
+    out["parameters"] = rank ? plan_rank(*rank, TrainingSetup::mixed).parameters : spec.parameter_count();
     out["tensors"] = tensors_json(r.tensors);
     out["total_bytes"] = r.weight_bytes;
     out["peak_bytes"] = tracker.stats().peak_bytes;
@@ -109,7 +134,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea) {
     // The checkpoint is published by now: replace (never throw on) any other invalid UTF-8.
     std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   } else {
-    std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", printable(ea.output).c_str(), format_bytes(r.weight_bytes).c_str(),
+    std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", printable(written).c_str(), format_bytes(r.weight_bytes).c_str(),
                 format_bytes(r.file_bytes).c_str(), r.seconds, format_bytes(tracker.stats().peak_bytes).c_str());
   }
   check_stdout();

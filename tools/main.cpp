@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   build_args.add_model_flags(*build);
   build_args.add_build_flags(*build, "per-layer, stacked, restack (per-layer, then stack in place)");
   build_args.add_backend_flags(*build);
+  build_args.add_parallel_flags(*build);
   build->add_option("--report", build_report, "Print a machine-readable report: json");
   build->add_option("--trace", build_trace, "Write bytes in use after each allocation and free to a CSV file");
   build->add_flag("--force", build_force, "Replace an existing --trace file (only a trace layerinit wrote)");
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
   auto* plan = app.add_subcommand("plan", "Predict memory (build peaks, naive strategies, disk, training) without allocating");
   plan_args.add_model_flags(*plan);
   plan_args.add_build_flags(*plan, "per-layer, stacked");
+  plan_args.add_parallel_flags(*plan);
   plan->add_flag("--json", plan_opts.json, "Print JSON instead of tables");
   plan->add_flag("--per-layer", plan_opts.per_layer, "A subtotal row per layer (default: one per run of identical layers)");
   plan->add_option("--precision", plan_opts.training, "Training setup for the estimate: mixed, fp32, pure-bf16")->capture_default_str();
@@ -87,7 +89,10 @@ int main(int argc, char** argv) {
   emit_args.add_model_flags(*emit);
   emit_args.add_build_flags(*emit, "per-layer, stacked");
   emit_args.add_backend_flags(*emit);
-  emit->add_option("--format", emit_opts.format, "hdf5 (a file) or safetensors (a directory with config.json)")->capture_default_str();
+  emit_args.add_parallel_flags(*emit);
+  auto* emit_format = emit->add_option("--format", emit_opts.format,
+                                       "hdf5 (a file) or safetensors (a directory with config.json; with --rank, "
+                                       "the rank's file in it)")->capture_default_str();
   emit->add_option("-o,--output", emit_opts.output, "Target path; written to a temporary file beside it, then renamed");
   emit->add_flag("--force", emit_opts.force, "Replace an existing target");
   emit->add_option("--report", emit_opts.report, "Print a machine-readable report: json (hashes equal build's)");
@@ -98,7 +103,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     if (*build) return build_command(build_args, build_report, build_trace, build_force);
     if (*plan) return plan_command(plan_args, plan_opts);
-    if (*emit) return emit_command(emit_args, emit_opts);
+    if (*emit) return emit_command(emit_args, emit_opts, emit_format->count() > 0);
   } catch (const CLI::CallForHelp& e) {
     begin_stdout();
     return help_written(app.exit(e));

@@ -1,14 +1,130 @@
 // layerinit plan: what a model will need, before anything is allocated.
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <layerinit/core/bytes.hpp>
 #include <layerinit/plan/plan.hpp>
+#include <layerinit/shard/rank.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/core/errors.hpp>
 #include "common.hpp"
 
 namespace layerinit::cli {
+
+namespace {
+
+std::string range_text(std::uint64_t first, std::uint64_t count) {
+  if (count == 0) return "-";
+  return count == 1 ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(first + count - 1);
+}
+
+// The per-rank numbers of a parallel plan (docs/sharding.md), one row per run of consecutive ranks with
+// the same numbers and stage.
+struct ParallelReport {
+  std::vector<RankMemoryPlan> ranks;
+  RankBalance balance;
+};
+
+bool same_row(const RankMemoryPlan& a, const RankMemoryPlan& b) {
+  return a.coords.pp == b.coords.pp && a.layers == b.layers && a.tensors == b.tensors && a.parameters == b.parameters &&
+         a.weight_bytes == b.weight_bytes && a.peak_streamed == b.peak_streamed;
+}
+
+// rank R's pieces: name, global shape, offset, local shape, dtype, bytes; layers as in the whole plan.
+void print_rank_pieces(const RankPlan& r, bool per_layer) {
+  const ParallelPlan::Coords c = r.coords();
+  std::printf("rank %llu (pp %llu, fsdp %llu, ep %llu, tp %llu), layers %s\n", (unsigned long long)r.rank(),
+              (unsigned long long)c.pp, (unsigned long long)c.fsdp, (unsigned long long)c.ep, (unsigned long long)c.tp,
+              range_text(r.layers().offset, r.layers().size).c_str());
+  std::printf("%-52s %-16s %-12s %-16s %-5s %12s\n", "tensor", "global shape", "offset", "local shape", "dtype", "bytes");
+  auto row = [](const ShardTensor& s) {
+    std::printf("%-52s %-16s %-12s %-16s %-5s %12llu\n", s.tensor.name.c_str(), shape_string(s.tensor.memory_shape).c_str(),
+                shape_string(s.box.offset).c_str(), shape_string(s.box.shape).c_str(), std::string(dtype_name(s.tensor.dtype)).c_str(),
+                (unsigned long long)s.bytes());
+  };
+  auto subtotal = [](const std::string& what, std::uint64_t bytes) {
+    std::printf("%-52s %-16s %-12s %-16s %-5s %12llu  %s\n", ("  " + what).c_str(), "", "", "", "", (unsigned long long)bytes,
+                format_bytes_short(bytes).c_str());
+  };
+  for (const auto& s : r.pre()) row(s);
+  const Range L = r.layers();
+  if (L.size > 0) {
+    std::uint64_t first_bytes = 0;
+    for (const auto& s : r.layer(L.offset)) row(s), first_bytes += s.bytes();
+    if (per_layer || !r.builder().uniform_layers()) {
+      for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i) {
+        std::uint64_t bytes = 0;
+        for (const auto& s : r.layer(i)) bytes += s.bytes();
+        subtotal("layer " + std::to_string(i) + " subtotal", bytes);
+      }
+    } else {
+      subtotal((L.size == 1 ? "layer " : "layers ") + range_text(L.offset, L.size) + (L.size == 1 ? " subtotal" : ", each"),
+               first_bytes);
+    }
+  }
+  for (const auto& s : r.post()) row(s);
+  std::printf("\n");
+}
+
+void print_parallel(const ParallelReport& rep, TrainingSetup setup) {
+  std::printf("%-14s %5s  %-11s %14s %11s %11s %11s %11s\n", "ranks", "stage", "layers", "parameters", "weights", "build peak",
+              "emit peak", "training");
+  for (std::size_t k = 0; k < rep.ranks.size();) {
+    std::size_t e = k + 1;
+    while (e < rep.ranks.size() && same_row(rep.ranks[k], rep.ranks[e])) ++e;
+    const RankMemoryPlan& r = rep.ranks[k];
+    std::printf("%-14s %5llu  %-11s %14llu %11s %11s %11s %11s\n", range_text(r.rank, e - k).c_str(), (unsigned long long)r.coords.pp,
+                range_text(r.layers.offset, r.layers.size).c_str(), (unsigned long long)r.parameters,
+                format_bytes_short(r.weight_bytes).c_str(), format_bytes_short(r.weight_bytes).c_str(),
+                format_bytes_short(r.peak_streamed).c_str(), format_bytes_short(r.states.states()).c_str());
+    k = e;
+  }
+  const RankMemoryPlan& big = rep.ranks[rep.balance.largest_rank];
+  std::printf("\nlargest rank %llu: weights %s, emit peak %s, training states %s; imbalance %.3f (largest / mean weights)\n",
+              (unsigned long long)big.rank, format_bytes_short(big.weight_bytes).c_str(), format_bytes_short(big.peak_streamed).c_str(),
+              format_bytes_short(big.states.states()).c_str(), rep.balance.imbalance);
+  std::printf("build peak = the rank's pieces (per-layer or stacked); emit peak = its largest part; training = %s-precision "
+              "Adam states sharded like the weights (FSDP / ZeRO-3), no activations\n",
+              std::string(training_setup_name(setup)).c_str());
+}
+
+nlohmann::ordered_json parallel_json(const ParallelPlan& plan, const ParallelReport& rep, const std::optional<RankPlan>& rank) {
+  const ParallelDegrees& d = plan.degrees();
+  nlohmann::ordered_json per_rank = nlohmann::ordered_json::array();
+  for (const auto& r : rep.ranks)
+    per_rank.push_back({{"rank", r.rank},
+                        {"coords", {{"pp", r.coords.pp}, {"fsdp", r.coords.fsdp}, {"ep", r.coords.ep}, {"tp", r.coords.tp}}},
+                        {"layers", {r.layers.offset, r.layers.size}},
+                        {"tensors", r.tensors},
+                        {"parameters", r.parameters},
+                        {"weights", r.weight_bytes},
+                        {"build_peak", r.weight_bytes},
+                        {"emit_peak", r.peak_streamed},
+                        {"training_states", r.states.states()}});
+  nlohmann::ordered_json out{{"pp", d.pp}, {"fsdp", d.fsdp}, {"ep", d.ep}, {"tp", d.tp}, {"ranks", plan.ranks()},
+                             {"per_rank", per_rank}, {"largest_rank", rep.balance.largest_rank},
+                             {"imbalance", rep.balance.imbalance}};
+  if (rank) {
+    nlohmann::ordered_json pieces = nlohmann::ordered_json::array();
+    auto add = [&](const ShardTensor& s, std::optional<std::uint64_t> layer) {
+      nlohmann::ordered_json j{{"name", s.tensor.name}, {"global_shape", shape_json(s.tensor.memory_shape)},
+                               {"offset", shape_json(s.box.offset)}, {"local_shape", shape_json(s.box.shape)},
+                               {"dtype", dtype_name(s.tensor.dtype)}, {"bytes", s.bytes()}};
+      if (layer) j["layer"] = *layer;
+      pieces.push_back(std::move(j));
+    };
+    for (const auto& s : rank->pre()) add(s, std::nullopt);
+    for (std::uint64_t i = rank->layers().offset; i < rank->layers().offset + rank->layers().size; ++i)
+      for (const auto& s : rank->layer(i)) add(s, i);
+    for (const auto& s : rank->post()) add(s, std::nullopt);
+    out["rank"] = rank->rank();
+    out["rank_tensors"] = pieces;
+  }
+  return out;
+}
+
+}  // namespace
 
 
 int plan_command(const ModelArgs& args, const PlanArgs& pa) {
@@ -42,6 +158,19 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   auto be = make_dry_backend();
   const Builder b(spec, recipe, opts, *be, be->memory());
   const MemoryPlan p = make_memory_plan(b);
+  // With mesh flags: the numbers of every rank (docs/sharding.md), a row per run of alike ranks.
+  std::optional<ParallelPlan> parallel;
+  std::optional<RankPlan> rank;
+  ParallelReport prep;
+  if (args.sharded()) {
+    parallel.emplace(args.parallel_plan(spec));
+    if (parallel->ranks() > max_rows)
+      throw usage_error("plan: " + std::to_string(parallel->ranks()) + " ranks are too many to list (at most " +
+                        std::to_string(max_rows) + ")");
+    if (args.rank) rank.emplace(b, *parallel, *args.rank);
+    prep.ranks = plan_ranks(b, *parallel, setup);
+    prep.balance = rank_balance(prep.ranks);
+  }
   CheckpointMetadata meta;
   meta.model_spec = spec_to_json(spec);
   const std::uint64_t disk_hdf5 = planned_checkpoint_bytes(b, CheckpointFormat::hdf5, meta, {});
@@ -97,6 +226,7 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
                                {"naive_peaks", naive},
                                {"disk", {{"hdf5", disk_hdf5}, {"safetensors", disk_st}}},
                                {"training", training}};
+    if (parallel) out["parallel"] = parallel_json(*parallel, prep, rank);
     std::cout << out.dump(2) << "\n";
     check_stdout();
     return 0;
@@ -106,6 +236,17 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   std::printf("%s (%s): %llu parameters, %llu layers%s, %s, %s layout\n\n", spec.name.c_str(), spec.family.c_str(),
               (unsigned long long)p.parameters, (unsigned long long)spec.total_layers(), before.c_str(),
               std::string(dtype_name(opts.dtype)).c_str(), std::string(layout_name(opts.layout)).c_str());
+  if (parallel) {
+    std::printf("parallel: %s; rank = ((pp * %llu + fsdp) * %llu + ep) * %llu + tp (docs/sharding.md)\n",
+                parallel->describe().c_str(), (unsigned long long)parallel->degrees().fsdp,
+                (unsigned long long)parallel->degrees().ep, (unsigned long long)parallel->degrees().tp);
+    std::printf("whole model: weights %s, training states %s (%s)\n\n", format_bytes_short(p.weight_bytes).c_str(),
+                format_bytes_short(te.states()).c_str(), std::string(training_setup_name(setup)).c_str());
+    if (rank) print_rank_pieces(*rank, pa.per_layer);
+    print_parallel(prep, setup);
+    check_stdout();
+    return 0;
+  }
   std::printf("%-52s %-20s %-5s %14s\n", "tensor", "shape", "dtype", "bytes");
   auto row = [](const PlannedTensor& t) {
     std::printf("%-52s %-20s %-5s %14llu\n", t.name.c_str(), shape_string(t.memory_shape).c_str(),

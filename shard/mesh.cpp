@@ -1,0 +1,102 @@
+#include <layerinit/shard/mesh.hpp>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <layerinit/core/text.hpp>
+
+namespace layerinit {
+
+Mesh::Mesh(std::vector<MeshDim> dims) : dims_(std::move(dims)) {
+  for (std::size_t i = 0; i < dims_.size(); ++i) {
+    const MeshDim& d = dims_[i];
+    if (d.name.empty()) throw std::invalid_argument("mesh: a dimension has an empty name");
+    if (d.size == 0) throw std::invalid_argument("mesh: dimension '" + printable(d.name) + "' has size 0");
+    for (std::size_t k = 0; k < i; ++k)
+      if (dims_[k].name == d.name) throw std::invalid_argument("mesh: dimension '" + printable(d.name) + "' appears twice");
+    size_ = checked_mul(size_, d.size, "mesh size");
+  }
+}
+
+std::vector<std::uint64_t> Mesh::coords(std::uint64_t rank) const {
+  if (rank >= size_)
+    throw std::out_of_range("rank " + std::to_string(rank) + " is outside the mesh of " + std::to_string(size_) + " ranks");
+  std::vector<std::uint64_t> c(dims_.size());
+  for (std::size_t i = dims_.size(); i-- > 0;) {
+    c[i] = rank % dims_[i].size;
+    rank /= dims_[i].size;
+  }
+  return c;
+}
+
+std::uint64_t Mesh::rank(std::span<const std::uint64_t> coords) const {
+  if (coords.size() != dims_.size())
+    throw std::out_of_range("mesh: " + std::to_string(coords.size()) + " coordinates for " + std::to_string(dims_.size()) +
+                            " dimensions");
+  std::uint64_t r = 0;
+  for (std::size_t i = 0; i < dims_.size(); ++i) {
+    if (coords[i] >= dims_[i].size)
+      throw std::out_of_range("mesh: coordinate " + std::to_string(coords[i]) + " of '" + dims_[i].name + "' (size " +
+                              std::to_string(dims_[i].size) + ")");
+    r = r * dims_[i].size + coords[i];
+  }
+  return r;
+}
+
+std::size_t Mesh::dim_index(std::string_view name) const {
+  std::string names;
+  for (std::size_t i = 0; i < dims_.size(); ++i) {
+    if (dims_[i].name == name) return i;
+    names += (names.empty() ? "" : ", ") + dims_[i].name;
+  }
+  throw std::invalid_argument("mesh has no dimension '" + printable(name) + "' (dimensions: " + names + ")");
+}
+
+std::string Mesh::describe() const {
+  std::string s;
+  for (const auto& d : dims_) s += (s.empty() ? "" : " x ") + d.name + " " + std::to_string(d.size);
+  return s.empty() ? "1 rank" : s;
+}
+
+std::string Placement::describe() const {
+  return kind == Kind::shard ? "Shard(" + std::to_string(dim) + ")" : "Replicate()";
+}
+
+bool Box::empty() const {
+  return std::any_of(shape.begin(), shape.end(), [](std::uint64_t d) { return d == 0; });
+}
+
+Box whole_box(const Shape& global) { return {Shape(global.size(), 0), global}; }
+
+Range chunk(std::uint64_t n, std::uint64_t parts, std::uint64_t index) {
+  if (parts == 0) throw std::invalid_argument("chunk: 0 parts");
+  if (index >= parts) throw std::invalid_argument("chunk: piece " + std::to_string(index) + " of " + std::to_string(parts));
+  const std::uint64_t each = n / parts + (n % parts != 0);  // ceil without overflow
+  // index * each may pass n (an empty piece) but never 2^64: index < parts and each <= n / parts + 1.
+  const std::uint64_t begin = index * each;
+  if (begin >= n) return {n, 0};
+  return {begin, std::min(each, n - begin)};
+}
+
+Box split_box(const Box& box, std::size_t dim, std::uint64_t parts, std::uint64_t index) {
+  if (dim >= box.shape.size())
+    throw std::invalid_argument("Shard(" + std::to_string(dim) + ") of a tensor of rank " + std::to_string(box.shape.size()));
+  const Range r = chunk(box.shape[dim], parts, index);
+  Box out = box;
+  out.offset[dim] += r.offset;
+  out.shape[dim] = r.size;
+  return out;
+}
+
+Box local_box(const Shape& global, const Mesh& mesh, std::span<const Placement> placements, std::uint64_t rank) {
+  if (placements.size() != mesh.dims().size())
+    throw std::invalid_argument(std::to_string(placements.size()) + " placements for a mesh of " +
+                                std::to_string(mesh.dims().size()) + " dimensions");
+  const std::vector<std::uint64_t> c = mesh.coords(rank);
+  Box b = whole_box(global);
+  for (std::size_t i = 0; i < placements.size(); ++i)
+    if (placements[i].kind == Placement::Kind::shard) b = split_box(b, placements[i].dim, mesh.dims()[i].size, c[i]);
+  return b;
+}
+
+}  // namespace layerinit

@@ -1,0 +1,96 @@
+// Device meshes, placements and boxes: which piece of a tensor a rank holds, described the way
+// torch.distributed's DeviceMesh and DTensor describe it (docs/sharding.md).
+//
+// A tensor's local piece is a box: an offset and a local shape inside its global shape. Boxes are in
+// the coordinates of the tensor as stored (its memory shape: [in, out] for a transposed weight,
+// [L, ...] for a stacked one), since that is the tensor a framework shards.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <layerinit/core/shape.hpp>
+
+namespace layerinit {
+
+struct MeshDim {
+  std::string name;
+  std::uint64_t size = 1;
+  bool operator==(const MeshDim&) const = default;
+};
+
+// A device mesh: named dimensions, slowest first. A rank is the row-major index of its coordinates
+// (the last dimension fastest), as DeviceMesh numbers ranks: on a ("dp", "tp") mesh of 2 x 2, rank
+// = dp * 2 + tp.
+class Mesh {
+ public:
+  Mesh() = default;  // one rank, no dimensions
+  // Throws std::invalid_argument for a size of 0, an empty or repeated name; std::overflow_error when
+  // the number of ranks exceeds 2^64 - 1.
+  explicit Mesh(std::vector<MeshDim> dims);
+
+  const std::vector<MeshDim>& dims() const noexcept { return dims_; }
+  std::uint64_t size() const noexcept { return size_; }  // ranks
+  // Coordinates of `rank`, one per dimension; throws std::out_of_range for rank >= size().
+  std::vector<std::uint64_t> coords(std::uint64_t rank) const;
+  // The rank at `coords`; throws std::out_of_range for a wrong count or a coordinate past its size.
+  std::uint64_t rank(std::span<const std::uint64_t> coords) const;
+  // Index of the dimension called `name`; throws std::invalid_argument listing the names.
+  std::size_t dim_index(std::string_view name) const;
+  std::string describe() const;  // "pp 2 x fsdp 1 x ep 1 x tp 4"
+  bool operator==(const Mesh&) const = default;
+
+ private:
+  std::vector<MeshDim> dims_;
+  std::uint64_t size_ = 1;
+};
+
+// What one mesh dimension does to a tensor: splits its dimension `dim` (Shard(dim)) or leaves it whole
+// on every coordinate (Replicate()).
+struct Placement {
+  enum class Kind : std::uint8_t { replicate, shard };
+  Kind kind = Kind::replicate;
+  std::size_t dim = 0;  // Kind::shard
+  static Placement replicate() { return {}; }
+  static Placement shard(std::size_t dim) { return {Kind::shard, dim}; }
+  std::string describe() const;  // "Replicate()", "Shard(1)"
+  bool operator==(const Placement&) const = default;
+};
+
+// A piece of a tensor: elements offset[d] .. offset[d] + shape[d] - 1 of every dimension d.
+struct Box {
+  Shape offset;
+  Shape shape;
+  std::uint64_t numel() const { return layerinit::numel(shape); }
+  bool empty() const;  // some dimension of the piece is 0
+  bool operator==(const Box&) const = default;
+};
+Box whole_box(const Shape& global);  // offset 0, the global shape
+
+// Piece `index` of `parts` of n elements, as torch.chunk and DTensor's Shard split a dimension: every
+// piece holds ceil(n / parts) elements but the trailing ones, which hold fewer or none. An empty piece
+// sits at offset n (DTensor's _local_shard_size_and_offset): n = 10 over 4 is 3, 3, 3, 1 at 0, 3, 6,
+// 9; n = 3 over 4 is 1, 1, 1, 0 at 0, 1, 2, 3. Throws std::invalid_argument for parts == 0 or index
+// >= parts.
+struct Range {
+  std::uint64_t offset = 0, size = 0;
+  bool operator==(const Range&) const = default;
+};
+Range chunk(std::uint64_t n, std::uint64_t parts, std::uint64_t index);
+
+// `box` with its dimension `dim` split into `parts` pieces and piece `index` kept (chunk() of the
+// box's extent, offset from the box's own offset): DTensor's Shard(dim) applied to a local tensor.
+// Throws std::invalid_argument for a dim past the box's rank.
+Box split_box(const Box& box, std::size_t dim, std::uint64_t parts, std::uint64_t index);
+
+// The piece `rank` holds of a tensor of shape `global` with one placement per mesh dimension, split
+// in mesh order (DTensor's compute_local_shape_and_global_offset): with [Shard(0), Shard(0)] the first
+// mesh dimension splits dimension 0, the second splits that piece again. Throws std::invalid_argument
+// for a wrong number of placements or a Shard past the tensor's rank, std::out_of_range for a rank
+// outside the mesh.
+Box local_box(const Shape& global, const Mesh& mesh, std::span<const Placement> placements, std::uint64_t rank);
+
+}  // namespace layerinit

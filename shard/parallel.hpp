@@ -1,0 +1,95 @@
+// Named parallel plans: tensor (tp), pipeline (pp), expert (ep) and fully sharded data parallel
+// (fsdp), and their composition on one mesh (docs/sharding.md has the rules and where they come from).
+//
+// The mesh is ("pp", "fsdp", "ep", "tp"), slowest first: rank = ((pp * F + fsdp) * E + ep) * T + tp,
+// with tp fastest and pp slowest, Megatron's default order (tp-cp-ep-dp-pp, fastest first).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <layerinit/init/builder.hpp>
+#include <layerinit/init/spec.hpp>
+#include <layerinit/shard/mesh.hpp>
+
+namespace layerinit {
+
+struct ParallelDegrees {
+  std::uint64_t tp = 1, pp = 1, ep = 1, fsdp = 1;
+  bool operator==(const ParallelDegrees&) const = default;
+};
+
+// What tensor parallelism does to one tensor, in the Megatron / torchtitan convention.
+enum class TpRule : std::uint8_t {
+  replicate,  // norms, routers, row-parallel biases, position embeddings, GPT-2's attention
+  column,     // column-parallel: the output dimension is split (q, k, v, gate, up, experts' w1 and w3)
+  row,        // row-parallel: the input dimension is split (o, down, experts' w2)
+  vocab,      // vocab-parallel: the vocabulary dimension is split (token embedding, lm_head)
+};
+std::string_view tp_rule_name(TpRule r);  // "replicate", "column", "row", "vocab"
+
+// The rule of a tensor by its canonical name (Hugging Face names of the llama, mistral, mixtral and
+// gpt2 families; any other name is replicated).
+TpRule tp_rule(std::string_view canonical_name);
+
+// The expert a layer tensor belongs to ("block_sparse_moe.experts.3.w1.weight" -> 3), from its name
+// relative to the layer; nothing for a tensor shared by all experts.
+std::optional<std::uint64_t> expert_of(std::string_view relative_name);
+
+// Where a tensor of a model sits: before the layers, in layer `layer`, or after them.
+struct TensorPlace {
+  enum class Kind : std::uint8_t { pre, layer, post } kind = Kind::pre;
+  std::uint64_t layer = 0;
+};
+
+class ParallelPlan {
+ public:
+  // Checks the degrees against the model; throws std::invalid_argument with one line naming the
+  // problem: a degree of 0; tp > 1 on a model no rule applies to, or a tp that does not divide the
+  // attention or key/value heads; ep > 1 on a model without experts, or one that does not divide
+  // them; pp larger than the number of layers (every stage holds at least one layer).
+  // std::overflow_error when the ranks overflow 64 bits.
+  ParallelPlan(const ModelSpec& spec, ParallelDegrees degrees);
+
+  const ParallelDegrees& degrees() const noexcept { return d_; }
+  const Mesh& mesh() const noexcept { return mesh_; }
+  std::uint64_t ranks() const noexcept { return mesh_.size(); }
+
+  struct Coords {
+    std::uint64_t pp = 0, fsdp = 0, ep = 0, tp = 0;
+    bool operator==(const Coords&) const = default;
+  };
+  Coords coords(std::uint64_t rank) const;  // throws std::out_of_range past ranks()
+  std::uint64_t rank(const Coords& c) const;
+
+  // Pipeline stage s holds layers [offset, offset + size): the L layers in pp contiguous ranges, the
+  // first L mod pp stages one layer more (numpy.array_split).
+  Range stage_layers(std::uint64_t stage) const;
+  std::uint64_t stage_of_layer(std::uint64_t layer) const;
+
+  // Whether the rank at `c` holds (a piece of) tensor `t` at `where`: the first stage holds the
+  // tensors before the layers, the last stage those after them (and, for a model with tied
+  // embeddings and pp > 1, a replica of the token embedding, its output layer, as Megatron keeps
+  // it); a layer's tensors live on its stage, and an expert's only on the ep coordinate that owns it
+  // (experts split in ep contiguous blocks).
+  bool holds(const TensorSpec& t, TensorPlace where, const Coords& c) const;
+
+  // The piece of tensor `p` (whose spec is `t`) the rank at `c` holds, in the coordinates of
+  // p.memory_shape: the tensor-parallel split of its dimension per tp_rule (the output, input or
+  // vocabulary dimension, wherever the orientation stores it), then FSDP's split of dimension 0 of
+  // that piece (FSDP2 shards the tensor-parallel local tensor). May be empty (more ranks than rows).
+  // Does not ask holds().
+  Box box(const PlannedTensor& p, const TensorSpec& t, const Coords& c) const;
+
+  std::string describe() const;  // "pp 2 x fsdp 1 x ep 1 x tp 4 = 8 ranks"
+
+ private:
+  ParallelDegrees d_;
+  std::uint64_t num_layers_ = 0, num_experts_ = 0;
+  bool tied_ = false;  // the token embedding is also the output layer
+  Mesh mesh_;
+};
+
+}  // namespace layerinit

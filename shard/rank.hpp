@@ -1,0 +1,97 @@
+// One rank's share of a build: which pieces of which tensors it holds (RankPlan), and a build or a
+// stream of only those pieces, each allocated at its local size and filled in place with the bytes
+// the unsharded build puts there. Everything here is per rank and needs no other rank: a launcher
+// (a loop over ranks, MPI, a SLURM array) runs it once per rank with no communication.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <layerinit/init/builder.hpp>
+#include <layerinit/shard/mesh.hpp>
+#include <layerinit/shard/parallel.hpp>
+
+namespace layerinit {
+
+// A piece of one tensor as a rank holds it.
+struct ShardTensor {
+  PlannedTensor tensor;  // the whole tensor, as the unsharded build plans it
+  Box box;               // the rank's piece, in the coordinates of tensor.memory_shape; never empty
+  std::uint64_t numel() const { return box.numel(); }
+  std::uint64_t bytes() const { return box.numel() * dtype_size(tensor.dtype); }
+};
+
+// What rank `rank` of `plan` holds of the builder's model. Keeps references to both: they must
+// outlive it. Tensors whose piece on this rank is empty (more ranks than rows) are not held.
+class RankPlan {
+ public:
+  // Throws std::invalid_argument for a rank outside the plan's mesh.
+  RankPlan(const Builder& b, const ParallelPlan& plan, std::uint64_t rank);
+
+  const Builder& builder() const noexcept { return *b_; }
+  const ParallelPlan& plan() const noexcept { return *plan_; }
+  std::uint64_t rank() const noexcept { return rank_; }
+  const ParallelPlan::Coords& coords() const noexcept { return coords_; }
+  Range layers() const noexcept { return layers_; }  // the stage's layers
+
+  std::vector<ShardTensor> pre() const;
+  // The pieces of layer i (in layers()), in LayerSpec order.
+  std::vector<ShardTensor> layer(std::uint64_t i) const;
+  std::vector<ShardTensor> post() const;
+  // Indices into the LayerSpec of the layer tensors this rank holds: the same in every layer of its
+  // stage (pieces depend on names and shapes, and layers differ only in their index).
+  const std::vector<std::size_t>& layer_tensors() const noexcept { return held_; }
+
+ private:
+  std::vector<ShardTensor> pieces(const std::vector<PlannedTensor>& planned, const std::vector<TensorSpec>& specs,
+                                  TensorPlace where) const;
+
+  const Builder* b_;
+  const ParallelPlan* plan_;
+  std::uint64_t rank_;
+  ParallelPlan::Coords coords_;
+  Range layers_;
+  std::vector<std::size_t> held_;
+};
+
+// A built piece: its bytes, and where it sits in the whole tensor.
+struct LocalTensor {
+  Tensor tensor;       // view.name the tensor's global (canonical or stacked) name, view.shape the piece's
+  Shape global_shape;  // the whole tensor as stored: its memory shape; stacked: [L, ...]
+  Shape offset;        // of the piece in global_shape
+  bool stacked = false;  // a stacked layout's [n, ...] piece of one layer parameter, n layers of the stage
+};
+
+struct RankModel {
+  Layout layout = Layout::per_layer;
+  std::uint64_t rank = 0;
+  Range layers;  // the stage's layers
+  // In file order: the pieces before the layers; then per-layer layout layer by layer, stacked
+  // layout one [n, ...] piece per held layer parameter (layers layers.offset .. + n - 1, offset
+  // [layers.offset, ...]); then the pieces after the layers.
+  std::vector<LocalTensor> tensors;
+  std::uint64_t bytes() const;
+};
+
+// Allocates (through the builder's memory resource) and fills only the rank's pieces: the tracked
+// peak is their bytes, in either layout and orientation. Each piece's bytes equal that box of the
+// unsharded build's tensor. Layers are made in ascending order (BuildOptions::layer_order is not
+// used; values never depend on the order).
+RankModel build_rank(const RankPlan& r);
+
+// One finished piece of a streamed rank build: the rank's pieces of one tensor outside the layers,
+// or of one layer.
+struct RankPart {
+  Part::Kind kind = Part::Kind::pre;
+  std::uint64_t layer = 0;                // Kind::layer
+  std::vector<ShardTensor> shards;        // what each view holds
+  std::vector<TensorView> tensors;        // the bytes, view.shape = the piece's shape
+  std::uint64_t bytes() const;
+};
+
+// Builds the rank's pieces part by part, hands each to `sink` after its fill has completed, then
+// frees it: the tracked peak is the rank's largest part.
+void stream_rank(const RankPlan& r, const std::function<void(const RankPart&)>& sink);
+
+}  // namespace layerinit

@@ -1,0 +1,287 @@
+// The layerinit binary's mesh flags (--tp --pp --ep --fsdp --rank), run as a user runs them:
+//   - bad mesh input is exactly one line "layerinit: error: ...", exit 2, nothing written;
+//   - emit --rank files of every rank, put together by their layerinit.shards metadata, are the
+//     unsharded emit's tensors byte for byte; build --rank and emit --rank report the same hashes,
+//     which are the files' bytes;
+//   - plan's per-rank numbers are what build --rank and emit --rank measure (peak_bytes).
+// Skips (GTEST_SKIP) when the binary was not built (LAYERINIT_BUILD_TOOLS=OFF).
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include <layerinit/backends/content_hash.hpp>
+#include "safetensors_reader.hpp"
+#include "test_util.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using layerinit::testing::parse_safetensors;
+using layerinit::testing::SafetensorsFile;
+using layerinit::testing::TempDir;
+
+namespace {
+
+const std::string kBinary = std::string(LAYERINIT_BINARY_DIR) + "/bin/layerinit";
+
+struct Result {
+  int status = 0;
+  std::string out, err;
+  int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+};
+
+// fork + exec with stdout and stderr captured.
+Result run(const std::vector<std::string>& args) {
+  std::vector<std::string> all{kBinary};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork");
+  if (pid == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  Result r;
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  std::string* sinks[2] = {&r.out, &r.err};
+  char buf[65536];
+  for (int open_fds = 2; open_fds > 0;) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<std::size_t>(n));
+      } else {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  ::waitpid(pid, &r.status, 0);
+  return r;
+}
+
+std::string joined(const std::vector<std::string>& args) {
+  std::string s = "layerinit";
+  for (const auto& a : args) s += " " + a;
+  return s;
+}
+
+json ok_json(const std::vector<std::string>& args) {
+  const Result r = run(args);
+  EXPECT_EQ(r.code(), 0) << joined(args) << "\n" << r.err;
+  return r.code() == 0 ? json::parse(r.out) : json();
+}
+
+class CliShard : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::access(kBinary.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << kBinary << " (tools not built)";
+  }
+};
+
+}  // namespace
+
+TEST_F(CliShard, BadMeshInputIsOneLineExitTwoAndNothingWritten) {
+  TempDir dir;
+  const std::string out = (dir / "ranks").string();
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> words;
+  };
+  const std::vector<Case> cases = {
+      {{"build", "--preset", "llama-tiny", "--tp", "2"}, {"mesh of 2 ranks", "build needs --rank R", "(0-1)"}},
+      {{"emit", "--preset", "llama-tiny", "--fsdp", "3", "--format", "safetensors", "-o", out}, {"emit needs --rank R", "(0-2)"}},
+      {{"build", "--preset", "llama-tiny", "--tp", "2", "--pp", "2", "--rank", "4"},
+       {"--rank 4 is outside the mesh of 4 ranks", "pp 2 x fsdp 1 x ep 1 x tp 2", "ranks 0-3"}},
+      {{"build", "--preset", "llama-tiny", "--rank", "1"}, {"--rank 1 is outside the mesh of 1 rank"}},
+      {{"plan", "--preset", "llama-tiny", "--ep", "2"}, {"ep 2", "'llama-tiny' has no experts"}},
+      {{"plan", "--preset", "mixtral-tiny", "--ep", "3"}, {"ep 3 does not divide the 4 experts of 'mixtral-tiny'"}},
+      {{"plan", "--preset", "llama-tiny", "--tp", "4"}, {"tp 4 does not divide the 2 key/value heads"}},
+      {{"plan", "--preset", "llama-tiny", "--pp", "5"}, {"pp 5 needs at least 5 layers", "has 4"}},
+      {{"plan", "--preset", "mlp-deep", "--tp", "2"}, {"no tensor of 'mlp-deep' has a tensor-parallel rule"}},
+      {{"plan", "--preset", "llama-tiny", "--tp", "0"}, {"--tp", "positive integer", "'0'"}},
+      {{"plan", "--preset", "llama-tiny", "--fsdp", "-2"}, {"--fsdp", "'-2'"}},
+      {{"plan", "--preset", "llama-tiny", "--rank", "0x1"}, {"--rank", "'0x1'"}},
+      {{"plan", "--preset", "llama-tiny", "--tp", "4294967296", "--fsdp", "4294967296"}, {"overflows 64 bits"}},
+      {{"plan", "--preset", "llama-tiny", "--fsdp", "2000000"}, {"2000000 ranks are too many to list"}},
+      {{"emit", "--preset", "llama-tiny", "--tp", "2", "--rank", "0", "-o", out}, {"give --format safetensors"}},
+      {{"emit", "--preset", "llama-tiny", "--tp", "2", "--rank", "0", "--format", "hdf5", "-o", out}, {"give --format safetensors"}},
+      {{"emit", "--preset", "llama-tiny", "--tp", "2", "--rank", "0", "--format", "safetensors", "--max-shard-size", "1MB", "-o", out},
+       {"--max-shard-size does not apply to --rank"}},
+      {{"build", "--preset", "llama-tiny", "--tp", "2", "--rank", "0", "--layout", "restack"}, {"restack does not apply to --rank"}},
+      {{"emit", "--preset", "llama-tiny", "--tp", "2", "--rank", "0", "--format", "safetensors", "-o", (dir / "no" / "such").string()},
+       {"no/such"}},
+  };
+  for (const auto& c : cases) {
+    const Result r = run(c.args);
+    EXPECT_EQ(r.code(), 2) << joined(c.args) << "\n" << r.err;
+    EXPECT_EQ(r.err.rfind("layerinit: error:", 0), 0u) << joined(c.args) << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << joined(c.args) << "\n" << r.err;
+    for (const auto& w : c.words) EXPECT_NE(r.err.find(w), std::string::npos) << joined(c.args) << ": no '" << w << "' in " << r.err;
+    EXPECT_TRUE(r.out.empty()) << joined(c.args);
+    EXPECT_TRUE(dir.entries().empty()) << joined(c.args);
+  }
+}
+
+TEST_F(CliShard, EmitRankFilesPutTogetherAreTheUnshardedFileAndReportTheirHashes) {
+  struct Case {
+    std::vector<std::string> model;  // preset and build flags
+    std::vector<std::string> mesh;
+    std::uint64_t ranks;
+  };
+  const std::vector<Case> cases = {
+      {{"--preset", "llama-tiny"}, {"--tp", "2", "--pp", "2", "--fsdp", "2"}, 8},
+      {{"--preset", "gpt2-tiny", "--layout", "stacked", "--orientation", "in-out", "--dtype", "fp32"}, {"--tp", "2", "--pp", "2"}, 4},
+      {{"--preset", "mixtral-tiny", "--dtype", "fp16", "--seed", "5"}, {"--ep", "2", "--tp", "2"}, 4},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(joined(c.model) + " " + joined(c.mesh));
+    TempDir dir;
+    auto with = [&](std::vector<std::string> head, const std::vector<std::string>& tail) {
+      head.insert(head.end(), c.model.begin(), c.model.end());
+      head.insert(head.end(), tail.begin(), tail.end());
+      if (head[0] != "plan") head.insert(head.end(), {"--backend", "cpu", "--threads", "1"});
+      return head;
+    };
+    ASSERT_EQ(run(with({"emit"}, {"--format", "safetensors", "-o", (dir / "whole").string()})).code(), 0);
+    const SafetensorsFile whole = parse_safetensors(dir / "whole" / "model.safetensors");
+    std::map<std::string, std::string> joined_bytes;
+    std::map<std::string, std::uint64_t> covered;  // bytes written into each tensor, over all ranks
+    for (const auto& [name, t] : whole.tensors) joined_bytes[name].assign(t.bytes.size(), '\0');
+
+    std::vector<std::string> plan_args = with({"plan"}, c.mesh);
+    plan_args.push_back("--json");
+    const json plan = ok_json(plan_args);
+    ASSERT_EQ(plan["parallel"]["ranks"], c.ranks);
+
+    for (std::uint64_t r = 0; r < c.ranks; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      std::vector<std::string> mesh = c.mesh;
+      mesh.insert(mesh.end(), {"--rank", std::to_string(r)});
+      std::vector<std::string> emit_tail = mesh;
+      emit_tail.insert(emit_tail.end(), {"--format", "safetensors", "-o", (dir / "ranks").string(), "--report", "json"});
+      const json emitted = ok_json(with({"emit"}, emit_tail));
+      std::vector<std::string> build_tail = mesh;
+      build_tail.insert(build_tail.end(), {"--report", "json"});
+      const json built = ok_json(with({"build"}, build_tail));
+      const json& per_rank = plan["parallel"]["per_rank"][r];
+      EXPECT_EQ(built["rank"], r);
+      EXPECT_EQ(built["ranks"], c.ranks);
+      EXPECT_EQ(built["coords"], per_rank["coords"]);
+      EXPECT_EQ(built["peak_bytes"], per_rank["build_peak"]);
+      EXPECT_EQ(built["total_bytes"], per_rank["weights"]);
+      EXPECT_EQ(built["parameters"], per_rank["parameters"]);
+      EXPECT_EQ(emitted["peak_bytes"], per_rank["emit_peak"]);
+      char name[64];
+      std::snprintf(name, sizeof name, "rank-%05llu-of-%05llu.safetensors", (unsigned long long)r, (unsigned long long)c.ranks);
+      EXPECT_EQ(emitted["output"], (dir / "ranks" / name).string());
+      ASSERT_EQ(built["tensors"].size(), emitted["tensors"].size());
+
+      const SafetensorsFile f = parse_safetensors(dir / "ranks" / name);
+      const json shards = json::parse(f.metadata.at("layerinit.shards").get<std::string>());
+      EXPECT_EQ(json::parse(f.metadata.at("layerinit.mesh").get<std::string>())["rank"], r);
+      ASSERT_EQ(f.tensors.size(), emitted["tensors"].size());
+      for (std::size_t k = 0; k < built["tensors"].size(); ++k) {
+        const json& b = built["tensors"][k];
+        const json& e = emitted["tensors"][k];
+        const std::string n = b["name"];
+        EXPECT_EQ(e["name"], n);
+        EXPECT_EQ(b["xxh3_64"], e["xxh3_64"]) << n;
+        EXPECT_EQ(b["global_shape"], shards[n]["global_shape"]) << n;
+        EXPECT_EQ(b["offset"], shards[n]["offset"]) << n;
+        EXPECT_FALSE(b.contains("shape")) << n;
+        const auto& t = f.tensors.at(n);
+        EXPECT_EQ(json(t.shape), b["local_shape"]) << n;
+        char hash[17];
+        std::snprintf(hash, sizeof hash, "%016llx", (unsigned long long)layerinit::content_hash(t.bytes.data(), t.bytes.size()));
+        EXPECT_EQ(b["xxh3_64"], hash) << n;
+        // Into the whole tensor, row by row along the last dimension.
+        const auto global = shards[n]["global_shape"].get<std::vector<std::uint64_t>>();
+        const auto offset = shards[n]["offset"].get<std::vector<std::uint64_t>>();
+        ASSERT_EQ(whole.tensors.at(n).shape, global) << n;
+        const std::size_t dims = global.size();
+        const std::uint64_t es = t.dtype == "F32" ? 4 : 2, len = t.shape[dims - 1];
+        std::uint64_t rows = 1;
+        for (std::size_t d = 0; d + 1 < dims; ++d) rows *= t.shape[d];
+        std::vector<std::uint64_t> idx(dims, 0);
+        for (std::uint64_t row = 0; row < rows; ++row) {
+          std::uint64_t g = 0;
+          for (std::size_t d = 0; d < dims; ++d) g = g * global[d] + offset[d] + idx[d];
+          std::memcpy(joined_bytes[n].data() + g * es, t.bytes.data() + row * len * es, len * es);
+          for (std::size_t d = dims - 1; d-- > 0;) {
+            if (++idx[d] < t.shape[d]) break;
+            idx[d] = 0;
+          }
+        }
+        covered[n] += t.bytes.size();
+      }
+    }
+    for (const auto& [name, t] : whole.tensors) {
+      EXPECT_EQ(joined_bytes[name], t.bytes) << name;
+      EXPECT_EQ(covered[name] % t.bytes.size(), 0u) << name << ": a whole number of replicas";
+    }
+    EXPECT_EQ(TempDir::list(dir / "ranks").size(), c.ranks);
+  }
+}
+
+TEST_F(CliShard, PlanPrintsACompactPerRankTable) {
+  const Result r = run({"plan", "--preset", "llama-tiny", "--tp", "2", "--pp", "2", "--rank", "3"});
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_NE(r.out.find("parallel: pp 2 x fsdp 1 x ep 1 x tp 2 = 4 ranks; rank = ((pp * 1 + fsdp) * 1 + ep) * 2 + tp"), std::string::npos)
+      << r.out;
+  // Ranks of a stage hold the same numbers: one row each.
+  EXPECT_NE(r.out.find("\n0-1 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n2-3 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 3 (pp 1, fsdp 0, ep 0, tp 1), layers 2-3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model.layers.2.mlp.down_proj.weight                  [64, 176]        [0, 88]      [64, 88]"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("  layers 2-3, each"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("largest rank 2:"), std::string::npos) << r.out;  // the final norm tips the last stage
+  EXPECT_NE(r.out.find("imbalance 1.001"), std::string::npos) << r.out;  // 125568 / ((125440 + 125568) / 2)
+
+  const json j = ok_json({"plan", "--preset", "llama-tiny", "--tp", "2", "--pp", "2", "--json"});
+  const json& p = j["parallel"];
+  ASSERT_EQ(p["per_rank"].size(), 4u);
+  std::uint64_t total = 0, params = 0;
+  for (const auto& r : p["per_rank"]) total += r["weights"].get<std::uint64_t>(), params += r["parameters"].get<std::uint64_t>();
+  // tp splits everything but the norms, which both tp ranks hold: the parameters plus the norms once more.
+  const std::uint64_t norms = (4 * 2 + 1) * 64;
+  EXPECT_EQ(params, j["parameters"].get<std::uint64_t>() + norms);
+  EXPECT_EQ(total, 2 * params);
+  EXPECT_EQ(p["largest_rank"], 2);
+  EXPECT_EQ(p["per_rank"][2]["layers"], json::array({2, 2}));
+  EXPECT_FALSE(p.contains("rank_tensors"));
+  // Without mesh flags the plan has no "parallel" at all.
+  EXPECT_FALSE(ok_json({"plan", "--preset", "llama-tiny", "--json"}).contains("parallel"));
+}
+
+TEST_F(CliShard, HelpListsTheMeshFlags) {
+  for (const char* cmd : {"plan", "build", "emit"}) {
+    const Result r = run({cmd, "--help"});
+    EXPECT_EQ(r.code(), 0);
+    for (const char* flag : {"--tp", "--pp", "--ep", "--fsdp", "--rank"}) EXPECT_NE(r.out.find(flag), std::string::npos) << cmd << " " << flag;
+  }
+}

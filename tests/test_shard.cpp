@@ -1,0 +1,373 @@
+// Meshes, placements, boxes and the named parallel plans (shard/): the split rule is DTensor's and
+// torch.chunk's (the cases measured with torch 2.15 on a gloo mesh), ranks are row-major over the mesh,
+// box_fill_jobs writes exactly the box's elements with the whole tensor's values, and each plan puts
+// every tensor where docs/sharding.md says.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include <layerinit/init/presets.hpp>
+#include <layerinit/shard/box_fill.hpp>
+#include <layerinit/shard/parallel.hpp>
+
+using namespace layerinit;
+
+namespace {
+
+std::vector<Range> chunks(std::uint64_t n, std::uint64_t parts) {
+  std::vector<Range> out;
+  for (std::uint64_t i = 0; i < parts; ++i) out.push_back(chunk(n, parts, i));
+  return out;
+}
+
+Box box(Shape offset, Shape shape) { return {std::move(offset), std::move(shape)}; }
+
+}  // namespace
+
+TEST(Shard, ChunkSplitsLikeTorchChunkAndDTensor) {
+  // Measured with torch.distributed.tensor._utils.compute_local_shape_and_global_offset.
+  EXPECT_EQ(chunks(10, 4), (std::vector<Range>{{0, 3}, {3, 3}, {6, 3}, {9, 1}}));
+  EXPECT_EQ(chunks(3, 4), (std::vector<Range>{{0, 1}, {1, 1}, {2, 1}, {3, 0}}));
+  // ceil(5 / 4) = 2: the last piece starts past n and is empty at offset n.
+  EXPECT_EQ(chunks(5, 4), (std::vector<Range>{{0, 2}, {2, 2}, {4, 1}, {5, 0}}));
+  EXPECT_EQ(chunks(8, 4), (std::vector<Range>{{0, 2}, {2, 2}, {4, 2}, {6, 2}}));
+  EXPECT_EQ(chunks(0, 3), (std::vector<Range>{{0, 0}, {0, 0}, {0, 0}}));
+  EXPECT_EQ(chunk(7, 1, 0), (Range{0, 7}));
+  EXPECT_EQ(chunk(UINT64_MAX, 2, 1), (Range{(UINT64_MAX / 2) + 1, UINT64_MAX / 2}));
+  EXPECT_THROW(chunk(4, 0, 0), std::invalid_argument);
+  EXPECT_THROW(chunk(4, 2, 2), std::invalid_argument);
+}
+
+TEST(Shard, MeshNumbersRanksRowMajorWithTheLastDimensionFastest) {
+  const Mesh m({{"dp", 2}, {"tp", 3}});
+  EXPECT_EQ(m.size(), 6u);
+  EXPECT_EQ(m.coords(0), (std::vector<std::uint64_t>{0, 0}));
+  EXPECT_EQ(m.coords(1), (std::vector<std::uint64_t>{0, 1}));
+  EXPECT_EQ(m.coords(4), (std::vector<std::uint64_t>{1, 1}));
+  for (std::uint64_t r = 0; r < m.size(); ++r) EXPECT_EQ(m.rank(m.coords(r)), r);
+  EXPECT_EQ(m.dim_index("tp"), 1u);
+  EXPECT_EQ(m.describe(), "dp 2 x tp 3");
+  EXPECT_EQ(Mesh().size(), 1u);
+  EXPECT_EQ(Mesh().describe(), "1 rank");
+  EXPECT_THROW(m.coords(6), std::out_of_range);
+  EXPECT_THROW(m.rank(std::vector<std::uint64_t>{0, 3}), std::out_of_range);
+  EXPECT_THROW(m.rank(std::vector<std::uint64_t>{0}), std::out_of_range);
+  EXPECT_THROW(m.dim_index("pp"), std::invalid_argument);
+  EXPECT_THROW(Mesh({{"dp", 0}}), std::invalid_argument);
+  EXPECT_THROW(Mesh({{"dp", 2}, {"dp", 2}}), std::invalid_argument);
+  EXPECT_THROW(Mesh({{"", 2}}), std::invalid_argument);
+  EXPECT_THROW(Mesh({{"a", 1ull << 32}, {"b", 1ull << 32}}), std::overflow_error);
+}
+
+TEST(Shard, LocalBoxIsDTensorsLocalShapeAndGlobalOffset) {
+  const Mesh m({{"dp", 2}, {"tp", 2}});
+  const std::vector<Placement> p01 = {Placement::shard(0), Placement::shard(1)};
+  // Measured: shape (6, 7), [Shard(0), Shard(1)], rank 1 holds (3, 3) at (0, 4).
+  EXPECT_EQ(local_box({6, 7}, m, p01, 0), box({0, 0}, {3, 4}));
+  EXPECT_EQ(local_box({6, 7}, m, p01, 1), box({0, 4}, {3, 3}));
+  EXPECT_EQ(local_box({6, 7}, m, p01, 2), box({3, 0}, {3, 4}));
+  EXPECT_EQ(local_box({6, 7}, m, p01, 3), box({3, 4}, {3, 3}));
+  // Two mesh dimensions on one tensor dimension: dp splits 10 into 5 + 5, tp splits each into 3 + 2.
+  const std::vector<Placement> p00 = {Placement::shard(0), Placement::shard(0)};
+  EXPECT_EQ(local_box({10}, m, p00, 0), box({0}, {3}));
+  EXPECT_EQ(local_box({10}, m, p00, 1), box({3}, {2}));
+  EXPECT_EQ(local_box({10}, m, p00, 2), box({5}, {3}));
+  EXPECT_EQ(local_box({10}, m, p00, 3), box({8}, {2}));
+  const std::vector<Placement> rep = {Placement::replicate(), Placement::shard(1)};
+  EXPECT_EQ(local_box({6, 7}, m, rep, 2), box({0, 0}, {6, 4}));
+  EXPECT_TRUE(local_box({3, 2}, Mesh({{"dp", 4}}), std::vector{Placement::shard(0)}, 3).empty());
+  EXPECT_EQ(local_box({3, 2}, Mesh({{"dp", 4}}), std::vector{Placement::shard(0)}, 3), box({3, 0}, {0, 2}));
+  EXPECT_THROW(local_box({6, 7}, m, std::vector{Placement::shard(0)}, 0), std::invalid_argument);
+  EXPECT_THROW(local_box({6}, m, p01, 0), std::invalid_argument);  // Shard(1) of a vector
+  EXPECT_THROW(local_box({6, 7}, m, p01, 4), std::out_of_range);
+  EXPECT_EQ(Placement::shard(2).describe(), "Shard(2)");
+  EXPECT_EQ(Placement::replicate().describe(), "Replicate()");
+}
+
+namespace {
+
+PlannedTensor planned(Shape logical, DType t, bool transposed, FillSpec fill = FillSpec::normal(0, 1)) {
+  PlannedTensor p;
+  p.name = "model.layers.2.mlp.up_proj.weight";
+  p.shape = logical;
+  p.memory_shape = logical;
+  if (transposed) std::swap(p.memory_shape[0], p.memory_shape[1]);
+  p.transposed = transposed;
+  p.dtype = t;
+  p.fill = fill;
+  return p;
+}
+
+std::vector<FillJob> jobs_of(const PlannedTensor& p, const Box& b, void* dst) {
+  std::vector<FillJob> out;
+  box_fill_jobs(p, b, dst, 5, out);
+  return out;
+}
+
+}  // namespace
+
+TEST(Shard, BoxFillJobsAreOneJobPerContiguousRun) {
+  const PlannedTensor p = planned({6, 8}, DType::bf16, false);
+  std::vector<std::uint16_t> buf(48);
+  // Rows 2..3, whole: one run [16, 32).
+  auto j = jobs_of(p, box({2, 0}, {2, 8}), buf.data());
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].begin, 16u);
+  EXPECT_EQ(j[0].end, 32u);
+  EXPECT_EQ(j[0].dst, buf.data());
+  EXPECT_FALSE(j[0].transposed);
+  // Columns 4..7 of every row: a run per row, packed in the local buffer.
+  j = jobs_of(p, box({0, 4}, {6, 4}), buf.data());
+  ASSERT_EQ(j.size(), 6u);
+  for (std::size_t r = 0; r < 6; ++r) {
+    EXPECT_EQ(j[r].begin, 4 + 8 * r);
+    EXPECT_EQ(j[r].end, 8 + 8 * r);
+    EXPECT_EQ(j[r].dst, buf.data() + 4 * r);
+  }
+  // The whole tensor: the unsharded job.
+  j = jobs_of(p, whole_box({6, 8}), buf.data());
+  ASSERT_EQ(j.size(), 1u);
+  const FillJob w = fill_job_for(p, buf.data(), 5);
+  EXPECT_EQ(j[0].key, w.key);
+  EXPECT_EQ(j[0].begin, 0u);
+  EXPECT_EQ(j[0].end, 48u);
+  EXPECT_TRUE(jobs_of(p, box({6, 0}, {0, 8}), buf.data()).empty());
+  EXPECT_THROW(jobs_of(p, box({5, 0}, {2, 8}), buf.data()), std::invalid_argument);
+  EXPECT_THROW(jobs_of(p, box({0}, {6}), buf.data()), std::invalid_argument);
+
+  // Rank 3: the run starts at the first partial dimension from the end.
+  const PlannedTensor q = planned({4, 3, 5}, DType::f32, false);
+  std::vector<float> f(60);
+  j = jobs_of(q, box({1, 0, 0}, {2, 3, 5}), f.data());
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].begin, 15u);
+  EXPECT_EQ(j[0].end, 45u);
+  j = jobs_of(q, box({1, 1, 0}, {2, 2, 5}), f.data());
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0].begin, 20u);
+  EXPECT_EQ(j[1].begin, 35u);
+  EXPECT_EQ(j[1].end, 45u);
+  EXPECT_EQ(j[1].dst, f.data() + 10);
+  EXPECT_EQ(jobs_of(q, box({0, 0, 2}, {4, 3, 2}), f.data()).size(), 12u);
+
+  // Transposed: memory [in, out] = [8, 6]; runs are global memory indices, rows/cols logical.
+  const PlannedTensor t = planned({6, 8}, DType::f16, true);
+  j = jobs_of(t, box({0, 3}, {8, 3}), buf.data());
+  ASSERT_EQ(j.size(), 8u);
+  EXPECT_TRUE(j[7].transposed);
+  EXPECT_EQ(j[7].rows, 6u);
+  EXPECT_EQ(j[7].cols, 8u);
+  EXPECT_EQ(j[7].begin, 7 * 6 + 3u);
+  EXPECT_EQ(j[7].end, 7 * 6 + 6u);
+}
+
+// The values: every box of a small tensor, filled on its own, equals that box of the whole tensor's
+// fill, in both orientations and every dtype and fill kind.
+TEST(Shard, BoxFillJobsWriteTheWholeTensorsValues) {
+  auto be = make_host_backend(2);
+  const FillSpec fills[] = {FillSpec::normal(0, 0.5), FillSpec::trunc_normal(0, 1, -1.5, 1), FillSpec::uniform(-2, 3),
+                            FillSpec::constant(0.25)};
+  for (DType t : {DType::f32, DType::f16, DType::bf16})
+    for (bool transposed : {false, true})
+      for (const FillSpec& fill : fills) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + (transposed ? " in-out " : " out-in ") + fill.describe());
+        const PlannedTensor p = planned({7, 9}, t, transposed, fill);
+        const std::uint64_t es = dtype_size(t);
+        std::vector<unsigned char> whole(63 * es);
+        const FillJob wj = fill_job_for(p, whole.data(), 5);
+        be->fill(std::span(&wj, 1));
+        const std::uint64_t R = p.memory_shape[0], C = p.memory_shape[1];
+        int boxes = 0;
+        for (std::uint64_t r0 = 0; r0 <= R; r0 += 2)
+          for (std::uint64_t c0 = 0; c0 <= C; c0 += 3)
+            for (std::uint64_t nr = 0; r0 + nr <= R; nr += 3)
+              for (std::uint64_t nc = 0; c0 + nc <= C; nc += 2) {
+                std::vector<unsigned char> local(nr * nc * es + 1, 0xa5);  // + a guard byte
+                std::vector<FillJob> jobs;
+                box_fill_jobs(p, box({r0, c0}, {nr, nc}), local.data(), 5, jobs);
+                be->fill(jobs);
+                for (std::uint64_t r = 0; r < nr; ++r)
+                  ASSERT_EQ(std::memcmp(local.data() + r * nc * es, whole.data() + ((r0 + r) * C + c0) * es, nc * es), 0)
+                      << "box at (" << r0 << ", " << c0 << ") of (" << nr << ", " << nc << "), row " << r;
+                ASSERT_EQ(local.back(), 0xa5) << "wrote past the box";
+                ++boxes;
+              }
+        EXPECT_EQ(boxes, 96);  // 8 x 12 of [7, 9], 12 x 8 of [9, 7], empty boxes included
+      }
+}
+
+TEST(Shard, TensorParallelRulesFollowMegatronNames) {
+  EXPECT_EQ(tp_rule("model.layers.0.self_attn.q_proj.weight"), TpRule::column);
+  EXPECT_EQ(tp_rule("model.layers.11.self_attn.k_proj.weight"), TpRule::column);
+  EXPECT_EQ(tp_rule("model.layers.0.self_attn.v_proj.bias"), TpRule::column);
+  EXPECT_EQ(tp_rule("model.layers.0.mlp.gate_proj.weight"), TpRule::column);
+  EXPECT_EQ(tp_rule("model.layers.0.mlp.up_proj.weight"), TpRule::column);
+  EXPECT_EQ(tp_rule("model.layers.1.block_sparse_moe.experts.3.w1.weight"), TpRule::column);
+  EXPECT_EQ(tp_rule("model.layers.1.block_sparse_moe.experts.3.w3.weight"), TpRule::column);
+  EXPECT_EQ(tp_rule("model.layers.0.self_attn.o_proj.weight"), TpRule::row);
+  EXPECT_EQ(tp_rule("model.layers.0.mlp.down_proj.weight"), TpRule::row);
+  EXPECT_EQ(tp_rule("model.layers.1.block_sparse_moe.experts.0.w2.weight"), TpRule::row);
+  EXPECT_EQ(tp_rule("model.embed_tokens.weight"), TpRule::vocab);
+  EXPECT_EQ(tp_rule("lm_head.weight"), TpRule::vocab);
+  EXPECT_EQ(tp_rule("transformer.wte.weight"), TpRule::vocab);
+  EXPECT_EQ(tp_rule("transformer.h.0.mlp.c_fc.weight"), TpRule::column);
+  EXPECT_EQ(tp_rule("transformer.h.0.mlp.c_fc.bias"), TpRule::column);
+  EXPECT_EQ(tp_rule("transformer.h.0.mlp.c_proj.weight"), TpRule::row);
+  for (const char* n : {"model.layers.0.input_layernorm.weight", "model.norm.weight", "model.layers.0.block_sparse_moe.gate.weight",
+                        "transformer.h.0.mlp.c_proj.bias", "transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_proj.weight",
+                        "transformer.wpe.weight", "transformer.ln_f.bias", "layers.0.weight"})
+    EXPECT_EQ(tp_rule(n), TpRule::replicate) << n;
+  EXPECT_EQ(tp_rule_name(TpRule::vocab), "vocab");
+}
+
+TEST(Shard, ExpertIndexComesFromTheName) {
+  EXPECT_EQ(expert_of("block_sparse_moe.experts.3.w1.weight"), 3u);
+  EXPECT_EQ(expert_of("experts.12.w2.weight"), 12u);
+  EXPECT_EQ(expert_of("block_sparse_moe.gate.weight"), std::nullopt);
+  EXPECT_EQ(expert_of("mlp.experts.w1.weight"), std::nullopt);    // no index
+  EXPECT_EQ(expert_of("mlp.myexperts.3.w1.weight"), std::nullopt);  // another word
+  EXPECT_EQ(expert_of("mlp.experts.3x.w1"), std::nullopt);
+}
+
+TEST(Shard, PipelineStagesAreContiguousWithTheLongerStagesFirst) {
+  ModelSpec spec = make_preset("llama-tiny");
+  spec.num_layers = 10;
+  const ParallelPlan p(spec, {.pp = 4});
+  EXPECT_EQ(p.stage_layers(0), (Range{0, 3}));
+  EXPECT_EQ(p.stage_layers(1), (Range{3, 3}));
+  EXPECT_EQ(p.stage_layers(2), (Range{6, 2}));
+  EXPECT_EQ(p.stage_layers(3), (Range{8, 2}));
+  for (std::uint64_t s = 0; s < 4; ++s)
+    for (std::uint64_t i = p.stage_layers(s).offset; i < p.stage_layers(s).offset + p.stage_layers(s).size; ++i)
+      EXPECT_EQ(p.stage_of_layer(i), s) << i;
+  EXPECT_THROW(p.stage_of_layer(10), std::out_of_range);
+  EXPECT_THROW(p.stage_layers(4), std::out_of_range);
+  const ParallelPlan even(spec, {.pp = 5});
+  for (std::uint64_t s = 0; s < 5; ++s) EXPECT_EQ(even.stage_layers(s), (Range{2 * s, 2}));
+}
+
+TEST(Shard, RanksAreTpFastestThenEpThenFsdpThenPp) {
+  const ParallelPlan p(make_preset("mixtral-tiny"), {.tp = 2, .pp = 2, .ep = 2, .fsdp = 3});
+  EXPECT_EQ(p.ranks(), 24u);
+  EXPECT_EQ(p.mesh().describe(), "pp 2 x fsdp 3 x ep 2 x tp 2");
+  EXPECT_EQ(p.describe(), "pp 2 x fsdp 3 x ep 2 x tp 2 = 24 ranks");
+  EXPECT_EQ(p.coords(1), (ParallelPlan::Coords{0, 0, 0, 1}));
+  EXPECT_EQ(p.coords(2), (ParallelPlan::Coords{0, 0, 1, 0}));
+  EXPECT_EQ(p.coords(4), (ParallelPlan::Coords{0, 1, 0, 0}));
+  EXPECT_EQ(p.coords(12), (ParallelPlan::Coords{1, 0, 0, 0}));
+  EXPECT_EQ(p.coords(23), (ParallelPlan::Coords{1, 2, 1, 1}));
+  for (std::uint64_t r = 0; r < p.ranks(); ++r) EXPECT_EQ(p.rank(p.coords(r)), r);
+  EXPECT_THROW(p.coords(24), std::out_of_range);
+}
+
+TEST(Shard, WhoHoldsWhat) {
+  const ModelSpec mix = make_preset("mixtral-tiny");  // 4 experts, 2 layers
+  const ParallelPlan p(mix, {.pp = 2, .ep = 2});
+  const TensorSpec& embed = mix.pre[0];
+  const TensorSpec& head = mix.post.back();
+  using K = TensorPlace::Kind;
+  EXPECT_TRUE(p.holds(embed, {K::pre, 0}, {0, 0, 1, 0}));
+  EXPECT_FALSE(p.holds(embed, {K::pre, 0}, {1, 0, 0, 0}));
+  EXPECT_TRUE(p.holds(head, {K::post, 0}, {1, 0, 0, 0}));
+  EXPECT_FALSE(p.holds(head, {K::post, 0}, {0, 0, 0, 0}));
+  auto find = [&](const std::string& name) -> const TensorSpec& {
+    for (const auto& t : mix.layer.tensors)
+      if (t.name == name) return t;
+    throw std::runtime_error(name);
+  };
+  const TensorSpec& e1 = find("block_sparse_moe.experts.1.w1.weight");
+  const TensorSpec& e2 = find("block_sparse_moe.experts.2.w2.weight");
+  const TensorSpec& router = find("block_sparse_moe.gate.weight");
+  EXPECT_TRUE(p.holds(e1, {K::layer, 0}, {0, 0, 0, 0}));   // experts 0-1 on ep 0
+  EXPECT_FALSE(p.holds(e1, {K::layer, 0}, {0, 0, 1, 0}));
+  EXPECT_TRUE(p.holds(e2, {K::layer, 1}, {1, 0, 1, 0}));   // layer 1 is stage 1's
+  EXPECT_FALSE(p.holds(e2, {K::layer, 0}, {1, 0, 1, 0}));
+  EXPECT_TRUE(p.holds(router, {K::layer, 0}, {0, 0, 1, 0}));
+  EXPECT_TRUE(p.holds(router, {K::layer, 0}, {0, 0, 0, 0}));
+
+  // GPT-2 ties its head to the token embedding: the last stage holds a replica of it, not of wpe.
+  const ModelSpec g = make_preset("gpt2-tiny");
+  const ParallelPlan gp(g, {.pp = 2});
+  EXPECT_TRUE(gp.holds(g.pre[0], {K::pre, 0}, {1, 0, 0, 0}));
+  EXPECT_FALSE(gp.holds(g.pre[1], {K::pre, 0}, {1, 0, 0, 0}));
+  EXPECT_TRUE(gp.holds(g.pre[1], {K::pre, 0}, {0, 0, 0, 0}));
+  const ModelSpec l = make_preset("llama-tiny");  // untied: the embedding stays on stage 0
+  EXPECT_FALSE(ParallelPlan(l, {.pp = 2}).holds(l.pre[0], {K::pre, 0}, {1, 0, 0, 0}));
+}
+
+namespace {
+PlannedTensor planned_of(const ModelSpec& spec, const std::string& name, Orientation o) {
+  BuildOptions opts;
+  opts.orientation = o;
+  auto be = make_dry_backend();
+  const Builder b(spec, make_recipe("hf"), opts, *be, be->memory());
+  for (auto list : {b.plan_pre(), b.plan_layer(0), b.plan_post()})
+    for (const auto& p : list)
+      if (p.name == name) return p;
+  throw std::runtime_error("no " + name);
+}
+const TensorSpec& spec_of(const ModelSpec& spec, const std::string& name) {
+  for (auto* list : {&spec.pre, &spec.layer.tensors, &spec.post})
+    for (const auto& t : *list)
+      if (t.name == name || spec.canonical_name(0, t) == name) return t;
+  throw std::runtime_error("no " + name);
+}
+}  // namespace
+
+TEST(Shard, TensorParallelSplitsTheOutputInputOrVocabDimensionWhereverItIsStored) {
+  const ModelSpec l = make_preset("llama-tiny");  // hidden 64, kv 32, intermediate 176, vocab 512
+  const ParallelPlan p(l, {.tp = 2, .fsdp = 3});
+  auto piece = [&](const std::string& name, Orientation o, ParallelPlan::Coords c) {
+    return p.box(planned_of(l, name, o), spec_of(l, name), c);
+  };
+  const ParallelPlan::Coords tp1{0, 0, 0, 1}, tp1_fsdp2{0, 2, 0, 1};
+  // Column-parallel q [out 64, in 64]: tp 1 holds rows 32-63, then FSDP splits those rows 11, 11, 10.
+  EXPECT_EQ(piece("model.layers.0.self_attn.q_proj.weight", Orientation::out_in, tp1), box({32, 0}, {11, 64}));
+  EXPECT_EQ(piece("model.layers.0.self_attn.q_proj.weight", Orientation::out_in, tp1_fsdp2), box({54, 0}, {10, 64}));
+  // Stored [in, out] (in-out): the output dimension is dimension 1; FSDP still splits dimension 0.
+  EXPECT_EQ(piece("model.layers.0.self_attn.q_proj.weight", Orientation::in_out, tp1_fsdp2), box({44, 32}, {20, 32}));
+  // Row-parallel down [out 64, in 176]: the input dimension.
+  EXPECT_EQ(piece("model.layers.0.mlp.down_proj.weight", Orientation::out_in, tp1), box({0, 88}, {22, 88}));
+  EXPECT_EQ(piece("model.layers.0.mlp.down_proj.weight", Orientation::in_out, tp1), box({88, 0}, {30, 64}));
+  // Vocab-parallel: the embedding is [vocab, hidden] in both orientations, lm_head [hidden, vocab] in in-out.
+  EXPECT_EQ(piece("model.embed_tokens.weight", Orientation::in_out, tp1), box({256, 0}, {86, 64}));
+  EXPECT_EQ(piece("lm_head.weight", Orientation::in_out, tp1), box({0, 256}, {22, 256}));
+  // Replicated by tp, still split by FSDP.
+  EXPECT_EQ(piece("model.norm.weight", Orientation::out_in, tp1_fsdp2), box({44}, {20}));
+
+  const ModelSpec g = make_preset("gpt2-tiny");  // Conv1D weights are [in, out]
+  const ParallelPlan gp(g, {.tp = 4});
+  auto gpiece = [&](const std::string& name) { return gp.box(planned_of(g, name, Orientation::in_out), spec_of(g, name), {0, 0, 0, 3}); };
+  EXPECT_EQ(gpiece("transformer.h.0.mlp.c_fc.weight"), box({0, 192}, {64, 64}));
+  EXPECT_EQ(gpiece("transformer.h.0.mlp.c_fc.bias"), box({192}, {64}));
+  EXPECT_EQ(gpiece("transformer.h.0.mlp.c_proj.weight"), box({192, 0}, {64, 64}));
+  EXPECT_EQ(gpiece("transformer.h.0.mlp.c_proj.bias"), box({0}, {64}));
+  EXPECT_EQ(gpiece("transformer.h.0.attn.c_attn.weight"), box({0, 0}, {64, 192}));
+  EXPECT_EQ(gpiece("transformer.wte.weight"), box({384, 0}, {128, 64}));
+  EXPECT_EQ(gpiece("transformer.wpe.weight"), box({0, 0}, {128, 64}));
+}
+
+TEST(Shard, BadDegreesAreOneLineErrors) {
+  auto message = [](const ModelSpec& spec, ParallelDegrees d) -> std::string {
+    try {
+      ParallelPlan p(spec, d);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const ModelSpec llama = make_preset("llama-tiny"), mix = make_preset("mixtral-tiny");
+  EXPECT_EQ(message(llama, {.tp = 0}), "tp must be at least 1");
+  EXPECT_EQ(message(llama, {.fsdp = 0}), "fsdp must be at least 1");
+  EXPECT_EQ(message(llama, {.pp = 5}), "pp 5 needs at least 5 layers; 'llama-tiny' has 4");
+  EXPECT_EQ(message(llama, {.ep = 2}), "ep 2: 'llama-tiny' has no experts");
+  EXPECT_EQ(message(mix, {.ep = 3}), "ep 3 does not divide the 4 experts of 'mixtral-tiny'");
+  EXPECT_EQ(message(llama, {.tp = 3}), "tp 3 does not divide the 4 attention heads of 'llama-tiny'");
+  EXPECT_EQ(message(llama, {.tp = 4}), "tp 4 does not divide the 2 key/value heads of 'llama-tiny' (each rank needs whole heads)");
+  EXPECT_EQ(message(make_preset("mlp-deep"), {.tp = 2}),
+            "tp 2: no tensor of 'mlp-deep' has a tensor-parallel rule (docs/sharding.md lists the names)");
+  EXPECT_EQ(message(make_preset("gpt2-tiny"), {.tp = 3}), "");  // attention stays whole: no head count to divide
+  EXPECT_EQ(message(mix, {.tp = 2, .pp = 2, .ep = 4, .fsdp = 5}), "");
+  EXPECT_THROW(ParallelPlan(llama, {.tp = 1ull << 32, .fsdp = 1ull << 32}), std::overflow_error);
+}

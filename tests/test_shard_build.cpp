@@ -1,0 +1,260 @@
+// Sharded builds, exhaustively on the tiny presets: for meshes of 1 to 8 ranks (uneven splits and empty
+// pieces included), every named plan and their compositions, both orientations, both layouts, every
+// dtype and fill kind, each rank's pieces equal those boxes of the unsharded build byte for byte; the
+// pieces of all ranks cover every element exactly once per replica; a rank's tracked peak is its
+// local bytes (build) or its largest part (stream), and the plan predicts both.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+
+#include <layerinit/init/presets.hpp>
+#include <layerinit/plan/plan.hpp>
+#include <layerinit/shard/rank.hpp>
+#include <layerinit/stacking/stack.hpp>
+
+using namespace layerinit;
+
+namespace {
+
+struct Case {
+  ModelSpec spec;
+  ParallelDegrees d;
+};
+
+Recipe recipe_for(const ModelSpec& spec) {
+  // Every fill kind: torchtitan's trunc_normal and normal, norms' constants, and uniform overrides.
+  Recipe r = make_recipe(spec.family == "llama" || spec.family == "mixtral" ? "torchtitan" : "hf");
+  r.add_override("*.up_proj.weight", FillSpec::uniform(-0.1, 0.1));
+  r.add_override("*.w3.weight", FillSpec::uniform(-0.1, 0.1));
+  r.add_override("*.c_fc.weight", FillSpec::uniform(-0.1, 0.1));
+  r.add_override("layers.1.weight", FillSpec::uniform(-0.5, 0.5));
+  return r;
+}
+
+std::vector<Case> cases() {
+  const ModelSpec llama = make_preset("llama-tiny"), mix = make_preset("mixtral-tiny"), gpt2 = make_preset("gpt2-tiny");
+  // Widths 5 and 2 leave ranks with uneven and empty pieces under FSDP.
+  const ModelSpec mlp = mlp_spec("mlp-odd", {3, 5, 5, 5, 5, 2}, true);
+  return {
+      {llama, {}},
+      {llama, {.tp = 2}},
+      {llama, {.pp = 3}},
+      {llama, {.fsdp = 3}},
+      {llama, {.tp = 2, .pp = 2, .fsdp = 2}},
+      {llama, {.tp = 2, .fsdp = 3}},
+      {llama, {.pp = 4, .fsdp = 2}},
+      {mix, {.ep = 4}},
+      {mix, {.tp = 2, .pp = 2, .ep = 2}},
+      {mix, {.ep = 2, .fsdp = 3}},
+      {mix, {.tp = 2, .ep = 4}},
+      {gpt2, {.tp = 3}},
+      {gpt2, {.tp = 2, .pp = 2}},
+      {gpt2, {.tp = 2, .pp = 2, .fsdp = 2}},
+      {mlp, {.fsdp = 4}},
+      {mlp, {.pp = 2, .fsdp = 3}},
+      {mlp, {.fsdp = 7}},
+  };
+}
+
+// Calls f(global element, local element, count) for each run of the box along its last dimension.
+template <class F>
+void for_each_row(const Shape& g, const Box& b, F&& f) {
+  const std::size_t n = g.size();
+  if (b.empty()) return;
+  std::uint64_t rows = 1;
+  for (std::size_t d = 0; d + 1 < n; ++d) rows *= b.shape[d];
+  Shape idx(n, 0);
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    std::uint64_t global = 0;
+    for (std::size_t d = 0; d < n; ++d) global = global * g[d] + b.offset[d] + idx[d];
+    f(global, r * b.shape[n - 1], b.shape[n - 1]);
+    for (std::size_t d = n - 1; d-- > 0;) {
+      if (++idx[d] < b.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// How many ranks hold each element of a tensor: 1 for a dimension split by a mesh dimension, the
+// degree for one that replicates it.
+std::uint64_t replicas(const ParallelDegrees& d, const std::string& name, bool tied_embedding) {
+  std::uint64_t n = 1;
+  if (tp_rule(name) == TpRule::replicate) n *= d.tp;
+  if (!expert_of(name)) n *= d.ep;
+  if (tied_embedding && d.pp > 1) n *= 2;  // the last stage's replica of the output layer
+  return n;
+}
+
+}  // namespace
+
+TEST(ShardBuild, EveryRankHoldsExactlyItsBoxOfTheUnshardedBuild) {
+  auto be = make_host_backend(1);
+  int checked_pieces = 0;
+  for (const Case& c : cases()) {
+    const Recipe recipe = recipe_for(c.spec);
+    const ParallelPlan plan(c.spec, c.d);
+    for (Layout layout : {Layout::per_layer, Layout::stacked})
+      for (Orientation o : {Orientation::out_in, Orientation::in_out})
+        for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+          SCOPED_TRACE(c.spec.name + " " + plan.describe() + " " + std::string(layout_name(layout)) + " " +
+                       std::string(orientation_name(o)) + " " + std::string(dtype_name(t)));
+          BuildOptions opts;
+          opts.dtype = t;
+          opts.layout = layout;
+          opts.orientation = o;
+          opts.seed = 11;
+          opts.experts = ExpertLayout::per_expert;  // sharded stacked builds keep experts per expert
+          tracking_resource whole_mr(be->memory());
+          const Model whole = Builder(c.spec, recipe, opts, *be, whole_mr).build();
+          std::map<std::string, TensorView> by_name;
+          whole.for_each([&](const TensorView& v) { by_name[v.name] = v; });
+          std::map<std::string, std::vector<std::uint8_t>> counts;
+          for (const auto& [name, v] : by_name) counts[name].assign(numel(v.shape), 0);
+          const std::uint64_t es = dtype_size(t);
+
+          for (std::uint64_t r = 0; r < plan.ranks(); ++r) {
+            SCOPED_TRACE("rank " + std::to_string(r));
+            tracking_resource mr(be->memory());
+            const Builder b(c.spec, recipe, opts, *be, mr);
+            const RankPlan rp(b, plan, r);
+            std::uint64_t local_bytes = 0, pieces_per_layer_build = 0;
+            {
+              const RankModel m = build_rank(rp);
+              EXPECT_EQ(m.rank, r);
+              EXPECT_EQ(m.layers, plan.stage_layers(plan.coords(r).pp));
+              for (const LocalTensor& lt : m.tensors) {
+                const TensorView& v = lt.tensor.view;
+                ASSERT_TRUE(by_name.count(v.name)) << v.name;
+                const TensorView& g = by_name.at(v.name);
+                ASSERT_EQ(lt.global_shape, g.shape) << v.name;
+                const Box box{lt.offset, v.shape};
+                ASSERT_FALSE(box.empty()) << v.name;
+                EXPECT_EQ(v.dtype, g.dtype);
+                bool is_stacked_name = false;
+                for (const auto& spec_t : c.spec.layer.tensors) is_stacked_name |= stacked_name(c.spec, spec_t) == v.name;
+                EXPECT_EQ(lt.stacked, layout == Layout::stacked && is_stacked_name) << v.name;
+                auto& count = counts[v.name];
+                for_each_row(g.shape, box, [&](std::uint64_t gi, std::uint64_t li, std::uint64_t n) {
+                  ASSERT_EQ(std::memcmp(static_cast<const char*>(v.data) + li * es, static_cast<const char*>(g.data) + gi * es, n * es), 0)
+                      << v.name << " at global element " << gi;
+                  for (std::uint64_t k = 0; k < n; ++k) ++count[gi + k];
+                });
+                ++checked_pieces;
+              }
+              local_bytes = m.bytes();
+              pieces_per_layer_build = m.tensors.size();
+              EXPECT_EQ(mr.stats().peak_bytes, local_bytes);  // nothing but the pieces, ever
+              EXPECT_EQ(mr.stats().current_bytes, local_bytes);
+            }
+            EXPECT_EQ(mr.stats().current_bytes, 0u);
+
+            // Streamed: the same bytes, one part at a time.
+            tracking_resource smr(be->memory());
+            const Builder sb(c.spec, recipe, opts, *be, smr);
+            std::uint64_t largest = 0, streamed = 0;
+            stream_rank(RankPlan(sb, plan, r), [&](const RankPart& p) {
+              largest = std::max(largest, p.bytes());
+              ASSERT_EQ(p.shards.size(), p.tensors.size());
+              for (std::size_t k = 0; k < p.tensors.size(); ++k) {
+                const TensorView& v = p.tensors[k];
+                const ShardTensor& s = p.shards[k];
+                EXPECT_EQ(v.shape, s.box.shape);
+                // Per-layer names: compare against the per-layer piece inside the whole model.
+                const TensorView* g = nullptr;
+                Box gbox = s.box;
+                if (by_name.count(s.tensor.name)) {
+                  g = &by_name.at(s.tensor.name);
+                } else {  // stacked: slice p.layer of the [L, ...] tensor
+                  const auto& lt = c.spec.layer.tensors;
+                  for (const auto& spec_t : lt)
+                    if (c.spec.canonical_name(p.layer, spec_t) == s.tensor.name) g = &by_name.at(stacked_name(c.spec, spec_t));
+                  ASSERT_NE(g, nullptr) << s.tensor.name;
+                  gbox.offset.insert(gbox.offset.begin(), p.layer);
+                  gbox.shape.insert(gbox.shape.begin(), 1);
+                }
+                for_each_row(g->shape, gbox, [&](std::uint64_t gi, std::uint64_t li, std::uint64_t n) {
+                  ASSERT_EQ(std::memcmp(static_cast<const char*>(v.data) + li * es, static_cast<const char*>(g->data) + gi * es, n * es), 0)
+                      << s.tensor.name;
+                });
+                streamed += v.bytes();
+              }
+            });
+            EXPECT_EQ(streamed, local_bytes);
+            EXPECT_EQ(smr.stats().peak_bytes, largest);
+
+            // The plan's numbers are the measured ones.
+            const RankMemoryPlan pm = plan_rank(rp, TrainingSetup::mixed);
+            EXPECT_EQ(pm.weight_bytes, local_bytes);
+            EXPECT_EQ(pm.peak_streamed, largest);
+            EXPECT_EQ(pm.parameters * es, local_bytes);
+            EXPECT_EQ(pm.states.states(), 16 * pm.parameters);
+            if (layout == Layout::per_layer) EXPECT_EQ(pm.tensors, pieces_per_layer_build);
+          }
+          // Every element of every tensor, exactly once per replica.
+          for (const auto& [name, count] : counts) {
+            const bool tied_embedding = c.spec.hyper.tie_word_embeddings && name == c.spec.pre[0].name;
+            const std::uint64_t want = replicas(c.d, name, tied_embedding);
+            for (std::size_t k = 0; k < count.size(); ++k)
+              ASSERT_EQ(count[k], want) << name << " element " << k << " (" << plan.describe() << ")";
+          }
+        }
+  }
+  EXPECT_GT(checked_pieces, 10000);
+}
+
+// Ranks whose piece of a tensor is empty do not hold it; the rest of their model is still there.
+TEST(ShardBuild, EmptyPiecesAreNotHeld) {
+  auto be = make_host_backend(1);
+  const ModelSpec mlp = mlp_spec("mlp-odd", {3, 5, 5, 5, 5, 2}, true);  // output.weight [2, 5], output.bias [2]
+  const ParallelPlan plan(mlp, {.fsdp = 4});
+  const Builder b(mlp, make_recipe("hf"), {}, *be, be->memory());
+  std::vector<std::string> names;
+  for (const auto& s : RankPlan(b, plan, 3).post()) names.push_back(s.tensor.name);
+  EXPECT_TRUE(names.empty());  // 2 rows over 4 ranks: 1, 1, 0, 0
+  names.clear();
+  for (const auto& s : RankPlan(b, plan, 1).post()) names.push_back(s.tensor.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"output.weight", "output.bias"}));
+  // input.weight [5, 3] and the layers' [5, 5]: 5 rows over 4 ranks are 2, 2, 1, 0.
+  const RankPlan r3(b, plan, 3), r2(b, plan, 2);
+  EXPECT_TRUE(r3.pre().empty());
+  EXPECT_TRUE(r3.layer(0).empty());
+  EXPECT_TRUE(r3.layer_tensors().empty());
+  ASSERT_EQ(r2.pre().size(), 2u);
+  EXPECT_EQ(r2.pre()[0].box, (Box{{4, 0}, {1, 3}}));
+  EXPECT_EQ(r2.layer(2).size(), 2u);
+  EXPECT_EQ(r2.layer_tensors(), (std::vector<std::size_t>{0, 1}));
+  EXPECT_THROW(RankPlan(b, plan, 4), std::invalid_argument);
+  EXPECT_THROW(r3.layer(3), std::out_of_range);
+}
+
+// Layers that differ in size (a dtype override naming one layer): the plan goes layer by layer.
+TEST(ShardBuild, PlanOfRanksWithUnequalLayersMatchesTheirBuilds) {
+  auto be = make_host_backend(1);
+  const ModelSpec spec = make_preset("llama-tiny");
+  BuildOptions opts;
+  opts.dtype_overrides = {{"model.layers.1.*", DType::f32}};
+  const ParallelPlan plan(spec, {.tp = 2, .pp = 2});
+  tracking_resource probe(be->memory());
+  ASSERT_FALSE(Builder(spec, make_recipe("hf"), opts, *be, probe).uniform_layers());
+  const auto ranks = plan_ranks(Builder(spec, make_recipe("hf"), opts, *be, probe), plan, TrainingSetup::pure_bf16);
+  ASSERT_EQ(ranks.size(), 4u);
+  for (std::uint64_t r = 0; r < 4; ++r) {
+    tracking_resource mr(be->memory());
+    const Builder b(spec, make_recipe("hf"), opts, *be, mr);
+    const std::uint64_t bytes = build_rank(RankPlan(b, plan, r)).bytes();
+    EXPECT_EQ(ranks[r].weight_bytes, bytes);
+    EXPECT_EQ(mr.stats().peak_bytes, bytes);
+    EXPECT_EQ(ranks[r].states.states(), 8 * ranks[r].parameters);
+    EXPECT_EQ(ranks[r].coords, plan.coords(r));
+  }
+  // Stage 0 holds layer 1 in fp32 and the embedding; stage 1 the head: the heaviest is rank 0 or 1.
+  EXPECT_GT(ranks[0].weight_bytes, ranks[2].weight_bytes);
+  const RankBalance bal = rank_balance(ranks);
+  EXPECT_EQ(bal.largest_rank, ranks[0].weight_bytes >= ranks[1].weight_bytes ? 0u : 1u);
+  double total = 0;
+  for (const auto& r : ranks) total += static_cast<double>(r.weight_bytes);
+  EXPECT_DOUBLE_EQ(bal.imbalance, static_cast<double>(ranks[bal.largest_rank].weight_bytes) / (total / 4));
+  EXPECT_GT(bal.imbalance, 1.0);
+  EXPECT_EQ(rank_balance({}).imbalance, 0.0);
+}
