@@ -219,6 +219,7 @@ class cuda_resource final : public memory_resource {
     DeviceScope scope(device_);
     LAYERINIT_CUDA_TRY_NOTHROW(cudaFreeAsync(p, stream_));
     in_use_ -= bytes;
+    freed_since_trim_ = true;
   }
 
   // Out of memory: the pool cannot grow, or (as some drivers answer a size beyond the device) an
@@ -296,13 +297,34 @@ class cuda_resource final : public memory_resource {
     }
   }
 
+  // Gives the pool's unused memory back to the device when it holds any: waits for the frees pending on
+  // the stream (they become unused only then), then trims. Two attribute reads when there is none.
+  void trim_pool_if_idle_memory() {
+    std::uint64_t reserved = 0, used = 0;
+    LAYERINIT_CUDA_TRY(cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &reserved));
+    LAYERINIT_CUDA_TRY(cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemCurrent, &used));
+    if (reserved <= used && !freed_since_trim_.load()) return;  // nothing idle, no free pending
+    LAYERINIT_CUDA_TRY(cudaStreamSynchronize(stream_));
+    freed_since_trim_ = false;
+    LAYERINIT_CUDA_TRY(cudaMemPoolTrimTo(pool_, 0));
+  }
+
   // Backs [offset, offset + len) of a reservation: create, map, allow access. The handle is released
   // once mapped; the memory lives until the range is unmapped.
   void map_run(CUdeviceptr base, Reservation& res, std::size_t offset, std::size_t len, std::size_t asked) {
     const DriverApi& d = driver();
     res.maps.reserve(res.maps.size() + 1);  // so the push_back below cannot throw after mapping
     CUmemGenericAllocationHandle h{};
+    // Memory the pool holds but no allocation uses (stack() has just freed a layer into it) goes back
+    // to the device first: the pool never returns it on its own (its release threshold is the whole
+    // device), and physical memory for the commit comes from outside the pool.
+    trim_pool_if_idle_memory();
     CUresult r = d.memCreate(&h, len, &prop_, 0);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {  // frees may still be pending on the stream: wait, trim, retry once
+      LAYERINIT_CUDA_TRY(cudaStreamSynchronize(stream_));
+      LAYERINIT_CUDA_TRY(cudaMemPoolTrimTo(pool_, 0));
+      r = d.memCreate(&h, len, &prop_, 0);
+    }
     if (r == CUDA_ERROR_OUT_OF_MEMORY || (r == CUDA_ERROR_INVALID_VALUE && len > device_bytes_)) throw out_of_memory(asked, in_use_.load(), label_ + " (commit)");
     if (r != CUDA_SUCCESS) throw_cu_error(r, "cuMemCreate", __FILE__, __LINE__);
     r = d.memMap(base + offset, len, 0, h, 0);
@@ -347,6 +369,7 @@ class cuda_resource final : public memory_resource {
   std::string label_;
   cudaMemPool_t pool_ = nullptr;
   std::size_t device_bytes_ = 0;
+  std::atomic<bool> freed_since_trim_{false};  // a pool free may be pending on the stream
   std::atomic<std::size_t> in_use_{0};  // pool bytes asked plus committed bytes (granules)
 
   CUmemAllocationProp prop_{};

@@ -3,6 +3,12 @@
 // high-water mark. Skips without a usable GPU.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include <cuda_runtime.h>
+
 #include "../builder_util.hpp"
 #include <layerinit/backends/cuda_backend.hpp>
 
@@ -66,4 +72,51 @@ TEST(BuilderCuda, TrackedPeakEqualsWeightsAndThePoolAgrees) {
   EXPECT_LE(after.used_high - before.used_current, t.stats().peak_bytes + (4u << 20)) << "pool overhead above 4 MiB";
   std::printf("gpt2 bf16 stacked: tracked peak %zu, pool high-water %llu bytes\n", t.stats().peak_bytes,
               static_cast<unsigned long long>(after.used_high - before.used_current));
+}
+
+// Restacking a per-layer model on the device: each layer is freed into the pool right before the
+// next stacked slices are committed with cuMemCreate, so the pool must hand that memory back; the
+// device's own count (cudaMemGetInfo, sampled by a second thread while stack() runs) stays within
+// the weights + one layer + allocation granularity and pool rounding.
+TEST(BuilderCuda, RestackDeviceFootprintIsWeightsPlusOneLayer) {
+  REQUIRE_GPU();
+  auto gpu = make_backend("cuda");
+  const ModelSpec spec = make_preset("gpt2-medium");
+  tracking_resource t(gpu->memory());
+  Model m = Builder(spec, make_recipe("hf"), opts(Layout::per_layer), *gpu, t).build();
+  gpu->synchronize();
+  std::uint64_t largest_layer = 0;
+  for (const auto& l : m.layers) {
+    std::uint64_t b = 0;
+    for (const auto& x : l.tensors) b += x.view.bytes();
+    largest_layer = std::max(largest_layer, b);
+  }
+  const std::uint64_t weights = m.bytes();
+  std::size_t free0 = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+  const std::uint64_t used_with_model = total - free0;  // includes the per-layer model itself
+  std::atomic<bool> done{false};
+  std::atomic<std::uint64_t> peak_used{used_with_model};
+  std::thread sampler([&] {
+    while (!done.load()) {
+      std::size_t f = 0, tt = 0;
+      if (cudaMemGetInfo(&f, &tt) == cudaSuccess) {
+        const std::uint64_t u = tt - f;
+        std::uint64_t p = peak_used.load();
+        while (u > p && !peak_used.compare_exchange_weak(p, u)) {}
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  Model stacked = stack(std::move(m), spec, *gpu, t);
+  gpu->synchronize();
+  done = true;
+  sampler.join();
+  const std::uint64_t growth = peak_used.load() - used_with_model;  // above the per-layer model
+  const std::uint64_t slack = (2u << 20) * 2 + (8u << 20);          // granularity at each end, pool rounding
+  std::printf("restack gpt2-medium bf16: weights %llu, largest layer %llu, device growth above the model %llu bytes\n",
+              static_cast<unsigned long long>(weights), static_cast<unsigned long long>(largest_layer),
+              static_cast<unsigned long long>(growth));
+  EXPECT_LE(growth, largest_layer + slack) << "restack held more than one layer beyond the weights on the device";
+  EXPECT_EQ(stacked.bytes(), weights);
 }
