@@ -116,7 +116,8 @@ LAYERINIT_HD void vectors_task(const Job& g, std::uint64_t t, unsigned tid, unsi
   constexpr unsigned n = elements_per_block(T);  // = elements per 16-byte vector
   const FillJob& j = g.job;
   // The store loops read only registers: copy what they need out of the job table first.
-  const rng::KeySchedule key = rng::key_schedule(j.key);
+  rng::KeySchedule key = rng::key_schedule(j.key);
+  rng::pin_in_registers(key);
   const FillParams p = j.params;
   const std::uint64_t per_task = vectors_per_thread * threads;
   const std::uint64_t v_end = (t + 1) * per_task < g.nvec ? (t + 1) * per_task : g.nvec;
@@ -144,7 +145,8 @@ template <DType T, FillKind K>
 LAYERINIT_HD void tiles_task(const Job& g, std::uint64_t t, unsigned tid, unsigned threads, const FillTables& tab) {
   constexpr unsigned n = elements_per_block(T);
   const FillJob& j = g.job;
-  const rng::KeySchedule key = rng::key_schedule(j.key);
+  rng::KeySchedule key = rng::key_schedule(j.key);
+  rng::pin_in_registers(key);
   const FillParams p = j.params;
   const std::uint64_t rows = j.rows;
   const std::uint64_t per_task = tiles_per_thread * threads;       // logical-row tiles per task
