@@ -139,9 +139,10 @@ LAYERINIT_HD std::uint32_t code16(const rng::Block& b, unsigned k) {
 
 // fp16/bf16 normal: node `code` (0..65535), Phi^-1((code + 1/2) / 65536), mirrored from the upper half.
 LAYERINIT_HD float node16(const float* nodes, std::uint32_t code) {
-  const bool up = code >= 32768u;
-  const float h = nodes[up ? code - 32767u : 32768u - code];
-  return up ? h : -h;
+  // Written without a branch on the sign (random: a host branch would mispredict half the time).
+  const std::uint32_t down = (code >> 15) - 1u;                 // 0 for the upper half, all ones below
+  const float h = nodes[((code - 32768u) ^ down) + 1u];         // code - 32767, or 32768 - code
+  return transforms::as_float(transforms::as_bits(h) ^ (down & 0x80000000u));
 }
 
 // fp16/bf16 trunc_normal positions run over [0, 65535 * 2^16]: node j sits at j * 2^16.
@@ -157,7 +158,7 @@ LAYERINIT_HD float node16_at(const float* nodes, std::uint32_t pos, bool* upper 
   const float t0 = nodes[k], t1 = nodes[k + 1];
   const float z = transforms::fmaf_(static_cast<float>(q & 0xffffu) * 0x1p-16f, t1 - t0, t0);
   if (upper != nullptr) *upper = up;
-  return up ? z : -z;
+  return transforms::as_float(transforms::as_bits(z) ^ (up ? 0u : 0x80000000u));
 }
 
 // fp16/bf16 trunc_normal: position of code (0..65535), the midpoint of its 1/65536 of the span:
