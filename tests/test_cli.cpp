@@ -42,6 +42,7 @@
 #include <layerinit/init/presets.hpp>
 #include <layerinit/config.hpp>
 #include "test_util.hpp"
+#include "pipes.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -148,27 +149,7 @@ Child spawn(const std::vector<std::string>& args, const SpawnOptions& so = {}) {
 
 Result finish(Child c) {
   Result r;
-  pollfd fds[2] = {{c.out, POLLIN, 0}, {c.err, POLLIN, 0}};
-  std::string* sinks[2] = {&r.out, &r.err};
-  int open_fds = 2;
-  char buf[65536];
-  while (open_fds > 0) {
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
-      if (n > 0) {
-        sinks[i]->append(buf, static_cast<std::size_t>(n));
-      } else {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
+  layerinit::testing::drain(c.out, c.err, r.out, r.err);
   struct rusage ru {};
   ::wait4(c.pid, &r.status, 0, &ru);
   r.maxrss_kb = ru.ru_maxrss;

@@ -16,6 +16,18 @@ namespace layerinit::cli {
 
 namespace {
 
+// The fields every `build --report json` ends with, then the report on stdout.
+void print_build_report(nlohmann::ordered_json& out, const std::vector<TensorReport>& tensors, std::uint64_t total_bytes,
+                        const MemoryStats& stats, double build_seconds, double hash_seconds) {
+  out["tensors"] = tensors_json(tensors);
+  out["total_bytes"] = total_bytes;
+  out["peak_bytes"] = stats.peak_bytes;
+  out["allocations"] = stats.total_count;
+  out["wall_seconds"] = build_seconds;
+  out["hash_seconds"] = hash_seconds;
+  std::cout << out.dump(2) << "\n";
+}
+
 // build --rank R: only rank R's pieces (docs/sharding.md).
 int build_rank_command(const ModelArgs& args, const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts,
                        const std::string& report, const std::string& trace_file, bool force) {
@@ -61,13 +73,7 @@ int build_rank_command(const ModelArgs& args, const ModelSpec& spec, const Recip
     nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout, *be);
     add_rank_json(out, plan, rank.rank());
     out["parameters"] = need.parameters;
-    out["tensors"] = tensors_json(tensors);
-    out["total_bytes"] = model.bytes();
-    out["peak_bytes"] = stats.peak_bytes;
-    out["allocations"] = stats.total_count;
-    out["wall_seconds"] = build_seconds;
-    out["hash_seconds"] = hash_seconds;
-    std::cout << out.dump(2) << "\n";
+    print_build_report(out, tensors, model.bytes(), stats, build_seconds, hash_seconds);
   } else {
     const ParallelPlan::Coords c = rank.coords();
     std::printf("%s: rank %llu of %llu (pp %llu, fsdp %llu, ep %llu, tp %llu): %llu parameters in %zu pieces, %s, layout %s, "
@@ -144,13 +150,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   if (report == "json") {
     nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout, *be);
     out["parameters"] = spec.parameter_count();
-    out["tensors"] = tensors_json(tensors);
-    out["total_bytes"] = model.bytes();
-    out["peak_bytes"] = stats.peak_bytes;
-    out["allocations"] = stats.total_count;
-    out["wall_seconds"] = build_seconds;
-    out["hash_seconds"] = hash_seconds;
-    std::cout << out.dump(2) << "\n";
+    print_build_report(out, tensors, model.bytes(), stats, build_seconds, hash_seconds);
   } else {
     std::size_t count = 0;
     model.for_each([&](const TensorView&) { ++count; });
