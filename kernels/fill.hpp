@@ -158,7 +158,11 @@ LAYERINIT_HD float node16_at(const float* nodes, std::uint32_t pos, bool* upper 
   const float t0 = nodes[k], t1 = nodes[k + 1];
   const float z = transforms::fmaf_(static_cast<float>(q & 0xffffu) * 0x1p-16f, t1 - t0, t0);
   if (upper != nullptr) *upper = up;
-  return transforms::as_float(transforms::as_bits(z) ^ (up ? 0u : 0x80000000u));
+#if defined(__CUDA_ARCH__)
+  return up ? z : -z;  // the device folds the negation into the next fma
+#else
+  return transforms::as_float(transforms::as_bits(z) ^ (up ? 0u : 0x80000000u));  // no host branch
+#endif
 }
 
 // fp16/bf16 trunc_normal: position of code (0..65535), the midpoint of its 1/65536 of the span:
