@@ -76,6 +76,15 @@ def _array_method(self: Array, dtype: Any = None, copy: Optional[bool] = None) -
 Array.__array__ = _array_method  # type: ignore[attr-defined]
 
 
+def __getattr__(name: str) -> Any:
+    # layerinit.torch and layerinit.jax import their framework: load them on first use only.
+    if name in ("torch", "jax"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'layerinit' has no attribute {name!r}")
+
+
 def preset_names() -> list[str]:
     """The model presets (``layerinit build --preset NAME``)."""
     return list(_core.preset_names())

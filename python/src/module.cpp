@@ -185,7 +185,9 @@ void run_jobs(const std::vector<FillJob>& jobs, int device_type) {
 }
 
 // An imported DLPack array as a region to fill; ValueError for what cannot be filled in place.
-Region import_region(nb::handle obj, bool allow_strided) {
+// `bits_as`: the array's elements are this dtype's bits (a uint16 array holding bf16), for callers
+// whose framework has no bfloat16 of its own.
+Region import_region(nb::handle obj, bool allow_strided, std::optional<DType> bits_as = std::nullopt) {
   const nb::handle type = obj.type();
   if (nb::hasattr(type, "__module__")) {
     const std::string mod = nb::cast<std::string>(nb::str(type.attr("__module__")));
@@ -201,7 +203,14 @@ Region import_region(nb::handle obj, bool allow_strided) {
                                 nb::cast<std::string>(nb::str(type.attr("__name__"))));
   }
   Region r;
-  r.dtype = dtype_of(a.dtype());
+  if (bits_as) {
+    if (a.dtype().lanes != 1 || a.dtype().bits != 8 * dtype_size(*bits_as))
+      throw std::invalid_argument("an array of " + std::to_string(a.dtype().bits) + "-bit elements cannot hold " +
+                                  std::string(dtype_name(*bits_as)));
+    r.dtype = *bits_as;
+  } else {
+    r.dtype = dtype_of(a.dtype());
+  }
   r.device_type = a.device_type();
   if (r.device_type != kDLCPU && r.device_type != kDLCUDAHost && r.device_type != kDLCUDA &&
       r.device_type != kDLCUDAManaged)
@@ -514,7 +523,7 @@ NB_MODULE(_core, m) {
   nb::class_<Spec>(m, "Spec", "A model spec: a preset or a JSON spec (docs/spec.md).")
       .def_static("preset", [](const std::string& name) { return Spec{make_preset(name)}; }, "name"_a)
       .def_static("from_json", [](const std::string& text) { return Spec{spec_from_json(text)}; }, "text"_a)
-      .def_static("family", [](const std::string& family, const std::string& name, const std::map<std::string, double>& hyper,
+      .def_static("from_family", [](const std::string& family, const std::string& name, const std::map<std::string, double>& hyper,
                                std::uint64_t num_layers) {
         Hyper h;
         auto get = [&](const char* k, auto& field) {
@@ -560,8 +569,8 @@ NB_MODULE(_core, m) {
       .def("fill_of", [](const Plan& p, const std::string& name) { return p.planned(name).fill; }, "name"_a)
       .def("logical_shape", [](const Plan& p, const std::string& name) { return as_vector(p.planned(name).shape); }, "name"_a)
       .def("fill", [](const Plan& p, const std::string& name, nb::handle array, const std::vector<std::uint64_t>& offset,
-                      bool allow_strided) {
-        const Region r = import_region(array, allow_strided);
+                      bool allow_strided, const std::optional<std::string>& bits_as) {
+        const Region r = import_region(array, allow_strided, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
         std::vector<FillJob> jobs;
         Shape off(offset.begin(), offset.end());
         if (off.empty()) off = Shape(r.shape.size(), 0);
@@ -569,7 +578,7 @@ NB_MODULE(_core, m) {
           throw std::invalid_argument("offset has " + std::to_string(off.size()) + " dimensions, the array " + std::to_string(r.shape.size()));
         p.fill(name, r, off, jobs);
         run_jobs(jobs, r.device_type);
-      }, "name"_a, "array"_a, "offset"_a, "allow_strided"_a = false,
+      }, "name"_a, "array"_a, "offset"_a, "allow_strided"_a = false, "bits_as"_a = nb::none(),
       "Fills `array`, the piece at `offset` of tensor `name`, in place with the build's values.")
       .def("build", &build, "device"_a, "mesh"_a.none(), "rank"_a.none(), "threads"_a = 0);
 
