@@ -228,9 +228,11 @@ def fill_(
     """
     if seed < 0 or seed >= 2**64:
         raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-    target = array
+    target, bits_as = array, None
     if getattr(array, "requires_grad", False) and hasattr(array, "detach"):
         target = array.detach()  # same storage; DLPack refuses tensors that require grad
+    elif type(array).__module__ == "numpy" and getattr(array.dtype, "name", "") == "bfloat16":
+        target, bits_as = array.view("uint16"), "bf16"  # ml_dtypes' bfloat16: numpy cannot export it
     _core.fill(
         target,
         name,
@@ -240,6 +242,7 @@ def fill_(
         None if offset is None else [int(d) for d in offset],
         transposed,
         dtype,
+        bits_as,
     )
     return array
 

@@ -585,8 +585,8 @@ NB_MODULE(_core, m) {
   m.def("fill", [](nb::handle array, const std::string& name, const FillSpec& fill, std::uint64_t seed,
                    const std::optional<std::vector<std::uint64_t>>& global_shape,
                    const std::optional<std::vector<std::uint64_t>>& offset, bool transposed,
-                   const std::optional<std::string>& dtype) {
-    const Region r = import_region(array, false);
+                   const std::optional<std::string>& dtype, const std::optional<std::string>& bits_as) {
+    const Region r = import_region(array, false, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
     if (dtype && parse_dtype(*dtype) != r.dtype)
       throw std::invalid_argument("dtype mismatch: asked for " + *dtype + ", the array is " + std::string(dtype_name(r.dtype)));
     PlannedTensor p;
@@ -609,7 +609,7 @@ NB_MODULE(_core, m) {
     box_fill_jobs(p, Box{off, r.shape}, r.data, seed, jobs);
     run_jobs(jobs, r.device_type);
   }, "array"_a, "name"_a, "fill"_a, "seed"_a, "global_shape"_a.none(), "offset"_a.none(), "transposed"_a,
-     "dtype"_a.none());
+     "dtype"_a.none(), "bits_as"_a = nb::none());
 
   nb::class_<Array>(m, "Array",
                     "A tensor built by layerinit: its memory is layerinit's, tracked, and freed when the Array and every "
