@@ -1,0 +1,650 @@
+// layerinit._core: the library as a Python extension (docs/python.md). The typed, documented API is
+// python/layerinit/__init__.py; this module holds what needs C++: specs and plans, builds whose
+// tensors become Arrays owning layerinit's tracked memory, and fills of other frameworks' arrays
+// in place through DLPack.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <layerinit/config.hpp>
+#include <layerinit/core/errors.hpp>
+#include <layerinit/core/text.hpp>
+#include <layerinit/init/builder.hpp>
+#include <layerinit/init/presets.hpp>
+#include <layerinit/init/recipes.hpp>
+#include <layerinit/init/spec_json.hpp>
+#include <layerinit/memory/tracking.hpp>
+#include <layerinit/shard/box_fill.hpp>
+#include <layerinit/shard/parallel.hpp>
+#include <layerinit/shard/rank.hpp>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace layerinit::python {
+namespace {
+
+// DLPack device types (dlpack.h): what __dlpack_device__ returns and imported arrays carry.
+constexpr int kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13;
+
+// A backend and the tracker every allocation of this process goes through on it. Made on first use
+// and never destroyed: Arrays may outlive the interpreter's module teardown, and each frees its
+// bytes through this tracker.
+struct Context {
+  std::unique_ptr<backend> be;
+  std::unique_ptr<tracking_resource> tracker;
+  int device_type = kDLCPU;
+};
+
+Context& host_context() {
+  static Context* c = [] {
+    auto* ctx = new Context;
+    ctx->be = make_host_backend(0);
+    ctx->tracker = std::make_unique<tracking_resource>(ctx->be->memory());
+    return ctx;
+  }();
+  return *c;
+}
+
+Context& cuda_context() {
+  static std::mutex mu;
+  static Context* c = nullptr;
+  std::lock_guard lock(mu);
+  if (c == nullptr) {
+    auto be = make_backend("cuda");  // layerinit::error naming why when CUDA is unusable
+    auto* ctx = new Context;
+    ctx->be = std::move(be);
+    ctx->tracker = std::make_unique<tracking_resource>(ctx->be->memory());
+    ctx->device_type = kDLCUDA;
+    c = ctx;
+  }
+  return *c;
+}
+
+Context& context_for(const std::string& device) {
+  if (device == "cpu") return host_context();
+  if (device == "cuda" || device == "cuda:0") return cuda_context();
+  throw std::invalid_argument("unknown device '" + printable(device) + "' (valid: cpu, cuda, cuda:0)");
+}
+
+nb::dlpack::dtype dl_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float), 32, 1};
+    case DType::f16: return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+    case DType::bf16: return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
+  }
+  throw std::logic_error("dl_dtype: unknown dtype");
+}
+
+// The layerinit dtype of an imported array; ValueError naming what it is otherwise.
+DType dtype_of(const nb::dlpack::dtype& d) {
+  if (d.lanes == 1 && d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float) && d.bits == 32) return DType::f32;
+  if (d.lanes == 1 && d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float) && d.bits == 16) return DType::f16;
+  if (d.lanes == 1 && d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat) && d.bits == 16) return DType::bf16;
+  static const char* codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+  const std::string code = d.code < 7 ? codes[d.code] : "code " + std::to_string(d.code);
+  throw std::invalid_argument("array dtype " + code + std::to_string(d.bits) +
+                              " is not one layerinit fills (valid: float32, float16, bfloat16)");
+}
+
+std::string shape_text(const Shape& s) { return shape_string(s); }
+
+// ---------------------------------------------------------------------------------------------
+// Arrays: one tensor's memory, owned by the Python object; DLPack consumers keep the object alive.
+
+struct Array {
+  Tensor tensor;        // view.shape = the local shape; its Storage frees through the context's tracker
+  Shape global_shape;   // the whole tensor as stored
+  Shape offset;         // of this piece in global_shape (zeros when whole)
+  Context* ctx = nullptr;
+
+  nb::ndarray<nb::array_api> view(nb::handle owner) const {
+    std::vector<std::size_t> shape(tensor.view.shape.begin(), tensor.view.shape.end());
+    const int device = ctx->device_type;
+    return nb::ndarray<nb::array_api>(tensor.view.data, shape.size(), shape.data(), owner, nullptr, dl_dtype(tensor.view.dtype),
+                         device, 0);
+  }
+};
+
+std::vector<std::uint64_t> as_vector(const Shape& s) { return {s.begin(), s.end()}; }
+
+// ---------------------------------------------------------------------------------------------
+// Fills of memory layerinit does not own: a box of a planned tensor into a (possibly strided) region.
+
+struct Region {
+  void* data = nullptr;
+  Shape shape;
+  std::vector<std::int64_t> strides;  // elements; empty = row-major dense
+  DType dtype = DType::f32;
+  int device_type = kDLCPU;
+};
+
+bool dense(const Region& r) {
+  if (r.strides.empty()) return true;
+  std::int64_t expect = 1;
+  for (std::size_t d = r.shape.size(); d-- > 0;) {
+    if (r.shape[d] != 1 && r.strides[d] != expect) return false;
+    expect *= static_cast<std::int64_t>(r.shape[d]);
+  }
+  return true;
+}
+
+// Jobs writing box `box` of `p` (memory coordinates) into region `r` of the same shape: box_fill_jobs
+// once when the region is dense, else once per run along the last dimension (which must be
+// contiguous), each run a box of its own.
+void region_jobs(const PlannedTensor& p, const Box& box, const Region& r, std::uint64_t seed, std::vector<FillJob>& out) {
+  if (box.empty()) return;
+  if (dense(r)) {
+    box_fill_jobs(p, box, r.data, seed, out);
+    return;
+  }
+  const std::size_t n = box.shape.size();
+  if (r.strides[n - 1] != 1 && box.shape[n - 1] != 1)
+    throw std::invalid_argument("tensor '" + printable(p.name) + "': the region's last dimension is not contiguous");
+  const std::size_t esize = dtype_size(p.dtype);
+  std::uint64_t rows = 1;
+  for (std::size_t d = 0; d + 1 < n; ++d) rows *= box.shape[d];
+  Shape index(n, 0);
+  for (std::uint64_t row = 0; row < rows; ++row) {
+    Box run{box.offset, Shape(n, 1)};
+    run.shape[n - 1] = box.shape[n - 1];
+    std::int64_t elem = 0;
+    for (std::size_t d = 0; d + 1 < n; ++d) {
+      run.offset[d] += index[d];
+      elem += static_cast<std::int64_t>(index[d]) * r.strides[d];
+    }
+    box_fill_jobs(p, run, static_cast<unsigned char*>(r.data) + elem * static_cast<std::int64_t>(esize), seed, out);
+    for (std::size_t d = n - 1; d-- > 0;) {
+      if (++index[d] < box.shape[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+void run_jobs(const std::vector<FillJob>& jobs, int device_type) {
+  if (jobs.empty()) return;
+  Context& ctx = device_type == kDLCUDA || device_type == kDLCUDAManaged ? cuda_context() : host_context();
+  nb::gil_scoped_release release;
+  ctx.be->fill(jobs);
+  ctx.be->synchronize();
+}
+
+// An imported DLPack array as a region to fill; ValueError for what cannot be filled in place.
+// `bits_as`: the array's elements are this dtype's bits (a uint16 array holding bf16), for callers
+// whose framework has no bfloat16 of its own.
+Region import_region(nb::handle obj, bool allow_strided, std::optional<DType> bits_as = std::nullopt) {
+  const nb::handle type = obj.type();
+  if (nb::hasattr(type, "__module__")) {
+    const std::string mod = nb::cast<std::string>(nb::str(type.attr("__module__")));
+    if (mod.rfind("jax", 0) == 0 || mod.rfind("jaxlib", 0) == 0)
+      throw std::invalid_argument("JAX arrays are immutable and cannot be filled in place: use layerinit.jax.build");
+  }
+  nb::ndarray<> a;
+  if (!nb::try_cast(obj, a, false)) {
+    nb::ndarray<nb::ro> ro;
+    if (nb::try_cast(obj, ro, false))
+      throw std::invalid_argument("array is read-only: layerinit.fill_ writes in place and needs a writable array");
+    throw std::invalid_argument("expected an array that exports DLPack (__dlpack__) or the buffer protocol, got " +
+                                nb::cast<std::string>(nb::str(type.attr("__name__"))));
+  }
+  Region r;
+  if (bits_as) {
+    if (a.dtype().lanes != 1 || a.dtype().bits != 8 * dtype_size(*bits_as))
+      throw std::invalid_argument("an array of " + std::to_string(a.dtype().bits) + "-bit elements cannot hold " +
+                                  std::string(dtype_name(*bits_as)));
+    r.dtype = *bits_as;
+  } else {
+    r.dtype = dtype_of(a.dtype());
+  }
+  r.device_type = a.device_type();
+  if (r.device_type != kDLCPU && r.device_type != kDLCUDAHost && r.device_type != kDLCUDA &&
+      r.device_type != kDLCUDAManaged)
+    throw std::invalid_argument("array on DLPack device type " + std::to_string(r.device_type) +
+                                ": layerinit fills CPU and CUDA memory");
+  if ((r.device_type == kDLCUDA || r.device_type == kDLCUDAManaged) && a.device_id() != 0)
+    throw std::invalid_argument("array on cuda:" + std::to_string(a.device_id()) + ": layerinit's CUDA backend uses cuda:0");
+  r.data = a.data();
+  for (std::size_t d = 0; d < a.ndim(); ++d) r.shape.push_back(a.shape(d));
+  if (a.stride_ptr() != nullptr)
+    for (std::size_t d = 0; d < a.ndim(); ++d) r.strides.push_back(a.stride(d));
+  if (!dense(r)) {
+    if (!allow_strided)
+      throw std::invalid_argument("array of shape " + shape_text(r.shape) +
+                                  " is not contiguous (row-major): fill a contiguous array, or .contiguous() and copy back");
+    for (std::size_t d = 0; d < r.shape.size(); ++d)
+      if (r.strides[d] < 0) throw std::invalid_argument("array has a negative stride");
+  }
+  return r;
+}
+
+Shape shape_arg(const std::optional<std::vector<std::uint64_t>>& v, const Shape& fallback) {
+  return v ? Shape(v->begin(), v->end()) : fallback;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Specs and plans.
+
+struct Spec {
+  ModelSpec spec;
+};
+
+struct PlanEntry {
+  enum class Kind { pre, layer, post, stacked } kind = Kind::pre;
+  std::size_t index = 0;     // pre/post: position; layer: LayerSpec index; stacked: buffer index
+  std::uint64_t layer = 0;   // layer: block index
+};
+
+class Plan {
+ public:
+  Plan(const Spec& s, const std::string& recipe, const std::map<std::string, FillSpec>& overrides,
+       const std::string& dtype, const std::map<std::string, std::string>& dtype_overrides, std::uint64_t seed,
+       const std::string& layout, const std::string& orientation, const std::string& experts)
+      : spec_(s.spec), recipe_(make_recipe(recipe)) {
+    for (const auto& [pattern, fill] : overrides) {
+      validate_fill(fill);
+      recipe_.add_override(pattern, fill);
+    }
+    opts_.dtype = parse_dtype(dtype);
+    for (const auto& [pattern, d] : dtype_overrides) opts_.dtype_overrides.push_back({pattern, parse_dtype(d)});
+    opts_.seed = seed;
+    opts_.layout = parse_layout(layout);
+    opts_.orientation = parse_orientation(orientation);
+    opts_.experts = parse_expert_layout(experts);
+    spec_.validate();
+    builder_.emplace(spec_, recipe_, opts_, *host_context().be, *host_context().tracker);
+    if (opts_.layout == Layout::stacked) stacked_ = stacked_layout(spec_, opts_.experts);
+    index();
+  }
+
+  const Builder& builder() const { return *builder_; }
+
+  // name -> (memory shape, dtype, kind, layer or None)
+  nb::list tensors() const {
+    nb::list out;
+    auto add = [&](const std::string& name, const Shape& shape, DType t, const char* kind, std::optional<std::uint64_t> layer) {
+      out.append(nb::make_tuple(name, as_vector(shape), std::string(dtype_name(t)), kind, layer));
+    };
+    for (const auto& p : builder_->plan_pre()) add(p.name, p.memory_shape, p.dtype, "pre", std::nullopt);
+    if (opts_.layout == Layout::per_layer) {
+      for (std::uint64_t i = 0; i < spec_.num_layers; ++i)
+        for (const auto& p : builder_->plan_layer(i)) add(p.name, p.memory_shape, p.dtype, "layer", spec_.first_layer + i);
+    } else {
+      const auto layer0 = builder_->plan_layer(0);
+      for (std::size_t b = 0; b < stacked_.buffers.size(); ++b) {
+        const auto& buf = stacked_.buffers[b];
+        add(buf.name, stacked_.shape(spec_, b, layer0[buf.first].memory_shape), layer0[buf.first].dtype, "stacked",
+            std::nullopt);
+      }
+    }
+    for (const auto& p : builder_->plan_post()) add(p.name, p.memory_shape, p.dtype, "post", std::nullopt);
+    return out;
+  }
+
+  // The planned tensor of a canonical (not stacked) name, in any layout: its fill and logical shape.
+  PlannedTensor planned(const std::string& name) const {
+    const auto it = names_.find(name);
+    if (it == names_.end() || it->second.kind == PlanEntry::Kind::stacked)
+      throw std::invalid_argument("tensor '" + printable(name) + "' is not in " + printable(spec_.name) + suggestion(name));
+    const PlanEntry& e = it->second;
+    if (e.kind == PlanEntry::Kind::pre) return builder_->plan_pre()[e.index];
+    if (e.kind == PlanEntry::Kind::post) return builder_->plan_post()[e.index];
+    return builder_->plan_layer(e.layer)[e.index];
+  }
+
+  // Fills box [offset, offset + region.shape) of tensor `name` (memory coordinates; a stacked name
+  // in the stacked layout) into `region`.
+  void fill(const std::string& name, const Region& region, const Shape& offset, std::vector<FillJob>& jobs) const {
+    const auto it = names_.find(name);
+    if (it == names_.end()) throw std::invalid_argument("tensor '" + printable(name) + "' is not in " + printable(spec_.name) + suggestion(name));
+    const Box box{offset, region.shape};
+    if (it->second.kind != PlanEntry::Kind::stacked) {
+      PlannedTensor p = planned(name);
+      check_dtype(p, region.dtype);
+      region_jobs(p, box, region, opts_.seed, jobs);
+      return;
+    }
+    // A stacked buffer [L, ...] or [L, E, ...]: each slice is its own tensor.
+    const std::size_t b = it->second.index;
+    const StackedBuffer& buf = stacked_.buffers[b];
+    const std::size_t lead = buf.fused ? 2 : 1;
+    const auto layer0 = builder_->plan_layer(0);
+    const Shape global = stacked_.shape(spec_, b, layer0[buf.first].memory_shape);
+    check_box(name, global, box);
+    std::vector<std::size_t> members;  // LayerSpec indices held by this buffer, by slice within a layer
+    for (std::size_t j = 0; j < stacked_.buffer.size(); ++j)
+      if (stacked_.buffer[j] == b) members.push_back(j);
+    const std::size_t esize = dtype_size(layer0[buf.first].dtype);
+    Shape strides = region_strides(region);
+    const std::uint64_t e0 = lead == 2 ? offset[1] : 0, ne = lead == 2 ? box.shape[1] : 1;
+    for (std::uint64_t l = offset[0]; l < offset[0] + box.shape[0]; ++l) {
+      const auto planned_layer = builder_->plan_layer(l);
+      for (std::uint64_t e = e0; e < e0 + ne; ++e) {
+        std::size_t j = members.front();
+        for (std::size_t m : members)
+          if (stacked_.expert[m] == e) j = m;
+        const PlannedTensor& p = planned_layer[j];
+        check_dtype(p, region.dtype);
+        Region sub;
+        sub.dtype = region.dtype;
+        sub.device_type = region.device_type;
+        sub.shape.assign(region.shape.begin() + static_cast<std::ptrdiff_t>(lead), region.shape.end());
+        sub.strides.assign(strides.begin() + static_cast<std::ptrdiff_t>(lead), strides.end());
+        std::uint64_t elem = (l - offset[0]) * strides[0] + (lead == 2 ? (e - e0) * strides[1] : 0);
+        sub.data = static_cast<unsigned char*>(region.data) + elem * esize;
+        Box sb{Shape(offset.begin() + static_cast<std::ptrdiff_t>(lead), offset.end()), sub.shape};
+        region_jobs(p, sb, sub, opts_.seed, jobs);
+      }
+    }
+  }
+
+  const ModelSpec& spec() const { return spec_; }
+  const BuildOptions& options() const { return opts_; }
+  const Recipe& recipe() const { return recipe_; }
+
+ private:
+  static Shape region_strides(const Region& r) {
+    Shape s(r.shape.size(), 1);
+    if (!r.strides.empty()) {
+      for (std::size_t d = 0; d < s.size(); ++d) s[d] = static_cast<std::uint64_t>(r.strides[d]);
+    } else {
+      for (std::size_t d = s.size(); d-- > 1;) s[d - 1] = s[d] * r.shape[d];
+    }
+    return s;
+  }
+  static void check_box(const std::string& name, const Shape& global, const Box& box) {
+    bool ok = box.shape.size() == global.size();
+    for (std::size_t d = 0; ok && d < global.size(); ++d) ok = box.offset[d] <= global[d] && box.shape[d] <= global[d] - box.offset[d];
+    if (!ok)
+      throw std::invalid_argument("tensor '" + printable(name) + "': a piece of shape " + shape_text(box.shape) + " at " +
+                                  shape_text(box.offset) + " does not lie inside its shape " + shape_text(global));
+  }
+  static void check_dtype(const PlannedTensor& p, DType have) {
+    if (p.dtype != have)
+      throw std::invalid_argument("tensor '" + printable(p.name) + "' is planned as " + std::string(dtype_name(p.dtype)) +
+                                  " but the array is " + std::string(dtype_name(have)));
+  }
+  std::string suggestion(const std::string& name) const {
+    // Names close to the one asked: those sharing its last component, at most three.
+    const auto dot = name.rfind('.');
+    const std::string tail = dot == std::string::npos ? name : name.substr(dot);
+    std::string out;
+    int n = 0;
+    for (const auto& [k, e] : names_)
+      if (k.size() >= tail.size() && k.compare(k.size() - tail.size(), tail.size(), tail) == 0 && n < 3)
+        out += (n++ ? ", " : "") + k;
+    return out.empty() ? "" : " (tensors such as " + out + ")";
+  }
+  void index() {
+    for (std::size_t i = 0; i < spec_.pre.size(); ++i) names_[spec_.pre[i].name] = {PlanEntry::Kind::pre, i, 0};
+    for (std::size_t i = 0; i < spec_.post.size(); ++i) names_[spec_.post[i].name] = {PlanEntry::Kind::post, i, 0};
+    for (std::uint64_t l = 0; l < spec_.num_layers; ++l)
+      for (std::size_t j = 0; j < spec_.layer.tensors.size(); ++j)
+        names_[spec_.canonical_name(l, spec_.layer.tensors[j])] = {PlanEntry::Kind::layer, j, l};
+    for (std::size_t b = 0; b < stacked_.buffers.size(); ++b)
+      names_[stacked_.buffers[b].name] = {PlanEntry::Kind::stacked, b, 0};
+  }
+
+  ModelSpec spec_;
+  Recipe recipe_;
+  BuildOptions opts_;
+  std::optional<Builder> builder_;
+  StackedLayout stacked_;
+  std::map<std::string, PlanEntry> names_;
+};
+
+// Moves a built tensor into a Python Array.
+nb::object make_array(Tensor&& t, Shape global, Shape offset, Context& ctx) {
+  auto* a = new Array{std::move(t), std::move(global), std::move(offset), &ctx};
+  if (a->global_shape.empty() && !a->tensor.view.shape.empty()) a->global_shape = a->tensor.view.shape;
+  if (a->offset.empty()) a->offset = Shape(a->global_shape.size(), 0);
+  return nb::cast(a, nb::rv_policy::take_ownership);
+}
+
+nb::dict build(const Plan& plan, const std::string& device, const std::optional<std::map<std::string, std::uint64_t>>& mesh,
+               std::optional<std::uint64_t> rank, int threads) {
+  Context& ctx = context_for(device);
+  std::unique_ptr<backend> own;  // a host backend with a thread count of its own, on the same tracker
+  backend* be = ctx.be.get();
+  if (threads > 0 && ctx.device_type == kDLCPU) {
+    own = make_host_backend(threads);
+    be = own.get();
+  }
+  const Builder builder(plan.spec(), plan.recipe(), plan.options(), *be, *ctx.tracker);
+  nb::dict out;
+  if (mesh || rank) {
+    ParallelDegrees d;
+    if (mesh) {
+      for (const auto& [k, v] : *mesh) {
+        if (k == "tp") d.tp = v;
+        else if (k == "pp") d.pp = v;
+        else if (k == "ep") d.ep = v;
+        else if (k == "fsdp") d.fsdp = v;
+        else throw std::invalid_argument("unknown mesh dimension '" + printable(k) + "' (valid: tp, pp, ep, fsdp)");
+      }
+    }
+    const ParallelPlan pp(plan.spec(), d);
+    if (!rank)
+      throw std::invalid_argument("mesh " + pp.describe() + ": build needs rank=R, the rank to build (0-" +
+                                  std::to_string(pp.ranks() - 1) + ")");
+    const RankPlan rp(builder, pp, *rank);
+    RankModel m;
+    {
+      nb::gil_scoped_release release;
+      m = build_rank(rp);
+      be->synchronize();
+    }
+    for (auto& lt : m.tensors) {
+      const std::string name = lt.tensor.view.name;
+      out[name.c_str()] = make_array(std::move(lt.tensor), lt.global_shape, lt.offset, ctx);
+    }
+    return out;
+  }
+  Model m;
+  {
+    nb::gil_scoped_release release;
+    m = builder.build();
+    be->synchronize();
+  }
+  auto put = [&](std::vector<Tensor>& ts) {
+    for (auto& t : ts) {
+      const std::string name = t.view.name;
+      out[name.c_str()] = make_array(std::move(t), {}, {}, ctx);
+    }
+  };
+  put(m.pre);
+  for (auto& l : m.layers) put(l.tensors);
+  put(m.stacked);
+  put(m.post);
+  return out;
+}
+
+nb::dict stats_dict(const MemoryStats& s) {
+  nb::dict d;
+  d["current_bytes"] = s.current_bytes;
+  d["peak_bytes"] = s.peak_bytes;
+  d["total_bytes"] = s.total_bytes;
+  d["current_count"] = s.current_count;
+  d["peak_count"] = s.peak_count;
+  d["total_count"] = s.total_count;
+  return d;
+}
+
+std::string dtype_of_array(const Array& a) { return std::string(dtype_name(a.tensor.view.dtype)); }
+
+}  // namespace
+}  // namespace layerinit::python
+
+NB_MODULE(_core, m) {
+  using namespace layerinit;
+  using namespace layerinit::python;
+  m.doc() = "layerinit's C++ core; use the layerinit package's functions (docs/python.md)";
+  m.attr("__version__") = LAYERINIT_PYTHON_VERSION;
+  m.attr("has_cuda_build") = bool(LAYERINIT_HAS_CUDA);
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const layerinit::out_of_memory& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
+    }
+  });
+
+  m.def("cuda_available", [] { const CudaProbe p = cuda_probe(); return std::make_pair(p.usable, p.usable ? p.device_name : p.why); },
+        "(usable, device name or why not)");
+  m.def("preset_names", &preset_names);
+  m.def("recipe_names", &recipe_names);
+
+  nb::class_<FillSpec>(m, "Fill", "A fill as the CLI writes it: normal(0, 0.02), trunc_normal(0, 0.02, -2, 2), ...")
+      .def_static("parse", [](const std::string& text) {
+        FillSpec f = parse_fill(text);
+        validate_fill(f);
+        return f;
+      }, "text"_a, "Parses the CLI's grammar; ValueError naming the problem.")
+      .def_prop_ro("kind", [](const FillSpec& f) { return std::string(fill_kind_name(f.kind)); })
+      .def("__repr__", [](const FillSpec& f) { return "Fill(" + f.describe() + ")"; })
+      .def("__str__", &FillSpec::describe)
+      .def("__eq__", [](const FillSpec& a, const FillSpec& b) { return a == b; });
+
+  nb::class_<Spec>(m, "Spec", "A model spec: a preset or a JSON spec (docs/spec.md).")
+      .def_static("preset", [](const std::string& name) { return Spec{make_preset(name)}; }, "name"_a)
+      .def_static("from_json", [](const std::string& text) { return Spec{spec_from_json(text)}; }, "text"_a)
+      .def_static("from_family", [](const std::string& family, const std::string& name, const std::map<std::string, double>& hyper,
+                               std::uint64_t num_layers) {
+        Hyper h;
+        auto get = [&](const char* k, auto& field) {
+          if (auto it = hyper.find(k); it != hyper.end()) field = static_cast<std::remove_reference_t<decltype(field)>>(it->second);
+        };
+        get("vocab_size", h.vocab_size);
+        get("hidden_size", h.hidden_size);
+        get("intermediate_size", h.intermediate_size);
+        get("num_heads", h.num_heads);
+        get("num_kv_heads", h.num_kv_heads);
+        get("head_dim", h.head_dim);
+        get("max_position_embeddings", h.max_position_embeddings);
+        get("num_experts", h.num_experts);
+        get("experts_per_token", h.experts_per_token);
+        get("initializer_range", h.initializer_range);
+        get("norm_eps", h.norm_eps);
+        get("rope_theta", h.rope_theta);
+        double tie = h.tie_word_embeddings, bias = h.bias;
+        get("tie_word_embeddings", tie);
+        get("bias", bias);
+        h.tie_word_embeddings = tie != 0;
+        h.bias = bias != 0;
+        if (family == "llama" || family == "mistral" || family == "qwen2") return Spec{llama_spec(name, h, num_layers, family)};
+        if (family == "mixtral") return Spec{mixtral_spec(name, h, num_layers)};
+        if (family == "gpt2") return Spec{gpt2_spec(name, h, num_layers)};
+        if (family == "gemma2") return Spec{gemma2_spec(name, h, num_layers)};
+        throw std::invalid_argument("no layerinit family '" + printable(family) + "' (valid: llama, mistral, qwen2, mixtral, gpt2, gemma2)");
+      }, "family"_a, "name"_a, "hyper"_a, "num_layers"_a, "A family's spec from its numbers (layerinit's Hyper names).")
+      .def("to_json", [](const Spec& s) { return spec_to_json(s.spec); })
+      .def_prop_ro("name", [](const Spec& s) { return s.spec.name; })
+      .def_prop_ro("family", [](const Spec& s) { return s.spec.family; })
+      .def_prop_ro("num_layers", [](const Spec& s) { return s.spec.num_layers; })
+      .def_prop_ro("parameter_count", [](const Spec& s) { return s.spec.parameter_count(); })
+      .def_prop_ro("tie_word_embeddings", [](const Spec& s) { return s.spec.hyper.tie_word_embeddings; });
+
+  nb::class_<Plan>(m, "Plan", "What a build makes: every tensor's name, shape, dtype and fill, without memory.")
+      .def(nb::init<const Spec&, const std::string&, const std::map<std::string, FillSpec>&, const std::string&,
+                    const std::map<std::string, std::string>&, std::uint64_t, const std::string&, const std::string&,
+                    const std::string&>(),
+           "spec"_a, "recipe"_a, "overrides"_a, "dtype"_a, "dtype_overrides"_a, "seed"_a, "layout"_a, "orientation"_a,
+           "experts"_a)
+      .def("tensors", &Plan::tensors, "[(name, memory shape, dtype, kind, layer)] in file order")
+      .def("fill_of", [](const Plan& p, const std::string& name) { return p.planned(name).fill; }, "name"_a)
+      .def("logical_shape", [](const Plan& p, const std::string& name) { return as_vector(p.planned(name).shape); }, "name"_a)
+      .def("fill", [](const Plan& p, const std::string& name, nb::handle array, const std::vector<std::uint64_t>& offset,
+                      bool allow_strided, const std::optional<std::string>& bits_as) {
+        const Region r = import_region(array, allow_strided, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
+        std::vector<FillJob> jobs;
+        Shape off(offset.begin(), offset.end());
+        if (off.empty()) off = Shape(r.shape.size(), 0);
+        if (off.size() != r.shape.size())
+          throw std::invalid_argument("offset has " + std::to_string(off.size()) + " dimensions, the array " + std::to_string(r.shape.size()));
+        p.fill(name, r, off, jobs);
+        run_jobs(jobs, r.device_type);
+      }, "name"_a, "array"_a, "offset"_a, "allow_strided"_a = false, "bits_as"_a = nb::none(),
+      "Fills `array`, the piece at `offset` of tensor `name`, in place with the build's values.")
+      .def("build", &build, "device"_a, "mesh"_a.none(), "rank"_a.none(), "threads"_a = 0);
+
+  m.def("fill", [](nb::handle array, const std::string& name, const FillSpec& fill, std::uint64_t seed,
+                   const std::optional<std::vector<std::uint64_t>>& global_shape,
+                   const std::optional<std::vector<std::uint64_t>>& offset, bool transposed,
+                   const std::optional<std::string>& dtype, const std::optional<std::string>& bits_as) {
+    const Region r = import_region(array, false, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
+    if (dtype && parse_dtype(*dtype) != r.dtype)
+      throw std::invalid_argument("dtype mismatch: asked for " + *dtype + ", the array is " + std::string(dtype_name(r.dtype)));
+    PlannedTensor p;
+    p.name = name;
+    p.dtype = r.dtype;
+    p.fill = fill;
+    p.memory_shape = shape_arg(global_shape, r.shape);
+    const Shape off = shape_arg(offset, Shape(r.shape.size(), 0));
+    if (p.memory_shape.size() != r.shape.size() || off.size() != r.shape.size())
+      throw std::invalid_argument("array of shape " + shape_text(r.shape) + ": global_shape " + shape_text(p.memory_shape) +
+                                  " and offset " + shape_text(off) + " need one entry per dimension");
+    p.transposed = transposed;
+    p.shape = p.memory_shape;
+    if (transposed) {
+      if (p.shape.size() != 2) throw std::invalid_argument("transposed=True needs a 2-D tensor");
+      std::swap(p.shape[0], p.shape[1]);
+    }
+    validate_fill(fill);
+    std::vector<FillJob> jobs;
+    box_fill_jobs(p, Box{off, r.shape}, r.data, seed, jobs);
+    run_jobs(jobs, r.device_type);
+  }, "array"_a, "name"_a, "fill"_a, "seed"_a, "global_shape"_a.none(), "offset"_a.none(), "transposed"_a,
+     "dtype"_a.none(), "bits_as"_a = nb::none());
+
+  nb::class_<Array>(m, "Array",
+                    "A tensor built by layerinit: its memory is layerinit's, tracked, and freed when the Array and every "
+                    "array made from it through DLPack are gone. torch.from_dlpack, jax.numpy.from_dlpack and "
+                    "numpy.from_dlpack (CPU) take it without a copy.")
+      .def_prop_ro("name", [](const Array& a) { return a.tensor.view.name; })
+      .def_prop_ro("shape", [](const Array& a) { return nb::tuple(nb::cast(as_vector(a.tensor.view.shape))); })
+      .def_prop_ro("global_shape", [](const Array& a) { return nb::tuple(nb::cast(as_vector(a.global_shape))); })
+      .def_prop_ro("offset", [](const Array& a) { return nb::tuple(nb::cast(as_vector(a.offset))); })
+      .def_prop_ro("dtype", &dtype_of_array)
+      .def_prop_ro("nbytes", [](const Array& a) { return a.tensor.view.bytes(); })
+      .def_prop_ro("data_ptr", [](const Array& a) { return reinterpret_cast<std::uintptr_t>(a.tensor.view.data); })
+      .def_prop_ro("device", [](const Array& a) { return a.ctx->device_type == kDLCPU ? "cpu" : "cuda:0"; })
+      .def("__dlpack_device__", [](const Array& a) { return std::make_tuple(a.ctx->device_type, 0); })
+      .def("__dlpack__", [](nb::handle self, nb::kwargs kwargs) {
+        const Array& a = nb::cast<const Array&>(self);
+        nb::object nd = nb::cast(a.view(self));
+        return nd.attr("__dlpack__")(**kwargs);
+      }, "DLPack capsule of this array (versioned when the consumer asks max_version >= (1, 0)).")
+      .def("_numpy_view", [](nb::handle self) {
+        const Array& a = nb::cast<const Array&>(self);
+        if (a.ctx->device_type != kDLCPU) throw std::invalid_argument("__array__ needs a CPU array: this one is on " + std::string("cuda:0"));
+        std::vector<std::size_t> shape(a.tensor.view.shape.begin(), a.tensor.view.shape.end());
+        nb::dlpack::dtype t = dl_dtype(a.tensor.view.dtype);
+        if (a.tensor.view.dtype == DType::bf16) t = {static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt), 16, 1};
+        return nb::ndarray<nb::numpy>(a.tensor.view.data, shape.size(), shape.data(), self, nullptr, t);
+      }, "numpy view of the bytes (bf16 as uint16)")
+      .def("__repr__", [](const Array& a) {
+        std::string s = "layerinit.Array(" + a.tensor.view.name + ", " + shape_text(a.tensor.view.shape) + ", " +
+                        std::string(dtype_name(a.tensor.view.dtype));
+        if (a.global_shape != a.tensor.view.shape) s += ", piece at " + shape_text(a.offset) + " of " + shape_text(a.global_shape);
+        return s + ", " + (a.ctx->device_type == kDLCPU ? "cpu" : "cuda:0") + ")";
+      });
+
+  m.def("memory_stats", [](const std::string& device) { return stats_dict(context_for(device).tracker->stats()); },
+        "device"_a = "cpu");
+  m.def("reset_peak", [](const std::string& device) { context_for(device).tracker->reset_peak(); }, "device"_a = "cpu");
+}

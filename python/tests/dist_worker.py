@@ -1,0 +1,79 @@
+"""One rank of test_distributed.py: a transformers Llama on the meta device whose parameters are
+DTensors on a gloo CPU mesh, filled by layerinit.torch.init_, gathered with full_tensor() and compared
+with the unsharded build. Usage: dist_worker.py CASE... (env RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), cases among shard0,
+shard1, mesh2d, fsdp2, run in one process group. Prints 'rank R: N tensors equal (CASE)' per case
+and exits 0, or exits 1 naming the first difference."""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import transformers
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+import layerinit
+import layerinit.torch as lt
+
+sys.path.insert(0, os.path.dirname(__file__))
+from hf_configs import config  # noqa: E402
+
+# Uneven on purpose: 90 rows over 4 ranks are 23, 23, 23, 21; a vocabulary of 510 is 128, 128, 128, 126.
+CONFIG = dict(vocab_size=510, intermediate_size=90)
+
+
+def shard_params(model, mesh, placements_for):
+    """Replaces every meta parameter by a meta DTensor with the given placements (no communication)."""
+    for name, p in list(model.named_parameters()):
+        placements = placements_for(name, p)
+        shape, _ = compute_local_shape_and_global_offset(p.shape, mesh, placements)
+        local = torch.empty(shape, dtype=p.dtype, device="meta")
+        d = DTensor.from_local(local, mesh, placements, run_check=False, shape=p.shape, stride=p.stride())
+        owner, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(owner), attr, torch.nn.Parameter(d, requires_grad=p.requires_grad))
+
+
+def check(case, world, rank):
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config("llama-tiny", **CONFIG)).to(torch.bfloat16)
+    if case == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (world,))
+        for layer in model.model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    else:
+        if case == "mesh2d":
+            mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
+            placements = lambda n, p: [Shard(0), Shard(p.dim() - 1)]  # noqa: E731
+        else:
+            mesh = init_device_mesh("cpu", (world,))
+            dim = 0 if case == "shard0" else 1
+            placements = lambda n, p: [Shard(min(dim, p.dim() - 1))] if p.dim() > 1 or dim == 0 else [Replicate()]  # noqa: E731
+        shard_params(model, mesh, placements)
+    lt.init_(model, seed=13)
+    ref = layerinit.build(lt.hf_spec(model.config), seed=13)
+    n = 0
+    for name, p in model.named_parameters():
+        assert isinstance(p, DTensor), name
+        full = p.full_tensor()
+        want = torch.from_dlpack(ref[name])
+        if not torch.equal(full.view(torch.int16), want.view(torch.int16)):
+            print(f"rank {rank}: {name} differs ({case}, placements {p.placements})", flush=True)
+            sys.exit(1)
+        n += 1
+    print(f"rank {rank}: {n} tensors equal ({case})", flush=True)
+
+
+def main():
+    dist.init_process_group("gloo")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    for case in sys.argv[1:]:
+        check(case, world, rank)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

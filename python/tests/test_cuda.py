@@ -1,0 +1,40 @@
+"""CUDA: builds on the GPU and fills of CUDA tensors equal the CPU's bytes. Skipped, visibly, where
+this build of layerinit has no CUDA or no GPU answers (scripts/test-python compiles CUDA in only
+where nvidia-smi sees a GPU)."""
+import numpy as np
+import pytest
+import torch
+
+import layerinit
+
+pytestmark = pytest.mark.skipif(not (layerinit.cuda_available() and torch.cuda.is_available()),
+                                reason="no CUDA build of layerinit or no GPU")
+
+
+def test_cuda_build_equals_cpu_and_is_zero_copy():
+    gpu = layerinit.build("mixtral-tiny", device="cuda", seed=4)
+    cpu = layerinit.build("mixtral-tiny", seed=4)
+    assert list(gpu) == list(cpu)
+    for k, a in gpu.items():
+        assert a.__dlpack_device__() == (2, 0) and a.device == "cuda:0"
+        t = torch.from_dlpack(a)
+        assert t.is_cuda and t.data_ptr() == a.data_ptr
+        assert torch.equal(t.cpu().view(torch.int16), torch.from_dlpack(cpu[k]).view(torch.int16)), k
+    before = layerinit.memory_stats("cuda")["current_bytes"]
+    assert before >= sum(a.nbytes for a in gpu.values())
+    del gpu, t, a
+    import gc
+
+    gc.collect()
+    assert layerinit.memory_stats("cuda")["current_bytes"] == 0
+
+
+def test_fill_cuda_tensor_equals_cpu():
+    name = "model.layers.0.mlp.up_proj.weight"
+    x = torch.empty(176, 64, dtype=torch.bfloat16, device="cuda")
+    layerinit.fill_(x, name, "trunc_normal(0, 0.02, -0.04, 0.04)", seed=2)
+    y = torch.empty(176, 64, dtype=torch.bfloat16)
+    layerinit.fill_(y, name, "trunc_normal(0, 0.02, -0.04, 0.04)", seed=2)
+    assert torch.equal(x.cpu().view(torch.int16), y.view(torch.int16))
+    with pytest.raises(ValueError, match="__array__ needs a CPU array"):
+        np.asarray(layerinit.build("llama-tiny", device="cuda")["model.norm.weight"])
