@@ -270,3 +270,31 @@ TEST_F(CliMpi, BadInputIsOneLineExitTwo) {
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"taken"});
   EXPECT_EQ(slurp(dir / "taken"), "mine");
 }
+
+// Built without MPI, a process that a launcher started as one of several refuses (rank 0 says why,
+// the others are quiet) instead of N processes writing the same checkpoint. The launcher is played
+// by its environment variables.
+TEST(CliWithoutMpi, ALauncherWithSeveralProcessesIsRefused) {
+#if LAYERINIT_CLI_MPI
+  GTEST_SKIP() << "layerinit was built with MPI: CliMpi runs it under mpirun";
+#endif
+  if (::access(kBinary.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << kBinary << " (tools not built)";
+  TempDir dir;
+  for (const std::string rank : {"0", "1"}) {
+    const Result r = run(one({"emit", "--preset", "llama-tiny", "-o", (dir / "out.h5").string()}),
+                         {{"OMPI_COMM_WORLD_SIZE", "3"}, {"OMPI_COMM_WORLD_RANK", rank}});
+    EXPECT_EQ(r.code(), 2) << r.err;
+    if (rank == "0") {
+      EXPECT_EQ(r.err,
+                "layerinit: error: started by an MPI launcher with 3 processes, but this layerinit was built without MPI "
+                "(LAYERINIT_MPI=OFF, or CMake found none): run one process, or rebuild with MPI\n");
+    } else {
+      EXPECT_EQ(r.err, "");
+    }
+  }
+  // One process of one is the ordinary emit.
+  const Result r = run(one({"emit", "--preset", "llama-tiny", "-o", (dir / "out.h5").string()}),
+                       {{"OMPI_COMM_WORLD_SIZE", "1"}, {"OMPI_COMM_WORLD_RANK", "0"}});
+  EXPECT_EQ(r.code(), 0) << r.err;
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"out.h5"});
+}
