@@ -250,6 +250,24 @@ WriterOptions rank_writer_options(const EmitOptions& opts) {
   return wo;
 }
 
+// Runs f; a checkpoint error it throws names `staged` as the published path will be (`published`):
+// the staging directory is gone by the time the user reads the message.
+template <class F>
+void naming_published(const fs::path& staged, const fs::path& published, F&& f) {
+  auto rename = [&](std::string m) {
+    const std::string from = staged.string() + "/", to = published.string() + "/";
+    for (std::size_t p = m.find(from); p != std::string::npos; p = m.find(from, p + to.size())) m.replace(p, from.size(), to);
+    return m;
+  };
+  try {
+    f();
+  } catch (const checkpoint_refused& e) {
+    throw checkpoint_refused(rename(e.what()));
+  } catch (const checkpoint_error& e) {
+    throw checkpoint_error(rename(e.what()));
+  }
+}
+
 EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& target, const EmitOptions& opts, Collective& c,
                             std::chrono::steady_clock::time_point t0) {
   const std::uint64_t me = c.rank(), n = c.size();
@@ -299,10 +317,12 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
           hi = std::max(hi, o.stacked ? o.layers : l + 1);
         }
       }
-      auto w = open_safetensors_file_writer(stage / shards[f].file, std::move(specs), meta, rank_writer_options(opts));
-      const Range layers{lo, hi > lo ? hi - lo : 0};
-      auto got = job.run(*w, layers, local, [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer); });
-      mine.insert(mine.end(), got.begin(), got.end());
+      naming_published(stage, tgt, [&] {
+        auto w = open_safetensors_file_writer(stage / shards[f].file, std::move(specs), meta, rank_writer_options(opts));
+        const Range layers{lo, hi > lo ? hi - lo : 0};
+        auto got = job.run(*w, layers, local, [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer); });
+        mine.insert(mine.end(), got.begin(), got.end());
+      });
     }
   } catch (...) {
     failure = std::current_exception();
