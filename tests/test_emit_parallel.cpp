@@ -13,11 +13,13 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <layerinit/checkpoint/hf_config.hpp>
 #include <layerinit/checkpoint/parallel.hpp>
 #include <layerinit/init/presets.hpp>
+#include <layerinit/plan/plan.hpp>
 #include "hdf5_reader.hpp"
 #include "test_util.hpp"
 
@@ -100,6 +102,8 @@ struct Outcome {
   bool rank_failed = false;
   std::uint64_t failed_rank = 0;
   bool refused = false;
+  std::uint64_t peak = 0;         // the rank's tracked peak
+  std::uint64_t largest_part = 0; // the one-process emit's peak (make_memory_plan's peak_streamed)
 };
 
 // Runs emit_parallel on n threads, each with its own backend and builder (as processes have).
@@ -117,8 +121,10 @@ std::vector<Outcome> run_parallel(const Job& s, std::uint64_t n, const fs::path&
       EmitOptions eo = s.eo;
       if (per_rank) per_rank(r, eo, group);
       ThreadCollective c(group, r);
+      out[r].largest_part = make_memory_plan(b).peak_streamed;
       try {
         out[r].result = emit_parallel(b, *be, target, eo, c);
+        out[r].peak = mr.stats().peak_bytes;
       } catch (const rank_failed& e) {
         out[r].error = e.what();
         out[r].rank_failed = true;
@@ -242,12 +248,18 @@ TEST(EmitParallel, SafetensorsIsByteIdenticalToOneProcess) {
     }
     EXPECT_EQ(r0.weight_bytes, one.weight_bytes);
     EXPECT_EQ(r0.file_bytes, one.file_bytes);
-    // The other ranks' reports are their own files' tensors: together with rank 0's own, each once.
-    std::uint64_t files = 0, own = 0;
-    for (std::uint64_t r = 1; r < c.ranks; ++r) own += outcomes[r].result.tensors.size();
-    for (const auto& [name, bytes] : a) files += name.ends_with(".safetensors");
-    EXPECT_LE(own, one.tensors.size());
-    EXPECT_GE(files, 1u);
+    // A rank holds one part at a time: at most the one-process emit's largest part.
+    for (const auto& o : outcomes) EXPECT_LE(o.peak, o.largest_part);
+    // The other ranks report their own files' tensors, with the one-process hashes, none twice.
+    std::map<std::string, std::uint64_t> serial_hash;
+    for (const auto& t : one.tensors) serial_hash[t.name] = t.hash;
+    std::set<std::string> seen;
+    for (std::uint64_t r = 1; r < c.ranks; ++r)
+      for (const auto& t : outcomes[r].result.tensors) {
+        EXPECT_TRUE(seen.insert(t.name).second) << t.name;
+        ASSERT_TRUE(serial_hash.count(t.name)) << t.name;
+        EXPECT_EQ(t.hash, serial_hash[t.name]) << t.name;
+      }
   }
 }
 
@@ -272,6 +284,7 @@ TEST(EmitParallel, HDF5MasterReadsAsTheOneProcessFile) {
         EXPECT_EQ(v.dtype, d.dtype) << name;
         EXPECT_TRUE(v.bytes == d.bytes) << name << " differs";
       }
+      for (const auto& o : outcomes) EXPECT_LE(o.peak, o.largest_part);
       // Root attributes: the one-process file's, plus the rank directory's name.
       auto attrs = layerinit::testing::read_hdf5_root_attributes(dir / "par.h5");
       const std::string ranks_dir = attrs["layerinit.rank_files"];
