@@ -24,3 +24,4 @@
 #include <layerinit/plan/plan.hpp>
 #include <layerinit/checkpoint/emit.hpp>
 #include <layerinit/checkpoint/hf_config.hpp>
+#include <layerinit/checkpoint/parallel.hpp>

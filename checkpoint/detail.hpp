@@ -47,6 +47,9 @@ std::string safetensors_ownership(const fs::path& dir);
 class TempPath {
  public:
   TempPath(const fs::path& target, bool directory);
+  // "<dir>/<name_template>" with the template's trailing XXXXXX made unique (mkdtemp, mkostemp);
+  // errors name `shown` (empty: the template's path).
+  TempPath(const fs::path& dir, const std::string& name_template, bool directory, const fs::path& shown = {});
   ~TempPath() { remove(); }
   TempPath(const TempPath&) = delete;
   TempPath& operator=(const TempPath&) = delete;
@@ -55,6 +58,9 @@ class TempPath {
   // fsyncs and renames the temporary onto `target` (replacing it only if overwrite), then fsyncs
   // the parent directory. Afterwards nothing is left to remove.
   void publish(const fs::path& target, bool overwrite);
+  // Keeps the path where it is, with nothing left to remove (a parallel HDF5 checkpoint's rank
+  // directory, once its master is published).
+  void keep() noexcept { live_ = false; }
 
  private:
   fs::path path_;
@@ -131,6 +137,28 @@ class WriterBase : public CheckpointWriter {
   std::optional<TempPath> tmp_;
   State state_ = State::open;
 };
+
+// A virtual dataset's source: rows [first, first + count) of dimension 0 of the virtual dataset are
+// the dataset of the same name in `file` (a path relative to the virtual file's directory).
+struct VirtualSource {
+  std::string file;
+  std::uint64_t first = 0, count = 0;
+};
+// Creates the HDF5 file `path` (a fresh temporary; not published) whose datasets `d` are virtual
+// datasets over sources[i], with the root attributes of `meta` and each dataset's dtype attribute,
+// as the HDF5 writer writes them. Failures throw checkpoint_error naming `shown`.
+void write_hdf5_virtual(const fs::path& path, const std::vector<DatasetSpec>& d,
+                        const std::vector<std::vector<VirtualSource>>& sources, const CheckpointMetadata& meta,
+                        const fs::path& shown);
+// The root attribute `name` of the HDF5 file `p` as a string; nullopt when p is no HDF5 file or has
+// no such string attribute. Never throws.
+std::optional<std::string> hdf5_string_attribute(const fs::path& p, const char* name) noexcept;
+// The master attribute naming a parallel HDF5 checkpoint's rank directory.
+inline constexpr const char* kRankFilesAttribute = "layerinit.rank_files";
+// After a master at `target` was replaced: removes the rank directory `name` it named, if it is one
+// a parallel emit makes (beside the target, "<target name>.ranks-XXXXXX", holding only rank-*.h5
+// files). Never throws: the new checkpoint is published by then.
+void remove_replaced_rank_dir(const fs::path& target, const std::string& name) noexcept;
 
 // Each format's share of planned_bytes (PlannedBytes): the data and per-dataset overhead of `count`
 // datasets like `each` whose names take `name_bytes`, and the fixed part on top of the sums.

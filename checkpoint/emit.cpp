@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <vector>
@@ -16,6 +17,7 @@
 
 #include <layerinit/backends/backend.hpp>
 #include <layerinit/checkpoint/detail.hpp>
+#include "feed.hpp"
 #include <layerinit/init/spec_json.hpp>
 
 namespace layerinit {
@@ -93,65 +95,6 @@ std::uint64_t planned_checkpoint_bytes(const Builder& b, CheckpointFormat f, con
   return p.total();
 }
 
-namespace {
-
-// Runs after the commit, so it never throws: a failure here must not report a published checkpoint
-// as failed (0 when the size cannot be read).
-std::uint64_t disk_bytes(const std::filesystem::path& target) noexcept {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_regular_file(target, ec)) {
-    const std::uint64_t n = fs::file_size(target, ec);
-    return ec ? 0 : n;
-  }
-  std::uint64_t n = 0;
-  for (fs::recursive_directory_iterator it(target, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::uint64_t size = it->is_regular_file(ec) ? it->file_size(ec) : 0;
-    if (!ec) n += size;
-  }
-  return n;
-}
-
-// Writes tensor views (in host or device memory) into a writer's datasets, hashing the bytes as they
-// pass into each dataset's running hash (a stacked dataset receives its layer slices in order).
-class DatasetFeed {
- public:
-  DatasetFeed(backend& be, CheckpointWriter& w, std::size_t datasets, std::uint64_t staging_bytes, EmitProgress& progress)
-      : be_(be), w_(w), hash_(datasets), progress_(progress) {
-    // Device memory comes through staging, at least one element of any dtype.
-    if (be.memory().kind() != MemoryKind::host) staging_.resize(std::max<std::uint64_t>(staging_bytes, 8));
-  }
-  // View v into dataset k at element `first`; its bytes also go into `own` when given.
-  void put(const TensorView& v, std::size_t k, std::uint64_t first, ContentHash* own) {
-    // A stacked dataset has the dtype of layer 0's tensor; a dtype override that names one layer
-    // would otherwise pour another dtype's bytes into it.
-    const DatasetSpec& d = w_.datasets()[k];
-    if (v.dtype != d.dtype)
-      throw std::invalid_argument("emit: stacked layout needs one dtype per layer parameter, but " + printable(v.name) + " is " +
-                                  std::string(dtype_name(v.dtype)) + " and " + printable(d.name) + " is " +
-                                  std::string(dtype_name(d.dtype)));
-    const std::uint64_t esize = dtype_size(v.dtype);
-    // Pieces of whole elements: the writer takes element counts.
-    const std::span<unsigned char> pieces(staging_.data(), staging_.size() / esize * esize);
-    read_on_host(be_, v.data, v.bytes(), pieces, [&](const void* host, std::uint64_t offset, std::uint64_t nbytes) {
-      hash_[k].update(host, nbytes);
-      if (own) own->update(host, nbytes);
-      w_.write(k, first + offset / esize, host, nbytes / esize);
-      progress_.bytes_done += nbytes;
-    });
-  }
-  std::uint64_t digest(std::size_t k) const { return hash_[k].digest(); }
-
- private:
-  backend& be_;
-  CheckpointWriter& w_;
-  std::vector<unsigned char> staging_;
-  std::vector<ContentHash> hash_;
-  EmitProgress& progress_;
-};
-
-}  // namespace
-
 CheckpointMetadata builder_metadata(const Builder& b, const CheckpointMetadata& given) {
   // Filled in where the caller left a field empty; a caller's value that contradicts the builder is
   // refused, since the file would misstate how it was made.
@@ -204,14 +147,14 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
   for (std::size_t k = 0; k < datasets.size(); ++k) index[datasets[k].name] = k;
   EmitResult result;
   for (const auto& d : datasets) {
-    result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), 0, {}, {}, {}});
+    result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), 0, {}, {}, {}, true});
     result.weight_bytes += result.tensors.back().bytes;
   }
   std::unique_ptr<CheckpointWriter> writer = open_checkpoint_writer(opts.format, target, datasets, meta, opts.writer);
 
   EmitProgress progress{0, spec.num_layers, 0, result.weight_bytes, 0};
   const StackedLayout sl = stacked_layout(spec, bo.experts);
-  DatasetFeed feed(be, *writer, datasets.size(), opts.staging_bytes, progress);
+  detail::DatasetFeed feed(be, *writer, datasets.size(), opts.staging_bytes, progress);
 
   b.stream([&](const Part& part) {
     if (opts.cancel && opts.cancel->load()) throw error("interrupted");
@@ -232,8 +175,13 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
   });
   if (opts.cancel && opts.cancel->load()) throw error("interrupted");
   for (std::size_t k = 0; k < datasets.size(); ++k) result.tensors[k].hash = feed.digest(k);
+  // A master of a parallel HDF5 checkpoint being replaced: its rank directory goes after the rename.
+  std::optional<std::string> old_ranks;
+  if (opts.format == CheckpointFormat::hdf5 && opts.writer.overwrite)
+    old_ranks = detail::hdf5_string_attribute(writer->target(), detail::kRankFilesAttribute);
   writer->commit();
-  result.file_bytes = disk_bytes(writer->target());  // the normalized path: "out/" names the directory
+  if (old_ranks) detail::remove_replaced_rank_dir(writer->target(), *old_ranks);
+  result.file_bytes = detail::disk_bytes(writer->target());  // the normalized path: "out/" names the directory
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }
@@ -254,7 +202,7 @@ struct RankDatasets {
   std::map<std::string, std::size_t> index;
   void add(std::string name, Shape shape, DType t, std::uint64_t slab, Shape global, Shape offset) {
     index[name] = specs.size();
-    reports.push_back({name, shape, t, numel(shape) * dtype_size(t), 0, {}, std::move(global), std::move(offset)});
+    reports.push_back({name, shape, t, numel(shape) * dtype_size(t), 0, {}, std::move(global), std::move(offset), true});
     specs.push_back({std::move(name), std::move(shape), t, slab});
   }
 };
@@ -327,7 +275,7 @@ EmitResult emit_rank(const RankPlan& r, backend& be, const std::filesystem::path
     std::unique_ptr<CheckpointWriter> writer =
         open_safetensors_file_writer(target_dir / rank_file_name(r.rank(), r.plan().ranks()), d.specs, meta, opts.writer);
     EmitProgress progress{0, r.layers().size, 0, result.weight_bytes, 0};
-    DatasetFeed feed(be, *writer, d.specs.size(), opts.staging_bytes, progress);
+    detail::DatasetFeed feed(be, *writer, d.specs.size(), opts.staging_bytes, progress);
     stream_rank(r, [&](const RankPart& part) {
       if (opts.cancel && opts.cancel->load()) throw error("interrupted");
       for (std::size_t j = 0; j < part.tensors.size(); ++j) {
@@ -348,7 +296,7 @@ EmitResult emit_rank(const RankPlan& r, backend& be, const std::filesystem::path
     if (opts.cancel && opts.cancel->load()) throw error("interrupted");
     for (std::size_t k = 0; k < d.reports.size(); ++k) d.reports[k].hash = feed.digest(k);
     writer->commit();
-    result.file_bytes = disk_bytes(writer->target());
+    result.file_bytes = detail::disk_bytes(writer->target());
   } catch (...) {
     if (made_dir) ::rmdir(target_dir.c_str());  // only if still empty: other ranks may be writing there
     throw;

@@ -55,6 +55,9 @@ struct TensorReport {
   // A rank's piece (emit_rank, build --rank): the whole tensor's shape as stored and where the piece
   // (shape) sits in it. Empty for whole tensors.
   Shape global_shape, offset;
+  // false when no one process saw all of the tensor's bytes (an HDF5 stacked dataset split among the
+  // ranks of emit_parallel): `hash` is not known, layer_hashes are.
+  bool hashed = true;
 };
 
 struct EmitResult {

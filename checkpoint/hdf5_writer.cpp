@@ -350,6 +350,84 @@ std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& 
 
 namespace detail {
 std::string hdf5_ownership(const fs::path& p) { return hdf5_ownership_impl(p); }
+
+void write_hdf5_virtual(const fs::path& path, const std::vector<DatasetSpec>& d,
+                        const std::vector<std::vector<VirtualSource>>& sources, const CheckpointMetadata& meta,
+                        const fs::path& shown) {
+  static const bool no_atexit = [] { return H5dont_atexit() >= 0; }();  // as open_hdf5_writer
+  (void)no_atexit;
+  QuietErrors quiet;
+  try {
+    Hid file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    if (!file.valid()) hdf5_fail("cannot create", shown);
+    for (const auto& [k, v] : metadata_pairs(meta))
+      if (!write_string_attribute(file.get(), k, v)) hdf5_fail("cannot write attributes of", shown);
+    for (std::size_t i = 0; i < d.size(); ++i) {
+      const std::vector<hsize_t> shape(d[i].shape.begin(), d[i].shape.end());
+      const int rank = static_cast<int>(shape.size());
+      Hid vspace(H5Screate_simple(rank, shape.data(), nullptr), H5Sclose);
+      Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      for (const VirtualSource& s : sources.at(i)) {
+        // Rows [first, first + count) of dimension 0, every element of the others.
+        std::vector<hsize_t> start(shape.size(), 0), count = shape;
+        start[0] = s.first;
+        count[0] = s.count;
+        Hid src(H5Screate_simple(rank, count.data(), nullptr), H5Sclose);
+        if (H5Sselect_hyperslab(vspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0 ||
+            H5Pset_virtual(dcpl.get(), vspace.get(), s.file.c_str(), d[i].name.c_str(), src.get()) < 0)
+          hdf5_fail("cannot map dataset " + d[i].name + " in", shown);
+      }
+      H5Sselect_all(vspace.get());
+      Hid type = file_type(d[i].dtype);
+      Hid ds(H5Dcreate2(file.get(), d[i].name.c_str(), type.get(), vspace.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+             H5Dclose);
+      if (!ds.valid()) hdf5_fail("cannot create dataset " + d[i].name + " in", shown);
+      if (!write_string_attribute(ds.get(), "dtype", std::string(dtype_name(d[i].dtype))))
+        hdf5_fail("cannot write attributes of", shown);
+      if (ds.reset() < 0) hdf5_fail("cannot write", shown);
+    }
+    if (file.reset() < 0) hdf5_fail("cannot write", shown);
+  } catch (...) {
+    H5Eclear2(H5E_DEFAULT);
+    throw;
+  }
+  fsync_path(path, false);
+}
+
+std::optional<std::string> hdf5_string_attribute(const fs::path& p, const char* name) noexcept {
+  QuietErrors quiet;
+  std::optional<std::string> out;
+  Hid f(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (f.valid() && H5Aexists(f.get(), name) > 0) {
+    Hid a(H5Aopen(f.get(), name, H5P_DEFAULT), H5Aclose);
+    Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(type.get(), H5T_VARIABLE);
+    H5Tset_cset(type.get(), H5T_CSET_UTF8);
+    Hid stored(a.valid() ? H5Aget_type(a.get()) : H5I_INVALID_HID, H5Tclose);
+    char* text = nullptr;
+    if (stored.valid() && H5Tis_variable_str(stored.get()) > 0 && H5Aread(a.get(), type.get(), &text) >= 0 && text) {
+      out = std::string(text);
+      H5free_memory(text);
+    }
+  }
+  H5Eclear2(H5E_DEFAULT);
+  return out;
+}
+
+void remove_replaced_rank_dir(const fs::path& target, const std::string& name) noexcept {
+  // Only a directory named like the ones emit_parallel makes for this target, holding only rank
+  // files: a master edited to name anything else removes nothing.
+  const std::string prefix = target.filename().string() + ".ranks-";
+  if (name.size() != prefix.size() + 6 || name.rfind(prefix, 0) != 0 || name.find('/') != std::string::npos) return;
+  const fs::path dir = target.parent_path() / name;
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(dir, ec))) return;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string f = it->path().filename().string();
+    if (!fs::is_regular_file(it->symlink_status(ec)) || f.rfind("rank-", 0) != 0 || !f.ends_with(".h5")) return;
+  }
+  if (!ec) fs::remove_all(dir, ec);
+}
 }  // namespace detail
 
 }  // namespace layerinit

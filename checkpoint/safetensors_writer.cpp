@@ -116,15 +116,9 @@ class SafetensorsWriter final : public detail::WriterBase {
       s.fd = -1;
     }
     if (shards_.size() > 1) {
-      nlohmann::ordered_json index;
-      std::uint64_t total = 0;
-      for (const auto& s : shards_) total += s.data_bytes;
-      index["metadata"]["total_size"] = total;
-      nlohmann::ordered_json map = nlohmann::ordered_json::object();
-      for (const auto& s : shards_)
-        for (auto t : s.tensors) map[d_[t].name] = s.file;
-      index["weight_map"] = std::move(map);
-      detail::write_small_file(temp_path() / "model.safetensors.index.json", index.dump(2) + "\n",
+      std::vector<SafetensorsShard> listed;
+      for (const auto& sh : shards_) listed.push_back({sh.file, sh.tensors, sh.data_bytes});
+      detail::write_small_file(temp_path() / "model.safetensors.index.json", safetensors_index_json(listed, d_),
                                target_ / "model.safetensors.index.json");
     }
     if (!opts_.config_json.empty())
@@ -143,30 +137,20 @@ class SafetensorsWriter final : public detail::WriterBase {
   void plan(const CheckpointMetadata& meta) {
     shard_of_.resize(d_.size());
     offset_.resize(d_.size());
-    for (std::size_t i = 0; i < d_.size(); ++i) {
-      const std::uint64_t bytes = numel(d_[i].shape) * dtype_size(d_[i].dtype);
-      if (shards_.empty() ||
-          (opts_.max_shard_size && shards_.back().data_bytes > 0 && shards_.back().data_bytes + bytes > opts_.max_shard_size))
-        shards_.emplace_back();
-      Shard& s = shards_.back();
-      shard_of_[i] = shards_.size() - 1;
-      offset_[i] = s.data_bytes;
-      s.data_bytes += bytes;
-      s.tensors.push_back(i);
+    for (auto& planned : safetensors_shards(d_, opts_.max_shard_size)) {
+      Shard& s = shards_.emplace_back();
+      s.file = std::move(planned.file);
+      s.tensors = std::move(planned.datasets);
+      for (auto i : s.tensors) {
+        shard_of_[i] = shards_.size() - 1;
+        offset_[i] = s.data_bytes;
+        s.data_bytes += numel(d_[i].shape) * dtype_size(d_[i].dtype);
+      }
     }
     if (single_file_ && shards_.empty()) shards_.emplace_back();  // a rank may hold no tensor: a header alone
-    const std::size_t n = shards_.size();
-    for (std::size_t k = 0; k < n; ++k) {
+    for (std::size_t k = 0; k < shards_.size(); ++k) {
       Shard& s = shards_[k];
-      if (single_file_) {
-        s.file = target_.filename().string();
-      } else if (n == 1) {
-        s.file = "model.safetensors";
-      } else {
-        char name[64];
-        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, n);
-        s.file = name;
-      }
+      if (single_file_) s.file = target_.filename().string();
       nlohmann::ordered_json h;
       nlohmann::ordered_json md;
       md["format"] = "pt";
@@ -203,6 +187,41 @@ class SafetensorsWriter final : public detail::WriterBase {
 };
 
 }  // namespace
+
+std::vector<SafetensorsShard> safetensors_shards(const std::vector<DatasetSpec>& d, std::uint64_t max_shard_size) {
+  std::vector<SafetensorsShard> shards;
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    const std::uint64_t bytes = numel(d[i].shape) * dtype_size(d[i].dtype);
+    if (shards.empty() ||
+        (max_shard_size && shards.back().data_bytes > 0 && shards.back().data_bytes + bytes > max_shard_size))
+      shards.emplace_back();
+    shards.back().datasets.push_back(i);
+    shards.back().data_bytes += bytes;
+  }
+  const std::size_t n = shards.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    if (n == 1) {
+      shards[k].file = "model.safetensors";
+    } else {
+      char name[64];
+      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, n);
+      shards[k].file = name;
+    }
+  }
+  return shards;
+}
+
+std::string safetensors_index_json(const std::vector<SafetensorsShard>& shards, const std::vector<DatasetSpec>& d) {
+  nlohmann::ordered_json index;
+  std::uint64_t total = 0;
+  for (const auto& s : shards) total += s.data_bytes;
+  index["metadata"]["total_size"] = total;
+  nlohmann::ordered_json map = nlohmann::ordered_json::object();
+  for (const auto& s : shards)
+    for (auto t : s.datasets) map[d.at(t).name] = s.file;
+  index["weight_map"] = std::move(map);
+  return index.dump(2) + "\n";
+}
 
 std::unique_ptr<CheckpointWriter> open_safetensors_writer(const std::filesystem::path& target,
                                                           std::vector<DatasetSpec> datasets,

@@ -121,11 +121,22 @@ mode_t current_umask() {
 }
 }  // namespace
 
-TempPath::TempPath(const fs::path& target, bool directory) : directory_(directory) {
+namespace {
+std::string temp_name(const fs::path& target) {
   std::string name = ".";  // (not "." + string: GCC 12 warns -Wrestrict falsely)
   name += target.filename().string();
   name += ".tmp-XXXXXX";
-  std::string tmpl = (target.parent_path() / name).string();
+  return name;
+}
+}  // namespace
+
+TempPath::TempPath(const fs::path& target, bool directory)
+    : TempPath(target.parent_path(), temp_name(target), directory, target) {}
+
+TempPath::TempPath(const fs::path& dir, const std::string& name_template, bool directory, const fs::path& shown)
+    : directory_(directory) {
+  std::string tmpl = (dir / name_template).string();
+  const fs::path target = shown.empty() ? dir / name_template : shown;  // for messages
   // mkdtemp and mkostemp create 0700 and 0600; the result gets the mode any new file or directory
   // gets under the user's umask, as if created with open(0666) or mkdir(0777).
   const mode_t mask = current_umask();

@@ -155,6 +155,20 @@ std::unique_ptr<CheckpointWriter> open_safetensors_writer(const std::filesystem:
 std::unique_ptr<CheckpointWriter> open_safetensors_file_writer(const std::filesystem::path& file,
                                                                std::vector<DatasetSpec> datasets,
                                                                const CheckpointMetadata& meta, const WriterOptions& opts);
+// A safetensors checkpoint's files: tensors go to shards in declaration order; a new shard starts
+// when the next tensor would push the current shard's data past max_shard_size bytes (0: never), a
+// larger tensor gets a shard of its own. One shard is "model.safetensors", more are
+// "model-0000k-of-0000n.safetensors". The writer and the parallel emit (checkpoint/parallel.hpp) both
+// cut a checkpoint with this, so a shard written alone is the same file.
+struct SafetensorsShard {
+  std::string file;
+  std::vector<std::size_t> datasets;  // indices into the declared list, in order
+  std::uint64_t data_bytes = 0;
+};
+std::vector<SafetensorsShard> safetensors_shards(const std::vector<DatasetSpec>& datasets, std::uint64_t max_shard_size);
+// model.safetensors.index.json of those shards: {"metadata": {"total_size": N}, "weight_map": {...}}.
+std::string safetensors_index_json(const std::vector<SafetensorsShard>& shards, const std::vector<DatasetSpec>& datasets);
+
 std::unique_ptr<CheckpointWriter> open_checkpoint_writer(CheckpointFormat f, const std::filesystem::path& target,
                                                          std::vector<DatasetSpec> datasets,
                                                          const CheckpointMetadata& meta, const WriterOptions& opts);

@@ -56,7 +56,7 @@ int build_rank_command(const ModelArgs& args, const ModelSpec& spec, const Recip
   if (report == "json") {
     for (const LocalTensor& lt : model.tensors) {
       const TensorView& v = lt.tensor.view;
-      TensorReport t{v.name, v.shape, v.dtype, v.bytes(), hash_tensor(*be, v), {}, lt.global_shape, lt.offset};
+      TensorReport t{v.name, v.shape, v.dtype, v.bytes(), hash_tensor(*be, v), {}, lt.global_shape, lt.offset, true};
       if (lt.stacked) {
         // A stacked piece [n, ...]: a hash per layer slice, as the unsharded report gives.
         const std::uint64_t slice = v.bytes() / v.shape[0];
@@ -129,7 +129,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
     const StackedLayout sl = stacked_layout(spec, model.experts);
     std::size_t stacked_index = 0;
     auto add = [&](const TensorView& v, bool is_stacked) {
-      TensorReport t{v.name, v.shape, v.dtype, v.bytes(), hash_tensor(*be, v), {}, {}, {}};
+      TensorReport t{v.name, v.shape, v.dtype, v.bytes(), hash_tensor(*be, v), {}, {}, {}, true};
       if (is_stacked) {  // one hash per slice in buffer order: per layer, then per expert
         for (const auto& layer : slices)
           for (std::size_t j = 0; j < layer.size(); ++j)

@@ -262,12 +262,12 @@ bool matches_some_tensor(const ModelSpec& spec, const std::string& pattern) {
 }
 }  // namespace
 
-void ModelArgs::check_overrides(const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts) const {
+void ModelArgs::check_overrides(const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts, bool warn) const {
   auto check = [&](const char* flag, const std::string& pattern) {
     if (matches_some_tensor(spec, pattern)) return;
     const std::string what = std::string(flag) + " pattern '" + printable(pattern) + "' matches no tensor of " + printable(spec.name);
     if (strict) throw usage_error(what + " (--strict)");
-    std::fprintf(stderr, "layerinit: warning: %s\n", what.c_str());
+    if (warn) std::fprintf(stderr, "layerinit: warning: %s\n", what.c_str());
   };
   for (const auto& [pattern, fill] : recipe.overrides()) check("--init-override", pattern);
   for (const auto& o : opts.dtype_overrides) check("--dtype-override", o.pattern);
@@ -328,7 +328,7 @@ nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors) {
     }
     j["dtype"] = dtype_name(t.dtype);
     j["bytes"] = t.bytes;
-    j["xxh3_64"] = hex64(t.hash);
+    if (t.hashed) j["xxh3_64"] = hex64(t.hash);  // else no one process saw all its bytes: layers only
     if (!t.layer_hashes.empty()) {
       nlohmann::ordered_json layers = nlohmann::ordered_json::array();
       for (auto h : t.layer_hashes) layers.push_back(hex64(h));

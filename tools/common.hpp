@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -57,8 +58,8 @@ struct ModelArgs {
   Recipe load_recipe() const;
   BuildOptions build_options() const;  // layout "restack" maps to per-layer
   // Each --init-override / --dtype-override pattern that matches no tensor of `spec`: a warning line
-  // on stderr, or with --strict a usage_error naming the first.
-  void check_overrides(const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts) const;
+  // on stderr (unless !warn: the MPI ranks but rank 0), or with --strict a usage_error naming the first.
+  void check_overrides(const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts, bool warn = true) const;
 };
 
 // Every integer option goes through these: decimal digits only (no sign, no 0x or octal prefix, no
@@ -132,7 +133,12 @@ struct EmitArgs {
   std::string report;
   std::string max_shard_size;
 };
-// format_given: --format was on the command line (emit --rank asks for it by name).
-int emit_command(const ModelArgs& args, const EmitArgs& emit, bool format_given);
+class MpiJob;
+// format_given: --format was on the command line (emit --rank asks for it by name). job: the MPI job
+// this process is a rank of (emit_parallel), or null; only rank 0 prints the report.
+int emit_command(const ModelArgs& args, const EmitArgs& emit, bool format_given, MpiJob* job = nullptr);
+// Set by emit's SIGINT, SIGTERM and SIGHUP handlers: stop at the next part (and, under MPI, stop
+// waiting for the other ranks).
+std::atomic<bool>& emit_cancel();
 
 }  // namespace layerinit::cli

@@ -2,6 +2,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <exception>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -12,9 +14,11 @@
 #include <layerinit/checkpoint/hf_config.hpp>
 #include <layerinit/plan/plan.hpp>
 #include <layerinit/shard/rank.hpp>
+#include <layerinit/checkpoint/parallel.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/core/errors.hpp>
 #include "common.hpp"
+#include "mpi.hpp"
 
 namespace layerinit::cli {
 
@@ -38,104 +42,144 @@ void draw(const EmitProgress& p) {
 
 }  // namespace
 
-int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given) {
-  if (!ea.report.empty() && ea.report != "json") throw usage_error("unknown report format '" + ea.report + "' (valid: json)");
-  if (args.layout != "per-layer" && args.layout != "stacked")
-    throw usage_error("unknown layout '" + args.layout + "' (valid: per-layer, stacked)");
-  if (ea.output.empty()) throw usage_error("-o PATH is required");
-  const CheckpointFormat format = parse_checkpoint_format(ea.format);
-  const ModelSpec spec = args.load_spec();
-  const Recipe recipe = args.load_recipe();
-  const BuildOptions opts = args.build_options();
-  args.check_overrides(spec, recipe, opts);
+std::atomic<bool>& emit_cancel() { return g_cancel; }
 
+int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, MpiJob* job) {
+  // Under MPI every rank does the work below, and a failure on any of them (a bad flag is the same
+  // everywhere, the memory check is not) is agreed on before the parallel emit starts.
+  std::exception_ptr early;
+  std::optional<ModelSpec> spec;
+  std::optional<Recipe> recipe;
+  BuildOptions opts;
+  CheckpointFormat format = CheckpointFormat::hdf5;
   std::optional<ParallelPlan> plan;
-  if (args.sharded()) {
-    plan.emplace(args.parallel_plan(spec));
-    if (!args.rank)
-      throw usage_error("--tp, --pp, --ep and --fsdp describe a mesh of " + std::to_string(plan->ranks()) +
-                        " ranks: emit needs --rank R, the rank to write (0-" + std::to_string(plan->ranks() - 1) + ")");
-    if (!format_given || format != CheckpointFormat::safetensors)
-      throw usage_error("emit --rank writes one safetensors file per rank: give --format safetensors");
-    if (!ea.max_shard_size.empty()) throw usage_error("--max-shard-size does not apply to --rank (a rank is one file)");
-  }
-
   EmitOptions eo;
-  eo.format = format;
-  eo.writer.overwrite = ea.force;
-  if (!ea.max_shard_size.empty()) {
-    if (format != CheckpointFormat::safetensors) throw usage_error("--max-shard-size applies to --format safetensors");
-    eo.writer.max_shard_size = parse_byte_size(ea.max_shard_size);
-    if (eo.writer.max_shard_size == 0) throw usage_error("--max-shard-size must be positive");
+  std::unique_ptr<backend> be;
+  std::optional<tracking_resource> tracker;
+  std::optional<Builder> builder;
+  std::optional<RankPlan> rank;
+  const bool tty = isatty(STDERR_FILENO) && (!job || job->rank() == 0);
+  try {
+    if (!ea.report.empty() && ea.report != "json") throw usage_error("unknown report format '" + ea.report + "' (valid: json)");
+    if (args.layout != "per-layer" && args.layout != "stacked")
+      throw usage_error("unknown layout '" + args.layout + "' (valid: per-layer, stacked)");
+    if (ea.output.empty()) throw usage_error("-o PATH is required");
+    format = parse_checkpoint_format(ea.format);
+    spec.emplace(args.load_spec());
+    recipe.emplace(args.load_recipe());
+    opts = args.build_options();
+    args.check_overrides(*spec, *recipe, opts, !job || job->rank() == 0);
+
+    if (args.sharded()) {
+      if (job)
+        throw usage_error("under mpirun, emit splits the checkpoint's files among the processes; --tp, --pp, --ep, "
+                          "--fsdp and --rank write one rank's file: run them without mpirun");
+      plan.emplace(args.parallel_plan(*spec));
+      if (!args.rank)
+        throw usage_error("--tp, --pp, --ep and --fsdp describe a mesh of " + std::to_string(plan->ranks()) +
+                          " ranks: emit needs --rank R, the rank to write (0-" + std::to_string(plan->ranks() - 1) + ")");
+      if (!format_given || format != CheckpointFormat::safetensors)
+        throw usage_error("emit --rank writes one safetensors file per rank: give --format safetensors");
+      if (!ea.max_shard_size.empty()) throw usage_error("--max-shard-size does not apply to --rank (a rank is one file)");
+    }
+
+    eo.format = format;
+    eo.writer.overwrite = ea.force;
+    if (!ea.max_shard_size.empty()) {
+      if (format != CheckpointFormat::safetensors) throw usage_error("--max-shard-size applies to --format safetensors");
+      eo.writer.max_shard_size = parse_byte_size(ea.max_shard_size);
+      if (eo.writer.max_shard_size == 0) throw usage_error("--max-shard-size must be positive");
+    }
+    // transformers loads the per-layer, out-in layout only: a config.json beside stacked or transposed
+    // weights would have it load them as missing keys and initialize those anew.
+    if (!plan && format == CheckpointFormat::safetensors && opts.layout == Layout::per_layer &&
+        opts.orientation == Orientation::out_in) {
+      try {
+        eo.writer.config_json = config_json(*spec, opts.dtype);
+      } catch (const std::invalid_argument&) {
+        // MLPs and custom specs have no Hugging Face config: weights only.
+      }
+    }
+    // The file's metadata (dtype, seed, recipe, layout, orientation, model spec) is the builder's:
+    // emit_checkpoint fills it in.
+    eo.cancel = &g_cancel;
+    if (tty) eo.progress = draw;
+
+    // Ctrl-C or a polite kill: stop at the next part, remove the temporary file, leave the target as it was.
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGHUP, &sa, nullptr);
+
+    be = make_backend(args.backend, args.threads);
+    tracker.emplace(be->memory());
+    builder.emplace(*spec, *recipe, opts, *be, *tracker);
+    if (plan) {
+      rank.emplace(*builder, *plan, *args.rank);
+      check_memory(args, *be, {"this rank's largest part", plan_rank(*rank, TrainingSetup::mixed).peak_streamed,
+                               record_bytes(*spec, args.layout, false)});
+    } else {
+      // Under MPI a rank holds at most the largest part too (its share is streamed the same way).
+      check_memory(args, *be, {"the largest part", make_memory_plan(*builder).peak_streamed,
+                               record_bytes(*spec, args.layout, format == CheckpointFormat::hdf5)});
+    }
+    // A test hook: this MPI rank dies by SIGKILL after its first part, as a rank lost mid-run.
+    if (const char* k = std::getenv("LAYERINIT_TEST_KILL_RANK"); job && k && std::to_string(job->rank()) == k)
+      eo.progress = [](const EmitProgress&) { std::raise(SIGKILL); };
+  } catch (...) {
+    if (!job) throw;
+    early = std::current_exception();
   }
-  // transformers loads the per-layer, out-in layout only: a config.json beside stacked or transposed
-  // weights would have it load them as missing keys and initialize those anew.
-  if (!plan && format == CheckpointFormat::safetensors && opts.layout == Layout::per_layer &&
-      opts.orientation == Orientation::out_in) {
-    try {
-      eo.writer.config_json = config_json(spec, opts.dtype);
-    } catch (const std::invalid_argument&) {
-      // MLPs and custom specs have no Hugging Face config: weights only.
+  if (job) {
+    if (const auto first = job->first_failure(!early)) {
+      if (*first == job->rank() && early) std::rethrow_exception(early);
+      throw rank_failed(*first, job->size());
     }
   }
-  // The file's metadata (dtype, seed, recipe, layout, orientation, model spec) is the builder's:
-  // emit_checkpoint fills it in.
-  eo.cancel = &g_cancel;
-  const bool tty = isatty(STDERR_FILENO);
-  if (tty) eo.progress = draw;
 
-  // Ctrl-C or a polite kill: stop at the next part, remove the temporary file, leave the target as it was.
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGHUP, &sa, nullptr);
-
-  auto be = make_backend(args.backend, args.threads);
-  tracking_resource tracker(be->memory());
-  const Builder builder(spec, recipe, opts, *be, tracker);
-  std::optional<RankPlan> rank;
-  if (plan) {
-    rank.emplace(builder, *plan, *args.rank);
-    check_memory(args, *be, {"this rank's largest part", plan_rank(*rank, TrainingSetup::mixed).peak_streamed,
-                             record_bytes(spec, args.layout, false)});
-  } else {
-    check_memory(args, *be, {"the largest part", make_memory_plan(builder).peak_streamed,
-                             record_bytes(spec, args.layout, format == CheckpointFormat::hdf5)});
-  }
   // What the report and messages name: the rank's file, or the checkpoint.
   const std::string written =
       rank ? (std::filesystem::path(ea.output) / rank_file_name(rank->rank(), plan->ranks())).string() : ea.output;
   EmitResult r;
   try {
-    r = rank ? emit_rank(*rank, *be, ea.output, eo) : emit_checkpoint(builder, *be, ea.output, eo);
+    r = rank ? emit_rank(*rank, *be, ea.output, eo)
+        : job ? emit_parallel(*builder, *be, ea.output, eo, *job)
+              : emit_checkpoint(*builder, *be, ea.output, eo);
   } catch (...) {
     if (tty) std::fprintf(stderr, "\n");
     if (g_cancel.load()) {
-      std::fprintf(stderr, "layerinit: interrupted; %s was left as it was\n", printable(written).c_str());
-      std::exit(130);  // tools/ only: the library never exits
+      if (!job || job->rank() == 0)
+        std::fprintf(stderr, "layerinit: interrupted; %s was left as it was\n", printable(written).c_str());
+      std::_Exit(130);  // tools/ only: the library never exits; no MPI_Finalize with peers gone
     }
     throw;
   }
   if (tty) std::fprintf(stderr, "\n");
+  if (job && job->rank() != 0) return 0;  // rank 0 reports the checkpoint
 
   begin_stdout();
   if (ea.report == "json") {
-    nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout, *be);
+    nlohmann::ordered_json out = report_header(*spec, opts, *recipe, args.layout, *be);
     if (rank) add_rank_json(out, *plan, rank->rank());
+    if (job) out["processes"] = job->size();
     out["format"] = format_name(format);
     out["output"] = escape_non_utf8(written);
-    out["parameters"] = rank ? plan_rank(*rank, TrainingSetup::mixed).parameters : spec.parameter_count();
+    out["parameters"] = rank ? plan_rank(*rank, TrainingSetup::mixed).parameters : spec->parameter_count();
     out["tensors"] = tensors_json(r.tensors);
     out["total_bytes"] = r.weight_bytes;
-    out["peak_bytes"] = tracker.stats().peak_bytes;
+    out["peak_bytes"] = tracker->stats().peak_bytes;  // under MPI: rank 0's
     out["file_bytes"] = r.file_bytes;
     out["wall_seconds"] = r.seconds;
     // The checkpoint is published by now: replace (never throw on) any other invalid UTF-8.
     std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+  } else if (job) {
+    std::printf("%s: wrote %s (%s on disk) with %llu processes in %.2f s; peak %s (rank 0)\n", printable(written).c_str(),
+                format_bytes(r.weight_bytes).c_str(), format_bytes(r.file_bytes).c_str(),
+                static_cast<unsigned long long>(job->size()), r.seconds, format_bytes(tracker->stats().peak_bytes).c_str());
   } else {
     std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", printable(written).c_str(), format_bytes(r.weight_bytes).c_str(),
-                format_bytes(r.file_bytes).c_str(), r.seconds, format_bytes(tracker.stats().peak_bytes).c_str());
+                format_bytes(r.file_bytes).c_str(), r.seconds, format_bytes(tracker->stats().peak_bytes).c_str());
   }
   check_stdout();
   return 0;

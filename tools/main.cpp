@@ -11,19 +11,96 @@
 #include <iostream>
 #include <limits>
 #include <new>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
 
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/config.hpp>
 #include <layerinit/core/errors.hpp>
 #include "common.hpp"
+#include "mpi.hpp"
 
 namespace {
+// Under an MPI launcher every process parses the same command line: only rank 0 prints what fails
+// before the processes talk (the same error on every rank), the others exit with the same code.
+bool g_quiet = false;
+
 // One line on stderr and the exit code: 2 for bad input or a refused output path, 1 for anything else
 // (an environment or I/O failure). Messages echo user text (names, paths, CLI11's flag names):
 // printable() keeps them one line, without terminal escapes.
 [[noreturn]] void fail(int code, const char* what, const char* suffix = "") {
-  std::fprintf(stderr, "layerinit: error: %s%s\n", layerinit::printable(what).c_str(), suffix);
+  if (!g_quiet) std::fprintf(stderr, "layerinit: error: %s%s\n", layerinit::printable(what).c_str(), suffix);
   std::exit(code);
+}
+
+// The exit code and line of a command's exception (CLI11's parse errors aside).
+std::pair<int, std::string> classify(const std::exception_ptr& e) {
+  using namespace layerinit;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::invalid_argument& x) {  // bad input: usage_error, spec_error, unknown names
+    return {2, x.what()};
+  } catch (const std::overflow_error& x) {
+    return {2, x.what()};
+  } catch (const checkpoint_refused& x) {  // an output path that may not be written: bad input
+    return {2, x.what()};
+  } catch (const out_of_memory& x) {
+    return {1, x.what()};
+  } catch (const std::bad_alloc&) {  // a list or report past the memory check: the same kind of line
+    return {1, "out of memory on host: an allocation outside the tracked tensors failed (std::bad_alloc)"};
+  } catch (const std::exception& x) {
+    return {1, x.what()};
+  } catch (...) {
+    return {1, "unknown error"};
+  }
+}
+
+// emit as one rank of an MPI job. The ranks agree on the outcome: success, or the lowest failed
+// rank, whose line rank 0 prints once ("layerinit: error: rank 2 of 4: ...") and whose exit code
+// every rank exits with. A rank interrupted (the launcher's SIGTERM after a peer died) leaves at once
+// with 130, having removed what it could: its peers may be gone, so it waits for no one.
+int emit_under_mpi(int& argc, char**& argv, const layerinit::cli::ModelArgs& args, const layerinit::cli::EmitArgs& ea,
+                   bool format_given) {
+  using namespace layerinit;
+  using namespace layerinit::cli;
+  std::unique_ptr<MpiJob> job;
+  try {
+    job = MpiJob::start(argc, argv, &emit_cancel());
+  } catch (const std::exception& e) {
+    fail(1, e.what());
+  }
+  const std::uint64_t none = std::numeric_limits<std::uint64_t>::max();
+  std::uint64_t vote = none;  // the lowest rank known to have failed
+  int code = 0;
+  std::string line;
+  try {
+    emit_command(args, ea, format_given, job.get());
+  } catch (const rank_failed& e) {
+    vote = e.rank();
+  } catch (...) {
+    vote = job->rank();
+    std::tie(code, line) = classify(std::current_exception());
+  }
+  if (emit_cancel().load()) std::_Exit(130);  // the interrupted line is emit_command's
+  try {
+    const std::uint64_t first = job->min(vote);
+    if (first == none) {
+      job->finish();
+      return 0;
+    }
+    const std::string packet = job->broadcast(first == job->rank() ? std::to_string(code) + "\n" + line : std::string(), first);
+    const std::size_t nl = packet.find('\n');
+    code = std::atoi(packet.substr(0, nl).c_str());
+    if (job->rank() == 0)
+      std::fprintf(stderr, "layerinit: error: rank %llu of %llu: %s\n", static_cast<unsigned long long>(first),
+                   static_cast<unsigned long long>(job->size()), printable(packet.substr(nl + 1)).c_str());
+  } catch (...) {
+    std::_Exit(emit_cancel().load() ? 130 : 1);
+  }
+  job->finish();
+  return code == 0 ? 1 : code;
 }
 
 // Every command's result is on stdout. A closed stdout is refused before any work: a file the
@@ -99,10 +176,21 @@ int main(int argc, char** argv) {
   emit->add_option("--max-shard-size", emit_opts.max_shard_size, "safetensors: shard above this size (e.g. 5GB)");
 
   check_stdout_open();
+  const std::optional<Launch> launch = mpi_launch();
+  const bool mpi_job = launch && launch->size != 1;  // size 0: a PMIx launcher, size known after MPI_Init
+  g_quiet = mpi_job && launch->rank != 0;
   try {
     app.parse(argc, argv);
     if (*build) return build_command(build_args, build_report, build_trace, build_force);
     if (*plan) return plan_command(plan_args, plan_opts);
+    if (*emit && mpi_job) {
+      if (!mpi_built())
+        throw usage_error("started by an MPI launcher" +
+                          (launch->size ? " with " + std::to_string(launch->size) + " processes" : std::string()) +
+                          ", but this layerinit was built without MPI (LAYERINIT_MPI=OFF, or CMake found none): "
+                          "run one process, or rebuild with MPI");
+      return emit_under_mpi(argc, argv, emit_args, emit_opts, emit_format->count() > 0);
+    }
     if (*emit) return emit_command(emit_args, emit_opts, emit_format->count() > 0);
   } catch (const CLI::CallForHelp& e) {
     begin_stdout();
@@ -115,18 +203,9 @@ int main(int argc, char** argv) {
     return help_written(app.exit(e));
   } catch (const CLI::ParseError& e) {
     fail(2, e.what(), " (see --help)");
-  } catch (const std::invalid_argument& e) {  // bad input: usage_error, spec_error, unknown names
-    fail(2, e.what());
-  } catch (const std::overflow_error& e) {
-    fail(2, e.what());
-  } catch (const checkpoint_refused& e) {  // an output path that may not be written: bad input
-    fail(2, e.what());
-  } catch (const out_of_memory& e) {
-    fail(1, e.what());
-  } catch (const std::bad_alloc&) {  // a list or report past the memory check: the same kind of line
-    fail(1, "out of memory on host: an allocation outside the tracked tensors failed (std::bad_alloc)");
-  } catch (const std::exception& e) {
-    fail(1, e.what());
+  } catch (...) {
+    const auto [code, line] = classify(std::current_exception());
+    fail(code, line.c_str());
   }
   return 0;
 }

@@ -1,0 +1,547 @@
+// Parallel emit: the checkpoint's files split among the ranks of a Collective, published by rank 0
+// once every rank has agreed that its share is complete.
+#include <layerinit/checkpoint/parallel.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include <layerinit/checkpoint/detail.hpp>
+#include "feed.hpp"
+
+namespace layerinit {
+
+namespace fs = std::filesystem;
+
+rank_failed::rank_failed(std::uint64_t rank, std::uint64_t ranks)
+    : error("emit: rank " + std::to_string(rank) + " of " + std::to_string(ranks) + " failed; nothing was published"),
+      rank_(rank) {}
+
+std::vector<std::uint64_t> split_by_bytes(const std::vector<std::uint64_t>& bytes, std::uint64_t ranks) {
+  if (ranks == 0) throw std::invalid_argument("split_by_bytes: no ranks");
+  using u128 = unsigned __int128;
+  u128 total = 0;
+  for (auto b : bytes) total += b;
+  std::vector<std::uint64_t> owner(bytes.size(), 0);
+  u128 start = 0;
+  for (std::size_t k = 0; k < bytes.size(); ++k) {
+    // Twice the middle byte's position over twice the total: integer arithmetic, no rounding.
+    if (total > 0) {
+      const u128 r = (u128(ranks) * (2 * start + bytes[k])) / (2 * total);
+      owner[k] = static_cast<std::uint64_t>(std::min<u128>(r, ranks - 1));
+    }
+    start += bytes[k];
+  }
+  return owner;
+}
+
+std::string hdf5_rank_file_name(std::uint64_t rank, std::uint64_t ranks) {
+  char name[96];
+  std::snprintf(name, sizeof name, "rank-%05llu-of-%05llu.h5", static_cast<unsigned long long>(rank),
+                static_cast<unsigned long long>(ranks));
+  return name;
+}
+
+namespace {
+
+// Where dataset k of checkpoint_datasets(b) comes from: a tensor before the layers, layer tensors
+// (per-layer: one; stacked: every layer tensor of a buffer), or a tensor after them.
+struct Origins {
+  std::size_t pre = 0, middle = 0, post = 0;  // dataset counts
+  std::uint64_t layers = 0, per_layer = 0;    // L, and tensors per layer (T)
+  bool stacked = false;
+  StackedLayout sl;
+
+  explicit Origins(const Builder& b)
+      : pre(b.plan_pre().size()), post(b.plan_post().size()), layers(b.spec().num_layers),
+        per_layer(b.spec().layer.tensors.size()), stacked(b.options().layout == Layout::stacked),
+        sl(stacked_layout(b.spec(), b.options().experts)) {
+    middle = layers == 0 ? 0 : stacked ? sl.buffers.size() : layers * per_layer;
+  }
+  // The dataset index of a part's tensor j (pre/post: its position; layer: its LayerSpec index).
+  std::size_t dataset(Part::Kind kind, std::uint64_t layer, std::size_t j) const {
+    if (kind == Part::Kind::pre) return j;
+    if (kind == Part::Kind::post) return pre + middle + j;
+    return pre + (stacked ? sl.buffer[j] : layer * per_layer + j);
+  }
+};
+
+// A built tensor of a selected part: its position j (as Origins::dataset takes it) and its bytes.
+struct Piece {
+  std::size_t j = 0;
+  TensorView view;
+};
+
+// Like Builder::stream, over layers [layers.offset, + size) and only the tensors `want` selects:
+// each pre or post tensor alone, each layer's selected tensors together; a part with nothing
+// selected is not built. Peak: the largest part.
+void stream_selected(const Builder& b, Range layers,
+                     const std::function<bool(Part::Kind, std::uint64_t, std::size_t)>& want,
+                     const std::function<void(Part::Kind, std::uint64_t, const std::vector<Piece>&)>& sink) {
+  backend& be = b.target_backend();
+  // plans[k] is tensor `base + k` of its kind.
+  auto part = [&](Part::Kind kind, std::uint64_t layer, const std::vector<PlannedTensor>& plans, std::size_t base) {
+    std::vector<std::size_t> chosen;
+    for (std::size_t k = 0; k < plans.size(); ++k)
+      if (want(kind, layer, base + k)) chosen.push_back(k);
+    if (chosen.empty()) return;
+    std::vector<Tensor> tensors;
+    std::vector<FillJob> jobs;
+    tensors.reserve(chosen.size());
+    for (auto k : chosen) {
+      const PlannedTensor& p = plans[k];
+      tensors.push_back(Tensor::allocate(b.memory(), p.name, p.memory_shape, p.dtype));
+      jobs.push_back(fill_job_for(p, tensors.back().view.data, b.options().seed));
+    }
+    be.fill(jobs);
+    be.synchronize();
+    std::vector<Piece> pieces;
+    for (std::size_t i = 0; i < chosen.size(); ++i) pieces.push_back({base + chosen[i], tensors[i].view});
+    sink(kind, layer, pieces);
+  };  // freed before the next part
+  const auto pre = b.plan_pre();
+  for (std::size_t j = 0; j < pre.size(); ++j) part(Part::Kind::pre, 0, {pre[j]}, j);
+  for (std::uint64_t i = layers.offset; i < layers.offset + layers.size; ++i) part(Part::Kind::layer, i, b.plan_layer(i), 0);
+  const auto post = b.plan_post();
+  for (std::size_t j = 0; j < post.size(); ++j) part(Part::Kind::post, 0, {post[j]}, j);
+}
+
+// The checks emit_checkpoint makes before any work, for every rank.
+void check_emit(const Builder& b, backend& be, const EmitOptions& opts) {
+  const auto& order = b.options().layer_order;
+  if (!std::is_sorted(order.begin(), order.end()))
+    throw std::invalid_argument("emit writes layers in order: layer_order must be ascending or empty");
+  if (be.kind() == BackendKind::dry) throw std::invalid_argument("emit needs a backend that holds bytes (cpu or cuda)");
+  const BuildOptions& bo = b.options();
+  if (!opts.writer.config_json.empty() && (bo.layout != Layout::per_layer || bo.orientation != Orientation::out_in))
+    throw std::invalid_argument("emit: a Hugging Face config.json describes the per-layer, out-in layout; this checkpoint is " +
+                                std::string(layout_name(bo.layout)) + ", " + std::string(orientation_name(bo.orientation)));
+  for (const char* key : {detail::kRankFilesAttribute, "layerinit.rank"})
+    if (opts.meta.extra.count(key)) throw std::invalid_argument(std::string("emit: metadata key ") + key + " is the parallel emit's own");
+}
+
+// Every rank's verdict: returns when all succeeded; else throws, the first failed rank its own
+// error and the others rank_failed. A collective that cannot complete throws as it is.
+void agree(Collective& c, const std::exception_ptr& failure) {
+  const std::optional<std::uint64_t> first = c.first_failure(failure == nullptr);
+  if (!first) return;
+  if (*first == c.rank() && failure) std::rethrow_exception(failure);
+  throw rank_failed(*first, c.size());
+}
+
+// Removes the shared staging directory when this rank leaves before the agreement that the
+// checkpoint is complete (a failure, or a collective that could not complete). Every rank holds one,
+// so the directory goes whichever rank is left standing.
+class StagingGuard {
+ public:
+  explicit StagingGuard(fs::path dir) : dir_(std::move(dir)) {}
+  ~StagingGuard() {
+    if (dir_.empty()) return;
+    std::error_code ec;
+    for (int tries = 0; tries < 3 && fs::exists(fs::symlink_status(dir_, ec)); ++tries) fs::remove_all(dir_, ec);
+  }
+  StagingGuard(const StagingGuard&) = delete;
+  StagingGuard& operator=(const StagingGuard&) = delete;
+  void disarm() noexcept { dir_.clear(); }
+
+ private:
+  fs::path dir_;
+};
+
+// One rank's tensors for the report, sent to rank 0: dataset index, hash (whole: this rank wrote all
+// of the dataset) and layer hashes.
+struct Contribution {
+  std::size_t dataset = 0;
+  std::uint64_t hash = 0;
+  bool whole = true;
+  std::vector<std::uint64_t> layers;
+};
+
+std::string encode(const std::vector<Contribution>& v) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& c : v) j.push_back({c.dataset, c.hash, c.whole, c.layers});
+  return j.dump();
+}
+
+std::vector<Contribution> decode(const std::string& s) {
+  std::vector<Contribution> v;
+  for (const auto& e : nlohmann::json::parse(s))
+    v.push_back({e[0].get<std::size_t>(), e[1].get<std::uint64_t>(), e[2].get<bool>(), e[3].get<std::vector<std::uint64_t>>()});
+  return v;
+}
+
+// Rank 0's report: every dataset in file order with the ranks' hashes put together.
+EmitResult assemble(const std::vector<DatasetSpec>& datasets, const std::vector<std::string>& gathered) {
+  EmitResult r;
+  for (const auto& d : datasets) {
+    r.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), 0, {}, {}, {}, false});
+    r.weight_bytes += r.tensors.back().bytes;
+  }
+  std::vector<int> parts(datasets.size(), 0);
+  for (const auto& text : gathered)  // rank order: layer ranges ascend
+    for (const Contribution& c : decode(text)) {
+      TensorReport& t = r.tensors.at(c.dataset);
+      t.layer_hashes.insert(t.layer_hashes.end(), c.layers.begin(), c.layers.end());
+      t.hash = c.hash;
+      t.hashed = c.whole && ++parts[c.dataset] == 1;
+    }
+  return r;
+}
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Streams the selected tensors into `w` (dataset `local(k)` for checkpoint dataset k), stacked
+// slices at `slot(j, layer)` * slice elements; records each dataset's hash and layer hashes.
+struct WriteJob {
+  const Builder& b;
+  backend& be;
+  const EmitOptions& opts;
+  const Origins& o;
+  std::chrono::steady_clock::time_point t0;
+
+  std::vector<Contribution> run(CheckpointWriter& w, Range layers, const std::map<std::size_t, std::size_t>& local,
+                                const std::function<std::uint64_t(std::size_t, std::uint64_t)>& slot) const {
+    std::uint64_t bytes_total = 0;
+    for (const auto& d : w.datasets()) bytes_total += numel(d.shape) * dtype_size(d.dtype);
+    EmitProgress progress{0, layers.size, 0, bytes_total, 0};
+    detail::DatasetFeed feed(be, w, w.datasets().size(), opts.staging_bytes, progress);
+    std::vector<std::vector<std::uint64_t>> layer_hashes(w.datasets().size());
+    auto want = [&](Part::Kind kind, std::uint64_t layer, std::size_t j) { return local.count(o.dataset(kind, layer, j)) > 0; };
+    stream_selected(b, layers, want, [&](Part::Kind kind, std::uint64_t layer, const std::vector<Piece>& pieces) {
+      if (opts.cancel && opts.cancel->load()) throw error("interrupted");
+      for (const Piece& p : pieces) {
+        const std::size_t k = local.at(o.dataset(kind, layer, p.j));
+        if (kind == Part::Kind::layer && o.stacked) {
+          ContentHash own;
+          feed.put(p.view, k, slot(p.j, layer) * numel(p.view.shape), &own);
+          layer_hashes[k].push_back(own.digest());
+        } else {
+          feed.put(p.view, k, 0, nullptr);
+        }
+      }
+      if (kind == Part::Kind::layer) ++progress.layers_done;
+      progress.seconds = since(t0);
+      if (opts.progress) opts.progress(progress);
+    });
+    if (opts.cancel && opts.cancel->load()) throw error("interrupted");
+    std::vector<Contribution> out;
+    for (const auto& [global, k] : local) out.push_back({global, feed.digest(k), true, std::move(layer_hashes[k])});
+    w.commit();
+    return out;
+  }
+};
+
+// A rank's writer options inside the staging directory: its own files only, the whole checkpoint's
+// space having been checked by rank 0.
+WriterOptions rank_writer_options(const EmitOptions& opts) {
+  WriterOptions wo = opts.writer;
+  wo.overwrite = false;
+  wo.check_free_space = false;
+  wo.config_json.clear();
+  wo.max_shard_size = 0;
+  return wo;
+}
+
+// Runs f; a checkpoint error it throws names `staged` as the published path will be (`published`):
+// the staging directory is gone by the time the user reads the message.
+template <class F>
+void naming_published(const fs::path& staged, const fs::path& published, F&& f) {
+  auto rename = [&](std::string m) {
+    const std::string from = staged.string() + "/", to = published.string() + "/";
+    for (std::size_t p = m.find(from); p != std::string::npos; p = m.find(from, p + to.size())) m.replace(p, from.size(), to);
+    return m;
+  };
+  try {
+    f();
+  } catch (const checkpoint_refused& e) {
+    throw checkpoint_refused(rename(e.what()));
+  } catch (const checkpoint_error& e) {
+    throw checkpoint_error(rename(e.what()));
+  }
+}
+
+EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& target, const EmitOptions& opts, Collective& c,
+                            std::chrono::steady_clock::time_point t0) {
+  const std::uint64_t me = c.rank(), n = c.size();
+  std::exception_ptr failure;
+  CheckpointMetadata meta;
+  fs::path tgt;
+  std::optional<detail::TempPath> staging;  // rank 0's: the directory every rank writes into
+  try {
+    check_emit(b, be, opts);
+    meta = builder_metadata(b, opts.meta);
+    tgt = detail::normalize_target(target);
+    if (me == 0) {
+      detail::preflight(tgt, true, opts.writer.overwrite, opts.writer.check_free_space,
+                        planned_checkpoint_bytes(b, CheckpointFormat::safetensors, meta, opts.writer),
+                        detail::safetensors_ownership);
+      staging.emplace(tgt, true);
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(c, failure);
+  const fs::path stage = c.broadcast(me == 0 ? staging->path().string() : std::string(), 0);
+  StagingGuard guard(me == 0 ? fs::path() : stage);  // rank 0's TempPath removes it there
+
+  const Origins o(b);
+  std::vector<DatasetSpec> datasets;
+  std::vector<Contribution> mine;
+  std::vector<SafetensorsShard> shards;
+  try {
+    datasets = checkpoint_datasets(b);
+    shards = safetensors_shards(datasets, opts.writer.max_shard_size);
+    std::vector<std::uint64_t> bytes;
+    for (const auto& s : shards) bytes.push_back(s.data_bytes);
+    const std::vector<std::uint64_t> owner = split_by_bytes(bytes, n);
+    const WriteJob job{b, be, opts, o, t0};
+    for (std::size_t f = 0; f < shards.size(); ++f) {
+      if (owner[f] != me) continue;
+      std::vector<DatasetSpec> specs;
+      std::map<std::size_t, std::size_t> local;
+      std::uint64_t lo = o.layers, hi = 0;  // the layers the file's tensors come from
+      for (auto k : shards[f].datasets) {
+        local[k] = specs.size();
+        specs.push_back(datasets[k]);
+        if (k >= o.pre && k < o.pre + o.middle) {
+          const std::uint64_t l = o.stacked ? 0 : (k - o.pre) / o.per_layer;
+          lo = std::min(lo, l);
+          hi = std::max(hi, o.stacked ? o.layers : l + 1);
+        }
+      }
+      naming_published(stage, tgt, [&] {
+        auto w = open_safetensors_file_writer(stage / shards[f].file, std::move(specs), meta, rank_writer_options(opts));
+        const Range layers{lo, hi > lo ? hi - lo : 0};
+        auto got = job.run(*w, layers, local, [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer); });
+        mine.insert(mine.end(), got.begin(), got.end());
+      });
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(c, failure);  // throws on every rank if any failed: the guards and rank 0's TempPath clean up
+  guard.disarm();     // complete: only rank 0 touches the staging directory from here on
+
+  const std::vector<std::string> gathered = c.gather(encode(mine), 0);
+  EmitResult result;
+  failure = nullptr;
+  if (me == 0) {
+    try {
+      result = assemble(datasets, gathered);
+      if (shards.size() > 1)
+        detail::write_small_file(staging->path() / "model.safetensors.index.json", safetensors_index_json(shards, datasets),
+                                 tgt / "model.safetensors.index.json");
+      if (!opts.writer.config_json.empty())
+        detail::write_small_file(staging->path() / "config.json", opts.writer.config_json, tgt / "config.json");
+      if (opts.writer.overwrite) detail::check_replaceable(tgt, true, detail::safetensors_ownership);
+      staging->publish(tgt, opts.writer.overwrite);
+      result.file_bytes = detail::disk_bytes(tgt);
+    } catch (...) {
+      failure = std::current_exception();
+      staging.reset();  // removed before the others hear of it
+    }
+  } else {
+    result.tensors.clear();
+    for (const auto& m : mine) {
+      const DatasetSpec& d = datasets[m.dataset];
+      result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), m.hash, m.layers, {}, {}, true});
+      result.weight_bytes += result.tensors.back().bytes;
+    }
+  }
+  if (me == 0 && !failure) {
+    try {
+      agree(c, nullptr);  // published whatever the others hear
+    } catch (...) {
+    }
+  } else {
+    agree(c, failure);
+  }
+  result.seconds = since(t0);
+  return result;
+}
+
+EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, const EmitOptions& opts, Collective& c,
+                     std::chrono::steady_clock::time_point t0) {
+  const std::uint64_t me = c.rank(), n = c.size();
+  std::exception_ptr failure;
+  CheckpointMetadata meta;
+  fs::path tgt;
+  std::optional<detail::TempPath> ranks_dir;  // rank 0's: the directory of the rank files
+  try {
+    check_emit(b, be, opts);
+    meta = builder_metadata(b, opts.meta);
+    // As open_hdf5_writer: "newdir/" names a directory, not a file.
+    if (!target.has_filename() || target.filename() == "." || target.filename() == "..")
+      throw std::invalid_argument("checkpoint: hdf5 output '" + target.string() +
+                                  "' names a directory; an HDF5 checkpoint is a file");
+    if (opts.writer.max_chunk_bytes == 0 || opts.writer.max_chunk_bytes > (std::uint64_t{1} << 32) - 1)
+      throw std::invalid_argument("checkpoint: max_chunk_bytes must be in [1, 4 GiB)");
+    tgt = detail::normalize_target(target);
+    if (me == 0) {
+      detail::preflight(tgt, false, opts.writer.overwrite, opts.writer.check_free_space,
+                        planned_checkpoint_bytes(b, CheckpointFormat::hdf5, meta, opts.writer), detail::hdf5_ownership);
+      ranks_dir.emplace(tgt.parent_path(), tgt.filename().string() + ".ranks-XXXXXX", true, tgt);
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(c, failure);
+  const std::string dir_name = c.broadcast(me == 0 ? ranks_dir->path().filename().string() : std::string(), 0);
+  const fs::path dir = tgt.parent_path() / dir_name;
+  StagingGuard guard(me == 0 ? fs::path() : dir);
+
+  // Units in file order: each tensor before the layers, each layer, each tensor after them.
+  const Origins o(b);
+  const ModelSpec& spec = b.spec();
+  const auto pre = b.plan_pre(), post = b.plan_post();
+  std::vector<std::uint64_t> bytes;
+  for (const auto& p : pre) bytes.push_back(p.bytes());
+  std::uint64_t uniform_layer = 0;
+  if (b.uniform_layers() && spec.num_layers > 0)
+    for (const auto& p : b.plan_layer(0)) uniform_layer += p.bytes();
+  for (std::uint64_t i = 0; i < spec.num_layers; ++i) {
+    std::uint64_t lb = uniform_layer;
+    if (!b.uniform_layers())
+      for (const auto& p : b.plan_layer(i)) lb += p.bytes();
+    bytes.push_back(lb);
+  }
+  for (const auto& p : post) bytes.push_back(p.bytes());
+  const std::vector<std::uint64_t> owner = split_by_bytes(bytes, n);
+  // Rank r's layers: a contiguous range, since owners never decrease.
+  auto layers_of = [&](std::uint64_t r) {
+    std::uint64_t lo = spec.num_layers, hi = 0;
+    for (std::uint64_t i = 0; i < spec.num_layers; ++i)
+      if (owner[o.pre + i] == r) {
+        lo = std::min(lo, i);
+        hi = i + 1;
+      }
+    return Range{hi > lo ? lo : 0, hi > lo ? hi - lo : 0};
+  };
+  auto holds_anything = [&](std::uint64_t r) { return std::find(owner.begin(), owner.end(), r) != owner.end(); };
+
+  std::vector<DatasetSpec> datasets;
+  std::vector<Contribution> mine;
+  try {
+    datasets = checkpoint_datasets(b);
+    if (holds_anything(me)) {
+      const Range L = layers_of(me);
+      std::vector<DatasetSpec> specs;
+      std::map<std::size_t, std::size_t> local;
+      auto add = [&](std::size_t k, DatasetSpec d) {
+        local[k] = specs.size();
+        specs.push_back(std::move(d));
+      };
+      for (std::size_t j = 0; j < pre.size(); ++j)
+        if (owner[j] == me) add(j, datasets[j]);
+      if (L.size > 0) {
+        if (o.stacked) {
+          for (std::size_t k = 0; k < o.middle; ++k) {
+            DatasetSpec d = datasets[o.pre + k];
+            d.shape[0] = L.size;  // [n, ...] of the [L, ...] dataset
+            add(o.pre + k, std::move(d));
+          }
+        } else {
+          for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i)
+            for (std::size_t j = 0; j < o.per_layer; ++j) add(o.pre + i * o.per_layer + j, datasets[o.pre + i * o.per_layer + j]);
+        }
+      }
+      for (std::size_t j = 0; j < post.size(); ++j)
+        if (owner[o.pre + spec.num_layers + j] == me) add(o.pre + o.middle + j, datasets[o.pre + o.middle + j]);
+      CheckpointMetadata rank_meta = meta;
+      rank_meta.extra["layerinit.rank"] =
+          nlohmann::ordered_json{{"rank", me}, {"ranks", n}, {"layers", {L.offset, L.size}}}.dump();
+      auto w = open_hdf5_writer(dir / hdf5_rank_file_name(me, n), std::move(specs), rank_meta, rank_writer_options(opts));
+      const WriteJob job{b, be, opts, o, t0};
+      mine = job.run(*w, L, local, [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer - L.offset); });
+      if (o.stacked)  // a piece of each [L, ...] dataset: whole only if this rank holds every layer
+        for (auto& m : mine)
+          if (m.dataset >= o.pre && m.dataset < o.pre + o.middle) m.whole = L.size == spec.num_layers;
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(c, failure);
+  guard.disarm();
+
+  const std::vector<std::string> gathered = c.gather(encode(mine), 0);
+  EmitResult result;
+  failure = nullptr;
+  if (me == 0) {
+    try {
+      result = assemble(datasets, gathered);
+      // Each dataset's sources: the rank file holding it, or per rank its rows of a stacked dataset.
+      std::vector<std::vector<detail::VirtualSource>> sources(datasets.size());
+      auto file_of = [&](std::uint64_t r) { return dir_name + "/" + hdf5_rank_file_name(r, n); };
+      for (std::size_t j = 0; j < pre.size(); ++j) sources[j].push_back({file_of(owner[j]), 0, datasets[j].shape[0]});
+      for (std::size_t k = o.pre; k < o.pre + o.middle; ++k) {
+        if (o.stacked) {
+          for (std::uint64_t r = 0; r < n; ++r) {
+            const Range L = layers_of(r);
+            if (L.size > 0) sources[k].push_back({file_of(r), L.offset, L.size});
+          }
+        } else {
+          sources[k].push_back({file_of(owner[o.pre + (k - o.pre) / o.per_layer]), 0, datasets[k].shape[0]});
+        }
+      }
+      for (std::size_t j = 0; j < post.size(); ++j) {
+        const std::size_t k = o.pre + o.middle + j;
+        sources[k].push_back({file_of(owner[o.pre + spec.num_layers + j]), 0, datasets[k].shape[0]});
+      }
+      CheckpointMetadata master_meta = meta;
+      master_meta.extra[detail::kRankFilesAttribute] = dir_name;
+      detail::TempPath master(tgt, false);
+      detail::write_hdf5_virtual(master.path(), datasets, sources, master_meta, tgt);
+      std::optional<std::string> old_ranks;
+      if (opts.writer.overwrite) {
+        old_ranks = detail::hdf5_string_attribute(tgt, detail::kRankFilesAttribute);
+        detail::check_replaceable(tgt, false, detail::hdf5_ownership);
+      }
+      fs::path d = ranks_dir->path();
+      detail::fsync_path(d, true);
+      master.publish(tgt, opts.writer.overwrite);
+      ranks_dir->keep();  // the master names it now
+      if (old_ranks && *old_ranks != dir_name) detail::remove_replaced_rank_dir(tgt, *old_ranks);
+      result.file_bytes = detail::disk_bytes(tgt) + detail::disk_bytes(d);
+    } catch (...) {
+      failure = std::current_exception();
+      ranks_dir.reset();
+    }
+  } else {
+    for (const auto& m : mine) {
+      const DatasetSpec& d = datasets[m.dataset];
+      result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), m.hash, m.layers, {}, {}, m.whole});
+      result.weight_bytes += result.tensors.back().bytes;
+    }
+  }
+  if (me == 0 && !failure) {
+    try {
+      agree(c, nullptr);
+    } catch (...) {
+    }
+  } else {
+    agree(c, failure);
+  }
+  result.seconds = since(t0);
+  return result;
+}
+
+}  // namespace
+
+EmitResult emit_parallel(const Builder& b, backend& be, const fs::path& target, const EmitOptions& opts, Collective& c) {
+  if (c.size() == 0 || c.rank() >= c.size())
+    throw std::invalid_argument("emit: rank " + std::to_string(c.rank()) + " of a group of " + std::to_string(c.size()));
+  if (c.size() == 1) return emit_checkpoint(b, be, target, opts);
+  const auto t0 = std::chrono::steady_clock::now();
+  return opts.format == CheckpointFormat::safetensors ? emit_safetensors(b, be, target, opts, c, t0)
+                                                      : emit_hdf5(b, be, target, opts, c, t0);
+}
+
+}  // namespace layerinit

@@ -1,0 +1,303 @@
+// `mpirun -np N layerinit emit` as a user runs it (Open MPI's mpirun, --oversubscribe so 3 or 4
+// ranks run on CI's 2 cores, --allow-run-as-root since CI runs as root):
+//   - safetensors: the directory is byte for byte the one-process emit's, and the report (rank 0's,
+//     the only one printed) has its hashes;
+//   - hdf5: the master reads (HDF5's C API, and h5py when .venv has it) as the one-process file;
+//   - a rank that fails (a write past `ulimit -f`) or is killed (SIGKILL): nothing published, no
+//     temporary left, and a failure is one line on stderr with the failed rank's exit code;
+//   - bad input under mpirun: one line, exit 2.
+// Skips (GTEST_SKIP) when mpirun is missing or the tool was built without MPI.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "hdf5_reader.hpp"
+#include "test_util.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using layerinit::testing::slurp;
+using layerinit::testing::TempDir;
+
+namespace {
+
+const std::string kBinary = std::string(LAYERINIT_BINARY_DIR) + "/bin/layerinit";
+
+struct Result {
+  int status = 0;
+  std::string out, err;
+  int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+  // Lines of stderr that are layerinit's own (mpirun may add its own banner around them).
+  std::vector<std::string> our_lines() const {
+    std::vector<std::string> v;
+    std::size_t p = 0;
+    while (p < err.size()) {
+      const std::size_t e = err.find('\n', p);
+      const std::string line = err.substr(p, e == std::string::npos ? std::string::npos : e - p);
+      if (line.rfind("layerinit:", 0) == 0) v.push_back(line);
+      p = e == std::string::npos ? err.size() : e + 1;
+    }
+    return v;
+  }
+};
+
+// fork + execvp with stdout and stderr captured; `env` is set in the child first.
+Result run(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {}) {
+  std::vector<std::string> all = args;
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork");
+  if (pid == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    ::execvp(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  Result r;
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  std::string* sinks[2] = {&r.out, &r.err};
+  char buf[65536];
+  for (int open_fds = 2; open_fds > 0;) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<std::size_t>(n));
+      } else {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  ::waitpid(pid, &r.status, 0);
+  return r;
+}
+
+// mpirun for np ranks of `args` (layerinit's arguments). -q drops mpirun's advice banners; the tcp
+// transport instead of shared memory, whose backing file `ulimit -f` would also cut. After a rank
+// dies, mpirun sends the others SIGTERM and SIGKILL odls_base_sigkill_timeout seconds later (1 by
+// default, and mpirun sleeps that long after any failed rank): `grace` raises it where a rank is
+// killed, so that the others finish their part and clean up in time on a loaded 2-core machine
+// (docs/checkpoint.md). LeakSanitizer stays off in the ranks: Open MPI's own allocations outlive
+// MPI_Finalize.
+std::vector<std::string> mpirun(int np, const std::vector<std::string>& args, const std::string& ulimit_f = "",
+                                int grace = 1) {
+  std::vector<std::string> v{"mpirun", "--allow-run-as-root", "--oversubscribe", "-q", "--mca", "btl", "self,tcp",
+                             "--mca", "odls_base_sigkill_timeout", std::to_string(grace),
+                             "-x", "ASAN_OPTIONS", "-x", "LAYERINIT_TEST_KILL_RANK", "-np", std::to_string(np)};
+  if (!ulimit_f.empty()) {
+    std::string cmd = "ulimit -f " + ulimit_f + "; exec '" + kBinary + "'";
+    for (const auto& a : args) cmd += " '" + a + "'";
+    v.insert(v.end(), {"sh", "-c", cmd});
+  } else {
+    v.push_back(kBinary);
+    v.insert(v.end(), args.begin(), args.end());
+  }
+  return v;
+}
+
+const std::map<std::string, std::string> kEnv = {{"ASAN_OPTIONS", "detect_leaks=0"}, {"LAYERINIT_TEST_KILL_RANK", ""}};
+
+std::vector<std::string> one(const std::vector<std::string>& args) {
+  std::vector<std::string> v{kBinary};
+  v.insert(v.end(), args.begin(), args.end());
+  return v;
+}
+
+std::map<std::string, std::string> directory_bytes(const fs::path& dir) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : fs::directory_iterator(dir)) m[e.path().filename().string()] = slurp(e.path());
+  return m;
+}
+
+class CliMpi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#if !LAYERINIT_CLI_MPI
+    GTEST_SKIP() << "layerinit was built without MPI (LAYERINIT_MPI=OFF, or CMake found none)";
+#endif
+    if (::access(kBinary.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << kBinary << " (tools not built)";
+    if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun on PATH";
+  }
+};
+
+}  // namespace
+
+TEST_F(CliMpi, SafetensorsIsByteIdenticalToOneProcess) {
+  struct Case {
+    int np;
+    std::vector<std::string> flags;
+  };
+  const std::vector<Case> cases = {
+      {2, {"emit", "--preset", "llama-tiny", "--max-shard-size", "100KB"}},
+      {3, {"emit", "--preset", "llama-tiny", "--max-shard-size", "100KB", "--dtype", "fp16"}},
+      {4, {"emit", "--preset", "mixtral-tiny", "--layout", "stacked", "--max-shard-size", "40KB"}},
+  };
+  for (const Case& c : cases) {
+    TempDir dir;
+    auto args = c.flags;
+    args.insert(args.end(), {"--format", "safetensors", "--report", "json", "-o"});
+    const Result a = run(one([&] { auto v = args; v.push_back((dir / "one").string()); return v; }()));
+    ASSERT_EQ(a.code(), 0) << a.err;
+    const Result b = run(mpirun(c.np, [&] { auto v = args; v.push_back((dir / "par").string()); return v; }()), kEnv);
+    ASSERT_EQ(b.code(), 0) << b.err;
+    EXPECT_EQ(b.our_lines(), std::vector<std::string>{}) << b.err;
+    const auto x = directory_bytes(dir / "one"), y = directory_bytes(dir / "par");
+    ASSERT_EQ(x.size(), y.size());
+    ASSERT_GE(x.size(), 3u);  // shards and their index at least
+    for (const auto& [name, bytes] : x) {
+      ASSERT_TRUE(y.count(name)) << name;
+      EXPECT_TRUE(y.at(name) == bytes) << name << " differs (np " << c.np << ")";
+    }
+    EXPECT_EQ(dir.entries(), (std::vector<std::string>{"one", "par"}));
+    // One report (rank 0's), with the one-process hashes.
+    const json ra = json::parse(a.out), rb = json::parse(b.out);
+    EXPECT_EQ(rb["processes"], c.np);
+    ASSERT_EQ(ra["tensors"].size(), rb["tensors"].size());
+    for (std::size_t k = 0; k < ra["tensors"].size(); ++k) EXPECT_EQ(ra["tensors"][k], rb["tensors"][k]);
+    EXPECT_EQ(ra["file_bytes"], rb["file_bytes"]);
+  }
+}
+
+TEST_F(CliMpi, HDF5MasterReadsAsOneModel) {
+  TempDir dir;
+  const std::vector<std::string> flags{"emit", "--preset", "mixtral-tiny", "--layout", "stacked", "-o"};
+  auto with = [&](const std::string& out) { auto v = flags; v.push_back((dir / out).string()); return v; };
+  ASSERT_EQ(run(one(with("one.h5"))).code(), 0);
+  const Result r = run(mpirun(3, with("par.h5")), kEnv);
+  ASSERT_EQ(r.code(), 0) << r.err;
+  const auto a = layerinit::testing::read_hdf5_datasets(dir / "one.h5");
+  const auto b = layerinit::testing::read_hdf5_datasets(dir / "par.h5");
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GT(a.size(), 5u);
+  for (const auto& [name, d] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    EXPECT_TRUE(b.at(name).is_virtual) << name;
+    EXPECT_TRUE(b.at(name).bytes == d.bytes) << name;
+  }
+  const std::string ranks = layerinit::testing::read_hdf5_root_attributes(dir / "par.h5")["layerinit.rank_files"];
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"one.h5", "par.h5", ranks}));
+  // h5py reads the master as one model, from another directory (the rank files' paths are relative).
+  const std::string py = std::string(LAYERINIT_SOURCE_DIR) + "/.venv/bin/python";
+  if (!fs::exists(py)) GTEST_SKIP() << "no " << py << " (run scripts/python-env): h5py not checked";
+  const std::string script =
+      "import h5py, os, sys\n"
+      "os.chdir('/')\n"
+      "a, b = h5py.File(sys.argv[1], 'r'), h5py.File(sys.argv[2], 'r')\n"
+      "assert sorted(a) == sorted(b), 'names'\n"
+      "bad = [k for k in a if not b[k].is_virtual or a[k][...].tobytes() != b[k][...].tobytes()]\n"
+      "assert not bad, bad\n"
+      "print(len(a))\n";
+  const Result p = run({py, "-c", script, (dir / "one.h5").string(), (dir / "par.h5").string()});
+  EXPECT_EQ(p.code(), 0) << p.err;
+  EXPECT_EQ(p.out, std::to_string(a.size()) + "\n");
+}
+
+TEST_F(CliMpi, AFailingRankIsOneLineAndLeavesNothing) {
+  // Files above 60 KiB fail with "File too large" (the tool ignores SIGXFSZ); the 64 KiB embedding
+  // is in rank 0's file.
+  for (const std::string format : {"safetensors", "hdf5"}) {
+    SCOPED_TRACE(format);
+    TempDir dir;
+    std::vector<std::string> args{"emit", "--preset", "llama-tiny", "--format", format, "-o", (dir / "out").string()};
+    if (format == "safetensors") args.insert(args.end(), {"--max-shard-size", "100KB"});
+    const Result f = run(mpirun(3, args, "60"), kEnv);
+    EXPECT_EQ(f.code(), 1) << f.err;
+    const auto lines = f.our_lines();
+    ASSERT_EQ(lines.size(), 1u) << f.err;
+    EXPECT_TRUE(lines[0].starts_with("layerinit: error: rank ")) << lines[0];
+    EXPECT_NE(lines[0].find("File too large"), std::string::npos) << lines[0];
+    // The file is named as it would have been published, not inside the removed staging directory.
+    if (format == "safetensors")
+      EXPECT_NE(lines[0].find("cannot write " + (dir / "out").string() + "/model-0000"), std::string::npos) << lines[0];
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{}) << f.err;
+  }
+}
+
+TEST_F(CliMpi, AKilledRankLeavesNothing) {
+  for (const std::string format : {"safetensors", "hdf5"}) {
+    SCOPED_TRACE(format);
+    TempDir dir;
+    std::vector<std::string> args{"emit", "--preset", "llama-tiny", "--format", format, "-o", (dir / "out").string()};
+    if (format == "safetensors") args.insert(args.end(), {"--max-shard-size", "60KB"});
+    auto env = kEnv;
+    env["LAYERINIT_TEST_KILL_RANK"] = "1";
+    const Result r = run(mpirun(3, args, "", 3), env);
+    EXPECT_NE(r.code(), 0) << r.err;
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{}) << r.err;
+  }
+}
+
+TEST_F(CliMpi, BadInputIsOneLineExitTwo) {
+  TempDir dir;
+  {
+    std::ofstream(dir / "taken") << "mine";
+  }
+  const std::string out = (dir / "out").string();
+  struct Case {
+    std::vector<std::string> args;
+    std::string words;
+  };
+  const std::vector<Case> cases = {
+      {{"emit", "--preset", "llama-tiny", "--bogus", "-o", out}, "--bogus"},
+      {{"emit", "--preset", "llama-tiny", "--tp", "2", "-o", out}, "under mpirun"},
+      {{"emit", "--preset", "llama-tiny", "-o", (dir / "taken").string()}, "rank 0 of 2: checkpoint: refusing to overwrite existing"},
+  };
+  for (const auto& c : cases) {
+    const Result r = run(mpirun(2, c.args), kEnv);
+    EXPECT_EQ(r.code(), 2) << r.err;
+    const auto lines = r.our_lines();
+    ASSERT_EQ(lines.size(), 1u) << r.err;
+    EXPECT_NE(lines[0].find(c.words), std::string::npos) << lines[0];
+  }
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"taken"});
+  EXPECT_EQ(slurp(dir / "taken"), "mine");
+}
+
+// Built without MPI, a process that a launcher started as one of several refuses (rank 0 says why,
+// the others are quiet) instead of N processes writing the same checkpoint. The launcher is played
+// by its environment variables.
+TEST(CliWithoutMpi, ALauncherWithSeveralProcessesIsRefused) {
+#if LAYERINIT_CLI_MPI
+  GTEST_SKIP() << "layerinit was built with MPI: CliMpi runs it under mpirun";
+#endif
+  if (::access(kBinary.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << kBinary << " (tools not built)";
+  TempDir dir;
+  for (const std::string rank : {"0", "1"}) {
+    const Result r = run(one({"emit", "--preset", "llama-tiny", "-o", (dir / "out.h5").string()}),
+                         {{"OMPI_COMM_WORLD_SIZE", "3"}, {"OMPI_COMM_WORLD_RANK", rank}});
+    EXPECT_EQ(r.code(), 2) << r.err;
+    if (rank == "0") {
+      EXPECT_EQ(r.err,
+                "layerinit: error: started by an MPI launcher with 3 processes, but this layerinit was built without MPI "
+                "(LAYERINIT_MPI=OFF, or CMake found none): run one process, or rebuild with MPI\n");
+    } else {
+      EXPECT_EQ(r.err, "");
+    }
+  }
+  // One process of one is the ordinary emit.
+  const Result r = run(one({"emit", "--preset", "llama-tiny", "-o", (dir / "out.h5").string()}),
+                       {{"OMPI_COMM_WORLD_SIZE", "1"}, {"OMPI_COMM_WORLD_RANK", "0"}});
+  EXPECT_EQ(r.code(), 0) << r.err;
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"out.h5"});
+}

@@ -1,0 +1,433 @@
+// emit_parallel with its ranks as threads of one process (a Collective over a mutex), so the
+// protocol is checked without MPI (tests/test_cli_mpi.cpp runs the same under mpirun):
+//   - split_by_bytes' owners, exactly;
+//   - safetensors: the directory N ranks write is byte for byte emit_checkpoint's (files, index,
+//     config.json), for 2-4 ranks, both layouts and orientations, every dtype, one file or many;
+//     rank 0's report has the one-process hashes;
+//   - hdf5: the master's datasets are virtual, read through the rank files they equal the
+//     one-process file's bytes, and its root attributes are the same plus layerinit.rank_files;
+//   - a rank that fails: every rank throws (the first failed rank its own error, the others
+//     rank_failed naming it), nothing is published and no temporary is left; a refused target; a
+//     group that breaks (a peer died); --force over a parallel HDF5 checkpoint removes its old ranks.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <layerinit/checkpoint/hf_config.hpp>
+#include <layerinit/checkpoint/parallel.hpp>
+#include <layerinit/init/presets.hpp>
+#include <layerinit/plan/plan.hpp>
+#include "hdf5_reader.hpp"
+#include "test_util.hpp"
+
+namespace fs = std::filesystem;
+using namespace layerinit;
+using layerinit::testing::slurp;
+using layerinit::testing::TempDir;
+
+namespace {
+
+// Ranks as threads: every collective is one exchange, where each rank leaves its text and waits
+// until all have. leave() breaks the group, as a rank that died: waits throw, as MpiJob's do when
+// the launcher tears the job down.
+class ThreadGroup {
+ public:
+  explicit ThreadGroup(std::uint64_t n) : n_(n), slots_(n) {}
+  std::vector<std::string> exchange(std::uint64_t rank, const std::string& mine) {
+    std::unique_lock lk(m_);
+    if (broken_) throw error("interrupted");
+    const std::uint64_t gen = generation_;
+    slots_[rank] = mine;
+    if (++arrived_ == n_) {
+      result_ = slots_;
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lk, [&] { return generation_ != gen || broken_; });
+      if (generation_ == gen) throw error("interrupted");
+    }
+    return result_;
+  }
+  void leave() {
+    std::lock_guard lk(m_);
+    broken_ = true;
+    cv_.notify_all();
+  }
+  std::uint64_t size() const { return n_; }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::uint64_t n_, arrived_ = 0, generation_ = 0;
+  bool broken_ = false;
+  std::vector<std::string> slots_, result_;
+};
+
+class ThreadCollective final : public Collective {
+ public:
+  ThreadCollective(ThreadGroup& g, std::uint64_t rank) : g_(g), rank_(rank) {}
+  std::uint64_t rank() const override { return rank_; }
+  std::uint64_t size() const override { return g_.size(); }
+  std::optional<std::uint64_t> first_failure(bool ok) override {
+    const auto all = g_.exchange(rank_, ok ? "" : "failed");
+    for (std::uint64_t r = 0; r < all.size(); ++r)
+      if (!all[r].empty()) return r;
+    return std::nullopt;
+  }
+  std::string broadcast(const std::string& text, std::uint64_t root) override { return g_.exchange(rank_, text).at(root); }
+  std::vector<std::string> gather(const std::string& text, std::uint64_t root) override {
+    auto all = g_.exchange(rank_, text);
+    return rank_ == root ? all : std::vector<std::string>{};
+  }
+
+ private:
+  ThreadGroup& g_;
+  std::uint64_t rank_;
+};
+
+struct Job {
+  ModelSpec spec;
+  BuildOptions opts;
+  EmitOptions eo;
+};
+
+// What one rank ended with: its result, or its exception's type and message.
+struct Outcome {
+  EmitResult result;
+  std::string error;  // empty on success
+  bool rank_failed = false;
+  std::uint64_t failed_rank = 0;
+  bool refused = false;
+  std::uint64_t peak = 0;         // the rank's tracked peak
+  std::uint64_t largest_part = 0; // the one-process emit's peak (make_memory_plan's peak_streamed)
+};
+
+// Runs emit_parallel on n threads, each with its own backend and builder (as processes have).
+// `per_rank` may adjust a rank's options (a failure injected into one rank).
+std::vector<Outcome> run_parallel(const Job& s, std::uint64_t n, const fs::path& target,
+                                  const std::function<void(std::uint64_t, EmitOptions&, ThreadGroup&)>& per_rank = {}) {
+  ThreadGroup group(n);
+  std::vector<Outcome> out(n);
+  std::vector<std::thread> threads;
+  for (std::uint64_t r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      auto be = make_host_backend(1);
+      tracking_resource mr(be->memory());
+      const Builder b(s.spec, make_recipe("hf"), s.opts, *be, mr);
+      EmitOptions eo = s.eo;
+      if (per_rank) per_rank(r, eo, group);
+      ThreadCollective c(group, r);
+      out[r].largest_part = make_memory_plan(b).peak_streamed;
+      try {
+        out[r].result = emit_parallel(b, *be, target, eo, c);
+        out[r].peak = mr.stats().peak_bytes;
+      } catch (const rank_failed& e) {
+        out[r].error = e.what();
+        out[r].rank_failed = true;
+        out[r].failed_rank = e.rank();
+      } catch (const checkpoint_refused& e) {
+        out[r].error = e.what();
+        out[r].refused = true;
+      } catch (const std::exception& e) {
+        out[r].error = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+EmitResult run_serial(const Job& s, const fs::path& target) {
+  auto be = make_host_backend(1);
+  tracking_resource mr(be->memory());
+  const Builder b(s.spec, make_recipe("hf"), s.opts, *be, mr);
+  return emit_checkpoint(b, *be, target, s.eo);
+}
+
+Job safetensors_setup(const std::string& preset, Layout layout, Orientation o, DType t, std::uint64_t shard) {
+  Job s{make_preset(preset), {}, {}};
+  s.opts.layout = layout;
+  s.opts.orientation = o;
+  s.opts.dtype = t;
+  s.eo.format = CheckpointFormat::safetensors;
+  s.eo.writer.max_shard_size = shard;
+  if (layout == Layout::per_layer && o == Orientation::out_in) s.eo.writer.config_json = config_json(s.spec, t);
+  return s;
+}
+
+Job hdf5_setup(const std::string& preset, Layout layout, DType t) {
+  Job s{make_preset(preset), {}, {}};
+  s.opts.layout = layout;
+  s.opts.dtype = t;
+  s.eo.format = CheckpointFormat::hdf5;
+  return s;
+}
+
+std::map<std::string, std::string> directory_bytes(const fs::path& dir) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : fs::directory_iterator(dir)) m[e.path().filename().string()] = slurp(e.path());
+  return m;
+}
+
+}  // namespace
+
+TEST(EmitParallel, SplitByBytesGivesEachUnitTheRankOfItsMiddleByte) {
+  using V = std::vector<std::uint64_t>;
+  EXPECT_EQ(split_by_bytes({10, 10, 10, 10}, 2), (V{0, 0, 1, 1}));
+  EXPECT_EQ(split_by_bytes({10, 10, 10, 10}, 3), (V{0, 1, 1, 2}));  // middles 5, 15, 25, 35 of 40
+  EXPECT_EQ(split_by_bytes({100, 1, 1}, 2), (V{0, 1, 1}));
+  EXPECT_EQ(split_by_bytes({1, 1}, 5), (V{1, 3}));                  // more ranks than units
+  EXPECT_EQ(split_by_bytes({7}, 1), (V{0}));
+  EXPECT_EQ(split_by_bytes({}, 3), (V{}));
+  EXPECT_EQ(split_by_bytes({0, 0}, 3), (V{0, 0}));
+  // Near 2^64 bytes in all: no overflow, the last unit's middle is in the last share.
+  const std::uint64_t big = std::uint64_t{1} << 62;
+  EXPECT_EQ(split_by_bytes({big, big, big, big}, 4), (V{0, 1, 2, 3}));
+  EXPECT_THROW(split_by_bytes({1}, 0), std::invalid_argument);
+  // Owners never decrease and stay below the rank count.
+  std::uint64_t x = 12345;
+  for (int trial = 0; trial < 200; ++trial) {
+    V bytes(1 + trial % 17);
+    for (auto& b : bytes) b = (x = x * 6364136223846793005ull + 1442695040888963407ull) >> 50;
+    const std::uint64_t ranks = 1 + trial % 9;
+    const V owner = split_by_bytes(bytes, ranks);
+    ASSERT_EQ(owner.size(), bytes.size());
+    for (std::size_t k = 0; k < owner.size(); ++k) {
+      EXPECT_LT(owner[k], ranks);
+      if (k) EXPECT_LE(owner[k - 1], owner[k]);
+    }
+  }
+}
+
+TEST(EmitParallel, HDF5RankFileNames) {
+  EXPECT_EQ(hdf5_rank_file_name(3, 8), "rank-00003-of-00008.h5");
+  EXPECT_EQ(hdf5_rank_file_name(123456, 200000), "rank-123456-of-200000.h5");
+}
+
+TEST(EmitParallel, SafetensorsIsByteIdenticalToOneProcess) {
+  struct Case {
+    Job s;
+    std::uint64_t ranks;
+  };
+  const std::vector<Case> cases = {
+      {safetensors_setup("llama-tiny", Layout::per_layer, Orientation::out_in, DType::bf16, 100'000), 2},
+      {safetensors_setup("llama-tiny", Layout::per_layer, Orientation::out_in, DType::bf16, 100'000), 3},
+      {safetensors_setup("llama-tiny", Layout::per_layer, Orientation::out_in, DType::f32, 0), 2},  // one file
+      {safetensors_setup("llama-tiny", Layout::stacked, Orientation::in_out, DType::f16, 50'000), 4},
+      {safetensors_setup("mixtral-tiny", Layout::stacked, Orientation::out_in, DType::bf16, 30'000), 3},
+      {safetensors_setup("mixtral-tiny", Layout::per_layer, Orientation::in_out, DType::f32, 60'000), 4},
+      {safetensors_setup("gpt2-tiny", Layout::per_layer, Orientation::out_in, DType::bf16, 40'000), 3},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.s.spec.name + " " + std::string(layout_name(c.s.opts.layout)) + " " +
+                 std::string(dtype_name(c.s.opts.dtype)) + " shard " + std::to_string(c.s.eo.writer.max_shard_size) +
+                 " ranks " + std::to_string(c.ranks));
+    TempDir dir;
+    const EmitResult one = run_serial(c.s, dir / "one");
+    const auto outcomes = run_parallel(c.s, c.ranks, dir / "par");
+    for (const auto& o : outcomes) ASSERT_EQ(o.error, "");
+    const auto a = directory_bytes(dir / "one"), b = directory_bytes(dir / "par");
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [name, bytes] : a) {
+      ASSERT_TRUE(b.count(name)) << name;
+      EXPECT_TRUE(b.at(name) == bytes) << name << " differs";
+    }
+    // Only what the two emits put there: no temporary left.
+    EXPECT_EQ(dir.entries(), (std::vector<std::string>{"one", "par"}));
+    // Rank 0 reports the whole checkpoint with the one-process hashes.
+    const EmitResult& r0 = outcomes[0].result;
+    ASSERT_EQ(r0.tensors.size(), one.tensors.size());
+    for (std::size_t k = 0; k < one.tensors.size(); ++k) {
+      EXPECT_EQ(r0.tensors[k].name, one.tensors[k].name);
+      EXPECT_EQ(r0.tensors[k].hash, one.tensors[k].hash) << one.tensors[k].name;
+      EXPECT_TRUE(r0.tensors[k].hashed);
+      EXPECT_EQ(r0.tensors[k].layer_hashes, one.tensors[k].layer_hashes);
+    }
+    EXPECT_EQ(r0.weight_bytes, one.weight_bytes);
+    EXPECT_EQ(r0.file_bytes, one.file_bytes);
+    // A rank holds one part at a time: at most the one-process emit's largest part.
+    for (const auto& o : outcomes) EXPECT_LE(o.peak, o.largest_part);
+    // The other ranks report their own files' tensors, with the one-process hashes, none twice.
+    std::map<std::string, std::uint64_t> serial_hash;
+    for (const auto& t : one.tensors) serial_hash[t.name] = t.hash;
+    std::set<std::string> seen;
+    for (std::uint64_t r = 1; r < c.ranks; ++r)
+      for (const auto& t : outcomes[r].result.tensors) {
+        EXPECT_TRUE(seen.insert(t.name).second) << t.name;
+        ASSERT_TRUE(serial_hash.count(t.name)) << t.name;
+        EXPECT_EQ(t.hash, serial_hash[t.name]) << t.name;
+      }
+  }
+}
+
+TEST(EmitParallel, HDF5MasterReadsAsTheOneProcessFile) {
+  for (Layout layout : {Layout::per_layer, Layout::stacked})
+    for (std::uint64_t ranks : {2, 3}) {
+      const Job s = hdf5_setup(ranks == 2 ? "mixtral-tiny" : "llama-tiny", layout, ranks == 2 ? DType::f16 : DType::bf16);
+      SCOPED_TRACE(s.spec.name + " " + std::string(layout_name(layout)) + " ranks " + std::to_string(ranks));
+      TempDir dir;
+      const EmitResult one = run_serial(s, dir / "one.h5");
+      const auto outcomes = run_parallel(s, ranks, dir / "par.h5");
+      for (const auto& o : outcomes) ASSERT_EQ(o.error, "");
+      const auto a = layerinit::testing::read_hdf5_datasets(dir / "one.h5");
+      const auto b = layerinit::testing::read_hdf5_datasets(dir / "par.h5");
+      ASSERT_EQ(a.size(), b.size());
+      ASSERT_EQ(a.size(), one.tensors.size());
+      for (const auto& [name, d] : a) {
+        ASSERT_TRUE(b.count(name)) << name;
+        const auto& v = b.at(name);
+        EXPECT_TRUE(v.is_virtual) << name;
+        EXPECT_EQ(v.shape, d.shape) << name;
+        EXPECT_EQ(v.dtype, d.dtype) << name;
+        EXPECT_TRUE(v.bytes == d.bytes) << name << " differs";
+      }
+      for (const auto& o : outcomes) EXPECT_LE(o.peak, o.largest_part);
+      // Root attributes: the one-process file's, plus the rank directory's name.
+      auto attrs = layerinit::testing::read_hdf5_root_attributes(dir / "par.h5");
+      const std::string ranks_dir = attrs["layerinit.rank_files"];
+      EXPECT_TRUE(ranks_dir.starts_with("par.h5.ranks-")) << ranks_dir;
+      attrs.erase("layerinit.rank_files");
+      EXPECT_EQ(attrs, layerinit::testing::read_hdf5_root_attributes(dir / "one.h5"));
+      // The directory: the master, its ranks' files and nothing else.
+      EXPECT_EQ(dir.entries(), (std::vector<std::string>{"one.h5", "par.h5", ranks_dir}));
+      std::uint64_t files = 0;
+      for (const auto& e : fs::directory_iterator(dir / ranks_dir)) {
+        const std::string f = e.path().filename().string();
+        EXPECT_TRUE(f.starts_with("rank-") && f.ends_with("-of-0000" + std::to_string(ranks) + ".h5")) << f;
+        ++files;
+      }
+      EXPECT_GE(files, 2u);
+      EXPECT_LE(files, ranks);
+      // Rank 0's report: per-layer every hash; stacked, a dataset split among ranks has no whole
+      // hash but every layer's.
+      const EmitResult& r0 = outcomes[0].result;
+      ASSERT_EQ(r0.tensors.size(), one.tensors.size());
+      for (std::size_t k = 0; k < one.tensors.size(); ++k) {
+        const TensorReport& t = r0.tensors[k];
+        EXPECT_EQ(t.name, one.tensors[k].name);
+        EXPECT_EQ(t.layer_hashes, one.tensors[k].layer_hashes) << t.name;
+        if (t.hashed) EXPECT_EQ(t.hash, one.tensors[k].hash) << t.name;
+        if (!t.hashed) EXPECT_EQ(layout, Layout::stacked) << t.name;
+      }
+    }
+}
+
+TEST(EmitParallel, AFailingRankPublishesNothingAndLeavesNoTemporary) {
+  for (CheckpointFormat f : {CheckpointFormat::safetensors, CheckpointFormat::hdf5})
+    for (std::uint64_t bad : {0, 1, 2}) {
+      SCOPED_TRACE(std::string(format_name(f)) + " failing rank " + std::to_string(bad));
+      Job s = f == CheckpointFormat::hdf5 ? hdf5_setup("llama-tiny", Layout::per_layer, DType::bf16)
+                                            : safetensors_setup("llama-tiny", Layout::per_layer, Orientation::out_in,
+                                                                DType::bf16, 60'000);
+      TempDir dir;
+      const fs::path target = dir / (f == CheckpointFormat::hdf5 ? "out.h5" : "out");
+      const auto outcomes = run_parallel(s, 3, target, [&](std::uint64_t r, EmitOptions& eo, ThreadGroup&) {
+        if (r == bad) eo.progress = [](const EmitProgress&) { throw checkpoint_error("checkpoint: disk on fire"); };
+      });
+      for (std::uint64_t r = 0; r < 3; ++r) {
+        if (r == bad) {
+          EXPECT_EQ(outcomes[r].error, "checkpoint: disk on fire");
+        } else {
+          EXPECT_TRUE(outcomes[r].rank_failed) << r << ": " << outcomes[r].error;
+          EXPECT_EQ(outcomes[r].failed_rank, bad);
+          EXPECT_EQ(outcomes[r].error, "emit: rank " + std::to_string(bad) + " of 3 failed; nothing was published");
+        }
+      }
+      EXPECT_EQ(dir.entries(), std::vector<std::string>{});
+    }
+}
+
+TEST(EmitParallel, TwoFailingRanksReportTheLowest) {
+  Job s = safetensors_setup("llama-tiny", Layout::per_layer, Orientation::out_in, DType::bf16, 60'000);
+  TempDir dir;
+  const auto outcomes = run_parallel(s, 4, dir / "out", [&](std::uint64_t r, EmitOptions& eo, ThreadGroup&) {
+    if (r == 1 || r == 3) eo.progress = [r](const EmitProgress&) { throw error("rank " + std::to_string(r) + " broke"); };
+  });
+  EXPECT_EQ(outcomes[1].error, "rank 1 broke");
+  for (std::uint64_t r : {0, 2, 3}) {
+    EXPECT_TRUE(outcomes[r].rank_failed) << r;
+    EXPECT_EQ(outcomes[r].failed_rank, 1u) << r;
+  }
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{});
+}
+
+TEST(EmitParallel, ARefusedTargetIsRefusedBeforeAnyWork) {
+  for (CheckpointFormat f : {CheckpointFormat::safetensors, CheckpointFormat::hdf5}) {
+    SCOPED_TRACE(format_name(f));
+    Job s = f == CheckpointFormat::hdf5 ? hdf5_setup("llama-tiny", Layout::per_layer, DType::bf16)
+                                          : safetensors_setup("llama-tiny", Layout::per_layer, Orientation::out_in,
+                                                              DType::bf16, 0);
+    TempDir dir;
+    const fs::path target = dir / "out";
+    {
+      std::ofstream(target) << "mine";
+    }
+    const auto outcomes = run_parallel(s, 3, target);
+    EXPECT_TRUE(outcomes[0].refused) << outcomes[0].error;
+    EXPECT_EQ(outcomes[0].error, "checkpoint: refusing to overwrite existing " + target.string() + " (use --force)");
+    for (std::uint64_t r : {1, 2}) EXPECT_EQ(outcomes[r].failed_rank, 0u);
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{"out"});
+    EXPECT_EQ(slurp(target), "mine");
+    // With --force it is still not layerinit's: refused, untouched.
+    s.eo.writer.overwrite = true;
+    const auto forced = run_parallel(s, 2, target);
+    EXPECT_TRUE(forced[0].refused) << forced[0].error;
+    EXPECT_EQ(slurp(target), "mine");
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{"out"});
+  }
+}
+
+TEST(EmitParallel, ABrokenGroupLeavesNothing) {
+  // A rank that vanishes mid-run (its collective never answers): the others give up waiting, remove
+  // the staging directory and rethrow.
+  for (CheckpointFormat f : {CheckpointFormat::safetensors, CheckpointFormat::hdf5}) {
+    SCOPED_TRACE(format_name(f));
+    Job s = f == CheckpointFormat::hdf5 ? hdf5_setup("llama-tiny", Layout::stacked, DType::bf16)
+                                          : safetensors_setup("llama-tiny", Layout::per_layer, Orientation::out_in,
+                                                              DType::bf16, 60'000);
+    TempDir dir;
+    const auto outcomes = run_parallel(s, 3, dir / "out", [&](std::uint64_t r, EmitOptions& eo, ThreadGroup& g) {
+      if (r == 2)
+        eo.progress = [&g](const EmitProgress&) {
+          g.leave();
+          throw error("rank 2 lost");
+        };
+    });
+    EXPECT_EQ(outcomes[0].error, "interrupted");
+    EXPECT_EQ(outcomes[1].error, "interrupted");
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{});
+  }
+}
+
+TEST(EmitParallel, ForceReplacesAParallelHDF5CheckpointAndItsRanks) {
+  const Job s0 = hdf5_setup("llama-tiny", Layout::per_layer, DType::bf16);
+  TempDir dir;
+  for (const auto& o : run_parallel(s0, 3, dir / "out.h5")) ASSERT_EQ(o.error, "");
+  const std::string first = layerinit::testing::read_hdf5_root_attributes(dir / "out.h5")["layerinit.rank_files"];
+  ASSERT_TRUE(fs::is_directory(dir / first));
+  // Again with --force and another seed: a new rank directory, the old one gone.
+  Job s1 = s0;
+  s1.opts.seed = 7;
+  s1.eo.writer.overwrite = true;
+  for (const auto& o : run_parallel(s1, 2, dir / "out.h5")) ASSERT_EQ(o.error, "");
+  const std::string second = layerinit::testing::read_hdf5_root_attributes(dir / "out.h5")["layerinit.rank_files"];
+  EXPECT_NE(second, first);
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"out.h5", second}));
+  EXPECT_EQ(layerinit::testing::read_hdf5_root_attributes(dir / "out.h5")["seed"], "7");
+  // One process with --force replaces it by one file and removes the ranks.
+  run_serial(s1, dir / "out.h5");
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"out.h5"});
+  EXPECT_FALSE(layerinit::testing::read_hdf5_datasets(dir / "out.h5").begin()->second.is_virtual);
+}
+
+TEST(EmitParallel, OneRankIsEmitCheckpoint) {
+  const Job s = hdf5_setup("llama-tiny", Layout::per_layer, DType::bf16);
+  TempDir dir;
+  const auto outcomes = run_parallel(s, 1, dir / "out.h5");
+  ASSERT_EQ(outcomes[0].error, "");
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"out.h5"});
+  EXPECT_FALSE(layerinit::testing::read_hdf5_datasets(dir / "out.h5").begin()->second.is_virtual);
+}
