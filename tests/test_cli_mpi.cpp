@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hdf5_reader.hpp"
+#include "pipes.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -69,26 +70,7 @@ Result run(const std::vector<std::string>& args, const std::map<std::string, std
   ::close(out[1]);
   ::close(err[1]);
   Result r;
-  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-  std::string* sinks[2] = {&r.out, &r.err};
-  char buf[65536];
-  for (int open_fds = 2; open_fds > 0;) {
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
-      if (n > 0) {
-        sinks[i]->append(buf, static_cast<std::size_t>(n));
-      } else {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
+  layerinit::testing::drain(out[0], err[0], r.out, r.err);
   ::waitpid(pid, &r.status, 0);
   return r;
 }
