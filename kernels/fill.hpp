@@ -151,13 +151,12 @@ constexpr std::uint32_t node16_middle_position = 0x7fff8000u;  // between nodes 
 
 // fp16/bf16 trunc_normal: the standard normal value at a position, linear between nodes, computed on
 // the upper half and mirrored (odd about the middle, where it is 0). Non-decreasing in the position.
-LAYERINIT_HD float node16_at(const float* nodes, std::uint32_t pos, bool* upper = nullptr) {
+LAYERINIT_HD float node16_at(const float* nodes, std::uint32_t pos) {
   const bool up = pos >= node16_middle_position;
   const std::uint32_t q = up ? pos : node16_last_position - pos;  // q >= the middle
   const std::uint32_t k = (q >> 16) - 32767u;                      // 0 .. 32768: nodes k - 1, k
   const float t0 = nodes[k], t1 = nodes[k + 1];
   const float z = transforms::fmaf_(static_cast<float>(q & 0xffffu) * 0x1p-16f, t1 - t0, t0);
-  if (upper != nullptr) *upper = up;
 #if defined(__CUDA_ARCH__)
   return up ? z : -z;  // the device folds the negation into the next fma
 #else
@@ -249,6 +248,18 @@ LAYERINIT_HD storage_t<T> element_at(const FillJob& j, std::uint64_t i, const Fi
   constexpr unsigned n = elements_per_block(T);
   const rng::Block b = rng::group_bits(j.key, i / n);
   return block_element<T>(j.params, b, static_cast<unsigned>(i % n), tab);
+}
+
+// A transposed job's memory elements [b, e) in the group of n memory rows from c0 (memory [cols, rows]):
+// the logical rows [r0, r1) any of the group's rows needs: all of them, unless the group holds only
+// the range's first (or last) memory row.
+struct RowRange {
+  std::uint64_t r0, r1;
+};
+inline RowRange group_rows(const FillJob& j, std::uint64_t n, std::uint64_t c0, std::uint64_t b, std::uint64_t e) {
+  const std::uint64_t c_first = b / j.rows, c_last = (e - 1) / j.rows;
+  const std::uint64_t ca = c0 > c_first ? c0 : c_first, cb = c0 + n - 1 < c_last ? c0 + n - 1 : c_last;
+  return {ca == c_first && cb == c_first ? b % j.rows : 0, ca == c_last && cb == c_last ? (e - 1) % j.rows + 1 : j.rows};
 }
 
 // Logical index of memory element m.

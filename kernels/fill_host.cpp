@@ -65,17 +65,16 @@ bool tiled(const FillJob& j) {
   return j.transposed && j.params.kind != FillKind::constant && j.cols % elements_per_block(j.dtype) == 0;
 }
 
-// The tiles of a tiled job: per group of n memory rows, the logical rows any of its rows needs, cut
+// The tiles of a tiled job: per group of n memory rows, the logical rows it needs (group_rows), cut
 // into pieces of about chunk_elements elements.
 void add_tiles(std::vector<Chunk>& chunks, std::size_t k, const FillJob& j) {
   const std::uint64_t n = elements_per_block(j.dtype);
   const std::uint64_t c_first = j.begin / j.rows, c_last = (j.end - 1) / j.rows;
   const std::uint64_t piece = chunk_elements / n;
   for (std::uint64_t c0 = c_first - c_first % n; c0 <= c_last; c0 += n) {
-    const std::uint64_t ca = std::max(c0, c_first), cb = std::min(c0 + n - 1, c_last);
-    const std::uint64_t r0 = ca == c_first && cb == c_first ? j.begin % j.rows : 0;
-    const std::uint64_t r1 = ca == c_last && cb == c_last ? (j.end - 1) % j.rows + 1 : j.rows;
-    for (std::uint64_t r = r0; r < r1; r += std::min(piece, r1 - r)) chunks.push_back({k, r, std::min(r1, r + piece), true, c0});
+    const RowRange rr = group_rows(j, n, c0, j.begin, j.end);
+    for (std::uint64_t r = rr.r0; r < rr.r1; r += std::min(piece, rr.r1 - r))
+      chunks.push_back({k, r, std::min(rr.r1, r + piece), true, c0});
   }
 }
 

@@ -95,14 +95,11 @@ inline void fill_span_kind(const FillJob& j, std::uint64_t b, std::uint64_t e, c
     for (std::uint64_t m = b; m < e; ++m) out[m] = element_at<T>(j, logical_index(j, m), tab);
     return;
   }
-  // Memory rows c_first .. c_last hold [b, e). Each group of n rows is drawn over the logical rows
-  // any of its rows needs: all of them, unless the group holds only the first (or last) row.
+  // Memory rows b / rows .. (e - 1) / rows hold [b, e), drawn group of n rows by group.
   const std::uint64_t c_first = b / j.rows, c_last = (e - 1) / j.rows;
   for (std::uint64_t c0 = c_first - c_first % n; c0 <= c_last; c0 += n) {
-    const std::uint64_t ca = std::max(c0, c_first), cb = std::min(c0 + n - 1, c_last);
-    const std::uint64_t r0 = ca == c_first && cb == c_first ? b % j.rows : 0;
-    const std::uint64_t r1 = ca == c_last && cb == c_last ? (e - 1) % j.rows + 1 : j.rows;
-    fill_transposed_tile<T, K>(j, c0, r0, r1, b, e, tab);
+    const RowRange rr = group_rows(j, n, c0, b, e);
+    fill_transposed_tile<T, K>(j, c0, rr.r0, rr.r1, b, e, tab);
   }
 }
 
