@@ -4,6 +4,9 @@
 //   stacked | per-layer     Builder::build() in that layout
 //   streamed                Builder::stream(): each part made, handed to a sink, freed
 //   all-fp32-then-cast | fp32-then-cast-per-layer | list-then-stack   run_naive() (init/naive.hpp)
+//   memset                  the floor: the model's weight bytes allocated from the same backend and
+//                           first touched by std::memset, split evenly over the backend's thread count
+//                           (page faults and zeroing included, as in a build of fresh memory)
 // --trace FILE writes bytes in use over time with the columns of `layerinit build --trace`:
 //   seconds,event,bytes,current_bytes,layer,tensor
 // --write-spec FILE writes the model's JSON spec (for `layerinit build --spec`) and exits.
@@ -14,7 +17,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <layerinit/init/builder.hpp>
@@ -105,6 +110,24 @@ int main(int argc, char** argv) {
     std::uint64_t bytes = 0;
     Model m;  // kept alive until the trace is taken, like `layerinit build --trace`
     if (mode == "nothing") {
+    } else if (mode == "memset") {
+      bytes = spec.parameter_count() * dtype_size(opts.dtype);
+      void* p = tracker.allocate(bytes);
+      const unsigned n = threads > 0 ? static_cast<unsigned>(threads) : std::thread::hardware_concurrency();
+      std::vector<std::thread> pool;
+      const std::uint64_t per = (bytes / n + 4095) / 4096 * 4096;  // whole pages per thread
+      for (unsigned t = 0; t < n; ++t) {
+        const std::uint64_t b = std::min<std::uint64_t>(bytes, t * per), e = std::min<std::uint64_t>(bytes, b + per);
+        pool.emplace_back([=] { std::memset(static_cast<char*>(p) + b, 0, e - b); });
+      }
+      for (auto& th : pool) th.join();
+      be->synchronize();
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("%s,%s,%llu,%llu,%zu,%.4f\n", mode.c_str(), spec.name.c_str(),
+                  static_cast<unsigned long long>(spec.parameter_count()), static_cast<unsigned long long>(bytes),
+                  tracker.stats().peak_bytes, sec);
+      tracker.deallocate(p, bytes);
+      return 0;
     } else if (mode == "stacked" || mode == "per-layer") {
       m = builder.build();
       bytes = m.bytes();
@@ -119,7 +142,7 @@ int main(int argc, char** argv) {
           found = true;
         }
       if (!found) {
-        std::fprintf(stderr, "init_model: unknown mode '%s' (valid: nothing, stacked, per-layer, streamed, "
+        std::fprintf(stderr, "init_model: unknown mode '%s' (valid: nothing, memset, stacked, per-layer, streamed, "
                              "all-fp32-then-cast, fp32-then-cast-per-layer, list-then-stack)\n", mode.c_str());
         return 2;
       }

@@ -77,3 +77,20 @@ if model:
               + ("-" if b is None else f"{b / 1048576:.2f}") + " | "
               + ("-" if over is None else f"{over / gib:.2f}") + f" | {w / gib:.2f} | "
               + ("-" if over is None or not w else f"{over / w:.3f}") + f" | {min(ld):.1f}-{max(ld):.1f} |")
+
+huge = defaultdict(list)
+for r in rows:
+    if r["section"] == "huge":
+        huge[r["impl"]].append(r)
+if huge.get("huge-memset") and huge.get("huge-stacked"):
+    ms, st = huge["huge-memset"], huge["huge-stacked"]
+    t_ms, t_st = med(r["seconds"] for r in ms), med(r["seconds"] for r in st)
+    w = med(r["weights_bytes"] for r in st)
+    ld = [float(r["load1"]) for r in ms + st]
+    print(f"\n### A huge model in bf16 beside memset on the same {st[0]['threads']} threads (median of runs; "
+          f"load1 {min(ld):.1f}-{max(ld):.1f})\n")
+    print("| method | seconds | GB/s | peak RSS GiB | build / memset |")
+    print("|---|---|---|---|---|")
+    for name, rs, t in (("memset (first touch)", ms, t_ms), ("layerinit stacked build", st, t_st)):
+        rss = med(r["peak_rss_kib"] for r in rs)
+        print(f"| {name} | {t:.2f} | {w / t / 1e9:.2f} | {rss / 1048576:.2f} | {t / t_ms:.2f}x |")
