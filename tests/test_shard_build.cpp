@@ -105,8 +105,9 @@ TEST(ShardBuild, EveryRankHoldsExactlyItsBoxOfTheUnshardedBuild) {
       for (ExpertLayout experts : {ExpertLayout::stacked, ExpertLayout::per_expert})
       for (Orientation o : {Orientation::out_in, Orientation::in_out})
         for (DType t : {DType::f32, DType::f16, DType::bf16}) {
-          // The expert layout only matters to a stacked MoE build.
-          if (experts == ExpertLayout::per_expert && (layout == Layout::per_layer || !moe)) continue;
+          // The expert layout only matters to a stacked MoE build; per expert, one dtype is enough
+          // (its pieces are those of any stacked layer parameter), which keeps the test fast.
+          if (experts == ExpertLayout::per_expert && (layout == Layout::per_layer || !moe || t != DType::bf16)) continue;
           SCOPED_TRACE(c.spec.name + " " + plan.describe() + " " + std::string(layout_name(layout)) + " experts " +
                        std::string(expert_layout_name(experts)) + " " + std::string(orientation_name(o)) + " " +
                        std::string(dtype_name(t)));
