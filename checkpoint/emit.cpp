@@ -207,15 +207,8 @@ struct RankDatasets {
   }
 };
 
-Shape with_layers(std::uint64_t n, const Shape& s) {
-  Shape out{n};
-  out.insert(out.end(), s.begin(), s.end());
-  return out;
-}
-
 RankDatasets rank_datasets(const RankPlan& r) {
   const Builder& b = r.builder();
-  const ModelSpec& spec = b.spec();
   RankDatasets d;
   auto add = [&](const ShardTensor& s) {
     d.add(s.tensor.name, s.box.shape, s.tensor.dtype, 0, s.tensor.memory_shape, s.box.offset);
@@ -225,12 +218,8 @@ RankDatasets rank_datasets(const RankPlan& r) {
   if (b.options().layout == Layout::per_layer) {
     for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i)
       for (const auto& s : r.layer(i)) add(s);
-  } else if (L.size > 0) {
-    const auto first = r.layer(L.offset);
-    for (std::size_t k = 0; k < first.size(); ++k)
-      d.add(stacked_name(spec, spec.layer.tensors[r.layer_tensors()[k]]), with_layers(L.size, first[k].box.shape),
-            first[k].tensor.dtype, first[k].numel(), stacked_shape(spec, first[k].tensor.memory_shape),
-            with_layers(L.offset, first[k].box.offset));
+  } else {
+    for (const StackedPiece& p : r.stacked()) d.add(p.name, p.box.shape, p.dtype, p.slice_numel(), p.global_shape, p.box.offset);
   }
   for (const auto& s : r.post()) add(s);
   return d;
@@ -281,10 +270,15 @@ EmitResult emit_rank(const RankPlan& r, backend& be, const std::filesystem::path
       for (std::size_t j = 0; j < part.tensors.size(); ++j) {
         const TensorView& v = part.tensors[j];
         if (part.kind == Part::Kind::layer && stacked) {
-          const std::size_t k = d.index.at(stacked_name(b.spec(), b.spec().layer.tensors[r.layer_tensors()[j]]));
+          // Slice (layer, expert) of the rank's [n, ...] or [n, ne, ...] piece.
+          const StackedPiece& p = r.stacked()[r.stacked_piece(j)];
+          const std::size_t k = d.index.at(p.name);
+          const std::uint64_t slice = (part.layer - r.layers().offset) * p.experts + r.expert_slice(j);
           ContentHash own;
-          feed.put(v, k, (part.layer - r.layers().offset) * numel(v.shape), &own);
-          d.reports[k].layer_hashes.push_back(own.digest());
+          feed.put(v, k, slice * numel(v.shape), &own);
+          auto& hashes = d.reports[k].layer_hashes;
+          if (hashes.empty()) hashes.resize(r.layers().size * p.experts);
+          hashes[slice] = own.digest();
         } else {
           feed.put(v, d.index.at(v.name), 0, nullptr);
         }

@@ -31,6 +31,12 @@ std::string config_json(const ModelSpec& spec, DType dtype) {
     j["max_position_embeddings"] = h.max_position_embeddings;
     j["rms_norm_eps"] = h.norm_eps;
     j["rope_theta"] = h.rope_theta;
+    if (const RopeScaling& rs = h.rope_scaling; rs != RopeScaling{})  // Llama 3.1's, as its config.json writes it
+      j["rope_scaling"] = {{"factor", rs.factor},
+                           {"low_freq_factor", rs.low_freq_factor},
+                           {"high_freq_factor", rs.high_freq_factor},
+                           {"original_max_position_embeddings", rs.original_max_position_embeddings},
+                           {"rope_type", "llama3"}};
     j["tie_word_embeddings"] = h.tie_word_embeddings;
     j["initializer_range"] = h.initializer_range;
     if (fam == "llama") {

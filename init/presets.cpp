@@ -1,10 +1,10 @@
 // Model families and named presets, with the tensor names and shapes of the Hugging Face models.
 //
 // Sources of the numbers: each preset's config.json on the Hugging Face Hub (openai-community/gpt2*,
-// meta-llama/Meta-Llama-3-{8B,70B}, mistralai/Mistral-7B-v0.1, mistralai/Mixtral-8x7B-v0.1,
-// Qwen/Qwen2.5-7B, google/gemma-2-9b, deepseek-ai/DeepSeek-V3); names and module order from
-// transformers' modeling_{gpt2,llama,mistral,mixtral,qwen2,gemma2,deepseek_v3}.py. tests/python/
-// hf_meta.py builds each of them in transformers on the meta device and compares.
+// meta-llama/Meta-Llama-3-{8B,70B}, meta-llama/Llama-3.1-405B, mistralai/Mistral-7B-v0.1,
+// mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen2.5-7B, google/gemma-2-9b, deepseek-ai/DeepSeek-V3); names
+// and module order from transformers' modeling_{gpt2,llama,mistral,mixtral,qwen2,gemma2,deepseek_v3}.py.
+// tests/python/hf_meta.py builds each of them in transformers on the meta device and compares.
 #include <layerinit/init/presets.hpp>
 
 #include <stdexcept>
@@ -354,6 +354,14 @@ ModelSpec deepseek_v3_tiny() {
   return deepseek_v3_spec("deepseek-v3-tiny", h, DeepseekDims{32, 16, 16, 8, 16, 32, 1, 1}, 3);
 }
 
+// meta-llama/Llama-3.1-405B config.json: hidden 16384, intermediate 53248, 126 layers, 128 heads, 8
+// key/value heads, 131072 positions with llama3 rope scaling (factor 8 of 8192 original positions).
+ModelSpec llama_3_1_405b() {
+  Hyper h = llama_hyper(128256, 16384, 53248, 128, 8, 131072, 500000.0);
+  h.rope_scaling = {8.0, 1.0, 4.0, 8192};
+  return llama_spec("llama-3.1-405b", h, 126);
+}
+
 struct Preset {
   const char* name;
   ModelSpec (*make)();
@@ -368,6 +376,7 @@ const Preset kPresets[] = {
     {"gpt2-xl", [] { return gpt2_spec("gpt2-xl", gpt2_hyper(1600, 25), 48); }},
     {"llama-3-8b", [] { return llama_spec("llama-3-8b", llama_hyper(128256, 4096, 14336, 32, 8, 8192, 500000.0), 32); }},
     {"llama-3-70b", [] { return llama_spec("llama-3-70b", llama_hyper(128256, 8192, 28672, 64, 8, 8192, 500000.0), 80); }},
+    {"llama-3.1-405b", llama_3_1_405b},
     {"mistral-7b", [] { return llama_spec("mistral-7b", llama_hyper(32000, 4096, 14336, 32, 8, 32768, 10000.0), 32, "mistral"); }},
     {"mixtral-8x7b", [] { return mixtral_spec("mixtral-8x7b", mixtral_hyper(32000, 4096, 14336, 32, 8, 8, 2), 32); }},
     {"qwen2.5-7b", [] { return llama_spec("qwen2.5-7b", qwen2_hyper(152064, 3584, 18944, 28, 4, 131072), 28, "qwen2"); }},

@@ -300,6 +300,18 @@ std::optional<HyperProblem> hyper_problem(const Hyper& h) {
       {"initializer_range", h.initializer_range}, {"norm_eps", h.norm_eps}, {"rope_theta", h.rope_theta}};
   for (const auto& [field, v] : reals)
     if (!std::isfinite(v) || v < 0) return HyperProblem{field, "must be finite and >= 0"};
+  const RopeScaling& rs = h.rope_scaling;
+  if (rs != RopeScaling{}) {  // HF's _validate_llama3_parameters, as errors
+    if (!std::isfinite(rs.factor) || rs.factor < 1) return HyperProblem{"rope_scaling.factor", "must be finite and >= 1"};
+    if (!std::isfinite(rs.low_freq_factor) || rs.low_freq_factor <= 0)
+      return HyperProblem{"rope_scaling.low_freq_factor", "must be finite and > 0"};
+    if (!std::isfinite(rs.high_freq_factor) || rs.high_freq_factor <= rs.low_freq_factor)
+      return HyperProblem{"rope_scaling.high_freq_factor", "must be finite and above low_freq_factor"};
+    if (rs.original_max_position_embeddings == 0 ||
+        (h.max_position_embeddings > 0 && rs.original_max_position_embeddings > h.max_position_embeddings))
+      return HyperProblem{"rope_scaling.original_max_position_embeddings",
+                          "must be positive and at most max_position_embeddings " + n(h.max_position_embeddings)};
+  }
   return std::nullopt;
 }
 

@@ -63,6 +63,16 @@ struct LayerSpec {
   bool operator==(const LayerSpec&) const = default;
 };
 
+// Llama 3.1's rotary frequency scaling, config.json's rope_scaling with rope_type "llama3". Only
+// config.json reads it (no tensor depends on it); factor 0: none.
+struct RopeScaling {
+  double factor = 0;
+  double low_freq_factor = 0;
+  double high_freq_factor = 0;
+  std::uint64_t original_max_position_embeddings = 0;
+  bool operator==(const RopeScaling&) const = default;
+};
+
 // Architecture numbers: for recipes (initializer_range, depth scaling) and for config.json.
 struct Hyper {
   std::uint64_t vocab_size = 0;
@@ -77,6 +87,7 @@ struct Hyper {
   double initializer_range = 0.02;
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
   bool bias = false;
   bool operator==(const Hyper&) const = default;

@@ -200,7 +200,7 @@ std::vector<TensorSpec> parse_tensors(const json& j, const std::string& path) {
 Hyper parse_hyper(const json& j, const std::string& path) {
   check_object(j, path, {"vocab_size", "hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "head_dim",
                          "max_position_embeddings", "num_experts", "experts_per_token", "initializer_range",
-                         "norm_eps", "rope_theta", "tie_word_embeddings", "bias"});
+                         "norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings", "bias"});
   Hyper h;
   auto u = [&](const char* key, std::uint64_t& dst) {
     if (const json* v = find(j, key)) dst = to_uint(*v, join(path, key), false);
@@ -226,11 +226,33 @@ Hyper parse_hyper(const json& j, const std::string& path) {
   d("initializer_range", h.initializer_range);
   d("norm_eps", h.norm_eps);
   d("rope_theta", h.rope_theta);
+  if (const json* v = find(j, "rope_scaling")) {  // config.json's own object
+    const std::string rp = join(path, "rope_scaling");
+    check_object(*v, rp, {"rope_type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+    const json& type = require(*v, rp, "rope_type");
+    if (!type.is_string() || type.get_ref<const std::string&>() != "llama3")
+      fail(join(rp, "rope_type"), "must be \"llama3\" (the only rope scaling layerinit carries)");
+    RopeScaling& rs = h.rope_scaling;
+    rs.factor = to_double(require(*v, rp, "factor"), join(rp, "factor"));
+    rs.low_freq_factor = to_double(require(*v, rp, "low_freq_factor"), join(rp, "low_freq_factor"));
+    rs.high_freq_factor = to_double(require(*v, rp, "high_freq_factor"), join(rp, "high_freq_factor"));
+    rs.original_max_position_embeddings = to_uint(require(*v, rp, "original_max_position_embeddings"),
+                                                  join(rp, "original_max_position_embeddings"), true);
+  }
   b("tie_word_embeddings", h.tie_word_embeddings);
   b("bias", h.bias);
   if (const auto p = hyper_problem(h))
     fail(join(path, p->field), p->message + (p->field == "num_heads" ? " (set head_dim if that is intended)" : ""));
   return h;
+}
+
+// config.json's rope_scaling object, in the order Hugging Face's Llama 3.1 configs write it.
+ojson rope_scaling_json(const RopeScaling& rs) {
+  return {{"factor", rs.factor},
+          {"low_freq_factor", rs.low_freq_factor},
+          {"high_freq_factor", rs.high_freq_factor},
+          {"original_max_position_embeddings", rs.original_max_position_embeddings},
+          {"rope_type", "llama3"}};
 }
 
 ojson hyper_to_json(const Hyper& h) {
@@ -247,6 +269,7 @@ ojson hyper_to_json(const Hyper& h) {
   j["initializer_range"] = h.initializer_range;
   j["norm_eps"] = h.norm_eps;
   j["rope_theta"] = h.rope_theta;
+  if (h.rope_scaling != RopeScaling{}) j["rope_scaling"] = rope_scaling_json(h.rope_scaling);  // absent: none
   j["tie_word_embeddings"] = h.tie_word_embeddings;
   j["bias"] = h.bias;
   return j;

@@ -21,6 +21,9 @@ namespace {
 
 // Megatron's ColumnParallelLinear / RowParallelLinear / VocabParallelEmbedding and torchtitan's
 // ColwiseParallel / RowwiseParallel plans, on the Hugging Face names of the presets' families.
+// Experts are MLPs: Mixtral's w1 (gate) and w3 (up) and DeepSeek-V3's gate_proj and up_proj are
+// column-parallel, w2 and down_proj row-parallel, in routed and shared experts alike (Megatron's
+// MoE layer splits both with tp).
 // GPT-2's attention stays whole: its c_attn holds [q | k | v] side by side in one [in, 3 * hidden]
 // weight, so a contiguous piece of the output dimension is not whole heads of q, k and v (tp 2: rank
 // 0 would get all of q and half of k), and attn.c_proj then has no column-parallel input to pair with.
@@ -34,9 +37,12 @@ constexpr Rule kTpRules[] = {
     {"*.self_attn.k_proj.bias", TpRule::column},   {"*.self_attn.v_proj.bias", TpRule::column},
     {"*.mlp.gate_proj.weight", TpRule::column},    {"*.mlp.up_proj.weight", TpRule::column},
     {"*.experts.*.w1.weight", TpRule::column},     {"*.experts.*.w3.weight", TpRule::column},
+    {"*.experts.*.gate_proj.weight", TpRule::column}, {"*.experts.*.up_proj.weight", TpRule::column},
+    {"*.shared_experts.gate_proj.weight", TpRule::column}, {"*.shared_experts.up_proj.weight", TpRule::column},
     {"*.mlp.c_fc.weight", TpRule::column},         {"*.mlp.c_fc.bias", TpRule::column},
     {"*.self_attn.o_proj.weight", TpRule::row},    {"*.mlp.down_proj.weight", TpRule::row},
     {"*.experts.*.w2.weight", TpRule::row},        {"*.mlp.c_proj.weight", TpRule::row},
+    {"*.experts.*.down_proj.weight", TpRule::row}, {"*.shared_experts.down_proj.weight", TpRule::row},
     {"model.embed_tokens.weight", TpRule::vocab},  {"lm_head.weight", TpRule::vocab},
     {"transformer.wte.weight", TpRule::vocab},
 };

@@ -1,5 +1,7 @@
 #include <layerinit/shard/rank.hpp>
 
+#include <algorithm>
+#include <map>
 #include <stdexcept>
 
 #include <layerinit/shard/box_fill.hpp>
@@ -10,11 +12,6 @@ RankPlan::RankPlan(const Builder& b, const ParallelPlan& plan, std::uint64_t ran
   if (rank >= plan.ranks())
     throw std::invalid_argument("rank " + std::to_string(rank) + " is outside the mesh of " + std::to_string(plan.ranks()) +
                                 " ranks (" + plan.mesh().describe() + ")");
-  // A rank's stacked buffers are [L_stage, ...] per layer tensor; fused [L, E, ...] expert buffers are
-  // not split across ranks yet.
-  if (b.options().layout == Layout::stacked && !b.spec().layer.expert_prefix.empty() &&
-      b.options().experts == ExpertLayout::stacked)
-    throw std::invalid_argument("a sharded stacked build holds MoE experts per expert: use --experts per-expert");
   coords_ = plan.coords(rank);
   layers_ = plan.stage_layers(coords_.pp);
   if (layers_.size > 0) {
@@ -26,7 +23,82 @@ RankPlan::RankPlan(const Builder& b, const ParallelPlan& plan, std::uint64_t ran
       if (plan.holds(specs[j], {TensorPlace::Kind::layer, layers_.offset}, coords_) &&
           !plan.box(planned[j], specs[j], coords_).empty())
         held_.push_back(j);
+    if (b.options().layout == Layout::stacked) plan_stacked(planned);
   }
+}
+
+void RankPlan::plan_stacked(const std::vector<PlannedTensor>& planned) {
+  const ModelSpec& spec = b_->spec();
+  const StackedLayout sl = stacked_layout(spec, b_->options().experts);
+  const auto& specs = spec.layer.tensors;
+  // Held tensors of a fused buffer are the experts of one ep block, each with the same piece: the
+  // buffer's piece is [n, ne, ...piece] at [first layer, first expert, ...].
+  struct Seen {
+    std::size_t piece;
+    std::uint64_t lo, hi, count;
+  };
+  std::map<std::size_t, Seen> by_buffer;  // stacked_layout's buffer -> what this rank holds of it
+  for (std::size_t k = 0; k < held_.size(); ++k) {
+    const std::size_t j = held_[k], buf = sl.buffer[j];
+    const Box box = plan_->box(planned[j], specs[j], coords_);
+    const std::uint64_t e = sl.expert[j];
+    auto [it, fresh] = by_buffer.try_emplace(buf, Seen{stacked_.size(), e, e, 0});
+    Seen& seen = it->second;
+    if (fresh) {
+      const StackedBuffer& sb = sl.buffers[buf];
+      stacked_.push_back({sb.name, sl.shape(spec, buf, planned[sl.buffers[buf].first].memory_shape),
+                          {{layers_.offset}, {layers_.size}}, planned[j].dtype, 1, sb.fused});
+      if (sb.fused) {
+        stacked_.back().box.offset.push_back(0);  // the experts: set below
+        stacked_.back().box.shape.push_back(0);
+      }
+      for (std::size_t d = 0; d < box.shape.size(); ++d) {
+        stacked_.back().box.offset.push_back(box.offset[d]);
+        stacked_.back().box.shape.push_back(box.shape[d]);
+      }
+    } else {
+      const StackedPiece& p = stacked_[seen.piece];
+      const std::size_t skip = p.fused ? 2 : 1;
+      if (!std::equal(box.shape.begin(), box.shape.end(), p.box.shape.begin() + skip) ||
+          !std::equal(box.offset.begin(), box.offset.end(), p.box.offset.begin() + skip))
+        throw std::logic_error("rank " + std::to_string(rank_) + " holds unequal pieces of the experts of " + p.name);
+    }
+    seen.lo = std::min(seen.lo, e);
+    seen.hi = std::max(seen.hi, e);
+    ++seen.count;
+    piece_of_.push_back(seen.piece);
+    slice_of_.push_back(e);  // made relative to the block's first expert below
+  }
+  for (const auto& [buf, seen] : by_buffer) {
+    StackedPiece& p = stacked_[seen.piece];
+    if (!p.fused) continue;
+    if (seen.hi - seen.lo + 1 != seen.count)
+      throw std::logic_error("rank " + std::to_string(rank_) + " holds experts of " + p.name + " that are not one block");
+    p.experts = seen.count;
+    p.box.offset[1] = seen.lo;
+    p.box.shape[1] = seen.count;
+  }
+  for (std::size_t k = 0; k < held_.size(); ++k) {
+    const StackedPiece& p = stacked_[piece_of_[k]];
+    slice_of_[k] = p.fused ? slice_of_[k] - p.box.offset[1] : 0;
+  }
+  // In stacked_layout order (the unsharded file's), not the order of first sight.
+  std::vector<std::size_t> order;  // new index -> old
+  for (const auto& [buf, seen] : by_buffer) order.push_back(seen.piece);
+  std::vector<std::size_t> renumber(order.size());
+  std::vector<StackedPiece> sorted;
+  for (std::size_t n = 0; n < order.size(); ++n) {
+    renumber[order[n]] = n;
+    sorted.push_back(std::move(stacked_[order[n]]));
+  }
+  stacked_ = std::move(sorted);
+  for (auto& k : piece_of_) k = renumber[k];
+}
+
+std::uint64_t StackedPiece::slice_numel() const {
+  std::uint64_t n = 1;
+  for (std::size_t d = fused ? 2 : 1; d < box.shape.size(); ++d) n *= box.shape[d];
+  return n;
 }
 
 std::vector<ShardTensor> RankPlan::pieces(const std::vector<PlannedTensor>& planned, const std::vector<TensorSpec>& specs,
@@ -84,17 +156,10 @@ std::vector<LocalTensor> make_pieces(const std::vector<ShardTensor>& shards, con
   return out;
 }
 
-Shape with_layers(std::uint64_t n, const Shape& s) {
-  Shape out{n};
-  out.insert(out.end(), s.begin(), s.end());
-  return out;
-}
-
 }  // namespace
 
 RankModel build_rank(const RankPlan& r) {
   const Builder& b = r.builder();
-  const ModelSpec& spec = b.spec();
   RankModel m;
   m.layout = b.options().layout;
   m.rank = r.rank();
@@ -107,26 +172,24 @@ RankModel build_rank(const RankPlan& r) {
   if (m.layout == Layout::per_layer) {
     for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i) append(make_pieces(r.layer(i), b));
   } else if (L.size > 0 && !r.layer_tensors().empty()) {
-    // One [n, ...piece] allocation per held layer parameter; layer i's piece fills slice i - first.
-    const std::vector<ShardTensor> first = r.layer(L.offset);
+    // One allocation per stacked piece; layer i's piece of a layer tensor fills its slice.
+    const std::vector<StackedPiece>& pieces = r.stacked();
     const std::size_t base = m.tensors.size();
-    for (std::size_t k = 0; k < first.size(); ++k) {
-      const TensorSpec& t = spec.layer.tensors[r.layer_tensors()[k]];
-      m.tensors.push_back({Tensor::allocate(b.memory(), stacked_name(spec, t), with_layers(L.size, first[k].box.shape),
-                                            first[k].tensor.dtype),
-                           stacked_shape(spec, first[k].tensor.memory_shape), with_layers(L.offset, first[k].box.offset),
-                           true});
-    }
+    for (const StackedPiece& p : pieces)
+      m.tensors.push_back({Tensor::allocate(b.memory(), p.name, p.box.shape, p.dtype), p.global_shape, p.box.offset, true,
+                           p.experts});
     for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i) {
       const std::vector<ShardTensor> shards = r.layer(i);
       std::vector<FillJob> jobs;
       for (std::size_t k = 0; k < shards.size(); ++k) {
-        if (shards[k].tensor.dtype != first[k].tensor.dtype)
-          throw std::invalid_argument("stacked layout needs one dtype per layer parameter, but " + shards[k].tensor.name + " is " +
-                                      std::string(dtype_name(shards[k].tensor.dtype)) + " and " + first[k].tensor.name +
-                                      " is " + std::string(dtype_name(first[k].tensor.dtype)));
-        auto* slices = static_cast<unsigned char*>(m.tensors[base + k].tensor.view.data);
-        box_fill_jobs(shards[k].tensor, shards[k].box, slices + (i - L.offset) * shards[k].bytes(), b.options().seed, jobs);
+        const StackedPiece& p = pieces[r.stacked_piece(k)];
+        if (shards[k].tensor.dtype != p.dtype)
+          throw std::invalid_argument("stacked layout needs one dtype per stacked buffer, but " + shards[k].tensor.name + " is " +
+                                      std::string(dtype_name(shards[k].tensor.dtype)) + " and " + p.name + " is " +
+                                      std::string(dtype_name(p.dtype)));
+        auto* slices = static_cast<unsigned char*>(m.tensors[base + r.stacked_piece(k)].tensor.view.data);
+        const std::uint64_t slice = (i - L.offset) * p.experts + r.expert_slice(k);
+        box_fill_jobs(shards[k].tensor, shards[k].box, slices + slice * shards[k].bytes(), b.options().seed, jobs);
       }
       b.target_backend().fill(jobs);
     }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <layerinit/init/builder.hpp>
@@ -20,6 +21,21 @@ struct ShardTensor {
   Box box;               // the rank's piece, in the coordinates of tensor.memory_shape; never empty
   std::uint64_t numel() const { return box.numel(); }
   std::uint64_t bytes() const { return box.numel() * dtype_size(tensor.dtype); }
+};
+
+// A rank's piece of one buffer of the stacked layout (stacked_layout): the stack of its pieces of the
+// buffer's layer tensors over the stage's layers. [L, ...] buffer: [n, ...piece]. Fused expert
+// buffer [L, E, ...]: [n, ne, ...piece], the ne experts the rank holds (a contiguous block: ep splits
+// experts in blocks), each slice the piece the per-expert layout gives that expert's tensor.
+struct StackedPiece {
+  std::string name;     // the buffer's (stacked) name
+  Shape global_shape;   // [L, ...] or [L, E, ...], the slices in their memory shape
+  Box box;              // in global_shape: offset [first layer, (first expert,) ...], shape [n, (ne,) ...]
+  DType dtype = DType::f32;
+  std::uint64_t experts = 1;  // slices per layer: ne for a fused buffer, else 1
+  bool fused = false;
+  std::uint64_t slice_numel() const;  // elements of one (layer, expert) slice
+  std::uint64_t bytes() const { return box.numel() * dtype_size(dtype); }
 };
 
 // What rank `rank` of `plan` holds of the builder's model. Keeps references to both: they must
@@ -43,9 +59,18 @@ class RankPlan {
   // stage (pieces depend on names and shapes, and layers differ only in their index).
   const std::vector<std::size_t>& layer_tensors() const noexcept { return held_; }
 
+  // Stacked layout: the rank's pieces of the stacked buffers it holds, in stacked_layout order (empty
+  // for the per-layer layout and for a rank without layers). Held layer tensor k (layer_tensors()[k])
+  // of layer i goes to stacked()[stacked_piece(k)], slice (i - layers().offset) * experts +
+  // expert_slice(k).
+  const std::vector<StackedPiece>& stacked() const noexcept { return stacked_; }
+  std::size_t stacked_piece(std::size_t k) const { return piece_of_.at(k); }
+  std::uint64_t expert_slice(std::size_t k) const { return slice_of_.at(k); }
+
  private:
   std::vector<ShardTensor> pieces(const std::vector<PlannedTensor>& planned, const std::vector<TensorSpec>& specs,
                                   TensorPlace where) const;
+  void plan_stacked(const std::vector<PlannedTensor>& planned);  // stacked_, piece_of_, slice_of_ from held_
 
   const Builder* b_;
   const ParallelPlan* plan_;
@@ -53,6 +78,9 @@ class RankPlan {
   ParallelPlan::Coords coords_;
   Range layers_;
   std::vector<std::size_t> held_;
+  std::vector<StackedPiece> stacked_;
+  std::vector<std::size_t> piece_of_;      // per held layer tensor: its index in stacked_
+  std::vector<std::uint64_t> slice_of_;    // per held layer tensor: its expert's slice in the piece (0 unless fused)
 };
 
 // A built piece: its bytes, and where it sits in the whole tensor.
@@ -61,6 +89,7 @@ struct LocalTensor {
   Shape global_shape;  // the whole tensor as stored: its memory shape; stacked: [L, ...]
   Shape offset;        // of the piece in global_shape
   bool stacked = false;  // a stacked layout's [n, ...] piece of one layer parameter, n layers of the stage
+  std::uint64_t experts = 1;  // stacked: slices per layer, ne for a fused [n, ne, ...] expert piece
 };
 
 struct RankModel {
@@ -68,8 +97,9 @@ struct RankModel {
   std::uint64_t rank = 0;
   Range layers;  // the stage's layers
   // In file order: the pieces before the layers; then per-layer layout layer by layer, stacked
-  // layout one [n, ...] piece per held layer parameter (layers layers.offset .. + n - 1, offset
-  // [layers.offset, ...]); then the pieces after the layers.
+  // layout RankPlan::stacked(): one [n, ...] piece per held layer parameter (layers layers.offset ..
+  // + n - 1, offset [layers.offset, ...]) or [n, ne, ...] per fused expert weight; then the pieces
+  // after the layers.
   std::vector<LocalTensor> tensors;
   std::uint64_t bytes() const;
 };

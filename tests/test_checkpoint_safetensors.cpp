@@ -428,6 +428,14 @@ TEST(CheckpointSafetensors, ConfigJsonForEachFamily) {
   EXPECT_EQ(j["architectures"], json({"MixtralForCausalLM"}));
   EXPECT_EQ(j["num_local_experts"], 8);
   EXPECT_EQ(j["num_experts_per_tok"], 2);
+  EXPECT_FALSE(j.contains("rope_scaling"));  // none set: Llama 3's configs have none
+  // Llama 3.1's rope_scaling, as meta-llama/Llama-3.1-405B's config.json writes it.
+  j = json::parse(config_json(make_preset("llama-3.1-405b"), DType::bf16));
+  EXPECT_EQ(j["rope_scaling"], json::parse(R"({"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 8192, "rope_type": "llama3"})"));
+  EXPECT_EQ(j["max_position_embeddings"], 131072);
+  EXPECT_EQ(j["num_hidden_layers"], 126);
+  EXPECT_EQ(j["rope_theta"], 500000.0);
   // Qwen2.5 and Gemma 2 from their tiny presets: the fields transformers reads beyond Llama's.
   j = json::parse(config_json(make_preset("qwen2.5-tiny"), DType::bf16));
   EXPECT_EQ(j["architectures"], json({"Qwen2ForCausalLM"}));

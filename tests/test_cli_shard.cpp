@@ -137,6 +137,8 @@ TEST_F(CliShard, EmitRankFilesPutTogetherAreTheUnshardedFileAndReportTheirHashes
       {{"--preset", "llama-tiny"}, {"--tp", "2", "--pp", "2", "--fsdp", "2"}, 8},
       {{"--preset", "gpt2-tiny", "--layout", "stacked", "--orientation", "in-out", "--dtype", "fp32"}, {"--tp", "2", "--pp", "2"}, 4},
       {{"--preset", "mixtral-tiny", "--dtype", "fp16", "--seed", "5"}, {"--ep", "2", "--tp", "2"}, 4},
+      // Fused [L, E, out, in] experts (the stacked layout's default): each rank's block of experts.
+      {{"--preset", "deepseek-v3-tiny", "--layout", "stacked"}, {"--ep", "2", "--tp", "2"}, 4},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(joined(c.model) + " " + joined(c.mesh));
@@ -191,6 +193,7 @@ TEST_F(CliShard, EmitRankFilesPutTogetherAreTheUnshardedFileAndReportTheirHashes
         const std::string n = b["name"];
         EXPECT_EQ(e["name"], n);
         EXPECT_EQ(b["xxh3_64"], e["xxh3_64"]) << n;
+        EXPECT_EQ(b.value("layers", json()), e.value("layers", json())) << n;  // stacked: a hash per layer (and expert) slice
         EXPECT_EQ(b["global_shape"], shards[n]["global_shape"]) << n;
         EXPECT_EQ(b["offset"], shards[n]["offset"]) << n;
         EXPECT_FALSE(b.contains("shape")) << n;
@@ -226,6 +229,74 @@ TEST_F(CliShard, EmitRankFilesPutTogetherAreTheUnshardedFileAndReportTheirHashes
     }
     EXPECT_EQ(TempDir::list(dir / "ranks").size(), c.ranks);
   }
+}
+
+// deepseek-v3-tiny stacked under ep 2 x tp 2: the fused expert buffers [2 layers, 4 experts, out, in]
+// are split into expert blocks and tp halves, and the report says where each piece sits.
+TEST_F(CliShard, BuildRankReportsFusedExpertPieces) {
+  const json j = ok_json({"build", "--preset", "deepseek-v3-tiny", "--layout", "stacked", "--ep", "2", "--tp", "2", "--rank",
+                          "3", "--report", "json", "--backend", "cpu", "--threads", "1"});
+  std::map<std::string, json> by_name;
+  for (const auto& t : j["tensors"]) by_name[t["name"]] = t;
+  // Rank 3 = ep 1, tp 1: experts 2-3; gate_proj [32, 64] column-parallel, down_proj [64, 32] row-parallel.
+  const json& gate = by_name.at("model.layers.mlp.experts.gate_proj.weight");
+  EXPECT_EQ(gate["global_shape"], json({2, 4, 32, 64}));
+  EXPECT_EQ(gate["offset"], json({0, 2, 16, 0}));
+  EXPECT_EQ(gate["local_shape"], json({2, 2, 16, 64}));
+  EXPECT_EQ(gate["bytes"], 2 * 2 * 16 * 64 * 2);
+  EXPECT_EQ(gate["layers"].size(), 4u);  // per layer, per expert
+  const json& down = by_name.at("model.layers.mlp.experts.down_proj.weight");
+  EXPECT_EQ(down["offset"], json({0, 2, 0, 16}));
+  EXPECT_EQ(down["local_shape"], json({2, 2, 64, 16}));
+  EXPECT_EQ(by_name.count("model.layers.mlp.experts.2.gate_proj.weight"), 0u);  // no per-expert tensors
+  // The shared experts and the dense layer's MLP follow tp too; the router is whole.
+  EXPECT_EQ(by_name.at("model.layers.mlp.shared_experts.up_proj.weight")["offset"], json({0, 16, 0}));
+  EXPECT_EQ(by_name.at("model.layers.0.mlp.down_proj.weight")["local_shape"], json({64, 64}));
+  EXPECT_EQ(by_name.at("model.layers.mlp.gate.weight")["local_shape"], json({2, 4, 64}));
+  std::uint64_t bytes = 0;
+  for (const auto& t : j["tensors"]) bytes += t["bytes"].get<std::uint64_t>();
+  EXPECT_EQ(j["peak_bytes"], bytes);
+  EXPECT_EQ(j["total_bytes"], bytes);
+}
+
+// llama-3.1-405b on 8-way tensor and 16-way pipeline parallelism (128 ranks), planned without
+// allocating anything.
+TEST_F(CliShard, PlanOfLlama31_405bOnTp8Pp16) {
+  // By hand, per tp rank: a layer's q and o 16384 x 16384 / 8 each (33,554,432), k and v 1024 x
+  // 16384 / 8 (2,097,152 each), gate, up and down 53248 x 16384 / 8 (109,051,904 each), its two
+  // norms whole (32,768): 398,491,648 parameters. 126 layers over 16 stages: 8 layers on stages
+  // 0-13, 7 on 14 and 15. Stage 0 adds the vocab-parallel embedding, 128256 / 8 x 16384 =
+  // 262,668,288: 8 x 398,491,648 + 262,668,288 = 3,450,601,472 parameters, 6,901,202,944 bytes in
+  // bf16, the largest rank. Stage 15: 7 layers, lm_head's 262,668,288 and the final norm's 16,384:
+  // 3,052,126,208 parameters. The mean is 405,853,388,800 x 2 / 128 = 6,341,459,200 bytes, so the
+  // imbalance is 6,901,202,944 / 6,341,459,200 = 1.0883.
+  const std::vector<std::string> args = {"plan", "--preset", "llama-3.1-405b", "--dtype", "bf16", "--tp", "8", "--pp", "16"};
+  const Result r = run(args);
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_NE(r.out.find("llama-3.1-405b (llama): 405853388800 parameters, 126 layers, bf16"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("parallel: pp 16 x fsdp 1 x ep 1 x tp 8 = 128 ranks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n0-7                0  0-7             3450601472"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n112-119           14  112-118         2789441536"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n120-127           15  119-125         3052126208"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("largest rank 0: weights 6.43 GiB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("imbalance 1.088 "), std::string::npos) << r.out;
+
+  std::vector<std::string> with_json = args;
+  with_json.push_back("--json");
+  const json j = ok_json(with_json);
+  const json& p = j["parallel"];
+  ASSERT_EQ(p["per_rank"].size(), 128u);
+  EXPECT_EQ(p["largest_rank"], 0);
+  EXPECT_EQ(p["per_rank"][0]["weights"], 6'901'202'944ULL);
+  EXPECT_EQ(p["per_rank"][0]["parameters"], 3'450'601'472ULL);
+  EXPECT_EQ(p["per_rank"][0]["layers"], json::array({0, 8}));
+  EXPECT_EQ(p["per_rank"][127]["parameters"], 3'052'126'208ULL);
+  EXPECT_EQ(p["per_rank"][127]["layers"], json::array({119, 7}));
+  EXPECT_EQ(p["per_rank"][64]["weights"], 2 * 8 * 398'491'648ULL);
+  std::uint64_t params = 0;
+  for (const auto& rank : p["per_rank"]) params += rank["parameters"].get<std::uint64_t>();
+  // Every tp rank holds the norms whole: 126 x 2 + 1 norms of 16384, 7 times more than once.
+  EXPECT_EQ(params, 405'853'388'800ULL + 7ULL * (126 * 2 + 1) * 16384);
 }
 
 TEST_F(CliShard, PlanPrintsACompactPerRankTable) {

@@ -36,6 +36,10 @@ TEST(Presets, ExactParameterCounts) {
       {"gpt2-xl", 1'557'611'200ULL},       {"llama-3-8b", 8'030'261'248ULL},
       {"llama-3-70b", 70'553'706'496ULL},  {"mistral-7b", 7'241'732'096ULL},
       {"mixtral-8x7b", 46'702'792'704ULL},
+      // Llama 3.1 405B: embedding and lm_head 2 x 128256 x 16384 = 4,202,692,608; per layer q and o
+      // 2 x 16384^2, k and v 2 x 1024 x 16384, MLP 3 x 53248 x 16384, two norms 2 x 16384 =
+      // 3,187,703,808, times 126 = 401,650,679,808; final norm 16384. Total 405,853,388,800.
+      {"llama-3.1-405b", 405'853'388'800ULL},
       // transformers 5.23 num_parameters() on the meta device from each Hub config.json
       // (tests/python/hf_meta.py checks them where transformers is installed).
       {"qwen2.5-7b", 7'615'616'512ULL},    {"gemma-2-9b", 9'241'705'984ULL},
@@ -53,7 +57,7 @@ TEST(Presets, ExactParameterCounts) {
 
 TEST(Presets, EveryPresetValidates) {
   const auto all = preset_names();
-  EXPECT_EQ(all.size(), 18u);
+  EXPECT_EQ(all.size(), 19u);
   for (const auto& name : all) {
     const ModelSpec m = make_preset(name);
     EXPECT_NO_THROW(m.validate()) << name;
@@ -79,7 +83,7 @@ TEST(Presets, UnknownPresetListsNames) {
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()),
               "unknown preset 'llama-4' (valid: mlp-deep, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-3-8b, "
-              "llama-3-70b, mistral-7b, mixtral-8x7b, qwen2.5-7b, gemma-2-9b, deepseek-v3, llama-tiny, gpt2-tiny, "
+              "llama-3-70b, llama-3.1-405b, mistral-7b, mixtral-8x7b, qwen2.5-7b, gemma-2-9b, deepseek-v3, llama-tiny, gpt2-tiny, "
               "mixtral-tiny, qwen2.5-tiny, gemma-2-tiny, deepseek-v3-tiny)");
   }
 }
@@ -204,6 +208,25 @@ TEST(Presets, LlamaNamesShapesRoles) {
   EXPECT_EQ(big.num_layers, 80u);
   EXPECT_EQ(tensor(big.layer.tensors, "self_attn.v_proj.weight").shape, (Shape{1024, 8192}));
   EXPECT_EQ(tensor(big.layer.tensors, "mlp.up_proj.weight").shape, (Shape{28672, 8192}));
+
+  // meta-llama/Llama-3.1-405B: 126 layers of hidden 16384, 8 of its 128 heads for keys and values,
+  // 131072 positions reached by llama3 rope scaling of 8192.
+  const ModelSpec huge = make_preset("llama-3.1-405b");
+  EXPECT_EQ(huge.family, "llama");
+  EXPECT_EQ(huge.num_layers, 126u);
+  EXPECT_EQ(huge.pre[0].shape, (Shape{128256, 16384}));
+  EXPECT_EQ(tensor(huge.layer.tensors, "self_attn.q_proj.weight").shape, (Shape{16384, 16384}));
+  EXPECT_EQ(tensor(huge.layer.tensors, "self_attn.k_proj.weight").shape, (Shape{1024, 16384}));
+  EXPECT_EQ(tensor(huge.layer.tensors, "mlp.down_proj.weight").shape, (Shape{16384, 53248}));
+  EXPECT_EQ(huge.post[1].name, "lm_head.weight");
+  EXPECT_EQ(huge.post[1].shape, (Shape{128256, 16384}));
+  EXPECT_EQ(huge.hyper.head_dim, 128u);
+  EXPECT_EQ(huge.hyper.max_position_embeddings, 131072u);
+  EXPECT_DOUBLE_EQ(huge.hyper.rope_theta, 500000.0);
+  EXPECT_DOUBLE_EQ(huge.hyper.norm_eps, 1e-5);
+  EXPECT_FALSE(huge.hyper.tie_word_embeddings);
+  EXPECT_EQ(huge.hyper.rope_scaling, (RopeScaling{8.0, 1.0, 4.0, 8192}));
+  EXPECT_EQ(m.hyper.rope_scaling, RopeScaling{});  // Llama 3 has none
 
   const ModelSpec mis = make_preset("mistral-7b");
   EXPECT_EQ(mis.family, "mistral");

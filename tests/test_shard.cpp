@@ -208,6 +208,13 @@ TEST(Shard, TensorParallelRulesFollowMegatronNames) {
   EXPECT_EQ(tp_rule("model.layers.0.self_attn.o_proj.weight"), TpRule::row);
   EXPECT_EQ(tp_rule("model.layers.0.mlp.down_proj.weight"), TpRule::row);
   EXPECT_EQ(tp_rule("model.layers.1.block_sparse_moe.experts.0.w2.weight"), TpRule::row);
+  // DeepSeek-V3's routed and shared experts name their weights as a Llama MLP does.
+  EXPECT_EQ(tp_rule("model.layers.3.mlp.experts.255.gate_proj.weight"), TpRule::column);
+  EXPECT_EQ(tp_rule("model.layers.3.mlp.experts.0.up_proj.weight"), TpRule::column);
+  EXPECT_EQ(tp_rule("model.layers.3.mlp.experts.7.down_proj.weight"), TpRule::row);
+  EXPECT_EQ(tp_rule("model.layers.3.mlp.shared_experts.gate_proj.weight"), TpRule::column);
+  EXPECT_EQ(tp_rule("model.layers.3.mlp.shared_experts.up_proj.weight"), TpRule::column);
+  EXPECT_EQ(tp_rule("model.layers.3.mlp.shared_experts.down_proj.weight"), TpRule::row);
   EXPECT_EQ(tp_rule("model.embed_tokens.weight"), TpRule::vocab);
   EXPECT_EQ(tp_rule("lm_head.weight"), TpRule::vocab);
   EXPECT_EQ(tp_rule("transformer.wte.weight"), TpRule::vocab);
@@ -216,7 +223,10 @@ TEST(Shard, TensorParallelRulesFollowMegatronNames) {
   EXPECT_EQ(tp_rule("transformer.h.0.mlp.c_proj.weight"), TpRule::row);
   for (const char* n : {"model.layers.0.input_layernorm.weight", "model.norm.weight", "model.layers.0.block_sparse_moe.gate.weight",
                         "transformer.h.0.mlp.c_proj.bias", "transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_proj.weight",
-                        "transformer.wpe.weight", "transformer.ln_f.bias", "layers.0.weight"})
+                        "transformer.wpe.weight", "transformer.ln_f.bias", "layers.0.weight",
+                        // DeepSeek-V3's router, its correction bias and latent attention's projections
+                        "model.layers.3.mlp.gate.weight", "model.layers.3.mlp.gate.e_score_correction_bias",
+                        "model.layers.3.self_attn.q_b_proj.weight", "model.layers.3.self_attn.kv_b_proj.weight"})
     EXPECT_EQ(tp_rule(n), TpRule::replicate) << n;
   EXPECT_EQ(tp_rule_name(TpRule::vocab), "vocab");
 }

@@ -34,6 +34,7 @@ Recipe recipe_for(const ModelSpec& spec) {
 
 std::vector<Case> cases() {
   const ModelSpec llama = make_preset("llama-tiny"), mix = make_preset("mixtral-tiny"), gpt2 = make_preset("gpt2-tiny");
+  const ModelSpec ds = make_preset("deepseek-v3-tiny");  // 4 experts, a dense layer before 2 MoE layers
   // Widths 5 and 2 leave ranks with uneven and empty pieces under FSDP.
   const ModelSpec mlp = mlp_spec("mlp-odd", {3, 5, 5, 5, 5, 2}, true);
   return {
@@ -48,6 +49,10 @@ std::vector<Case> cases() {
       {mix, {.tp = 2, .pp = 2, .ep = 2}},
       {mix, {.ep = 2, .fsdp = 3}},
       {mix, {.tp = 2, .ep = 4}},
+      {mix, {.pp = 2, .fsdp = 3}},
+      {ds, {.tp = 2, .ep = 2}},
+      {ds, {.tp = 2, .pp = 2, .ep = 2}},
+      {ds, {.ep = 4, .fsdp = 2}},
       {gpt2, {.tp = 3}},
       {gpt2, {.tp = 2, .pp = 2}},
       {gpt2, {.tp = 2, .pp = 2, .fsdp = 2}},
@@ -77,7 +82,8 @@ void for_each_row(const Shape& g, const Box& b, F&& f) {
 }
 
 // How many ranks hold each element of a tensor: 1 for a dimension split by a mesh dimension, the
-// degree for one that replicates it.
+// degree for one that replicates it. `name` is a canonical name (a fused expert buffer's: that of one
+// of its experts).
 std::uint64_t replicas(const ParallelDegrees& d, const std::string& name, bool tied_embedding) {
   std::uint64_t n = 1;
   if (tp_rule(name) == TpRule::replicate) n *= d.tp;
@@ -90,25 +96,40 @@ std::uint64_t replicas(const ParallelDegrees& d, const std::string& name, bool t
 
 TEST(ShardBuild, EveryRankHoldsExactlyItsBoxOfTheUnshardedBuild) {
   auto be = make_host_backend(1);
-  int checked_pieces = 0;
+  int checked_pieces = 0, fused_pieces = 0;
   for (const Case& c : cases()) {
     const Recipe recipe = recipe_for(c.spec);
     const ParallelPlan plan(c.spec, c.d);
+    const bool moe = !c.spec.layer.expert_prefix.empty();
     for (Layout layout : {Layout::per_layer, Layout::stacked})
+      for (ExpertLayout experts : {ExpertLayout::stacked, ExpertLayout::per_expert})
       for (Orientation o : {Orientation::out_in, Orientation::in_out})
         for (DType t : {DType::f32, DType::f16, DType::bf16}) {
-          SCOPED_TRACE(c.spec.name + " " + plan.describe() + " " + std::string(layout_name(layout)) + " " +
-                       std::string(orientation_name(o)) + " " + std::string(dtype_name(t)));
+          // The expert layout only matters to a stacked MoE build; per expert, one dtype is enough
+          // (its pieces are those of any stacked layer parameter), which keeps the test fast.
+          if (experts == ExpertLayout::per_expert && (layout == Layout::per_layer || !moe || t != DType::bf16)) continue;
+          SCOPED_TRACE(c.spec.name + " " + plan.describe() + " " + std::string(layout_name(layout)) + " experts " +
+                       std::string(expert_layout_name(experts)) + " " + std::string(orientation_name(o)) + " " +
+                       std::string(dtype_name(t)));
           BuildOptions opts;
           opts.dtype = t;
           opts.layout = layout;
           opts.orientation = o;
           opts.seed = 11;
-          opts.experts = ExpertLayout::per_expert;  // sharded stacked builds keep experts per expert
+          opts.experts = experts;
           tracking_resource whole_mr(be->memory());
           const Model whole = Builder(c.spec, recipe, opts, *be, whole_mr).build();
           std::map<std::string, TensorView> by_name;
           whole.for_each([&](const TensorView& v) { by_name[v.name] = v; });
+          // Stacked buffers: the canonical name of (one of) the layer tensors each holds.
+          const StackedLayout sl = stacked_layout(c.spec, experts);
+          std::map<std::string, std::string> stacked_of;
+          std::map<std::string, bool> fused_buffer;
+          if (layout == Layout::stacked)
+            for (const auto& sb : sl.buffers) {
+              stacked_of[sb.name] = c.spec.canonical_name(0, c.spec.layer.tensors[sb.first]);
+              fused_buffer[sb.name] = sb.fused;
+            }
           std::map<std::string, std::vector<std::uint8_t>> counts;
           for (const auto& [name, v] : by_name) counts[name].assign(numel(v.shape), 0);
           const std::uint64_t es = dtype_size(t);
@@ -131,9 +152,17 @@ TEST(ShardBuild, EveryRankHoldsExactlyItsBoxOfTheUnshardedBuild) {
                 const Box box{lt.offset, v.shape};
                 ASSERT_FALSE(box.empty()) << v.name;
                 EXPECT_EQ(v.dtype, g.dtype);
-                bool is_stacked_name = false;
-                for (const auto& spec_t : c.spec.layer.tensors) is_stacked_name |= stacked_name(c.spec, spec_t) == v.name;
-                EXPECT_EQ(lt.stacked, layout == Layout::stacked && is_stacked_name) << v.name;
+                EXPECT_EQ(lt.stacked, stacked_of.count(v.name) == 1) << v.name;
+                // A fused [L, E, ...] piece holds whole experts of one ep block, with the same piece of each.
+                const bool fused = lt.stacked && fused_buffer.at(v.name);
+                EXPECT_EQ(fused, lt.stacked && g.shape.size() == 4) << v.name;  // [L, E, out, in]
+                EXPECT_EQ(lt.experts, fused ? v.shape[1] : 1) << v.name;
+                if (fused) {
+                  const Range block = chunk(c.spec.hyper.num_experts, c.d.ep, plan.coords(r).ep);
+                  EXPECT_EQ(lt.offset[1], block.offset) << v.name;
+                  EXPECT_EQ(v.shape[1], block.size) << v.name;
+                  ++fused_pieces;
+                }
                 auto& count = counts[v.name];
                 for_each_row(g.shape, box, [&](std::uint64_t gi, std::uint64_t li, std::uint64_t n) {
                   ASSERT_EQ(std::memcmp(static_cast<const char*>(v.data) + li * es, static_cast<const char*>(g.data) + gi * es, n * es), 0)
@@ -165,10 +194,17 @@ TEST(ShardBuild, EveryRankHoldsExactlyItsBoxOfTheUnshardedBuild) {
                 Box gbox = s.box;
                 if (by_name.count(s.tensor.name)) {
                   g = &by_name.at(s.tensor.name);
-                } else {  // stacked: slice p.layer of the [L, ...] tensor
+                } else {  // stacked: slice p.layer (and expert) of the [L, ...] or [L, E, ...] tensor
                   const auto& lt = c.spec.layer.tensors;
-                  for (const auto& spec_t : lt)
-                    if (c.spec.canonical_name(p.layer, spec_t) == s.tensor.name) g = &by_name.at(stacked_name(c.spec, spec_t));
+                  for (std::size_t j = 0; j < lt.size(); ++j)
+                    if (c.spec.canonical_name(p.layer, lt[j]) == s.tensor.name) {
+                      const StackedBuffer& sb = sl.buffers[sl.buffer[j]];
+                      g = &by_name.at(sb.name);
+                      if (sb.fused) {
+                        gbox.offset.insert(gbox.offset.begin(), sl.expert[j]);
+                        gbox.shape.insert(gbox.shape.begin(), 1);
+                      }
+                    }
                   ASSERT_NE(g, nullptr) << s.tensor.name;
                   gbox.offset.insert(gbox.offset.begin(), p.layer);
                   gbox.shape.insert(gbox.shape.begin(), 1);
@@ -194,13 +230,14 @@ TEST(ShardBuild, EveryRankHoldsExactlyItsBoxOfTheUnshardedBuild) {
           // Every element of every tensor, exactly once per replica.
           for (const auto& [name, count] : counts) {
             const bool tied_embedding = c.spec.hyper.tie_word_embeddings && name == c.spec.pre[0].name;
-            const std::uint64_t want = replicas(c.d, name, tied_embedding);
+            const std::uint64_t want = replicas(c.d, stacked_of.count(name) ? stacked_of.at(name) : name, tied_embedding);
             for (std::size_t k = 0; k < count.size(); ++k)
               ASSERT_EQ(count[k], want) << name << " element " << k << " (" << plan.describe() << ")";
           }
         }
   }
   EXPECT_GT(checked_pieces, 10000);
+  EXPECT_GT(fused_pieces, 500);
 }
 
 // Ranks whose piece of a tensor is empty do not hold it; the rest of their model is still there.
@@ -257,4 +294,74 @@ TEST(ShardBuild, PlanOfRanksWithUnequalLayersMatchesTheirBuilds) {
   EXPECT_DOUBLE_EQ(bal.imbalance, static_cast<double>(ranks[bal.largest_rank].weight_bytes) / (total / 4));
   EXPECT_GT(bal.imbalance, 1.0);
   EXPECT_EQ(rank_balance({}).imbalance, 0.0);
+}
+
+// Fused [L, E, out, in] expert buffers under ep, tp, pp and fsdp: the rank's piece is its ep block
+// of experts, each split as the per-expert tensor is, over its stage's layers.
+TEST(ShardBuild, FusedExpertPiecesAreExactBoxes) {
+  auto be = make_dry_backend();
+  const ModelSpec mix = make_preset("mixtral-tiny");  // 2 layers, 4 experts, w1/w3 [128, 64], w2 [64, 128]
+  BuildOptions opts;
+  opts.layout = Layout::stacked;  // experts stacked: the default
+  const Builder b(mix, make_recipe("hf"), opts, *be, be->memory());
+  auto piece = [](const RankPlan& r, const std::string& name) {
+    for (const StackedPiece& p : r.stacked())
+      if (p.name == name) return p;
+    ADD_FAILURE() << name << " not held";
+    return StackedPiece{};
+  };
+  const std::string w1 = "model.layers.block_sparse_moe.experts.w1.weight", w2 = "model.layers.block_sparse_moe.experts.w2.weight";
+  {
+    const ParallelPlan plan(mix, {.tp = 2, .ep = 2});
+    const RankPlan r3(b, plan, 3);  // ep 1, tp 1: experts 2 and 3, the second half of w1's rows and w2's columns
+    const StackedPiece p1 = piece(r3, w1), p2 = piece(r3, w2);
+    EXPECT_EQ(p1.global_shape, (Shape{2, 4, 128, 64}));
+    EXPECT_EQ(p1.box, (Box{{0, 2, 64, 0}, {2, 2, 64, 64}}));
+    EXPECT_EQ(p2.box, (Box{{0, 2, 0, 64}, {2, 2, 64, 64}}));
+    EXPECT_TRUE(p1.fused);
+    EXPECT_EQ(p1.experts, 2u);
+    EXPECT_EQ(p1.slice_numel(), 64u * 64u);
+    // Slices: experts 2 and 3 of each layer, in the order of the layer's held tensors.
+    for (std::size_t k = 0; k < r3.layer_tensors().size(); ++k) {
+      const std::string& n = mix.layer.tensors[r3.layer_tensors()[k]].name;
+      if (n.starts_with("block_sparse_moe.experts.")) EXPECT_EQ(r3.expert_slice(k), n[25] - '2') << n;
+      else EXPECT_EQ(r3.expert_slice(k), 0u) << n;
+    }
+    // The router and the attention are whole [L, ...] pieces or tp pieces, never fused.
+    const StackedPiece gate = piece(r3, "model.layers.block_sparse_moe.gate.weight");
+    EXPECT_FALSE(gate.fused);
+    EXPECT_EQ(gate.box, (Box{{0, 0, 0}, {2, 4, 64}}));
+    // In the unsharded file's order: each buffer where stacked_layout puts it.
+    const StackedLayout sl = stacked_layout(mix, ExpertLayout::stacked);
+    ASSERT_EQ(r3.stacked().size(), sl.buffers.size());
+    for (std::size_t k = 0; k < sl.buffers.size(); ++k) EXPECT_EQ(r3.stacked()[k].name, sl.buffers[k].name);
+  }
+  {
+    // in-out: w1 is stored [64, 128], so its output dimension is dimension 3 of [L, E, in, out].
+    BuildOptions io = opts;
+    io.orientation = Orientation::in_out;
+    const Builder bio(mix, make_recipe("hf"), io, *be, be->memory());
+    const ParallelPlan plan(mix, {.tp = 2, .ep = 4});
+    const RankPlan r5(bio, plan, 5);  // ep 2, tp 1
+    EXPECT_EQ(piece(r5, w1).box, (Box{{0, 2, 0, 64}, {2, 1, 64, 64}}));
+    EXPECT_EQ(piece(r5, w2).box, (Box{{0, 2, 64, 0}, {2, 1, 64, 64}}));
+  }
+  {
+    // pp 2 x fsdp 3: stage 1 holds layer 1; fsdp splits each expert's dimension 0 (128 rows: 43, 43, 42).
+    const ParallelPlan plan(mix, {.pp = 2, .fsdp = 3});
+    const RankPlan r5(b, plan, 5);  // pp 1, fsdp 2
+    EXPECT_EQ(piece(r5, w1).box, (Box{{1, 0, 86, 0}, {1, 4, 42, 64}}));
+    EXPECT_EQ(piece(r5, w2).box, (Box{{1, 0, 44, 0}, {1, 4, 20, 128}}));  // 64 rows: 22, 22, 20
+    EXPECT_EQ(piece(r5, w1).experts, 4u);
+  }
+  // The per-layer layout and per-expert stacked layout have no fused pieces.
+  BuildOptions per = opts;
+  per.experts = ExpertLayout::per_expert;
+  const Builder bper(mix, make_recipe("hf"), per, *be, be->memory());
+  const ParallelPlan plan(mix, {.ep = 2});
+  const RankPlan rper(bper, plan, 1);
+  for (const StackedPiece& p : rper.stacked()) EXPECT_FALSE(p.fused) << p.name;
+  EXPECT_EQ(rper.stacked().size(), rper.layer_tensors().size());
+  const Builder bl(mix, make_recipe("hf"), {}, *be, be->memory());
+  EXPECT_TRUE(RankPlan(bl, plan, 1).stacked().empty());
 }

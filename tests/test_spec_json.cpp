@@ -8,6 +8,8 @@
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/spec_json.hpp>
 
+#include <nlohmann/json.hpp>
+
 using namespace layerinit;
 
 namespace {
@@ -101,6 +103,17 @@ TEST(SpecJson, RoundTripEveryPreset) {
   }
 }
 
+// rope_scaling is written only when set (Llama 3.1), as config.json's object, and read back.
+TEST(SpecJson, RopeScalingRoundTrips) {
+  const ModelSpec m = make_preset("llama-3.1-405b");
+  const std::string text = spec_to_json(m);
+  const auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["hyper"]["rope_scaling"], nlohmann::json::parse(R"({"factor": 8.0, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"})"));
+  EXPECT_EQ(spec_from_json(text).hyper.rope_scaling, (RopeScaling{8.0, 1.0, 4.0, 8192}));
+  EXPECT_EQ(spec_to_json(make_preset("llama-3-8b")).find("rope_scaling"), std::string::npos);
+}
+
 // first_layer and the expert prefix are written only when set, and read back.
 TEST(SpecJson, FirstLayerAndExpertPrefixRoundTrip) {
   const ModelSpec d = make_preset("deepseek-v3-tiny");
@@ -155,7 +168,21 @@ TEST(SpecJson, ErrorMessages) {
       {edit("\"num_heads\": 4", "\"num_heads\": 4, \"heads\": 3"),
        "spec: hyper.heads: unknown key (valid: vocab_size, hidden_size, intermediate_size, num_heads, num_kv_heads, "
        "head_dim, max_position_embeddings, num_experts, experts_per_token, initializer_range, norm_eps, rope_theta, "
-       "tie_word_embeddings, bias)"},
+       "rope_scaling, tie_word_embeddings, bias)"},
+      {edit("\"num_heads\": 4", "\"num_heads\": 4, \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2}"),
+       "spec: hyper.rope_scaling.rope_type: must be \"llama3\" (the only rope scaling layerinit carries)"},
+      {edit("\"num_heads\": 4", "\"num_heads\": 4, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8}"),
+       "spec: hyper.rope_scaling: missing key 'low_freq_factor'"},
+      {edit("\"num_heads\": 4", "\"num_heads\": 4, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, "
+                                  "\"low_freq_factor\": 4, \"high_freq_factor\": 1, \"original_max_position_embeddings\": 8}"),
+       "spec: hyper.rope_scaling.high_freq_factor: must be finite and above low_freq_factor"},
+      {edit("\"num_heads\": 4", "\"num_heads\": 4, \"max_position_embeddings\": 64, \"rope_scaling\": {\"rope_type\": "
+                                  "\"llama3\", \"factor\": 8, \"low_freq_factor\": 1, \"high_freq_factor\": 4, "
+                                  "\"original_max_position_embeddings\": 128}"),
+       "spec: hyper.rope_scaling.original_max_position_embeddings: must be positive and at most max_position_embeddings 64"},
+      {edit("\"num_heads\": 4", "\"num_heads\": 4, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 0.5, "
+                                  "\"low_freq_factor\": 1, \"high_freq_factor\": 4, \"original_max_position_embeddings\": 8}"),
+       "spec: hyper.rope_scaling.factor: must be finite and >= 1"},
       {edit("\"initializer_range\": 0.02", "\"initializer_range\": -0.02"),
        "spec: hyper.initializer_range: must not be negative"},
       {edit("\"initializer_range\": 0.02", "\"initializer_range\": 1e999"),

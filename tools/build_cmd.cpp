@@ -58,9 +58,10 @@ int build_rank_command(const ModelArgs& args, const ModelSpec& spec, const Recip
       const TensorView& v = lt.tensor.view;
       TensorReport t{v.name, v.shape, v.dtype, v.bytes(), hash_tensor(*be, v), {}, lt.global_shape, lt.offset, true};
       if (lt.stacked) {
-        // A stacked piece [n, ...]: a hash per layer slice, as the unsharded report gives.
-        const std::uint64_t slice = v.bytes() / v.shape[0];
-        for (std::uint64_t k = 0; k < v.shape[0]; ++k)
+        // A stacked piece [n, ...] or [n, ne, ...]: a hash per layer (and expert) slice, as the
+        // unsharded report gives.
+        const std::uint64_t slices = v.shape[0] * lt.experts, slice = v.bytes() / slices;
+        for (std::uint64_t k = 0; k < slices; ++k)
           t.layer_hashes.push_back(hash_bytes(*be, static_cast<const unsigned char*>(v.data) + k * slice, slice));
       }
       tensors.push_back(std::move(t));

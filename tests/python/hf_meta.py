@@ -29,6 +29,11 @@ CONFIGS = {
                        num_attention_heads=32, num_key_value_heads=8),
     "llama-3-70b": dict(LLAMA3, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
                         num_attention_heads=64, num_key_value_heads=8),
+    # meta-llama/Llama-3.1-405B
+    "llama-3.1-405b": dict(LLAMA3, hidden_size=16384, intermediate_size=53248, num_hidden_layers=126,
+                           num_attention_heads=128, num_key_value_heads=8, max_position_embeddings=131072,
+                           rope_scaling=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                             original_max_position_embeddings=8192, rope_type="llama3")),
     "llama-tiny": dict(model_type="llama", vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=4,
                        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False),
     "mistral-7b": dict(model_type="mistral", vocab_size=32000, hidden_size=4096, intermediate_size=14336,
