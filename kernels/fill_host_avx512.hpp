@@ -14,7 +14,12 @@
 //   transpose of 32-bit words. A transposed tile's memory rows want the lanes as they are.
 #pragma once
 
+// GCC 12 warns that the intrinsics' own _mm512_undefined_* pass-through operands may be used
+// uninitialized (GCC bug 105593, fixed in 13); the warning takes the state at the intrinsic's line.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #include <algorithm>
 #include <cstdint>
@@ -84,18 +89,22 @@ inline __m512 gather(const float* base, __m512i index) { return _mm512_i32gather
 // operand unless the comparison holds, which keeps the order of equal zeros).
 inline __m512 clamp(__m512 x, __m512 lo, __m512 hi) { return _mm512_max_ps(lo, _mm512_min_ps(hi, x)); }
 
-// half_value<K> of 16 codes (0..65535).
-template <FillKind K>
-inline __m512 half_values(const Consts& c, __m512i code) {
-  const __m512i one = u32(1), sign = u32(0x80000000u);
+// half_value<K> of the 16 codes in one half of each word: the low halves (High false) or the high.
+template <FillKind K, bool High>
+inline __m512 half_values(const Consts& c, __m512i word) {
+  const __m512i sign = u32(0x80000000u);
   if constexpr (K == FillKind::normal) {
-    // node16(): down = 0 for the upper half, all ones below; entry (code - 32768) ^ down, plus 1.
-    const __m512i down = _mm512_sub_epi32(_mm512_srli_epi32(code, 15), one);
-    const __m512i index = _mm512_add_epi32(_mm512_xor_si512(_mm512_sub_epi32(code, u32(32768)), down), one);
-    const __m512i h = _mm512_castps_si512(gather(c.node16, index));
-    const __m512 z = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(h, down, sign, 0x78));  // h ^ (down & sign)
+    // node16(nodes, code) is quantile::normal_node16(nodes + 1, code): the upper half (bit 15 set)
+    // reads entry (code & 0x7fff) + 1, the lower half entry 32768 - code negated, and 32767 - code is
+    // the low 15 bits flipped. up: all ones for the upper half, from bit 15 of the code.
+    const __m512i up = _mm512_srai_epi32(High ? word : _mm512_slli_epi32(word, 16), 31);
+    const __m512i bits = High ? _mm512_srli_epi32(word, 16) : word;
+    const __m512i index = _mm512_ternarylogic_epi32(bits, up, u32(0x7fff), 0x82);  // ~(bits ^ up) & 0x7fff
+    const __m512i h = _mm512_castps_si512(gather(c.node16 + 1, index));
+    const __m512 z = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(h, up, sign, 0xd2));  // h ^ (~up & sign)
     return _mm512_fmadd_ps(c.scale, z, c.shift);
   } else if constexpr (K == FillKind::trunc_normal) {
+    const __m512i code = High ? _mm512_srli_epi32(word, 16) : _mm512_and_si512(word, u32(0xffff));
     // position16(): p_lo + the high half of span * ((code << 16) | 0x8000), even and odd lanes apart.
     const __m512i x = _mm512_or_si512(_mm512_slli_epi32(code, 16), u32(0x8000));
     const __m512i even = _mm512_mul_epu32(x, c.span), odd = _mm512_mul_epu32(_mm512_srli_epi64(x, 32), c.span);
@@ -111,6 +120,7 @@ inline __m512 half_values(const Consts& c, __m512i code) {
     return _mm512_fmadd_ps(c.scale, z, c.shift);
   } else {
     static_assert(K == FillKind::uniform);
+    const __m512i code = High ? _mm512_srli_epi32(word, 16) : _mm512_and_si512(word, u32(0xffff));
     const __m512 u = _mm512_fmadd_ps(_mm512_cvtepi32_ps(code), _mm512_set1_ps(0x1p-16f), _mm512_set1_ps(0x1p-17f));
     return clamp(_mm512_fmadd_ps(c.scale, u, c.shift), c.lo, c.hi);
   }
@@ -151,29 +161,44 @@ inline __m512 f32_values(const Consts& c, __m512i bits) {
   }
 }
 
-// Rounded to nearest even in T: the 16-bit pattern in the low half of each 32-bit lane.
+// bf16 rounding as Eigen's float_to_bfloat16_rtne: u + 0x7fff + bit 16 of u, the result in the
+// upper half. Its NaN case is left out: the values are fmas of finite fill constants and finite
+// table entries (at worst an infinity), never NaN.
+inline __m512i bf16_upper(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  return _mm512_add_epi32(_mm512_add_epi32(u, u32(0x7fff)), _mm512_and_si512(_mm512_srli_epi32(u, 16), u32(1)));
+}
+
+// 16 values rounded to nearest even in T, as 16-bit patterns.
 template <DType T>
-inline __m512i round16(__m512 v) {
+inline __m256i round16(__m512 v) {
   if constexpr (T == DType::f16) {
-    return _mm512_cvtepu16_epi32(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   } else {
-    // Eigen's float_to_bfloat16_rtne: (u + 0x7fff + bit 16 of u) >> 16; NaN to 0x7fc0 with its sign.
-    const __m512i u = _mm512_castps_si512(v), top = _mm512_srli_epi32(u, 16);
-    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, u32(0x7fff)), _mm512_and_si512(top, u32(1))), 16);
-    const __m512i nan = _mm512_ternarylogic_epi32(top, u32(0x8000), u32(0x7fc0), 0xea);  // (top & 0x8000) | 0x7fc0
-    return _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, nan);
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(bf16_upper(v), 16));
   }
 }
 
-// Element k (< elements_per_block(T)) of the 16 blocks, in storage bits: fp32 as float bits, fp16/bf16
-// in the low half of each lane.
-template <DType T, FillKind K>
-inline __m512i element_lanes(const Consts& c, const __m512i (&w)[4], unsigned k) {
-  if constexpr (T == DType::f32) {
-    return _mm512_castps_si512(f32_values<K>(c, w[k]));
+// Two sets of 16 values rounded in T and packed: lane i = lo[i] | hi[i] << 16.
+template <DType T>
+inline __m512i round_pair(__m512 lo, __m512 hi) {
+  if constexpr (T == DType::f16) {
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(round16<T>(lo)), round16<T>(hi), 1);
+    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                                21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(interleave, both);
   } else {
-    const __m512i code = k % 2 ? _mm512_srli_epi32(w[k / 2], 16) : _mm512_and_si512(w[k / 2], u32(0xffff));
-    return round16<T>(half_values<K>(c, code));
+    return _mm512_ternarylogic_epi32(bf16_upper(hi), u32(0xffff0000u), _mm512_srli_epi32(bf16_upper(lo), 16), 0xea);
+  }
+}
+
+// Element k (< elements_per_block(T)) of the 16 blocks, as floats (fp16/bf16: before rounding).
+template <DType T, FillKind K>
+inline __m512 element_values(const Consts& c, const __m512i (&w)[4], unsigned k) {
+  if constexpr (T == DType::f32) {
+    return f32_values<K>(c, w[k]);
+  } else {
+    return k % 2 ? half_values<K, true>(c, w[k / 2]) : half_values<K, false>(c, w[k / 2]);
   }
 }
 
@@ -208,9 +233,9 @@ inline void contiguous_batches(const FillParams& p, const FillTables& tab, const
     __m512i words[4];  // word q of each block's output
     for (unsigned q = 0; q < 4; ++q) {
       if constexpr (T == DType::f32) {
-        words[q] = element_lanes<T, K>(c, w, q);
+        words[q] = _mm512_castps_si512(f32_values<K>(c, w[q]));
       } else {
-        words[q] = _mm512_or_si512(element_lanes<T, K>(c, w, 2 * q), _mm512_slli_epi32(element_lanes<T, K>(c, w, 2 * q + 1), 16));
+        words[q] = round_pair<T>(half_values<K, false>(c, w[q]), half_values<K, true>(c, w[q]));
       }
     }
     store_transposed(out + m, words);
@@ -239,11 +264,11 @@ inline void tile_rows(const FillJob& j, const FillTables& tab, const rng::KeySch
       const std::uint64_t hi = std::min(count, e > m0 ? e - m0 : 0);
       if (lo >= hi) continue;
       const auto mask = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-      const __m512i v = element_lanes<T, K>(c, w, q);
+      const __m512 v = element_values<T, K>(c, w, q);
       if constexpr (T == DType::f32) {
-        _mm512_mask_storeu_epi32(out + m0, mask, v);
+        _mm512_mask_storeu_ps(out + m0, mask, v);
       } else {
-        _mm256_mask_storeu_epi16(out + m0, mask, _mm512_cvtepi32_epi16(v));
+        _mm256_mask_storeu_epi16(out + m0, mask, round16<T>(v));
       }
     }
   }
