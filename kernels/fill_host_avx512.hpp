@@ -11,7 +11,7 @@
 // - The transform runs on 16 lanes of one word (fp32) or one half-word (fp16/bf16) of every block:
 //   structure of arrays, so a gather reads the table for 16 elements.
 // - Contiguous memory wants the blocks one after the other: packed half-words, then a 4 x 16
-//   transpose of 32-bit words. A transposed tile's memory rows want the lanes as they are.
+//   transpose of 32-bit words (eight vpermt2d). A transposed tile's memory rows want the lanes as they are.
 #pragma once
 
 // GCC 12 warns that the intrinsics' own _mm512_undefined_* pass-through operands may be used
@@ -202,20 +202,22 @@ inline __m512 element_values(const Consts& c, const __m512i (&w)[4], unsigned k)
   }
 }
 
-// Stores p[q] lane i at dst[4 i + q] (64 words): blocks one after the other.
+// Stores p[q] lane i at dst[4 i + q] (64 words): blocks one after the other. Two rounds of
+// two-source permutes: words 0 and 1 of blocks 0-7 and 8-15 interleaved, likewise words 2 and 3, then
+// four blocks' pairs from each.
 inline void store_transposed(void* dst, const __m512i (&p)[4]) {
-  const __m512i t0 = _mm512_unpacklo_epi32(p[0], p[1]), t1 = _mm512_unpackhi_epi32(p[0], p[1]);
-  const __m512i t2 = _mm512_unpacklo_epi32(p[2], p[3]), t3 = _mm512_unpackhi_epi32(p[2], p[3]);
-  // u[i], 128-bit lane j: the words of block 4 j + i.
-  const __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
-  const __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
-  const __m512i v0 = _mm512_shuffle_i32x4(u0, u1, 0x44), v1 = _mm512_shuffle_i32x4(u2, u3, 0x44);
-  const __m512i v2 = _mm512_shuffle_i32x4(u0, u1, 0xee), v3 = _mm512_shuffle_i32x4(u2, u3, 0xee);
+  const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+  const __m512i a0 = _mm512_permutex2var_epi32(p[0], lo, p[1]), a1 = _mm512_permutex2var_epi32(p[0], hi, p[1]);
+  const __m512i b0 = _mm512_permutex2var_epi32(p[2], lo, p[3]), b1 = _mm512_permutex2var_epi32(p[2], hi, p[3]);
+  // Block t of a register pair: words 2t, 2t + 1 of a, then of b.
+  const __m512i first = _mm512_set_epi32(23, 22, 7, 6, 21, 20, 5, 4, 19, 18, 3, 2, 17, 16, 1, 0);
+  const __m512i second = _mm512_set_epi32(31, 30, 15, 14, 29, 28, 13, 12, 27, 26, 11, 10, 25, 24, 9, 8);
   auto* out = static_cast<__m512i*>(dst);
-  _mm512_storeu_si512(out + 0, _mm512_shuffle_i32x4(v0, v1, 0x88));
-  _mm512_storeu_si512(out + 1, _mm512_shuffle_i32x4(v0, v1, 0xdd));
-  _mm512_storeu_si512(out + 2, _mm512_shuffle_i32x4(v2, v3, 0x88));
-  _mm512_storeu_si512(out + 3, _mm512_shuffle_i32x4(v2, v3, 0xdd));
+  _mm512_storeu_si512(out + 0, _mm512_permutex2var_epi32(a0, first, b0));
+  _mm512_storeu_si512(out + 1, _mm512_permutex2var_epi32(a0, second, b0));
+  _mm512_storeu_si512(out + 2, _mm512_permutex2var_epi32(a1, first, b1));
+  _mm512_storeu_si512(out + 3, _mm512_permutex2var_epi32(a1, second, b1));
 }
 
 // As contiguous_batches_portable: memory elements [m, e), both multiples of 16 blocks.
