@@ -58,17 +58,21 @@ inline void contiguous_batches_portable(const FillParams& p, const FillTables& t
     BatchWords bw;
     philox_batch(ks, g, bw);
     storage_t<T>* dst = out + m;
+    // The words in memory order first, so the transform below is one loop over contiguous inputs.
+    std::uint32_t bits[4 * batch_blocks];
+    for (unsigned i = 0; i < batch_blocks; ++i)
+      for (unsigned q = 0; q < 4; ++q) bits[4 * i + q] = bw.w[q][i];
     if constexpr (T == DType::f32) {
-      for (unsigned i = 0; i < batch_blocks; ++i)
-        for (unsigned q = 0; q < 4; ++q) dst[4 * i + q] = f32_value<K>(p, bw.w[q][i], tab.cubic);
+      for (unsigned k = 0; k < per_batch; ++k) dst[k] = f32_value<K>(p, bits[k], tab.cubic);
     } else {
       // Values first, then the whole batch rounded at once (to nearest even, as to_storage does).
+      std::uint32_t codes[per_batch];
+      for (unsigned k = 0; k < 4 * batch_blocks; ++k) {
+        codes[2 * k] = bits[k] & 0xffffu;
+        codes[2 * k + 1] = bits[k] >> 16;
+      }
       alignas(64) float values[per_batch];
-      for (unsigned i = 0; i < batch_blocks; ++i)
-        for (unsigned k = 0; k < 8; ++k) {
-          const std::uint32_t code = (bw.w[k / 2][i] >> (16 * (k % 2))) & 0xffffu;
-          values[8 * i + k] = half_value<K>(p, code, tab.node16);
-        }
+      for (unsigned k = 0; k < per_batch; ++k) values[k] = half_value<K>(p, codes[k], tab.node16);
       round_floats(T, values, dst, per_batch);
     }
   }
