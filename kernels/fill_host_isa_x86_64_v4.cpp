@@ -1,4 +1,5 @@
 // The host fill loops for x86-64-v4: AVX-512 F/BW/DQ/VL (Skylake-SP, Zen 4 and later).
+#include "fill_host_avx512.hpp"
 #include "fill_host_loops.hpp"
 
 namespace layerinit::detail {

@@ -15,15 +15,73 @@
 namespace layerinit {
 namespace {
 
-// Elements per batch: 8 Philox blocks of fp16/bf16 (16 of fp32). The loops over a batch have no
-// branches the compiler cannot if-convert, so they vectorize; each element's value is still
-// block_element() of its own block.
-constexpr std::uint64_t batch = 64;
+// Blocks per batch: one AVX-512 lane (of 32-bit words) each. A batch is 128 fp16/bf16 or 64 fp32
+// elements.
+constexpr unsigned batch_blocks = 16;
+
+// Word q of the batch's block i at w[q][i]: Philox in structure-of-arrays form.
+struct BatchWords {
+  alignas(64) std::uint32_t w[4][batch_blocks];
+};
+
+// Philox4x32-10 of the blocks with counters g[0..15] (high counter words 0), the rounds of
+// rng::group_bits written out over lanes so they vectorize: one 32x32 -> 64 bit product per
+// multiplier and lane, the key schedule hoisted. Bit for bit the library's blocks (tests/test_fill.cpp).
+inline void philox_batch(const rng::KeySchedule& ks, const std::uint64_t (&g)[batch_blocks], BatchWords& out) {
+  for (unsigned i = 0; i < batch_blocks; ++i) {
+    std::uint32_t c0 = static_cast<std::uint32_t>(g[i]), c1 = static_cast<std::uint32_t>(g[i] >> 32), c2 = 0, c3 = 0;
+#pragma GCC unroll 10
+    for (int r = 0; r < 10; ++r) {
+      const std::uint64_t p0 = std::uint64_t{c0} * 0xD2511F53u;  // PHILOX_M4x32_0
+      const std::uint64_t p1 = std::uint64_t{c2} * 0xCD9E8D57u;  // PHILOX_M4x32_1
+      c0 = static_cast<std::uint32_t>(p1 >> 32) ^ c1 ^ ks.k0[r];
+      c2 = static_cast<std::uint32_t>(p0 >> 32) ^ c3 ^ ks.k1[r];
+      c1 = static_cast<std::uint32_t>(p1);
+      c3 = static_cast<std::uint32_t>(p0);
+    }
+    out.w[0][i] = c0;
+    out.w[1][i] = c1;
+    out.w[2][i] = c2;
+    out.w[3][i] = c3;
+  }
+}
+
+// The portable batches: memory elements [m, e) of a non-transposed job, m and e multiples of the
+// batch (batch_blocks * n elements), out[m]: memory element m.
+template <DType T, FillKind K>
+inline void contiguous_batches_portable(const FillParams& p, const FillTables& tab, const rng::KeySchedule& ks,
+                                        storage_t<T>* out, std::uint64_t m, std::uint64_t e) {
+  constexpr std::uint64_t n = elements_per_block(T), per_batch = batch_blocks * n;
+  for (; m < e; m += per_batch) {
+    std::uint64_t g[batch_blocks];
+    for (unsigned i = 0; i < batch_blocks; ++i) g[i] = m / n + i;
+    BatchWords bw;
+    philox_batch(ks, g, bw);
+    storage_t<T>* dst = out + m;
+    // The words in memory order first, so the transform below is one loop over contiguous inputs.
+    std::uint32_t bits[4 * batch_blocks];
+    for (unsigned i = 0; i < batch_blocks; ++i)
+      for (unsigned q = 0; q < 4; ++q) bits[4 * i + q] = bw.w[q][i];
+    if constexpr (T == DType::f32) {
+      for (unsigned k = 0; k < per_batch; ++k) dst[k] = f32_value<K>(p, bits[k], tab.cubic);
+    } else {
+      // Values first, then the whole batch rounded at once (to nearest even, as to_storage does).
+      std::uint32_t codes[per_batch];
+      for (unsigned k = 0; k < 4 * batch_blocks; ++k) {
+        codes[2 * k] = bits[k] & 0xffffu;
+        codes[2 * k + 1] = bits[k] >> 16;
+      }
+      alignas(64) float values[per_batch];
+      for (unsigned k = 0; k < per_batch; ++k) values[k] = half_value<K>(p, codes[k], tab.node16);
+      round_floats(T, values, dst, per_batch);
+    }
+  }
+}
 
 // Memory elements [b, e) of a non-transposed job, one whole block at a time outside the batches.
 template <DType T, FillKind K>
 inline void fill_contiguous(const FillJob& j, std::uint64_t b, std::uint64_t e, const FillTables& tab) {
-  constexpr std::uint64_t n = elements_per_block(T);
+  constexpr std::uint64_t n = elements_per_block(T), per_batch = batch_blocks * n;
   auto* out = static_cast<storage_t<T>*>(j.dst) - j.begin;  // out[m]: memory element m
   const FillParams p = j.params;
   const rng::KeySchedule ks = rng::key_schedule(j.key);
@@ -33,30 +91,15 @@ inline void fill_contiguous(const FillJob& j, std::uint64_t b, std::uint64_t e, 
     for (; m < stop; ++m) out[m] = block_element<T, K>(p, blk, static_cast<unsigned>(m % n), tab);
   };
   std::uint64_t m = b;
-  for (; m < e && m % batch != 0; m = std::min(e, (m / n + 1) * n)) part(m, std::min(e, (m / n + 1) * n));
-  for (; m + batch <= e; m += batch) {
-    storage_t<T>* dst = out + m;
-    if constexpr (T == DType::f32) {
-      std::uint32_t bits[batch];
-      for (std::uint64_t g = 0; g < batch / 4; ++g) {
-        const rng::Block blk = rng::group_bits(ks, m / 4 + g);
-        for (unsigned q = 0; q < 4; ++q) bits[4 * g + q] = blk.w[q];
-      }
-      for (std::uint64_t k = 0; k < batch; ++k) dst[k] = f32_value<K>(p, bits[k], tab.cubic);
-    } else {
-      std::uint32_t codes[batch];
-      for (std::uint64_t g = 0; g < batch / 8; ++g) {
-        const rng::Block blk = rng::group_bits(ks, m / 8 + g);
-        for (unsigned q = 0; q < 4; ++q) {
-          codes[8 * g + 2 * q] = blk.w[q] & 0xffffu;
-          codes[8 * g + 2 * q + 1] = blk.w[q] >> 16;
-        }
-      }
-      // Values first, then the whole batch rounded at once (to nearest even, as to_storage does).
-      alignas(64) float values[batch];
-      for (std::uint64_t k = 0; k < batch; ++k) values[k] = half_value<K>(p, codes[k], tab.node16);
-      round_floats(T, values, dst, batch);
-    }
+  for (; m < e && m % per_batch != 0; m = std::min(e, (m / n + 1) * n)) part(m, std::min(e, (m / n + 1) * n));
+  const std::uint64_t batches_end = m < e ? m + (e - m) / per_batch * per_batch : m;
+  if (batches_end > m) {
+#if defined(LAYERINIT_FILL_HOST_AVX512)
+    avx512::contiguous_batches<T, K>(p, tab, ks, out, m, batches_end);
+#else
+    contiguous_batches_portable<T, K>(p, tab, ks, out, m, batches_end);
+#endif
+    m = batches_end;
   }
   while (m < e) {
     const std::uint64_t stop = std::min(e, (m / n + 1) * n);
@@ -65,24 +108,54 @@ inline void fill_contiguous(const FillJob& j, std::uint64_t b, std::uint64_t e, 
   }
 }
 
+// The value of element k of batch block i, before rounding for fp16/bf16.
+template <DType T, FillKind K>
+inline float batch_value(const FillParams& p, const FillTables& tab, const BatchWords& bw, unsigned k, unsigned i) {
+  if constexpr (T == DType::f32) {
+    return f32_value<K>(p, bw.w[k][i], tab.cubic);
+  } else {
+    return half_value<K>(p, (bw.w[k / 2][i] >> (16 * (k % 2))) & 0xffffu, tab.node16);
+  }
+}
+
+// The portable tile rows: logical rows [r, r + count) (count <= batch_blocks) of a transposed tile,
+// one block per row; element q of row r + i goes to memory element (c0 + q) * rows + r + i, written
+// where it lies in [b, e).
+template <DType T, FillKind K>
+inline void tile_rows_portable(const FillJob& j, const FillTables& tab, const rng::KeySchedule& ks, std::uint64_t c0,
+                               std::uint64_t r, unsigned count, std::uint64_t b, std::uint64_t e) {
+  constexpr unsigned n = elements_per_block(T);
+  auto* out = static_cast<storage_t<T>*>(j.dst) - j.begin;
+  std::uint64_t g[batch_blocks];
+  for (unsigned i = 0; i < batch_blocks; ++i) g[i] = ((r + std::min(i, count - 1)) * j.cols + c0) / n;
+  BatchWords bw;
+  philox_batch(ks, g, bw);
+  for (unsigned q = 0; q < n; ++q) {
+    const std::uint64_t m0 = (c0 + q) * j.rows + r;  // memory element of row r + 0
+    if (m0 >= e || m0 + count <= b) continue;
+    alignas(64) float values[batch_blocks];
+    for (unsigned i = 0; i < count; ++i) values[i] = batch_value<T, K>(j.params, tab, bw, q, i);
+    storage_t<T> rounded[batch_blocks];
+    round_floats(T, values, rounded, count);
+    for (unsigned i = 0; i < count; ++i)
+      if (m0 + i >= b && m0 + i < e) out[m0 + i] = rounded[i];
+  }
+}
+
 // Transposed job, memory [cols, rows]: the memory elements in [b, e) of memory rows c0 .. c0 + n - 1
 // (c0 a multiple of n, cols a multiple of n), for logical rows r in [r0, r1). The block of logical
-// (r, c0 .. c0 + n - 1) feeds one element of each of the n memory rows, so every block is drawn once.
+// (r, c0 .. c0 + n - 1) feeds one element of each of the n memory rows, so every block is drawn once;
+// batch_blocks logical rows at a time, so each memory row gets a run of consecutive elements.
 template <DType T, FillKind K>
 inline void fill_transposed_tile(const FillJob& j, std::uint64_t c0, std::uint64_t r0, std::uint64_t r1,
                                  std::uint64_t b, std::uint64_t e, const FillTables& tab) {
-  constexpr std::uint64_t n = elements_per_block(T);
-  auto* out = static_cast<storage_t<T>*>(j.dst) - j.begin;
-  const FillParams p = j.params;
   const rng::KeySchedule ks = rng::key_schedule(j.key);
-  const std::uint64_t nc = std::min<std::uint64_t>(n, j.cols - c0);
-  for (std::uint64_t r = r0; r < r1; ++r) {
-    const rng::Block blk = rng::group_bits(ks, (r * j.cols + c0) / n);
-    for (std::uint64_t q = 0; q < nc; ++q) {
-      const std::uint64_t m = (c0 + q) * j.rows + r;
-      if (m >= b && m < e) out[m] = block_element<T, K>(p, blk, static_cast<unsigned>(q), tab);
-    }
-  }
+#if defined(LAYERINIT_FILL_HOST_AVX512)
+  avx512::tile_rows<T, K>(j, tab, ks, c0, r0, r1, b, e);
+#else
+  for (std::uint64_t r = r0; r < r1; r += batch_blocks)
+    tile_rows_portable<T, K>(j, tab, ks, c0, r, static_cast<unsigned>(std::min<std::uint64_t>(batch_blocks, r1 - r)), b, e);
+#endif
 }
 
 template <DType T, FillKind K>
