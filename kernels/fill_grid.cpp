@@ -11,7 +11,8 @@ namespace {
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0); }
 
-Job plan_job(const FillJob& job, unsigned threads) {
+// The job's path and its tasks for blocks of `threads` threads.
+Job plan_job(const FillJob& job, unsigned threads, std::uint64_t& tasks) {
   Job g;
   FillJob j = job;
   if (j.runs > 1 && j.stride == j.end - j.begin) {  // runs that touch are one run
@@ -30,7 +31,7 @@ Job plan_job(const FillJob& job, unsigned threads) {
     g.head = std::min<std::uint64_t>(count, (vector_bytes - addr % vector_bytes) % vector_bytes / es);
     g.nvec = (count - g.head) / (vector_bytes / es);
     g.aligned = (j.begin + g.head) % n == 0;
-    g.tasks = std::max<std::uint64_t>(1, ceil_div(g.nvec, vectors_per_thread * threads));
+    tasks = std::max<std::uint64_t>(1, ceil_div(g.nvec, vectors_per_thread * threads));
     return g;
   }
   if (!j.transposed || constant) {
@@ -41,7 +42,8 @@ Job plan_job(const FillJob& job, unsigned threads) {
       g.nvec = j.runs * g.run_vectors;
       g.gap = (j.stride - len) / n;
       g.aligned = j.begin % n == 0;
-      g.tasks = ceil_div(g.nvec, vectors_per_thread * threads);
+      g.first_block = j.begin / n;
+      tasks = ceil_div(g.nvec, vectors_per_thread * threads);
       return g;
     }
   } else {
@@ -58,13 +60,14 @@ Job plan_job(const FillJob& job, unsigned threads) {
         (rows.begin / j.rows) % n == 0 && r_first % n == 0 && row_len % n == 0 && addr % vector_bytes == 0) {
       g.job = rows;
       g.path = Path::tiles;
+      g.first_block = (r_first * j.cols + rows.begin / j.rows) / n;
       g.nvec = row_len / n;
-      g.tasks = rows.runs / n * ceil_div(g.nvec, tiles_per_thread * threads);
+      tasks = rows.runs / n * ceil_div(g.nvec, tiles_per_thread * threads);
       return g;
     }
   }
   g.path = Path::scalars;
-  g.tasks = ceil_div(count, scalars_per_thread * threads);
+  tasks = ceil_div(count, scalars_per_thread * threads);
   return g;
 }
 
@@ -83,10 +86,11 @@ std::vector<Launch> plan_launches(std::span<const FillJob> jobs, unsigned thread
       out.back().dtype = j.dtype;
     }
     Launch& L = out.back();
-    Job g = plan_job(j, threads);
+    std::uint64_t tasks = 0;
+    Job g = plan_job(j, threads, tasks);
     g.first_task = L.tasks;
     L.needs_table |= j.params.kind == FillKind::normal || j.params.kind == FillKind::trunc_normal;
-    L.tasks += g.tasks;
+    L.tasks += tasks;
     L.jobs[L.n_jobs++] = g;
   }
   return out;

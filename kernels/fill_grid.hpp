@@ -47,14 +47,16 @@ enum class Path : std::uint8_t { vectors, run_vectors, tiles, scalars };
 // in 32 bits (a run of 2^34 elements with a stride: no model has one).
 constexpr std::uint64_t max_run_vectors = 1ull << 31;
 
+// A job as the kernel sees it: what its task functions need, computed once on the host (no division
+// by a job's sizes per thread where avoidable). Kept small: max_grid_jobs of them are one parameter.
 struct Job {
   FillJob job;                   // tiles: one run of whole memory rows as runs of one row each
   std::uint64_t first_task = 0;  // tasks of the launch's earlier jobs
-  std::uint64_t tasks = 0;
   std::uint64_t head = 0;        // vectors: scalar elements before the first vector
   std::uint64_t nvec = 0;        // (run) vectors: 16-byte vectors after them; tiles: logical-row tiles per group
   std::uint64_t run_vectors = 0; // run vectors: vectors per run (< max_run_vectors)
   std::uint64_t gap = 0;         // run vectors: blocks between one run's end and the next's start
+  std::uint64_t first_block = 0; // run vectors, tiles: the Philox block of the job's first element
   Path path = Path::scalars;
   bool aligned = false;          // (run) vectors: the first vector starts a Philox block
 };
@@ -175,7 +177,7 @@ LAYERINIT_HD void run_vectors_task(const Job& g, std::uint64_t t, unsigned tid, 
   std::uint32_t i = static_cast<std::uint32_t>(v - r * per_run);  // i + rem < 2^32: both below 2^31
   const std::uint32_t q = threads / per_run, rem = threads - q * per_run;
   const std::uint64_t step = threads + q * gap;
-  std::uint64_t blk = j.begin / n + v + r * gap;
+  std::uint64_t blk = g.first_block + v + r * gap;
   storage_t<T>* const out = static_cast<storage_t<T>*>(j.dst);
   if (g.aligned) {
     for (; v < v_end; v += threads) {
@@ -207,31 +209,32 @@ LAYERINIT_HD void tiles_task(const Job& g, std::uint64_t t, unsigned tid, unsign
   rng::KeySchedule key = rng::key_schedule(j.key);
   rng::pin_in_registers(key);
   const FillParams p = j.params;
-  // Run c of the job is memory row c_first + c, logical rows [r_first, r_first + len), dense at
-  // dst + c * len.
+  // Run c of the job is memory row c_first + c over logical rows [r_first, r_first + len), dense at
+  // dst + c * len; a group is n runs.
   const std::uint64_t len = j.end - j.begin;
-  const std::uint64_t c_first = j.begin / j.rows, r_first = j.begin - c_first * j.rows;
   const std::uint64_t per_task = tiles_per_thread * threads;       // logical-row tiles per task
   const std::uint64_t tasks_per_group = (g.nvec + per_task - 1) / per_task;
   const std::uint64_t group = t / tasks_per_group;
-  const std::uint64_t c0 = c_first + group * n;  // first memory row of the group
   const std::uint64_t rt_begin = (t % tasks_per_group) * per_task;
   const std::uint64_t rt_end = rt_begin + per_task < g.nvec ? rt_begin + per_task : g.nvec;
-  // Logical (r, c0) is element r * cols + c0, block (r * cols + c0) / n = r * (cols / n) + c0 / n.
-  const std::uint64_t blocks_per_row = j.cols / n, block0 = r_first * blocks_per_row + c0 / n;
+  // Logical (r_first + r, c) is element (r_first + r) * cols + c: block r * (cols / n) + the block of
+  // (r_first, c), and c = c_first + group * n adds group to the job's first block.
+  const std::uint64_t blocks_per_row = j.cols / n, block0 = g.first_block + group;
   storage_t<T>* const row0 = static_cast<storage_t<T>*>(j.dst) + group * n * len;  // memory row c0
-  for (std::uint64_t rt = rt_begin + tid; rt < rt_end; rt += threads) {
-    // Tile: logical rows r_first + r0 .. + n - 1 (memory columns), memory rows c0 .. c0 + n - 1.
-    const std::uint64_t r0 = rt * n;
-    Vec16 v[n] = {};  // v[q]: memory row c0 + q, logical rows r_first + r0 .. + n - 1
+  // Tile rt: logical rows r_first + rt * n .. + n - 1 (memory columns), memory rows c0 .. c0 + n - 1
+  // (c0 = c_first + group * n); its first block and its place in memory row c0, stepped per tile.
+  std::uint64_t rt = rt_begin + tid;
+  storage_t<T>* out = row0 + rt * n;
+  for (; rt < rt_end; rt += threads, out += std::uint64_t{threads} * n) {
+    Vec16 v[n] = {};  // v[q]: memory row c0 + q
     LAYERINIT_UNROLL
     for (unsigned k = 0; k < n; ++k) {
-      const rng::Block b = rng::group_bits(key, (r0 + k) * blocks_per_row + block0);
+      const rng::Block b = rng::group_bits(key, (rt * n + k) * blocks_per_row + block0);
       LAYERINIT_UNROLL
       for (unsigned q = 0; q < n; ++q) put<T>(v[q], k, block_element<T, K>(p, b, q, tab));
     }
     LAYERINIT_UNROLL
-    for (unsigned q = 0; q < n; ++q) store16(row0 + q * len + r0, v[q]);
+    for (unsigned q = 0; q < n; ++q) store16(out + q * len, v[q]);
   }
 }
 
