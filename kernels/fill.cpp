@@ -306,3 +306,41 @@ FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t see
 }
 
 }  // namespace layerinit
+
+namespace layerinit {
+
+FillJob run_job(const FillJob& j, std::uint64_t r) {
+  FillJob out = j;
+  out.runs = 1;
+  out.begin = j.begin + r * j.stride;
+  out.end = j.end + r * j.stride;
+  out.dst = static_cast<unsigned char*>(j.dst) + r * (j.end - j.begin) * dtype_size(j.dtype);
+  return out;
+}
+
+void check_fill_job(const FillJob& j, std::string_view who) {
+  auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(who) + ": " + what); };
+  if (j.end < j.begin) fail("job with end < begin");
+  if (j.runs == 0 || j.end == j.begin) return;
+  if (j.dtype != DType::f32 && j.dtype != DType::f16 && j.dtype != DType::bf16) fail("job with an unknown dtype");
+  const std::uint64_t len = j.end - j.begin;
+  // The last run's end, begin + (runs - 1) * stride + len, below 2^64.
+  std::uint64_t last_end = j.end;
+  if (j.runs > 1) {
+    if (j.stride < len)
+      fail("job of " + std::to_string(j.runs) + " runs of " + std::to_string(len) + " elements with stride " +
+           std::to_string(j.stride) + ": runs overlap (stride < run length)");
+    if (j.stride > (UINT64_MAX - j.end) / (j.runs - 1))
+      fail("job of " + std::to_string(j.runs) + " runs with stride " + std::to_string(j.stride) + " from element " +
+           std::to_string(j.begin) + ": its last run ends past 2^64");
+    last_end = j.end + (j.runs - 1) * j.stride;
+    if (j.runs > UINT64_MAX / dtype_size(j.dtype) / len)
+      fail("job of " + std::to_string(j.runs) + " runs of " + std::to_string(len) + " elements: more than 2^64 bytes");
+  }
+  if (j.dst == nullptr) fail("job with a null dst");
+  if (reinterpret_cast<std::uintptr_t>(j.dst) % dtype_size(j.dtype) != 0) fail("dst is not aligned to its element size");
+  if (j.transposed && (j.rows == 0 || j.cols == 0 || j.rows > UINT64_MAX / j.cols || j.rows * j.cols < last_end))
+    fail("transposed job needs rows * cols >= end (without overflow)");
+}
+
+}  // namespace layerinit

@@ -99,12 +99,19 @@ struct FillParams {
 // refused (docs/spec.md). Throws std::invalid_argument naming the problem.
 FillParams prepare_fill(const FillSpec& spec, DType t);
 
-// One contiguous run of memory of one tensor to fill.
+// A 2-level box of one tensor's memory to fill: `runs` runs of memory elements, run r covering the
+// tensor's memory elements [begin + r * stride, end + r * stride), written densely one after another
+// at dst (run r at dst + r * (end - begin) elements). runs = 1 (the default) is one contiguous run
+// and ignores stride; a shard split in a non-leading dimension ([out, in / T], [L, out, in / T]) is
+// one job of many runs. Valid when runs <= 1 or stride >= end - begin, and the last run ends below
+// 2^64 (check_fill_job).
 struct FillJob {
   void* dst = nullptr;        // memory element `begin` of the tensor
   std::uint64_t key = 0;      // philox_key(seed, tensor_key(name))
-  std::uint64_t begin = 0;    // memory elements [begin, end) of the tensor
+  std::uint64_t begin = 0;    // run 0: memory elements [begin, end) of the tensor
   std::uint64_t end = 0;
+  std::uint64_t runs = 1;     // runs of end - begin elements (0: nothing to fill)
+  std::uint64_t stride = 0;   // memory elements from one run's start to the next (runs > 1)
   std::uint64_t rows = 0;     // logical shape seen as [rows, cols] (cols = last dim)
   std::uint64_t cols = 0;
   FillParams params{};
@@ -115,6 +122,19 @@ struct FillJob {
 // A job that fills a whole tensor of `numel` elements stored at dst.
 FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t seed,
                       std::string_view canonical_name, const FillSpec& spec);
+
+// Elements a job writes: runs * (end - begin) (valid jobs only: end >= begin).
+LAYERINIT_HD constexpr std::uint64_t job_elements(const FillJob& j) { return j.runs * (j.end - j.begin); }
+
+// Run r of a job (r < runs) as a job of its own: runs = 1, its memory elements and its dst.
+FillJob run_job(const FillJob& j, std::uint64_t r);
+
+// The checks every fill (host, CUDA, simulated) makes of a job before it writes: end >= begin,
+// runs > 1 only with stride >= end - begin and a last run that ends below 2^64 (and whose dense
+// output fits 2^64 bytes), a known dtype, a non-null dst aligned to its element size, and for a
+// transposed job rows * cols >= the last run's end. `who` starts the message ("fill"). Throws
+// std::invalid_argument with one line naming the problem.
+void check_fill_job(const FillJob& j, std::string_view who);
 
 // The tables the transforms read. The host passes its static arrays (host_fill_tables()); the CUDA
 // kernels pass their shared-memory copies.

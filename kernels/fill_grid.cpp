@@ -11,65 +11,86 @@ namespace {
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0); }
 
-Job plan_job(const FillJob& j, unsigned threads) {
+// The job's path and its tasks for blocks of `threads` threads.
+Job plan_job(const FillJob& job, unsigned threads, std::uint64_t& tasks) {
   Job g;
-  g.job = j;
+  FillJob j = job;
+  if (j.runs > 1 && j.stride == j.end - j.begin) {  // runs that touch are one run
+    j.end = j.begin + j.runs * j.stride;
+    j.runs = 1;
+  }
   const std::uint64_t es = dtype_size(j.dtype);
-  const std::uint64_t n = elements_per_block(j.dtype);
-  const std::uint64_t count = j.end - j.begin;
+  const std::uint64_t n = elements_per_block(j.dtype);  // = elements per 16-byte vector
+  const std::uint64_t len = j.end - j.begin;
+  const std::uint64_t count = job_elements(j);
   const auto addr = reinterpret_cast<std::uintptr_t>(j.dst);
-  if (!j.transposed || j.params.kind == FillKind::constant) {  // a constant's values do not care where they sit
+  g.job = j;
+  const bool constant = j.params.kind == FillKind::constant;  // its values do not care where they sit
+  if ((!j.transposed || constant) && j.runs == 1) {
     g.path = Path::vectors;
     g.head = std::min<std::uint64_t>(count, (vector_bytes - addr % vector_bytes) % vector_bytes / es);
     g.nvec = (count - g.head) / (vector_bytes / es);
     g.aligned = (j.begin + g.head) % n == 0;
-    g.tasks = std::max<std::uint64_t>(1, ceil_div(g.nvec, vectors_per_thread * threads));
+    tasks = std::max<std::uint64_t>(1, ceil_div(g.nvec, vectors_per_thread * threads));
     return g;
   }
-  // Memory element 0 of the tensor sits begin elements before dst (mod 16 is all that matters).
-  const std::uint64_t base = static_cast<std::uint64_t>(addr) - j.begin * es;
-  const std::uint64_t group = j.rows * n;  // elements of n memory rows; rows * n <= rows * cols
-  if (j.cols % n == 0 && j.rows % n == 0 && base % vector_bytes == 0 && j.begin % group == 0 && j.end % group == 0) {
-    g.path = Path::tiles;
-    g.nvec = j.rows / n;
-    g.groups = count / group;
-    g.tasks = g.groups * ceil_div(g.nvec, tiles_per_thread * threads);
-    return g;
+  if (!j.transposed || constant) {
+    // Several runs, each whole vectors from a 16-byte address and at the same place in its block.
+    if (addr % vector_bytes == 0 && len % n == 0 && (constant || j.stride % n == 0) && len / n < max_run_vectors) {
+      g.path = Path::run_vectors;
+      g.run_vectors = len / n;
+      g.nvec = j.runs * g.run_vectors;
+      g.gap = (j.stride - len) / n;
+      g.aligned = j.begin % n == 0;
+      g.first_block = j.begin / n;
+      tasks = ceil_div(g.nvec, vectors_per_thread * threads);
+      return g;
+    }
+  } else {
+    // Tiles need runs that each lie in one memory row, row after row: one run of whole memory rows is
+    // such runs, one per row.
+    FillJob rows = j;
+    if (j.runs == 1 && j.begin % j.rows == 0 && j.end % j.rows == 0) {
+      rows.runs = len / j.rows;
+      rows.end = j.begin + j.rows;
+      rows.stride = j.rows;
+    }
+    const std::uint64_t row_len = rows.end - rows.begin, r_first = rows.begin % j.rows;
+    if (j.cols % n == 0 && rows.runs % n == 0 && rows.stride == j.rows && r_first + row_len <= j.rows &&
+        (rows.begin / j.rows) % n == 0 && r_first % n == 0 && row_len % n == 0 && addr % vector_bytes == 0) {
+      g.job = rows;
+      g.path = Path::tiles;
+      g.first_block = (r_first * j.cols + rows.begin / j.rows) / n;
+      g.nvec = row_len / n;
+      tasks = rows.runs / n * ceil_div(g.nvec, tiles_per_thread * threads);
+      return g;
+    }
   }
   g.path = Path::scalars;
-  g.tasks = ceil_div(count, scalars_per_thread * threads);
+  tasks = ceil_div(count, scalars_per_thread * threads);
   return g;
 }
 
 }  // namespace
 
 void check_grid_jobs(std::span<const FillJob> jobs) {
-  for (const FillJob& j : jobs) {
-    LAYERINIT_EXPECTS(j.end >= j.begin, "fill: job with end < begin");
-    if (j.end == j.begin) continue;
-    LAYERINIT_EXPECTS(j.dtype == DType::f32 || j.dtype == DType::f16 || j.dtype == DType::bf16, "fill: unknown dtype");
-    LAYERINIT_EXPECTS(j.dst != nullptr, "fill: job with a null dst");
-    LAYERINIT_EXPECTS(reinterpret_cast<std::uintptr_t>(j.dst) % dtype_size(j.dtype) == 0,
-                      "fill: dst is not aligned to its element size");
-    if (j.transposed)
-      LAYERINIT_EXPECTS(j.rows > 0 && j.cols > 0 && j.rows <= UINT64_MAX / j.cols && j.rows * j.cols >= j.end,
-                        "fill: transposed job needs rows * cols >= end");
-  }
+  for (const FillJob& j : jobs) check_fill_job(j, "fill");
 }
 
 std::vector<Launch> plan_launches(std::span<const FillJob> jobs, unsigned threads) {
   std::vector<Launch> out;
   for (const FillJob& j : jobs) {
-    if (j.end == j.begin) continue;
+    if (job_elements(j) == 0) continue;
     if (out.empty() || out.back().n_jobs == max_grid_jobs || out.back().dtype != j.dtype) {
       out.emplace_back();
       out.back().dtype = j.dtype;
     }
     Launch& L = out.back();
-    Job g = plan_job(j, threads);
+    std::uint64_t tasks = 0;
+    Job g = plan_job(j, threads, tasks);
     g.first_task = L.tasks;
     L.needs_table |= j.params.kind == FillKind::normal || j.params.kind == FillKind::trunc_normal;
-    L.tasks += g.tasks;
+    L.tasks += tasks;
     L.jobs[L.n_jobs++] = g;
   }
   return out;

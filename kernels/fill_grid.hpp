@@ -3,16 +3,24 @@
 // on the CPU, so CI checks the kernel's index logic against fill_host without a GPU.
 //
 // A launch holds up to max_grid_jobs jobs (passed by value as a __grid_constant__ kernel parameter:
-// no allocation and no copy per fill). Each job is cut into tasks, one block's work at a time, along
-// one of three paths:
-// - vectors (not transposed): scalar head elements up to the first 16-byte aligned address, 16-byte
-//   vectors (8 fp16/bf16 or 4 fp32 elements: one Philox block each when the job's first vector starts
-//   a block, else two), scalar tail elements. A task is `vectors_per_thread` vectors per thread.
-// - tiles (transposed, memory [cols, rows], whole groups of n = elements_per_block memory rows, rows
-//   and the tensor's start aligned to 16 bytes): a thread takes n memory rows x n logical rows, draws
-//   the n blocks of logical (r, c0 .. c0 + n - 1) once and stores n vectors, so no element draws a
-//   block of its own and no index is divided per element.
-// - scalars (anything else: odd shapes, partial rows of a transposed range): element_at per element.
+// no allocation and no copy per fill). A job is a 2-level box (FillJob: `runs` runs of memory, dense
+// at dst), so a shard split in a non-leading dimension is one job, not one per row. Each job is cut
+// into tasks, one block's work at a time, along one of four paths:
+// - vectors (not transposed, one run): scalar head elements up to the first 16-byte aligned address,
+//   16-byte vectors (8 fp16/bf16 or 4 fp32 elements: one Philox block each when the job's first vector
+//   starts a block, else two), scalar tail elements. A task is `vectors_per_thread` vectors per thread.
+// - run vectors (not transposed, several runs of whole vectors: dst 16-byte aligned, run length and
+//   stride multiples of the vector's elements): the same store loops over the dense output; each
+//   thread finds its run once per task (one division) and walks runs forward by adding, so no run
+//   needs a head or a tail and no index is divided per vector. A run that starts a block takes the
+//   aligned loop.
+// - tiles (transposed, memory [cols, rows]: whole groups of n = elements_per_block memory rows, each
+//   row's window of logical rows starting at a multiple of n and n-vectors long, dst 16-byte aligned;
+//   one run of whole memory rows counts as runs of rows): a thread takes n memory rows x n logical
+//   rows, draws the n blocks of logical (r, c0 .. c0 + n - 1) once and stores n vectors, so no element
+//   draws a block of its own and no index is divided per element.
+// - scalars (anything else: odd shapes, partial rows of a transposed range, runs that break vectors):
+//   element_at per element, runs walked forward by adding.
 // The split changes which thread writes an element, never its value.
 #pragma once
 
@@ -33,17 +41,24 @@ constexpr std::uint64_t vectors_per_thread = 4;
 constexpr std::uint64_t scalars_per_thread = 4;
 constexpr std::uint64_t tiles_per_thread = 1;
 
-enum class Path : std::uint8_t { vectors, tiles, scalars };
+enum class Path : std::uint8_t { vectors, run_vectors, tiles, scalars };
 
+// Runs of more vectors than this take the scalars path, so the run-vector loops count within a run
+// in 32 bits (a run of 2^34 elements with a stride: no model has one).
+constexpr std::uint64_t max_run_vectors = 1ull << 31;
+
+// A job as the kernel sees it: what its task functions need, computed once on the host (no division
+// by a job's sizes per thread where avoidable). Kept small: max_grid_jobs of them are one parameter.
 struct Job {
-  FillJob job;
+  FillJob job;                   // tiles: one run of whole memory rows as runs of one row each
   std::uint64_t first_task = 0;  // tasks of the launch's earlier jobs
-  std::uint64_t tasks = 0;
   std::uint64_t head = 0;        // vectors: scalar elements before the first vector
-  std::uint64_t nvec = 0;        // vectors: 16-byte vectors after them; tiles: logical-row tiles per group
-  std::uint64_t groups = 0;      // tiles: groups of n memory rows, the first at memory row begin / rows
+  std::uint64_t nvec = 0;        // (run) vectors: 16-byte vectors after them; tiles: logical-row tiles per group
+  std::uint64_t run_vectors = 0; // run vectors: vectors per run (< max_run_vectors)
+  std::uint64_t gap = 0;         // run vectors: blocks between one run's end and the next's start
+  std::uint64_t first_block = 0; // run vectors, tiles: the Philox block of the job's first element
   Path path = Path::scalars;
-  bool aligned = false;          // vectors: the first vector starts a Philox block
+  bool aligned = false;          // (run) vectors: the first vector starts a Philox block
 };
 
 // One kernel launch: jobs of one dtype.
@@ -141,6 +156,52 @@ LAYERINIT_HD void vectors_task(const Job& g, std::uint64_t t, unsigned tid, unsi
   }
 }
 
+// Vectors over the dense output of a job of several runs, each run_vectors whole vectors: vector v is
+// vector i = v mod run_vectors of run r = v / run_vectors, block g0 + r * stride / n + i = g0 + v + r *
+// gap. A thread divides once per task, then steps `threads` vectors: q whole runs and rem vectors.
+template <DType T, FillKind K>
+LAYERINIT_HD void run_vectors_task(const Job& g, std::uint64_t t, unsigned tid, unsigned threads, const FillTables& tab) {
+  constexpr unsigned n = elements_per_block(T);
+  const FillJob& j = g.job;
+  rng::KeySchedule key = rng::key_schedule(j.key);
+  rng::pin_in_registers(key);
+  const FillParams p = j.params;
+  const std::uint64_t per_task = vectors_per_thread * threads;
+  const std::uint64_t v_end = (t + 1) * per_task < g.nvec ? (t + 1) * per_task : g.nvec;
+  std::uint64_t v = t * per_task + tid;
+  if (v >= v_end) return;
+  const unsigned s = static_cast<unsigned>(j.begin % n);
+  const std::uint64_t gap = g.gap;
+  const auto per_run = static_cast<std::uint32_t>(g.run_vectors);
+  const std::uint64_t r = v / per_run;
+  std::uint32_t i = static_cast<std::uint32_t>(v - r * per_run);  // i + rem < 2^32: both below 2^31
+  const std::uint32_t q = threads / per_run, rem = threads - q * per_run;
+  const std::uint64_t step = threads + q * gap;
+  std::uint64_t blk = g.first_block + v + r * gap;
+  storage_t<T>* const out = static_cast<storage_t<T>*>(j.dst);
+  if (g.aligned) {
+    for (; v < v_end; v += threads) {
+      write_vector<T, K, true>(key, p, blk, 0, out + v * n, tab);
+      blk += step;
+      i += rem;
+      if (i >= per_run) {
+        i -= per_run;
+        blk += gap;
+      }
+    }
+  } else {
+    for (; v < v_end; v += threads) {
+      write_vector<T, K, false>(key, p, blk, s, out + v * n, tab);
+      blk += step;
+      i += rem;
+      if (i >= per_run) {
+        i -= per_run;
+        blk += gap;
+      }
+    }
+  }
+}
+
 template <DType T, FillKind K>
 LAYERINIT_HD void tiles_task(const Job& g, std::uint64_t t, unsigned tid, unsigned threads, const FillTables& tab) {
   constexpr unsigned n = elements_per_block(T);
@@ -148,27 +209,32 @@ LAYERINIT_HD void tiles_task(const Job& g, std::uint64_t t, unsigned tid, unsign
   rng::KeySchedule key = rng::key_schedule(j.key);
   rng::pin_in_registers(key);
   const FillParams p = j.params;
-  const std::uint64_t rows = j.rows;
+  // Run c of the job is memory row c_first + c over logical rows [r_first, r_first + len), dense at
+  // dst + c * len; a group is n runs.
+  const std::uint64_t len = j.end - j.begin;
   const std::uint64_t per_task = tiles_per_thread * threads;       // logical-row tiles per task
   const std::uint64_t tasks_per_group = (g.nvec + per_task - 1) / per_task;
-  const std::uint64_t c0 = j.begin / rows + (t / tasks_per_group) * n;  // first memory row of the group
+  const std::uint64_t group = t / tasks_per_group;
   const std::uint64_t rt_begin = (t % tasks_per_group) * per_task;
   const std::uint64_t rt_end = rt_begin + per_task < g.nvec ? rt_begin + per_task : g.nvec;
-  // Logical (r, c0) is element r * cols + c0, block (r * cols + c0) / n = r * (cols / n) + c0 / n.
-  const std::uint64_t blocks_per_row = j.cols / n, c_block = c0 / n;
-  storage_t<T>* const row0 = at<T>(j, c0 * rows);  // memory row c0
-  for (std::uint64_t rt = rt_begin + tid; rt < rt_end; rt += threads) {
-    // Tile: logical rows r0 .. r0 + n - 1 (memory columns), memory rows c0 .. c0 + n - 1.
-    const std::uint64_t r0 = rt * n;
-    Vec16 v[n] = {};  // v[q]: memory row c0 + q, logical rows r0 .. r0 + n - 1
+  // Logical (r_first + r, c) is element (r_first + r) * cols + c: block r * (cols / n) + the block of
+  // (r_first, c), and c = c_first + group * n adds group to the job's first block.
+  const std::uint64_t blocks_per_row = j.cols / n, block0 = g.first_block + group;
+  storage_t<T>* const row0 = static_cast<storage_t<T>*>(j.dst) + group * n * len;  // memory row c0
+  // Tile rt: logical rows r_first + rt * n .. + n - 1 (memory columns), memory rows c0 .. c0 + n - 1
+  // (c0 = c_first + group * n); its first block and its place in memory row c0, stepped per tile.
+  std::uint64_t rt = rt_begin + tid;
+  storage_t<T>* out = row0 + rt * n;
+  for (; rt < rt_end; rt += threads, out += std::uint64_t{threads} * n) {
+    Vec16 v[n] = {};  // v[q]: memory row c0 + q
     LAYERINIT_UNROLL
     for (unsigned k = 0; k < n; ++k) {
-      const rng::Block b = rng::group_bits(key, (r0 + k) * blocks_per_row + c_block);
+      const rng::Block b = rng::group_bits(key, (rt * n + k) * blocks_per_row + block0);
       LAYERINIT_UNROLL
       for (unsigned q = 0; q < n; ++q) put<T>(v[q], k, block_element<T, K>(p, b, q, tab));
     }
     LAYERINIT_UNROLL
-    for (unsigned q = 0; q < n; ++q) store16(row0 + q * rows + r0, v[q]);
+    for (unsigned q = 0; q < n; ++q) store16(out + q * len, v[q]);
   }
 }
 
@@ -176,15 +242,38 @@ template <DType T>
 LAYERINIT_HD void scalars_task(const Job& g, std::uint64_t t, unsigned tid, unsigned threads, const FillTables& tab) {
   const FillJob& j = g.job;
   const std::uint64_t per_task = scalars_per_thread * threads;
-  const std::uint64_t m_end = j.begin + ((t + 1) * per_task < j.end - j.begin ? (t + 1) * per_task : j.end - j.begin);
-  for (std::uint64_t m = j.begin + t * per_task + tid; m < m_end; m += threads)
-    *at<T>(j, m) = element_at<T>(j, logical_index(j, m), tab);
+  if (j.runs == 1) {
+    const std::uint64_t m_end = j.begin + ((t + 1) * per_task < j.end - j.begin ? (t + 1) * per_task : j.end - j.begin);
+    for (std::uint64_t m = j.begin + t * per_task + tid; m < m_end; m += threads)
+      *at<T>(j, m) = element_at<T>(j, logical_index(j, m), tab);
+    return;
+  }
+  // Output element k is element i = k mod len of run r = k / len, memory element begin + r * stride
+  // + i: divided once per task, then walked forward `threads` elements at a time (q runs and rem).
+  const std::uint64_t len = j.end - j.begin, count = job_elements(j);
+  const std::uint64_t k_end = (t + 1) * per_task < count ? (t + 1) * per_task : count;
+  std::uint64_t k = t * per_task + tid;
+  if (k >= k_end) return;
+  const std::uint64_t r = k / len, jump = j.stride - len;
+  std::uint64_t i = k - r * len, m = j.begin + r * j.stride + i;
+  const std::uint64_t q = threads / len, rem = threads - q * len, step = threads + q * jump;
+  storage_t<T>* const out = static_cast<storage_t<T>*>(j.dst);
+  for (; k < k_end; k += threads) {
+    out[k] = element_at<T>(j, logical_index(j, m), tab);
+    m += step;
+    i += rem;
+    if (i >= len) {
+      i -= len;
+      m += jump;
+    }
+  }
 }
 
 template <DType T, FillKind K>
 LAYERINIT_HD void run_task_kind(const Job& g, std::uint64_t t, unsigned tid, unsigned threads, const FillTables& tab) {
   switch (g.path) {
     case Path::vectors: vectors_task<T, K>(g, t, tid, threads, tab); break;
+    case Path::run_vectors: run_vectors_task<T, K>(g, t, tid, threads, tab); break;
     case Path::tiles: tiles_task<T, K>(g, t, tid, threads, tab); break;
     default: scalars_task<T>(g, t, tid, threads, tab); break;
   }

@@ -51,30 +51,76 @@ constexpr std::uint64_t chunk_elements = 1u << 16;  // a multiple of 8: chunks h
 
 fill_thread_start_hook g_thread_start_hook = nullptr;
 
-// A piece of one job: memory elements [b, e), or for a transposed job a tile: memory rows c0 .. c0+n-1
-// (n elements per block) over logical rows [b, e).
+// A piece of one job: memory elements [b, e) of each of the job's runs [r0, r1) (offsets from the
+// run's start), or for a transposed job a tile: memory rows c0 .. c0+n-1 (n elements per block) over
+// logical rows [b, e).
 struct Chunk {
   std::size_t job;
   std::uint64_t b, e;
+  std::uint64_t r0 = 0, r1 = 1;
   bool tile = false;
   std::uint64_t c0 = 0;
 };
 
-// Whether fill_host cuts a job into tiles: transposed with whole blocks along each logical row.
+// Whether fill_host cuts a job into tiles: transposed with whole blocks along each logical row, and
+// either one run or runs that each lie in one memory row, row after row (a window of memory [cols, rows]).
 bool tiled(const FillJob& j) {
-  return j.transposed && j.params.kind != FillKind::constant && j.cols % elements_per_block(j.dtype) == 0;
+  return j.transposed && j.params.kind != FillKind::constant && j.cols % elements_per_block(j.dtype) == 0 &&
+         (j.runs == 1 || (j.stride == j.rows && j.begin % j.rows + (j.end - j.begin) <= j.rows));
 }
 
-// The tiles of a tiled job: per group of n memory rows, the logical rows it needs (group_rows), cut
-// into pieces of about chunk_elements elements.
+// The job the tile loops see for a tiled job. One run: the job itself. Runs of memory rows
+// c_begin .. c_begin + runs - 1, each over logical rows [r_begin, r_begin + len): a job whose memory
+// rows are `len` long (rows = len, the dense output's pitch) from element c_begin * len + r_begin.
+// The tile loops place logical (r, c) at memory element c * rows + r and draw its block from r * cols
+// + c, which cols alone decides; so with rows = len, element (r, c) of the window lands at dst +
+// (c - c_begin) * len + (r - r_begin), and everything outside the window fails their [begin, end)
+// test, with the same values.
+FillJob tile_job(const FillJob& j) {
+  if (j.runs == 1) return j;
+  const std::uint64_t len = j.end - j.begin, c_begin = j.begin / j.rows, r_begin = j.begin % j.rows;
+  FillJob v = j;
+  v.runs = 1;
+  v.rows = len;
+  v.begin = c_begin * len + r_begin;
+  v.end = v.begin + j.runs * len;
+  return v;
+}
+
+// The tiles of a tiled job: per group of n memory rows, the logical rows it needs, cut into pieces of
+// about chunk_elements elements. One run: group_rows; runs of memory rows: the same window of
+// logical rows in every group.
 void add_tiles(std::vector<Chunk>& chunks, std::size_t k, const FillJob& j) {
   const std::uint64_t n = elements_per_block(j.dtype);
-  const std::uint64_t c_first = j.begin / j.rows, c_last = (j.end - 1) / j.rows;
+  const std::uint64_t c_first = j.begin / j.rows;
+  const std::uint64_t c_last = j.runs == 1 ? (j.end - 1) / j.rows : c_first + j.runs - 1;
   const std::uint64_t piece = chunk_elements / n;
   for (std::uint64_t c0 = c_first - c_first % n; c0 <= c_last; c0 += n) {
-    const RowRange rr = group_rows(j, n, c0, j.begin, j.end);
+    const RowRange rr = j.runs == 1 ? group_rows(j, n, c0, j.begin, j.end) : RowRange{j.begin % j.rows, j.begin % j.rows + (j.end - j.begin)};
     for (std::uint64_t r = rr.r0; r < rr.r1; r += std::min(piece, rr.r1 - r))
-      chunks.push_back({k, r, std::min(rr.r1, r + piece), true, c0});
+      chunks.push_back({k, r, std::min(rr.r1, r + piece), 0, 1, true, c0});
+  }
+}
+
+// The chunks of a job that is not tiled. Runs of at least chunk_elements: each cut at multiples of
+// chunk_elements of the tensor's memory index, so a chunk never splits a block that the next one
+// needs; shorter runs: whole runs, about chunk_elements elements per chunk, so a shard of many short
+// rows costs one chunk per chunk_elements, not one per row.
+void add_runs(std::vector<Chunk>& chunks, std::size_t k, const FillJob& j) {
+  const std::uint64_t len = j.end - j.begin;
+  if (j.runs > 1 && len < chunk_elements) {
+    const std::uint64_t per = chunk_elements / len;
+    for (std::uint64_t r = 0; r < j.runs; r += std::min(per, j.runs - r))
+      chunks.push_back({k, 0, len, r, r + std::min(per, j.runs - r)});
+    return;
+  }
+  for (std::uint64_t r = 0; r < j.runs; ++r) {
+    const std::uint64_t start = j.begin + r * j.stride, stop = start + len;
+    for (std::uint64_t b = start; b < stop;) {
+      const std::uint64_t e = std::min(stop, (b / chunk_elements + 1) * chunk_elements);
+      chunks.push_back({k, b - start, e - start, r, r + 1});
+      b = e;
+    }
   }
 }
 
@@ -117,19 +163,9 @@ int default_thread_count() {
 
 void fill_host_range(const FillJob& j, std::uint64_t b, std::uint64_t e) { fill_host_range(j, b, e, best_host_isa()); }
 
-void fill_host_range(const FillJob& j, std::uint64_t b, std::uint64_t e, HostIsa isa) {
-  if (b < j.begin || e > j.end || b > e) throw std::invalid_argument("fill_host_range: range outside the job");
-  // The same preconditions as fill_cuda: rows * cols checked without wrapping around 2^64, and a dst
-  // to write through whenever there is something to write.
-  if (j.transposed && (j.rows == 0 || j.cols == 0 || j.rows > UINT64_MAX / j.cols || j.rows * j.cols < j.end))
-    throw std::invalid_argument("fill_host_range: transposed job needs rows * cols >= end (without overflow)");
-  if (b == e) return;
-  if (j.dst == nullptr) throw std::invalid_argument("fill_host_range: job with a null dst");
-  if (reinterpret_cast<std::uintptr_t>(j.dst) % dtype_size(j.dtype) != 0)
-    throw std::invalid_argument("fill_host_range: dst is not aligned to its element size");
-  static const std::vector<HostIsa> supported = supported_host_isas();
-  if (std::find(supported.begin(), supported.end(), isa) == supported.end())
-    throw std::invalid_argument("fill_host_range: this CPU cannot run " + std::string(host_isa_name(isa)) + " code");
+namespace {
+// Memory elements [b, e) of a one-run job, checked by the caller.
+void fill_checked_range(const FillJob& j, std::uint64_t b, std::uint64_t e, HostIsa isa) {
   if (j.params.kind == FillKind::constant) {
     auto fill_constant = [&]<DType T>() {
       auto* out = static_cast<storage_t<T>*>(j.dst);
@@ -144,15 +180,34 @@ void fill_host_range(const FillJob& j, std::uint64_t b, std::uint64_t e, HostIsa
   }
   range_for(isa)(j, b, e);
 }
+}  // namespace
+
+void fill_host_range(const FillJob& j, std::uint64_t b, std::uint64_t e, HostIsa isa) {
+  if (j.runs != 1) throw std::invalid_argument("fill_host_range: a job of " + std::to_string(j.runs) + " runs (fill one run: run_job)");
+  if (b < j.begin || e > j.end || b > e) throw std::invalid_argument("fill_host_range: range outside the job");
+  // The same preconditions as fill_cuda: rows * cols checked without wrapping around 2^64, and a dst
+  // to write through whenever there is something to write.
+  if (j.transposed && (j.rows == 0 || j.cols == 0 || j.rows > UINT64_MAX / j.cols || j.rows * j.cols < j.end))
+    throw std::invalid_argument("fill_host_range: transposed job needs rows * cols >= end (without overflow)");
+  if (b == e) return;
+  if (j.dst == nullptr) throw std::invalid_argument("fill_host_range: job with a null dst");
+  if (reinterpret_cast<std::uintptr_t>(j.dst) % dtype_size(j.dtype) != 0)
+    throw std::invalid_argument("fill_host_range: dst is not aligned to its element size");
+  static const std::vector<HostIsa> supported = supported_host_isas();
+  if (std::find(supported.begin(), supported.end(), isa) == supported.end())
+    throw std::invalid_argument("fill_host_range: this CPU cannot run " + std::string(host_isa_name(isa)) + " code");
+  fill_checked_range(j, b, e, isa);
+}
 
 namespace {
+// A chunk of a job fill_host has checked (check_fill_job).
 void run_chunk(const FillJob& j, const Chunk& c) {
-  if (!c.tile) return fill_host_range(j, c.b, c.e);
-  // fill_host_range's checks on the whole job, then the tile.
-  if (j.dst == nullptr) throw std::invalid_argument("fill_host: job with a null dst");
-  if (reinterpret_cast<std::uintptr_t>(j.dst) % dtype_size(j.dtype) != 0)
-    throw std::invalid_argument("fill_host: dst is not aligned to its element size");
-  tile_for(best_host_isa())(j, c.c0, c.b, c.e);
+  const HostIsa isa = best_host_isa();
+  if (c.tile) return tile_for(isa)(tile_job(j), c.c0, c.b, c.e);
+  for (std::uint64_t r = c.r0; r < c.r1; ++r) {
+    const FillJob run = j.runs == 1 ? j : run_job(j, r);
+    fill_checked_range(run, run.begin + c.b, run.begin + c.e, isa);
+  }
 }
 }  // namespace
 
@@ -160,24 +215,13 @@ void fill_host(std::span<const FillJob> jobs, int threads) {
   if (threads <= 0) threads = default_thread_count();
   std::vector<Chunk> chunks;
   std::uint64_t total = 0;
+  for (const FillJob& j : jobs) check_fill_job(j, "fill_host");  // before anything is written
   for (std::size_t k = 0; k < jobs.size(); ++k) {
     const FillJob& j = jobs[k];
-    if (j.end < j.begin) throw std::invalid_argument("fill_host: job with end < begin");
-    if (j.end > j.begin && tiled(j)) {
-      if (j.rows == 0 || j.cols == 0 || j.rows > UINT64_MAX / j.cols || j.rows * j.cols < j.end)
-        throw std::invalid_argument("fill_host: transposed job needs rows * cols >= end (without overflow)");
-      add_tiles(chunks, k, j);
-      total += j.end - j.begin;
-      continue;
-    }
-    // Chunk edges on multiples of chunk_elements (memory indices), so a chunk never splits a block.
-    std::uint64_t b = j.begin;
-    while (b < j.end) {
-      const std::uint64_t e = std::min(j.end, (b / chunk_elements + 1) * chunk_elements);
-      chunks.push_back({k, b, e});
-      b = e;
-    }
-    total += j.end - j.begin;
+    if (job_elements(j) == 0) continue;
+    if (tiled(j)) add_tiles(chunks, k, j);
+    else add_runs(chunks, k, j);
+    total += job_elements(j);
   }
   const std::size_t n_threads =
       std::min<std::size_t>(static_cast<std::size_t>(threads), std::max<std::size_t>(1, chunks.size()));

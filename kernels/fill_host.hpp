@@ -13,7 +13,8 @@ namespace layerinit {
 int default_thread_count();  // std::thread::hardware_concurrency(), at least 1
 
 // Fills every job with `threads` threads (0 = default_thread_count()). Work is split into chunks of
-// whole Philox groups; the bytes do not depend on the split. A thread that cannot be started (a pids
+// whole Philox groups: pieces of long runs, groups of short runs, tiles of transposed ones; the bytes
+// do not depend on the split. Every job is checked (check_fill_job) before anything is written. A thread that cannot be started (a pids
 // limit) is not an error: the fill goes on with those that started, at least the calling thread.
 void fill_host(std::span<const FillJob> jobs, int threads = 0);
 
@@ -24,8 +25,9 @@ void fill_host(std::span<const FillJob> jobs, int threads = 0);
 using fill_thread_start_hook = void (*)(std::size_t k);
 void set_fill_thread_start_hook(fill_thread_start_hook hook) noexcept;
 
-// Fills memory elements [b, e) of one job on the calling thread (b, e within [job.begin, job.end)),
-// with the inner loops of the best instruction-set level this CPU runs.
+// Fills memory elements [b, e) of a job of one run on the calling thread (b, e within [job.begin,
+// job.end)), with the inner loops of the best instruction-set level this CPU runs. A job of several
+// runs is refused: fill its runs (run_job) one by one.
 void fill_host_range(const FillJob& job, std::uint64_t b, std::uint64_t e);
 
 // The instruction-set levels the host loops are compiled for. The library runs on any x86-64 and picks

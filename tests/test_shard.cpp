@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <layerinit/init/presets.hpp>
+#include <layerinit/kernels/fill_grid.hpp>
 #include <layerinit/shard/box_fill.hpp>
 #include <layerinit/shard/parallel.hpp>
 
@@ -107,7 +108,7 @@ std::vector<FillJob> jobs_of(const PlannedTensor& p, const Box& b, void* dst) {
 
 }  // namespace
 
-TEST(Shard, BoxFillJobsAreOneJobPerContiguousRun) {
+TEST(Shard, BoxFillJobsAreOneJobPerTwoLevelPiece) {
   const PlannedTensor p = planned({6, 8}, DType::bf16, false);
   std::vector<std::uint16_t> buf(48);
   // Rows 2..3, whole: one run [16, 32).
@@ -115,16 +116,25 @@ TEST(Shard, BoxFillJobsAreOneJobPerContiguousRun) {
   ASSERT_EQ(j.size(), 1u);
   EXPECT_EQ(j[0].begin, 16u);
   EXPECT_EQ(j[0].end, 32u);
+  EXPECT_EQ(j[0].runs, 1u);
   EXPECT_EQ(j[0].dst, buf.data());
   EXPECT_FALSE(j[0].transposed);
-  // Columns 4..7 of every row: a run per row, packed in the local buffer.
+  // Columns 4..7 of every row (row-parallel [out, in / 2], rank 1): one job of 6 runs 8 apart.
   j = jobs_of(p, box({0, 4}, {6, 4}), buf.data());
-  ASSERT_EQ(j.size(), 6u);
-  for (std::size_t r = 0; r < 6; ++r) {
-    EXPECT_EQ(j[r].begin, 4 + 8 * r);
-    EXPECT_EQ(j[r].end, 8 + 8 * r);
-    EXPECT_EQ(j[r].dst, buf.data() + 4 * r);
-  }
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].begin, 4u);
+  EXPECT_EQ(j[0].end, 8u);
+  EXPECT_EQ(j[0].runs, 6u);
+  EXPECT_EQ(j[0].stride, 8u);
+  EXPECT_EQ(j[0].dst, buf.data());
+  EXPECT_EQ(job_elements(j[0]), 24u);
+  // Split in both dimensions: rows 1..4, columns 2..4: still one job (runs start at row 1).
+  j = jobs_of(p, box({1, 2}, {4, 3}), buf.data());
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].begin, 10u);
+  EXPECT_EQ(j[0].end, 13u);
+  EXPECT_EQ(j[0].runs, 4u);
+  EXPECT_EQ(j[0].stride, 8u);
   // The whole tensor: the unsharded job.
   j = jobs_of(p, whole_box({6, 8}), buf.data());
   ASSERT_EQ(j.size(), 1u);
@@ -132,34 +142,87 @@ TEST(Shard, BoxFillJobsAreOneJobPerContiguousRun) {
   EXPECT_EQ(j[0].key, w.key);
   EXPECT_EQ(j[0].begin, 0u);
   EXPECT_EQ(j[0].end, 48u);
+  EXPECT_EQ(j[0].runs, 1u);
   EXPECT_TRUE(jobs_of(p, box({6, 0}, {0, 8}), buf.data()).empty());
+  EXPECT_TRUE(jobs_of(p, box({0, 3}, {6, 0}), buf.data()).empty());
   EXPECT_THROW(jobs_of(p, box({5, 0}, {2, 8}), buf.data()), std::invalid_argument);
   EXPECT_THROW(jobs_of(p, box({0}, {6}), buf.data()), std::invalid_argument);
 
-  // Rank 3: the run starts at the first partial dimension from the end.
+  // Rank 3, memory [4, 3, 5]: the run starts at the last partial dimension.
   const PlannedTensor q = planned({4, 3, 5}, DType::f32, false);
   std::vector<float> f(60);
   j = jobs_of(q, box({1, 0, 0}, {2, 3, 5}), f.data());
   ASSERT_EQ(j.size(), 1u);
   EXPECT_EQ(j[0].begin, 15u);
   EXPECT_EQ(j[0].end, 45u);
+  EXPECT_EQ(j[0].runs, 1u);
+  // Split in dimension 1: runs over dimension 0.
   j = jobs_of(q, box({1, 1, 0}, {2, 2, 5}), f.data());
-  ASSERT_EQ(j.size(), 2u);
+  ASSERT_EQ(j.size(), 1u);
   EXPECT_EQ(j[0].begin, 20u);
-  EXPECT_EQ(j[1].begin, 35u);
-  EXPECT_EQ(j[1].end, 45u);
-  EXPECT_EQ(j[1].dst, f.data() + 10);
-  EXPECT_EQ(jobs_of(q, box({0, 0, 2}, {4, 3, 2}), f.data()).size(), 12u);
+  EXPECT_EQ(j[0].end, 30u);
+  EXPECT_EQ(j[0].runs, 2u);
+  EXPECT_EQ(j[0].stride, 15u);
+  // Stacked row-parallel [L, out, in / T]: dimensions 0 and 1 whole, one job of L * out runs.
+  j = jobs_of(q, box({0, 0, 2}, {4, 3, 2}), f.data());
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].begin, 2u);
+  EXPECT_EQ(j[0].end, 4u);
+  EXPECT_EQ(j[0].runs, 12u);
+  EXPECT_EQ(j[0].stride, 5u);
+  // Split in dimensions 0 and 2 (pipeline layers and tp): one job too.
+  j = jobs_of(q, box({1, 0, 2}, {2, 3, 3}), f.data());
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].begin, 17u);
+  EXPECT_EQ(j[0].runs, 6u);
+  // Split in two non-leading dimensions (1 and 2): one job per index of dimension 0, each of 2 runs.
+  j = jobs_of(q, box({1, 1, 2}, {3, 2, 3}), f.data());
+  ASSERT_EQ(j.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(j[i].begin, (1 + i) * 15 + 5 + 2);
+    EXPECT_EQ(j[i].end, j[i].begin + 3);
+    EXPECT_EQ(j[i].runs, 2u);
+    EXPECT_EQ(j[i].stride, 5u);
+    EXPECT_EQ(j[i].dst, f.data() + 6 * i);
+  }
+  // [2, 3, 4, 5] split in dimensions 1 and 3: 2 jobs (dimension 0), each runs over dimensions 1..2.
+  const PlannedTensor h = planned({2, 3, 4, 5}, DType::f16, false);
+  std::vector<std::uint16_t> hb(120);
+  j = jobs_of(h, box({0, 1, 0, 3}, {2, 2, 4, 2}), hb.data());
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[1].begin, 60 + 20 + 3u);
+  EXPECT_EQ(j[1].runs, 8u);
+  EXPECT_EQ(j[1].stride, 5u);
+  EXPECT_EQ(j[1].dst, hb.data() + 16);
 
   // Transposed: memory [in, out] = [8, 6]; runs are global memory indices, rows/cols logical.
   const PlannedTensor t = planned({6, 8}, DType::f16, true);
   j = jobs_of(t, box({0, 3}, {8, 3}), buf.data());
-  ASSERT_EQ(j.size(), 8u);
-  EXPECT_TRUE(j[7].transposed);
-  EXPECT_EQ(j[7].rows, 6u);
-  EXPECT_EQ(j[7].cols, 8u);
-  EXPECT_EQ(j[7].begin, 7 * 6 + 3u);
-  EXPECT_EQ(j[7].end, 7 * 6 + 6u);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_TRUE(j[0].transposed);
+  EXPECT_EQ(j[0].rows, 6u);
+  EXPECT_EQ(j[0].cols, 8u);
+  EXPECT_EQ(j[0].begin, 3u);
+  EXPECT_EQ(j[0].end, 6u);
+  EXPECT_EQ(j[0].runs, 8u);
+  EXPECT_EQ(j[0].stride, 6u);
+}
+
+// A row-parallel shard of a real size is one job, and the simulated kernel takes the aligned run
+// vectors for it (in / T a multiple of 8).
+TEST(Shard, RowParallelShardIsOneJobOnTheAlignedVectorPath) {
+  const PlannedTensor p = planned({64, 256}, DType::bf16, false);
+  alignas(16) static std::uint16_t buf[64 * 64];
+  const auto j = jobs_of(p, box({0, 128}, {64, 64}), buf);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].runs, 64u);
+  EXPECT_EQ(j[0].stride, 256u);
+  const grid::Job g = grid::plan_launches(j, 512).at(0).jobs[0];
+  EXPECT_EQ(g.path, grid::Path::run_vectors);
+  EXPECT_TRUE(g.aligned);
+  EXPECT_EQ(g.run_vectors, 8u);
+  EXPECT_EQ(g.nvec, 512u);
+  EXPECT_EQ(g.gap, 24u);  // (256 - 64) / 8 blocks between runs
 }
 
 // The values: every box of a small tensor, filled on its own, equals that box of the whole tensor's

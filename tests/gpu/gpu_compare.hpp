@@ -37,7 +37,7 @@ struct BufferLayout {
   std::size_t bytes = 0;
 };
 
-inline std::size_t job_bytes(const FillJob& j) { return (j.end - j.begin) * dtype_size(j.dtype); }
+inline std::size_t job_bytes(const FillJob& j) { return job_elements(j) * dtype_size(j.dtype); }
 
 inline BufferLayout layout_of(const std::vector<Placed>& jobs) {
   BufferLayout l;

@@ -138,6 +138,70 @@ TEST(FillCuda, TransposedJobsMatchHost) {
   }
 }
 
+// Strided box jobs (runs of memory, dense at dst): row-parallel shards, stacked ones, windows of
+// transposed tensors, run lengths and strides off multiples of 8, aligned and not; the GPU's bytes
+// equal the host's for the strided job and for its runs filled one job each.
+TEST(FillCuda, StridedJobsMatchHostAndTheirRuns) {
+  LAYERINIT_SKIP_WITHOUT_GPU();
+  auto b = make_cuda_backend();
+  struct Case {
+    std::uint64_t numel, begin, len, runs, stride, rows, cols;
+    bool transposed;
+  };
+  const Case cases[] = {
+      {4096 * 1024, 512, 512, 4096, 1024, 1, 1, false},       // row-parallel [4096, 1024 / 2], rank 1: run vectors
+      {4 * 64 * 768, 3, 96, 4 * 64, 768, 1, 1, false},        // stacked [4, 64, 768 / 8] from element 3: unaligned run vectors
+      {1000 * 100, 7, 13, 1000, 100, 1, 1, false},            // runs of 13: scalars
+      {1ull << 36, (1ull << 34) + 8, 64, 1000, 4096, 1, 1, false},  // indices past 2^34: aligned run vectors
+      {512 * 384, 128 * 512 + 64, 128, 64, 512, 512, 384, true},  // window of memory [384, 512]: tiles
+      {37 * 53, 3 * 37 + 2, 20, 30, 37, 37, 53, true},        // odd window: scalars
+  };
+  for (DType t : all_dtypes)
+    for (const FillSpec& spec : {FillSpec::normal(0.0, 0.02), FillSpec::trunc_normal_std(0.0, 0.02, -2.0, 2.0),
+                                 FillSpec::uniform(-0.1, 0.1), FillSpec::constant(0.5)}) {
+      std::vector<Placed> jobs;
+      for (const Case& c : cases) {
+        FillJob j = job(t, c.numel, "model.layers.0.self_attn.o_proj.weight", spec);
+        j.begin = c.begin;
+        j.end = c.begin + c.len;
+        j.runs = c.runs;
+        j.stride = c.stride;
+        j.transposed = c.transposed;
+        if (c.transposed) {
+          j.rows = c.rows;
+          j.cols = c.cols;
+        }
+        jobs.push_back({j, 0});
+        jobs.push_back({j, dtype_size(t)});
+      }
+      EXPECT_EQ(compare_with_host(*b, jobs), 0u) << label(spec, t);
+      // The same bytes as the runs one job each, on the host.
+      const layerinit::testing::BufferLayout l = layerinit::testing::layout_of(jobs);
+      std::vector<FillJob> gpu, host;
+      std::vector<std::size_t> host_pos;
+      for (std::size_t k = 0; k < jobs.size(); ++k) {
+        gpu.push_back(jobs[k].job);
+        for (std::uint64_t r = 0; r < jobs[k].job.runs; ++r) {
+          FillJob run = jobs[k].job;  // run_job's, with dst left to compare_buffers
+          run.runs = 1;
+          run.begin += r * run.stride;
+          run.end += r * run.stride;
+          host.push_back(run);
+          host_pos.push_back(l.pos[k] + r * (run.end - run.begin) * dtype_size(t));
+        }
+      }
+      EXPECT_EQ(compare_buffers(*b, l.bytes, gpu, l.pos, host, host_pos), 0u) << label(spec, t) << " per run";
+    }
+  // Overlapping runs are refused before the launch.
+  FillJob bad = job(DType::bf16, 1000, "bad", FillSpec::normal(0, 1));
+  Buffer dev(b->memory(), 1024);
+  bad.dst = dev.data();
+  bad.end = 16;
+  bad.runs = 4;
+  bad.stride = 8;
+  EXPECT_THROW(b->fill(std::span(&bad, 1)), std::invalid_argument);
+}
+
 // A model's worth of tensors in one call: 300 jobs of mixed sizes, dtypes, kinds and layouts, packed
 // with no gaps (so most start off a 16-byte boundary).
 TEST(FillCuda, BatchOf300MixedJobsInOneCall) {
