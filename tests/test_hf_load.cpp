@@ -61,7 +61,7 @@ TEST(HuggingFace, EveryPresetMatchesTransformersModelOnTheMetaDevice) {
     files += " " + f.string();
     ++count;
   }
-  EXPECT_EQ(count, 17);
+  EXPECT_EQ(count, 18);
   const std::string check = python + " " + LAYERINIT_SOURCE_DIR + "/tests/python/hf_meta.py" + files;
   EXPECT_EQ(std::system(check.c_str()), 0) << check;
 
