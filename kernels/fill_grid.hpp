@@ -118,7 +118,8 @@ LAYERINIT_HD void vectors_task(const Job& g, std::uint64_t t, unsigned tid, unsi
   // The store loops read only registers: copy what they need out of the job table first.
   rng::KeySchedule key = rng::key_schedule(j.key);
   rng::pin_in_registers(key);
-  const FillParams p = j.params;
+  FillParams p = j.params;
+  pin_in_registers(p);
   const std::uint64_t per_task = vectors_per_thread * threads;
   const std::uint64_t v_end = (t + 1) * per_task < g.nvec ? (t + 1) * per_task : g.nvec;
   const std::uint64_t first = j.begin + g.head;  // memory element of vector 0
