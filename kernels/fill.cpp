@@ -215,7 +215,12 @@ FillTables host_fill_tables() {
     t[32769] = h[32767];
     return t;
   }();
-  return {nodes.data(), quantile::normal_cubic_table};
+  static const std::vector<quantile::CubicRow> cubic = [] {
+    std::vector<quantile::CubicRow> c(quantile::normal_cubic_table, quantile::normal_cubic_table + quantile::kCubicRows);
+    c.push_back(quantile::normal_cubic_table[quantile::kCenterPointRow]);
+    return c;
+  }();
+  return {nodes.data(), cubic.data()};
 }
 
 FillParams prepare_fill(const FillSpec& s, DType t) {

@@ -144,7 +144,8 @@ struct FillTables {
   // / 65536). Entry k + 1 is node 32768 + k; entry 0 (node 32767 = -H0) lets the segment across the
   // middle interpolate like the others, and the repeated last entry keeps the top segment in bounds.
   const float* node16 = nullptr;
-  const quantile::CubicRow* cubic = nullptr;  // quantile::normal_cubic_table
+  // [quantile::kCubicRowsPadded] quantile::normal_cubic_table and its padding row.
+  const quantile::CubicRow* cubic = nullptr;
 };
 constexpr std::size_t node16_entries = 32770;
 FillTables host_fill_tables();
@@ -171,39 +172,80 @@ constexpr std::uint32_t node16_middle_position = 0x7fff8000u;  // between nodes 
 
 // fp16/bf16 trunc_normal: the standard normal value at a position, linear between nodes, computed on
 // the upper half and mirrored (odd about the middle, where it is 0). Non-decreasing in the position.
-LAYERINIT_HD float node16_at(const float* nodes, std::uint32_t pos) {
-  const bool up = pos >= node16_middle_position;
-  const std::uint32_t q = up ? pos : node16_last_position - pos;  // q >= the middle
-  const std::uint32_t k = (q >> 16) - 32767u;                      // 0 .. 32768: nodes k - 1, k
-  const float t0 = nodes[k], t1 = nodes[k + 1];
-  const float z = transforms::fmaf_(static_cast<float>(q & 0xffffu) * 0x1p-16f, t1 - t0, t0);
+// Written in d = position - node16_middle_position (two's complement, |d| <= 0x7fff8000): the upper
+// half's position is middle + |d|, its node pair (b >> 16) - 1, b >> 16 and fraction b mod 2^16 with
+// b = |d| + 2^15, and d's sign bit is z's. No predicate lives from the mirror to the sign.
+LAYERINIT_HD float node16_at_centered(const float* nodes, std::uint32_t d) {
+  const std::uint32_t sign = d & 0x80000000u;
 #if defined(__CUDA_ARCH__)
-  return up ? z : -z;  // the device folds the negation into the next fma
+  const std::uint32_t b = static_cast<std::uint32_t>(abs(static_cast<int>(d))) + 0x8000u;  // IABS
 #else
-  return transforms::as_float(transforms::as_bits(z) ^ (up ? 0u : 0x80000000u));  // no host branch
+  const std::uint32_t b = (sign != 0 ? 0u - d : d) + 0x8000u;
 #endif
+  const std::uint32_t k = b >> 16;  // 0 .. 32768: entries k, k + 1 are nodes 32767 + k, 32768 + k
+  const float t0 = nodes[k], t1 = nodes[k + 1];
+  const float z = transforms::fmaf_(static_cast<float>(b & 0xffffu) * 0x1p-16f, t1 - t0, t0);
+  return transforms::as_float(transforms::as_bits(z) ^ sign);
+}
+LAYERINIT_HD float node16_at(const float* nodes, std::uint32_t pos) {
+  return node16_at_centered(nodes, pos - node16_middle_position);
 }
 
 // fp16/bf16 trunc_normal: position of code (0..65535), the midpoint of its 1/65536 of the span:
-// p_lo + floor(span * (code + 1/2) / 65536), one 32-bit high multiply.
-LAYERINIT_HD std::uint32_t position16(const FillParams& p, std::uint32_t code) {
-  const std::uint32_t x = (code << 16) | 0x8000u;
+// p_lo + floor(span * (code + 1/2) / 65536) = the high word of span * (code << 16) + position16_addend:
+// the half (span * 2^15) and p_lo * 2^32 folded into one per-job 64-bit addend. No carry leaves the
+// 64 bits: the sum is below (p_lo + span) 2^32 <= 2^64.
+LAYERINIT_HD std::uint64_t position16_addend(const FillParams& p) {
   const auto span = static_cast<std::uint32_t>(p.span);
+  return ((p.p_lo - node16_middle_position + (span >> 17)) << 32) + static_cast<std::uint32_t>(span << 15);
+}
+LAYERINIT_HD std::uint32_t position16(const FillParams& p, std::uint32_t code) {
+  const auto span = static_cast<std::uint32_t>(p.span);
+  const std::uint64_t c = position16_addend(p);
 #if defined(__CUDA_ARCH__)
-  return static_cast<std::uint32_t>(p.p_lo) + __umulhi(span, x);
+  // One IMAD.HI with a 64-bit addend: ptxas fuses this carry chain (it splits the plain C++ form).
+  std::uint32_t hi;
+  asm("{\n\t.reg .u32 lo, cl, ch;\n\tmov.b64 {cl, ch}, %3;\n\t"
+      "mad.lo.cc.u32 lo, %1, %2, cl;\n\tmadc.hi.u32 %0, %1, %2, ch;\n\t}"
+      : "=r"(hi) : "r"(span), "r"(code << 16), "l"(c));
+  return hi;
 #else
-  return static_cast<std::uint32_t>(p.p_lo) + static_cast<std::uint32_t>((static_cast<std::uint64_t>(span) * x) >> 32);
+  return static_cast<std::uint32_t>((static_cast<std::uint64_t>(span) * (code << 16) + c) >> 32);
 #endif
 }
 
-// fp32 trunc_normal: position of a 32-bit draw: the midpoint of its 1/2^32 of the span (64-bit
-// probability units).
-LAYERINIT_HD std::uint64_t position64(const FillParams& p, std::uint32_t bits) {
-  const std::uint64_t x = (static_cast<std::uint64_t>(bits) << 32) | 0x80000000u;
+// fp32 trunc_normal: position of a 32-bit draw, the midpoint of its 1/2^32 of the span (64-bit
+// probability units), minus 2^63: p_lo + floor(span (bits + 1/2) / 2^32) - 2^63, mod 2^64. The
+// quotient is floor((span * bits + span / 2) / 2^32) (the dropped half of an odd span cannot cross an
+// integer), taken in two 32 x 32 -> 64-bit products: span = sh 2^32 + sl, and sl * bits + (span / 2
+// mod 2^32) < 2^64 carries only its high word up.
+LAYERINIT_HD std::uint64_t position64_centered(const FillParams& p, std::uint32_t bits) {
+  const auto sl = static_cast<std::uint32_t>(p.span), sh = static_cast<std::uint32_t>(p.span >> 32);
+  const auto half_lo = static_cast<std::uint32_t>(p.span >> 1);
+  const std::uint64_t base = p.p_lo - (std::uint64_t{1} << 63) + (p.span >> 33);  // per job
 #if defined(__CUDA_ARCH__)
-  return p.p_lo + __umul64hi(p.span, x);
+  // Four instructions: IMAD.HI (the low product's carry word), a 64-bit add, IMAD.WIDE.U32.
+  std::uint64_t r;
+  asm("{\n\t.reg .u32 t, th, bl, bh;\n\t"
+      "mov.b64 {bl, bh}, %5;\n\t"
+      "mad.lo.cc.u32 t, %1, %3, %4;\n\tmadc.hi.cc.u32 th, %1, %3, bl;\n\taddc.u32 bh, bh, 0;\n\t"
+      "mov.b64 %0, {th, bh};\n\tmad.wide.u32 %0, %2, %3, %0;\n\t}"
+      : "=l"(r) : "r"(sl), "r"(sh), "r"(bits), "r"(half_lo), "l"(base));
+  return r;
 #else
-  return p.p_lo + static_cast<std::uint64_t>((static_cast<unsigned __int128>(p.span) * x) >> 64);
+  const auto low = static_cast<std::uint32_t>((static_cast<std::uint64_t>(sl) * bits + half_lo) >> 32);
+  return static_cast<std::uint64_t>(sh) * bits + base + low;
+#endif
+}
+
+// Keeps a job's fill constants in registers through a store loop: without it the GPU compiler may
+// reload them from the kernel parameter (one LDC each) and redo their per-job arithmetic every
+// iteration. No instruction and no value change; nothing on the host.
+LAYERINIT_HD void pin_in_registers(FillParams& p) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("" : "+f"(p.scale), "+f"(p.shift), "+f"(p.lo), "+f"(p.hi), "+l"(p.p_lo), "+l"(p.span));
+#else
+  (void)p;
 #endif
 }
 
@@ -214,7 +256,7 @@ template <FillKind K> LAYERINIT_HD float half_value(const FillParams& p, std::ui
     return transforms::fmaf_(p.scale, layerinit::node16(node16, code), p.shift);
   } else if constexpr (K == FillKind::trunc_normal) {
     // No clamp: the value is non-decreasing in the position and both ends of the span round inside.
-    return transforms::fmaf_(p.scale, node16_at(node16, position16(p, code)), p.shift);
+    return transforms::fmaf_(p.scale, node16_at_centered(node16, position16(p, code)), p.shift);
   } else if constexpr (K == FillKind::uniform) {
     // (code + 1/2) / 65536, exact in float.
     const float u = transforms::fmaf_(static_cast<float>(code), 0x1p-16f, 0x1p-17f);
@@ -230,8 +272,9 @@ LAYERINIT_HD float f32_value(const FillParams& p, std::uint32_t bits, const quan
   if constexpr (K == FillKind::normal) {
     return transforms::fmaf_(p.scale, quantile::normal_quantile32(cubic, bits), p.shift);
   } else if constexpr (K == FillKind::trunc_normal) {
-    const float z = quantile::normal_quantile64(cubic, position64(p, bits));
-    return transforms::clamp(transforms::fmaf_(p.scale, z, p.shift), p.lo, p.hi);
+    // No clamp: every position lies in the span prepare_fill found, whose values all lie in [a', b'].
+    const float z = quantile::normal_quantile_centered(cubic, position64_centered(p, bits));
+    return transforms::fmaf_(p.scale, z, p.shift);
   } else if constexpr (K == FillKind::uniform) {
     return transforms::clamp(transforms::fmaf_(p.scale, transforms::unit_01(bits), p.shift), p.lo, p.hi);
   } else {

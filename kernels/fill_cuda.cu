@@ -25,7 +25,7 @@ namespace {
 
 constexpr unsigned threads_per_block = 512;
 constexpr std::size_t node16_padded = (node16_entries + 3) / 4 * 4;  // whole 16-byte copies
-constexpr std::size_t cubic_rows = sizeof(quantile::normal_cubic_table) / sizeof(quantile::CubicRow);
+constexpr std::size_t cubic_rows = quantile::kCubicRowsPadded;  // host_fill_tables().cubic
 
 // The transforms' tables in global memory, copied from the host's (host_fill_tables) once per device;
 // each block copies the one its dtype reads into shared memory.
@@ -61,7 +61,7 @@ void prepare_device() {
   std::lock_guard<std::mutex> lock(mu);
   if (bit != 0 && (ready & bit) != 0) return;
   LAYERINIT_CUDA_TRY(cudaMemcpyToSymbol(g_node16, host_fill_tables().node16, node16_entries * sizeof(float)));
-  LAYERINIT_CUDA_TRY(cudaMemcpyToSymbol(g_cubic, quantile::normal_cubic_table, sizeof(g_cubic)));
+  LAYERINIT_CUDA_TRY(cudaMemcpyToSymbol(g_cubic, host_fill_tables().cubic, sizeof(g_cubic)));
   LAYERINIT_CUDA_TRY(cudaFuncSetAttribute(fill_kernel<DType::f32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(table_bytes<DType::f32>())));
   LAYERINIT_CUDA_TRY(cudaFuncSetAttribute(fill_kernel<DType::f16>, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -105,6 +105,35 @@ template <DType T> LAYERINIT_HD void put(Vec16& v, unsigned k, storage_t<T> x) {
   else v.w[k >> 1] |= static_cast<std::uint32_t>(x) << ((k & 1u) * 16u);
 }
 
+// The random inputs of a straddling vector, elements s .. s + n - 1 of blocks b0 then b1, as one
+// block whose element k is the vector's element k (s < n, the same for every vector of a job). Words
+// are picked by two levels of selects on s (uniform across the job, so no divergence) and, for 16-bit
+// elements, shifted by a half word: selecting the inputs first lets each element be transformed once.
+template <DType T>
+LAYERINIT_HD rng::Block straddle_window(const rng::Block& b0, const rng::Block& b1, unsigned s) {
+  const std::uint32_t seq[8] = {b0.w[0], b0.w[1], b0.w[2], b0.w[3], b1.w[0], b1.w[1], b1.w[2], b1.w[3]};
+  const unsigned h = T == DType::f32 ? s : s >> 1;  // whole words to skip, 0..3
+  std::uint32_t u[6], v[5];
+  LAYERINIT_UNROLL
+  for (int i = 0; i < 6; ++i) u[i] = (h & 2u) != 0 ? seq[i + 2] : seq[i];
+  LAYERINIT_UNROLL
+  for (int i = 0; i < 5; ++i) v[i] = (h & 1u) != 0 ? u[i + 1] : u[i];
+  rng::Block w;
+  LAYERINIT_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (T == DType::f32) {
+      w.w[i] = v[i];
+    } else {  // an odd s starts at the high half of a word
+#if defined(__CUDA_ARCH__)
+      w.w[i] = __funnelshift_r(v[i], v[i + 1], (s & 1u) * 16u);
+#else
+      w.w[i] = static_cast<std::uint32_t>(((static_cast<std::uint64_t>(v[i + 1]) << 32) | v[i]) >> ((s & 1u) * 16u));
+#endif
+    }
+  }
+  return w;
+}
+
 // The 16 bytes of elements [g * n, g * n + n) when they start a block (Aligned: block g), else of
 // elements [g * n + s, g * n + s + n), which straddle blocks g and g + 1 (s = the job's first vector's
 // offset in its block, the same for every vector of the job). Key and parameters arrive in registers.
@@ -118,10 +147,9 @@ LAYERINIT_HD void write_vector(const rng::KeySchedule& key, const FillParams& p,
     LAYERINIT_UNROLL
     for (unsigned k = 0; k < n; ++k) put<T>(v, k, block_element<T, K>(p, b0, k, tab));
   } else {
-    const rng::Block b1 = rng::group_bits(key, g + 1);
+    const rng::Block w = straddle_window<T>(b0, rng::group_bits(key, g + 1), s);
     LAYERINIT_UNROLL
-    for (unsigned k = 0; k < n; ++k)
-      put<T>(v, k, s + k < n ? block_element<T, K>(p, b0, s + k, tab) : block_element<T, K>(p, b1, s + k - n, tab));
+    for (unsigned k = 0; k < n; ++k) put<T>(v, k, block_element<T, K>(p, w, k, tab));
   }
   store16(dst, v);
 }
@@ -133,7 +161,8 @@ LAYERINIT_HD void vectors_task(const Job& g, std::uint64_t t, unsigned tid, unsi
   // The store loops read only registers: copy what they need out of the job table first.
   rng::KeySchedule key = rng::key_schedule(j.key);
   rng::pin_in_registers(key);
-  const FillParams p = j.params;
+  FillParams p = j.params;
+  pin_in_registers(p);
   const std::uint64_t per_task = vectors_per_thread * threads;
   const std::uint64_t v_end = (t + 1) * per_task < g.nvec ? (t + 1) * per_task : g.nvec;
   const std::uint64_t first = j.begin + g.head;  // memory element of vector 0

@@ -32,6 +32,10 @@
 //   rest refitted. The end constraint keeps every segment boundary monotone (the generator checks
 //   each in exact fp32 emulation).
 //
+// normal_quantile_centered(C, c) == normal_quantile64(C, c + 2^63), the form fp32 trunc_normal runs:
+// its fold takes c's high word alone, and on the GPU one I2F.F64.U64.RZ (x's double, exponent and
+// truncated mantissa) replaces clz64 and the shift; it reads one padding row past the table.
+//
 // normal_quantile32(C, bits) == normal_quantile64(C, bits * 2^32 + 2^31) for every 32-bit draw,
 // with 32-bit integer ops only: the hot path of an fp32 normal fill. |z| <= 6.338 there.
 //
@@ -115,6 +119,58 @@ LAYERINIT_HD float normal_quantile64(const CubicRow* C, std::uint64_t p) {
   const float t = local_t(static_cast<std::uint32_t>(xn >> 36) & 0x7fffffu);
   const float m = cubic(C[row], t);
   return transforms::as_float(transforms::as_bits(m) ^ (upper ? 0u : 0x80000000u));
+}
+
+// The tail's row for x = 2^62, which the centered fold below reaches from c = 2^62 (normal_quantile64
+// reads it as the center's row 1024 at t = 0): a copy of row 1024 appended to the table.
+inline constexpr int kCubicRowsPadded = kCubicRows + 1;  // 2018
+
+// (dh >> 16) of an x in [1, 2^63) converted to double toward zero is 16 (1086 - clz64(x)) + the 4
+// segment bits: the row is base - 16 clz64(x) + 16 + segment = base - 17360 + (dh >> 16).
+inline constexpr int kDoubleRowBias = 16 * 1086 - 16;
+
+// The row and t of x in [0, 2^63) (base: kCenterPointRow or kCubicRows), from its double (toward zero)
+// hi and lo words, as the GPU computes them: one I2F.F64.U64.RZ normalizes x (its exponent is the
+// octave, its mantissa x's bits below the leading one, truncated). x = 0 (double 0) gives row 0.
+LAYERINIT_HD int row_of_double(int base, std::uint32_t dh) {
+  const int row = base - kDoubleRowBias + static_cast<int>(dh >> 16);
+  return row > 0 ? row : 0;
+}
+LAYERINIT_HD std::uint32_t t_bits_of_double(std::uint32_t dh, std::uint32_t dl) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_l(dl, dh, 7) & 0x7fffffu;  // mantissa bits 47..25: the 23 below the segment bits
+#else
+  return ((dh << 7) | (dl >> 25)) & 0x7fffffu;
+#endif
+}
+
+// normal_quantile64(C, c + 2^63) for c + 2^63 in [1, 2^64 - 1] (c: the probability minus 1/2, times
+// 2^64, two's complement), on a table of kCubicRowsPadded rows. The fold is branch-free and mostly
+// 32-bit: the tail (c >= 2^62 or c < -2^62) and the sign come from c's high word alone, and x = center ? |c| :
+// 2^63 - |c| is one conditional negation (c or -c, with bit 63 cleared). c = 2^62 lands in the tail
+// at x = 2^62, whose row kCubicRows repeats row 1024, so the value is normal_quantile64's.
+LAYERINIT_HD float normal_quantile_centered(const CubicRow* C, std::uint64_t c) {
+  const auto hi = static_cast<std::uint32_t>(c >> 32);
+  const std::uint32_t u = hi + 0x40000000u;  // bit 31: the tail
+  // n all ones: x = -c (c >= 0 in the tail, c < 0 in the center), as ~(c - 1); else x = c. Bit 63
+  // cleared: the tail's x is 2^63 - |c|.
+  const auto n = static_cast<std::uint32_t>(static_cast<std::int32_t>(hi ^ u) >> 31);
+  const std::uint64_t nn = (static_cast<std::uint64_t>(n) << 32) | n;
+  const std::uint64_t x = ((c + nn) ^ nn) & 0x7fffffffffffffffu;
+  const int base = static_cast<std::int32_t>(u) < 0 ? kCubicRows : kCenterPointRow;
+#if defined(__CUDA_ARCH__)
+  const double d = __ull2double_rz(x);
+  const auto dh = static_cast<std::uint32_t>(__double2hiint(d)), dl = static_cast<std::uint32_t>(__double2loint(d));
+  const int row = row_of_double(base, dh);
+  const float t = local_t(t_bits_of_double(dh, dl));
+#else
+  const int lz = clz64(x);
+  const std::uint64_t xn = x << (lz & 63);
+  const int row = base - 16 * lz + static_cast<int>(xn >> 59);
+  const float t = local_t(static_cast<std::uint32_t>(xn >> 36) & 0x7fffffu);
+#endif
+  const float m = cubic(C[row], t);
+  return transforms::as_float(transforms::as_bits(m) ^ (hi & 0x80000000u));  // c < 0: z < 0
 }
 
 // normal_quantile64(C, bits * 2^32 + 2^31), in 32-bit integer ops. Such a p folds to
