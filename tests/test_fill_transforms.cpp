@@ -17,29 +17,15 @@
 #include <layerinit/kernels/fill.hpp>
 #include <layerinit/kernels/quantile.hpp>
 
+#include "test_util.hpp"
+
 using namespace layerinit;
+using layerinit::testing::SplitMix64;
 
 namespace {
 
 constexpr std::uint64_t kHalf = std::uint64_t{1} << 63;
 constexpr std::uint64_t kQuarter = std::uint64_t{1} << 62;
-
-struct SplitMix64 {
-  std::uint64_t s;
-  std::uint64_t operator()() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, n) for n > 0 (slightly biased; fine for a test).
-  std::uint64_t below(std::uint64_t n) { return (*this)() % n; }
-  // A value of random bit length: small and large magnitudes equally often.
-  std::uint64_t log_uniform() {
-    const auto bits = static_cast<int>((*this)() % 65);
-    return bits == 0 ? 0 : (*this)() >> (64 - bits);
-  }
-};
 
 std::uint32_t bits_of(float f) { return std::bit_cast<std::uint32_t>(f); }
 

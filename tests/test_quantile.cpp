@@ -18,6 +18,7 @@
 
 using namespace layerinit;
 using namespace layerinit::quantile;
+using layerinit::testing::SplitMix64;
 
 namespace {
 
@@ -74,16 +75,6 @@ double ulp_error(float got, long double ref) {
 float q64(std::uint64_t p) { return normal_quantile64(normal_cubic_table, p); }
 float q32(std::uint32_t bits) { return normal_quantile32(normal_cubic_table, bits); }
 std::uint64_t p_of_draw(std::uint32_t bits) { return (std::uint64_t{bits} << 32) | (1u << 31); }
-
-struct SplitMix64 {
-  std::uint64_t s;
-  std::uint64_t operator()() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-  }
-};
 
 // Runs f(begin, end) on [0, n) in two threads; returns the results.
 template <class R, class F>

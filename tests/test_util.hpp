@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -103,5 +104,23 @@ ChildOutcome in_child_with_message(F body) {
   ::close(fds[0]);
   return out;
 }
+
+// SplitMix64 (Steele, Lea and Flood): a small, fast, seedable stream of test inputs.
+struct SplitMix64 {
+  std::uint64_t s;
+  std::uint64_t operator()() {
+    std::uint64_t z = (s += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, n) for n > 0 (slightly biased; fine for a test).
+  std::uint64_t below(std::uint64_t n) { return (*this)() % n; }
+  // A value of random bit length: small and large magnitudes equally often.
+  std::uint64_t log_uniform() {
+    const auto bits = static_cast<int>((*this)() % 65);
+    return bits == 0 ? 0 : (*this)() >> (64 - bits);
+  }
+};
 
 }  // namespace layerinit::testing
