@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include <layerinit/core/hd.hpp>
@@ -208,9 +209,10 @@ LAYERINIT_HD void run_vectors_task(const Job& g, std::uint64_t t, unsigned tid, 
   const std::uint64_t step = threads + q * gap;
   std::uint64_t blk = g.first_block + v + r * gap;
   storage_t<T>* const out = static_cast<storage_t<T>*>(j.dst);
-  if (g.aligned) {
+  // One store loop per alignment (the branch stays outside the loop).
+  auto walk = [&](auto aligned) {
     for (; v < v_end; v += threads) {
-      write_vector<T, K, true>(key, p, blk, 0, out + v * n, tab);
+      write_vector<T, K, decltype(aligned)::value>(key, p, blk, s, out + v * n, tab);
       blk += step;
       i += rem;
       if (i >= per_run) {
@@ -218,17 +220,9 @@ LAYERINIT_HD void run_vectors_task(const Job& g, std::uint64_t t, unsigned tid, 
         blk += gap;
       }
     }
-  } else {
-    for (; v < v_end; v += threads) {
-      write_vector<T, K, false>(key, p, blk, s, out + v * n, tab);
-      blk += step;
-      i += rem;
-      if (i >= per_run) {
-        i -= per_run;
-        blk += gap;
-      }
-    }
-  }
+  };
+  if (g.aligned) walk(std::true_type{});
+  else walk(std::false_type{});
 }
 
 template <DType T, FillKind K>
