@@ -12,6 +12,8 @@
 #include <layerinit/memory/tracking.hpp>
 #include <layerinit/backends/backend.hpp>
 #include <layerinit/init/builder.hpp>
+#include <layerinit/init/families.hpp>
+#include <layerinit/init/hf_spec.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/init/spec.hpp>

@@ -6,12 +6,43 @@
 
 namespace layerinit {
 
+namespace {
+
+bool generated_family(const std::string& fam) {
+  return fam == "llama" || fam == "mistral" || fam == "mixtral" || fam == "qwen2" || fam == "gemma2" || fam == "gpt2";
+}
+
+// The user's config.json, refused when it describes quantized weights.
+std::string checked_hf_config(const ModelSpec& spec) {
+  const auto j = nlohmann::json::parse(spec.hf_config, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("quantization_config") && !j["quantization_config"].is_null()) {
+    const auto& q = j["quantization_config"];
+    const std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
+                                   ? " (" + q["quant_method"].get<std::string>() + ")"
+                                   : "";
+    throw std::invalid_argument("config.json: quantization_config" + method +
+                                " describes quantized weights, and layerinit writes fp32/fp16/bf16 ones that transformers "
+                                "would load as quantized: remove quantization_config from the config");
+  }
+  return spec.hf_config;
+}
+
+}  // namespace
+
+bool has_config_json(const ModelSpec& spec) { return !spec.hf_config.empty() || generated_family(spec.family); }
+
 std::string config_json(const ModelSpec& spec, DType dtype) {
+  if (!spec.hf_config.empty()) return checked_hf_config(spec);
   const Hyper& h = spec.hyper;
   const std::string& fam = spec.family;
   const char* torch_dtype = dtype == DType::bf16 ? "bfloat16" : dtype == DType::f16 ? "float16" : "float32";
   nlohmann::ordered_json j;
-  if (fam == "llama" || fam == "mistral" || fam == "mixtral" || fam == "qwen2" || fam == "gemma2") {
+  if (!generated_family(fam)) {
+    throw std::invalid_argument("config.json: no Hugging Face model_type for family '" + fam +
+                                "' (supported: llama, mistral, mixtral, qwen2, gemma2, gpt2); a spec read from a config.json "
+                                "carries its own");
+  }
+  if (fam != "gpt2") {
     const char* arch = fam == "llama"     ? "LlamaForCausalLM"
                        : fam == "mistral" ? "MistralForCausalLM"
                        : fam == "mixtral" ? "MixtralForCausalLM"
@@ -31,12 +62,18 @@ std::string config_json(const ModelSpec& spec, DType dtype) {
     j["max_position_embeddings"] = h.max_position_embeddings;
     j["rms_norm_eps"] = h.norm_eps;
     j["rope_theta"] = h.rope_theta;
-    if (const RopeScaling& rs = h.rope_scaling; rs != RopeScaling{})  // Llama 3.1's, as its config.json writes it
+    // rope_parameters as transformers 5 writes them; rope_theta and rope_scaling for older releases.
+    nlohmann::ordered_json rope{{"rope_theta", h.rope_theta}, {"rope_type", "default"}};
+    if (const RopeScaling& rs = h.rope_scaling; rs != RopeScaling{}) {  // Llama 3.1's, as its config.json writes it
       j["rope_scaling"] = {{"factor", rs.factor},
                            {"low_freq_factor", rs.low_freq_factor},
                            {"high_freq_factor", rs.high_freq_factor},
                            {"original_max_position_embeddings", rs.original_max_position_embeddings},
                            {"rope_type", "llama3"}};
+      rope = j["rope_scaling"];
+      rope["rope_theta"] = h.rope_theta;
+    }
+    j["rope_parameters"] = rope;
     j["tie_word_embeddings"] = h.tie_word_embeddings;
     j["initializer_range"] = h.initializer_range;
     if (fam == "llama") {
@@ -62,7 +99,7 @@ std::string config_json(const ModelSpec& spec, DType dtype) {
       j["eos_token_id"] = 1;
       j["bos_token_id"] = 2;
     }
-  } else if (fam == "gpt2") {
+  } else {
     j["architectures"] = {"GPT2LMHeadModel"};
     j["model_type"] = "gpt2";
     j["vocab_size"] = h.vocab_size;
@@ -82,9 +119,6 @@ std::string config_json(const ModelSpec& spec, DType dtype) {
       j["bos_token_id"] = h.vocab_size - 1;
       j["eos_token_id"] = h.vocab_size - 1;
     }
-  } else {
-    throw std::invalid_argument("config.json: no Hugging Face model_type for family '" + fam +
-                                "' (supported: llama, mistral, mixtral, qwen2, gemma2, gpt2)");
   }
   j["torch_dtype"] = torch_dtype;
   return j.dump(2) + "\n";

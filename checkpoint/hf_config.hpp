@@ -8,9 +8,17 @@
 
 namespace layerinit {
 
-// config.json for the llama, mistral, mixtral, qwen2, gemma2 and gpt2 families (not deepseek_v3: its
-// latent-attention and MoE numbers are not in Hyper) (from spec.family, spec.hyper and
-// spec.num_layers). Throws std::invalid_argument for other families, naming the supported ones.
+// Whether config_json has a config.json for `spec`: one it was read from (spec.hf_config), or a
+// family config_json writes one for (llama, mistral, mixtral, qwen2, gemma2, gpt2). MLPs and other
+// specs have none: their checkpoints hold weights only.
+bool has_config_json(const ModelSpec& spec);
+
+// The spec's config.json: spec.hf_config as it is (the config the user described, byte for byte),
+// else one written from spec.family, spec.hyper and the layer count, with transformers 5's
+// rope_parameters and the rope_theta / rope_scaling older releases read. Throws
+// std::invalid_argument for a spec without one (naming the supported families) and for a
+// config.json with a quantization_config (emit writes unquantized weights, which transformers would
+// load as quantized ones).
 std::string config_json(const ModelSpec& spec, DType dtype);
 
 }  // namespace layerinit

@@ -18,10 +18,18 @@ namespace {
 constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
 
 
-std::uint64_t count(const std::vector<TensorSpec>& ts) {
+enum class Count { parameters, buffers, all };
+
+std::uint64_t count(const std::vector<TensorSpec>& ts, Count which) {
   std::uint64_t n = 0;
-  for (const auto& t : ts) n = checked_add(n, numel(t.shape), "parameter count");
+  for (const auto& t : ts)
+    if (which == Count::all || t.buffer == (which == Count::buffers)) n = checked_add(n, numel(t.shape), "parameter count");
   return n;
+}
+
+std::uint64_t model_count(const ModelSpec& m, Count which) {
+  const std::uint64_t n = checked_add(count(m.pre, which), count(m.post, which), "parameter count");
+  return checked_add(n, checked_mul(m.num_layers, count(m.layer.tensors, which), "parameter count"), "parameter count");
 }
 
 constexpr TensorRole kRoles[] = {
@@ -149,12 +157,10 @@ std::string ModelSpec::canonical_name(std::uint64_t layer_index, const TensorSpe
 
 std::uint64_t ModelSpec::total_layers() const { return first_layer + num_layers; }
 
-std::uint64_t ModelSpec::layer_parameter_count() const { return count(layer.tensors); }
-
-std::uint64_t ModelSpec::parameter_count() const {
-  std::uint64_t n = checked_add(count(pre), count(post), "parameter count");
-  return checked_add(n, checked_mul(num_layers, layer_parameter_count(), "parameter count"), "parameter count");
-}
+std::uint64_t ModelSpec::layer_parameter_count() const { return count(layer.tensors, Count::parameters); }
+std::uint64_t ModelSpec::parameter_count() const { return model_count(*this, Count::parameters); }
+std::uint64_t ModelSpec::buffer_count() const { return model_count(*this, Count::buffers); }
+std::uint64_t ModelSpec::element_count() const { return model_count(*this, Count::all); }
 
 // The fill's numbers must stay in the float range prepare_fill converts them to.
 void validate_fill(const FillSpec& f) {
@@ -278,7 +284,7 @@ void ModelSpec::validate() const {
   // Totals: elements and bytes (at 4 bytes per element, the widest dtype) fit in 64 bits.
   std::uint64_t total = 0;
   try {
-    total = parameter_count();
+    total = element_count();
   } catch (const std::overflow_error&) {
     fail("parameter count overflows 64 bits");
   }

@@ -50,6 +50,9 @@ struct TensorSpec {
   // false for GPT-2's Conv1D weights, which are [in, out] in both PyTorch and Flax.
   bool transposable = false;
   std::optional<FillSpec> init;  // an explicit rule; else the recipe decides
+  // A buffer of the reference module (DeepSeek-V3's router correction bias): in its state_dict and
+  // checkpoints like a parameter, but not trained, so counted apart (ModelSpec::buffer_count).
+  bool buffer = false;
   bool operator==(const TensorSpec&) const = default;
 };
 
@@ -103,7 +106,7 @@ std::optional<HyperProblem> hyper_problem(const Hyper& h);
 
 struct ModelSpec {
   std::string name;     // preset name or the spec's own
-  std::string family;   // "mlp", "llama", "mistral", "gpt2", "mixtral", "custom"
+  std::string family;   // "mlp", "custom", or the Hugging Face model_type of the family (hf_model_types())
   Hyper hyper;
   std::vector<TensorSpec> pre;
   LayerSpec layer;
@@ -114,13 +117,19 @@ struct ModelSpec {
   // names, as layers 0..first_layer-1.
   std::uint64_t first_layer = 0;
   std::vector<TensorSpec> post;
+  // The Hugging Face config.json this spec was read from (spec_from_hf_config), byte for byte: the
+  // config.json written beside safetensors weights. Empty: config_json generates one from family
+  // and hyper.
+  std::string hf_config;
 
   // Layer i of the repeated block (0-based in the block) is layer first_layer + i of the model.
   std::string canonical_name(std::uint64_t layer_index, const TensorSpec& t) const;
   // first_layer + num_layers: the model's depth (recipes' L, config.json's num_hidden_layers).
   std::uint64_t total_layers() const;
-  std::uint64_t parameter_count() const;   // every tensor of every layer
-  std::uint64_t layer_parameter_count() const;
+  std::uint64_t parameter_count() const;        // elements of every tensor but the buffers
+  std::uint64_t buffer_count() const;           // elements of the buffers
+  std::uint64_t element_count() const;          // both: what the weights' bytes count
+  std::uint64_t layer_parameter_count() const;  // one repeated layer's, buffers aside
   // Throws std::invalid_argument naming the problem: empty or zero dims, duplicate names, overflow.
   void validate() const;
   bool operator==(const ModelSpec&) const = default;

@@ -21,8 +21,9 @@ MemoryPlan make_memory_plan(const Builder& b) {
   const ModelSpec& spec = b.spec();
   MemoryPlan p;
   p.parameters = spec.parameter_count();
-  p.bytes_fp32 = checked_mul(p.parameters, 4, "fp32 bytes");
-  p.bytes_fp16 = p.bytes_bf16 = checked_mul(p.parameters, 2, "16-bit bytes");
+  p.buffer_elements = spec.buffer_count();
+  p.bytes_fp32 = checked_mul(spec.element_count(), 4, "fp32 bytes");
+  p.bytes_fp16 = p.bytes_bf16 = checked_mul(spec.element_count(), 2, "16-bit bytes");
   auto see = [&](const PlannedTensor& t) {
     if (t.bytes() > p.largest_tensor_bytes) p.largest_tensor_bytes = t.bytes(), p.largest_tensor = t.name;
     return t.bytes();

@@ -30,6 +30,7 @@ std::string_view naive_name(NaiveStrategy s);  // "all-fp32-then-cast", "fp32-th
 
 struct MemoryPlan {
   std::uint64_t parameters = 0;
+  std::uint64_t buffer_elements = 0;     // of buffers (ModelSpec::buffer_count): stored, not trained
   std::uint64_t weight_bytes = 0;        // in the build's dtypes
   std::uint64_t bytes_fp32 = 0, bytes_fp16 = 0, bytes_bf16 = 0;  // the same model in one dtype
   // Bytes of the repeated layers as runs of consecutive layers of equal size, in order, covering

@@ -38,6 +38,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include <layerinit/init/presets.hpp>
 #include <layerinit/config.hpp>
@@ -1493,13 +1494,15 @@ TEST_F(Cli, Gpt2TinyConfigJsonHasTokenIdsInsideItsVocabulary) {
 // and emit the tiny ones (reports agree), MoE experts stacked [L, E, out, in] or per expert, recipes
 // with parameters.
 TEST_F(Cli, QwenGemmaDeepseekPlanBuildAndEmit) {
-  for (const auto& [preset, parameters] : std::vector<std::pair<std::string, std::uint64_t>>{
-           {"qwen2.5-7b", 7'615'616'512ULL}, {"gemma-2-9b", 9'241'705'984ULL}, {"deepseek-v3", 671'026'419'200ULL}}) {
+  // DeepSeek-V3's 58 x 256 router correction biases are buffers, as transformers keeps them.
+  for (const auto& [preset, parameters, buffers] : std::vector<std::tuple<std::string, std::uint64_t, std::uint64_t>>{
+           {"qwen2.5-7b", 7'615'616'512ULL, 0}, {"gemma-2-9b", 9'241'705'984ULL, 0}, {"deepseek-v3", 671'026'404'352ULL, 14'848}}) {
     const Result r = run({"plan", "--preset", preset, "--json"});
     ASSERT_EQ(r.code(), 0) << r.err;
     const json j = json::parse(r.out);
     EXPECT_EQ(j["parameters"], parameters) << preset;
-    EXPECT_EQ(j["totals"]["bf16"], 2 * parameters) << preset;
+    EXPECT_EQ(j["buffers"], buffers) << preset;
+    EXPECT_EQ(j["totals"]["bf16"], 2 * (parameters + buffers)) << preset;
   }
   const json ds = json::parse(run({"plan", "--preset", "deepseek-v3", "--json"}).out);
   EXPECT_EQ(ds["layers"], 61);
@@ -1530,8 +1533,8 @@ TEST_F(Cli, QwenGemmaDeepseekPlanBuildAndEmit) {
       EXPECT_EQ(bj["experts"], "stacked");
       const layerinit::ModelSpec spec = layerinit::make_preset(preset);
       EXPECT_EQ(bj["parameters"], spec.parameter_count());
-      // config.json for the families transformers loads (per-layer only); DeepSeek-V3: weights only.
-      const bool config = std::string(layout) == "per-layer" && std::string(preset) != "deepseek-v3-tiny";
+      // config.json for the families transformers loads (per-layer only).
+      const bool config = std::string(layout) == "per-layer";
       EXPECT_EQ(fs::exists(target / "config.json"), config);
     }
   }

@@ -132,8 +132,9 @@ TEST(Plan, SubtotalsTotalsAndLargestParts) {
     EXPECT_EQ(p.post_bytes, post);
     EXPECT_EQ(p.pre_bytes + sum_layers + p.post_bytes, p.weight_bytes);
     EXPECT_EQ(p.parameters, spec.parameter_count());
-    EXPECT_EQ(p.weight_bytes, 2 * p.parameters);  // bf16 throughout
-    EXPECT_EQ(p.bytes_fp32, 4 * p.parameters);
+    EXPECT_EQ(p.buffer_elements, spec.buffer_count());  // DeepSeek-V3's router correction biases
+    EXPECT_EQ(p.weight_bytes, 2 * (p.parameters + p.buffer_elements));  // bf16 throughout
+    EXPECT_EQ(p.bytes_fp32, 4 * (p.parameters + p.buffer_elements));
     EXPECT_EQ(p.bytes_fp32, 2 * p.bytes_fp16);
     EXPECT_EQ(p.bytes_bf16, p.bytes_fp16);
     EXPECT_EQ(p.largest_layer_bytes, largest_layer);

@@ -147,7 +147,7 @@ TEST(SpecJson, ErrorMessages) {
       {edit("[256, 64]", "[4294967296, 4294967296]"), "spec: layer.tensors[1].shape: element count overflows 64 bits"},
       {edit("[256, 64]", "[]"), "spec: layer.tensors[1].shape: must be a non-empty array of positive integers"},
       {edit("\"shape\": [64]", "\"shpe\": [64]"),
-       "spec: layer.tensors[0].shpe: unknown key (valid: name, shape, role, fan_in, fan_out, transposable, init)"},
+       "spec: layer.tensors[0].shpe: unknown key (valid: name, shape, role, fan_in, fan_out, transposable, init, buffer)"},
       {edit("\"name\": \"norm.weight\", \"shape\": [64], ", ""), "spec: layer.tensors[0]: missing key 'name'"},
       {edit("\"role\": \"norm_weight\"", "\"role\": \"norm\""),
        "spec: layer.tensors[0].role: unknown tensor role 'norm' (valid: embedding, position_embedding, "
@@ -160,7 +160,7 @@ TEST(SpecJson, ErrorMessages) {
       {edit("\"name\": \"toy\"", "\"name\": \"\""), "spec: name: must be a non-empty string"},
       {edit("\"name\": \"toy\",", ""), "spec: top level: missing key 'name'"},
       {edit("\"family\"", "\"familly\""),
-       "spec: familly: unknown key (valid: name, family, hyper, pre, layer, post)"},
+       "spec: familly: unknown key (valid: name, family, hyper, pre, layer, post, hf_config)"},
       {edit("\"num_heads\": 4", "\"num_heads\": 5"),
        "spec: hyper.num_heads: 5 does not divide hidden_size 64 (set head_dim if that is intended)"},
       {edit("\"num_heads\": 4", "\"num_heads\": 4, \"num_kv_heads\": 3"),
@@ -237,7 +237,7 @@ TEST(SpecJson, ErrorMessages) {
 
 TEST(SpecJson, ControlCharactersInKeysStayOnOneLine) {
   const std::string e = error_of("{\"name\": \"m\", \"a\\nb\": 1}");
-  EXPECT_EQ(e, "spec: a\\x0ab: unknown key (valid: name, family, hyper, pre, layer, post)");
+  EXPECT_EQ(e, "spec: a\\x0ab: unknown key (valid: name, family, hyper, pre, layer, post, hf_config)");
   EXPECT_EQ(e.find('\n'), std::string::npos);
   const std::string n = error_of(R"({"name": "m\u0000x", "post": [{"name": "w", "shape": [1]}]})");
   EXPECT_EQ(n, "spec: model 'm\\x00x': name contains control characters");

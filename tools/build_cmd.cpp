@@ -151,12 +151,13 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   if (report == "json") {
     nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout, *be);
     out["parameters"] = spec.parameter_count();
+    out["buffers"] = spec.buffer_count();
     print_build_report(out, tensors, model.bytes(), stats, build_seconds, hash_seconds);
   } else {
     std::size_t count = 0;
     model.for_each([&](const TensorView&) { ++count; });
-    std::printf("%s: %llu parameters in %zu tensors, %s, layout %s, backend %s\n", spec.name.c_str(),
-                static_cast<unsigned long long>(spec.parameter_count()), count,
+    std::printf("%s: %s in %zu tensors, %s, layout %s, backend %s\n", spec.name.c_str(),
+                parameters_text(spec.parameter_count(), spec.buffer_count()).c_str(), count,
                 std::string(dtype_name(opts.dtype)).c_str(), args.layout.c_str(), be->describe().c_str());
     std::printf("weights    %s\npeak       %s\ntime       %.3f s\n", format_bytes(model.bytes()).c_str(),
                 format_bytes(stats.peak_bytes).c_str(), build_seconds);

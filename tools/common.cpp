@@ -14,6 +14,7 @@
 
 #include <layerinit/core/bytes.hpp>
 #include <layerinit/core/errors.hpp>
+#include <layerinit/init/hf_spec.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/plan/plan.hpp>
 
@@ -64,8 +65,15 @@ void ModelArgs::add_model_flags(CLI::App& app) {
                              return s;
                            }() + ")");
   auto* s = app.add_option("--spec", spec_file, "JSON model spec file (docs/spec.md)");
-  p->excludes(s);
-  s->excludes(p);
+  auto* h = app.add_option("--hf-config", hf_config,
+                           "Hugging Face config.json, or a directory holding one (model_type: " + [] {
+                             std::string s;
+                             for (const auto& n : hf_model_types()) s += (s.empty() ? "" : ", ") + n;
+                             return s;
+                           }() + "); emit writes it beside safetensors weights");
+  p->excludes(s)->excludes(h);
+  s->excludes(p)->excludes(h);
+  h->excludes(p)->excludes(s);
 }
 
 void ModelArgs::add_build_flags(CLI::App& app, const std::string& layouts) {
@@ -174,8 +182,10 @@ void check_memory(const ModelArgs& args, backend& be, const MemoryNeed& need) {
 }
 
 ModelSpec ModelArgs::load_spec() const {
-  if (preset.empty() && spec_file.empty()) throw usage_error("one of --preset or --spec is required");
+  if (preset.empty() && spec_file.empty() && hf_config.empty())
+    throw usage_error("a model is required: --preset or --spec, or --hf-config");
   if (!preset.empty()) return make_preset(preset);
+  if (!hf_config.empty()) return load_hf_config(hf_config);
   std::ifstream in(spec_file, std::ios::binary);
   if (!in) throw usage_error("cannot read spec file '" + spec_file + "'");
   // At most one byte past the cap: /dev/zero or a huge file is refused without reading it whole.
@@ -307,6 +317,10 @@ std::string escape_non_utf8(const std::string& s) {
     }
   }
   return out;
+}
+
+std::string parameters_text(std::uint64_t parameters, std::uint64_t buffers) {
+  return std::to_string(parameters) + " parameters" + (buffers ? ", " + std::to_string(buffers) + " buffer elements" : "");
 }
 
 nlohmann::ordered_json shape_json(const Shape& s) {

@@ -30,6 +30,7 @@ inline constexpr std::size_t kMaxSpecFileBytes = 16u << 20;
 struct ModelArgs {
   std::string preset;
   std::string spec_file;
+  std::string hf_config;  // a Hugging Face config.json, or a directory holding one
   std::string dtype = "bf16";
   std::vector<std::string> dtype_overrides;  // PATTERN=DTYPE
   std::string recipe = "hf";
@@ -45,7 +46,7 @@ struct ModelArgs {
   ParallelDegrees parallel;           // --tp, --pp, --ep, --fsdp
   std::optional<std::uint64_t> rank;  // --rank
 
-  void add_model_flags(CLI::App& app);           // --preset, --spec
+  void add_model_flags(CLI::App& app);           // --preset, --spec, --hf-config
   void add_build_flags(CLI::App& app, const std::string& layouts);  // dtype, recipe, seed, layout, ...
   void add_backend_flags(CLI::App& app);         // --backend, --threads, --no-memory-check
   void add_parallel_flags(CLI::App& app);        // --tp, --pp, --ep, --fsdp, --rank (docs/sharding.md)
@@ -73,6 +74,9 @@ CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, int& tar
 
 // "fp32", a FillSpec from "normal(0,0.02)", "trunc_normal(0,0.02,-2,2)", "trunc_normal_std(0,0.02,-3,3)",
 // "uniform(-0.1,0.1)", "constant(1)".
+
+// "N parameters", and ", M buffer elements" when there are buffers (DeepSeek-V3's router biases).
+std::string parameters_text(std::uint64_t parameters, std::uint64_t buffers);
 
 nlohmann::ordered_json shape_json(const Shape& s);
 // `s` for a JSON string: bytes that are not part of valid UTF-8 (a path may hold any byte but '\0')

@@ -92,14 +92,10 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     }
     // transformers loads the per-layer, out-in layout only: a config.json beside stacked or transposed
     // weights would have it load them as missing keys and initialize those anew.
+    // MLPs and custom specs have no Hugging Face config: weights only.
     if (!plan && format == CheckpointFormat::safetensors && opts.layout == Layout::per_layer &&
-        opts.orientation == Orientation::out_in) {
-      try {
-        eo.writer.config_json = config_json(*spec, opts.dtype);
-      } catch (const std::invalid_argument&) {
-        // MLPs and custom specs have no Hugging Face config: weights only.
-      }
-    }
+        opts.orientation == Orientation::out_in && has_config_json(*spec))
+      eo.writer.config_json = config_json(*spec, opts.dtype);
     // The file's metadata (dtype, seed, recipe, layout, orientation, model spec) is the builder's:
     // emit_checkpoint fills it in.
     eo.cancel = &g_cancel;
@@ -166,6 +162,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     out["format"] = format_name(format);
     out["output"] = escape_non_utf8(written);
     out["parameters"] = rank ? plan_rank(*rank, TrainingSetup::mixed).parameters : spec->parameter_count();
+    if (!rank) out["buffers"] = spec->buffer_count();
     out["tensors"] = tensors_json(r.tensors);
     out["total_bytes"] = r.weight_bytes;
     out["peak_bytes"] = tracker->stats().peak_bytes;  // under MPI: rank 0's

@@ -212,6 +212,7 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
     nlohmann::ordered_json out{{"model", spec.name},
                                {"family", spec.family},
                                {"parameters", p.parameters},
+                               {"buffers", p.buffer_elements},
                                {"layers", spec.total_layers()},
                                {"first_layer", spec.first_layer},
                                {"dtype", dtype_name(opts.dtype)},
@@ -233,8 +234,8 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   }
 
   const std::string before = spec.first_layer ? " (" + std::to_string(spec.first_layer) + " before the repeated block)" : "";
-  std::printf("%s (%s): %llu parameters, %llu layers%s, %s, %s layout\n\n", spec.name.c_str(), spec.family.c_str(),
-              (unsigned long long)p.parameters, (unsigned long long)spec.total_layers(), before.c_str(),
+  std::printf("%s (%s): %s, %llu layers%s, %s, %s layout\n\n", spec.name.c_str(), spec.family.c_str(),
+              parameters_text(p.parameters, p.buffer_elements).c_str(), (unsigned long long)spec.total_layers(), before.c_str(),
               std::string(dtype_name(opts.dtype)).c_str(), std::string(layout_name(opts.layout)).c_str());
   if (parallel) {
     std::printf("parallel: %s; rank = ((pp * %llu + fsdp) * %llu + ep) * %llu + tp (docs/sharding.md)\n",

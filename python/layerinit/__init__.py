@@ -35,6 +35,7 @@ __all__ = [
     "build",
     "cuda_available",
     "fill_",
+    "hf_spec",
     "memory_stats",
     "plan",
     "preset_names",
@@ -100,17 +101,37 @@ def cuda_available() -> bool:
     return bool(_core.has_cuda_build and _core.cuda_available()[0])
 
 
+def hf_spec(config: Any) -> Spec:
+    """The spec of a Hugging Face model: its config (``model.config``, any object with
+    ``to_json_string``), a config.json dict, or the path of a config.json or of the directory
+    holding one. layerinit's C++ reader maps it (docs/spec.md); ValueError names the field, or the
+    supported model_types."""
+    if isinstance(config, (str, os.PathLike)):
+        return _core.Spec.from_hf_config_path(os.fspath(config))
+    if isinstance(config, Mapping):
+        return _core.Spec.from_hf_config(json.dumps(dict(config)))
+    to_json = getattr(config, "to_json_string", None)
+    if callable(to_json):
+        return _core.Spec.from_hf_config(to_json(use_diff=False))
+    raise ValueError(f"config must be a transformers config, a config.json dict or path, got {type(config).__name__}")
+
+
 def spec(model: ModelLike) -> Spec:
-    """A model spec: a preset name, the path of a JSON spec file, a spec dict (docs/spec.md) or a Spec.
+    """A model spec: a preset name, the path of a JSON spec file, a spec dict (docs/spec.md), a
+    Hugging Face config.json dict (with ``model_type``) or directory (:func:`hf_spec`), or a Spec.
 
     Raises ValueError for an unknown preset (listing the valid ones) or a malformed spec.
     """
     if isinstance(model, _core.Spec):
         return model
     if isinstance(model, Mapping):
+        if "model_type" in model:
+            return hf_spec(model)
         return _core.Spec.from_json(json.dumps(model))
     if isinstance(model, (str, os.PathLike)):
         text = os.fspath(model)
+        if os.path.isdir(text):
+            return hf_spec(text)
         if text in _core.preset_names():
             return _core.Spec.preset(text)
         if text.endswith(".json") or os.sep in text:

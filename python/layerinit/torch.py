@@ -14,45 +14,13 @@ from typing import Any, Optional, Union
 
 import torch
 
-from . import ModelLike, Plan, Spec, plan, spec as _spec
+from . import ModelLike, Plan, hf_spec, plan, spec as _spec
 
 __all__ = ["init_", "hf_spec", "module_spec", "tensor_map"]
 
 NameMap = Union[Mapping[str, Optional[str]], Callable[[str], Optional[str]]]
 
 _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-
-
-def hf_spec(config: Any) -> Spec:
-    """The layerinit spec of a Hugging Face model from its config (``model.config``): the llama,
-    mistral, qwen2, mixtral, gpt2 and gemma2 model types. ValueError for others."""
-    mt = getattr(config, "model_type", None)
-    g = lambda k, d=0: getattr(config, k, None) if getattr(config, k, None) is not None else d  # noqa: E731
-    if mt == "gpt2":
-        d = g("n_embd")
-        hyper = dict(vocab_size=g("vocab_size"), hidden_size=d, intermediate_size=g("n_inner", 4 * d),
-                     num_heads=g("n_head"), max_position_embeddings=g("n_positions"),
-                     initializer_range=g("initializer_range", 0.02), norm_eps=g("layer_norm_epsilon", 1e-5))
-        layers = g("n_layer")
-    elif mt in ("llama", "mistral", "qwen2", "mixtral", "gemma2"):
-        heads = g("num_attention_heads")
-        hyper = dict(vocab_size=g("vocab_size"), hidden_size=g("hidden_size"), intermediate_size=g("intermediate_size"),
-                     num_heads=heads, num_kv_heads=g("num_key_value_heads", heads), head_dim=g("head_dim", 0),
-                     max_position_embeddings=g("max_position_embeddings"),
-                     initializer_range=g("initializer_range", 0.02), norm_eps=g("rms_norm_eps", 1e-5),
-                     tie_word_embeddings=float(bool(g("tie_word_embeddings", False))))
-        if mt == "qwen2":
-            hyper["bias"] = 1.0
-        elif mt in ("llama", "mistral") and (g("attention_bias", False) or g("mlp_bias", False)):
-            raise ValueError(f"{mt} with attention_bias or mlp_bias has no layerinit family: pass spec=")
-        if mt == "mixtral":
-            hyper.update(num_experts=g("num_local_experts"), experts_per_token=g("num_experts_per_tok"))
-        layers = g("num_hidden_layers")
-    else:
-        raise ValueError(f"no layerinit spec for Hugging Face model_type {mt!r} (llama, mistral, qwen2, mixtral, gpt2, "
-                         f"gemma2 are known): pass spec= a preset, a JSON spec or a dict")
-    hyper = {k: float(v) for k, v in hyper.items()}
-    return Spec.from_family(mt, mt, hyper, int(layers))
 
 
 def _norm_like(mod: torch.nn.Module) -> bool:
@@ -223,7 +191,9 @@ def _materialize(module: torch.nn.Module, device: Optional[Union[str, torch.devi
         own = {f"{mname}.{b}" if mname else b for b, _ in mod.named_buffers(recurse=False)} & meta_buffers
         if not own:
             continue
-        if init_weights is not None and next(mod.parameters(recurse=False), None) is None:
+        # Gemma's scaled embedding holds embed_scale beside its weight: the weight _init_weights draws
+        # is filled from the spec afterwards.
+        if init_weights is not None:
             init_weights(mod)
         else:
             left |= own

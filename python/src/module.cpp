@@ -25,6 +25,7 @@
 #include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
 #include <layerinit/init/builder.hpp>
+#include <layerinit/init/hf_spec.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/init/spec_json.hpp>
@@ -523,40 +524,16 @@ NB_MODULE(_core, m) {
   nb::class_<Spec>(m, "Spec", "A model spec: a preset or a JSON spec (docs/spec.md).")
       .def_static("preset", [](const std::string& name) { return Spec{make_preset(name)}; }, "name"_a)
       .def_static("from_json", [](const std::string& text) { return Spec{spec_from_json(text)}; }, "text"_a)
-      .def_static("from_family", [](const std::string& family, const std::string& name, const std::map<std::string, double>& hyper,
-                               std::uint64_t num_layers) {
-        Hyper h;
-        auto get = [&](const char* k, auto& field) {
-          if (auto it = hyper.find(k); it != hyper.end()) field = static_cast<std::remove_reference_t<decltype(field)>>(it->second);
-        };
-        get("vocab_size", h.vocab_size);
-        get("hidden_size", h.hidden_size);
-        get("intermediate_size", h.intermediate_size);
-        get("num_heads", h.num_heads);
-        get("num_kv_heads", h.num_kv_heads);
-        get("head_dim", h.head_dim);
-        get("max_position_embeddings", h.max_position_embeddings);
-        get("num_experts", h.num_experts);
-        get("experts_per_token", h.experts_per_token);
-        get("initializer_range", h.initializer_range);
-        get("norm_eps", h.norm_eps);
-        get("rope_theta", h.rope_theta);
-        double tie = h.tie_word_embeddings, bias = h.bias;
-        get("tie_word_embeddings", tie);
-        get("bias", bias);
-        h.tie_word_embeddings = tie != 0;
-        h.bias = bias != 0;
-        if (family == "llama" || family == "mistral" || family == "qwen2") return Spec{llama_spec(name, h, num_layers, family)};
-        if (family == "mixtral") return Spec{mixtral_spec(name, h, num_layers)};
-        if (family == "gpt2") return Spec{gpt2_spec(name, h, num_layers)};
-        if (family == "gemma2") return Spec{gemma2_spec(name, h, num_layers)};
-        throw std::invalid_argument("no layerinit family '" + printable(family) + "' (valid: llama, mistral, qwen2, mixtral, gpt2, gemma2)");
-      }, "family"_a, "name"_a, "hyper"_a, "num_layers"_a, "A family's spec from its numbers (layerinit's Hyper names).")
+      .def_static("from_hf_config", [](const std::string& text, const std::string& name) { return Spec{spec_from_hf_config(text, name)}; },
+                  "text"_a, "name"_a = "", "A Hugging Face config.json's spec (its text); ValueError naming the field.")
+      .def_static("from_hf_config_path", [](const std::string& path) { return Spec{load_hf_config(path)}; }, "path"_a,
+                  "The spec of the config.json at `path`, or in the directory `path`.")
       .def("to_json", [](const Spec& s) { return spec_to_json(s.spec); })
       .def_prop_ro("name", [](const Spec& s) { return s.spec.name; })
       .def_prop_ro("family", [](const Spec& s) { return s.spec.family; })
       .def_prop_ro("num_layers", [](const Spec& s) { return s.spec.num_layers; })
       .def_prop_ro("parameter_count", [](const Spec& s) { return s.spec.parameter_count(); })
+      .def_prop_ro("buffer_count", [](const Spec& s) { return s.spec.buffer_count(); })
       .def_prop_ro("tie_word_embeddings", [](const Spec& s) { return s.spec.hyper.tie_word_embeddings; });
 
   nb::class_<Plan>(m, "Plan", "What a build makes: every tensor's name, shape, dtype and fill, without memory.")

@@ -1,17 +1,25 @@
-"""transformers configs of the tiny presets (the numbers tests/python/hf_meta.py checks against)."""
+"""transformers configs of the tiny models, read from tests/hf_configs/tiny/ (the configs the C++
+tests emit and compare with transformers, one source of truth). A tiny preset's name stands for its
+family's config ("llama-tiny" -> tiny/llama.json, the same tensors)."""
+import json
+from pathlib import Path
+
 import transformers
 
-TINY = {
-    "llama-tiny": dict(model_type="llama", vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=4,
-                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False),
-    "mixtral-tiny": dict(model_type="mixtral", vocab_size=512, hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
-                         num_experts_per_tok=2, tie_word_embeddings=False),
-    "gpt2-tiny": dict(model_type="gpt2", vocab_size=512, n_positions=128, n_embd=64, n_layer=2, n_head=4,
-                      bos_token_id=511, eos_token_id=511),
-}
+TINY_DIR = Path(__file__).resolve().parents[2] / "tests" / "hf_configs" / "tiny"
+PRESETS = {"llama-tiny": "llama", "mixtral-tiny": "mixtral", "gpt2-tiny": "gpt2", "qwen2.5-tiny": "qwen2",
+           "gemma-2-tiny": "gemma2", "deepseek-v3-tiny": "deepseek_v3"}
 
 
-def config(preset, **changes):
-    kwargs = dict(TINY[preset], **changes)
+def families():
+    """The model_types with a tiny config."""
+    return sorted(p.stem for p in TINY_DIR.glob("*.json"))
+
+
+def config_dict(name):
+    return json.loads((TINY_DIR / f"{PRESETS.get(name, name)}.json").read_text())
+
+
+def config(name, **changes):
+    kwargs = dict(config_dict(name), **changes)
     return transformers.CONFIG_MAPPING[kwargs.pop("model_type")](**kwargs)

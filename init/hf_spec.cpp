@@ -1,0 +1,371 @@
+// Hugging Face config.json -> model spec. Each family reads the fields its modeling_<type>.py reads
+// to make tensors, with the defaults of its configuration_<type>.py (transformers 5.23, listed in
+// kFamilies), and refuses values that would make tensors this family does not make.
+#include <layerinit/init/hf_spec.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+
+#include <layerinit/init/families.hpp>
+#include <layerinit/init/spec_json.hpp>
+
+#include "json_read.hpp"
+
+namespace layerinit {
+
+namespace {
+
+const JsonReader r("config.json");
+
+constexpr std::size_t kMaxConfigBytes = 16u << 20;  // a config.json is a few KiB
+
+// The numbers every decoder config has, as its config class defaults them. nullopt: the class
+// default is None, which the model derives (kv heads = heads, head_dim = hidden / heads).
+struct Defaults {
+  std::uint64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;
+  std::optional<std::uint64_t> num_key_value_heads;
+  std::optional<std::uint64_t> head_dim;
+  std::uint64_t max_position_embeddings;
+  double rms_norm_eps;
+  bool tie_word_embeddings;
+  double rope_theta;  // the default rope_parameters' (full attention's, for Gemma 3)
+};
+
+// A config.json object read field by field. Aliases are transformers' attribute_map: a config may
+// give "num_experts" for Mixtral's num_local_experts.
+class Config {
+ public:
+  Config(const json& doc, std::string model_type, std::vector<std::pair<std::string, std::string>> aliases)
+      : doc_(doc), model_type_(std::move(model_type)), aliases_(std::move(aliases)) {}
+
+  const std::string& model_type() const { return model_type_; }
+
+  // The value of `key` (or of an alias of it), nullptr when absent.
+  const json* get(const char* key) const {
+    const json* v = find(doc_, key);
+    for (const auto& [alias, canonical] : aliases_) {
+      if (canonical != key) continue;
+      if (const json* a = find(doc_, alias.c_str())) {
+        if (v && *v != *a)
+          r.fail(key, "given twice, as " + std::string(key) + " and as its alias " + alias + ", with different values");
+        v = a;
+      }
+    }
+    return v;
+  }
+  // A positive integer; absent: `def`.
+  std::uint64_t count(const char* key, std::uint64_t def) const {
+    const json* v = get(key);
+    return v ? r.to_uint(*v, key, true) : def;
+  }
+  // A non-negative integer (a count that may be zero); absent: `def`.
+  std::uint64_t count0(const char* key, std::uint64_t def) const {
+    const json* v = get(key);
+    return v ? r.to_uint(*v, key, false) : def;
+  }
+  // A positive integer that null (or an absent key whose class default is None) leaves to the
+  // model: 0 stands for that.
+  std::uint64_t derived(const char* key, std::optional<std::uint64_t> def) const {
+    const json* v = get(key);
+    if (!v) return def.value_or(0);
+    return v->is_null() ? 0 : r.to_uint(*v, key, true);
+  }
+  bool flag(const char* key, bool def) const {
+    const json* v = get(key);
+    return v ? r.to_bool(*v, key) : def;
+  }
+  // A finite number >= 0; absent: `def`.
+  double real(const char* key, double def) const {
+    const json* v = get(key);
+    if (!v) return def;
+    const double x = r.to_double(*v, key);
+    if (x < 0) r.fail(key, "must not be negative");
+    return x;
+  }
+  // The common numbers of a decoder: Hyper, with rope_theta from rope_parameters (transformers 5)
+  // or rope_theta (older configs), and Llama 3.1's rope scaling.
+  Hyper hyper(const Defaults& d) const;
+  std::uint64_t layers(const Defaults& d) const { return count("num_hidden_layers", d.num_hidden_layers); }
+
+ private:
+  void read_rope(Hyper& h, double default_theta) const;
+
+  const json& doc_;
+  std::string model_type_;
+  std::vector<std::pair<std::string, std::string>> aliases_;  // alias, canonical
+};
+
+// Llama 3.1's scaling ("rope_type": "llama3"), from rope_parameters or rope_scaling (`path`).
+RopeScaling llama3_scaling(const json& o, const std::string& path) {
+  RopeScaling s;
+  s.factor = r.to_double(r.require(o, path, "factor"), join(path, "factor"));
+  s.low_freq_factor = r.to_double(r.require(o, path, "low_freq_factor"), join(path, "low_freq_factor"));
+  s.high_freq_factor = r.to_double(r.require(o, path, "high_freq_factor"), join(path, "high_freq_factor"));
+  s.original_max_position_embeddings =
+      r.to_uint(r.require(o, path, "original_max_position_embeddings"), join(path, "original_max_position_embeddings"), true);
+  return s;
+}
+
+std::optional<std::string> rope_type(const json& o, const std::string& path) {
+  const json* t = find(o, "rope_type");
+  if (!t) t = find(o, "type");  // configs before rope_type
+  if (!t) return std::nullopt;
+  return r.to_string(*t, join(path, "rope_type"), true);
+}
+
+void Config::read_rope(Hyper& h, double default_theta) const {
+  h.rope_theta = default_theta;
+  // transformers 5 keeps rope_theta in rope_parameters (per layer type for Gemma 3) and prefers it
+  // to a top-level rope_theta or rope_scaling.
+  if (const json* rp = get("rope_parameters"); rp && !rp->is_null()) {
+    if (!rp->is_object()) r.fail("rope_parameters", "must be an object");
+    const json* p = rp;
+    std::string path = "rope_parameters";
+    if (!find(*rp, "rope_theta") && find(*rp, "full_attention")) {
+      p = find(*rp, "full_attention");
+      path = "rope_parameters.full_attention";
+      if (!p->is_object()) r.fail(path, "must be an object");
+    }
+    if (const json* t = find(*p, "rope_theta")) h.rope_theta = r.to_double(*t, join(path, "rope_theta"));
+    if (rope_type(*p, path) == "llama3") h.rope_scaling = llama3_scaling(*p, path);
+    return;
+  }
+  if (const json* t = get("rope_theta"); t && !t->is_null()) h.rope_theta = r.to_double(*t, "rope_theta");
+  if (const json* s = get("rope_scaling"); s && !s->is_null()) {
+    if (!s->is_object()) r.fail("rope_scaling", "must be an object or null");
+    if (rope_type(*s, "rope_scaling") == "llama3") h.rope_scaling = llama3_scaling(*s, "rope_scaling");
+  }
+}
+
+Hyper Config::hyper(const Defaults& d) const {
+  Hyper h;
+  h.vocab_size = count("vocab_size", d.vocab_size);
+  h.hidden_size = count("hidden_size", d.hidden_size);
+  h.intermediate_size = count("intermediate_size", d.intermediate_size);
+  h.num_heads = count("num_attention_heads", d.num_attention_heads);
+  h.num_kv_heads = derived("num_key_value_heads", d.num_key_value_heads);
+  h.head_dim = derived("head_dim", d.head_dim);
+  h.max_position_embeddings = count("max_position_embeddings", d.max_position_embeddings);
+  // _init_weights: `self.config.initializer_range or 0.02`.
+  h.initializer_range = real("initializer_range", 0.02);
+  if (h.initializer_range == 0) h.initializer_range = 0.02;
+  h.norm_eps = real("rms_norm_eps", d.rms_norm_eps);
+  h.tie_word_embeddings = flag("tie_word_embeddings", d.tie_word_embeddings);
+  read_rope(h, d.rope_theta);
+  return h;
+}
+
+// The config.json key of a Hyper field, for messages.
+std::string config_key(const std::string& field) {
+  if (field == "num_heads") return "num_attention_heads";
+  if (field == "num_kv_heads") return "num_key_value_heads";
+  if (field == "experts_per_token") return "num_experts_per_tok";
+  if (field == "norm_eps") return "rms_norm_eps";
+  return field;
+}
+
+void check_hyper(const Hyper& h) {
+  if (const auto p = hyper_problem(h))
+    r.fail(config_key(p->field), p->message + (p->field == "num_heads" ? " (set head_dim if that is intended)" : ""));
+}
+
+// ---- the families ----
+
+using Reader = ModelSpec (*)(const Config&, const Defaults&, std::string name);
+
+ModelSpec decoder(const Config& c, const Defaults& d, std::string name, Hyper h, const DecoderLayout& l) {
+  h.bias = l.qkv_bias;
+  check_hyper(h);
+  return decoder_spec(std::move(name), c.model_type(), h, l, c.layers(d));
+}
+
+// Llama, SmolLM3: attention_bias on q, k, v and o; mlp_bias on gate, up and down.
+ModelSpec read_llama(const Config& c, const Defaults& d, std::string name) {
+  DecoderLayout l;
+  l.qkv_bias = l.o_bias = c.flag("attention_bias", false);
+  l.mlp_bias = c.flag("mlp_bias", false);
+  return decoder(c, d, std::move(name), c.hyper(d), l);
+}
+
+ModelSpec read_mistral(const Config& c, const Defaults& d, std::string name) {
+  return decoder(c, d, std::move(name), c.hyper(d), DecoderLayout{});
+}
+
+// Qwen2Attention: q/k/v always with biases, o_proj without.
+ModelSpec read_qwen2(const Config& c, const Defaults& d, std::string name) {
+  DecoderLayout l;
+  l.qkv_bias = true;
+  return decoder(c, d, std::move(name), c.hyper(d), l);
+}
+
+ModelSpec read_mixtral(const Config& c, const Defaults& d, std::string name) {
+  Hyper h = c.hyper(d);
+  h.num_experts = c.count("num_local_experts", 8);
+  h.experts_per_token = c.count("num_experts_per_tok", 2);
+  DecoderLayout l;
+  l.moe = MoeKind::mixtral;
+  return decoder(c, d, std::move(name), h, l);
+}
+
+// Gemma 2 and 3: four norms a layer, all stored as offsets from one; Gemma 3 adds q/k norms.
+ModelSpec read_gemma(const Config& c, const Defaults& d, std::string name) {
+  DecoderLayout l;
+  l.qkv_bias = l.o_bias = c.flag("attention_bias", false);
+  l.pre_feedforward_norm = l.post_feedforward_norm = true;
+  l.zero_centered_norms = true;
+  return decoder(c, d, std::move(name), c.hyper(d), l);
+}
+
+// DeepSeek-V3 (and Kimi K2, which is one): multi-head latent attention; attention_bias on q_a_proj,
+// kv_a_proj_with_mqa and o_proj. The multi-token-prediction layers (num_nextn_predict_layers) are
+// not built by transformers and not here.
+ModelSpec read_deepseek_v3(const Config& c, const Defaults& d, std::string name) {
+  Hyper h = c.hyper(d);
+  h.num_experts = c.count("n_routed_experts", 256);
+  h.experts_per_token = c.count("num_experts_per_tok", 8);
+  DecoderLayout l;
+  l.qkv_bias = l.o_bias = c.flag("attention_bias", false);
+  LatentAttention x;
+  x.q_lora_rank = c.derived("q_lora_rank", 1536);  // null: no query compression
+  x.kv_lora_rank = c.count("kv_lora_rank", 512);
+  x.qk_nope_head_dim = c.count("qk_nope_head_dim", 128);
+  x.qk_rope_head_dim = c.count("qk_rope_head_dim", 64);
+  x.v_head_dim = c.count("v_head_dim", 128);
+  l.latent = x;
+  l.moe = MoeKind::routed;
+  l.moe_intermediate_size = c.count("moe_intermediate_size", 2048);
+  l.shared_experts = c.count0("n_shared_experts", 1);
+  l.correction_bias = true;
+  l.dense_layers = c.count0("first_k_dense_replace", 3);
+  if (l.dense_layers >= c.layers(d)) r.fail("first_k_dense_replace", "must leave at least one MoE layer");
+  h.head_dim = checked_add(x.qk_nope_head_dim, x.qk_rope_head_dim, "qk_nope_head_dim + qk_rope_head_dim");  // a query head's width
+  return decoder(c, d, std::move(name), h, l);
+}
+
+// GPT-2 under its own names (n_embd, n_layer, ...; transformers maps hidden_size and the like to them).
+ModelSpec read_gpt2(const Config& c, const Defaults&, std::string name) {
+  Hyper h;
+  h.vocab_size = c.count("vocab_size", 50257);
+  h.hidden_size = c.count("n_embd", 768);
+  h.num_heads = c.count("n_head", 12);
+  h.max_position_embeddings = c.count("n_positions", 1024);
+  h.intermediate_size = c.derived("n_inner", std::nullopt);  // null: 4 * n_embd
+  h.norm_eps = c.real("layer_norm_epsilon", 1e-5);
+  h.initializer_range = c.real("initializer_range", 0.02);
+  if (h.initializer_range == 0) h.initializer_range = 0.02;
+  h.rope_theta = 0;  // learned positions
+  if (!c.flag("tie_word_embeddings", true))
+    r.fail("tie_word_embeddings", "false is not supported for gpt2 (layerinit's GPT-2 ties lm_head to the embedding)");
+  if (c.flag("add_cross_attention", false))
+    r.fail("add_cross_attention", "true is not supported (a decoder with cross-attention has tensors layerinit does not make)");
+  if (h.hidden_size % h.num_heads != 0)
+    r.fail("n_head", std::to_string(h.num_heads) + " does not divide n_embd " + std::to_string(h.hidden_size));
+  return gpt2_spec(std::move(name), h, c.count("n_layer", 12));
+}
+
+struct Family {
+  const char* model_type;
+  const char* causal_lm;  // the class that builds these tensors, as `architectures` names it
+  Defaults defaults;
+  std::vector<std::pair<std::string, std::string>> aliases;  // attribute_map: alias, canonical
+  Reader read;
+};
+
+// Defaults: each configuration_<type>.py's class fields (transformers 5.23).
+const std::vector<Family>& families() {
+  using std::nullopt;
+  static const std::vector<Family> all = {
+      {"deepseek_v3", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4},
+       {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3},
+      {"gemma2", "Gemma2ForCausalLM", {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6, true, 1e4}, {}, read_gemma},
+      {"gpt2", "GPT2LMHeadModel", {}, {{"hidden_size", "n_embd"}, {"max_position_embeddings", "n_positions"},
+                                        {"num_attention_heads", "n_head"}, {"num_hidden_layers", "n_layer"}}, read_gpt2},
+      {"llama", "LlamaForCausalLM", {32000, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-6, false, 1e4}, {}, read_llama},
+      {"mistral", "MistralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-6, false, 1e4}, {}, read_mistral},
+      {"mixtral", "MixtralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-5, false, 1e6},
+       {{"num_experts", "num_local_experts"}}, read_mixtral},
+      {"qwen2", "Qwen2ForCausalLM", {151936, 4096, 22016, 32, 32, 32, nullopt, 32768, 1e-6, false, 1e4}, {}, read_qwen2},
+  };
+  return all;
+}
+
+std::string supported() {
+  std::string s;
+  for (const auto& t : hf_model_types()) s += (s.empty() ? "" : ", ") + t;
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> hf_model_types() {
+  std::vector<std::string> out;
+  for (const auto& f : families()) out.emplace_back(f.model_type);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+ModelSpec spec_from_hf_config(std::string_view text, std::string name) {
+  const json doc = r.parse(text);
+  if (!doc.is_object()) r.fail("", "must be an object");
+  const std::string type = r.to_string(r.require(doc, "", "model_type"), "model_type", false);
+  const auto& all = families();
+  const auto family = std::find_if(all.begin(), all.end(), [&](const Family& f) { return type == f.model_type; });
+  if (family == all.end()) {
+    if (type == "gemma3")
+      r.fail("model_type", "'gemma3' is Gemma 3's image-text model: give its text_config (model_type gemma3_text)");
+    r.fail("model_type", "no layerinit spec for Hugging Face model_type '" + type + "' (supported: " + supported() + ")");
+  }
+  // Another class (a classification head, another model) would have other tensors.
+  if (const json* a = find(doc, "architectures"); a && !a->is_null()) {
+    if (!a->is_array()) r.fail("architectures", "must be an array of class names");
+    bool causal = a->empty();
+    for (std::size_t i = 0; i < a->size(); ++i) causal = causal || r.to_string((*a)[i], at("architectures", i), true) == family->causal_lm;
+    if (!causal)
+      r.fail("architectures", a->dump() + " does not name " + family->causal_lm + ", the model layerinit makes for " + type);
+  }
+  if (name.empty())
+    if (const json* n = find(doc, "_name_or_path"); n && n->is_string()) name = n->get<std::string>();
+  if (name.empty()) name = type;
+  const Config config(doc, type, family->aliases);
+  ModelSpec m;
+  try {
+    m = family->read(config, family->defaults, std::move(name));
+    m.validate();
+  } catch (const spec_error&) {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    throw spec_error("config.json: " + printable(e.what()));
+  } catch (const std::overflow_error& e) {
+    throw spec_error("config.json: " + printable(e.what()));
+  }
+  m.hf_config = std::string(text);
+  return m;
+}
+
+ModelSpec load_hf_config(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path file = path;
+  if (fs::is_directory(file, ec)) file /= "config.json";
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw std::invalid_argument("cannot read Hugging Face config '" + printable(file.string()) + "'");
+  // At most one byte past the cap: /dev/zero or a huge file is refused without reading it whole.
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw std::invalid_argument("cannot read Hugging Face config '" + printable(file.string()) + "'");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxConfigBytes)
+    throw std::invalid_argument("Hugging Face config '" + printable(file.string()) + "' is larger than 16 MiB");
+  // Named as the model's directory ("Qwen3-8B/config.json") or the file ("qwen3-8b.json").
+  std::string name = file.stem().string();
+  if (file.filename() == "config.json") {
+    const fs::path dir = fs::absolute(file, ec).parent_path();
+    if (!dir.filename().empty()) name = dir.filename().string();
+  }
+  return spec_from_hf_config(text, name);
+}
+
+}  // namespace layerinit

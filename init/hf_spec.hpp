@@ -1,0 +1,29 @@
+// A Hugging Face config.json as a model spec: the tensors transformers' *ForCausalLM builds from it.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <layerinit/init/spec.hpp>
+
+namespace layerinit {
+
+// The spec of a config.json (its text). `model_type` picks the family; the fields the family's
+// modeling code reads fill the spec, each missing one taking the default of transformers' config
+// class, so the spec has the names, shapes and parameter count of the model transformers builds.
+// The spec's hf_config is the text as given (emit writes it as config.json), its name `name`, else
+// the config's _name_or_path, else its model_type. Throws spec_error ("config.json: <field>: <what>")
+// for malformed JSON, a field of the wrong type or out of range, an unknown model_type (listing
+// hf_model_types()), and a field the family does not support (naming it).
+ModelSpec spec_from_hf_config(std::string_view config_json, std::string name = "");
+
+// The config.json at `path`, or in the directory `path`, as spec_from_hf_config reads it; the spec is
+// named after the file ("qwen3-8b.json" -> "qwen3-8b"), or after its directory when the file is
+// config.json. Throws std::invalid_argument for a path it cannot read and a file above 16 MiB.
+ModelSpec load_hf_config(const std::string& path);
+
+// The model_types spec_from_hf_config reads, sorted.
+std::vector<std::string> hf_model_types();
+
+}  // namespace layerinit

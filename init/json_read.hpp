@@ -1,0 +1,46 @@
+// Reading a JSON document field by field, every error one line naming the field by its path: the
+// rules the JSON spec (spec_json.cpp) and a Hugging Face config.json (hf_spec.cpp) share.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace layerinit {
+
+using json = nlohmann::json;
+
+std::string join(const std::string& path, std::string_view key);  // "hyper" + "vocab_size"
+std::string at(const std::string& path, std::size_t i);            // "pre" + 2 -> "pre[2]"
+const json* find(const json& j, const char* key);                  // nullptr when absent
+
+// Errors are spec_error("<source>: <path>: <what>"), the source being "spec" or "config.json".
+class JsonReader {
+ public:
+  explicit JsonReader(std::string source) : source_(std::move(source)) {}
+
+  [[noreturn]] void fail(const std::string& path, const std::string& what) const;
+  // nlohmann's parser with nesting deeper than 64 levels and repeated keys refused, and positions
+  // as line and column.
+  json parse(std::string_view text) const;
+
+  // An object whose keys are all in `valid`.
+  void check_object(const json& j, const std::string& path, const std::vector<std::string>& valid) const;
+  void check_object(const json& j, const std::string& path, std::initializer_list<const char*> valid) const;
+  const json& require(const json& j, const std::string& path, const char* key) const;
+
+  // An integer (no fraction, no sign, below 2^64); positive: also not zero.
+  std::uint64_t to_uint(const json& v, const std::string& path, bool positive) const;
+  double to_double(const json& v, const std::string& path) const;  // finite
+  bool to_bool(const json& v, const std::string& path) const;
+  std::string to_string(const json& v, const std::string& path, bool nonempty) const;
+
+ private:
+  [[noreturn]] void malformed(std::string_view text, std::size_t pos, const std::string& why) const;
+  std::string source_;
+};
+
+}  // namespace layerinit

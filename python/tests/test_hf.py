@@ -1,0 +1,127 @@
+"""Hugging Face configs in Python: layerinit.hf_spec passes a config through to the C++ reader (no
+mapping of its own), and layerinit.torch.init_ on every family's tiny model, on the meta device,
+equals `layerinit emit --hf-config` of the same config.json, bitwise."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import layerinit  # noqa: E402
+import layerinit.torch as lt  # noqa: E402
+from conftest import run_cli  # noqa: E402
+from hf_configs import TINY_DIR, config, config_dict, families  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+# A fused transformers 5 expert tensor from a checkpoint's per-expert ones: module, gate, up, down.
+EXPERTS = [("block_sparse_moe", "w1", "w3", "w2"), ("mlp", "gate_proj", "up_proj", "down_proj")]
+
+
+@pytest.fixture(scope="session")
+def emitted_hf(cli, tmp_path_factory):
+    """emitted_hf(family, *flags) -> {name: tensor} of `layerinit emit --hf-config tiny/<family>.json`."""
+    from safetensors.torch import load_file
+
+    cache = {}
+
+    def get(family, *flags):
+        key = (family, *flags)
+        if key not in cache:
+            out = tmp_path_factory.mktemp("emit") / family
+            run_cli(cli, "emit", "--hf-config", str(TINY_DIR / f"{family}.json"), "--backend", "cpu", "--format",
+                    "safetensors", "-o", str(out), *flags)
+            assert (out / "config.json").read_bytes() == (TINY_DIR / f"{family}.json").read_bytes()
+            cache[key] = load_file(str(out / "model.safetensors"))
+        return cache[key]
+
+    return get
+
+
+def reference(ref, name):
+    """The file's tensor for model key `name` (fused experts stacked from the per-expert ones), or None."""
+    if name in ref:
+        return ref[name]
+    if name.replace(".mlp.", ".block_sparse_moe.") in ref:
+        return ref[name.replace(".mlp.", ".block_sparse_moe.")]
+    m = re.match(r"^(.*)\.mlp\.experts\.(gate_up_proj|down_proj)$", name)
+    if not m:
+        return None
+    base, kind = m.groups()
+    for moe, gate, up, down in EXPERTS:
+        E = sum(1 for k in ref if re.match(rf"^{re.escape(base)}\.{moe}\.experts\.\d+\.{down}\.weight$", k))
+        if E == 0:
+            continue
+        e = lambda i, w: ref[f"{base}.{moe}.experts.{i}.{w}.weight"]  # noqa: E731
+        if kind == "down_proj":
+            return torch.stack([e(i, down) for i in range(E)])
+        return torch.stack([torch.cat([e(i, gate), e(i, up)]) for i in range(E)])
+    return None
+
+
+def bits(t):
+    return t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)
+
+
+@pytest.mark.parametrize("family", families())
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_every_family_meta_model_equals_emit(family, dtype, emitted_hf):
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config(family)).to(DTYPES[dtype])
+    lt.init_(model, seed=9)  # the spec comes from model.config
+    ref = emitted_hf(family, "--seed", "9", "--dtype", dtype)
+    seen = 0
+    for k, v in model.state_dict().items():
+        if k == "lm_head.weight" and model.config.tie_word_embeddings:
+            continue
+        want = reference(ref, k)
+        assert want is not None, f"{family}: {k} is not in the emitted checkpoint"
+        want = want.to(v.dtype)  # fp32 buffers (a router's correction bias) of a bf16 model
+        assert v.shape == want.shape and torch.equal(bits(v), bits(want)), f"{family}: {k}"
+        seen += 1
+    assert seen > 0
+    # Buffers outside the checkpoint (rotary inv_freq, Gemma's embed_scale) as the model's own code makes them.
+    cpu = transformers.AutoModelForCausalLM.from_config(config(family)).to(DTYPES[dtype])
+    state = model.state_dict()
+    for k, b in cpu.named_buffers():
+        if k not in state:
+            assert torch.equal(dict(model.named_buffers())[k], b), f"{family}: buffer {k}"
+
+
+def test_hf_spec_takes_a_config_a_dict_or_a_path(tmp_path):
+    d = config_dict("mistral")
+    from_dict = layerinit.hf_spec(d)
+    from_config = layerinit.hf_spec(config("mistral"))
+    (tmp_path / "Tiny-Mistral").mkdir()
+    (tmp_path / "Tiny-Mistral" / "config.json").write_text(json.dumps(d))
+    from_dir = layerinit.hf_spec(tmp_path / "Tiny-Mistral")
+    assert from_dir.name == "Tiny-Mistral" and from_dict.name == "mistral"
+    for s in (from_config, from_dir, layerinit.spec(d), layerinit.spec(tmp_path / "Tiny-Mistral")):
+        assert s.parameter_count == from_dict.parameter_count == 182_592
+    assert layerinit.hf_spec(TINY_DIR / "deepseek_v3.json").buffer_count == 8
+    with pytest.raises(ValueError, match="no layerinit spec for Hugging Face model_type 'bert'"):
+        layerinit.hf_spec(transformers.BertConfig())
+    with pytest.raises(ValueError, match="config.json: num_key_value_heads: 3 does not divide num_heads 4"):
+        layerinit.hf_spec(dict(d, num_key_value_heads=3))
+    with pytest.raises(ValueError, match="config must be a transformers config"):
+        layerinit.hf_spec(42)
+
+
+def test_rope_theta_of_transformers_5_configs_is_kept():
+    # transformers 5 keeps rope_theta in rope_parameters; the spec (and the config.json emit writes) keep 500000.
+    cfg = transformers.LlamaConfig(rope_theta=500000.0, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+                                   num_hidden_layers=1, vocab_size=32)
+    spec = json.loads(layerinit.hf_spec(cfg).to_json())
+    assert spec["hyper"]["rope_theta"] == 500000.0
+    assert json.loads(spec["hf_config"])["rope_parameters"]["rope_theta"] == 500000.0
+
+
+def test_the_package_keeps_no_config_mapping():
+    # Every Hugging Face field name lives in the C++ reader (init/hf_spec.cpp): none in the Python sources.
+    package = Path(layerinit.__file__).parent
+    for src in package.glob("*.py"):
+        text = src.read_text()
+        for field in ("num_attention_heads", "num_key_value_heads", "intermediate_size", "n_embd", "num_local_experts"):
+            assert field not in text, f"{src.name} reads {field}"

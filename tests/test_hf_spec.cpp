@@ -1,0 +1,273 @@
+// Hugging Face config.json -> spec (init/hf_spec.hpp): the real configs of tests/hf_configs/ plan to
+// transformers' parameter counts, each family's empty config to its config class's defaults, the
+// tiny configs to the tiny presets, and every bad field is one line naming it. The counts are
+// transformers 5.23's num_parameters() on the meta device; tests/test_hf_load.cpp checks them live
+// where transformers is installed.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+
+#include <layerinit/checkpoint/hf_config.hpp>
+#include <layerinit/init/hf_spec.hpp>
+#include <layerinit/init/presets.hpp>
+#include <layerinit/init/spec_json.hpp>
+
+#include "test_util.hpp"
+
+using namespace layerinit;
+namespace fs = std::filesystem;
+using layerinit::testing::slurp;
+using layerinit::testing::TempDir;
+
+namespace {
+
+const fs::path kConfigs = fs::path(LAYERINIT_SOURCE_DIR) / "tests" / "hf_configs";
+
+struct Count {
+  std::uint64_t parameters, buffers;
+};
+
+// The message of the spec_error a config throws.
+std::string refusal(const std::string& config) {
+  try {
+    spec_from_hf_config(config);
+  } catch (const spec_error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+const TensorSpec* find(const std::vector<TensorSpec>& ts, const std::string& name) {
+  for (const auto& t : ts)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+}  // namespace
+
+// Every config of tests/hf_configs/: transformers' num_parameters() and the elements of the buffers
+// in its state_dict (DeepSeek-V3's and GLM-4.5's router correction biases).
+TEST(HfSpec, RealConfigsHaveTransformersParameterCounts) {
+  const std::map<std::string, Count> expected = {
+      {"deepseek-v3", {671'026'404'352ULL, 58 * 256}},
+      {"llama-3.1-8b", {8'030'261'248ULL, 0}},
+      {"mixtral-8x7b", {46'702'792'704ULL, 0}},
+  };
+  std::set<std::string> seen;
+  for (const auto& e : fs::directory_iterator(kConfigs)) {
+    if (e.path().extension() != ".json") continue;
+    const std::string name = e.path().stem().string();
+    SCOPED_TRACE(name);
+    seen.insert(name);
+    const auto it = expected.find(name);
+    ASSERT_NE(it, expected.end()) << "no expected count for " << e.path();
+    const ModelSpec s = load_hf_config(e.path().string());
+    EXPECT_EQ(s.name, name);
+    EXPECT_EQ(s.parameter_count(), it->second.parameters);
+    EXPECT_EQ(s.buffer_count(), it->second.buffers);
+    EXPECT_EQ(s.hf_config, slurp(e.path()));  // byte for byte
+  }
+  EXPECT_EQ(seen.size(), expected.size());
+}
+
+// {"model_type": T} is transformers' T config with every default: the same model.
+TEST(HfSpec, MissingFieldsTakeTheConfigClassDefaults) {
+  const std::map<std::string, Count> expected = {
+      {"deepseek_v3", {671'026'404'352ULL, 14848}}, {"gemma2", {2'614'341'888ULL, 0}}, {"gpt2", {124'439'808ULL, 0}},
+      {"llama", {6'738'415'616ULL, 0}},             {"mistral", {7'241'732'096ULL, 0}}, {"mixtral", {46'702'792'704ULL, 0}},
+      {"qwen2", {12'049'846'272ULL, 0}},
+  };
+  EXPECT_EQ(hf_model_types().size(), expected.size());
+  for (const auto& type : hf_model_types()) {
+    SCOPED_TRACE(type);
+    const auto it = expected.find(type);
+    ASSERT_NE(it, expected.end());
+    const ModelSpec s = spec_from_hf_config(R"({"model_type": ")" + type + R"("})");
+    EXPECT_EQ(s.family, type);
+    EXPECT_EQ(s.name, type);  // no _name_or_path
+    EXPECT_EQ(s.parameter_count(), it->second.parameters);
+    EXPECT_EQ(s.buffer_count(), it->second.buffers);
+  }
+}
+
+// The tiny configs of today's families describe the tiny presets: the same tensors and numbers
+// (deepseek-v3-tiny is its config, byte for byte).
+TEST(HfSpec, TinyConfigsAreTheTinyPresets) {
+  for (const auto& [file, preset] : std::map<std::string, std::string>{{"llama", "llama-tiny"},
+                                                                        {"gpt2", "gpt2-tiny"},
+                                                                        {"mixtral", "mixtral-tiny"},
+                                                                        {"qwen2", "qwen2.5-tiny"},
+                                                                        {"gemma2", "gemma-2-tiny"},
+                                                                        {"deepseek_v3", "deepseek-v3-tiny"}}) {
+    SCOPED_TRACE(file);
+    ModelSpec s = load_hf_config((kConfigs / "tiny" / (file + ".json")).string());
+    const ModelSpec p = make_preset(preset);
+    EXPECT_EQ(s.name, file);
+    if (file == "deepseek_v3") EXPECT_EQ(s.hf_config, p.hf_config);
+    s.name = p.name;
+    s.hf_config = p.hf_config;
+    EXPECT_EQ(s, p);
+  }
+}
+
+// A Llama config as transformers 5 writes LlamaConfig(rope_theta=500000): rope_theta only inside
+// rope_parameters. Python's mapping read config.rope_theta, found nothing and wrote 10000.
+TEST(HfSpec, RopeThetaFromRopeParametersOrTheTopLevel) {
+  const std::string base = R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+      "num_hidden_layers": 1, "vocab_size": 32, )";
+  EXPECT_DOUBLE_EQ(spec_from_hf_config(base + R"("rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}})")
+                       .hyper.rope_theta, 500000.0);
+  EXPECT_DOUBLE_EQ(spec_from_hf_config(base + R"("rope_theta": 250000})").hyper.rope_theta, 250000.0);
+  // Both: transformers 5 takes rope_parameters.
+  EXPECT_DOUBLE_EQ(spec_from_hf_config(base + R"("rope_theta": 1.0, "rope_parameters": {"rope_theta": 2.0}})")
+                       .hyper.rope_theta, 2.0);
+  EXPECT_DOUBLE_EQ(spec_from_hf_config(base + R"("rope_scaling": null})").hyper.rope_theta, 10000.0);
+  // Llama 3.1's scaling from either place.
+  const RopeScaling llama31{8.0, 1.0, 4.0, 8192};
+  EXPECT_EQ(load_hf_config((kConfigs / "llama-3.1-8b.json").string()).hyper.rope_scaling, llama31);
+  EXPECT_EQ(spec_from_hf_config(base + R"("max_position_embeddings": 131072, "rope_parameters": {"rope_type": "llama3",
+      "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 8192}})").hyper.rope_scaling, llama31);
+}
+
+TEST(HfSpec, FieldsTheFamiliesRead) {
+  // Aliases (transformers' attribute_map): Mixtral's num_experts is num_local_experts.
+  const ModelSpec m = spec_from_hf_config(R"({"model_type": "mixtral", "num_experts": 3, "num_experts_per_tok": 1,
+      "hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 8, "num_hidden_layers": 1,
+      "vocab_size": 10})");
+  EXPECT_EQ(m.hyper.num_experts, 3u);
+  EXPECT_EQ(num_experts(m.layer), 3u);
+  // null kv heads and head_dim: derived, as the config classes' None.
+  const ModelSpec l = spec_from_hf_config(R"({"model_type": "mistral", "num_key_value_heads": null, "head_dim": null,
+      "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10})");
+  EXPECT_EQ(l.hyper.num_kv_heads, 2u);
+  EXPECT_EQ(l.hyper.head_dim, 8u);
+  // Llama's attention_bias: q, k, v and o; mlp_bias: gate, up and down.
+  const ModelSpec b = spec_from_hf_config(R"({"model_type": "llama", "attention_bias": true, "mlp_bias": true,
+      "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10})");
+  for (const char* t : {"self_attn.q_proj.bias", "self_attn.o_proj.bias", "mlp.gate_proj.bias", "mlp.down_proj.bias"})
+    EXPECT_NE(find(b.layer.tensors, t), nullptr) << t;
+  EXPECT_EQ(find(b.layer.tensors, "mlp.down_proj.bias")->shape, (Shape{16}));
+  // DeepSeek's q_lora_rank null: q_proj from the hidden state (DeepSeek-V2-Lite's attention).
+  const ModelSpec d = spec_from_hf_config(R"({"model_type": "deepseek_v3", "q_lora_rank": null, "hidden_size": 32,
+      "num_attention_heads": 2, "num_key_value_heads": 2, "kv_lora_rank": 8, "qk_nope_head_dim": 4, "qk_rope_head_dim": 4,
+      "v_head_dim": 4, "intermediate_size": 16, "moe_intermediate_size": 8, "n_routed_experts": 2, "num_experts_per_tok": 1,
+      "n_group": 1, "topk_group": 1, "num_hidden_layers": 2, "first_k_dense_replace": 1, "vocab_size": 10})");
+  EXPECT_EQ(find(d.layer.tensors, "self_attn.q_proj.weight")->shape, (Shape{16, 32}));
+  EXPECT_EQ(find(d.layer.tensors, "self_attn.q_a_proj.weight"), nullptr);
+  // The router correction bias: a buffer, zero.
+  const TensorSpec* c = find(d.layer.tensors, "mlp.gate.e_score_correction_bias");
+  ASSERT_NE(c, nullptr);
+  EXPECT_TRUE(c->buffer);
+  EXPECT_EQ(c->init, FillSpec::constant(0.0));
+  EXPECT_EQ(d.buffer_count(), 2u);
+  // A name: given, else _name_or_path, else the model_type.
+  EXPECT_EQ(spec_from_hf_config(R"({"model_type": "gpt2", "_name_or_path": "openai-community/gpt2"})").name,
+            "openai-community/gpt2");
+  EXPECT_EQ(spec_from_hf_config(R"({"model_type": "gpt2"})", "mine").name, "mine");
+}
+
+TEST(HfSpec, EveryProblemIsOneLineNamingTheField) {
+  const std::string tiny = R"("hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10)";
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"model_type": "bert"})", "config.json: model_type: no layerinit spec for Hugging Face model_type 'bert' (supported: "
+                                    "deepseek_v3, gemma2, gpt2, llama, mistral, mixtral, qwen2)"},
+      {R"({"vocab_size": 10})", "config.json: top level: missing key 'model_type'"},
+      {R"([1, 2])", "config.json: top level: must be an object"},
+      {R"({"model_type": "llama", )" + tiny + R"(, "hidden_size": 8})", "config.json: hidden_size: duplicate key"},
+      {"{\"model_type\": \"llama\",\n \"vocab_size\": }", "config.json: malformed JSON at line 2, column 16: syntax error while "
+                                                          "parsing value - unexpected '}'; expected '[', '{', or a literal"},
+      {R"({"model_type": "llama", "vocab_size": 4096.0})", "config.json: vocab_size: must be a positive integer"},
+      {R"({"model_type": "llama", "num_attention_heads": -4})", "config.json: num_attention_heads: must be a positive integer"},
+      {R"({"model_type": "llama", "num_hidden_layers": 0})", "config.json: num_hidden_layers: must be a positive integer"},
+      {R"({"model_type": "llama", "mlp_bias": "no"})", "config.json: mlp_bias: must be true or false"},
+      {R"({"model_type": "llama", "rms_norm_eps": -1})", "config.json: rms_norm_eps: must not be negative"},
+      {R"({"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 3})",
+       "config.json: num_key_value_heads: 3 does not divide num_heads 4"},
+      {R"({"model_type": "llama", "hidden_size": 10, "num_attention_heads": 4})",
+       "config.json: num_attention_heads: 4 does not divide hidden_size 10 (set head_dim if that is intended)"},
+      {R"({"model_type": "mixtral", "num_experts": 4, "num_local_experts": 8})",
+       "config.json: num_local_experts: given twice, as num_local_experts and as its alias num_experts, with different values"},
+      {R"({"model_type": "mixtral", "num_local_experts": 2, "num_experts_per_tok": 3})",
+       "config.json: num_experts_per_tok: 3 exceeds num_experts 2"},
+      {R"({"model_type": "llama", "architectures": ["LlamaForSequenceClassification"]})",
+       "config.json: architectures: [\"LlamaForSequenceClassification\"] does not name LlamaForCausalLM, the model layerinit "
+       "makes for llama"},
+      {R"({"model_type": "gpt2", "tie_word_embeddings": false})",
+       "config.json: tie_word_embeddings: false is not supported for gpt2 (layerinit's GPT-2 ties lm_head to the embedding)"},
+      {R"({"model_type": "gpt2", "add_cross_attention": true})",
+       "config.json: add_cross_attention: true is not supported (a decoder with cross-attention has tensors layerinit does "
+       "not make)"},
+      {R"({"model_type": "deepseek_v3", "num_hidden_layers": 3, "first_k_dense_replace": 3})",
+       "config.json: first_k_dense_replace: must leave at least one MoE layer"},
+      {R"({"model_type": "llama", "rope_parameters": 5})", "config.json: rope_parameters: must be an object"},
+      {R"({"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})",
+       "config.json: rope_scaling: missing key 'low_freq_factor'"},
+      // Products past 64 bits: refused, not wrapped into small shapes.
+      {R"({"model_type": "llama", "num_attention_heads": 4294967296, "head_dim": 4294967296})",
+       "config.json: a layer dimension overflows 64 bits"},
+      {R"({"model_type": "llama", "vocab_size": 18446744073709551615, "hidden_size": 4096})",
+       "config.json: model 'llama': pre tensor 0 'model.embed_tokens.weight': shape [18446744073709551615, 4096]: element "
+       "count overflows 64 bits"},
+  };
+  for (const auto& [config, message] : cases) EXPECT_EQ(refusal(config), message) << config;
+  // Gemma 3's image-text config names the part to give.
+  EXPECT_NE(refusal(R"({"model_type": "gemma3", "text_config": {}})").find("give its text_config (model_type gemma3_text)"),
+            std::string::npos);
+}
+
+TEST(HfSpec, LoadsAFileOrADirectory) {
+  TempDir dir;
+  fs::create_directories(dir / "Tiny-Llama");
+  fs::copy_file(kConfigs / "tiny" / "llama.json", dir / "Tiny-Llama" / "config.json");
+  const ModelSpec a = load_hf_config((dir / "Tiny-Llama").string());
+  const ModelSpec b = load_hf_config((dir / "Tiny-Llama" / "config.json").string());
+  EXPECT_EQ(a.name, "Tiny-Llama");  // named after the model's directory
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.hf_config, slurp(kConfigs / "tiny" / "llama.json"));
+  try {
+    load_hf_config((dir / "nothing").string());
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot read Hugging Face config '" + (dir / "nothing").string() + "'");
+  }
+  try {
+    load_hf_config(dir.path().string());  // a directory without config.json
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot read Hugging Face config '" + (dir / "config.json").string() + "'");
+  }
+}
+
+// emit writes the config.json a spec was read from as it is; one describing quantized weights is
+// refused (transformers would load layerinit's bf16 weights as FP8 or MXFP4 blocks).
+TEST(HfSpec, ConfigJsonIsTheUsersFile) {
+  const ModelSpec s = load_hf_config((kConfigs / "tiny" / "mistral.json").string());
+  EXPECT_TRUE(has_config_json(s));
+  EXPECT_EQ(config_json(s, DType::f16), slurp(kConfigs / "tiny" / "mistral.json"));
+  const ModelSpec q = load_hf_config((kConfigs / "deepseek-v3.json").string());
+  try {
+    config_json(q, DType::bf16);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "config.json: quantization_config (fp8) describes quantized weights, and layerinit writes "
+                                     "fp32/fp16/bf16 ones that transformers would load as quantized: remove "
+                                     "quantization_config from the config");
+  }
+  // The JSON spec keeps it, so a checkpoint's model_spec rebuilds the same config.json.
+  EXPECT_EQ(spec_from_json(spec_to_json(s)), s);
+}
+
+// DeepSeek-V3: 671,026,404,352 parameters as transformers counts them, and 58 x 256 router
+// correction biases it keeps as buffers (in the state_dict and the checkpoint).
+TEST(HfSpec, ParametersAndBuffersApart) {
+  const ModelSpec d = make_preset("deepseek-v3");
+  EXPECT_EQ(d.parameter_count(), 671'026'404'352ULL);
+  EXPECT_EQ(d.buffer_count(), 14'848u);
+  EXPECT_EQ(d.element_count(), 671'026'419'200ULL);
+  EXPECT_EQ(make_preset("llama-3-8b").buffer_count(), 0u);
+}
