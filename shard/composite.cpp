@@ -298,30 +298,39 @@ Composite whole_tensor(const PlannedTensor& p) {
   return c;
 }
 
-Composite concatenate(std::span<const PlannedTensor> tensors, std::size_t dim, std::span<const RowPermutation> rows) {
-  if (tensors.empty()) fail("nothing to concatenate");
-  if (!rows.empty() && rows.size() != tensors.size())
-    fail(std::to_string(rows.size()) + " row permutations for " + std::to_string(tensors.size()) + " tensors");
-  const Shape& first = tensors[0].memory_shape;
-  if (dim >= first.size()) fail("dimension " + std::to_string(dim) + " of tensors of rank " + std::to_string(first.size()));
+Composite concatenate(std::vector<CompositePart> parts, std::size_t dim, std::vector<StackAxis> stack) {
+  if (parts.empty()) fail("nothing to concatenate");
+  const Shape first = parts[0].source.shape;
+  if (dim >= first.size()) fail("dimension " + std::to_string(dim) + " of parts of rank " + std::to_string(first.size()));
   Composite c;
-  c.dtype = tensors[0].dtype;
-  c.shape = first;
-  c.shape[dim] = 0;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const Shape& s = tensors[i].memory_shape;
+  c.dtype = parts[0].dtype;
+  for (const StackAxis& a : stack) c.shape.push_back(a.size);
+  Shape slice = first;
+  slice[dim] = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const Shape& s = parts[i].source.shape;
     bool fits = s.size() == first.size();
     for (std::size_t d = 0; fits && d < s.size(); ++d) fits = d == dim || s[d] == first[d];
     if (!fits)
-      fail("'" + printable(tensors[i].name, kMaxNameInMessage) + "' stored as " + shape_string(s) + " does not concatenate with " +
-           shape_string(first) + " along dimension " + std::to_string(dim));
-    Shape at(s.size(), 0);
-    at[dim] = c.shape[dim];
-    c.parts.push_back(whole_part(tensors[i], std::move(at), rows.empty() ? RowPermutation{} : rows[i]));
-    c.shape[dim] = checked_add(c.shape[dim], s[dim], "concatenated extent");
+      fail(part_label(parts[i], i) + ": its box " + shape_string(s) + " does not concatenate with " + shape_string(first) +
+           " along dimension " + std::to_string(dim));
+    parts[i].at = Shape(s.size(), 0);
+    parts[i].at[dim] = slice[dim];
+    slice[dim] = checked_add(slice[dim], s[dim], "concatenated extent");
   }
+  c.shape.insert(c.shape.end(), slice.begin(), slice.end());
+  c.stack = std::move(stack);
+  c.parts = std::move(parts);
   c.validate();
   return c;
+}
+
+Composite concatenate(std::span<const PlannedTensor> tensors, std::size_t dim, std::span<const RowPermutation> rows) {
+  if (!rows.empty() && rows.size() != tensors.size())
+    fail(std::to_string(rows.size()) + " row permutations for " + std::to_string(tensors.size()) + " tensors");
+  std::vector<CompositePart> parts;
+  for (std::size_t i = 0; i < tensors.size(); ++i) parts.push_back(whole_part(tensors[i], {}, rows.empty() ? RowPermutation{} : rows[i]));
+  return concatenate(std::move(parts), dim);
 }
 
 // ---- fill jobs ----

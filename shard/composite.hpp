@@ -102,9 +102,13 @@ struct Composite {
 Composite whole_tensor(const PlannedTensor& p);
 // A part that places the whole stored tensor `p` (its name escaped: a name, not a template) at `at`.
 CompositePart whole_part(const PlannedTensor& p, Shape at, RowPermutation rows = {});
-// Tensors of one rank concatenated along dimension `dim` of their stored shapes, in order, each
-// with its row permutation (`rows` empty: none; else one per tensor): torchtitan's fused wqkv is
-// [q; k; v] along 0 with q and k rope_interleave(head_dim). Validated.
+// Parts concatenated along dimension `dim` of their stored boxes (source.shape), in order, in the slice
+// under `stack` axes: sets each part's `at`; the shape is the stack sizes, then the boxes' common shape
+// with dimension `dim` summed. torchtitan's fused wqkv is [q; k; v] along 0, q and k rope_interleave;
+// a stacked leaf of it adds an axis [L]. Validated; std::invalid_argument naming a part that does
+// not fit.
+Composite concatenate(std::vector<CompositePart> parts, std::size_t dim, std::vector<StackAxis> stack = {});
+// Whole tensors concatenated so, each with its row permutation (`rows` empty: none; else one each).
 Composite concatenate(std::span<const PlannedTensor> tensors, std::size_t dim, std::span<const RowPermutation> rows = {});
 // Literal text as a name template: braces doubled.
 std::string escape_template(std::string_view name);

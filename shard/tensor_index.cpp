@@ -35,13 +35,68 @@ std::optional<PlannedTensor> TensorIndex::planned(std::string_view name) const {
   if (!l || l->layer < s.first_layer || l->layer - s.first_layer >= s.num_layers) return std::nullopt;
   const auto it = layer_.find(std::string(l->relative));
   if (it == layer_.end()) return std::nullopt;
-  return builder_.plan_layer(l->layer - s.first_layer)[it->second];
+  const std::uint64_t i = l->layer - s.first_layer;
+  std::lock_guard lock(mu_);
+  if (cached_layer_ != i) {
+    cached_ = builder_.plan_layer(i);
+    cached_layer_ = i;
+  }
+  return cached_[it->second];
 }
 
 std::optional<std::size_t> TensorIndex::stacked_buffer(std::string_view name) const {
   const auto it = buffers_.find(std::string(name));
   if (it == buffers_.end()) return std::nullopt;
   return it->second;
+}
+
+Composite TensorIndex::assemble(std::span<const std::string> templates, std::span<const StackAxis> stack, std::size_t dim,
+                                std::span<const RowPermutation> rows, std::string_view what) const {
+  if (templates.empty()) throw std::invalid_argument(std::string(what) + ": no tensors");
+  if (!rows.empty() && rows.size() != templates.size())
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(rows.size()) + " row permutations for " +
+                                std::to_string(templates.size()) + " tensors");
+  std::uint64_t positions = 1;
+  for (const StackAxis& a : stack) positions = checked_mul(positions, a.size, "stack positions");
+  std::vector<CompositePart> parts(templates.size());
+  std::optional<PlannedTensor> first;  // the first tensor: every other has its dtype
+  Shape pos(stack.size(), 0), names(stack.size());
+  for (std::uint64_t flat = 0; flat < positions; ++flat) {
+    for (std::size_t k = 0; k < stack.size(); ++k) names[k] = stack[k].first + pos[k];
+    for (std::size_t i = 0; i < templates.size(); ++i) {
+      const std::string name = expand_template(templates[i], names);
+      const std::optional<PlannedTensor> p = planned(name);
+      if (!p) throw std::invalid_argument(not_found(name));
+      CompositePart& part = parts[i];
+      if (!first) first = p;
+      if (p->dtype != first->dtype)
+        throw std::invalid_argument(std::string(what) + " needs one dtype: '" + printable(first->name) + "' is " +
+                                    std::string(dtype_name(first->dtype)) + ", '" + printable(p->name) + "' " +
+                                    std::string(dtype_name(p->dtype)));
+      if (flat == 0) {
+        part.name = templates[i];
+        part.shape = p->shape;
+        part.dtype = p->dtype;
+        part.transposed = p->transposed;
+        part.source = whole_box(p->memory_shape);
+        if (!rows.empty()) part.rows = rows[i];
+      } else if (p->shape != part.shape || p->transposed != part.transposed) {
+        throw std::invalid_argument(std::string(what) + ": '" + printable(p->name) + "' is " + shape_string(p->shape) +
+                                    (p->transposed ? " (stored transposed)" : "") + ", its position 0 " +
+                                    shape_string(part.shape) + (part.transposed ? " (stored transposed)" : ""));
+      }
+      if (!part.fills.empty() && part.fills.back().fill == p->fill) {
+        ++part.fills.back().count;
+      } else {
+        part.fills.push_back({1, p->fill});
+      }
+    }
+    for (std::size_t k = stack.size(); k-- > 0;) {  // next position, the last axis fastest
+      if (++pos[k] < stack[k].size) break;
+      pos[k] = 0;
+    }
+  }
+  return concatenate(std::move(parts), dim, std::vector<StackAxis>(stack.begin(), stack.end()));
 }
 
 Composite TensorIndex::stacked(std::size_t b, std::uint64_t first, std::uint64_t count) const {
@@ -51,56 +106,17 @@ Composite TensorIndex::stacked(std::size_t b, std::uint64_t first, std::uint64_t
     throw std::out_of_range("layers " + std::to_string(first) + " .. " + std::to_string(first + count) + " of " +
                             std::to_string(s.num_layers));
   const StackedBuffer& buf = stacked_.buffers[b];
-  std::vector<std::size_t> member(buf.experts, buf.first);  // LayerSpec index of each slice within a layer
-  for (std::size_t j = 0; j < stacked_.buffer.size(); ++j)
-    if (stacked_.buffer[j] == b) member[stacked_.expert[j]] = j;
-
   const TensorSpec& t0 = s.layer.tensors[buf.first];
   std::string name = escape_template(s.layer_prefix) + "{0}.";
+  std::vector<StackAxis> axes{{count, s.first_layer + first}};
   if (buf.fused) {
     const auto e = split_expert_name(s.layer, t0.name);
     name += escape_template(s.layer.expert_prefix) + "{1}." + escape_template(e->relative);
+    axes.push_back({buf.experts, 0});
   } else {
     name += escape_template(t0.name);
   }
-  Composite c;
-  CompositePart part;
-  part.name = std::move(name);
-  std::optional<PlannedTensor> dtype_of;  // the first slice: every other has its dtype
-  for (std::uint64_t l = first; l < first + count; ++l) {
-    const std::vector<PlannedTensor> layer = builder_.plan_layer(l);
-    for (std::size_t e = 0; e < member.size(); ++e) {
-      const PlannedTensor& p = layer[member[e]];
-      if (!dtype_of) {
-        dtype_of = p;
-        part.shape = p.shape;
-        part.dtype = p.dtype;
-        part.transposed = p.transposed;
-        part.source = whole_box(p.memory_shape);
-        part.at = Shape(p.memory_shape.size(), 0);
-      } else if (p.dtype != dtype_of->dtype) {
-        throw std::invalid_argument("stacked tensor '" + printable(buf.name) + "' needs one dtype: '" + printable(dtype_of->name) +
-                                    "' is " + std::string(dtype_name(dtype_of->dtype)) + ", '" + printable(p.name) + "' " +
-                                    std::string(dtype_name(p.dtype)));
-      }
-      if (!part.fills.empty() && part.fills.back().fill == p.fill) {
-        ++part.fills.back().count;
-      } else {
-        part.fills.push_back({1, p.fill});
-      }
-    }
-  }
-  c.dtype = part.dtype;
-  c.stack.push_back({count, s.first_layer + first});
-  c.shape = {count};
-  if (buf.fused) {
-    c.stack.push_back({buf.experts, 0});
-    c.shape.push_back(buf.experts);
-  }
-  c.shape.insert(c.shape.end(), part.source.shape.begin(), part.source.shape.end());
-  c.parts.push_back(std::move(part));
-  c.validate();
-  return c;
+  return assemble(std::vector<std::string>{name}, axes, 0, {}, "stacked tensor '" + printable(buf.name) + "'");
 }
 
 Composite TensorIndex::composite(std::string_view name) const {
@@ -149,6 +165,7 @@ std::optional<Composite> TensorIndex::hf_fused_experts(std::string_view name, co
   if (!std::regex_match(name.begin(), name.end(), m, fused) || shape.size() != 3) return std::nullopt;
   const std::string base = m[1].str();
   const bool gate_up = m[3].str() == "gate_up_proj";
+  const std::string what = "parameter '" + printable(name) + "' of shape " + shape_string(shape);
   struct Names {
     const char *gate, *up, *down;
   };
@@ -157,45 +174,18 @@ std::optional<Composite> TensorIndex::hf_fused_experts(std::string_view name, co
       const std::string experts = base + moe + ".experts.";
       const std::vector<std::string> kinds = gate_up ? std::vector<std::string>{n.gate, n.up} : std::vector<std::string>{n.down};
       if (!planned(experts + "0." + kinds[0] + ".weight")) continue;
-      const std::uint64_t E = shape[0];
+      std::vector<std::string> templates;
+      for (const std::string& kind : kinds) templates.push_back(escape_template(experts) + "{0}." + escape_template(kind + ".weight"));
       Composite c;
-      c.stack = {{E, 0}};
-      std::uint64_t rows = 0;
-      for (const std::string& kind : kinds) {
-        CompositePart part;
-        part.name = escape_template(experts) + "{0}." + escape_template(kind + ".weight");
-        for (std::uint64_t e = 0; e < E; ++e) {
-          const std::string tensor = experts + std::to_string(e) + "." + kind + ".weight";
-          const auto p = planned(tensor);
-          if (!p)
-            throw std::invalid_argument("parameter '" + printable(name) + "' of shape " + shape_string(shape) + ": '" +
-                                        printable(tensor) + "' is not in " + printable(builder_.spec().name));
-          if (e == 0) {
-            part.shape = p->shape;
-            part.dtype = p->dtype;
-            part.transposed = p->transposed;
-            part.source = whole_box(p->memory_shape);
-            part.at = Shape(p->memory_shape.size(), 0);
-            if (!part.at.empty()) part.at[0] = rows;
-            if (!p->memory_shape.empty()) rows += p->memory_shape[0];
-          }
-          if (!part.fills.empty() && part.fills.back().fill == p->fill) {
-            ++part.fills.back().count;
-          } else {
-            part.fills.push_back({1, p->fill});
-          }
-        }
-        c.parts.push_back(std::move(part));
+      try {
+        c = assemble(templates, std::vector<StackAxis>{{shape[0], 0}}, 0, {}, what);
+      } catch (const std::invalid_argument& e) {
+        if (std::string_view(e.what()).starts_with(what)) throw;
+        throw std::invalid_argument(what + ": " + e.what());
       }
-      c.dtype = c.parts[0].dtype;
-      c.shape = {E};
-      Shape slice = c.parts[0].source.shape;
-      if (!slice.empty()) slice[0] = rows;
-      c.shape.insert(c.shape.end(), slice.begin(), slice.end());
       if (c.shape != shape)
-        throw std::invalid_argument("parameter '" + printable(name) + "' of shape " + shape_string(shape) + ": its experts' " +
-                                    (gate_up ? kinds[0] + " and " + kinds[1] : kinds[0]) + " make " + shape_string(c.shape));
-      c.validate();
+        throw std::invalid_argument(what + ": its experts' " + (gate_up ? kinds[0] + " and " + kinds[1] : kinds[0]) + " make " +
+                                    shape_string(c.shape));
       return c;
     }
   return std::nullopt;

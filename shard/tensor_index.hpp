@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -42,6 +44,14 @@ class TensorIndex {
   // whose stack axes are [count] or [count, E]. Throws std::invalid_argument when the buffer's
   // tensors do not share one dtype, naming two that differ; std::out_of_range past the layers.
   Composite stacked(std::size_t b, std::uint64_t first, std::uint64_t count) const;
+  // Tensors named by `templates` ("{k}": stack axis k's index, as CompositePart::name has it) at every
+  // position of `stack`, concatenated along dimension `dim` of their stored shapes, each with its row
+  // permutation (`rows` empty: none): a stacked leaf [L, ...] is one template on one axis, a fused
+  // QKV three templates on none, a stacked fused QKV both. Each template's tensors share a stored
+  // shape, all one dtype. Throws std::invalid_argument naming the first problem (an unknown name
+  // with not_found()'s suggestions); `what` starts the messages about dtypes and shapes.
+  Composite assemble(std::span<const std::string> templates, std::span<const StackAxis> stack, std::size_t dim = 0,
+                     std::span<const RowPermutation> rows = {}, std::string_view what = "composite") const;
   // What `name` is as a composite: a canonical tensor whole, or a whole stacked buffer. Throws
   // std::invalid_argument for an unknown name (not_found()).
   Composite composite(std::string_view name) const;
@@ -66,6 +76,10 @@ class TensorIndex {
   const Builder& builder_;
   StackedLayout stacked_;
   std::unordered_map<std::string, std::size_t> pre_, post_, layer_, buffers_;  // name -> index
+  // The last layer planned: lookups of one layer's tensors in a row (a stack's positions) plan it once.
+  mutable std::mutex mu_;
+  mutable std::optional<std::uint64_t> cached_layer_;
+  mutable std::vector<PlannedTensor> cached_;
 };
 
 }  // namespace layerinit

@@ -276,3 +276,52 @@ TEST(TensorIndex, FusedQkvIsTorchtitansFromHfOfTheBuild) {
   env.be->fill(jobs);
   EXPECT_EQ(got, want);
 }
+
+// A JAX leaf stacked by filter_vmap ([L, ...], slice l the tensor of layer l) is one template on one
+// axis, and equals the stacked layout's buffer; a stacked fused QKV adds templates; a name the plan
+// does not have is refused with suggestions.
+TEST(TensorIndex, AssembleStacksAndConcatenatesTemplates) {
+  Env env;
+  const ModelSpec spec = make_preset("llama-tiny");
+  const Builder stacked(spec, make_recipe("torchtitan"), options(Layout::stacked, ExpertLayout::stacked, Orientation::in_out),
+                        *env.be, env.be->memory());
+  const Builder per_layer(spec, make_recipe("torchtitan"), options(Layout::per_layer, ExpertLayout::stacked, Orientation::in_out),
+                          *env.be, env.be->memory());
+  const TensorIndex si(stacked), pi(per_layer);
+  const std::uint64_t L = spec.num_layers;
+  const std::vector<StackAxis> layers{{L, 0}};
+  const Composite leaf = pi.assemble(std::vector<std::string>{"model.layers.{0}.mlp.down_proj.weight"}, layers);
+  EXPECT_EQ(leaf, si.composite("model.layers.mlp.down_proj.weight"));
+  EXPECT_EQ(leaf.parts[0].fills.size(), L);  // depth-scaled: one fill per layer
+  EXPECT_TRUE(leaf.parts[0].transposed);
+
+  // [L, q + k + v rows, D] out-in with q and k interleaved: slice l is layer l's fused wqkv.
+  const Builder out_in(spec, make_recipe("hf"), options(Layout::per_layer, ExpertLayout::stacked, Orientation::out_in), *env.be,
+                       env.be->memory());
+  const TensorIndex oi(out_in);
+  const std::uint64_t hd = spec.hyper.hidden_size / spec.hyper.num_heads;
+  const RowPermutation rope = RowPermutation::rope_interleave(hd);
+  const std::vector<std::string> qkv{"model.layers.{0}.self_attn.q_proj.weight", "model.layers.{0}.self_attn.k_proj.weight",
+                                     "model.layers.{0}.self_attn.v_proj.weight"};
+  const Composite all = oi.assemble(qkv, layers, 0, std::vector<RowPermutation>{rope, rope, {}});
+  const Composite one = oi.assemble(std::vector<std::string>{"model.layers.2.self_attn.q_proj.weight",
+                                                             "model.layers.2.self_attn.k_proj.weight",
+                                                             "model.layers.2.self_attn.v_proj.weight"},
+                                    {}, 0, std::vector<RowPermutation>{rope, rope, {}});
+  ASSERT_EQ(all.shape, (Shape{L, one.shape[0], one.shape[1]}));
+  std::vector<std::uint16_t> a(numel(one.shape)), b(numel(one.shape));
+  std::vector<FillJob> jobs;
+  composite_fill_jobs(all, Box{{2, 0, 0}, {1, one.shape[0], one.shape[1]}}, Region{a.data(), {}}, 5, jobs);
+  composite_fill_jobs(one, whole_box(one.shape), Region{b.data(), {}}, 5, jobs);
+  env.be->fill(jobs);
+  EXPECT_EQ(a, b);
+
+  try {
+    oi.assemble(std::vector<std::string>{"model.layers.{0}.self_attn.q_proj.weight"}, std::vector<StackAxis>{{L + 1, 0}});
+    ADD_FAILURE() << "a layer past the spec accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).find("tensor 'model.layers.4.self_attn.q_proj.weight' is not in llama-tiny"), 0u) << e.what();
+  }
+  EXPECT_THROW(oi.assemble(qkv, layers, 1), std::invalid_argument);  // rows differ: no concatenation along 1
+  EXPECT_THROW(oi.assemble(std::vector<std::string>{"model.layers.1.mlp.up_proj.weight"}, layers), std::invalid_argument);
+}
