@@ -219,6 +219,14 @@ ModelSpec read_gemma(const Config& c, const Defaults& d, std::string name) {
   return decoder(c, d, std::move(name), c.hyper(d), l);
 }
 
+// Qwen3: Llama's layer with q/k norms of a head's width; attention_bias on q, k, v and o.
+ModelSpec read_qwen3(const Config& c, const Defaults& d, std::string name) {
+  DecoderLayout l;
+  l.qkv_bias = l.o_bias = c.flag("attention_bias", false);
+  l.qk_norm = QkNorm::head;
+  return decoder(c, d, std::move(name), c.hyper(d), l);
+}
+
 // DeepSeek-V3 (and Kimi K2, which is one): multi-head latent attention; attention_bias on q_a_proj,
 // kv_a_proj_with_mqa and o_proj. The multi-token-prediction layers (num_nextn_predict_layers) are
 // not built by transformers and not here.
@@ -288,6 +296,7 @@ const std::vector<Family>& families() {
       {"mixtral", "MixtralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-5, false, 1e6},
        {{"num_experts", "num_local_experts"}}, read_mixtral},
       {"qwen2", "Qwen2ForCausalLM", {151936, 4096, 22016, 32, 32, 32, nullopt, 32768, 1e-6, false, 1e4}, {}, read_qwen2},
+      {"qwen3", "Qwen3ForCausalLM", {151936, 4096, 22016, 32, 32, 32, 128, 32768, 1e-6, false, 1e4}, {}, read_qwen3},
   };
   return all;
 }

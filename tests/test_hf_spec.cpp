@@ -56,6 +56,7 @@ TEST(HfSpec, RealConfigsHaveTransformersParameterCounts) {
       {"deepseek-v3", {671'026'404'352ULL, 58 * 256}},
       {"llama-3.1-8b", {8'030'261'248ULL, 0}},
       {"mixtral-8x7b", {46'702'792'704ULL, 0}},
+      {"qwen3-8b", {8'190'735'360ULL, 0}},
   };
   std::set<std::string> seen;
   for (const auto& e : fs::directory_iterator(kConfigs)) {
@@ -79,7 +80,7 @@ TEST(HfSpec, MissingFieldsTakeTheConfigClassDefaults) {
   const std::map<std::string, Count> expected = {
       {"deepseek_v3", {671'026'404'352ULL, 14848}}, {"gemma2", {2'614'341'888ULL, 0}}, {"gpt2", {124'439'808ULL, 0}},
       {"llama", {6'738'415'616ULL, 0}},             {"mistral", {7'241'732'096ULL, 0}}, {"mixtral", {46'702'792'704ULL, 0}},
-      {"qwen2", {12'049'846'272ULL, 0}},
+      {"qwen2", {12'049'846'272ULL, 0}},           {"qwen3", {12'049'461'248ULL, 0}},
   };
   EXPECT_EQ(hf_model_types().size(), expected.size());
   for (const auto& type : hf_model_types()) {
@@ -175,7 +176,7 @@ TEST(HfSpec, EveryProblemIsOneLineNamingTheField) {
   const std::string tiny = R"("hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10)";
   const std::pair<std::string, std::string> cases[] = {
       {R"({"model_type": "bert"})", "config.json: model_type: no layerinit spec for Hugging Face model_type 'bert' (supported: "
-                                    "deepseek_v3, gemma2, gpt2, llama, mistral, mixtral, qwen2)"},
+                                    "deepseek_v3, gemma2, gpt2, llama, mistral, mixtral, qwen2, qwen3)"},
       {R"({"vocab_size": 10})", "config.json: top level: missing key 'model_type'"},
       {R"([1, 2])", "config.json: top level: must be an object"},
       {R"({"model_type": "llama", )" + tiny + R"(, "hidden_size": 8})", "config.json: hidden_size: duplicate key"},
@@ -260,6 +261,21 @@ TEST(HfSpec, ConfigJsonIsTheUsersFile) {
   }
   // The JSON spec keeps it, so a checkpoint's model_spec rebuilds the same config.json.
   EXPECT_EQ(spec_from_json(spec_to_json(s)), s);
+}
+
+// What each new family adds to Llama's layer, in its tiny config.
+TEST(HfSpec, FamilyTensors) {
+  auto tiny = [](const std::string& family) { return load_hf_config((kConfigs / "tiny" / (family + ".json")).string()); };
+  auto shape = [](const ModelSpec& m, const std::string& name) {
+    const TensorSpec* t = find(m.layer.tensors, name);
+    return t ? t->shape : Shape{};
+  };
+  // Qwen3: q/k norms of head_dim (32, free of hidden 64 / 4 heads), norms of one.
+  const ModelSpec q = tiny("qwen3");
+  EXPECT_EQ(shape(q, "self_attn.q_norm.weight"), (Shape{32}));
+  EXPECT_EQ(shape(q, "self_attn.k_norm.weight"), (Shape{32}));
+  EXPECT_EQ(find(q.layer.tensors, "self_attn.q_norm.weight")->role, TensorRole::norm_weight);
+  EXPECT_EQ(shape(q, "self_attn.o_proj.weight"), (Shape{64, 128}));
 }
 
 // DeepSeek-V3: 671,026,404,352 parameters as transformers counts them, and 58 x 256 router
