@@ -227,6 +227,39 @@ ModelSpec read_qwen3(const Config& c, const Defaults& d, std::string name) {
   return decoder(c, d, std::move(name), c.hyper(d), l);
 }
 
+// Qwen3MoeDecoderLayer: layer i has experts unless it is in mlp_only_layers or (i + 1) is not a
+// multiple of decoder_sparse_step. The repeated block is one kind of layer: dense layers are allowed
+// before the MoE layers only.
+ModelSpec read_qwen3_moe(const Config& c, const Defaults& d, std::string name) {
+  Hyper h = c.hyper(d);
+  h.num_experts = c.count0("num_local_experts", 128);
+  h.experts_per_token = c.count("num_experts_per_tok", 8);
+  const std::uint64_t L = c.layers(d), step = c.count("decoder_sparse_step", 1);
+  std::set<std::uint64_t> dense_only;
+  if (const json* v = c.get("mlp_only_layers"); v && !v->is_null()) {
+    if (!v->is_array()) r.fail("mlp_only_layers", "must be an array of layer indices");
+    for (std::size_t i = 0; i < v->size(); ++i) dense_only.insert(r.to_uint((*v)[i], at("mlp_only_layers", i), false));
+  }
+  std::vector<bool> moe(L);
+  for (std::uint64_t i = 0; i < L; ++i) moe[i] = !dense_only.count(i) && h.num_experts > 0 && (i + 1) % step == 0;
+  DecoderLayout l;
+  l.qkv_bias = l.o_bias = c.flag("attention_bias", false);
+  l.qk_norm = QkNorm::head;
+  const auto first_moe = static_cast<std::uint64_t>(std::find(moe.begin(), moe.end(), true) - moe.begin());
+  if (first_moe == L) {  // no experts anywhere: a dense model
+    h.num_experts = h.experts_per_token = 0;
+    return decoder(c, d, std::move(name), h, l);
+  }
+  if (std::find(moe.begin() + static_cast<std::ptrdiff_t>(first_moe), moe.end(), false) != moe.end())
+    r.fail(dense_only.empty() ? "decoder_sparse_step" : "mlp_only_layers",
+           "dense layers between MoE layers are not supported (layerinit repeats one kind of layer; dense layers may "
+           "only come first)");
+  l.moe = MoeKind::routed;
+  l.moe_intermediate_size = c.count("moe_intermediate_size", 768);
+  l.dense_layers = first_moe;
+  return decoder(c, d, std::move(name), h, l);
+}
+
 // DeepSeek-V3 (and Kimi K2, which is one): multi-head latent attention; attention_bias on q_a_proj,
 // kv_a_proj_with_mqa and o_proj. The multi-token-prediction layers (num_nextn_predict_layers) are
 // not built by transformers and not here.
@@ -297,6 +330,8 @@ const std::vector<Family>& families() {
        {{"num_experts", "num_local_experts"}}, read_mixtral},
       {"qwen2", "Qwen2ForCausalLM", {151936, 4096, 22016, 32, 32, 32, nullopt, 32768, 1e-6, false, 1e4}, {}, read_qwen2},
       {"qwen3", "Qwen3ForCausalLM", {151936, 4096, 22016, 32, 32, 32, 128, 32768, 1e-6, false, 1e4}, {}, read_qwen3},
+      {"qwen3_moe", "Qwen3MoeForCausalLM", {151936, 2048, 6144, 24, 32, 4, nullopt, 32768, 1e-6, false, 1e4},
+       {{"num_experts", "num_local_experts"}}, read_qwen3_moe},
   };
   return all;
 }

@@ -56,6 +56,7 @@ TEST(HfSpec, RealConfigsHaveTransformersParameterCounts) {
       {"deepseek-v3", {671'026'404'352ULL, 58 * 256}},
       {"llama-3.1-8b", {8'030'261'248ULL, 0}},
       {"mixtral-8x7b", {46'702'792'704ULL, 0}},
+      {"qwen3-30b-a3b", {30'532'122'624ULL, 0}},
       {"qwen3-8b", {8'190'735'360ULL, 0}},
   };
   std::set<std::string> seen;
@@ -81,6 +82,7 @@ TEST(HfSpec, MissingFieldsTakeTheConfigClassDefaults) {
       {"deepseek_v3", {671'026'404'352ULL, 14848}}, {"gemma2", {2'614'341'888ULL, 0}}, {"gpt2", {124'439'808ULL, 0}},
       {"llama", {6'738'415'616ULL, 0}},             {"mistral", {7'241'732'096ULL, 0}}, {"mixtral", {46'702'792'704ULL, 0}},
       {"qwen2", {12'049'846'272ULL, 0}},           {"qwen3", {12'049'461'248ULL, 0}},
+      {"qwen3_moe", {15'350'731'776ULL, 0}},
   };
   EXPECT_EQ(hf_model_types().size(), expected.size());
   for (const auto& type : hf_model_types()) {
@@ -176,7 +178,7 @@ TEST(HfSpec, EveryProblemIsOneLineNamingTheField) {
   const std::string tiny = R"("hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10)";
   const std::pair<std::string, std::string> cases[] = {
       {R"({"model_type": "bert"})", "config.json: model_type: no layerinit spec for Hugging Face model_type 'bert' (supported: "
-                                    "deepseek_v3, gemma2, gpt2, llama, mistral, mixtral, qwen2, qwen3)"},
+                                    "deepseek_v3, gemma2, gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe)"},
       {R"({"vocab_size": 10})", "config.json: top level: missing key 'model_type'"},
       {R"([1, 2])", "config.json: top level: must be an object"},
       {R"({"model_type": "llama", )" + tiny + R"(, "hidden_size": 8})", "config.json: hidden_size: duplicate key"},
@@ -276,6 +278,27 @@ TEST(HfSpec, FamilyTensors) {
   EXPECT_EQ(shape(q, "self_attn.k_norm.weight"), (Shape{32}));
   EXPECT_EQ(find(q.layer.tensors, "self_attn.q_norm.weight")->role, TensorRole::norm_weight);
   EXPECT_EQ(shape(q, "self_attn.o_proj.weight"), (Shape{64, 128}));
+
+  // Qwen3-MoE: layer 0 dense (mlp_only_layers), then MoE layers of 4 experts, the router after them.
+  const ModelSpec m = tiny("qwen3_moe");
+  EXPECT_EQ(m.first_layer, 1u);
+  EXPECT_EQ(m.num_layers, 2u);
+  EXPECT_EQ(m.layer.expert_prefix, "mlp.experts.");
+  EXPECT_EQ(num_experts(m.layer), 4u);
+  EXPECT_EQ(shape(m, "mlp.experts.3.down_proj.weight"), (Shape{64, 32}));
+  EXPECT_EQ(shape(m, "mlp.gate.weight"), (Shape{4, 64}));
+  EXPECT_EQ(find(m.layer.tensors, "mlp.gate.weight")->role, TensorRole::router_weight);
+  EXPECT_NE(find(m.pre, "model.layers.0.mlp.up_proj.weight"), nullptr);
+  EXPECT_EQ(find(m.pre, "model.layers.0.mlp.up_proj.weight")->shape, (Shape{128, 64}));
+  // Dense layers only before the MoE layers: the repeated block is one kind of layer.
+  EXPECT_EQ(refusal(R"({"model_type": "qwen3_moe", "decoder_sparse_step": 2})"),
+            "config.json: decoder_sparse_step: dense layers between MoE layers are not supported (layerinit repeats one "
+            "kind of layer; dense layers may only come first)");
+  EXPECT_EQ(refusal(R"({"model_type": "qwen3_moe", "mlp_only_layers": [0, 5]})"),
+            "config.json: mlp_only_layers: dense layers between MoE layers are not supported (layerinit repeats one kind "
+            "of layer; dense layers may only come first)");
+  // No experts at all: a dense model.
+  EXPECT_EQ(spec_from_hf_config(R"({"model_type": "qwen3_moe", "num_experts": 0})").layer.expert_prefix, "");
 }
 
 // DeepSeek-V3: 671,026,404,352 parameters as transformers counts them, and 58 x 256 router
