@@ -216,6 +216,7 @@ ModelSpec read_gemma(const Config& c, const Defaults& d, std::string name) {
   l.qkv_bias = l.o_bias = c.flag("attention_bias", false);
   l.pre_feedforward_norm = l.post_feedforward_norm = true;
   l.zero_centered_norms = true;
+  if (c.model_type() == "gemma3_text") l.qk_norm = QkNorm::head;
   return decoder(c, d, std::move(name), c.hyper(d), l);
 }
 
@@ -322,6 +323,7 @@ const std::vector<Family>& families() {
       {"deepseek_v3", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4},
        {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3},
       {"gemma2", "Gemma2ForCausalLM", {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6, true, 1e4}, {}, read_gemma},
+      {"gemma3_text", "Gemma3ForCausalLM", {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6, true, 1e6}, {}, read_gemma},
       {"gpt2", "GPT2LMHeadModel", {}, {{"hidden_size", "n_embd"}, {"max_position_embeddings", "n_positions"},
                                         {"num_attention_heads", "n_head"}, {"num_hidden_layers", "n_layer"}}, read_gpt2},
       {"llama", "LlamaForCausalLM", {32000, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-6, false, 1e4}, {}, read_llama},

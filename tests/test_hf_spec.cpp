@@ -54,6 +54,7 @@ const TensorSpec* find(const std::vector<TensorSpec>& ts, const std::string& nam
 TEST(HfSpec, RealConfigsHaveTransformersParameterCounts) {
   const std::map<std::string, Count> expected = {
       {"deepseek-v3", {671'026'404'352ULL, 58 * 256}},
+      {"gemma-3-12b", {11'766'034'176ULL, 0}},
       {"llama-3.1-8b", {8'030'261'248ULL, 0}},
       {"mixtral-8x7b", {46'702'792'704ULL, 0}},
       {"qwen3-30b-a3b", {30'532'122'624ULL, 0}},
@@ -79,7 +80,8 @@ TEST(HfSpec, RealConfigsHaveTransformersParameterCounts) {
 // {"model_type": T} is transformers' T config with every default: the same model.
 TEST(HfSpec, MissingFieldsTakeTheConfigClassDefaults) {
   const std::map<std::string, Count> expected = {
-      {"deepseek_v3", {671'026'404'352ULL, 14848}}, {"gemma2", {2'614'341'888ULL, 0}}, {"gpt2", {124'439'808ULL, 0}},
+      {"deepseek_v3", {671'026'404'352ULL, 14848}}, {"gemma2", {2'614'341'888ULL, 0}},
+      {"gemma3_text", {2'628'658'432ULL, 0}}, {"gpt2", {124'439'808ULL, 0}},
       {"llama", {6'738'415'616ULL, 0}},             {"mistral", {7'241'732'096ULL, 0}}, {"mixtral", {46'702'792'704ULL, 0}},
       {"qwen2", {12'049'846'272ULL, 0}},           {"qwen3", {12'049'461'248ULL, 0}},
       {"qwen3_moe", {15'350'731'776ULL, 0}},
@@ -178,7 +180,7 @@ TEST(HfSpec, EveryProblemIsOneLineNamingTheField) {
   const std::string tiny = R"("hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10)";
   const std::pair<std::string, std::string> cases[] = {
       {R"({"model_type": "bert"})", "config.json: model_type: no layerinit spec for Hugging Face model_type 'bert' (supported: "
-                                    "deepseek_v3, gemma2, gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe)"},
+                                    "deepseek_v3, gemma2, gemma3_text, gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe)"},
       {R"({"vocab_size": 10})", "config.json: top level: missing key 'model_type'"},
       {R"([1, 2])", "config.json: top level: must be an object"},
       {R"({"model_type": "llama", )" + tiny + R"(, "hidden_size": 8})", "config.json: hidden_size: duplicate key"},
@@ -297,6 +299,14 @@ TEST(HfSpec, FamilyTensors) {
   EXPECT_EQ(refusal(R"({"model_type": "qwen3_moe", "mlp_only_layers": [0, 5]})"),
             "config.json: mlp_only_layers: dense layers between MoE layers are not supported (layerinit repeats one kind "
             "of layer; dense layers may only come first)");
+  // Gemma 3: Gemma 2's four norms and q/k norms of head_dim, all stored as offsets from one (zeros).
+  const ModelSpec g = tiny("gemma3_text");
+  EXPECT_EQ(shape(g, "self_attn.q_norm.weight"), (Shape{32}));
+  EXPECT_EQ(find(g.layer.tensors, "self_attn.k_norm.weight")->init, FillSpec::constant(0.0));
+  EXPECT_EQ(find(g.layer.tensors, "post_feedforward_layernorm.weight")->init, FillSpec::constant(0.0));
+  EXPECT_TRUE(g.hyper.tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(g.hyper.rope_theta, 1e6);  // rope_parameters per layer type: the full-attention layers'
+
   // No experts at all: a dense model.
   EXPECT_EQ(spec_from_hf_config(R"({"model_type": "qwen3_moe", "num_experts": 0})").layer.expert_prefix, "");
 }
