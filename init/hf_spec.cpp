@@ -271,6 +271,14 @@ ModelSpec read_olmo2(const Config& c, const Defaults& d, std::string name) {
   return decoder(c, d, std::move(name), c.hyper(d), l);
 }
 
+// Phi-3 and Phi-4: fused qkv_proj and gate_up_proj.
+ModelSpec read_phi3(const Config& c, const Defaults& d, std::string name) {
+  DecoderLayout l;
+  l.fused_qkv = true;
+  l.fused_gate_up = true;
+  return decoder(c, d, std::move(name), c.hyper(d), l);
+}
+
 // DeepSeek-V3 (and Kimi K2, which is one): multi-head latent attention; attention_bias on q_a_proj,
 // kv_a_proj_with_mqa and o_proj. The multi-token-prediction layers (num_nextn_predict_layers) are
 // not built by transformers and not here.
@@ -341,6 +349,7 @@ const std::vector<Family>& families() {
       {"mixtral", "MixtralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-5, false, 1e6},
        {{"num_experts", "num_local_experts"}}, read_mixtral},
       {"olmo2", "Olmo2ForCausalLM", {50304, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-5, false, 1e4}, {}, read_olmo2},
+      {"phi3", "Phi3ForCausalLM", {32064, 3072, 8192, 32, 32, nullopt, nullopt, 4096, 1e-5, false, 1e4}, {}, read_phi3},
       {"qwen2", "Qwen2ForCausalLM", {151936, 4096, 22016, 32, 32, 32, nullopt, 32768, 1e-6, false, 1e4}, {}, read_qwen2},
       {"qwen3", "Qwen3ForCausalLM", {151936, 4096, 22016, 32, 32, 32, 128, 32768, 1e-6, false, 1e4}, {}, read_qwen3},
       {"qwen3_moe", "Qwen3MoeForCausalLM", {151936, 2048, 6144, 24, 32, 4, nullopt, 32768, 1e-6, false, 1e4},

@@ -77,9 +77,11 @@ FillSpec hf_rule(const TensorContext& c) {
 
 // ---- torchtitan: models/llama3/model.py init_weights (depth_init = True) ----
 // Its w1/w2/w3 are HF's gate/down/up: w2 (down, role output_weight) and w3 (up) are depth-scaled.
+// Phi-3's gate_up_proj holds w1 and w3 in one tensor and one fill: it takes w1's (gate's) rule.
 bool is_up_projection(const TensorContext& c) {
   const auto& n = c.tensor.name;
-  return ends_with(n, "up_proj.weight") || n == "w3.weight" || ends_with(n, ".w3.weight");
+  return (ends_with(n, "up_proj.weight") && !ends_with(n, "gate_up_proj.weight")) || n == "w3.weight" ||
+         ends_with(n, ".w3.weight");
 }
 FillSpec torchtitan_rule(const TensorContext& c) {
   if (auto n = norm_rule(c)) return *n;

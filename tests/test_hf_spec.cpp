@@ -58,6 +58,7 @@ TEST(HfSpec, RealConfigsHaveTransformersParameterCounts) {
       {"llama-3.1-8b", {8'030'261'248ULL, 0}},
       {"mixtral-8x7b", {46'702'792'704ULL, 0}},
       {"olmo-2-7b", {7'298'617'344ULL, 0}},
+      {"phi-4", {14'659'507'200ULL, 0}},
       {"qwen3-30b-a3b", {30'532'122'624ULL, 0}},
       {"qwen3-8b", {8'190'735'360ULL, 0}},
   };
@@ -84,7 +85,7 @@ TEST(HfSpec, MissingFieldsTakeTheConfigClassDefaults) {
       {"deepseek_v3", {671'026'404'352ULL, 14848}}, {"gemma2", {2'614'341'888ULL, 0}},
       {"gemma3_text", {2'628'658'432ULL, 0}}, {"gpt2", {124'439'808ULL, 0}},
       {"llama", {6'738'415'616ULL, 0}},             {"mistral", {7'241'732'096ULL, 0}}, {"mixtral", {46'702'792'704ULL, 0}},
-      {"olmo2", {6'888'624'128ULL, 0}},
+      {"olmo2", {6'888'624'128ULL, 0}},               {"phi3", {3'821'079'552ULL, 0}},
       {"qwen2", {12'049'846'272ULL, 0}},           {"qwen3", {12'049'461'248ULL, 0}},
       {"qwen3_moe", {15'350'731'776ULL, 0}},
   };
@@ -182,7 +183,7 @@ TEST(HfSpec, EveryProblemIsOneLineNamingTheField) {
   const std::string tiny = R"("hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10)";
   const std::pair<std::string, std::string> cases[] = {
       {R"({"model_type": "bert"})", "config.json: model_type: no layerinit spec for Hugging Face model_type 'bert' (supported: "
-                                    "deepseek_v3, gemma2, gemma3_text, gpt2, llama, mistral, mixtral, olmo2, qwen2, qwen3, qwen3_moe)"},
+                                    "deepseek_v3, gemma2, gemma3_text, gpt2, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe)"},
       {R"({"vocab_size": 10})", "config.json: top level: missing key 'model_type'"},
       {R"([1, 2])", "config.json: top level: must be an object"},
       {R"({"model_type": "llama", )" + tiny + R"(, "hidden_size": 8})", "config.json: hidden_size: duplicate key"},
@@ -315,6 +316,13 @@ TEST(HfSpec, FamilyTensors) {
   EXPECT_NE(find(o.layer.tensors, "post_feedforward_layernorm.weight"), nullptr);
   EXPECT_EQ(shape(o, "self_attn.q_norm.weight"), (Shape{64}));
   EXPECT_EQ(shape(o, "self_attn.k_norm.weight"), (Shape{32}));
+
+  // Phi-3: o_proj, then the fused qkv_proj [(4 + 2 * 2) * 16, 64]; gate and up in one [2 * 128, 64].
+  const ModelSpec f = tiny("phi3");
+  EXPECT_EQ(f.layer.tensors[0].name, "self_attn.o_proj.weight");
+  EXPECT_EQ(shape(f, "self_attn.qkv_proj.weight"), (Shape{128, 64}));
+  EXPECT_EQ(shape(f, "mlp.gate_up_proj.weight"), (Shape{256, 64}));
+  EXPECT_EQ(find(f.layer.tensors, "mlp.gate_proj.weight"), nullptr);
 
   // No experts at all: a dense model.
   EXPECT_EQ(spec_from_hf_config(R"({"model_type": "qwen3_moe", "num_experts": 0})").layer.expert_prefix, "");

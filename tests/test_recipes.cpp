@@ -16,6 +16,7 @@
 
 #include <layerinit/checkpoint/emit.hpp>
 #include <layerinit/init/builder.hpp>
+#include <layerinit/init/hf_spec.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/kernels/fill_host.hpp>
@@ -79,6 +80,27 @@ TEST(Recipes, EveryRecipeCoversEveryPresetTensor) {
   for (const auto& rn : recipe_names())
     for (const char* pn : {"llama-tiny", "gpt2-tiny", "mixtral-tiny", "qwen2.5-tiny", "gemma-2-tiny", "deepseek-v3-tiny", "mlp-deep"})
       expect_all_valid(make_recipe(rn), make_preset(pn));
+}
+
+// The tiny config of every family of tests/hf_configs/tiny/: every tensor has a rule in every recipe.
+ModelSpec tiny(const std::string& family) {
+  return load_hf_config(std::string(LAYERINIT_SOURCE_DIR) + "/tests/hf_configs/tiny/" + family + ".json");
+}
+
+TEST(Recipes, EveryRecipeCoversEveryFamilysTensors) {
+  for (const auto& family : hf_model_types())
+    for (const auto& rn : recipe_names()) {
+      SCOPED_TRACE(family + " " + rn);
+      expect_all_valid(make_recipe(rn), tiny(family));
+    }
+}
+
+// Phi-3's fused gate_up_proj holds w1 and w3 in one tensor: w1's rule (not depth-scaled).
+TEST(Recipes, FusedGateUpTakesTheGateRule) {
+  const ModelSpec f = tiny("phi3");
+  EXPECT_EQ(fill(make_recipe("torchtitan"), f, "mlp.gate_up_proj.weight", 1), FillSpec::trunc_normal(0, 0.02, -2, 2));
+  EXPECT_EQ(fill(make_recipe("olmo-llama"), f, "mlp.gate_up_proj.weight", 1), FillSpec::trunc_normal_std(0, 0.02, -3, 3));
+  EXPECT_EQ(fill(make_recipe("hf"), f, "self_attn.qkv_proj.weight", 1), FillSpec::normal(0, 0.02));
 }
 
 TEST(Recipes, Hf) {
