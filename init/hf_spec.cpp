@@ -354,6 +354,7 @@ const std::vector<Family>& families() {
       {"qwen3", "Qwen3ForCausalLM", {151936, 4096, 22016, 32, 32, 32, 128, 32768, 1e-6, false, 1e4}, {}, read_qwen3},
       {"qwen3_moe", "Qwen3MoeForCausalLM", {151936, 2048, 6144, 24, 32, 4, nullopt, 32768, 1e-6, false, 1e4},
        {{"num_experts", "num_local_experts"}}, read_qwen3_moe},
+      {"smollm3", "SmolLM3ForCausalLM", {128256, 2048, 11008, 36, 16, 4, nullopt, 32768, 1e-6, true, 2e6}, {}, read_llama},
   };
   return all;
 }

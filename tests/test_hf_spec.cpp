@@ -61,6 +61,7 @@ TEST(HfSpec, RealConfigsHaveTransformersParameterCounts) {
       {"phi-4", {14'659'507'200ULL, 0}},
       {"qwen3-30b-a3b", {30'532'122'624ULL, 0}},
       {"qwen3-8b", {8'190'735'360ULL, 0}},
+      {"smollm3-3b", {3'075'098'624ULL, 0}},
   };
   std::set<std::string> seen;
   for (const auto& e : fs::directory_iterator(kConfigs)) {
@@ -87,7 +88,7 @@ TEST(HfSpec, MissingFieldsTakeTheConfigClassDefaults) {
       {"llama", {6'738'415'616ULL, 0}},             {"mistral", {7'241'732'096ULL, 0}}, {"mixtral", {46'702'792'704ULL, 0}},
       {"olmo2", {6'888'624'128ULL, 0}},               {"phi3", {3'821'079'552ULL, 0}},
       {"qwen2", {12'049'846'272ULL, 0}},           {"qwen3", {12'049'461'248ULL, 0}},
-      {"qwen3_moe", {15'350'731'776ULL, 0}},
+      {"qwen3_moe", {15'350'731'776ULL, 0}},       {"smollm3", {3'075'098'624ULL, 0}},
   };
   EXPECT_EQ(hf_model_types().size(), expected.size());
   for (const auto& type : hf_model_types()) {
@@ -183,7 +184,7 @@ TEST(HfSpec, EveryProblemIsOneLineNamingTheField) {
   const std::string tiny = R"("hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10)";
   const std::pair<std::string, std::string> cases[] = {
       {R"({"model_type": "bert"})", "config.json: model_type: no layerinit spec for Hugging Face model_type 'bert' (supported: "
-                                    "deepseek_v3, gemma2, gemma3_text, gpt2, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe)"},
+                                    "deepseek_v3, gemma2, gemma3_text, gpt2, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, smollm3)"},
       {R"({"vocab_size": 10})", "config.json: top level: missing key 'model_type'"},
       {R"([1, 2])", "config.json: top level: must be an object"},
       {R"({"model_type": "llama", )" + tiny + R"(, "hidden_size": 8})", "config.json: hidden_size: duplicate key"},
@@ -323,6 +324,12 @@ TEST(HfSpec, FamilyTensors) {
   EXPECT_EQ(shape(f, "self_attn.qkv_proj.weight"), (Shape{128, 64}));
   EXPECT_EQ(shape(f, "mlp.gate_up_proj.weight"), (Shape{256, 64}));
   EXPECT_EQ(find(f.layer.tensors, "mlp.gate_proj.weight"), nullptr);
+
+  // SmolLM3: Llama's layer (NoPE layers change no tensor); attention_bias and mlp_bias, tied.
+  const ModelSpec sm = tiny("smollm3");
+  EXPECT_EQ(shape(sm, "self_attn.o_proj.bias"), (Shape{64}));
+  EXPECT_EQ(shape(sm, "mlp.up_proj.bias"), (Shape{128}));
+  EXPECT_EQ(find(sm.post, "lm_head.weight"), nullptr);
 
   // No experts at all: a dense model.
   EXPECT_EQ(spec_from_hf_config(R"({"model_type": "qwen3_moe", "num_experts": 0})").layer.expert_prefix, "");
