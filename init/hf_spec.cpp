@@ -154,6 +154,9 @@ Hyper Config::hyper(const Defaults& d) const {
   if (h.initializer_range == 0) h.initializer_range = 0.02;
   h.norm_eps = real("rms_norm_eps", d.rms_norm_eps);
   h.tie_word_embeddings = flag("tie_word_embeddings", d.tie_word_embeddings);
+  // transformers' `hidden_size // num_attention_heads`, rounded down: Glm4MoeConfig's own defaults,
+  // 4096 and 96 heads, make heads of 42.
+  if (h.head_dim == 0) h.head_dim = h.hidden_size / h.num_heads;
   read_rope(h, d.rope_theta);
   return h;
 }
@@ -169,7 +172,7 @@ std::string config_key(const std::string& field) {
 
 void check_hyper(const Hyper& h) {
   if (const auto p = hyper_problem(h))
-    r.fail(config_key(p->field), p->message + (p->field == "num_heads" ? " (set head_dim if that is intended)" : ""));
+    r.fail(config_key(p->field), p->message);
 }
 
 // ---- the families ----
@@ -279,6 +282,24 @@ ModelSpec read_phi3(const Config& c, const Defaults& d, std::string name) {
   return decoder(c, d, std::move(name), c.hyper(d), l);
 }
 
+// GLM-4.5: attention_bias on q, k and v only; first_k_dense_replace dense layers, then MoE layers with
+// a sigmoid router, its correction bias and shared experts (DeepSeek-V3's MoE with Llama's attention).
+ModelSpec read_glm4_moe(const Config& c, const Defaults& d, std::string name) {
+  Hyper h = c.hyper(d);
+  h.num_experts = c.count("n_routed_experts", 128);
+  h.experts_per_token = c.count("num_experts_per_tok", 8);
+  DecoderLayout l;
+  l.qkv_bias = c.flag("attention_bias", false);
+  if (c.flag("use_qk_norm", false)) l.qk_norm = QkNorm::head;
+  l.moe = MoeKind::routed;
+  l.moe_intermediate_size = c.count("moe_intermediate_size", 1408);
+  l.shared_experts = c.count0("n_shared_experts", 1);
+  l.correction_bias = true;
+  l.dense_layers = c.count0("first_k_dense_replace", 1);
+  if (l.dense_layers >= c.layers(d)) r.fail("first_k_dense_replace", "must leave at least one MoE layer");
+  return decoder(c, d, std::move(name), h, l);
+}
+
 // DeepSeek-V3 (and Kimi K2, which is one): multi-head latent attention; attention_bias on q_a_proj,
 // kv_a_proj_with_mqa and o_proj. The multi-token-prediction layers (num_nextn_predict_layers) are
 // not built by transformers and not here.
@@ -342,6 +363,8 @@ const std::vector<Family>& families() {
        {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3},
       {"gemma2", "Gemma2ForCausalLM", {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6, true, 1e4}, {}, read_gemma},
       {"gemma3_text", "Gemma3ForCausalLM", {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6, true, 1e6}, {}, read_gemma},
+      {"glm4_moe", "Glm4MoeForCausalLM", {151552, 4096, 10944, 46, 96, 8, nullopt, 131072, 1e-5, false, 1e4},
+       {{"num_local_experts", "n_routed_experts"}}, read_glm4_moe},
       {"gpt2", "GPT2LMHeadModel", {}, {{"hidden_size", "n_embd"}, {"max_position_embeddings", "n_positions"},
                                         {"num_attention_heads", "n_head"}, {"num_hidden_layers", "n_layer"}}, read_gpt2},
       {"llama", "LlamaForCausalLM", {32000, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-6, false, 1e4}, {}, read_llama},

@@ -55,6 +55,7 @@ TEST(HfSpec, RealConfigsHaveTransformersParameterCounts) {
   const std::map<std::string, Count> expected = {
       {"deepseek-v3", {671'026'404'352ULL, 58 * 256}},
       {"gemma-3-12b", {11'766'034'176ULL, 0}},
+      {"glm-4.5-air", {106'852'245'504ULL, 45 * 128}},
       {"llama-3.1-8b", {8'030'261'248ULL, 0}},
       {"mixtral-8x7b", {46'702'792'704ULL, 0}},
       {"olmo-2-7b", {7'298'617'344ULL, 0}},
@@ -84,7 +85,7 @@ TEST(HfSpec, RealConfigsHaveTransformersParameterCounts) {
 TEST(HfSpec, MissingFieldsTakeTheConfigClassDefaults) {
   const std::map<std::string, Count> expected = {
       {"deepseek_v3", {671'026'404'352ULL, 14848}}, {"gemma2", {2'614'341'888ULL, 0}},
-      {"gemma3_text", {2'628'658'432ULL, 0}}, {"gpt2", {124'439'808ULL, 0}},
+      {"gemma3_text", {2'628'658'432ULL, 0}},           {"glm4_moe", {103'481'200'640ULL, 5760}}, {"gpt2", {124'439'808ULL, 0}},
       {"llama", {6'738'415'616ULL, 0}},             {"mistral", {7'241'732'096ULL, 0}}, {"mixtral", {46'702'792'704ULL, 0}},
       {"olmo2", {6'888'624'128ULL, 0}},               {"phi3", {3'821'079'552ULL, 0}},
       {"qwen2", {12'049'846'272ULL, 0}},           {"qwen3", {12'049'461'248ULL, 0}},
@@ -155,6 +156,10 @@ TEST(HfSpec, FieldsTheFamiliesRead) {
       "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10})");
   EXPECT_EQ(l.hyper.num_kv_heads, 2u);
   EXPECT_EQ(l.hyper.head_dim, 8u);
+  // Heads that do not divide the width: transformers' hidden_size // heads, rounded down.
+  const ModelSpec r = spec_from_hf_config(R"({"model_type": "llama", "hidden_size": 10, "num_attention_heads": 4,
+      "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10})");
+  EXPECT_EQ(find(r.layer.tensors, "self_attn.q_proj.weight")->shape, (Shape{8, 10}));
   // Llama's attention_bias: q, k, v and o; mlp_bias: gate, up and down.
   const ModelSpec b = spec_from_hf_config(R"({"model_type": "llama", "attention_bias": true, "mlp_bias": true,
       "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10})");
@@ -184,7 +189,7 @@ TEST(HfSpec, EveryProblemIsOneLineNamingTheField) {
   const std::string tiny = R"("hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10)";
   const std::pair<std::string, std::string> cases[] = {
       {R"({"model_type": "bert"})", "config.json: model_type: no layerinit spec for Hugging Face model_type 'bert' (supported: "
-                                    "deepseek_v3, gemma2, gemma3_text, gpt2, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, smollm3)"},
+                                    "deepseek_v3, gemma2, gemma3_text, glm4_moe, gpt2, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, smollm3)"},
       {R"({"vocab_size": 10})", "config.json: top level: missing key 'model_type'"},
       {R"([1, 2])", "config.json: top level: must be an object"},
       {R"({"model_type": "llama", )" + tiny + R"(, "hidden_size": 8})", "config.json: hidden_size: duplicate key"},
@@ -197,8 +202,7 @@ TEST(HfSpec, EveryProblemIsOneLineNamingTheField) {
       {R"({"model_type": "llama", "rms_norm_eps": -1})", "config.json: rms_norm_eps: must not be negative"},
       {R"({"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 3})",
        "config.json: num_key_value_heads: 3 does not divide num_heads 4"},
-      {R"({"model_type": "llama", "hidden_size": 10, "num_attention_heads": 4})",
-       "config.json: num_attention_heads: 4 does not divide hidden_size 10 (set head_dim if that is intended)"},
+      {R"({"model_type": "gpt2", "n_embd": 10, "n_head": 4})", "config.json: n_head: 4 does not divide n_embd 10"},
       {R"({"model_type": "mixtral", "num_experts": 4, "num_local_experts": 8})",
        "config.json: num_local_experts: given twice, as num_local_experts and as its alias num_experts, with different values"},
       {R"({"model_type": "mixtral", "num_local_experts": 2, "num_experts_per_tok": 3})",
@@ -330,6 +334,17 @@ TEST(HfSpec, FamilyTensors) {
   EXPECT_EQ(shape(sm, "self_attn.o_proj.bias"), (Shape{64}));
   EXPECT_EQ(shape(sm, "mlp.up_proj.bias"), (Shape{128}));
   EXPECT_EQ(find(sm.post, "lm_head.weight"), nullptr);
+
+  // GLM-4.5: a dense layer, then MoE layers with DeepSeek-V3's router (a correction-bias buffer) and
+  // shared experts; q/k/v biases but none on o_proj; q/k norms with use_qk_norm.
+  const ModelSpec z = tiny("glm4_moe");
+  EXPECT_EQ(z.first_layer, 1u);
+  EXPECT_EQ(shape(z, "self_attn.q_proj.bias"), (Shape{64}));
+  EXPECT_EQ(find(z.layer.tensors, "self_attn.o_proj.bias"), nullptr);
+  EXPECT_EQ(shape(z, "self_attn.q_norm.weight"), (Shape{16}));
+  EXPECT_TRUE(find(z.layer.tensors, "mlp.gate.e_score_correction_bias")->buffer);
+  EXPECT_EQ(shape(z, "mlp.shared_experts.down_proj.weight"), (Shape{64, 32}));
+  EXPECT_EQ(z.buffer_count(), 2u * 4u);
 
   // No experts at all: a dense model.
   EXPECT_EQ(spec_from_hf_config(R"({"model_type": "qwen3_moe", "num_experts": 0})").layer.expert_prefix, "");
