@@ -300,6 +300,17 @@ ModelSpec read_glm4_moe(const Config& c, const Defaults& d, std::string name) {
   return decoder(c, d, std::move(name), h, l);
 }
 
+ModelSpec read_gpt_oss(const Config& c, const Defaults& d, std::string name) {
+  Hyper h = c.hyper(d);
+  h.num_experts = c.count("num_local_experts", 128);
+  h.experts_per_token = c.count("num_experts_per_tok", 4);
+  DecoderLayout l;
+  l.qkv_bias = l.o_bias = c.flag("attention_bias", true);
+  l.sinks = true;
+  l.moe = MoeKind::gpt_oss;
+  return decoder(c, d, std::move(name), h, l);
+}
+
 // DeepSeek-V3 (and Kimi K2, which is one): multi-head latent attention; attention_bias on q_a_proj,
 // kv_a_proj_with_mqa and o_proj. The multi-token-prediction layers (num_nextn_predict_layers) are
 // not built by transformers and not here.
@@ -367,6 +378,8 @@ const std::vector<Family>& families() {
        {{"num_local_experts", "n_routed_experts"}}, read_glm4_moe},
       {"gpt2", "GPT2LMHeadModel", {}, {{"hidden_size", "n_embd"}, {"max_position_embeddings", "n_positions"},
                                         {"num_attention_heads", "n_head"}, {"num_hidden_layers", "n_layer"}}, read_gpt2},
+      {"gpt_oss", "GptOssForCausalLM", {201088, 2880, 2880, 36, 64, 8, 64, 131072, 1e-5, false, 150000},
+       {{"num_experts", "num_local_experts"}}, read_gpt_oss},
       {"llama", "LlamaForCausalLM", {32000, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-6, false, 1e4}, {}, read_llama},
       {"mistral", "MistralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-6, false, 1e4}, {}, read_mistral},
       {"mixtral", "MixtralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-5, false, 1e6},

@@ -60,8 +60,12 @@ std::optional<FillSpec> norm_rule(const TensorContext& c) {
 FillSpec hf_rule(const TensorContext& c) {
   if (auto n = norm_rule(c)) return *n;
   const double r = c.model.hyper.initializer_range;
+  // GptOssPreTrainedModel._init_weights draws the attention sinks and the router's bias like weights.
+  const bool gpt_oss = c.model.family == "gpt_oss";
   switch (c.tensor.role) {
-    case TensorRole::linear_bias: return FillSpec::constant(0.0);
+    case TensorRole::linear_bias:
+      if (gpt_oss && ends_with(c.tensor.name, "mlp.router.bias")) return FillSpec::normal(0.0, r);
+      return FillSpec::constant(0.0);
     case TensorRole::embedding:
     case TensorRole::position_embedding:
     case TensorRole::linear_weight:
@@ -71,6 +75,9 @@ FillSpec hf_rule(const TensorContext& c) {
       // GPT2PreTrainedModel._init_weights re-draws every "c_proj.weight" with std r / sqrt(2 n_layer).
       if (c.model.family == "gpt2") return FillSpec::normal(0.0, r / std::sqrt(2.0 * num_layers(c)));
       return FillSpec::normal(0.0, r);
+    case TensorRole::other:
+      if (gpt_oss && ends_with(c.tensor.name, "self_attn.sinks")) return FillSpec::normal(0.0, r);
+      no_rule("hf", c);
     default: no_rule("hf", c);
   }
 }

@@ -56,6 +56,7 @@ TEST(HfSpec, RealConfigsHaveTransformersParameterCounts) {
       {"deepseek-v3", {671'026'404'352ULL, 58 * 256}},
       {"gemma-3-12b", {11'766'034'176ULL, 0}},
       {"glm-4.5-air", {106'852'245'504ULL, 45 * 128}},
+      {"gpt-oss-20b", {20'914'757'184ULL, 0}},
       {"llama-3.1-8b", {8'030'261'248ULL, 0}},
       {"mixtral-8x7b", {46'702'792'704ULL, 0}},
       {"olmo-2-7b", {7'298'617'344ULL, 0}},
@@ -86,6 +87,7 @@ TEST(HfSpec, MissingFieldsTakeTheConfigClassDefaults) {
   const std::map<std::string, Count> expected = {
       {"deepseek_v3", {671'026'404'352ULL, 14848}}, {"gemma2", {2'614'341'888ULL, 0}},
       {"gemma3_text", {2'628'658'432ULL, 0}},           {"glm4_moe", {103'481'200'640ULL, 5760}}, {"gpt2", {124'439'808ULL, 0}},
+      {"gpt_oss", {116'829'156'672ULL, 0}},
       {"llama", {6'738'415'616ULL, 0}},             {"mistral", {7'241'732'096ULL, 0}}, {"mixtral", {46'702'792'704ULL, 0}},
       {"olmo2", {6'888'624'128ULL, 0}},               {"phi3", {3'821'079'552ULL, 0}},
       {"qwen2", {12'049'846'272ULL, 0}},           {"qwen3", {12'049'461'248ULL, 0}},
@@ -189,7 +191,7 @@ TEST(HfSpec, EveryProblemIsOneLineNamingTheField) {
   const std::string tiny = R"("hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10)";
   const std::pair<std::string, std::string> cases[] = {
       {R"({"model_type": "bert"})", "config.json: model_type: no layerinit spec for Hugging Face model_type 'bert' (supported: "
-                                    "deepseek_v3, gemma2, gemma3_text, glm4_moe, gpt2, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, smollm3)"},
+                                    "deepseek_v3, gemma2, gemma3_text, glm4_moe, gpt2, gpt_oss, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, smollm3)"},
       {R"({"vocab_size": 10})", "config.json: top level: missing key 'model_type'"},
       {R"([1, 2])", "config.json: top level: must be an object"},
       {R"({"model_type": "llama", )" + tiny + R"(, "hidden_size": 8})", "config.json: hidden_size: duplicate key"},
@@ -345,6 +347,22 @@ TEST(HfSpec, FamilyTensors) {
   EXPECT_TRUE(find(z.layer.tensors, "mlp.gate.e_score_correction_bias")->buffer);
   EXPECT_EQ(shape(z, "mlp.shared_experts.down_proj.weight"), (Shape{64, 32}));
   EXPECT_EQ(z.buffer_count(), 2u * 4u);
+
+  // gpt-oss: sinks, q/k/v/o biases, a router with a bias, and fused expert tensors [E, in, out] with
+  // biases, as its checkpoints hold them (not per expert: no expert prefix).
+  const ModelSpec o2 = tiny("gpt_oss");
+  EXPECT_EQ(o2.layer.tensors[0].name, "self_attn.sinks");
+  EXPECT_EQ(shape(o2, "self_attn.sinks"), (Shape{4}));
+  EXPECT_EQ(shape(o2, "self_attn.o_proj.bias"), (Shape{64}));
+  EXPECT_EQ(shape(o2, "mlp.router.bias"), (Shape{4}));
+  EXPECT_EQ(shape(o2, "mlp.experts.gate_up_proj"), (Shape{4, 64, 64}));
+  EXPECT_EQ(shape(o2, "mlp.experts.gate_up_proj_bias"), (Shape{4, 64}));
+  EXPECT_EQ(shape(o2, "mlp.experts.down_proj"), (Shape{4, 32, 64}));
+  EXPECT_FALSE(find(o2.layer.tensors, "mlp.experts.down_proj")->transposable);
+  EXPECT_EQ(o2.layer.expert_prefix, "");
+  // gpt-oss-20b's MXFP4 config plans, but emit refuses to write it beside unquantized weights.
+  const ModelSpec big = load_hf_config((kConfigs / "gpt-oss-20b.json").string());
+  EXPECT_THROW(config_json(big, DType::bf16), std::invalid_argument);
 
   // No experts at all: a dense model.
   EXPECT_EQ(spec_from_hf_config(R"({"model_type": "qwen3_moe", "num_experts": 0})").layer.expert_prefix, "");

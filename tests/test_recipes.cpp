@@ -87,12 +87,40 @@ ModelSpec tiny(const std::string& family) {
   return load_hf_config(std::string(LAYERINIT_SOURCE_DIR) + "/tests/hf_configs/tiny/" + family + ".json");
 }
 
+// gpt-oss's attention sinks (role other) have a rule in hf only: the other recipes' sources have no
+// such tensor, and refuse it in one line until an override gives it a fill.
 TEST(Recipes, EveryRecipeCoversEveryFamilysTensors) {
   for (const auto& family : hf_model_types())
     for (const auto& rn : recipe_names()) {
       SCOPED_TRACE(family + " " + rn);
-      expect_all_valid(make_recipe(rn), tiny(family));
+      Recipe r = make_recipe(rn);
+      if (family == "gpt_oss" && rn != "hf") r.add_override("*.self_attn.sinks", FillSpec::normal(0, 0.02));
+      expect_all_valid(r, tiny(family));
     }
+  try {
+    fill(make_recipe("torchtitan"), tiny("gpt_oss"), "self_attn.sinks", 0);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "recipe torchtitan: no rule for tensor 'model.layers.0.self_attn.sinks' (role other); give it an "
+                           "init or an override");
+  }
+}
+
+// GptOssPreTrainedModel._init_weights: sinks and the router's bias normal(0, r), the experts' biases zero.
+TEST(Recipes, HfGptOss) {
+  const Recipe r = make_recipe("hf");
+  const ModelSpec g = tiny("gpt_oss");
+  EXPECT_EQ(fill(r, g, "self_attn.sinks", 1), FillSpec::normal(0, 0.02));
+  EXPECT_EQ(fill(r, g, "mlp.router.bias", 1), FillSpec::normal(0, 0.02));
+  EXPECT_EQ(fill(r, g, "mlp.router.weight", 1), FillSpec::normal(0, 0.02));
+  EXPECT_EQ(fill(r, g, "self_attn.q_proj.bias", 1), zero);
+  EXPECT_EQ(fill(r, g, "mlp.experts.gate_up_proj", 1), FillSpec::normal(0, 0.02));
+  EXPECT_EQ(fill(r, g, "mlp.experts.down_proj_bias", 1), zero);
+  // Another family's router bias (none has one) and a sink-named tensor of another family: no rule change.
+  ModelSpec other = g;
+  other.family = "custom";
+  EXPECT_EQ(fill(r, other, "mlp.router.bias", 1), zero);
+  EXPECT_THROW(fill(r, other, "self_attn.sinks", 1), std::invalid_argument);
 }
 
 // Phi-3's fused gate_up_proj holds w1 and w3 in one tensor: w1's rule (not depth-scaled).
