@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -71,6 +72,7 @@ class TempPath {
 // Elements written so far per dataset: enforces contiguous, in-order writes.
 class Progress {
  public:
+  Progress() = default;
   explicit Progress(const std::vector<DatasetSpec>& d);
   // Throws std::invalid_argument on a bad index, an out-of-order or out-of-range write.
   void check(std::size_t dataset, std::uint64_t first, const void* bytes, std::uint64_t n) const;
@@ -80,15 +82,26 @@ class Progress {
   void check_complete(const fs::path& target) const;
 
  private:
-  const std::vector<DatasetSpec>& d_;
+  const std::vector<DatasetSpec>* d_ = nullptr;
   std::vector<std::uint64_t> numel_, written_;
 };
 
-// The lifecycle both formats share. open(): preflight, then the temporary beside the target; write():
-// order checked, any failure aborts; commit(): every dataset complete, the format's finish(), the
-// ownership check again (--force), publish; abort(): idempotent, closes the format's handles and
-// removes the temporary. A format supplies only its steps. Its destructor must call abort(): the
-// base's cannot reach the format's release().
+// Where a writer's dataset list comes from: made only after the target and the space were checked.
+using DatasetSource = std::function<std::vector<DatasetSpec>()>;
+
+// What a format's targets are: a file or a directory, and which existing ones --force may replace.
+struct TargetRules {
+  bool directory = false;
+  OwnershipCheck ours;
+};
+TargetRules target_rules(CheckpointFormat f);
+
+// The lifecycle both formats share. A format's constructor calls admit() (preflight against the
+// planned bytes, then the dataset list), prepares what it needs, then create_temp() (the temporary
+// beside the target, then the format's files in it). write(): order checked, any failure aborts;
+// commit(): every dataset complete, the format's finish(), publish(); abort(): idempotent, closes
+// the format's handles and removes the temporary. A format supplies only its steps. Its destructor
+// must call abort(): the base's cannot reach the format's release().
 class WriterBase : public CheckpointWriter {
  public:
   void write(std::size_t dataset, std::uint64_t first, const void* bytes, std::uint64_t n) final;
@@ -98,13 +111,10 @@ class WriterBase : public CheckpointWriter {
   const fs::path& target() const final { return target_; }
 
  protected:
-  WriterBase(fs::path target, std::vector<DatasetSpec> datasets, const WriterOptions& opts, bool directory,
-             OwnershipCheck ours);
-  // Preflight against `planned` bytes and create the temporary; then the format creates its files
-  // through `create` (an exception from it aborts and propagates).
-  template <class F> void open(std::uint64_t planned, F&& create) {
-    preflight(target_, directory_, opts_.overwrite, opts_.check_free_space, planned, ours_);
-    tmp_.emplace(target_, directory_);
+  WriterBase(fs::path target, const WriterOptions& opts, TargetRules rules);
+  void admit(std::uint64_t planned, const DatasetSource& datasets);
+  template <class F> void create_temp(F&& create) {
+    tmp_.emplace(target_, rules_.directory);
     guarded(create);
   }
   template <class F> void guarded(F&& f) {
@@ -122,17 +132,19 @@ class WriterBase : public CheckpointWriter {
   virtual void dataset_complete(std::size_t) {}
   virtual void finish() = 0;            // flush and close everything in the temporary
   virtual void release() noexcept = 0;  // after a failure: close what is open (the base removes the files)
+  // Renames the finished temporary onto the target: the ownership check again (overwrite: an
+  // hours-long write leaves time for someone to put a file of their own there), then tmp.publish.
+  virtual void publish(TempPath& tmp);
 
   fs::path target_;
   std::vector<DatasetSpec> d_;
   WriterOptions opts_;
+  TargetRules rules_;
 
  private:
   enum class State { open, committed, aborted };
   void require_open() const;
 
-  bool directory_;
-  OwnershipCheck ours_;
   Progress progress_;
   std::optional<TempPath> tmp_;
   State state_ = State::open;
@@ -150,15 +162,23 @@ struct VirtualSource {
 void write_hdf5_virtual(const fs::path& path, const std::vector<DatasetSpec>& d,
                         const std::vector<std::vector<VirtualSource>>& sources, const CheckpointMetadata& meta,
                         const fs::path& shown);
-// The root attribute `name` of the HDF5 file `p` as a string; nullopt when p is no HDF5 file or has
-// no such string attribute. Never throws.
-std::optional<std::string> hdf5_string_attribute(const fs::path& p, const char* name) noexcept;
 // The master attribute naming a parallel HDF5 checkpoint's rank directory.
 inline constexpr const char* kRankFilesAttribute = "layerinit.rank_files";
-// After a master at `target` was replaced: removes the rank directory `name` it named, if it is one
-// a parallel emit makes (beside the target, "<target name>.ranks-XXXXXX", holding only rank-*.h5
-// files). Never throws: the new checkpoint is published by then.
-void remove_replaced_rank_dir(const fs::path& target, const std::string& name) noexcept;
+// The format's writers after the factories' argument checks: the target and the space for `planned`
+// bytes are checked (WriterBase::admit) before `datasets` makes the (validated) list.
+std::unique_ptr<CheckpointWriter> open_hdf5(const fs::path& target, std::uint64_t planned, const DatasetSource& datasets,
+                                            const CheckpointMetadata& meta, const WriterOptions& opts);
+std::unique_ptr<CheckpointWriter> open_safetensors(const fs::path& target, bool single_file, std::uint64_t planned,
+                                                   const DatasetSource& datasets, const CheckpointMetadata& meta,
+                                                   const WriterOptions& opts);
+// An HDF5 target is a file ("newdir/" is refused) and max_chunk_bytes lies in [1, 4 GiB): throws
+// std::invalid_argument.
+void check_hdf5_options(const fs::path& target, const WriterOptions& opts);
+// Publishes the HDF5 file `tmp` onto `target` (with overwrite, once check_replaceable passes). A
+// parallel master it replaces has its rank directory removed after the rename, if it is one a
+// parallel emit makes ("<target name>.ranks-XXXXXX" beside it, holding only rank-*.h5 files) and
+// not `keep` (the new master's own); that removal never throws, the new file being published.
+void publish_hdf5(TempPath& tmp, const fs::path& target, bool overwrite, std::string_view keep = {});
 
 // Each format's share of planned_bytes (PlannedBytes): the data and per-dataset overhead of `count`
 // datasets like `each` whose names take `name_bytes`, and the fixed part on top of the sums.

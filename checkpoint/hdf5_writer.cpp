@@ -205,10 +205,11 @@ struct Dataset {
 
 class Hdf5Writer final : public detail::WriterBase {
  public:
-  Hdf5Writer(fs::path target, std::vector<DatasetSpec> datasets, const CheckpointMetadata& meta,
+  Hdf5Writer(fs::path target, std::uint64_t planned, const detail::DatasetSource& datasets, const CheckpointMetadata& meta,
              const WriterOptions& opts)
-      : WriterBase(std::move(target), std::move(datasets), opts, false, hdf5_ownership_impl) {
-    open(planned_bytes(CheckpointFormat::hdf5, d_, meta, opts_), [&] { create(meta); });
+      : WriterBase(std::move(target), opts, {false, hdf5_ownership_impl}) {
+    admit(planned, datasets);
+    create_temp([&] { create(meta); });
   }
   ~Hdf5Writer() override { abort(); }
 
@@ -224,6 +225,7 @@ class Hdf5Writer final : public detail::WriterBase {
       if (d.id.reset() < 0) hdf5_fail("cannot write", target_);
     if (file_.reset() < 0) hdf5_fail("cannot write", target_);
   }
+  void publish(detail::TempPath& tmp) override { detail::publish_hdf5(tmp, target_, opts_.overwrite); }
   void release() noexcept override {
     QuietErrors quiet;
     ds_.clear();
@@ -330,22 +332,34 @@ std::uint64_t hdf5_planned_fixed(std::uint64_t meta_bytes) { return (1u << 20) +
 
 }  // namespace detail
 
-std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& target,
-                                                   std::vector<DatasetSpec> datasets,
-                                                   const CheckpointMetadata& meta, const WriterOptions& opts) {
+namespace detail {
+std::unique_ptr<CheckpointWriter> open_hdf5(const fs::path& target, std::uint64_t planned, const DatasetSource& datasets,
+                                            const CheckpointMetadata& meta, const WriterOptions& opts) {
   // HDF5 1.10's atexit handler (H5_term_library -> H5F__close_cb) crashes on a file whose close failed
   // (disk full, RLIMIT_FSIZE), turning a clean error exit into SIGSEGV in any program using this
   // library. Our writers close everything they open, so HDF5's own cleanup at exit is not needed.
   static const bool no_atexit = [] { return H5dont_atexit() >= 0; }();
   (void)no_atexit;
-  detail::validate_datasets(datasets);
+  check_hdf5_options(target, opts);
+  return std::make_unique<Hdf5Writer>(normalize_target(target), planned, datasets, meta, opts);
+}
+
+void check_hdf5_options(const fs::path& target, const WriterOptions& opts) {
   // normalize_target would drop the slash of "newdir/" and write a file named newdir: refuse it.
   if (!target.has_filename() || target.filename() == "." || target.filename() == "..")
     throw std::invalid_argument("checkpoint: hdf5 output '" + target.string() +
                                 "' names a directory; an HDF5 checkpoint is a file");
   if (opts.max_chunk_bytes == 0 || opts.max_chunk_bytes > (std::uint64_t{1} << 32) - 1)
     throw std::invalid_argument("checkpoint: max_chunk_bytes must be in [1, 4 GiB)");
-  return std::make_unique<Hdf5Writer>(detail::normalize_target(target), std::move(datasets), meta, opts);
+}
+}  // namespace detail
+
+std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& target,
+                                                   std::vector<DatasetSpec> datasets,
+                                                   const CheckpointMetadata& meta, const WriterOptions& opts) {
+  detail::validate_datasets(datasets);
+  const std::uint64_t planned = planned_bytes(CheckpointFormat::hdf5, datasets, meta, opts);
+  return detail::open_hdf5(target, planned, [&] { return std::move(datasets); }, meta, opts);
 }
 
 namespace detail {
@@ -394,6 +408,9 @@ void write_hdf5_virtual(const fs::path& path, const std::vector<DatasetSpec>& d,
   fsync_path(path, false);
 }
 
+namespace {
+// The root attribute `name` of the HDF5 file `p` as a string; nullopt when p is no HDF5 file or has no
+// such string attribute. Never throws.
 std::optional<std::string> hdf5_string_attribute(const fs::path& p, const char* name) noexcept {
   QuietErrors quiet;
   std::optional<std::string> out;
@@ -414,6 +431,8 @@ std::optional<std::string> hdf5_string_attribute(const fs::path& p, const char* 
   return out;
 }
 
+// After a master at `target` was replaced: removes the rank directory `name` it named, if it is one a
+// parallel emit makes. Never throws: the new checkpoint is published by then.
 void remove_replaced_rank_dir(const fs::path& target, const std::string& name) noexcept {
   // Only a directory named like the ones emit_parallel makes for this target, holding only rank
   // files: a master edited to name anything else removes nothing.
@@ -427,6 +446,17 @@ void remove_replaced_rank_dir(const fs::path& target, const std::string& name) n
     if (!fs::is_regular_file(it->symlink_status(ec)) || f.rfind("rank-", 0) != 0 || !f.ends_with(".h5")) return;
   }
   if (!ec) fs::remove_all(dir, ec);
+}
+}  // namespace
+
+void publish_hdf5(TempPath& tmp, const fs::path& target, bool overwrite, std::string_view keep) {
+  std::optional<std::string> old_ranks;
+  if (overwrite) {
+    old_ranks = hdf5_string_attribute(target, kRankFilesAttribute);
+    check_replaceable(target, false, hdf5_ownership_impl);
+  }
+  tmp.publish(target, overwrite);
+  if (old_ranks && *old_ranks != keep) remove_replaced_rank_dir(target, *old_ranks);
 }
 }  // namespace detail
 

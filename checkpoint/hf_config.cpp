@@ -6,6 +6,16 @@
 
 namespace layerinit {
 
+namespace {
+constexpr const char* kFamilies[] = {"llama", "mistral", "mixtral", "qwen2", "gemma2", "gpt2"};
+}  // namespace
+
+bool has_config_json(const ModelSpec& spec) {
+  for (const char* f : kFamilies)
+    if (spec.family == f) return true;
+  return false;
+}
+
 std::string config_json(const ModelSpec& spec, DType dtype) {
   const Hyper& h = spec.hyper;
   const std::string& fam = spec.family;
@@ -83,8 +93,10 @@ std::string config_json(const ModelSpec& spec, DType dtype) {
       j["eos_token_id"] = h.vocab_size - 1;
     }
   } else {
-    throw std::invalid_argument("config.json: no Hugging Face model_type for family '" + fam +
-                                "' (supported: llama, mistral, mixtral, qwen2, gemma2, gpt2)");
+    std::string supported;
+    for (const char* f : kFamilies) supported += (supported.empty() ? "" : ", ") + std::string(f);
+    throw std::invalid_argument("config.json: no Hugging Face model_type for family '" + fam + "' (supported: " + supported +
+                                ")");
   }
   j["torch_dtype"] = torch_dtype;
   return j.dump(2) + "\n";

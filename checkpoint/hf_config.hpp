@@ -12,5 +12,7 @@ namespace layerinit {
 // latent-attention and MoE numbers are not in Hyper) (from spec.family, spec.hyper and
 // spec.num_layers). Throws std::invalid_argument for other families, naming the supported ones.
 std::string config_json(const ModelSpec& spec, DType dtype);
+// Whether config_json has a Hugging Face model_type for spec's family.
+bool has_config_json(const ModelSpec& spec);
 
 }  // namespace layerinit

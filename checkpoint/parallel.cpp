@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <layerinit/checkpoint/detail.hpp>
+#include <layerinit/init/engine.hpp>
 #include "feed.hpp"
 
 namespace layerinit {
@@ -41,12 +42,7 @@ std::vector<std::uint64_t> split_by_bytes(const std::vector<std::uint64_t>& byte
   return owner;
 }
 
-std::string hdf5_rank_file_name(std::uint64_t rank, std::uint64_t ranks) {
-  char name[96];
-  std::snprintf(name, sizeof name, "rank-%05llu-of-%05llu.h5", static_cast<unsigned long long>(rank),
-                static_cast<unsigned long long>(ranks));
-  return name;
-}
+std::string hdf5_rank_file_name(std::uint64_t rank, std::uint64_t ranks) { return rank_file_name(rank, ranks, ".h5"); }
 
 namespace {
 
@@ -59,51 +55,33 @@ struct Origins {
   StackedLayout sl;
 
   explicit Origins(const Builder& b)
-      : pre(b.plan_pre().size()), post(b.plan_post().size()), layers(b.spec().num_layers),
+      : pre(b.spec().pre.size()), post(b.spec().post.size()), layers(b.spec().num_layers),
         per_layer(b.spec().layer.tensors.size()), stacked(b.options().layout == Layout::stacked),
         sl(stacked_layout(b.spec(), b.options().experts)) {
     middle = layers == 0 ? 0 : stacked ? sl.buffers.size() : layers * per_layer;
   }
-  // The dataset index of a part's tensor j (pre/post: its position; layer: its LayerSpec index).
-  std::size_t dataset(Part::Kind kind, std::uint64_t layer, std::size_t j) const {
-    if (kind == Part::Kind::pre) return j;
-    if (kind == Part::Kind::post) return pre + middle + j;
-    return pre + (stacked ? sl.buffer[j] : layer * per_layer + j);
-  }
 };
 
-// A built tensor of a selected part: its position j (as Origins::dataset takes it) and its bytes.
-struct Piece {
-  std::size_t j = 0;
-  TensorView view;
-};
-
-// Like Builder::stream, over layers [layers.offset, + size) and only the tensors `want` selects:
-// each pre or post tensor alone, each layer's selected tensors together; a part with nothing
-// selected is not built. Peak: the largest part.
-void stream_selected(const Builder& b, Range layers,
-                     const std::function<bool(Part::Kind, std::uint64_t, std::size_t)>& want,
-                     const std::function<void(Part::Kind, std::uint64_t, const std::vector<Piece>&)>& sink) {
-  backend& be = b.target_backend();
-  // plans[k] is tensor `base + k` of its kind.
+// Like Builder::stream, over layers [layers.offset, + size) and only the tensors whose dataset
+// (`slot`) the feed's writer holds: each pre or post tensor alone, each layer's selected tensors
+// together; a part with nothing selected is not built. Peak: the largest part.
+void stream_selected(const Builder& b, Range layers, detail::DatasetFeed& feed, const EmitOptions& opts,
+                     const std::function<detail::FeedSlot(Part::Kind, std::uint64_t, std::size_t, const PlannedTensor&)>& slot) {
+  const Engine eng = b.engine(detail::cancellation(opts));
   auto part = [&](Part::Kind kind, std::uint64_t layer, const std::vector<PlannedTensor>& plans, std::size_t base) {
-    std::vector<std::size_t> chosen;
-    for (std::size_t k = 0; k < plans.size(); ++k)
-      if (want(kind, layer, base + k)) chosen.push_back(k);
-    if (chosen.empty()) return;
-    std::vector<Tensor> tensors;
-    std::vector<FillJob> jobs;
-    tensors.reserve(chosen.size());
-    for (auto k : chosen) {
-      const PlannedTensor& p = plans[k];
-      tensors.push_back(Tensor::allocate(b.memory(), p.name, p.memory_shape, p.dtype));
-      jobs.push_back(fill_job_for(p, tensors.back().view.data, b.options().seed));
+    std::vector<PartTensor> chosen;
+    std::vector<detail::FeedSlot> slots;
+    for (std::size_t k = 0; k < plans.size(); ++k) {
+      const detail::FeedSlot s = slot(kind, layer, base + k, plans[k]);
+      if (!feed.find(s.dataset)) continue;
+      chosen.push_back({&plans[k], plans[k].memory_shape, nullptr, std::nullopt});
+      slots.push_back(s);
     }
-    be.fill(jobs);
-    be.synchronize();
-    std::vector<Piece> pieces;
-    for (std::size_t i = 0; i < chosen.size(); ++i) pieces.push_back({base + chosen[i], tensors[i].view});
-    sink(kind, layer, pieces);
+    if (chosen.empty()) return;
+    const std::vector<Tensor> tensors = eng.fill_part(chosen);
+    std::vector<TensorView> views;
+    for (const auto& t : tensors) views.push_back(t.view);
+    feed.put_part(kind == Part::Kind::layer, views, [&](std::size_t j) { return slots[j]; });
   };  // freed before the next part
   const auto pre = b.plan_pre();
   for (std::size_t j = 0; j < pre.size(); ++j) part(Part::Kind::pre, 0, {pre[j]}, j);
@@ -112,16 +90,9 @@ void stream_selected(const Builder& b, Range layers,
   for (std::size_t j = 0; j < post.size(); ++j) part(Part::Kind::post, 0, {post[j]}, j);
 }
 
-// The checks emit_checkpoint makes before any work, for every rank.
+// The checks emit_checkpoint makes before any work, for every rank, and the parallel emit's own.
 void check_emit(const Builder& b, backend& be, const EmitOptions& opts) {
-  const auto& order = b.options().layer_order;
-  if (!std::is_sorted(order.begin(), order.end()))
-    throw std::invalid_argument("emit writes layers in order: layer_order must be ascending or empty");
-  if (be.kind() == BackendKind::dry) throw std::invalid_argument("emit needs a backend that holds bytes (cpu or cuda)");
-  const BuildOptions& bo = b.options();
-  if (!opts.writer.config_json.empty() && (bo.layout != Layout::per_layer || bo.orientation != Orientation::out_in))
-    throw std::invalid_argument("emit: a Hugging Face config.json describes the per-layer, out-in layout; this checkpoint is " +
-                                std::string(layout_name(bo.layout)) + ", " + std::string(orientation_name(bo.orientation)));
+  detail::check_emit(b, be, opts);
   for (const char* key : {detail::kRankFilesAttribute, "layerinit.rank"})
     if (opts.meta.extra.count(key)) throw std::invalid_argument(std::string("emit: metadata key ") + key + " is the parallel emit's own");
 }
@@ -180,8 +151,9 @@ std::vector<Contribution> decode(const std::string& s) {
 EmitResult assemble(const std::vector<DatasetSpec>& datasets, const std::vector<std::string>& gathered) {
   EmitResult r;
   for (const auto& d : datasets) {
-    r.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), 0, {}, {}, {}, false});
-    r.weight_bytes += r.tensors.back().bytes;
+    TensorReport& t = r.tensors.emplace_back(d.name, d.shape, d.dtype);
+    t.hashed = false;
+    r.weight_bytes += t.bytes;
   }
   std::vector<int> parts(datasets.size(), 0);
   for (const auto& text : gathered)  // rank order: layer ranges ascend
@@ -194,50 +166,37 @@ EmitResult assemble(const std::vector<DatasetSpec>& datasets, const std::vector<
   return r;
 }
 
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+// A rank's own report: its contributions, in its order.
+EmitResult own_report(const std::vector<DatasetSpec>& datasets, const std::vector<Contribution>& mine) {
+  EmitResult r;
+  for (const auto& m : mine) {
+    const DatasetSpec& d = datasets[m.dataset];
+    TensorReport& t = r.tensors.emplace_back(d.name, d.shape, d.dtype);
+    t.hash = m.hash;
+    t.layer_hashes = m.layers;
+    t.hashed = m.whole;
+    r.weight_bytes += t.bytes;
+  }
+  return r;
 }
 
-// Streams the selected tensors into `w` (dataset `local(k)` for checkpoint dataset k), stacked
-// slices at `slot(j, layer)` * slice elements; records each dataset's hash and layer hashes.
-struct WriteJob {
-  const Builder& b;
-  backend& be;
-  const EmitOptions& opts;
-  const Origins& o;
-  std::chrono::steady_clock::time_point t0;
-
-  std::vector<Contribution> run(CheckpointWriter& w, Range layers, const std::map<std::size_t, std::size_t>& local,
-                                const std::function<std::uint64_t(std::size_t, std::uint64_t)>& slot) const {
-    std::uint64_t bytes_total = 0;
-    for (const auto& d : w.datasets()) bytes_total += numel(d.shape) * dtype_size(d.dtype);
-    EmitProgress progress{0, layers.size, 0, bytes_total, 0};
-    detail::DatasetFeed feed(be, w, w.datasets().size(), opts.staging_bytes, progress);
-    std::vector<std::vector<std::uint64_t>> layer_hashes(w.datasets().size());
-    auto want = [&](Part::Kind kind, std::uint64_t layer, std::size_t j) { return local.count(o.dataset(kind, layer, j)) > 0; };
-    stream_selected(b, layers, want, [&](Part::Kind kind, std::uint64_t layer, const std::vector<Piece>& pieces) {
-      if (opts.cancel && opts.cancel->load()) throw error("interrupted");
-      for (const Piece& p : pieces) {
-        const std::size_t k = local.at(o.dataset(kind, layer, p.j));
-        if (kind == Part::Kind::layer && o.stacked) {
-          ContentHash own;
-          feed.put(p.view, k, slot(p.j, layer) * numel(p.view.shape), &own);
-          layer_hashes[k].push_back(own.digest());
-        } else {
-          feed.put(p.view, k, 0, nullptr);
-        }
-      }
-      if (kind == Part::Kind::layer) ++progress.layers_done;
-      progress.seconds = since(t0);
-      if (opts.progress) opts.progress(progress);
-    });
-    if (opts.cancel && opts.cancel->load()) throw error("interrupted");
-    std::vector<Contribution> out;
-    for (const auto& [global, k] : local) out.push_back({global, feed.digest(k), true, std::move(layer_hashes[k])});
-    w.commit();
-    return out;
-  }
-};
+// Streams the checkpoint's tensors that `w` holds into it (stacked slices at `slice(j, layer)`) and
+// commits; returns each held dataset's hash and layer hashes, by its checkpoint index (`global`).
+std::vector<Contribution> write_share(const Builder& b, backend& be, const EmitOptions& opts, const Origins& o,
+                                      std::chrono::steady_clock::time_point t0, CheckpointWriter& w, Range layers,
+                                      const std::vector<std::size_t>& global,
+                                      const std::function<std::uint64_t(std::size_t, std::uint64_t)>& slice) {
+  detail::DatasetFeed feed(be, w, opts, layers.size, t0);
+  stream_selected(b, layers, feed, opts,
+                  [&](Part::Kind kind, std::uint64_t layer, std::size_t j, const PlannedTensor& p) -> detail::FeedSlot {
+                    if (kind == Part::Kind::layer && o.stacked) return {o.sl.buffers[o.sl.buffer[j]].name, slice(j, layer)};
+                    return {p.name, std::nullopt};
+                  });
+  std::vector<Contribution> out;
+  for (std::size_t k = 0; k < global.size(); ++k) out.push_back({global[k], feed.digest(k), true, feed.slice_hashes(k)});
+  w.commit();
+  return out;
+}
 
 // A rank's writer options inside the staging directory: its own files only, the whole checkpoint's
 // space having been checked by rank 0.
@@ -280,9 +239,8 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
     meta = builder_metadata(b, opts.meta);
     tgt = detail::normalize_target(target);
     if (me == 0) {
-      detail::preflight(tgt, true, opts.writer.overwrite, opts.writer.check_free_space,
-                        planned_checkpoint_bytes(b, CheckpointFormat::safetensors, meta, opts.writer),
-                        detail::safetensors_ownership);
+      check_checkpoint_target(CheckpointFormat::safetensors, tgt, opts.writer,
+                              planned_checkpoint_bytes(b, CheckpointFormat::safetensors, meta, opts.writer));
       staging.emplace(tgt, true);
     }
   } catch (...) {
@@ -302,14 +260,11 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
     std::vector<std::uint64_t> bytes;
     for (const auto& s : shards) bytes.push_back(s.data_bytes);
     const std::vector<std::uint64_t> owner = split_by_bytes(bytes, n);
-    const WriteJob job{b, be, opts, o, t0};
     for (std::size_t f = 0; f < shards.size(); ++f) {
       if (owner[f] != me) continue;
       std::vector<DatasetSpec> specs;
-      std::map<std::size_t, std::size_t> local;
       std::uint64_t lo = o.layers, hi = 0;  // the layers the file's tensors come from
       for (auto k : shards[f].datasets) {
-        local[k] = specs.size();
         specs.push_back(datasets[k]);
         if (k >= o.pre && k < o.pre + o.middle) {
           const std::uint64_t l = o.stacked ? 0 : (k - o.pre) / o.per_layer;
@@ -320,7 +275,8 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
       naming_published(stage, tgt, [&] {
         auto w = open_safetensors_file_writer(stage / shards[f].file, std::move(specs), meta, rank_writer_options(opts));
         const Range layers{lo, hi > lo ? hi - lo : 0};
-        auto got = job.run(*w, layers, local, [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer); });
+        auto got = write_share(b, be, opts, o, t0, *w, layers, shards[f].datasets,
+                               [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer); });
         mine.insert(mine.end(), got.begin(), got.end());
       });
     }
@@ -341,7 +297,10 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
                                  tgt / "model.safetensors.index.json");
       if (!opts.writer.config_json.empty())
         detail::write_small_file(staging->path() / "config.json", opts.writer.config_json, tgt / "config.json");
-      if (opts.writer.overwrite) detail::check_replaceable(tgt, true, detail::safetensors_ownership);
+      if (opts.writer.overwrite) {
+        const detail::TargetRules rules = detail::target_rules(CheckpointFormat::safetensors);
+        detail::check_replaceable(tgt, rules.directory, rules.ours);
+      }
       staging->publish(tgt, opts.writer.overwrite);
       result.file_bytes = detail::disk_bytes(tgt);
     } catch (...) {
@@ -349,12 +308,7 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
       staging.reset();  // removed before the others hear of it
     }
   } else {
-    result.tensors.clear();
-    for (const auto& m : mine) {
-      const DatasetSpec& d = datasets[m.dataset];
-      result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), m.hash, m.layers, {}, {}, true});
-      result.weight_bytes += result.tensors.back().bytes;
-    }
+    result = own_report(datasets, mine);
   }
   if (me == 0 && !failure) {
     try {
@@ -364,7 +318,7 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
   } else {
     agree(c, failure);
   }
-  result.seconds = since(t0);
+  result.seconds = detail::seconds_since(t0);
   return result;
 }
 
@@ -378,16 +332,11 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
   try {
     check_emit(b, be, opts);
     meta = builder_metadata(b, opts.meta);
-    // As open_hdf5_writer: "newdir/" names a directory, not a file.
-    if (!target.has_filename() || target.filename() == "." || target.filename() == "..")
-      throw std::invalid_argument("checkpoint: hdf5 output '" + target.string() +
-                                  "' names a directory; an HDF5 checkpoint is a file");
-    if (opts.writer.max_chunk_bytes == 0 || opts.writer.max_chunk_bytes > (std::uint64_t{1} << 32) - 1)
-      throw std::invalid_argument("checkpoint: max_chunk_bytes must be in [1, 4 GiB)");
+    detail::check_hdf5_options(target, opts.writer);
     tgt = detail::normalize_target(target);
     if (me == 0) {
-      detail::preflight(tgt, false, opts.writer.overwrite, opts.writer.check_free_space,
-                        planned_checkpoint_bytes(b, CheckpointFormat::hdf5, meta, opts.writer), detail::hdf5_ownership);
+      check_checkpoint_target(CheckpointFormat::hdf5, tgt, opts.writer,
+                              planned_checkpoint_bytes(b, CheckpointFormat::hdf5, meta, opts.writer));
       ranks_dir.emplace(tgt.parent_path(), tgt.filename().string() + ".ranks-XXXXXX", true, tgt);
     }
   } catch (...) {
@@ -404,15 +353,11 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
   const auto pre = b.plan_pre(), post = b.plan_post();
   std::vector<std::uint64_t> bytes;
   for (const auto& p : pre) bytes.push_back(p.bytes());
-  std::uint64_t uniform_layer = 0;
-  if (b.uniform_layers() && spec.num_layers > 0)
-    for (const auto& p : b.plan_layer(0)) uniform_layer += p.bytes();
-  for (std::uint64_t i = 0; i < spec.num_layers; ++i) {
-    std::uint64_t lb = uniform_layer;
-    if (!b.uniform_layers())
-      for (const auto& p : b.plan_layer(i)) lb += p.bytes();
-    bytes.push_back(lb);
-  }
+  b.for_each_layer_run(0, spec.num_layers, [&](std::uint64_t, std::uint64_t count, const std::vector<PlannedTensor>& plan) {
+    std::uint64_t layer = 0;
+    for (const auto& p : plan) layer += p.bytes();
+    bytes.insert(bytes.end(), count, layer);
+  });
   for (const auto& p : post) bytes.push_back(p.bytes());
   const std::vector<std::uint64_t> owner = split_by_bytes(bytes, n);
   // Rank r's layers: a contiguous range, since owners never decrease.
@@ -434,9 +379,9 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
     if (holds_anything(me)) {
       const Range L = layers_of(me);
       std::vector<DatasetSpec> specs;
-      std::map<std::size_t, std::size_t> local;
+      std::vector<std::size_t> global;  // of specs[k]
       auto add = [&](std::size_t k, DatasetSpec d) {
-        local[k] = specs.size();
+        global.push_back(k);
         specs.push_back(std::move(d));
       };
       for (std::size_t j = 0; j < pre.size(); ++j)
@@ -459,8 +404,8 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
       rank_meta.extra["layerinit.rank"] =
           nlohmann::ordered_json{{"rank", me}, {"ranks", n}, {"layers", {L.offset, L.size}}}.dump();
       auto w = open_hdf5_writer(dir / hdf5_rank_file_name(me, n), std::move(specs), rank_meta, rank_writer_options(opts));
-      const WriteJob job{b, be, opts, o, t0};
-      mine = job.run(*w, L, local, [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer - L.offset); });
+      mine = write_share(b, be, opts, o, t0, *w, L, global,
+                         [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer - L.offset); });
       if (o.stacked)  // a piece of each [L, ...] dataset: whole only if this rank holds every layer
         for (auto& m : mine)
           if (m.dataset >= o.pre && m.dataset < o.pre + o.middle) m.whole = L.size == spec.num_layers;
@@ -499,27 +444,17 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
       master_meta.extra[detail::kRankFilesAttribute] = dir_name;
       detail::TempPath master(tgt, false);
       detail::write_hdf5_virtual(master.path(), datasets, sources, master_meta, tgt);
-      std::optional<std::string> old_ranks;
-      if (opts.writer.overwrite) {
-        old_ranks = detail::hdf5_string_attribute(tgt, detail::kRankFilesAttribute);
-        detail::check_replaceable(tgt, false, detail::hdf5_ownership);
-      }
       fs::path d = ranks_dir->path();
       detail::fsync_path(d, true);
-      master.publish(tgt, opts.writer.overwrite);
+      detail::publish_hdf5(master, tgt, opts.writer.overwrite, dir_name);
       ranks_dir->keep();  // the master names it now
-      if (old_ranks && *old_ranks != dir_name) detail::remove_replaced_rank_dir(tgt, *old_ranks);
       result.file_bytes = detail::disk_bytes(tgt) + detail::disk_bytes(d);
     } catch (...) {
       failure = std::current_exception();
       ranks_dir.reset();
     }
   } else {
-    for (const auto& m : mine) {
-      const DatasetSpec& d = datasets[m.dataset];
-      result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), m.hash, m.layers, {}, {}, m.whole});
-      result.weight_bytes += result.tensors.back().bytes;
-    }
+    result = own_report(datasets, mine);
   }
   if (me == 0 && !failure) {
     try {
@@ -529,7 +464,7 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
   } else {
     agree(c, failure);
   }
-  result.seconds = since(t0);
+  result.seconds = detail::seconds_since(t0);
   return result;
 }
 

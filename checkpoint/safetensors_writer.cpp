@@ -77,15 +77,17 @@ struct Shard {
 class SafetensorsWriter final : public detail::WriterBase {
  public:
   // single_file: `target` is the one .safetensors file (no shards, index or config.json).
-  SafetensorsWriter(fs::path target, std::vector<DatasetSpec> datasets, const CheckpointMetadata& meta,
-                    const WriterOptions& opts, bool single_file)
-      : WriterBase(std::move(target), std::move(datasets), opts, !single_file,
-                   single_file ? safetensors_file_ownership : safetensors_ownership_impl),
+  SafetensorsWriter(fs::path target, std::uint64_t planned, const detail::DatasetSource& datasets,
+                    const CheckpointMetadata& meta, const WriterOptions& opts, bool single_file)
+      : WriterBase(std::move(target), opts,
+                   {!single_file, single_file ? detail::OwnershipCheck(safetensors_file_ownership)
+                                              : detail::OwnershipCheck(safetensors_ownership_impl)}),
         single_file_(single_file) {
     if (single_file_ && (opts_.max_shard_size != 0 || !opts_.config_json.empty()))
       throw std::invalid_argument("checkpoint: a single safetensors file has no shards and no config.json");
+    admit(planned, datasets);
     plan(meta);  // header too large etc. before touching the disk
-    open(planned_bytes(CheckpointFormat::safetensors, d_, meta, opts_), [&] {
+    create_temp([&] {
       for (auto& s : shards_) {
         // A single file is the temporary itself (already created, mode set by the umask).
         const fs::path p = single_file_ ? temp_path() : temp_path() / s.file;
@@ -223,22 +225,32 @@ std::string safetensors_index_json(const std::vector<SafetensorsShard>& shards, 
   return index.dump(2) + "\n";
 }
 
+namespace detail {
+std::unique_ptr<CheckpointWriter> open_safetensors(const fs::path& target, bool single_file, std::uint64_t planned,
+                                                   const DatasetSource& datasets, const CheckpointMetadata& meta,
+                                                   const WriterOptions& opts) {
+  const fs::path t = normalize_target(target);
+  if (single_file && t.extension() != ".safetensors")
+    throw std::invalid_argument("checkpoint: " + t.string() + ": a safetensors file's name ends in .safetensors");
+  return std::make_unique<SafetensorsWriter>(t, planned, datasets, meta, opts, single_file);
+}
+}  // namespace detail
+
 std::unique_ptr<CheckpointWriter> open_safetensors_writer(const std::filesystem::path& target,
                                                           std::vector<DatasetSpec> datasets,
                                                           const CheckpointMetadata& meta,
                                                           const WriterOptions& opts) {
   detail::validate_datasets(datasets);
-  return std::make_unique<SafetensorsWriter>(detail::normalize_target(target), std::move(datasets), meta, opts, false);
+  const std::uint64_t planned = planned_bytes(CheckpointFormat::safetensors, datasets, meta, opts);
+  return detail::open_safetensors(target, false, planned, [&] { return std::move(datasets); }, meta, opts);
 }
 
 std::unique_ptr<CheckpointWriter> open_safetensors_file_writer(const std::filesystem::path& file,
                                                                std::vector<DatasetSpec> datasets,
                                                                const CheckpointMetadata& meta, const WriterOptions& opts) {
   detail::validate_datasets(datasets);
-  const fs::path target = detail::normalize_target(file);
-  if (target.extension() != ".safetensors")
-    throw std::invalid_argument("checkpoint: " + target.string() + ": a safetensors file's name ends in .safetensors");
-  return std::make_unique<SafetensorsWriter>(target, std::move(datasets), meta, opts, true);
+  const std::uint64_t planned = planned_bytes(CheckpointFormat::safetensors, datasets, meta, opts);
+  return detail::open_safetensors(file, true, planned, [&] { return std::move(datasets); }, meta, opts);
 }
 
 namespace detail {

@@ -1,5 +1,5 @@
-// Shared parts of the checkpoint writers: validation, free space, temporary paths, atomic publish,
-// format names and config.json.
+// What both checkpoint writers share: validation, the target and free space checks, temporary
+// paths, atomic publish, the writer lifecycle, format names and planned sizes.
 #include "detail.hpp"
 
 #include <fcntl.h>
@@ -210,27 +210,37 @@ void TempPath::publish(const fs::path& target, bool overwrite) {
   fsync_path(target.parent_path(), true);
 }
 
-Progress::Progress(const std::vector<DatasetSpec>& d) : d_(d), written_(d.size(), 0) {
+Progress::Progress(const std::vector<DatasetSpec>& d) : d_(&d), written_(d.size(), 0) {
   for (const auto& s : d) numel_.push_back(numel(s.shape));
 }
 
 void Progress::check(std::size_t i, std::uint64_t first, const void* bytes, std::uint64_t n) const {
-  if (i >= d_.size())
+  if (i >= written_.size())
     throw std::invalid_argument("checkpoint: dataset index " + std::to_string(i) + " out of range (" +
-                                std::to_string(d_.size()) + " declared)");
+                                std::to_string(written_.size()) + " declared)");
+  const std::vector<DatasetSpec>& d = *d_;
   if (first != written_[i])
-    throw std::invalid_argument("checkpoint: " + d_[i].name + ": write at element " + std::to_string(first) +
+    throw std::invalid_argument("checkpoint: " + d[i].name + ": write at element " + std::to_string(first) +
                                 " but " + std::to_string(written_[i]) + " written so far (writes must be in order)");
   if (n > numel_[i] - first)
-    throw std::invalid_argument("checkpoint: " + d_[i].name + ": write of " + std::to_string(n) + " elements at " +
+    throw std::invalid_argument("checkpoint: " + d[i].name + ": write of " + std::to_string(n) + " elements at " +
                                 std::to_string(first) + " past its " + std::to_string(numel_[i]) + " elements");
-  if (n > 0 && bytes == nullptr) throw std::invalid_argument("checkpoint: " + d_[i].name + ": null data");
+  if (n > 0 && bytes == nullptr) throw std::invalid_argument("checkpoint: " + d[i].name + ": null data");
 }
 
-WriterBase::WriterBase(fs::path target, std::vector<DatasetSpec> datasets, const WriterOptions& opts, bool directory,
-                       OwnershipCheck ours)
-    : target_(std::move(target)), d_(std::move(datasets)), opts_(opts), directory_(directory), ours_(std::move(ours)),
-      progress_(d_) {}
+WriterBase::WriterBase(fs::path target, const WriterOptions& opts, TargetRules rules)
+    : target_(std::move(target)), opts_(opts), rules_(std::move(rules)) {}
+
+void WriterBase::admit(std::uint64_t planned, const DatasetSource& datasets) {
+  preflight(target_, rules_.directory, opts_.overwrite, opts_.check_free_space, planned, rules_.ours);
+  d_ = datasets();
+  progress_ = Progress(d_);
+}
+
+void WriterBase::publish(TempPath& tmp) {
+  if (opts_.overwrite) check_replaceable(target_, rules_.directory, rules_.ours);
+  tmp.publish(target_, opts_.overwrite);
+}
 
 void WriterBase::require_open() const {
   if (state_ != State::open)
@@ -251,8 +261,7 @@ void WriterBase::commit() {
   guarded([&] {
     progress_.check_complete(target_);
     finish();
-    if (opts_.overwrite) check_replaceable(target_, directory_, ours_);
-    tmp_->publish(target_, opts_.overwrite);
+    publish(*tmp_);
   });
   state_ = State::committed;
 }
@@ -265,9 +274,9 @@ void WriterBase::abort() noexcept {
 }
 
 void Progress::check_complete(const fs::path& target) const {
-  for (std::size_t i = 0; i < d_.size(); ++i)
+  for (std::size_t i = 0; i < written_.size(); ++i)
     if (written_[i] != numel_[i])
-      throw checkpoint_error("checkpoint: " + target.string() + ": dataset " + d_[i].name + " incomplete: " +
+      throw checkpoint_error("checkpoint: " + target.string() + ": dataset " + (*d_)[i].name + " incomplete: " +
                              std::to_string(written_[i]) + " of " + std::to_string(numel_[i]) + " elements written");
 }
 
@@ -342,6 +351,11 @@ void write_small_file(const fs::path& p, const std::string& text, const fs::path
   ::close(fd);
 }
 
+TargetRules target_rules(CheckpointFormat f) {
+  if (f == CheckpointFormat::hdf5) return {false, hdf5_ownership};
+  return {true, safetensors_ownership};
+}
+
 }  // namespace detail
 
 std::string_view format_name(CheckpointFormat f) { return f == CheckpointFormat::hdf5 ? "hdf5" : "safetensors"; }
@@ -364,11 +378,31 @@ void check_free_space(const std::filesystem::path& where, std::uint64_t bytes) {
                            ", " + format_bytes(avail) + " available");
 }
 
+void check_checkpoint_target(CheckpointFormat f, const std::filesystem::path& target, const WriterOptions& opts,
+                             std::uint64_t planned) {
+  const detail::TargetRules rules = detail::target_rules(f);
+  detail::preflight(detail::normalize_target(target), rules.directory, opts.overwrite, opts.check_free_space, planned,
+                    rules.ours);
+}
+
 std::unique_ptr<CheckpointWriter> open_checkpoint_writer(CheckpointFormat f, const std::filesystem::path& target,
                                                          std::vector<DatasetSpec> datasets,
                                                          const CheckpointMetadata& meta, const WriterOptions& opts) {
   if (f == CheckpointFormat::hdf5) return open_hdf5_writer(target, std::move(datasets), meta, opts);
   return open_safetensors_writer(target, std::move(datasets), meta, opts);
+}
+
+std::unique_ptr<CheckpointWriter> open_checkpoint_writer(CheckpointFormat f, const std::filesystem::path& target,
+                                                         std::uint64_t planned,
+                                                         const std::function<std::vector<DatasetSpec>()>& datasets,
+                                                         const CheckpointMetadata& meta, const WriterOptions& opts) {
+  const detail::DatasetSource validated = [&] {
+    std::vector<DatasetSpec> d = datasets();
+    detail::validate_datasets(d);
+    return d;
+  };
+  if (f == CheckpointFormat::hdf5) return detail::open_hdf5(target, planned, validated, meta, opts);
+  return detail::open_safetensors(target, false, planned, validated, meta, opts);
 }
 
 std::size_t CheckpointWriter::index_of(std::string_view name) const {

@@ -122,6 +122,9 @@ struct FillJob {
 // A job that fills a whole tensor of `numel` elements stored at dst.
 FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t seed,
                       std::string_view canonical_name, const FillSpec& spec);
+// The same with the fill already prepared for t (prepare_fill(spec, t)).
+FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t seed,
+                      std::string_view canonical_name, const FillParams& params);
 
 // Elements a job writes: runs * (end - begin) (valid jobs only: end >= begin).
 LAYERINIT_HD constexpr std::uint64_t job_elements(const FillJob& j) { return j.runs * (j.end - j.begin); }

@@ -56,7 +56,10 @@ int build_rank_command(const ModelArgs& args, const ModelSpec& spec, const Recip
   if (report == "json") {
     for (const LocalTensor& lt : model.tensors) {
       const TensorView& v = lt.tensor.view;
-      TensorReport t{v.name, v.shape, v.dtype, v.bytes(), hash_tensor(*be, v), {}, lt.global_shape, lt.offset, true};
+      TensorReport t(v.name, v.shape, v.dtype);
+      t.hash = hash_tensor(*be, v);
+      t.global_shape = lt.global_shape;
+      t.offset = lt.offset;
       if (lt.stacked) {
         // A stacked piece [n, ...] or [n, ne, ...]: a hash per layer (and expert) slice, as the
         // unsharded report gives.
@@ -130,7 +133,8 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
     const StackedLayout sl = stacked_layout(spec, model.experts);
     std::size_t stacked_index = 0;
     auto add = [&](const TensorView& v, bool is_stacked) {
-      TensorReport t{v.name, v.shape, v.dtype, v.bytes(), hash_tensor(*be, v), {}, {}, {}, true};
+      TensorReport t(v.name, v.shape, v.dtype);
+      t.hash = hash_tensor(*be, v);
       if (is_stacked) {  // one hash per slice in buffer order: per layer, then per expert
         for (const auto& layer : slices)
           for (std::size_t j = 0; j < layer.size(); ++j)

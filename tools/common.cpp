@@ -208,7 +208,7 @@ Recipe ModelArgs::load_recipe() const {
     } catch (const std::invalid_argument& e) {
       throw usage_error(e.what());
     }
-    prepare_fill(f, DType::f32);  // validates now, with the fill's own message
+    validate_fill(f);  // now, with the fill's own message; each tensor's dtype is checked when planned
     r.add_override(o.substr(0, eq), f);
   }
   return r;

@@ -11,7 +11,6 @@
 #include <optional>
 
 #include <layerinit/core/bytes.hpp>
-#include <layerinit/checkpoint/hf_config.hpp>
 #include <layerinit/plan/plan.hpp>
 #include <layerinit/shard/rank.hpp>
 #include <layerinit/checkpoint/parallel.hpp>
@@ -90,16 +89,8 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
       eo.writer.max_shard_size = parse_byte_size(ea.max_shard_size);
       if (eo.writer.max_shard_size == 0) throw usage_error("--max-shard-size must be positive");
     }
-    // transformers loads the per-layer, out-in layout only: a config.json beside stacked or transposed
-    // weights would have it load them as missing keys and initialize those anew.
-    if (!plan && format == CheckpointFormat::safetensors && opts.layout == Layout::per_layer &&
-        opts.orientation == Orientation::out_in) {
-      try {
-        eo.writer.config_json = config_json(*spec, opts.dtype);
-      } catch (const std::invalid_argument&) {
-        // MLPs and custom specs have no Hugging Face config: weights only.
-      }
-    }
+    if (!plan && format == CheckpointFormat::safetensors)
+      if (auto config = hf_config_for(*spec, opts)) eo.writer.config_json = std::move(*config);
     // The file's metadata (dtype, seed, recipe, layout, orientation, model spec) is the builder's:
     // emit_checkpoint fills it in.
     eo.cancel = &g_cancel;

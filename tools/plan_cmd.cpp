@@ -50,17 +50,19 @@ void print_rank_pieces(const RankPlan& r, bool per_layer) {
   for (const auto& s : r.pre()) row(s);
   const Range L = r.layers();
   if (L.size > 0) {
-    std::uint64_t first_bytes = 0;
-    for (const auto& s : r.layer(L.offset)) row(s), first_bytes += s.bytes();
-    if (per_layer || !r.builder().uniform_layers()) {
+    for (const auto& s : r.layer(L.offset)) row(s);
+    if (per_layer) {
       for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i) {
         std::uint64_t bytes = 0;
         for (const auto& s : r.layer(i)) bytes += s.bytes();
         subtotal("layer " + std::to_string(i) + " subtotal", bytes);
       }
     } else {
-      subtotal((L.size == 1 ? "layer " : "layers ") + range_text(L.offset, L.size) + (L.size == 1 ? " subtotal" : ", each"),
-               first_bytes);
+      r.builder().for_each_layer_run(L.offset, L.size, [&](std::uint64_t first, std::uint64_t count, const auto& plan) {
+        std::uint64_t bytes = 0;
+        for (const auto& s : r.layer(first, plan)) bytes += s.bytes();
+        subtotal((count == 1 ? "layer " : "layers ") + range_text(first, count) + (count == 1 ? " subtotal" : ", each"), bytes);
+      });
     }
   }
   for (const auto& s : r.post()) row(s);
