@@ -103,7 +103,7 @@ std::optional<HyperProblem> hyper_problem(const Hyper& h);
 
 struct ModelSpec {
   std::string name;     // preset name or the spec's own
-  std::string family;   // "mlp", "llama", "mistral", "gpt2", "mixtral", "custom"
+  std::string family;   // "mlp", "llama", "mistral", "qwen2", "mixtral", "gemma2", "deepseek_v3", "gpt2", "custom"
   Hyper hyper;
   std::vector<TensorSpec> pre;
   LayerSpec layer;

@@ -16,7 +16,8 @@
 #include <layerinit/checkpoint/parallel.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/core/errors.hpp>
-#include "common.hpp"
+#include "commands.hpp"
+#include "report.hpp"
 #include "mpi.hpp"
 
 namespace layerinit::cli {
@@ -60,8 +61,6 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
   const bool tty = isatty(STDERR_FILENO) && (!job || job->rank() == 0);
   try {
     if (!ea.report.empty() && ea.report != "json") throw usage_error("unknown report format '" + ea.report + "' (valid: json)");
-    if (args.layout != "per-layer" && args.layout != "stacked")
-      throw usage_error("unknown layout '" + args.layout + "' (valid: per-layer, stacked)");
     if (ea.output.empty()) throw usage_error("-o PATH is required");
     format = parse_checkpoint_format(ea.format);
     spec.emplace(args.load_spec());
@@ -109,11 +108,12 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     if (plan) {
       rank.emplace(*builder, *plan, *args.rank);
       check_memory(args, *be, {"this rank's largest part", plan_rank(*rank, TrainingSetup::mixed).peak_streamed,
-                               record_bytes(*spec, args.layout, false)});
+                               record_bytes(*spec, opts.layout, opts.layout == Layout::stacked, false)});
     } else {
       // Under MPI a rank holds at most the largest part too (its share is streamed the same way).
       check_memory(args, *be, {"the largest part", make_memory_plan(*builder).peak_streamed,
-                               record_bytes(*spec, args.layout, format == CheckpointFormat::hdf5)});
+                               record_bytes(*spec, opts.layout, opts.layout == Layout::stacked,
+                                            format == CheckpointFormat::hdf5)});
     }
     // A test hook: this MPI rank dies by SIGKILL after its first part, as a rank lost mid-run.
     if (const char* k = std::getenv("LAYERINIT_TEST_KILL_RANK"); job && k && std::to_string(job->rank()) == k)
@@ -151,7 +151,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
 
   begin_stdout();
   if (ea.report == "json") {
-    nlohmann::ordered_json out = report_header(*spec, opts, *recipe, args.layout, *be);
+    nlohmann::ordered_json out = report_header(*spec, opts, *recipe, args.layout_text(), *be);
     if (rank) add_rank_json(out, *plan, rank->rank());
     if (job) out["processes"] = job->size();
     out["format"] = format_name(format);

@@ -8,7 +8,8 @@
 #include <layerinit/shard/rank.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/core/errors.hpp>
-#include "common.hpp"
+#include "commands.hpp"
+#include "report.hpp"
 
 namespace layerinit::cli {
 
@@ -130,15 +131,11 @@ nlohmann::ordered_json parallel_json(const ParallelPlan& plan, const ParallelRep
 
 
 int plan_command(const ModelArgs& args, const PlanArgs& pa) {
-  if (args.layout != "per-layer" && args.layout != "stacked")
-    throw usage_error("unknown layout '" + args.layout + "' (valid: per-layer, stacked)");
   const ModelSpec spec = args.load_spec();
   const Recipe recipe = args.load_recipe();
   const BuildOptions opts = args.build_options();
   args.check_overrides(spec, recipe, opts);
   const TrainingSetup setup = parse_training_setup(pa.training);
-  if (pa.batch == 0) throw usage_error("--batch must be a positive integer");
-  if (pa.seq == 0) throw usage_error("--seq must be a positive integer");
   const std::optional<std::uint64_t> gpu_mem = pa.gpu_mem.empty() ? std::nullopt : std::optional(parse_byte_size(pa.gpu_mem));
   // The table has a row per layer, --json an entry per tensor: a spec of 10^9 layers would print for
   // hours (and --json build its whole tree in memory first). Refused before anything is computed.
