@@ -11,11 +11,20 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include <layerinit/checkpoint/writer.hpp>
 
 namespace layerinit::detail {
 
 namespace fs = std::filesystem;
+
+// Appends key: value to a JSON object whose keys are known to be distinct (dataset names): the
+// ordered object's operator[] searches its keys one by one, quadratic over a checkpoint's tensors.
+inline void append_member(nlohmann::ordered_json& object, std::string key, nlohmann::ordered_json value) {
+  if (object.is_null()) object = nlohmann::ordered_json::object();
+  object.get_ref<nlohmann::ordered_json::object_t&>().emplace_back(std::move(key), std::move(value));
+}
 
 // throws checkpoint_error("checkpoint: <what> <path>: <strerror(err)>")
 [[noreturn]] void fail(const std::string& what, const fs::path& path, int err);

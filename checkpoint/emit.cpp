@@ -216,7 +216,8 @@ RankDatasets rank_datasets(const RankPlan& r) {
 
 std::string shards_json(const RankDatasets& d) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (const auto& t : d.reports) j[t.name] = {{"global_shape", t.global_shape}, {"offset", t.offset}};
+  for (const auto& t : d.reports)
+    detail::append_member(j, t.name, {{"global_shape", t.global_shape}, {"offset", t.offset}});
   return j.dump();
 }
 

@@ -195,6 +195,9 @@ Chunking choose_chunking(const DatasetSpec& d, std::uint64_t max_chunk_bytes) {
   return c;
 }
 
+// A declared dataset. Open only while it is being written: an open HDF5 dataset holds its object
+// header and layout state (about 20 KiB), so a checkpoint of 10^5 tiny tensors held open would take
+// gigabytes for megabytes of data.
 struct Dataset {
   Hid id;
   Chunking ch;
@@ -216,19 +219,30 @@ class Hdf5Writer final : public detail::WriterBase {
  private:
   void write_elements(std::size_t i, std::uint64_t first, const void* bytes, std::uint64_t n) override {
     QuietErrors quiet;
-    write_elements(ds_[i], first, static_cast<const unsigned char*>(bytes), n);
+    Dataset& d = ds_[i];
+    if (!d.id.valid()) {
+      d.id = Hid(H5Dopen2(file_.get(), d_[i].name.c_str(), dapl_.get()), H5Dclose);
+      if (!d.id.valid()) hdf5_fail("cannot open dataset " + d_[i].name + " in", target_);
+    }
+    write_elements(d, first, static_cast<const unsigned char*>(bytes), n);
   }
-  void dataset_complete(std::size_t i) override { ds_[i].staging = {}; }
+  void dataset_complete(std::size_t i) override {
+    QuietErrors quiet;
+    ds_[i].staging = {};
+    if (ds_[i].id.reset() < 0) hdf5_fail("cannot write", target_);
+  }
   void finish() override {
     QuietErrors quiet;
     for (auto& d : ds_)
       if (d.id.reset() < 0) hdf5_fail("cannot write", target_);
+    dapl_.reset();
     if (file_.reset() < 0) hdf5_fail("cannot write", target_);
   }
   void publish(detail::TempPath& tmp) override { detail::publish_hdf5(tmp, target_, opts_.overwrite); }
   void release() noexcept override {
     QuietErrors quiet;
     ds_.clear();
+    dapl_.reset();
     file_.reset();
     H5Eclear2(H5E_DEFAULT);
   }
@@ -241,6 +255,9 @@ class Hdf5Writer final : public detail::WriterBase {
     for (const auto& [k, v] : detail::metadata_pairs(meta))
       if (!write_string_attribute(file_.get(), k, v)) hdf5_fail("cannot write attributes of", target_);
     ds_.resize(d_.size());
+    // No chunk cache: every chunk is written whole, straight from the caller or the staging buffer.
+    dapl_ = Hid(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
+    H5Pset_chunk_cache(dapl_.get(), 0, 0, 1.0);
     for (std::size_t i = 0; i < d_.size(); ++i) {
       Dataset& d = ds_[i];
       d.ch = choose_chunking(d_[i], opts_.max_chunk_bytes);
@@ -251,15 +268,13 @@ class Hdf5Writer final : public detail::WriterBase {
       H5Pset_chunk(dcpl.get(), rank, d.ch.chunk.data());
       H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
       H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_INCR);
-      Hid dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
-      H5Pset_chunk_cache(dapl.get(), 0, 0, 1.0);
       Hid type = file_type(d_[i].dtype);
-      d.id = Hid(H5Dcreate2(file_.get(), d_[i].name.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(),
-                            dapl.get()),
-                 H5Dclose);
-      if (!d.id.valid()) hdf5_fail("cannot create dataset " + d_[i].name + " in", target_);
-      if (!write_string_attribute(d.id.get(), "dtype", std::string(dtype_name(d_[i].dtype))))
+      Hid id(H5Dcreate2(file_.get(), d_[i].name.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(), dapl_.get()),
+             H5Dclose);
+      if (!id.valid()) hdf5_fail("cannot create dataset " + d_[i].name + " in", target_);
+      if (!write_string_attribute(id.get(), "dtype", std::string(dtype_name(d_[i].dtype))))
         hdf5_fail("cannot write attributes of", target_);
+      if (id.reset() < 0) hdf5_fail("cannot write", target_);
     }
   }
 
@@ -312,6 +327,7 @@ class Hdf5Writer final : public detail::WriterBase {
   }
 
   Hid file_;
+  Hid dapl_;  // how datasets are opened
   std::vector<Dataset> ds_;
 };
 

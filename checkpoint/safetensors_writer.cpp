@@ -160,9 +160,10 @@ class SafetensorsWriter final : public detail::WriterBase {
       h["__metadata__"] = std::move(md);
       for (auto t : s.tensors) {
         const std::uint64_t bytes = numel(d_[t].shape) * dtype_size(d_[t].dtype);
-        h[d_[t].name] = {{"dtype", st_dtype(d_[t].dtype)},
-                         {"shape", d_[t].shape},
-                         {"data_offsets", {offset_[t], offset_[t] + bytes}}};
+        detail::append_member(h, d_[t].name,
+                              {{"dtype", st_dtype(d_[t].dtype)},
+                               {"shape", d_[t].shape},
+                               {"data_offsets", {offset_[t], offset_[t] + bytes}}});
       }
       std::string json = h.dump();
       json.append((8 - json.size() % 8) % 8, ' ');
@@ -220,7 +221,7 @@ std::string safetensors_index_json(const std::vector<SafetensorsShard>& shards, 
   index["metadata"]["total_size"] = total;
   nlohmann::ordered_json map = nlohmann::ordered_json::object();
   for (const auto& s : shards)
-    for (auto t : s.datasets) map[d.at(t).name] = s.file;
+    for (auto t : s.datasets) detail::append_member(map, d.at(t).name, s.file);
   index["weight_map"] = std::move(map);
   return index.dump(2) + "\n";
 }

@@ -253,7 +253,7 @@ void WriterBase::write(std::size_t i, std::uint64_t first, const void* bytes, st
   progress_.check(i, first, bytes, n);
   guarded([&] { write_elements(i, first, bytes, n); });
   progress_.advance(i, n);
-  if (progress_.complete(i)) dataset_complete(i);
+  if (progress_.complete(i)) guarded([&] { dataset_complete(i); });
 }
 
 void WriterBase::commit() {
