@@ -529,7 +529,7 @@ void check_depth(std::string_view text) {
 
 const json& member(const json& o, const char* key, const std::string& where) {
   const auto it = o.find(key);
-  if (it == o.end()) fail(where + ": missing \"" + key + "\"");
+  if (it == o.end()) fail((where.empty() ? "" : where + ": ") + "missing \"" + key + "\"");
   return *it;
 }
 
@@ -540,7 +540,7 @@ void only_keys(const json& o, std::initializer_list<const char*> keys, const std
     if (!known) {
       std::string valid;
       for (const char* key : keys) valid += (valid.empty() ? "" : ", ") + std::string(key);
-      fail(where + ": unknown key \"" + printable(k, 40) + "\" (valid: " + valid + ")");
+      fail((where.empty() ? "" : where + ": ") + "unknown key \"" + printable(k, 40) + "\" (valid: " + valid + ")");
     }
   }
 }
@@ -637,18 +637,19 @@ Composite composite_from_text(std::string_view text) {
     fail("malformed JSON: " + printable(why, 200));
   }
   if (!o.is_object()) fail("the text must be a JSON object");
-  only_keys(o, {"layerinit_composite", "dtype", "shape", "stack", "parts"}, "composite");
-  const std::uint64_t version = unsigned_of(member(o, "layerinit_composite", "composite"), "\"layerinit_composite\"");
+  // The version first: a later version may have keys this one does not know.
+  const std::uint64_t version = unsigned_of(member(o, "layerinit_composite", ""), "\"layerinit_composite\"");
   if (version != kVersion)
     fail("version " + std::to_string(version) + " (this layerinit reads version " + std::to_string(kVersion) + ")");
+  only_keys(o, {"layerinit_composite", "dtype", "shape", "stack", "parts"}, "");
   Composite c;
   try {
-    c.dtype = parse_dtype(string_of(member(o, "dtype", "composite"), "\"dtype\""));
+    c.dtype = parse_dtype(string_of(member(o, "dtype", ""), "\"dtype\""));
   } catch (const std::invalid_argument& e) {
     if (std::string_view(e.what()).starts_with("composite: ")) throw;
     fail(e.what());
   }
-  c.shape = shape_of(member(o, "shape", "composite"), "\"shape\"");
+  c.shape = shape_of(member(o, "shape", ""), "\"shape\"");
   if (const auto it = o.find("stack"); it != o.end()) {
     if (!it->is_array()) fail("\"stack\" must be an array of {\"size\", \"first\"}");
     for (std::size_t k = 0; k < it->size(); ++k) {
@@ -662,7 +663,7 @@ Composite composite_from_text(std::string_view text) {
       c.stack.push_back(axis);
     }
   }
-  const json& parts = member(o, "parts", "composite");
+  const json& parts = member(o, "parts", "");
   if (!parts.is_array()) fail("\"parts\" must be an array");
   if (parts.size() > kMaxParts) fail(std::to_string(parts.size()) + " parts (at most " + std::to_string(kMaxParts) + ")");
   std::uint64_t positions = 1;

@@ -466,3 +466,20 @@ TEST(Composite, BadDescriptionsAreOneLineErrors) {
   std::vector<FillJob> jobs;
   EXPECT_THROW(composite_fill_jobs(c, Box{{0, 0, 0}, {3, 3, 4}}, Region{}, 0, jobs), std::invalid_argument);
 }
+
+TEST(Composite, TextOfAnotherVersionIsRefusedBeforeItsKeys) {
+  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"layerinit_composite\":2,\"dtype\":\"fp32\",\"shape\":[1],\"parts\":[],\"new\":1}",
+            "composite: version 2 (this layerinit reads version 1)"},
+           {"{\"dtype\":\"fp32\"}", "composite: missing \"layerinit_composite\""},
+           {"{\"layerinit_composite\":1,\"shape\":[1],\"parts\":[]}", "composite: missing \"dtype\""},
+           {"{\"layerinit_composite\":1,\"dtype\":\"fp32\",\"shape\":[1],\"parts\":[],\"new\":1}",
+            "composite: unknown key \"new\" (valid: layerinit_composite, dtype, shape, stack, parts)"}}) {
+    try {
+      composite_from_text(text);
+      ADD_FAILURE() << text;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+  }
+}
