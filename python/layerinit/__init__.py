@@ -98,8 +98,8 @@ def _bool(arg: str, v: Any) -> bool:
 
 
 def _ints(arg: str, v: Any, lo: int = 0) -> list[int]:
-    """A sequence of integers in [lo, 2**64): a shape or an offset."""
-    if isinstance(v, (str, bytes)) or not isinstance(v, Sequence):
+    """A sequence of integers in [lo, 2**64) (a tuple, a list, a torch.Size, a NumPy array): a shape or an offset."""
+    if isinstance(v, (str, bytes, Mapping)) or not hasattr(v, "__iter__") or not hasattr(v, "__len__"):
         raise ValueError(f"{arg} must be a sequence of integers, got {type(v).__name__} {_show(v)}")
     return [_int(f"{arg}[{i}]", d, lo) for i, d in enumerate(v)]
 
@@ -305,7 +305,19 @@ def _plan_fused_experts(self: Plan, name: str, shape: Sequence[int]) -> Optional
     return _core.Plan._fused_experts(self, _str("name", name), _ints("shape", shape))
 
 
+def _plan_fill_of(self: Plan, name: str) -> Fill:
+    """The fill of canonical tensor ``name``; ValueError (with names close to it) when the plan has none."""
+    return _core.Plan._fill_of(self, _str("name", name))
+
+
+def _plan_logical_shape(self: Plan, name: str) -> list[int]:
+    """The logical shape of canonical tensor ``name`` (``[out, in]`` for a linear weight in either orientation)."""
+    return list(_core.Plan._logical_shape(self, _str("name", name)))
+
+
 Plan.fill = _plan_fill  # type: ignore[method-assign]
+Plan.fill_of = _plan_fill_of  # type: ignore[attr-defined]
+Plan.logical_shape = _plan_logical_shape  # type: ignore[attr-defined]
 Plan.composite = _plan_composite  # type: ignore[attr-defined]
 Plan.fused_experts = _plan_fused_experts  # type: ignore[attr-defined]
 Composite.parts = property(  # type: ignore[attr-defined]
@@ -425,7 +437,7 @@ def _canonical_dtype(name: str) -> str:
 def recipe_fill(model: ModelLike, name: str, *, recipe: str = "hf") -> Fill:
     """The fill ``recipe`` gives tensor ``name`` (canonical) of ``model``: ``fill_(a, name,
     recipe_fill(m, name), seed=s)`` puts in ``a`` what ``build(m, seed=s)[name]`` holds."""
-    return plan(model, recipe=recipe).fill_of(_str("name", name))
+    return plan(model, recipe=recipe).fill_of(name)
 
 
 def memory_stats(device: str = "cpu") -> dict[str, int]:

@@ -194,9 +194,9 @@ Imported import_region(nb::handle obj, bool allow_strided, std::optional<DType> 
   r.region.data = a.data();
   for (std::size_t d = 0; d < a.ndim(); ++d) r.shape.push_back(a.shape(d));
   if (a.stride_ptr() == nullptr || numel(r.shape) == 0) return r;  // dense, or nothing to write
-  for (std::size_t d = 0; d < a.ndim(); ++d) {
-    if (a.stride(d) < 0) throw std::invalid_argument("array has a negative stride");
-    r.region.strides.push_back(static_cast<std::uint64_t>(a.stride(d)));
+  for (std::size_t d = 0; d < a.ndim(); ++d) {  // a dimension of extent 1 has no stride that matters
+    if (a.stride(d) < 0 && a.shape(d) > 1) throw std::invalid_argument("array has a negative stride");
+    r.region.strides.push_back(a.shape(d) > 1 ? static_cast<std::uint64_t>(a.stride(d)) : 0);
   }
   if (dense_from(r.shape, r.region.strides) == 0) {
     r.region.strides.clear();
@@ -207,7 +207,7 @@ Imported import_region(nb::handle obj, bool allow_strided, std::optional<DType> 
   return r;
 }
 
-// A Python sequence of non-negative integers, as Python's typed layer checked it.
+// A box's offset: zeros when none is given, else one entry per dimension of the array.
 Shape offset_arg(const std::vector<std::uint64_t>& offset, const Imported& r) {
   Shape off(offset.begin(), offset.end());
   if (off.empty()) off = Shape(r.shape.size(), 0);
@@ -450,8 +450,8 @@ NB_MODULE(_core, m) {
            "spec"_a, "recipe"_a, "overrides"_a, "dtype"_a, "dtype_overrides"_a, "seed"_a, "layout"_a, "orientation"_a,
            "experts"_a)
       .def("tensors", &Plan::tensors, "[(name, memory shape, dtype, kind, layer)] in file order")
-      .def("fill_of", [](const Plan& p, const std::string& name) { return p.planned(name).fill; }, "name"_a)
-      .def("logical_shape", [](const Plan& p, const std::string& name) { return as_vector(p.planned(name).shape); }, "name"_a)
+      .def("_fill_of", [](const Plan& p, const std::string& name) { return p.planned(name).fill; }, "name"_a)
+      .def("_logical_shape", [](const Plan& p, const std::string& name) { return as_vector(p.planned(name).shape); }, "name"_a)
       .def("_fill", [](const Plan& p, const std::string& name, nb::handle array, const std::vector<std::uint64_t>& offset,
                       bool allow_strided, const std::optional<std::string>& bits_as) {
         const Imported r = import_region(array, allow_strided, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);

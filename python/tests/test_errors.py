@@ -71,7 +71,7 @@ def test_bad_seed(seed):
 
 def test_numpy_integers_are_integers():
     a = np.zeros(4, np.float32)
-    layerinit.fill_(a, "w", "normal(0, 1)", seed=np.uint64(2**64 - 1), offset=[np.int64(0)], global_shape=(np.int32(4),))
+    layerinit.fill_(a, "w", "normal(0, 1)", seed=np.uint64(2**64 - 1), offset=[np.int64(0)], global_shape=np.array([4]))
     b = np.zeros(4, np.float32)
     layerinit.fill_(b, "w", "normal(0, 1)", seed=2**64 - 1)
     assert np.array_equal(a, b)
@@ -149,6 +149,11 @@ def test_bad_plan_and_spec_arguments():
     one_line_value_error(lambda: p.fill(NAME, None), "array")
     one_line_value_error(lambda: p.fill(NAME, np.zeros((2, 2), np.float32), (-1, 0)), "offset[0]")
     one_line_value_error(lambda: p.fill(3, np.zeros((2, 2), np.float32)), "name")
+    one_line_value_error(lambda: p.fill_of(None), "name")
+    one_line_value_error(lambda: p.logical_shape(b"x"), "name")
+    one_line_value_error(lambda: p.composite(5), "names")
+    one_line_value_error(lambda: p.composite(["model.norm.weight"], stack=[0]), "stack[0]")
+    one_line_value_error(lambda: p.fused_experts("x", 3), "shape")
 
 
 # ---- item 10: a spec of 2^40 layers ----
