@@ -70,6 +70,22 @@ std::string exact(double v) {
 
 }  // namespace
 
+namespace {
+
+// The tensor a part stands for at the stack position whose indices (first included) are `names`.
+PlannedTensor part_tensor(const CompositePart& part, std::span<const std::uint64_t> names, const FillSpec& fill) {
+  PlannedTensor t;
+  t.name = expand_template(part.name, names);
+  t.shape = part.shape;
+  t.memory_shape = part.stored_shape();
+  t.dtype = part.dtype;
+  t.transposed = part.transposed;
+  t.fill = fill;
+  return t;
+}
+
+}  // namespace
+
 // ---- row permutations ----
 
 std::uint64_t RowPermutation::source_row(std::uint64_t row) const {
@@ -154,17 +170,8 @@ PlannedTensor Composite::tensor(std::size_t p, std::span<const std::uint64_t> in
     flat = flat * stack[k].size + index[k];
     names[k] = stack[k].first + index[k];
   }
-  PlannedTensor t;
-  t.name = expand_template(part.name, names);
-  t.shape = part.shape;
-  t.memory_shape = part.stored_shape();
-  t.dtype = part.dtype;
-  t.transposed = part.transposed;
   for (const FillRun& r : part.fills) {
-    if (flat < r.count) {
-      t.fill = r.fill;
-      return t;
-    }
+    if (flat < r.count) return part_tensor(part, names, r.fill);
     flat -= r.count;
   }
   throw std::invalid_argument("composite: " + part_label(part, p) + " has no fill for stack position " + std::to_string(flat));
@@ -458,13 +465,7 @@ void composite_fill_jobs(const Composite& c, const Box& box, const Region& dst, 
       if (empty) continue;
       Cursor& cur = cursor[p];
       while (flat >= cur.end) cur.end += part.fills[++cur.run].count;
-      PlannedTensor t;
-      t.name = expand_template(part.name, names);
-      t.shape = part.shape;
-      t.memory_shape = part.stored_shape();
-      t.dtype = part.dtype;
-      t.transposed = part.transposed;
-      t.fill = part.fills[cur.run].fill;
+      const PlannedTensor t = part_tensor(part, names, part.fills[cur.run].fill);
       const FillJob whole = fill_job_for(t, nullptr, seed);
       const Shape part_strides(strides.end() - static_cast<std::ptrdiff_t>(r), strides.end());
       permuted_jobs(t, whole, part.rows, local, Region{static_cast<unsigned char*>(dst.data) + part_elem * esize, part_strides},

@@ -12,6 +12,8 @@
 #include <layerinit/shard/box_fill.hpp>
 #include <layerinit/shard/parallel.hpp>
 
+#include "box_util.hpp"
+
 using namespace layerinit;
 
 namespace {
@@ -89,15 +91,7 @@ TEST(Shard, LocalBoxIsDTensorsLocalShapeAndGlobalOffset) {
 namespace {
 
 PlannedTensor planned(Shape logical, DType t, bool transposed, FillSpec fill = FillSpec::normal(0, 1)) {
-  PlannedTensor p;
-  p.name = "model.layers.2.mlp.up_proj.weight";
-  p.shape = logical;
-  p.memory_shape = logical;
-  if (transposed) std::swap(p.memory_shape[0], p.memory_shape[1]);
-  p.transposed = transposed;
-  p.dtype = t;
-  p.fill = fill;
-  return p;
+  return layerinit::testing::planned_tensor("model.layers.2.mlp.up_proj.weight", std::move(logical), t, fill, transposed);
 }
 
 std::vector<FillJob> jobs_of(const PlannedTensor& p, const Box& b, void* dst) {
