@@ -37,7 +37,6 @@ CONFIGS = {
 }
 
 
-# [docs:model]
 class Attention(eqx.Module):
     wq: eqx.nn.Linear
     wk: eqx.nn.Linear
@@ -96,7 +95,6 @@ class Mistral(eqx.Module):
         self.norm = eqx.nn.RMSNorm(c.dim, use_bias=False)
         self.output = eqx.nn.Linear(c.dim, c.vocab, use_bias=False, key=ko)
         self.config = c
-# [end]
 
     def __call__(self, tokens: jax.Array) -> jax.Array:
         """Logits [T, vocab] of one sequence: causal grouped-query attention with RoPE, SwiGLU."""
