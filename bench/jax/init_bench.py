@@ -8,10 +8,11 @@ three ways, each in its own process (so each peak RSS is its own), and prints th
   normal      jax.random.normal(key, shape, dtype=bf16) for every leaf, under jax.jit
 
 Peak RSS is the process's (getrusage), baseline its RSS after the imports and a first jit, just before
-the model is made; "over" is (peak - baseline) / the weights' bytes.
+the model is made; "over the weights" is (peak - baseline) / the weights' bytes - 1.
 
     python bench/jax/init_bench.py                 # the 1B config (1.0e9 parameters, 2.0 GB bf16)
     python bench/jax/init_bench.py --config tiny   # a quick check
+    python bench/jax/init_bench.py --out bench/results/jax-DATE.csv   # and the raw rows
 """
 from __future__ import annotations
 
@@ -77,6 +78,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="1b", help="a config of examples/jax/mistral_equinox.py (tiny, 1b, 7b)")
     ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--out", help="also write every row (with the 1-minute load average) to this CSV")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
@@ -87,15 +89,25 @@ def main() -> None:
         r = subprocess.run([sys.executable, __file__, "--one", m, "--config", a.config], capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit(f"{m} failed:\n{r.stderr[-3000:]}")
-        rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
+        row = json.loads(r.stdout.strip().splitlines()[-1])
+        row["load"] = os.getloadavg()[0]
+        rows.append(row)
     gib = 2.0**30
     print(f"Mistral-shaped Equinox model, config {a.config}: {rows[0]['parameters']:,} parameters, "
           f"{rows[0]['weights_bytes'] / gib:.3f} GiB in bf16")
-    print(f"{'method':10} {'seconds':>8} {'baseline GiB':>13} {'peak GiB':>9} {'peak - baseline':>16} {'over':>7}")
+    print(f"{'method':10} {'seconds':>8} {'baseline GiB':>13} {'peak GiB':>9} {'peak - baseline':>16} "
+          f"{'over the weights':>17}")
     for r in rows:
         extra = r["peak_rss"] - r["baseline_rss"]
         print(f"{r['method']:10} {r['seconds']:8.2f} {r['baseline_rss'] / gib:13.3f} {r['peak_rss'] / gib:9.3f} "
-              f"{extra / gib:16.3f} {extra / r['weights_bytes'] - 1:+7.1%}")
+              f"{extra / gib:16.3f} {extra / r['weights_bytes'] - 1:+17.1%}")
+    if a.out:
+        import csv
+
+        with open(a.out, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
 
 
 if __name__ == "__main__":
