@@ -3,7 +3,7 @@
 # Python package links it into layerinit._xla; the main build compiles it alone when scripts/test passes
 # the headers, so the CUDA handler is compiled wherever nvcc is (the package is built host-only on
 # machines without a GPU).
-add_library(layerinit_xla_handlers STATIC ${CMAKE_CURRENT_LIST_DIR}/src/xla_param.cpp
+add_library(layerinit_xla_handlers STATIC ${CMAKE_CURRENT_LIST_DIR}/src/xla_piece.cpp
                                           ${CMAKE_CURRENT_LIST_DIR}/src/xla_handlers.cpp)
 if(LAYERINIT_HAS_CUDA)
   target_sources(layerinit_xla_handlers PRIVATE ${CMAKE_CURRENT_LIST_DIR}/src/xla_handlers_cuda.cpp)

@@ -79,7 +79,8 @@ def _jnp_dtype(name: str) -> Any:
 
 @dataclass
 class _Array:
-    """One array to make: its stored shape and dtype, the handler's parameter text, its sharding."""
+    """One array to make: its stored shape and dtype, its composite text (the handler's attribute), its
+    sharding."""
     name: str
     shape: tuple[int, ...]
     dtype: str
@@ -412,6 +413,15 @@ def _canonical_names(lf: _Leaf) -> list[str]:
     return names
 
 
+def _template(lf: _Leaf) -> str:
+    """The slices' name template (shard/composite.hpp): "{a}" where stacked axis a's index goes,
+    braces of the path itself doubled."""
+    parts = [p.replace("{", "{{").replace("}", "}}") for p in lf.parts]
+    for a in reversed(range(len(lf.lead))):
+        parts.insert(lf.lead[a][0], "{" + str(a) + "}")
+    return ".".join(parts)
+
+
 def _some(names: Any, n: int = 8) -> str:
     names = list(names)
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
@@ -529,7 +539,7 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
             if fill is not None:
                 fills[cname] = fill
             tensors.append({"name": cname, "shape": list(logical), "role": role or "other", "fan_in": fan_in,
-                            "fan_out": fan_out})
+                            "fan_out": fan_out, "transposable": lf.transposed})
     if missing:
         raise ValueError(f"no role or fill for leaves {_some(missing)}: give them rules={{'glob': 'role or fill'}} "
                          f"(roles: {', '.join(ROLES)})")
@@ -634,13 +644,14 @@ def init(
         lf.sharding = _sharding_for(sharding, lf.name, lf.leaf, mesh, given[lf.index])
     arrays = []
     if text:
-        planner = _planner(text, recipe, {})
+        # In-out orientation stores exactly the tensors marked transposable ([in, out] leaves) transposed.
+        planner = _planner(text, recipe, {}, orientation="in-out")
         for lf in leaves:
             if 0 in lf.shape:
                 continue
             stored = lf.shape if lf.shape else (1,)
             try:
-                param = planner.param(lf.names, list(stored), len(lf.lead), lf.dtype, lf.transposed)
+                param = planner.param(_template(lf), [size for _, size in lf.lead], list(stored), lf.dtype)
             except ValueError as e:
                 raise ValueError(f"leaf '{lf.name}': {e}") from None
             arrays.append(_Array(lf.name, stored, lf.dtype, param, lf.sharding))

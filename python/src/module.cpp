@@ -570,7 +570,7 @@ NB_MODULE(_core, m) {
       .def("logical_shape", [](const Plan& p, const std::string& name) { return as_vector(p.planned(name).shape); }, "name"_a)
       .def("fill", [](const Plan& p, const std::string& name, nb::handle array, const std::vector<std::uint64_t>& offset,
                       bool allow_strided, const std::optional<std::string>& bits_as) {
-        const Region r = import_region(array, allow_strided, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
+        const python::Region r = import_region(array, allow_strided, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
         std::vector<FillJob> jobs;
         Shape off(offset.begin(), offset.end());
         if (off.empty()) off = Shape(r.shape.size(), 0);
@@ -586,7 +586,7 @@ NB_MODULE(_core, m) {
                    const std::optional<std::vector<std::uint64_t>>& global_shape,
                    const std::optional<std::vector<std::uint64_t>>& offset, bool transposed,
                    const std::optional<std::string>& dtype, const std::optional<std::string>& bits_as) {
-    const Region r = import_region(array, false, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
+    const python::Region r = import_region(array, false, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
     if (dtype && parse_dtype(*dtype) != r.dtype)
       throw std::invalid_argument("dtype mismatch: asked for " + *dtype + ", the array is " + std::string(dtype_name(r.dtype)));
     PlannedTensor p;

@@ -2,10 +2,10 @@
 // straight into the output buffer XLA allocated for it. Registered from Python with
 // jax.ffi.register_ffi_target (api_version 1, the typed FFI) through layerinit._xla's capsules.
 //
-// Attributes, the same on every device: `seed` (u64), `param` (xla_param.hpp's text) and `table`
-// (i64[]: per device of this process, its ordinal and its piece's offset). The device's ordinal
-// comes from XLA's execution context, so one SPMD program inside jax.shard_map serves every device
-// and no operand has to be read back from device memory.
+// Attributes, the same on every device: `seed` (u64), `param` (the parameter's composite text,
+// shard/composite.hpp) and `table` (i64[]: per device of this process, its ordinal and its piece's
+// offset). The device's ordinal comes from XLA's execution context, so one SPMD program inside
+// jax.shard_map serves every device and no operand has to be read back from device memory.
 #pragma once
 
 #include <exception>
@@ -17,7 +17,7 @@
 
 #include <layerinit/config.hpp>
 
-#include "xla_param.hpp"
+#include "xla_piece.hpp"
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(LayerinitFillHost);  // platform "cpu": the host fill, all cores
 // platform "cpu": the CUDA handler's path with the kernel's grid simulated on the host
@@ -31,7 +31,7 @@ namespace layerinit::jax {
 
 namespace ffi = ::xla::ffi;
 
-// Runs `fill(jobs)` with this call's jobs (xla_param.hpp's piece_jobs); a C++ exception becomes the
+// Runs `fill(jobs)` with this call's jobs (xla_piece.hpp's piece_jobs); a C++ exception becomes the
 // error XLA raises in Python (an XlaRuntimeError with the message).
 template <class Fill>
 ffi::Error fill_piece(std::int32_t ordinal, std::uint64_t seed, std::string_view param,

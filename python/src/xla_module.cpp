@@ -1,5 +1,5 @@
 // layerinit._xla: the XLA FFI fill handlers as capsules for jax.ffi.register_ffi_target, and the
-// parameter texts their attributes carry, made from a layerinit spec with the library's own recipes
+// composite texts their attributes carry, made from a layerinit spec with the library's own recipes
 // (python/layerinit/jax.py). Built only where the XLA FFI headers of a jaxlib are found.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
@@ -20,9 +20,11 @@
 #include <layerinit/init/builder.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/init/spec_json.hpp>
+#include <layerinit/shard/composite.hpp>
+#include <layerinit/shard/tensor_index.hpp>
 
 #include "xla_handlers.hpp"
-#include "xla_param.hpp"
+#include "xla_piece.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -32,7 +34,8 @@ namespace {
 
 using Leaf = std::tuple<std::string, std::vector<std::uint64_t>, std::string, std::string>;
 
-// A spec planned with a recipe: every canonical tensor's fill and shape, without memory.
+// A spec planned with a recipe (shard/tensor_index.hpp): the composite text of any array of its
+// tensors, without memory.
 class Planner {
  public:
   Planner(const std::string& spec_json, const std::string& recipe, const std::map<std::string, std::string>& overrides,
@@ -51,102 +54,53 @@ class Planner {
     o.orientation = parse_orientation(orientation);
     o.experts = parse_expert_layout(experts);
     builder_.emplace(spec_, recipe_, o, *dry_, dry_->memory());
+    index_.emplace(*builder_);
   }
 
-  // The parameter text of an array holding the canonical tensors `names` (row-major over its `lead`
-  // leading dimensions), stored as `shape`, in `dtype`, each slice transposed or not. Checks that
-  // every name is a tensor of the spec whose shape is the slice's, and every fill against the dtype.
-  std::string param(const std::vector<std::string>& names, const std::vector<std::uint64_t>& shape, std::size_t lead,
-                    const std::string& dtype, bool transposed) const {
-    Param p;
-    p.dtype = parse_dtype(dtype);
-    p.shape = Shape(shape.begin(), shape.end());
-    p.lead = lead;
-    p.transposed = transposed;
-    for (const auto& name : names) {
-      const PlannedTensor& t = planned(name);
-      p.slices.push_back({name, t.fill});
-      const PlannedTensor s = p.planned(p.slices.size() - 1);
-      if (lead <= p.shape.size() && s.shape != t.shape)
-        throw std::invalid_argument("tensor '" + printable(name) + "' is " + shape_string(t.shape) + ", but the array holds " +
-                                    shape_string(s.shape) + (transposed ? " (stored transposed as " : " (stored as ") +
-                                    shape_string(s.memory_shape) + ")");
-    }
-    check_fills(p);
-    return param_text(p);
+  // The composite text of an array holding the tensors named by `name` ("{k}": stack axis k's index)
+  // at every position of `stack`, made in `dtype`. Checks that the tensors make an array of `shape`
+  // and that every fill suits the dtype.
+  std::string param(const std::string& name, const std::vector<std::uint64_t>& stack,
+                    const std::vector<std::uint64_t>& shape, const std::string& dtype) const {
+    std::vector<StackAxis> axes;
+    for (const auto size : stack) axes.push_back({size, 0});
+    const std::string templates[] = {name};
+    Composite c = index_->assemble(templates, axes, 0, {}, "the leaf");
+    c.dtype = parse_dtype(dtype);  // values depend on the dtype only through the fills, prepared per call
+    for (auto& part : c.parts) part.dtype = c.dtype;
+    const Shape want(shape.begin(), shape.end());
+    if (c.shape != want)
+      throw std::invalid_argument("its tensors make " + shape_string(c.shape) + ", the leaf is " + shape_string(want));
+    c.validate();
+    return composite_to_text(c);
   }
 
-  // Every array of the planned model in file order, as the builder's options lay them out:
-  // (name, stored shape, dtype, parameter text).
+  // Every array a build of the plan lists, in file order, as the builder's options lay them out:
+  // (name, stored shape, dtype, composite text).
   std::vector<Leaf> model() const {
     std::vector<Leaf> out;
-    auto one = [&](const PlannedTensor& t) {
-      Param p;
-      p.dtype = t.dtype;
-      p.shape = t.memory_shape;
-      p.transposed = t.transposed;
-      p.slices.push_back({t.name, t.fill});
-      add(out, t.name, p);
+    auto add = [&](const std::string& name) {
+      const Composite c = index_->composite(name);
+      out.emplace_back(name, std::vector<std::uint64_t>(c.shape.begin(), c.shape.end()), std::string(dtype_name(c.dtype)),
+                       composite_to_text(c));
     };
-    for (const auto& t : builder_->plan_pre()) one(t);
-    const BuildOptions& o = builder_->options();
-    if (o.layout == Layout::per_layer) {
+    for (const auto& t : builder_->plan_pre()) add(t.name);
+    if (builder_->options().layout == Layout::per_layer) {
       for (std::uint64_t l = 0; l < spec_.num_layers; ++l)
-        for (const auto& t : builder_->plan_layer(l)) one(t);
+        for (const auto& t : builder_->plan_layer(l)) add(t.name);
     } else if (spec_.num_layers > 0) {
-      // A stacked buffer [L, ...] or [L, E, ...]: slice (l, e) is layer l's member of expert e.
-      const StackedLayout s = stacked_layout(spec_, o.experts);
-      std::vector<std::vector<PlannedTensor>> layers;
-      for (std::uint64_t l = 0; l < spec_.num_layers; ++l) layers.push_back(builder_->plan_layer(l));
-      for (std::size_t b = 0; b < s.buffers.size(); ++b) {
-        const StackedBuffer& buf = s.buffers[b];
-        const PlannedTensor& first = layers[0][buf.first];
-        Param p;
-        p.dtype = first.dtype;
-        p.shape = s.shape(spec_, b, first.memory_shape);
-        p.lead = buf.fused ? 2 : 1;
-        p.transposed = first.transposed;
-        for (std::uint64_t l = 0; l < spec_.num_layers; ++l)
-          for (std::uint64_t e = 0; e < buf.experts; ++e)
-            for (std::size_t j = 0; j < s.buffer.size(); ++j)
-              if (s.buffer[j] == b && s.expert[j] == e) {
-                if (layers[l][j].dtype != p.dtype)
-                  throw std::invalid_argument("tensor '" + printable(layers[l][j].name) + "' is " +
-                                              std::string(dtype_name(layers[l][j].dtype)) + " but its stacked array " +
-                                              printable(buf.name) + " is " + std::string(dtype_name(p.dtype)));
-                p.slices.push_back({layers[l][j].name, layers[l][j].fill});
-              }
-        add(out, buf.name, p);
-      }
+      for (const auto& b : index_->stacked_layout().buffers) add(b.name);
     }
-    for (const auto& t : builder_->plan_post()) one(t);
+    for (const auto& t : builder_->plan_post()) add(t.name);
     return out;
   }
 
  private:
-  static void add(std::vector<Leaf>& out, const std::string& name, const Param& p) {
-    check_fills(p);
-    out.emplace_back(name, std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()), std::string(dtype_name(p.dtype)),
-                     param_text(p));
-  }
-
-  const PlannedTensor& planned(const std::string& name) const {
-    if (index_.empty()) {
-      for (const auto& t : builder_->plan_pre()) index_.emplace(t.name, t);
-      for (std::uint64_t l = 0; l < spec_.num_layers; ++l)
-        for (const auto& t : builder_->plan_layer(l)) index_.emplace(t.name, t);
-      for (const auto& t : builder_->plan_post()) index_.emplace(t.name, t);
-    }
-    const auto it = index_.find(name);
-    if (it == index_.end()) throw std::invalid_argument("tensor '" + printable(name) + "' is not in " + printable(spec_.name));
-    return it->second;
-  }
-
   ModelSpec spec_;
   Recipe recipe_;
   std::unique_ptr<backend> dry_;
   std::optional<Builder> builder_;
-  mutable std::map<std::string, PlannedTensor> index_;
+  std::optional<TensorIndex> index_;  // refers to *builder_
 };
 
 nb::capsule handler(XLA_FFI_Error* (*fn)(XLA_FFI_CallFrame*)) { return nb::capsule(reinterpret_cast<void*>(fn)); }
@@ -171,12 +125,12 @@ NB_MODULE(_xla, m) {
     return out;
   }, "[(target name, handler capsule, platform)]");
 
-  nb::class_<Planner>(m, "Planner", "A spec planned with a recipe: the parameter texts of the fill handlers' attributes.")
+  nb::class_<Planner>(m, "Planner", "A spec planned with a recipe: the composite texts of the fill handlers' attributes.")
       .def(nb::init<const std::string&, const std::string&, const std::map<std::string, std::string>&, const std::string&,
                     const std::map<std::string, std::string>&, const std::string&, const std::string&, const std::string&>(),
            "spec_json"_a, "recipe"_a, "overrides"_a, "dtype"_a, "dtype_overrides"_a, "layout"_a, "orientation"_a, "experts"_a)
-      .def("param", &Planner::param, "names"_a, "shape"_a, "lead"_a, "dtype"_a, "transposed"_a)
-      .def("model", &Planner::model, "[(name, stored shape, dtype, parameter text)] in file order");
+      .def("param", &Planner::param, "name"_a, "stack"_a, "shape"_a, "dtype"_a)
+      .def("model", &Planner::model, "[(name, stored shape, dtype, composite text)] in file order");
 
   m.def("spec_with_fills", [](const std::string& spec_json, const std::map<std::string, std::string>& fills) {
     // The spec with an explicit init for each named tensor (pre, post, or the layer of a one-layer
@@ -202,13 +156,6 @@ NB_MODULE(_xla, m) {
     }
     return spec_to_json(spec);
   }, "spec_json"_a, "fills"_a, "The spec with `fills` (canonical name -> fill text) as the named tensors' init (pre, post, a one-layer block).");
-  m.def("parse_param", [](const std::string& text) {
-    const Param p = parse_param(text);
-    std::vector<std::string> names;
-    for (const auto& s : p.slices) names.push_back(s.name);
-    return nb::make_tuple(std::string(dtype_name(p.dtype)), std::vector<std::uint64_t>(p.shape.begin(), p.shape.end()), p.lead,
-                          p.transposed, names);
-  }, "text"_a, "(dtype, shape, lead, transposed, slice names) of a parameter text; ValueError when malformed");
   m.def("record_writes", &record_writes, "on"_a, "Test hook: record every output buffer the handlers write.");
   m.def("take_writes", [] {
     std::vector<std::tuple<std::string, std::uintptr_t, std::uint64_t>> out;
