@@ -88,6 +88,7 @@ class _Array:
     sharding: Optional[Sharding] = None
     local: tuple[int, ...] = ()
     table: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pieces: bool = False  # made piece by piece inside shard_map
 
 
 def _place(a: _Array) -> None:
@@ -102,6 +103,7 @@ def _place(a: _Array) -> None:
     if not isinstance(sh, NamedSharding):
         raise ValueError(f"'{a.name}': sharding {type(sh).__name__} is not a NamedSharding: layerinit.jax fills the "
                          "pieces of a NamedSharding (a mesh and a PartitionSpec) or arrays on one device")
+    a.pieces = True
     try:
         a.local = tuple(sh.shard_shape(a.shape))
         pieces = sh.devices_indices_map(a.shape)
@@ -132,7 +134,7 @@ def _fill(a: _Array, seed: int) -> jax.Array:
     def make() -> jax.Array:
         return call(seed=np.uint64(seed), param=a.param, table=a.table)
 
-    if a.table.size == 0:
+    if not a.pieces:
         return make()
     assert isinstance(a.sharding, NamedSharding)
     return jax.shard_map(make, mesh=a.sharding.mesh, in_specs=(), out_specs=a.sharding.spec, check_vma=False)()
