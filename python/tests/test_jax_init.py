@@ -153,6 +153,27 @@ def test_nnx_kernels_are_stored_in_out(cli, tmp_path):
     assert isinstance(model.blocks.drop.rngs.key, nnx.Variable)  # random streams are left as they were
 
 
+def test_linen_params_by_rules(cli, tmp_path):
+    """A Flax linen init's abstract params (plain dicts: no module says anything) with rules."""
+    linen = pytest.importorskip("flax.linen")
+
+    class Mlp(linen.Module):
+        @linen.compact
+        def __call__(self, x):
+            return linen.Dense(3)(linen.relu(linen.Dense(8)(x)))
+
+    tree = jax.eval_shape(Mlp().init, jax.random.key(0), jnp.ones((1, 5)))
+    rules = {"*.kernel": {"role": "linear_weight", "orientation": "in-out"}, "*.bias": "linear_bias"}
+    ref = emit(cli, tmp_path, ljax.spec_of(tree, rules=rules), "--recipe", "flax", "--seed", "1", "--dtype", "fp32")
+    params = ljax.init(tree, seed=1, recipe="flax", rules=rules)["params"]
+    # Dense(3) is made first (Dense_0), before the Dense(8) of its argument (Dense_1).
+    assert params["Dense_1"]["kernel"].shape == (5, 8)  # [in, out], as linen stores it
+    for name in ("Dense_0", "Dense_1"):
+        assert np.array_equal(np.asarray(params[name]["kernel"]).T, ref[f"params.{name}.kernel"])
+    assert ref["params.Dense_1.kernel"].shape == (8, 5)  # the [out, in] tensor
+    assert np.array_equal(np.asarray(params["Dense_0"]["bias"]), np.zeros(3, np.float32))
+
+
 def test_identical_for_1_2_4_8_devices_and_specs():
     devices = jax.devices()
     if len(devices) < 8:
