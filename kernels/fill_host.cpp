@@ -8,6 +8,8 @@
 #include <vector>
 
 #include <layerinit/dtypes/convert.hpp>
+#include <layerinit/kernels/fill_element.hpp>
+#include <layerinit/kernels/fill_host_seams.hpp>
 
 namespace layerinit {
 
