@@ -1,6 +1,6 @@
 // The CUDA backend: device memory from a stream-ordered pool, fills with one kernel per batch.
 //
-// cuda_probe() and CudaProbe are declared in memory/backend.hpp; make_backend("cuda") is the usual way
+// cuda_probe() and CudaProbe are declared in backends/backend.hpp; make_backend("cuda") is the usual way
 // in. Everything here is for the CUDA build only (LAYERINIT_HAS_CUDA).
 //
 // The backend uses device 0 ("cuda:0") and one non-blocking stream: fill, copy, and the pool's
