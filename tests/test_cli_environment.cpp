@@ -117,7 +117,8 @@ TEST_F(Cli, EnvironmentFailureAtOpenIsExitOne) {
 TEST_F(Cli, UnwritableDirectoryIsAnEnvironmentFailure) {
   // Permission denied is the environment's (exit 1), like a full disk; a missing directory is a
   // wrong path (exit 2, in BadInputIsOneLineExitTwoAndNothingWritten). Root writes anywhere, so as
-  // root the child runs as nobody.
+  // root the child runs as nobody, from a copy of the binary nobody can reach wherever the build
+  // tree lies (a clone in a private directory ran nothing: exit 127).
   TempDir dir;
   fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
                                   fs::perms::others_read | fs::perms::others_exec);
@@ -126,13 +127,23 @@ TEST_F(Cli, UnwritableDirectoryIsAnEnvironmentFailure) {
   fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
                               fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
   SpawnOptions so;
-  if (::geteuid() == 0) so.uid = 65534;
+  std::string program = kLayerinit;
+  if (::geteuid() == 0) {
+    so.uid = 65534;
+    program = copy_layerinit(dir / "bin", so);
+    const Result version = run_command({program, "--version"}, so);
+    if (version.code() != 0)
+      GTEST_SKIP() << "nobody cannot run a copy of layerinit in " << dir.path() << " (" << version.how()
+                   << "): a directory above it is private (TMPDIR)";
+  }
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"emit", "--preset", "llama-tiny", "-o", (locked / "m.h5").string()},
            {"emit", "--preset", "llama-tiny", "--format", "safetensors", "-o", (locked / "m").string()},
            {"build", "--preset", "llama-tiny", "--trace", (locked / "t.csv").string()}}) {
     SCOPED_TRACE(joined(args));
-    const Result r = run(args, so);
+    std::vector<std::string> command{program};
+    command.insert(command.end(), args.begin(), args.end());
+    const Result r = run_command(command, so);
     EXPECT_EQ(r.code(), 1) << r.how() << "\nstderr: " << r.err;
     expect_one_error_line(r, "permission denied");
     EXPECT_NE(r.err.find(locked.string()), std::string::npos) << r.err;
