@@ -124,7 +124,7 @@ TEST_F(Cli, PythonReadersHashTheFilesToTheReport) {
     const Result er = run(e);
     ASSERT_EQ(er.code(), 0) << er.err;
     const json report = json::parse(er.out);
-    const std::string cmd = kPython + " " + LAYERINIT_SOURCE_DIR + "/tests/python/hash_checkpoint.py " + c.format + " '" +
+    const std::string cmd = kPython + " " + LAYERINIT_SOURCE_DIR + "/tests/readers/hash_checkpoint.py " + c.format + " '" +
                             target.string() + "'";
     FILE* f = ::popen(cmd.c_str(), "r");
     ASSERT_NE(f, nullptr);
