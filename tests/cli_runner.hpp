@@ -230,6 +230,10 @@ inline const char* const kBigSpec = R"({"name": "cli-big", "family": "custom", "
     "transposable": true}]},
  "post": [{"name": "norm.weight", "shape": [1024], "role": "norm_weight"}]})";
 
+// 4e9 identical layers of one norm weight: 8 TB of weights, as many datasets in per-layer layout.
+inline const char* const kHugeSpec = R"({"name": "huge", "family": "custom", "hyper": {"hidden_size": 1024},
+    "layer": {"count": 4000000000, "tensors": [{"name": "norm.weight", "shape": [1024], "role": "norm_weight"}]}})";
+
 // The fixture of the CLI tests: skips (GTEST_SKIP) when the binary was not built
 // (LAYERINIT_BUILD_TOOLS=OFF).
 class CliTest : public ::testing::Test {

@@ -228,8 +228,7 @@ TEST_F(Cli, BadAllocIsTheOutOfMemoryLine) {
   // layers under a 1 GiB RLIMIT_AS. One typed line, exit 1, not a raw "std::bad_alloc".
   TempDir dir;
   const std::string huge = (dir / "huge.json").string();
-  write_file(huge, R"({"name": "huge", "family": "custom", "hyper": {"hidden_size": 1024},
-    "layer": {"count": 4000000000, "tensors": [{"name": "norm.weight", "shape": [1024], "role": "norm_weight"}]}})");
+  write_file(huge, kHugeSpec);
   SpawnOptions so;
   so.max_address_space = 1ull << 30;
   so.alarm_s = 30;

@@ -175,8 +175,7 @@ TEST_F(Cli, HugeLayerCountsAndSpecFilesAreRefusedQuickly) {
     GTEST_SKIP() << "ASan reserves terabytes of address space for its shadow: an RLIMIT_AS limit stops it before main";
   TempDir dir;
   const std::string huge = (dir / "huge.json").string();
-  write_file(huge, R"({"name": "huge", "family": "custom", "hyper": {"hidden_size": 1024},
-    "layer": {"count": 4000000000, "tensors": [{"name": "norm.weight", "shape": [1024], "role": "norm_weight"}]}})");
+  write_file(huge, kHugeSpec);
   // Valid specs padded with spaces to exactly the 16 MiB cap and one byte past it.
   const std::string small = R"({"name": "pad", "pre": [{"name": "w", "shape": [4], "role": "norm_weight"}]})";
   const std::string at_cap = (dir / "at_cap.json").string(), past_cap = (dir / "past_cap.json").string();

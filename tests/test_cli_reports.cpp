@@ -97,8 +97,7 @@ TEST_F(Cli, PlanPrintsRunsOfIdenticalLayersAsOneRow) {
   // 4e9 identical layers: one row, at once.
   TempDir dir;
   const std::string huge = (dir / "huge.json").string();
-  write_file(huge, R"({"name": "huge", "family": "custom", "hyper": {"hidden_size": 1024},
-    "layer": {"count": 4000000000, "tensors": [{"name": "norm.weight", "shape": [1024], "role": "norm_weight"}]}})");
+  write_file(huge, kHugeSpec);
   r = run({"plan", "--spec", huge});
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_EQ(subtotals(r.out), (std::vector<std::string>{"layers 0-3999999999, each"}));
