@@ -38,14 +38,10 @@ std::vector<std::string> mpirun(int np, const std::vector<std::string>& args, co
   std::vector<std::string> v{"mpirun", "--allow-run-as-root", "--oversubscribe", "-q", "--mca", "btl", "self,tcp",
                              "--mca", "odls_base_sigkill_timeout", std::to_string(grace),
                              "-x", "ASAN_OPTIONS", "-x", "LAYERINIT_TEST_KILL_RANK", "-np", std::to_string(np)};
-  if (!ulimit_f.empty()) {
-    std::string cmd = "ulimit -f " + ulimit_f + "; exec '" + kLayerinit + "'";
-    for (const auto& a : args) cmd += " '" + a + "'";
-    v.insert(v.end(), {"sh", "-c", cmd});
-  } else {
-    v.push_back(kLayerinit);
-    v.insert(v.end(), args.begin(), args.end());
-  }
+  // The binary and its arguments reach the shell as its own arguments, never as text to parse.
+  if (!ulimit_f.empty()) v.insert(v.end(), {"sh", "-c", "ulimit -f " + ulimit_f + "; exec \"$@\"", "sh"});
+  v.push_back(kLayerinit);
+  v.insert(v.end(), args.begin(), args.end());
   return v;
 }
 

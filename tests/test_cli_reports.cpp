@@ -10,8 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -105,7 +103,7 @@ TEST_F(Cli, PlanPrintsRunsOfIdenticalLayersAsOneRow) {
 
 TEST_F(Cli, PythonReadersHashTheFilesToTheReport) {
   if (::access(kPython.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << kPython << " (run scripts/python-env to create it)";
-  if (std::system((kPython + " -c 'import h5py, safetensors, xxhash' 2>/dev/null").c_str()) != 0)
+  if (run_command({kPython, "-c", "import h5py, safetensors, xxhash"}).code() != 0)
     GTEST_SKIP() << kPython << " lacks h5py, safetensors or xxhash (run scripts/python-env)";
   TempDir dir;
   struct Case {
@@ -123,16 +121,11 @@ TEST_F(Cli, PythonReadersHashTheFilesToTheReport) {
     const Result er = run(e);
     ASSERT_EQ(er.code(), 0) << er.err;
     const json report = json::parse(er.out);
-    const std::string cmd = kPython + " " + LAYERINIT_SOURCE_DIR + "/tests/readers/hash_checkpoint.py " + c.format + " '" +
-                            target.string() + "'";
-    FILE* f = ::popen(cmd.c_str(), "r");
-    ASSERT_NE(f, nullptr);
-    std::string out;
-    char buf[65536];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-    ASSERT_EQ(::pclose(f), 0) << cmd;
-    const json read = json::parse(out);
+    // No shell between: the checkout's path may hold any character.
+    const Result hashed = run_command(
+        {kPython, std::string(LAYERINIT_SOURCE_DIR) + "/tests/readers/hash_checkpoint.py", c.format, target.string()});
+    ASSERT_EQ(hashed.code(), 0) << hashed.how() << "\nstderr: " << hashed.err;
+    const json read = json::parse(hashed.out);
     ASSERT_EQ(read.size(), report["tensors"].size());
     std::size_t bf16 = 0;
     for (const auto& t : report["tensors"]) {
