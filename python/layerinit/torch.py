@@ -653,7 +653,8 @@ def _compute_buffers(module: torch.nn.Module, meta: set[str]) -> list[str]:
         if not own:
             continue
         titan = getattr(mod, "_init_self_buffers", None)
-        if callable(titan):
+        base = getattr(type(mod), "_init_self_buffers", None)
+        if callable(titan) and getattr(base, "__qualname__", "") != "Module._init_self_buffers":  # not the no-op
             _run_on_plain_buffers(mod, lambda: titan(buffer_device=None))
         elif hf_init is not None:
             _run_on_plain_buffers(mod, lambda: hf_init(mod))

@@ -185,3 +185,18 @@ def test_fsdp2_and_tp_on_two_ranks_equal_emit_loaded_by_torchtitan(titan_emit, t
         for flavor in flavors:
             for mode in ("fsdp2", "tp"):
                 assert re.search(rf"rank {rank}: {flavor} \({mode}\): \d+ tensors equal", out), out[-2000:]
+
+
+def test_a_buffer_torchtitans_code_leaves_is_named():
+    from torchtitan.protocols.module import Module
+
+    class Counter(Module):  # torchtitan's base _init_self_buffers computes nothing
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.register_buffer("seen", torch.zeros(4))
+
+    with torch.device("meta"):
+        m = Counter()
+    with pytest.warns(UserWarning, match=r"buffers left uninitialized after to_empty .*\['seen'\]"):
+        lt.init_(m, recipe="pytorch-default")
