@@ -200,3 +200,18 @@ def test_a_buffer_torchtitans_code_leaves_is_named():
         m = Counter()
     with pytest.warns(UserWarning, match=r"buffers left uninitialized after to_empty .*\['seen'\]"):
         lt.init_(m, recipe="pytorch-default")
+
+
+@pytest.mark.parametrize("flavor", ["llama3-debugmodel", "llama3-tiny-tied"])
+def test_llama3_spec_is_the_llama_familys(flavor):
+    """One model, one set of values: torchtitan_spec of a llama3 model plans the same tensors, shapes
+    and fills as layerinit's llama family of the same numbers (as a Hugging Face config gives them)."""
+    model = meta_model(flavor)
+    spec = lt.torchtitan_spec(model)
+    hyper = {k: float(v) for k, v in spec["hyper"].items() if not isinstance(v, dict)}
+    family = layerinit.Spec.from_family("llama", "llama", hyper, len(model.layers))
+    ours = layerinit.plan(spec, recipe="torchtitan", dtype="fp32")
+    theirs = layerinit.plan(family, recipe="torchtitan", dtype="fp32")
+    assert sorted(t[:2] for t in ours.tensors()) == sorted(t[:2] for t in theirs.tensors())
+    for name, *_ in ours.tensors():
+        assert ours.fill_of(name) == theirs.fill_of(name), name
