@@ -100,10 +100,14 @@ def load_hf(model, directory):
     """Loads a Hugging Face safetensors directory into `model` the way torchtitan's checkpointer
     does: to_hf of its state dict, DCP's HuggingFaceStorageReader, from_hf, load_state_dict.
     Returns load_state_dict's (missing, unexpected) keys."""
+    import warnings
+
     import torch.distributed.checkpoint as dcp
 
     ad = adapter(model)
     hf_sd = ad.to_hf(model.state_dict())
-    dcp.load(hf_sd, storage_reader=ad.get_hf_storage_reader(str(directory)))
+    with warnings.catch_warnings():  # one process, no process group: DCP says so
+        warnings.filterwarnings("ignore", "torch.distributed is disabled")
+        dcp.load(hf_sd, storage_reader=ad.get_hf_storage_reader(str(directory)))
     result = model.load_state_dict(ad.from_hf(hf_sd), strict=False)
     return result.missing_keys, result.unexpected_keys
