@@ -380,6 +380,11 @@ _TITAN_FAMILIES = {"llama3": "llama", "qwen3": "qwen3", "deepseek_v3": "deepseek
 _TITAN_ROPE_INTERLEAVED = frozenset({"llama3"})
 
 
+# Modules torchtitan wraps layers in (activation checkpointing, torch.compile): in parameter names,
+# not in state-dict keys.
+_WRAPPERS = re.compile(r"(?<![^.])(_checkpoint_wrapped_module|_orig_mod)\.")
+
+
 def _titan_class(module: torch.nn.Module) -> Optional[type]:
     """The torchtitan model class of `module` (FSDP2's fully_shard makes a subclass of it), or None."""
     if not hasattr(getattr(module, "config", None), "layers"):
@@ -464,9 +469,10 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, list[_Piec
     n_kv = getattr(att, "n_kv_heads", None) or n_heads
     modules = dict(model.named_modules())
 
-    def hf_name(key: str) -> tuple[str, Optional[str]]:
-        """(Hugging Face name pattern formatted with the layer, the raw pattern) of a torchtitan
-        state-dict key, as the adapters' to_hf finds it (the first integer is the layer)."""
+    def hf_name(name: str) -> tuple[str, Optional[str]]:
+        """(Hugging Face name pattern formatted with the layer, the raw pattern) of a parameter, by
+        its state-dict key as the adapters' to_hf finds it (the first integer is the layer)."""
+        key = _WRAPPERS.sub("", name)
         m = re.search(r"\d+", key)
         abstract = key if m is None else key[:m.start()] + "{}" + key[m.end():]
         pattern = to_hf.get(abstract)

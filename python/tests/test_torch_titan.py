@@ -215,3 +215,21 @@ def test_llama3_spec_is_the_llama_familys(flavor):
     assert sorted(t[:2] for t in ours.tensors()) == sorted(t[:2] for t in theirs.tensors())
     for name, *_ in ours.tensors():
         assert ours.fill_of(name) == theirs.fill_of(name), name
+
+
+def test_wrapped_layers_keep_their_tensors():
+    """torchtitan wraps layers for activation checkpointing and torch.compile: the parameter names
+    gain _checkpoint_wrapped_module / _orig_mod; the values do not change."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    plain = meta_model("qwen3-tiny")
+    lt.init_(plain, recipe="torchtitan", seed=2)
+    wrapped = meta_model("qwen3-tiny")
+    wrapped.layers["0"] = checkpoint_wrapper(wrapped.layers["0"])
+    wrapped.layers["1"] = torch.compile(wrapped.layers["1"])
+    assert any("_checkpoint_wrapped_module" in n for n, _ in wrapped.named_parameters())
+    lt.init_(wrapped, recipe="torchtitan", seed=2)
+    got = {k.replace("_orig_mod.", ""): v for k, v in wrapped.state_dict().items() if "rope" not in k}
+    want = {k: v for k, v in plain.state_dict().items() if "rope" not in k}
+    assert got.keys() == want.keys()
+    assert all(torch.equal(got[k], want[k]) for k in want)
