@@ -538,10 +538,13 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, list[_Piec
         tensors.append(dict(t, name=name))
         order = interleave(name, n_heads if name.endswith("q_proj.weight") else n_kv, shape[0])
         pieces[e.name] = _row_pieces([(name, order(r)) for r in range(shape[0])], shape[1:])
-    # Buffers the checkpoint holds (DeepSeek-V3's router correction bias, zero at the start).
+    # Buffers the checkpoint holds: DeepSeek-V3's router correction bias, zero at the start (torchtitan's
+    # MoE._init_self_buffers, layerinit's deepseek_v3 family); any other is not known.
     for bname, b in model.named_buffers():
         name, _ = hf_name(bname)
-        if name:
+        if name and not name.endswith(".e_score_correction_bias"):
+            missing.append(f"{bname} (a buffer, {name})")
+        elif name:
             tensors.append({"name": name, "shape": [int(d) for d in b.shape], "role": "linear_bias", "fan_in": cfg.dim,
                             "fan_out": int(b.shape[0]), "init": {"constant": {"value": 0}}})
             pieces[bname] = [_Piece(name, (0,) * b.dim(), tuple(b.shape))]
