@@ -118,7 +118,7 @@ def _entries(module: torch.nn.Module, skip: Callable[[str], bool]) -> list[_Entr
     with the role its owner's type and its own name give it. ValueError listing 0-d parameters."""
     prefix, _ = _depth([n for n, _ in module.named_parameters()])
     modules = dict(module.named_modules())
-    out, scalars = [], []
+    out, scalars, local_shards = [], [], []
     seen: set[int] = set()
     for mname, mod in modules.items():
         parent = modules.get(mname.rpartition(".")[0]) if mname else None
@@ -135,8 +135,16 @@ def _entries(module: torch.nn.Module, skip: Callable[[str], bool]) -> list[_Entr
                 continue
             where = _layer_of(full)
             in_layer = where is not None and where[0] == prefix
-            t: dict[str, Any] = {"name": full, "shape": [int(d) for d in p.shape]}
+            shape = _global_shape(p)
+            t: dict[str, Any] = {"name": full, "shape": list(shape)}
             known = True
+            declared = None  # the whole parameter's shape as its module says it
+            if isinstance(mod, torch.nn.Linear):
+                declared = {"weight": (mod.out_features, mod.in_features), "bias": (mod.out_features,)}.get(pname)
+            elif isinstance(mod, torch.nn.Embedding) and pname == "weight":
+                declared = (mod.num_embeddings, mod.embedding_dim)
+            if declared is not None and tuple(declared) != shape:
+                local_shards.append(f"{full} {tuple(shape)} of {tuple(declared)}")
             if isinstance(mod, torch.nn.Linear):
                 if pname == "weight":
                     role = _map_role(short, parent, in_layer)
@@ -151,10 +159,15 @@ def _entries(module: torch.nn.Module, skip: Callable[[str], bool]) -> list[_Entr
                 t.update(role="norm_weight" if pname == "weight" else "norm_bias")
             elif p.dim() >= 2 and _map_role(pname, mod, in_layer) is not None:
                 # A raw weight named as a map (torchtitan's stacked experts w1_EFD [E, F, D]).
-                t.update(role=_map_role(pname, mod, in_layer), fan_in=int(p.shape[-1]), fan_out=int(p.shape[-2]))
+                t.update(role=_map_role(pname, mod, in_layer), fan_in=shape[-1], fan_out=shape[-2])
             else:
                 t.update(role="other")
             out.append(_Entry(full, t, known))
+    if local_shards:
+        raise ValueError(f"{len(local_shards)} parameter(s) hold a part of their module's weight with nothing saying "
+                         f"which (a plain tensor, not a DTensor or an spmd_types shard with its PartitionSpec): "
+                         f"{_listed(local_shards)}; call init_ on the meta device after parallelizing (torchtitan's "
+                         f"to_empty drops the PartitionSpec)")
     if scalars:
         raise ValueError(f"{len(scalars)} parameter(s) are 0-d (scalars), which layerinit does not fill: "
                          f"{_listed(scalars)}; skip them with name_map={{{scalars[0]!r}: None}} and set them yourself")
@@ -577,18 +590,72 @@ def _dtensor_type() -> Optional[type]:
     return DTensor
 
 
+def _spmd_box(t: torch.Tensor) -> Optional[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(offset, global shape) of a local shard that torchtitan's spmd_types backend (its default for
+    tensor parallelism) annotates with a PartitionSpec: each sharded dimension split as torch.chunk
+    splits it, over each of its mesh axes in turn, this rank taking its place in each axis's process
+    group. None for a tensor without one."""
+    try:
+        from spmd_types._mesh_axis import _pg_to_mesh_axis
+        from spmd_types.runtime import get_partition_spec
+    except ImportError:
+        return None
+    spec = get_partition_spec(t)
+    if spec is None or all(e is None for e in spec):
+        return None
+    import torch.distributed as dist
+
+    offset, shape = [0] * t.dim(), list(t.shape)
+    for d, entry in enumerate(spec):
+        if entry is None:
+            continue
+        axes = entry if isinstance(entry, tuple) else (entry,)
+        ranks = []
+        for axis in axes:
+            group = next((g for g, a in list(_pg_to_mesh_axis.items()) if a == axis), None)
+            if group is None:
+                raise ValueError(f"spmd_types mesh axis {axis} has no process group on this rank")
+            ranks.append((axis.size(), dist.get_rank(group)))
+        shape[d] = t.shape[d] * math.prod(k for k, _ in ranks)  # even splits: chunk sizes agree below
+        start, extent = 0, shape[d]
+        for k, r in ranks:
+            chunk = -(-extent // k)
+            lo = min(r * chunk, extent)
+            start, extent = start + lo, min(chunk, extent - lo)
+        if extent != t.shape[d]:
+            raise ValueError(f"an spmd_types shard of {tuple(t.shape)} (PartitionSpec {spec}) does not split its "
+                             f"tensor evenly: layerinit cannot tell its global shape")
+        offset[d] = start
+    return tuple(offset), tuple(shape)
+
+
+# The attributes spmd_types keeps its annotation of a tensor in (spmd_types/_type_attr.py, runtime.py).
+_SPMD_ATTRS = ("_local_type", "_partition_spec")
+
+
+def _global_shape(t: torch.Tensor) -> tuple[int, ...]:
+    """A parameter's shape as a whole: a DTensor's, an spmd_types shard's tensor's, else its own."""
+    box = _spmd_box(t)
+    return box[1] if box is not None else tuple(int(d) for d in t.shape)
+
+
 def _local(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], tuple[int, ...]]:
-    """(local tensor, its offset, the global shape) of a plain tensor or a DTensor."""
+    """(local tensor, its offset, the global shape) of a plain tensor, a DTensor, or a local shard
+    spmd_types annotates."""
     DTensor = _dtensor_type()
     if DTensor is None or not isinstance(t, DTensor):
-        return t, tuple(0 for _ in t.shape), tuple(t.shape)
+        box = _spmd_box(t)  # on the Parameter itself: its .data has no annotation
+        data = t.data if isinstance(t, torch.nn.Parameter) else t
+        if box is not None:
+            return data, box[0], box[1]
+        return data, tuple(0 for _ in t.shape), tuple(t.shape)
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
     for p in t.placements:
         if type(p) not in (Shard, Replicate):
             raise ValueError(f"DTensor placement {p} is not filled in place (Shard and Replicate are)")
-    local = t._local_tensor
+    local = (t.data if isinstance(t, torch.nn.Parameter) else t)._local_tensor
     shape, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
     if tuple(shape) != tuple(local.shape):
         raise ValueError(f"DTensor local shape {tuple(local.shape)} is not the piece {tuple(shape)} its placements give")
@@ -753,7 +820,7 @@ def init_(
         buffers = [(n, b) for n, b in module.named_buffers() if n in spec_names or (
             name_map is not None and not callable(name_map) and name_map.get(n) in spec_names)]
         entries = params + buffers
-        pieces = tensor_map([(n, tuple(t.shape)) for n, t in entries], spec_names, name_map)
+        pieces = tensor_map([(n, _global_shape(t)) for n, t in entries], spec_names, name_map)
     # Every check before anything is allocated or written: dtypes (each one's plan made), shapes.
     bad = [f"{n} ({t.dtype})" for n, t in entries if n in pieces and t.dtype not in _DTYPES]
     if bad:
@@ -769,20 +836,29 @@ def init_(
             box = tuple(pc.shape[pc.squeeze:])
             if len(box) != len(want) or any(a + b > w for a, b, w in zip(pc.source, box, want)) or (
                     covered.setdefault(pc.tensor, 0) + math.prod(box) > math.prod(want)):
-                raise ValueError(f"parameter {n} of shape {tuple(t.shape)}: layerinit's {pc.tensor} is {list(want)}")
+                raise ValueError(f"parameter {n} of shape {_global_shape(t)}: layerinit's {pc.tensor} is {list(want)}")
             covered[pc.tensor] += math.prod(box)
         for name, count in covered.items():
             if count != math.prod(p0.logical_shape(name)):
-                raise ValueError(f"parameter {n} of shape {tuple(t.shape)}: layerinit's {name} is "
+                raise ValueError(f"parameter {n} of shape {_global_shape(t)}: layerinit's {name} is "
                                  f"{list(p0.logical_shape(name))}")
+    # spmd_types shards: their place, and their annotations, which to_empty drops with the Parameter.
+    spmd = {n: (_spmd_box(t), {a: getattr(t, a) for a in _SPMD_ATTRS if hasattr(t, a)}) for n, t in entries}
+    spmd = {n: v for n, v in spmd.items() if v[0] is not None}
     _materialize_and_compute(module, device, {n for n, b in module.named_buffers() if b.is_meta and n not in pieces})
     current = dict(module.named_parameters())
     current.update(dict(module.named_buffers()))
+    for n, (_, attrs) in spmd.items():
+        for a, v in attrs.items():
+            setattr(current[n], a, v)
     for n, _ in entries:
         if n not in pieces:
             continue
         t = current[n]
-        local, loff, _ = _local(t.data if isinstance(t, torch.nn.Parameter) else t)
+        if n in spmd:
+            local, loff = t.data, spmd[n][0][0]
+        else:
+            local, loff, _ = _local(t)
         if local.numel() == 0:
             continue
         pl = plan_for(local.dtype)

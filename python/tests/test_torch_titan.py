@@ -1,7 +1,8 @@
 """layerinit.torch.init_ on torchtitan's own models (llama3 debugmodel, tiny qwen3, qwen3 MoE and
 deepseek_v3 flavours of torchtitan's builders), no spec and no map: on the meta device it equals
 `layerinit emit --recipe torchtitan` loaded through torchtitan's own state-dict adapter, bitwise, on
-one process and on 2 ranks (FSDP2, tensor parallel placements); its fills are the ones torchtitan's param_init sets, and
+one process and on 2 ranks (FSDP2, DTensor tensor-parallel placements, torchtitan's own
+parallelize on its spmd_types backend); its fills are the ones torchtitan's param_init sets, and
 agree in distribution with torchtitan's own init_states."""
 import functools
 import json
@@ -170,7 +171,7 @@ def test_unknown_torchtitan_family_is_refused():
 WORKER = Path(__file__).with_name("titan_worker.py")
 
 
-def test_fsdp2_and_tp_on_two_ranks_equal_emit_loaded_by_torchtitan(titan_emit, tmp_path):
+def test_fsdp2_and_tensor_parallel_on_two_ranks_equal_emit_loaded_by_torchtitan(titan_emit, tmp_path):
     from test_distributed import run_ranks
 
     flavors = ["llama3-debugmodel", "qwen3-moe-tiny", "deepseek-v3-tiny"]
@@ -183,8 +184,9 @@ def test_fsdp2_and_tp_on_two_ranks_equal_emit_loaded_by_torchtitan(titan_emit, t
     for rank, (code, out) in enumerate(outs):
         assert code == 0, f"rank {rank} exit {code}:\n{out[-3000:]}"
         for flavor in flavors:
-            for mode in ("fsdp2", "tp"):
+            for mode in ("fsdp2", "tp", "titan-tp"):
                 assert re.search(rf"rank {rank}: {flavor} \({mode}\): \d+ tensors equal", out), out[-2000:]
+            assert f"rank {rank}: {flavor}: local shards without a PartitionSpec refused" in out, out[-2000:]
 
 
 def test_a_buffer_torchtitans_code_leaves_is_named():
