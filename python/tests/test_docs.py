@@ -11,7 +11,7 @@ EXAMPLES = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
 
 
 def test_the_page_has_its_examples():
-    assert len(EXAMPLES) == 6  # torchtitan, FSDP2, transformers, zero-copy, JAX, NumPy
+    assert len(EXAMPLES) == 7  # composites, torchtitan, FSDP2, transformers, zero-copy, JAX, NumPy
 
 
 @pytest.mark.parametrize("index", range(len(EXAMPLES)))
