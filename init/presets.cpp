@@ -4,7 +4,7 @@
 // meta-llama/Meta-Llama-3-{8B,70B}, meta-llama/Llama-3.1-405B, mistralai/Mistral-7B-v0.1,
 // mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen2.5-7B, google/gemma-2-9b, deepseek-ai/DeepSeek-V3); names
 // and module order from transformers' modeling_{gpt2,llama,mistral,mixtral,qwen2,gemma2,deepseek_v3}.py.
-// tests/python/hf_meta.py builds each of them in transformers on the meta device and compares.
+// tests/readers/hf_meta.py builds each of them in transformers on the meta device and compares.
 #include <layerinit/init/presets.hpp>
 
 #include <stdexcept>

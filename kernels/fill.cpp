@@ -7,7 +7,7 @@
 #include <vector>
 
 #include <layerinit/core/text.hpp>
-#include <layerinit/kernels/philox.hpp>
+#include <layerinit/kernels/fill_element.hpp>
 
 namespace layerinit {
 

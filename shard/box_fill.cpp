@@ -6,7 +6,9 @@
 
 namespace layerinit {
 
-void box_fill_jobs(const PlannedTensor& p, const Box& box, void* dst, std::uint64_t seed, std::vector<FillJob>& out) {
+namespace {
+
+void check_box(const PlannedTensor& p, const Box& box) {
   const Shape& g = p.memory_shape;
   const std::size_t n = g.size();
   if (box.offset.size() != n || box.shape.size() != n)
@@ -16,7 +18,21 @@ void box_fill_jobs(const PlannedTensor& p, const Box& box, void* dst, std::uint6
     if (box.offset[d] > g[d] || box.shape[d] > g[d] - box.offset[d])
       throw std::invalid_argument("tensor '" + printable(p.name) + "': box at " + shape_string(box.offset) + " of " +
                                   shape_string(box.shape) + " lies outside " + shape_string(g));
-  if (n == 0 || box.empty()) return;
+}
+
+// box_fill_jobs of a box already checked.
+void box_jobs(const PlannedTensor& p, const FillJob& whole_job, const Box& box, void* dst, std::vector<FillJob>& out) {
+  const Shape& g = p.memory_shape;
+  const std::size_t n = g.size();
+  if (n == 0) {  // a 0-d tensor: its one element
+    FillJob j = whole_job;
+    j.begin = 0;
+    j.end = 1;
+    j.dst = dst;
+    out.push_back(j);
+    return;
+  }
+  if (box.empty()) return;
 
   // Dimensions after k are whole in the box, so one index of dimensions 0..k-1 is one contiguous run
   // of box.shape[k] * (elements per index of dimension k) memory elements. Dimensions a..k-1 index the
@@ -26,14 +42,13 @@ void box_fill_jobs(const PlannedTensor& p, const Box& box, void* dst, std::uint6
   while (k > 0 && box.offset[k] == 0 && box.shape[k] == g[k]) --k;
   std::size_t a = k == 0 ? 0 : k - 1;
   while (a > 0 && box.offset[a] == 0 && box.shape[a] == g[a]) --a;
-  Shape stride(n, 1);  // of the whole tensor's memory, in elements
-  for (std::size_t d = n - 1; d-- > 0;) stride[d] = stride[d + 1] * g[d + 1];
+  const Shape stride = dense_strides(g);  // of the whole tensor's memory, in elements
   const std::uint64_t run = box.shape[k] * stride[k];
   std::uint64_t runs = 1, jobs = 1;
   for (std::size_t d = a; d < k; ++d) runs *= box.shape[d];
   for (std::size_t d = 0; d < a; ++d) jobs *= box.shape[d];
 
-  FillJob whole = fill_job_for(p, nullptr, seed);
+  FillJob whole = whole_job;
   whole.runs = runs;
   whole.stride = k == 0 ? 0 : stride[k - 1];
   const std::uint64_t esize = dtype_size(p.dtype);
@@ -54,6 +69,72 @@ void box_fill_jobs(const PlannedTensor& p, const Box& box, void* dst, std::uint6
       if (++index[d] < box.shape[d]) break;
       index[d] = 0;
     }
+  }
+}
+
+}  // namespace
+
+Shape dense_strides(const Shape& shape) {
+  Shape s(shape.size(), 1);
+  for (std::size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * shape[d];
+  return s;
+}
+
+std::size_t dense_from(const Shape& box_shape, const Shape& strides) {
+  std::uint64_t expect = 1;
+  for (std::size_t d = box_shape.size(); d-- > 0;) {
+    if (box_shape[d] != 1 && strides[d] != expect) return d + 1;
+    expect *= box_shape[d];
+  }
+  return 0;
+}
+
+void box_fill_jobs(const PlannedTensor& p, const Box& box, void* dst, std::uint64_t seed, std::vector<FillJob>& out) {
+  check_box(p, box);
+  box_jobs(p, fill_job_for(p, nullptr, seed), box, dst, out);
+}
+
+void box_fill_jobs(const PlannedTensor& p, const FillJob& whole, const Box& box, void* dst, std::vector<FillJob>& out) {
+  check_box(p, box);
+  box_jobs(p, whole, box, dst, out);
+}
+
+void region_fill_jobs(const PlannedTensor& p, const Box& box, const Region& dst, std::uint64_t seed,
+                      std::vector<FillJob>& out) {
+  region_fill_jobs(p, fill_job_for(p, nullptr, seed), box, dst, out);
+}
+
+void region_fill_jobs(const PlannedTensor& p, const FillJob& whole, const Box& box, const Region& dst,
+                      std::vector<FillJob>& out) {
+  check_box(p, box);
+  const std::size_t n = box.shape.size();
+  if (!dst.strides.empty() && dst.strides.size() != n)
+    throw std::invalid_argument("tensor '" + printable(p.name) + "': " + std::to_string(dst.strides.size()) +
+                                " strides for a box of rank " + std::to_string(n));
+  if (box.empty()) return;
+  const std::size_t k = dst.strides.empty() ? 0 : dense_from(box.shape, dst.strides);
+  if (k == 0) return box_jobs(p, whole, box, dst.data, out);
+  if (k == n)
+    throw std::invalid_argument("tensor '" + printable(p.name) + "': the region's last dimension is not contiguous (stride " +
+                                std::to_string(dst.strides[n - 1]) + ")");
+  // One dense sub-box per index of dimensions 0..k-1.
+  const std::uint64_t esize = dtype_size(p.dtype);
+  Box sub = box;
+  for (std::size_t d = 0; d < k; ++d) sub.shape[d] = 1;
+  Shape index(k, 0);
+  while (true) {
+    std::uint64_t elem = 0;
+    for (std::size_t d = 0; d < k; ++d) {
+      sub.offset[d] = box.offset[d] + index[d];
+      elem += index[d] * dst.strides[d];
+    }
+    box_jobs(p, whole, sub, static_cast<unsigned char*>(dst.data) + elem * esize, out);
+    std::size_t d = k;
+    while (d-- > 0) {  // next index, the last dimension fastest
+      if (++index[d] < box.shape[d]) break;
+      index[d] = 0;
+    }
+    if (d == static_cast<std::size_t>(-1)) break;
   }
 }
 

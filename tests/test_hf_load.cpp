@@ -42,7 +42,7 @@ TEST(HuggingFace, TransformersLoadsEmittedModelsWithTheSameValues) {
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     dirs += " " + out;
   }
-  const std::string check = python + " " + LAYERINIT_SOURCE_DIR + "/tests/python/hf_load.py" + dirs;
+  const std::string check = python + " " + LAYERINIT_SOURCE_DIR + "/tests/readers/hf_load.py" + dirs;
   EXPECT_EQ(std::system(check.c_str()), 0) << check;
 }
 
@@ -62,7 +62,7 @@ TEST(HuggingFace, EveryPresetMatchesTransformersModelOnTheMetaDevice) {
     ++count;
   }
   EXPECT_EQ(count, 18);
-  const std::string check = python + " " + LAYERINIT_SOURCE_DIR + "/tests/python/hf_meta.py" + files;
+  const std::string check = python + " " + LAYERINIT_SOURCE_DIR + "/tests/readers/hf_meta.py" + files;
   EXPECT_EQ(std::system(check.c_str()), 0) << check;
 
   // The comparison can fail: qwen2.5-tiny without one k_proj bias, and deepseek-v3-tiny with one
@@ -74,7 +74,7 @@ TEST(HuggingFace, EveryPresetMatchesTransformersModelOnTheMetaDevice) {
   for (const auto* broken : {&qwen, &deepseek}) {
     const fs::path f = dir / ("broken-" + broken->name + ".json");
     std::ofstream(f) << layerinit::spec_to_json(*broken);
-    const std::string cmd = python + " " + LAYERINIT_SOURCE_DIR + "/tests/python/hf_meta.py " + f.string();
+    const std::string cmd = python + " " + LAYERINIT_SOURCE_DIR + "/tests/readers/hf_meta.py " + f.string();
     EXPECT_NE(std::system(cmd.c_str()), 0) << cmd;
   }
 }

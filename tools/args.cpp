@@ -121,19 +121,11 @@ std::string ModelArgs::layout_text() const { return restack ? "restack" : std::s
 bool ModelArgs::sharded() const { return rank || parallel != ParallelDegrees{}; }
 
 ParallelPlan ModelArgs::parallel_plan(const ModelSpec& spec) const {
-  std::optional<ParallelPlan> plan;
   try {
-    plan.emplace(spec, parallel);
+    return ParallelPlan::checked(spec, parallel, rank, "--");
   } catch (const std::invalid_argument& e) {
     throw usage_error(e.what());
-  } catch (const std::overflow_error&) {
-    throw usage_error("--tp x --pp x --ep x --fsdp overflows 64 bits");
   }
-  if (rank && *rank >= plan->ranks())
-    throw usage_error("--rank " + std::to_string(*rank) + " is outside the mesh of " + std::to_string(plan->ranks()) +
-                      (plan->ranks() == 1 ? " rank" : " ranks") + " (" + plan->mesh().describe() + ": ranks 0-" +
-                      std::to_string(plan->ranks() - 1) + ")");
-  return std::move(*plan);
 }
 
 ModelSpec ModelArgs::load_spec() const {

@@ -1,4 +1,4 @@
-"""transformers configs of the tiny presets (the numbers tests/python/hf_meta.py checks against)."""
+"""transformers configs of the tiny presets (the numbers tests/readers/hf_meta.py checks against)."""
 import transformers
 
 TINY = {

@@ -1,0 +1,718 @@
+#include <layerinit/shard/composite.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include <layerinit/core/text.hpp>
+
+#include <nlohmann/json.hpp>
+
+namespace layerinit {
+
+namespace {
+
+constexpr std::size_t kMaxParts = 1u << 16;  // validate() compares parts pairwise
+constexpr std::size_t kMaxNameInMessage = 120;
+
+[[noreturn]] void fail(const std::string& what) { throw std::invalid_argument("composite: " + what); }
+
+std::string part_label(const CompositePart& p, std::size_t i) {
+  return "part " + std::to_string(i) + " ('" + printable(p.name, kMaxNameInMessage) + "')";
+}
+
+// Walks a name template: lit(text) for literal text, axis(k) for "{k}". Throws naming the template.
+template <class Lit, class Axis>
+void walk_template(std::string_view t, Lit lit, Axis axis) {
+  auto bad = [&](const std::string& why) {
+    throw std::invalid_argument("name template '" + printable(t, kMaxNameInMessage) + "': " + why);
+  };
+  for (std::size_t i = 0; i < t.size();) {
+    const char c = t[i];
+    if ((c == '{' || c == '}') && i + 1 < t.size() && t[i + 1] == c) {
+      lit(t.substr(i, 1));
+      i += 2;
+    } else if (c == '}') {
+      bad("a lone '}' (write '}}' for a brace)");
+    } else if (c == '{') {
+      const std::size_t close = t.find('}', i);
+      if (close == std::string_view::npos) bad("a '{' without its '}' (write '{{' for a brace)");
+      const std::string_view digits = t.substr(i + 1, close - i - 1);
+      std::size_t k = 0;
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), k);
+      if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
+        bad("'{" + printable(digits, 20) + "}' is not a stack axis ({0}, {1}, ...)");
+      axis(k);
+      i = close + 1;
+    } else {
+      const std::size_t next = std::min(t.find_first_of("{}", i), t.size());
+      lit(t.substr(i, next - i));
+      i = next;
+    }
+  }
+}
+
+// The extent of part p's box in a slice of rank n: its source box's shape after n - r leading 1s.
+Shape placed_extent(const CompositePart& p, std::size_t n) {
+  Shape e(n - p.source.shape.size(), 1);
+  e.insert(e.end(), p.source.shape.begin(), p.source.shape.end());
+  return e;
+}
+
+// A double as the shortest decimal that reads back to the same bits.
+std::string exact(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+}  // namespace
+
+namespace {
+
+// The tensor a part stands for at the stack position whose indices (first included) are `names`.
+PlannedTensor part_tensor(const CompositePart& part, std::span<const std::uint64_t> names, const FillSpec& fill) {
+  PlannedTensor t;
+  t.name = expand_template(part.name, names);
+  t.shape = part.shape;
+  t.memory_shape = part.stored_shape();
+  t.dtype = part.dtype;
+  t.transposed = part.transposed;
+  t.fill = fill;
+  return t;
+}
+
+}  // namespace
+
+// ---- row permutations ----
+
+std::uint64_t RowPermutation::source_row(std::uint64_t row) const {
+  if (kind == Kind::none) return row;
+  const std::uint64_t w = row % group;
+  return row - w + (w % 2) * (group / 2) + w / 2;
+}
+
+std::string RowPermutation::describe() const {
+  return kind == Kind::none ? "none" : "rope_interleave(" + std::to_string(group) + ")";
+}
+
+RowPermutation parse_row_permutation(std::string_view text) {
+  if (text == "none") return {};
+  constexpr std::string_view rope = "rope_interleave(";
+  if (text.starts_with(rope) && text.ends_with(")")) {
+    const std::string_view digits = text.substr(rope.size(), text.size() - rope.size() - 1);
+    std::uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (!digits.empty() && ec == std::errc() && end == digits.data() + digits.size()) return RowPermutation::rope_interleave(v);
+  }
+  throw std::invalid_argument("unknown row permutation '" + printable(text, kMaxNameInMessage) +
+                              "' (valid: none, rope_interleave(HEAD_DIM))");
+}
+
+// ---- names ----
+
+std::string escape_template(std::string_view name) {
+  std::string out;
+  out.reserve(name.size());
+  for (char c : name) {
+    out += c;
+    if (c == '{' || c == '}') out += c;
+  }
+  return out;
+}
+
+std::string expand_template(std::string_view name, std::span<const std::uint64_t> index) {
+  std::string out;
+  walk_template(
+      name, [&](std::string_view s) { out += s; },
+      [&](std::size_t k) {
+        if (k >= index.size())
+          throw std::invalid_argument("name template '" + printable(name, kMaxNameInMessage) + "': {" + std::to_string(k) +
+                                      "} names no stack axis (" + std::to_string(index.size()) + " axes)");
+        out += std::to_string(index[k]);
+      });
+  return out;
+}
+
+// ---- the description ----
+
+Shape CompositePart::stored_shape() const {
+  Shape s = shape;
+  if (transposed && s.size() == 2) std::swap(s[0], s[1]);
+  return s;
+}
+
+Shape Composite::slice_shape() const {
+  const std::size_t k = std::min(stack.size(), shape.size());
+  return Shape(shape.begin() + static_cast<std::ptrdiff_t>(k), shape.end());
+}
+
+std::uint64_t Composite::slices() const {
+  std::uint64_t n = 1;
+  for (const StackAxis& a : stack) n = checked_mul(n, a.size, "stack positions");
+  return n;
+}
+
+PlannedTensor Composite::tensor(std::size_t p, std::span<const std::uint64_t> index) const {
+  if (p >= parts.size()) throw std::out_of_range("composite: part " + std::to_string(p) + " of " + std::to_string(parts.size()));
+  if (index.size() != stack.size())
+    throw std::invalid_argument("composite: " + std::to_string(index.size()) + " stack indices for " +
+                                std::to_string(stack.size()) + " axes");
+  const CompositePart& part = parts[p];
+  std::uint64_t flat = 0;
+  Shape names(stack.size());
+  for (std::size_t k = 0; k < stack.size(); ++k) {
+    if (index[k] >= stack[k].size)
+      throw std::out_of_range("composite: index " + std::to_string(index[k]) + " of stack axis " + std::to_string(k) +
+                              " (size " + std::to_string(stack[k].size) + ")");
+    flat = flat * stack[k].size + index[k];
+    names[k] = stack[k].first + index[k];
+  }
+  for (const FillRun& r : part.fills) {
+    if (flat < r.count) return part_tensor(part, names, r.fill);
+    flat -= r.count;
+  }
+  throw std::invalid_argument("composite: " + part_label(part, p) + " has no fill for stack position " + std::to_string(flat));
+}
+
+void Composite::validate() const {
+  const std::size_t K = stack.size();
+  if (shape.size() < K)
+    fail("shape " + shape_string(shape) + " has fewer dimensions than its " + std::to_string(K) + " stack axes");
+  for (std::size_t k = 0; k < K; ++k) {
+    if (shape[k] != stack[k].size)
+      fail("stack axis " + std::to_string(k) + " has " + std::to_string(stack[k].size) + " positions but shape " +
+           shape_string(shape) + " says " + std::to_string(shape[k]));
+    if (stack[k].first > std::numeric_limits<std::uint64_t>::max() - stack[k].size)
+      fail("stack axis " + std::to_string(k) + ": first " + std::to_string(stack[k].first) + " + size overflows 64 bits");
+  }
+  for (std::uint64_t d : shape)
+    if (d == 0) fail("shape " + shape_string(shape) + " has a dimension of 0");
+  try {
+    (void)numel(shape);
+  } catch (const std::overflow_error&) {
+    fail("shape " + shape_string(shape) + ": element count overflows 64 bits");
+  }
+  if (parts.empty()) fail("no parts");
+  if (parts.size() > kMaxParts) fail(std::to_string(parts.size()) + " parts (at most " + std::to_string(kMaxParts) + ")");
+  const std::uint64_t positions = slices();
+  const Shape slice = slice_shape();
+  const std::size_t n = slice.size();
+  std::vector<Shape> extents(parts.size());
+  std::uint64_t covered = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const CompositePart& p = parts[i];
+    const std::string label = part_label(p, i);
+    auto bad = [&](const std::string& why) { fail(label + ": " + why); };
+    if (p.dtype != dtype)
+      bad("dtype " + std::string(dtype_name(p.dtype)) + " in a composite of " + std::string(dtype_name(dtype)));
+    for (std::uint64_t d : p.shape)
+      if (d == 0) bad("shape " + shape_string(p.shape) + " has a dimension of 0");
+    try {
+      (void)numel(p.shape);
+    } catch (const std::overflow_error&) {
+      bad("shape " + shape_string(p.shape) + ": element count overflows 64 bits");
+    }
+    if (p.transposed && p.shape.size() != 2) bad("transposed needs a 2-D tensor, not " + shape_string(p.shape));
+    const Shape stored = p.stored_shape();
+    const std::size_t r = stored.size();
+    if (p.source.offset.size() != r || p.source.shape.size() != r)
+      bad("its box has rank " + std::to_string(p.source.shape.size()) + " for a stored tensor of rank " + std::to_string(r));
+    for (std::size_t d = 0; d < r; ++d) {
+      if (p.source.shape[d] == 0) bad("its box " + shape_string(p.source.shape) + " is empty");
+      if (p.source.offset[d] > stored[d] || p.source.shape[d] > stored[d] - p.source.offset[d])
+        bad("its box at " + shape_string(p.source.offset) + " of " + shape_string(p.source.shape) + " lies outside the stored " +
+            shape_string(stored));
+    }
+    if (r > n) bad("rank " + std::to_string(r) + " in a slice of rank " + std::to_string(n) + " " + shape_string(slice));
+    if (p.at.size() != n) bad("'at' " + shape_string(p.at) + " needs one entry per slice dimension " + shape_string(slice));
+    extents[i] = placed_extent(p, n);
+    for (std::size_t d = 0; d < n; ++d)
+      if (p.at[d] > slice[d] || extents[i][d] > slice[d] - p.at[d])
+        bad("placed at " + shape_string(p.at) + " with extent " + shape_string(extents[i]) + " it leaves the slice " +
+            shape_string(slice));
+    if (p.rows.kind != RowPermutation::Kind::none) {
+      if (p.transposed) bad(p.rows.describe() + " permutes rows of the tensor as stored; a transposed tensor has none to permute");
+      if (r == 0) bad(p.rows.describe() + " needs a tensor with rows");
+      if (p.rows.group == 0 || p.rows.group % 2 != 0) bad(p.rows.describe() + ": the head size must be even and positive");
+      if (stored[0] % p.rows.group != 0)
+        bad(p.rows.describe() + ": " + std::to_string(stored[0]) + " rows are not whole heads of " + std::to_string(p.rows.group));
+    }
+    std::uint64_t filled = 0;
+    for (const FillRun& run : p.fills) {
+      if (run.count == 0) bad("a fill run of 0 positions");
+      if (run.count > positions - filled) bad("fills for more than the stack's " + std::to_string(positions) + " positions");
+      filled += run.count;
+      try {
+        validate_fill(run.fill);
+        (void)prepare_fill(run.fill, dtype);
+      } catch (const std::invalid_argument& e) {
+        bad(e.what());
+      }
+    }
+    if (filled != positions)
+      bad("fills for " + std::to_string(filled) + " of the stack's " + std::to_string(positions) + " positions");
+    std::vector<bool> seen(K, false);
+    try {
+      walk_template(
+          p.name, [](std::string_view) {},
+          [&](std::size_t k) {
+            if (k >= K)
+              throw std::invalid_argument("{" + std::to_string(k) + "} names no stack axis (" + std::to_string(K) + " axes)");
+            seen[k] = true;
+          });
+    } catch (const std::invalid_argument& e) {
+      bad(e.what());
+    }
+    for (std::size_t k = 0; k < K; ++k)
+      if (!seen[k]) bad("the name does not use stack axis {" + std::to_string(k) + "}: every position would be one tensor");
+    covered = checked_add(covered, numel(extents[i]), "composite element count");
+  }
+  // Parts tile the slice: none overlaps another, and together they hold every element.
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j) {
+      bool overlap = true;
+      for (std::size_t d = 0; overlap && d < n; ++d)
+        overlap = parts[i].at[d] < parts[j].at[d] + extents[j][d] && parts[j].at[d] < parts[i].at[d] + extents[i][d];
+      if (overlap) fail(part_label(parts[i], i) + " overlaps " + part_label(parts[j], j));
+    }
+  if (covered != numel(slice))
+    fail("the parts cover " + std::to_string(covered) + " of the " + std::to_string(numel(slice)) + " elements of a slice " +
+         shape_string(slice) + ": they must tile it");
+}
+
+CompositePart whole_part(const PlannedTensor& p, Shape at, RowPermutation rows) {
+  CompositePart part;
+  part.name = escape_template(p.name);
+  part.shape = p.shape;
+  part.dtype = p.dtype;
+  part.transposed = p.transposed;
+  part.fills = {{1, p.fill}};
+  part.rows = rows;
+  part.source = whole_box(p.memory_shape);
+  part.at = std::move(at);
+  return part;
+}
+
+Composite whole_tensor(const PlannedTensor& p) {
+  Composite c;
+  c.dtype = p.dtype;
+  c.shape = p.memory_shape;
+  c.parts.push_back(whole_part(p, Shape(p.memory_shape.size(), 0)));
+  c.validate();
+  return c;
+}
+
+Composite concatenate(std::vector<CompositePart> parts, std::size_t dim, std::vector<StackAxis> stack) {
+  if (parts.empty()) fail("nothing to concatenate");
+  const Shape first = parts[0].source.shape;
+  if (dim >= first.size()) fail("dimension " + std::to_string(dim) + " of parts of rank " + std::to_string(first.size()));
+  Composite c;
+  c.dtype = parts[0].dtype;
+  for (const StackAxis& a : stack) c.shape.push_back(a.size);
+  Shape slice = first;
+  slice[dim] = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const Shape& s = parts[i].source.shape;
+    bool fits = s.size() == first.size();
+    for (std::size_t d = 0; fits && d < s.size(); ++d) fits = d == dim || s[d] == first[d];
+    if (!fits)
+      fail(part_label(parts[i], i) + ": its box " + shape_string(s) + " does not concatenate with " + shape_string(first) +
+           " along dimension " + std::to_string(dim));
+    parts[i].at = Shape(s.size(), 0);
+    parts[i].at[dim] = slice[dim];
+    slice[dim] = checked_add(slice[dim], s[dim], "concatenated extent");
+  }
+  c.shape.insert(c.shape.end(), slice.begin(), slice.end());
+  c.stack = std::move(stack);
+  c.parts = std::move(parts);
+  c.validate();
+  return c;
+}
+
+Composite concatenate(std::span<const PlannedTensor> tensors, std::size_t dim, std::span<const RowPermutation> rows) {
+  if (!rows.empty() && rows.size() != tensors.size())
+    fail(std::to_string(rows.size()) + " row permutations for " + std::to_string(tensors.size()) + " tensors");
+  std::vector<CompositePart> parts;
+  for (std::size_t i = 0; i < tensors.size(); ++i) parts.push_back(whole_part(tensors[i], {}, rows.empty() ? RowPermutation{} : rows[i]));
+  return concatenate(std::move(parts), dim);
+}
+
+// ---- fill jobs ----
+
+namespace {
+
+// Jobs writing `box` (stored, row-permuted coordinates) of tensor `p` whose stored rows are permuted
+// by `rows`, into a region with explicit strides.
+void permuted_jobs(const PlannedTensor& p, const FillJob& whole, const RowPermutation& rows, const Box& box,
+                   const Region& dst, std::vector<FillJob>& out) {
+  if (rows.kind == RowPermutation::Kind::none) return region_fill_jobs(p, whole, box, dst, out);
+  if (box.empty()) return;
+  const Shape& g = p.memory_shape;
+  const std::size_t n = g.size();
+  const Shape ms = dense_strides(g);
+  const std::uint64_t m = box.shape[0], esize = dtype_size(p.dtype);
+  auto* base = static_cast<unsigned char*>(dst.data);
+
+  // A row's part of the box is one run of source memory when the dimensions before its last partial
+  // one (after the row) hold one index each; the region's rows are adjacent when they are dense.
+  std::size_t last_partial = 0;
+  for (std::size_t d = 1; d < n; ++d)
+    if (box.offset[d] != 0 || box.shape[d] != g[d]) last_partial = d;
+  bool one_run = true;
+  for (std::size_t d = 1; d < last_partial; ++d) one_run = one_run && box.shape[d] == 1;
+  const std::uint64_t run = last_partial == 0 ? ms[0] : box.shape[last_partial] * ms[last_partial];
+  std::uint64_t rest = 0;  // memory offset of the box's first element within its row
+  for (std::size_t d = 1; d < n; ++d) rest += box.offset[d] * ms[d];
+  const bool grouped = one_run && dense_from(box.shape, dst.strides) <= 1 && (m == 1 || dst.strides[0] == run);
+
+  for (std::uint64_t i = 0; i < m;) {
+    const std::uint64_t src = rows.source_row(box.offset[0] + i);
+    if (!grouped) {
+      Box row = box;
+      row.offset[0] = src;
+      row.shape[0] = 1;
+      region_fill_jobs(p, whole, row, Region{base + i * dst.strides[0] * esize, dst.strides}, out);
+      ++i;
+      continue;
+    }
+    // Rows i, i + 1, ... whose source rows step evenly upward: one job of that many runs.
+    std::uint64_t count = 1, step = 0;
+    if (i + 1 < m) {
+      const std::uint64_t next = rows.source_row(box.offset[0] + i + 1);
+      if (next > src) {
+        step = next - src;
+        count = 2;
+        while (i + count < m && rows.source_row(box.offset[0] + i + count) == src + count * step) ++count;
+      }
+    }
+    FillJob j = whole;
+    j.begin = src * ms[0] + rest;
+    j.end = j.begin + run;
+    j.runs = count;
+    j.stride = count > 1 ? step * ms[0] : 0;
+    j.dst = base + i * run * esize;
+    out.push_back(j);
+    i += count;
+  }
+}
+
+}  // namespace
+
+void composite_fill_jobs(const Composite& c, const Box& box, const Region& dst, std::uint64_t seed,
+                         std::vector<FillJob>& out) {
+  const std::size_t n = c.shape.size(), K = c.stack.size();
+  if (box.offset.size() != n || box.shape.size() != n)
+    throw std::invalid_argument("composite of shape " + shape_string(c.shape) + ": a box of rank " +
+                                std::to_string(box.shape.size()));
+  for (std::size_t d = 0; d < n; ++d)
+    if (box.offset[d] > c.shape[d] || box.shape[d] > c.shape[d] - box.offset[d])
+      throw std::invalid_argument("composite of shape " + shape_string(c.shape) + ": box at " + shape_string(box.offset) +
+                                  " of " + shape_string(box.shape) + " lies outside it");
+  if (!dst.strides.empty() && dst.strides.size() != n)
+    throw std::invalid_argument("composite: " + std::to_string(dst.strides.size()) + " strides for a box of rank " +
+                                std::to_string(n));
+  if (box.empty()) return;
+  const Shape strides = dst.strides.empty() ? dense_strides(box.shape) : dst.strides;
+  if (n > 0 && box.shape[n - 1] > 1 && strides[n - 1] != 1)
+    throw std::invalid_argument("composite: the region's last dimension is not contiguous (stride " +
+                                std::to_string(strides[n - 1]) + ")");
+  const std::uint64_t esize = dtype_size(c.dtype);
+  const std::size_t ns = n - K;  // slice rank
+
+  // Each part's run of fills at the current stack position: positions only grow in row-major order.
+  struct Cursor {
+    std::size_t run = 0;
+    std::uint64_t end = 0;  // first position past the run
+  };
+  std::vector<Cursor> cursor(c.parts.size());
+  for (std::size_t p = 0; p < c.parts.size(); ++p) cursor[p].end = c.parts[p].fills.empty() ? 0 : c.parts[p].fills[0].count;
+
+  Shape pos(box.offset.begin(), box.offset.begin() + static_cast<std::ptrdiff_t>(K));
+  Shape names(K);
+  Shape slice_off(box.offset.begin() + static_cast<std::ptrdiff_t>(K), box.offset.end());
+  Shape slice_ext(box.shape.begin() + static_cast<std::ptrdiff_t>(K), box.shape.end());
+  while (true) {
+    std::uint64_t flat = 0, elem = 0;
+    for (std::size_t k = 0; k < K; ++k) {
+      flat = flat * c.stack[k].size + pos[k];
+      elem += (pos[k] - box.offset[k]) * strides[k];
+      names[k] = c.stack[k].first + pos[k];
+    }
+    for (std::size_t p = 0; p < c.parts.size(); ++p) {
+      const CompositePart& part = c.parts[p];
+      const std::size_t r = part.source.shape.size(), lead = ns - r;
+      // The part's box within the queried box, in slice coordinates.
+      Box local{part.source.offset, part.source.shape};
+      std::uint64_t part_elem = elem;
+      bool empty = false;
+      for (std::size_t d = 0; d < ns && !empty; ++d) {
+        const std::uint64_t extent = d < lead ? 1 : part.source.shape[d - lead];
+        const std::uint64_t lo = std::max(part.at[d], slice_off[d]);
+        const std::uint64_t hi = std::min(part.at[d] + extent, slice_off[d] + slice_ext[d]);
+        if (lo >= hi) {
+          empty = true;
+          break;
+        }
+        part_elem += (lo - slice_off[d]) * strides[K + d];
+        if (d >= lead) {
+          local.offset[d - lead] += lo - part.at[d];
+          local.shape[d - lead] = hi - lo;
+        }
+      }
+      if (empty) continue;
+      Cursor& cur = cursor[p];
+      while (flat >= cur.end) cur.end += part.fills[++cur.run].count;
+      const PlannedTensor t = part_tensor(part, names, part.fills[cur.run].fill);
+      const FillJob whole = fill_job_for(t, nullptr, seed);
+      const Shape part_strides(strides.end() - static_cast<std::ptrdiff_t>(r), strides.end());
+      permuted_jobs(t, whole, part.rows, local, Region{static_cast<unsigned char*>(dst.data) + part_elem * esize, part_strides},
+                    out);
+    }
+    std::size_t k = K;
+    while (k-- > 0) {  // next stack position in the box, the last axis fastest
+      if (++pos[k] < box.offset[k] + box.shape[k]) break;
+      pos[k] = box.offset[k];
+    }
+    if (k == static_cast<std::size_t>(-1)) break;
+  }
+}
+
+// ---- text ----
+
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+constexpr std::uint64_t kVersion = 1;
+constexpr std::size_t kMaxText = 16u << 20;
+constexpr std::size_t kMaxDepth = 8;  // the format nests 5 deep: parts, a part, fills, a run
+
+std::string fill_text(const FillSpec& f) {
+  switch (f.kind) {
+    case FillKind::constant: return "constant(" + exact(f.value) + ")";
+    case FillKind::normal: return "normal(" + exact(f.mean) + "," + exact(f.std) + ")";
+    case FillKind::trunc_normal:
+      return std::string(f.bounds_in_std ? "trunc_normal_std(" : "trunc_normal(") + exact(f.mean) + "," + exact(f.std) + "," +
+             exact(f.a) + "," + exact(f.b) + ")";
+    case FillKind::uniform: return "uniform(" + exact(f.lo) + "," + exact(f.hi) + ")";
+  }
+  throw std::invalid_argument("composite: unknown fill kind");
+}
+
+ojson shape_json(const Shape& s) {
+  ojson a = ojson::array();
+  for (std::uint64_t d : s) a.push_back(d);
+  return a;
+}
+
+// Refuses nesting deeper than the format has before the parser builds anything.
+void check_depth(std::string_view text) {
+  std::size_t depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth) fail("text nests deeper than " + std::to_string(kMaxDepth) + " levels");
+    } else if (c == ']' || c == '}') {
+      if (depth > 0) --depth;
+    }
+  }
+}
+
+const json& member(const json& o, const char* key, const std::string& where) {
+  const auto it = o.find(key);
+  if (it == o.end()) fail((where.empty() ? "" : where + ": ") + "missing \"" + key + "\"");
+  return *it;
+}
+
+void only_keys(const json& o, std::initializer_list<const char*> keys, const std::string& where) {
+  for (const auto& [k, v] : o.items()) {
+    bool known = false;
+    for (const char* key : keys) known = known || k == key;
+    if (!known) {
+      std::string valid;
+      for (const char* key : keys) valid += (valid.empty() ? "" : ", ") + std::string(key);
+      fail((where.empty() ? "" : where + ": ") + "unknown key \"" + printable(k, 40) + "\" (valid: " + valid + ")");
+    }
+  }
+}
+
+std::uint64_t unsigned_of(const json& j, const std::string& where) {
+  if (!j.is_number_unsigned()) fail(where + " must be a non-negative integer below 2^64, not " + printable(j.dump(), 40));
+  return j.get<std::uint64_t>();
+}
+
+std::string string_of(const json& j, const std::string& where) {
+  if (!j.is_string()) fail(where + " must be a string, not " + printable(j.dump(), 40));
+  return j.get<std::string>();
+}
+
+Shape shape_of(const json& j, const std::string& where) {
+  if (!j.is_array()) fail(where + " must be an array of integers, not " + printable(j.dump(), 40));
+  Shape s;
+  for (std::size_t i = 0; i < j.size(); ++i) s.push_back(unsigned_of(j[i], where + "[" + std::to_string(i) + "]"));
+  return s;
+}
+
+FillSpec fill_of(const json& j, const std::string& where) {
+  try {
+    return parse_fill(string_of(j, where));
+  } catch (const std::invalid_argument& e) {
+    if (std::string_view(e.what()).starts_with("composite: ")) throw;
+    fail(where + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+std::string composite_to_text(const Composite& c) {
+  ojson o;
+  o["layerinit_composite"] = kVersion;
+  o["dtype"] = std::string(dtype_name(c.dtype));
+  o["shape"] = shape_json(c.shape);
+  if (!c.stack.empty()) {
+    ojson stack = ojson::array();
+    for (const StackAxis& a : c.stack) stack.push_back(ojson{{"size", a.size}, {"first", a.first}});
+    o["stack"] = stack;
+  }
+  ojson parts = ojson::array();
+  for (const CompositePart& p : c.parts) {
+    ojson j;
+    j["name"] = p.name;
+    j["shape"] = shape_json(p.shape);
+    j["at"] = shape_json(p.at);
+    if (p.fills.size() == 1) {
+      j["fill"] = fill_text(p.fills[0].fill);
+    } else {
+      ojson runs = ojson::array();
+      for (const FillRun& r : p.fills) runs.push_back(ojson::array({r.count, fill_text(r.fill)}));
+      j["fill"] = runs;
+    }
+    if (p.transposed) j["transposed"] = true;
+    if (p.rows.kind != RowPermutation::Kind::none) j["rows"] = p.rows.describe();
+    const Shape stored = p.stored_shape();
+    if (p.source.offset != Shape(p.source.offset.size(), 0)) j["from"] = shape_json(p.source.offset);
+    if (p.source.shape != stored) j["size"] = shape_json(p.source.shape);
+    parts.push_back(j);
+  }
+  o["parts"] = parts;
+  try {
+    return o.dump();
+  } catch (const json::exception&) {
+    fail("a part's name is not valid UTF-8");
+  }
+}
+
+Composite composite_from_text(std::string_view text) {
+  if (text.size() > kMaxText) fail("text of " + std::to_string(text.size()) + " bytes (at most 16 MiB)");
+  check_depth(text);
+  std::vector<std::vector<std::string>> keys;  // of each open object: a repeated key is refused
+  const json::parser_callback_t repeated = [&](int, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::object_start) {
+      keys.emplace_back();
+    } else if (ev == json::parse_event_t::object_end) {
+      keys.pop_back();
+    } else if (ev == json::parse_event_t::key) {
+      const std::string k = parsed.get<std::string>();
+      if (std::find(keys.back().begin(), keys.back().end(), k) != keys.back().end())
+        fail("key \"" + printable(k, 40) + "\" appears twice in one object");
+      keys.back().push_back(k);
+    }
+    return true;
+  };
+  json o;
+  try {
+    o = json::parse(text.begin(), text.end(), repeated);
+  } catch (const json::parse_error& e) {
+    std::string why = e.what();
+    if (const auto colon = why.find(": ", why.find("parse error")); colon != std::string::npos) why = why.substr(colon + 2);
+    fail("malformed JSON: " + printable(why, 200));
+  }
+  if (!o.is_object()) fail("the text must be a JSON object");
+  // The version first: a later version may have keys this one does not know.
+  const std::uint64_t version = unsigned_of(member(o, "layerinit_composite", ""), "\"layerinit_composite\"");
+  if (version != kVersion)
+    fail("version " + std::to_string(version) + " (this layerinit reads version " + std::to_string(kVersion) + ")");
+  only_keys(o, {"layerinit_composite", "dtype", "shape", "stack", "parts"}, "");
+  Composite c;
+  try {
+    c.dtype = parse_dtype(string_of(member(o, "dtype", ""), "\"dtype\""));
+  } catch (const std::invalid_argument& e) {
+    if (std::string_view(e.what()).starts_with("composite: ")) throw;
+    fail(e.what());
+  }
+  c.shape = shape_of(member(o, "shape", ""), "\"shape\"");
+  if (const auto it = o.find("stack"); it != o.end()) {
+    if (!it->is_array()) fail("\"stack\" must be an array of {\"size\", \"first\"}");
+    for (std::size_t k = 0; k < it->size(); ++k) {
+      const json& a = (*it)[k];
+      const std::string where = "stack[" + std::to_string(k) + "]";
+      if (!a.is_object()) fail(where + " must be an object {\"size\", \"first\"}");
+      only_keys(a, {"size", "first"}, where);
+      StackAxis axis;
+      axis.size = unsigned_of(member(a, "size", where), where + ".size");
+      if (const auto f = a.find("first"); f != a.end()) axis.first = unsigned_of(*f, where + ".first");
+      c.stack.push_back(axis);
+    }
+  }
+  const json& parts = member(o, "parts", "");
+  if (!parts.is_array()) fail("\"parts\" must be an array");
+  if (parts.size() > kMaxParts) fail(std::to_string(parts.size()) + " parts (at most " + std::to_string(kMaxParts) + ")");
+  std::uint64_t positions = 1;
+  for (const StackAxis& a : c.stack) positions = saturating_mul(positions, a.size);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const json& j = parts[i];
+    const std::string where = "parts[" + std::to_string(i) + "]";
+    if (!j.is_object()) fail(where + " must be an object");
+    only_keys(j, {"name", "shape", "at", "fill", "transposed", "rows", "from", "size"}, where);
+    CompositePart p;
+    p.name = string_of(member(j, "name", where), where + ".name");
+    p.shape = shape_of(member(j, "shape", where), where + ".shape");
+    p.dtype = c.dtype;
+    p.at = shape_of(member(j, "at", where), where + ".at");
+    if (const auto t = j.find("transposed"); t != j.end()) {
+      if (!t->is_boolean()) fail(where + ".transposed must be true or false");
+      p.transposed = t->get<bool>();
+    }
+    if (const auto r = j.find("rows"); r != j.end()) {
+      try {
+        p.rows = parse_row_permutation(string_of(*r, where + ".rows"));
+      } catch (const std::invalid_argument& e) {
+        if (std::string_view(e.what()).starts_with("composite: ")) throw;
+        fail(where + ".rows: " + e.what());
+      }
+    }
+    const Shape stored = p.stored_shape();
+    p.source.offset = Shape(stored.size(), 0);
+    p.source.shape = stored;
+    if (const auto f = j.find("from"); f != j.end()) p.source.offset = shape_of(*f, where + ".from");
+    if (const auto s = j.find("size"); s != j.end()) p.source.shape = shape_of(*s, where + ".size");
+    const json& fill = member(j, "fill", where);
+    if (fill.is_string()) {
+      p.fills.push_back({positions, fill_of(fill, where + ".fill")});
+    } else if (fill.is_array()) {
+      for (std::size_t r = 0; r < fill.size(); ++r) {
+        const json& run = fill[r];
+        const std::string rw = where + ".fill[" + std::to_string(r) + "]";
+        if (!run.is_array() || run.size() != 2) fail(rw + " must be [count, fill]");
+        p.fills.push_back({unsigned_of(run[0], rw + "[0]"), fill_of(run[1], rw + "[1]")});
+      }
+    } else {
+      fail(where + ".fill must be a fill like \"normal(0,0.02)\" or runs [[count, fill], ...]");
+    }
+    c.parts.push_back(std::move(p));
+  }
+  c.validate();
+  return c;
+}
+
+}  // namespace layerinit

@@ -1,0 +1,135 @@
+// Composite parameters: a framework's parameter as canonical tensors, stacked and concatenated.
+//
+// A framework often stores several of layerinit's tensors in one array: a stacked [L, ...] leaf of
+// filter_vmap or nnx.vmap (slice l is layer l's tensor), fused experts [E, 2F, H] (gate and up of
+// each expert, concatenated), a fused QKV [(H + 2 K) hd, D], and rows in another order than the
+// canonical tensor's (torchtitan's interleaved RoPE layout of q and k). A Composite says which
+// tensor every element of such a parameter is, and composite_fill_jobs writes any box of it
+// straight into a (possibly strided) region with the values the unsharded per-tensor fill gives,
+// on any backend: no temporary, no cost per element beyond the fill.
+//
+// Shape [s_0, ..., s_{K-1}, slice...]: K leading stack axes, each index a tensor of its own (its
+// name a template of the indices), then a slice tiled exactly by parts. A part is a box of one
+// tensor as stored (orientation, then an optional named row permutation), placed at an offset in
+// the slice. Its description is versioned text (composite_to_text) whose size grows with the
+// parts, never with the stack: an FFI attribute for a stacked leaf of any depth.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <layerinit/init/builder.hpp>
+#include <layerinit/shard/box_fill.hpp>
+#include <layerinit/shard/mesh.hpp>
+
+namespace layerinit {
+
+// A reordering of a stored tensor's rows that a library names: stored row r holds row
+// source_row(r) of the tensor as oriented.
+struct RowPermutation {
+  enum class Kind : std::uint8_t {
+    none,
+    // torchtitan's interleaved RoPE layout of a Hugging Face (rotate-half) q or k weight: in each
+    // head of `group` rows, row 2i + j holds row j * group / 2 + i, as torchtitan's Llama3
+    // state-dict adapter's _reverse_permute (from_hf) arranges it.
+    rope_interleave,
+  };
+  Kind kind = Kind::none;
+  std::uint64_t group = 0;  // rope_interleave: rows per head (head_dim), even
+  std::uint64_t source_row(std::uint64_t row) const;
+  std::string describe() const;  // "none", "rope_interleave(128)"
+  bool operator==(const RowPermutation&) const = default;
+  static RowPermutation rope_interleave(std::uint64_t head_dim) { return {Kind::rope_interleave, head_dim}; }
+};
+// "none" or "rope_interleave(N)"; throws std::invalid_argument naming the valid forms.
+RowPermutation parse_row_permutation(std::string_view text);
+
+// `count` consecutive stack indices with one fill.
+struct FillRun {
+  std::uint64_t count = 0;
+  FillSpec fill;
+  bool operator==(const FillRun&) const = default;
+};
+
+// One canonical tensor pattern placed in every slice of a composite.
+struct CompositePart {
+  // The tensor's canonical name; with stack axes a template: "{k}" is axis k's index (its first +
+  // the position along it), "{{" and "}}" are literal braces. Each axis appears at least once.
+  std::string name;
+  Shape shape;                   // logical, the tensor's own
+  DType dtype = DType::f32;
+  bool transposed = false;       // stored [shape[1], shape[0]] (in-out orientation; 2-D only)
+  std::vector<FillRun> fills;    // by stack index (row-major over the axes), covering every slice
+  RowPermutation rows;           // of the stored tensor; not with transposed
+  Box source;                    // the box of the stored, row-permuted tensor this part places
+  // Its offset in a slice, one entry per slice dimension. A part of lower rank than the slice sits
+  // in its last dimensions, the leading ones of extent 1 ([F, H] in [2, F, H] fused gate-up).
+  Shape at;
+
+  Shape stored_shape() const;    // shape, transposed when stored so
+  bool operator==(const CompositePart&) const = default;
+};
+
+struct StackAxis {
+  std::uint64_t size = 0;
+  std::uint64_t first = 0;  // the index the names give position 0 (a model's first layer in the stack)
+  bool operator==(const StackAxis&) const = default;
+};
+
+struct Composite {
+  DType dtype = DType::f32;
+  Shape shape;                     // stack sizes, then the slice shape
+  std::vector<StackAxis> stack;    // the leading axes
+  std::vector<CompositePart> parts;
+
+  Shape slice_shape() const;       // shape without the stack axes
+  std::uint64_t slices() const;    // stack positions (1 without stack axes)
+  // The tensor part `p` stands for at stack position `index` (one entry per axis, 0-based).
+  PlannedTensor tensor(std::size_t p, std::span<const std::uint64_t> index) const;
+  // Throws std::invalid_argument with one line naming the first problem: a shape that does not start
+  // with the stack sizes, parts that do not tile the slice exactly (a gap, an overlap, a part outside
+  // it), a dtype other than the composite's, a source box outside its tensor, fills that do not
+  // cover the stack or are invalid for the dtype, a name template that misses an axis or has a
+  // stray brace, a permutation whose group does not divide the rows or meets a transposed part.
+  void validate() const;
+  bool operator==(const Composite&) const = default;
+};
+
+// One tensor as a whole, stored as planned.
+Composite whole_tensor(const PlannedTensor& p);
+// A part that places the whole stored tensor `p` (its name escaped: a name, not a template) at `at`.
+CompositePart whole_part(const PlannedTensor& p, Shape at, RowPermutation rows = {});
+// Parts concatenated along dimension `dim` of their stored boxes (source.shape), in order, in the slice
+// under `stack` axes: sets each part's `at`; the shape is the stack sizes, then the boxes' common shape
+// with dimension `dim` summed. torchtitan's fused wqkv is [q; k; v] along 0, q and k rope_interleave;
+// a stacked leaf of it adds an axis [L]. Validated; std::invalid_argument naming a part that does
+// not fit.
+Composite concatenate(std::vector<CompositePart> parts, std::size_t dim, std::vector<StackAxis> stack = {});
+// Whole tensors concatenated so, each with its row permutation (`rows` empty: none; else one each).
+Composite concatenate(std::span<const PlannedTensor> tensors, std::size_t dim, std::span<const RowPermutation> rows = {});
+// Literal text as a name template: braces doubled.
+std::string escape_template(std::string_view name);
+// A name template with axis k's index `index[k]` (first included) written in decimal.
+std::string expand_template(std::string_view name, std::span<const std::uint64_t> index);
+
+// Appends the jobs that write `box` of composite `c` (coordinates of c.shape) into `dst`, with the
+// values each element has in its own tensor: the same bits as the tensor filled whole, for any box,
+// layout of parts, orientation and permutation. Rows of a permuted part are grouped into runs whose
+// source rows are evenly spaced (rope_interleave: two rows per job when the part's rows are whole in
+// the box and the region's rows adjacent; else one row per job). `c` must be valid (validate()).
+// Throws std::invalid_argument for a box outside c.shape or a region as region_fill_jobs does.
+void composite_fill_jobs(const Composite& c, const Box& box, const Region& dst, std::uint64_t seed,
+                         std::vector<FillJob>& out);
+
+// The composite as compact, versioned JSON text, and back: {"layerinit_composite": 1, "dtype",
+// "shape", "stack": [{"size", "first"}], "parts": [{"name", "shape", "at", "fill": text or
+// [[count, text], ...], and when not the default "transposed", "rows", "from", "size"}]} (docs/python.md).
+// Fills print exactly (shortest round-trip decimals), so parse(print(c)) == c. Parsing throws
+// std::invalid_argument with one line (unknown key, wrong type, other version, then validate()'s).
+std::string composite_to_text(const Composite& c);
+Composite composite_from_text(std::string_view text);
+
+}  // namespace layerinit
