@@ -114,8 +114,7 @@ class StagingGuard {
   explicit StagingGuard(fs::path dir) : dir_(std::move(dir)) {}
   ~StagingGuard() {
     if (dir_.empty()) return;
-    std::error_code ec;
-    for (int tries = 0; tries < 3 && fs::exists(fs::symlink_status(dir_, ec)); ++tries) fs::remove_all(dir_, ec);
+    detail::remove_tree(dir_);
   }
   StagingGuard(const StagingGuard&) = delete;
   StagingGuard& operator=(const StagingGuard&) = delete;
@@ -241,6 +240,7 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
     if (me == 0) {
       check_checkpoint_target(CheckpointFormat::safetensors, tgt, opts.writer,
                               planned_checkpoint_bytes(b, CheckpointFormat::safetensors, meta, opts.writer));
+      detail::remove_stale_staging(tgt);
       staging.emplace(tgt, true);
     }
   } catch (...) {
@@ -337,6 +337,7 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
     if (me == 0) {
       check_checkpoint_target(CheckpointFormat::hdf5, tgt, opts.writer,
                               planned_checkpoint_bytes(b, CheckpointFormat::hdf5, meta, opts.writer));
+      detail::remove_stale_staging(tgt);
       ranks_dir.emplace(tgt.parent_path(), tgt.filename().string() + ".ranks-XXXXXX", true, tgt);
     }
   } catch (...) {
@@ -445,6 +446,7 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
       detail::TempPath master(tgt, false);
       detail::write_hdf5_virtual(master.path(), datasets, sources, master_meta, tgt);
       fs::path d = ranks_dir->path();
+      ranks_dir->unmark();  // about to be the checkpoint's: never stale staging
       detail::fsync_path(d, true);
       detail::publish_hdf5(master, tgt, opts.writer.overwrite, dir_name);
       ranks_dir->keep();  // the master names it now

@@ -2,7 +2,9 @@
 // paths, atomic publish, the writer lifecycle, format names and planned sizes.
 #include "detail.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -143,6 +145,16 @@ TempPath::TempPath(const fs::path& dir, const std::string& name_template, bool d
   if (directory) {
     if (::mkdtemp(tmpl.data()) == nullptr) fail("cannot create a temporary directory beside", target, errno);
     ::chmod(tmpl.c_str(), 0777 & ~mask);
+    // The marker is locked under another name, then renamed: a cleaner never sees it unlocked.
+    const fs::path dir_path = tmpl, fresh = dir_path / ".layerinit-staging-new";
+    lock_fd_ = ::open(fresh.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666 & ~mask);
+    if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX) != 0 || ::rename(fresh.c_str(), (dir_path / kStagingMarker).c_str()) != 0) {
+      const int e = errno;
+      if (lock_fd_ >= 0) ::close(lock_fd_);
+      lock_fd_ = -1;
+      remove_tree(dir_path);
+      fail("cannot create a temporary directory beside", target, e);
+    }
   } else {
     int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
     if (fd < 0) fail("cannot create a temporary file beside", target, errno);
@@ -155,10 +167,58 @@ TempPath::TempPath(const fs::path& dir, const std::string& name_template, bool d
 
 void TempPath::remove() noexcept {
   if (!live_) return;
-  std::error_code ec;
-  if (directory_) fs::remove_all(path_, ec);
-  else fs::remove(path_, ec);
+  unmark();  // first: its descriptor may be the last one the removal needs
+  if (directory_) {
+    remove_tree(path_);
+  } else {
+    std::error_code ec;
+    fs::remove(path_, ec);
+  }
   live_ = false;
+}
+
+void TempPath::unmark() noexcept {
+  if (lock_fd_ < 0) return;
+  ::unlink((path_ / kStagingMarker).c_str());
+  ::close(lock_fd_);
+  lock_fd_ = -1;
+}
+
+bool remove_tree(const fs::path& p) noexcept {
+  for (int round = 0; round < 16; ++round) {
+    struct stat st{};
+    if (::lstat(p.c_str(), &st) != 0) return errno == ENOENT;
+    if (!S_ISDIR(st.st_mode)) return ::unlink(p.c_str()) == 0 || errno == ENOENT;
+    if (DIR* d = ::opendir(p.c_str())) {
+      std::vector<std::string> names;
+      while (const dirent* e = ::readdir(d))
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+      ::closedir(d);
+      for (const auto& n : names) remove_tree(p / n);
+    } else if (errno != ENOENT) {
+      return false;
+    }
+    if (::rmdir(p.c_str()) == 0 || errno == ENOENT) return true;
+    if (errno != ENOTEMPTY && errno != EEXIST) return false;  // else something appeared: again
+  }
+  return false;
+}
+
+void remove_stale_staging(const fs::path& target) noexcept {
+  const std::string name = target.filename().string();
+  const std::string tmp_prefix = "." + name + ".tmp-", ranks_prefix = name + ".ranks-";
+  std::error_code ec;
+  for (fs::directory_iterator it(target.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string entry = it->path().filename().string();
+    const bool ours = (entry.size() == tmp_prefix.size() + 6 && entry.rfind(tmp_prefix, 0) == 0) ||
+                      (entry.size() == ranks_prefix.size() + 6 && entry.rfind(ranks_prefix, 0) == 0);
+    std::error_code st;
+    if (!ours || !fs::is_directory(it->symlink_status(st))) continue;
+    const int fd = ::open((it->path() / kStagingMarker).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;  // no marker: not staging, or already published
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) remove_tree(it->path());  // its process is gone
+    ::close(fd);
+  }
 }
 
 void fsync_path(const fs::path& p, bool directory) {
@@ -173,6 +233,7 @@ void fsync_path(const fs::path& p, bool directory) {
 }
 
 void TempPath::publish(const fs::path& target, bool overwrite) {
+  unmark();  // published, it is a checkpoint, not staging
   if (directory_) {
     for (const auto& e : fs::directory_iterator(path_)) fsync_path(e.path(), false);
   }
@@ -187,8 +248,7 @@ void TempPath::publish(const fs::path& target, bool overwrite) {
     }
   } else if (directory_ && fs::exists(fs::symlink_status(target))) {
     if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
-      std::error_code ec;
-      fs::remove_all(path_, ec);  // now the old checkpoint
+      remove_tree(path_);  // now the old checkpoint
     } else {
       if (errno != EINVAL && errno != ENOSYS) fail("cannot rename the temporary into", target, errno);
       // No atomic exchange on this filesystem: move the old one aside first.
@@ -200,8 +260,7 @@ void TempPath::publish(const fs::path& target, bool overwrite) {
         ::rename(old.c_str(), target.c_str());
         fail("cannot rename the temporary into", target, e);
       }
-      std::error_code ec;
-      fs::remove_all(old, ec);
+      remove_tree(old);
     }
   } else if (::rename(path_.c_str(), target.c_str()) != 0) {
     fail("cannot rename the temporary into", target, errno);
@@ -233,6 +292,7 @@ WriterBase::WriterBase(fs::path target, const WriterOptions& opts, TargetRules r
 
 void WriterBase::admit(std::uint64_t planned, const DatasetSource& datasets) {
   preflight(target_, rules_.directory, opts_.overwrite, opts_.check_free_space, planned, rules_.ours);
+  remove_stale_staging(target_);
   d_ = datasets();
   progress_ = Progress(d_);
 }

@@ -7,12 +7,14 @@
 //     temporary left, and a failure is one line on stderr with the failed rank's exit code;
 //   - bad input under mpirun: one line, exit 2.
 // Skips (GTEST_SKIP) when mpirun is missing or the tool was built without MPI.
+#include <signal.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -169,6 +171,46 @@ TEST_F(CliMpi, AKilledRankLeavesNothing) {
     EXPECT_NE(r.code(), 0) << r.err;
     EXPECT_EQ(dir.entries(), std::vector<std::string>{}) << r.err;
   }
+}
+
+// The job torn down while the ranks write a checkpoint of many files (SIGTERM to every rank at once,
+// as mpirun sends it after a Ctrl-C or a lost rank): nothing published and no staging directory
+// left, however the ranks' removals of it interleave (issue 19: 9 of 9 runs left 1-2 GB of
+// `.ck.tmp-*` behind, one rank stopping at a file another had removed first).
+TEST_F(CliMpi, ATornDownJobLeavesNoStaging) {
+  TempDir dir;
+  const fs::path out = dir / "ck";
+  Child c = spawn_command(mpirun(3, {"emit", "--preset", "gpt2-large", "--threads", "1", "--format", "safetensors",
+                                     "--max-shard-size", "10MB", "-o", out.string()},
+                                 "", 10),
+                          kEnv);
+  // Files in the staging directory (0 before it exists): the ranks are stopped once 20 of ~150 are there.
+  auto staged_files = [&]() -> std::size_t {
+    for (const auto& e : TempDir::list(dir.path()))
+      if (e.rfind(".ck.tmp-", 0) == 0) {
+        std::error_code ec;
+        std::size_t n = 0;
+        for (fs::directory_iterator it(dir / e, ec), end; !ec && it != end; it.increment(ec)) ++n;
+        return n;
+      }
+    return 0;
+  };
+  bool staged = false;
+  for (int i = 0; i < 6000 && !(staged = staged_files() >= 20); ++i) ::usleep(10'000);
+  // mpirun's children are the ranks.
+  std::vector<pid_t> ranks;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::ifstream stat(e.path() / "stat");
+    std::string pid, comm, state;
+    long ppid = 0;
+    if (stat >> pid >> comm >> state >> ppid && ppid == c.pid) ranks.push_back(std::stoi(pid));
+  }
+  for (pid_t r : ranks) ::kill(r, SIGTERM);
+  const Result r = finish(c);
+  ASSERT_TRUE(staged) << r.err;
+  EXPECT_EQ(ranks.size(), 3u);
+  EXPECT_NE(r.code(), 0) << r.how() << "\n" << r.err;
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{}) << r.err;
 }
 
 TEST_F(CliMpi, BadInputIsOneLineExitTwo) {
