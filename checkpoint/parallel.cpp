@@ -12,6 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
+#include <layerinit/backends/content_hash.hpp>
+#include <layerinit/core/text.hpp>
+#include <layerinit/init/spec_json.hpp>
+
 #include <layerinit/checkpoint/detail.hpp>
 #include <layerinit/init/engine.hpp>
 #include "feed.hpp"
@@ -133,21 +139,74 @@ struct Contribution {
   std::vector<std::uint64_t> layers;
 };
 
-std::string encode(const std::vector<Contribution>& v) {
-  nlohmann::json j = nlohmann::json::array();
-  for (const auto& c : v) j.push_back({c.dataset, c.hash, c.whole, c.layers});
-  return j.dump();
+// A file a rank wrote into the staging directory, complete: its name there and its size.
+struct StagedFile {
+  std::string name;
+  std::uint64_t bytes = 0;
+};
+
+// What a rank sends rank 0 once every rank has written its share.
+struct Share {
+  std::vector<Contribution> tensors;
+  std::vector<StagedFile> files;
+};
+
+std::string encode(const Share& s) {
+  nlohmann::json t = nlohmann::json::array(), f = nlohmann::json::array();
+  for (const auto& c : s.tensors) t.push_back({c.dataset, c.hash, c.whole, c.layers});
+  for (const auto& x : s.files) f.push_back({x.name, x.bytes});
+  return nlohmann::json{{"tensors", t}, {"files", f}}.dump();
 }
 
-std::vector<Contribution> decode(const std::string& s) {
-  std::vector<Contribution> v;
-  for (const auto& e : nlohmann::json::parse(s))
-    v.push_back({e[0].get<std::size_t>(), e[1].get<std::uint64_t>(), e[2].get<bool>(), e[3].get<std::vector<std::uint64_t>>()});
-  return v;
+Share decode(const std::string& text) {
+  Share s;
+  const nlohmann::json j = nlohmann::json::parse(text);
+  for (const auto& e : j.at("tensors"))
+    s.tensors.push_back({e[0].get<std::size_t>(), e[1].get<std::uint64_t>(), e[2].get<bool>(), e[3].get<std::vector<std::uint64_t>>()});
+  for (const auto& e : j.at("files")) s.files.push_back({e[0].get<std::string>(), e[1].get<std::uint64_t>()});
+  return s;
+}
+
+// The size of a file this rank just wrote into the staging directory (`shown` names it as published).
+std::uint64_t staged_size(const fs::path& p, const fs::path& shown) {
+  struct stat st{};
+  if (::lstat(p.c_str(), &st) != 0) detail::fail("cannot read", shown, errno);
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+// Rank 0, before publishing: every file the ranks reported is in `dir` with the size its rank wrote,
+// and `dir` holds nothing else (its staging marker aside). A file removed, cut or added while the
+// emit ran would otherwise be published as part of the checkpoint. `what` names the checkpoint.
+void verify_staging(const fs::path& dir, const std::vector<Share>& shares, const std::string& what) {
+  auto broken = [&](const std::string& why) {
+    throw checkpoint_error("checkpoint: " + what + ": " + why + " (changed while the emit ran?); nothing was published");
+  };
+  std::set<std::string> expected;
+  for (std::size_t r = 0; r < shares.size(); ++r)
+    for (const StagedFile& f : shares[r].files) {
+      expected.insert(f.name);
+      struct stat st{};
+      if (::lstat((dir / f.name).c_str(), &st) != 0)
+        broken("rank " + std::to_string(r) + "'s file " + f.name + " is missing from the staging directory");
+      if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != f.bytes)
+        broken("rank " + std::to_string(r) + "'s file " + f.name + " has " + std::to_string(st.st_size) +
+               " bytes in the staging directory, " + std::to_string(f.bytes) + " written");
+    }
+  std::error_code ec;
+  std::uint64_t count = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == detail::kStagingMarker) continue;
+    ++count;
+    if (!expected.count(name)) broken("the staging directory holds " + printable(name) + ", which no rank wrote");
+  }
+  if (ec) broken("the staging directory cannot be read: " + ec.message());
+  if (count != expected.size())
+    broken("the staging directory holds " + std::to_string(count) + " files, the ranks wrote " + std::to_string(expected.size()));
 }
 
 // Rank 0's report: every dataset in file order with the ranks' hashes put together.
-EmitResult assemble(const std::vector<DatasetSpec>& datasets, const std::vector<std::string>& gathered) {
+EmitResult assemble(const std::vector<DatasetSpec>& datasets, const std::vector<Share>& shares) {
   EmitResult r;
   for (const auto& d : datasets) {
     TensorReport& t = r.tensors.emplace_back(d.name, d.shape, d.dtype);
@@ -155,8 +214,8 @@ EmitResult assemble(const std::vector<DatasetSpec>& datasets, const std::vector<
     r.weight_bytes += t.bytes;
   }
   std::vector<int> parts(datasets.size(), 0);
-  for (const auto& text : gathered)  // rank order: layer ranges ascend
-    for (const Contribution& c : decode(text)) {
+  for (const auto& share : shares)  // rank order: layer ranges ascend
+    for (const Contribution& c : share.tensors) {
       TensorReport& t = r.tensors.at(c.dataset);
       t.layer_hashes.insert(t.layer_hashes.end(), c.layers.begin(), c.layers.end());
       t.hash = c.hash;
@@ -234,7 +293,6 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
   fs::path tgt;
   std::optional<detail::TempPath> staging;  // rank 0's: the directory every rank writes into
   try {
-    check_emit(b, be, opts);
     meta = builder_metadata(b, opts.meta);
     tgt = detail::normalize_target(target);
     if (me == 0) {
@@ -252,7 +310,7 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
 
   const Origins o(b);
   std::vector<DatasetSpec> datasets;
-  std::vector<Contribution> mine;
+  Share mine;
   std::vector<SafetensorsShard> shards;
   try {
     datasets = checkpoint_datasets(b);
@@ -277,7 +335,8 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
         const Range layers{lo, hi > lo ? hi - lo : 0};
         auto got = write_share(b, be, opts, o, t0, *w, layers, shards[f].datasets,
                                [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer); });
-        mine.insert(mine.end(), got.begin(), got.end());
+        mine.tensors.insert(mine.tensors.end(), got.begin(), got.end());
+        mine.files.push_back({shards[f].file, staged_size(stage / shards[f].file, tgt / shards[f].file)});
       });
     }
   } catch (...) {
@@ -291,7 +350,10 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
   failure = nullptr;
   if (me == 0) {
     try {
-      result = assemble(datasets, gathered);
+      std::vector<Share> shares;
+      for (const auto& text : gathered) shares.push_back(decode(text));
+      verify_staging(staging->path(), shares, tgt.string());
+      result = assemble(datasets, shares);
       if (shards.size() > 1)
         detail::write_small_file(staging->path() / "model.safetensors.index.json", safetensors_index_json(shards, datasets),
                                  tgt / "model.safetensors.index.json");
@@ -308,7 +370,7 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
       staging.reset();  // removed before the others hear of it
     }
   } else {
-    result = own_report(datasets, mine);
+    result = own_report(datasets, mine.tensors);
   }
   if (me == 0 && !failure) {
     try {
@@ -330,7 +392,6 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
   fs::path tgt;
   std::optional<detail::TempPath> ranks_dir;  // rank 0's: the directory of the rank files
   try {
-    check_emit(b, be, opts);
     meta = builder_metadata(b, opts.meta);
     detail::check_hdf5_options(target, opts.writer);
     tgt = detail::normalize_target(target);
@@ -374,7 +435,7 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
   auto holds_anything = [&](std::uint64_t r) { return std::find(owner.begin(), owner.end(), r) != owner.end(); };
 
   std::vector<DatasetSpec> datasets;
-  std::vector<Contribution> mine;
+  Share mine;
   try {
     datasets = checkpoint_datasets(b);
     if (holds_anything(me)) {
@@ -405,10 +466,12 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
       rank_meta.extra["layerinit.rank"] =
           nlohmann::ordered_json{{"rank", me}, {"ranks", n}, {"layers", {L.offset, L.size}}}.dump();
       auto w = open_hdf5_writer(dir / hdf5_rank_file_name(me, n), std::move(specs), rank_meta, rank_writer_options(opts));
-      mine = write_share(b, be, opts, o, t0, *w, L, global,
-                         [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer - L.offset); });
+      mine.tensors = write_share(b, be, opts, o, t0, *w, L, global,
+                                 [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer - L.offset); });
+      const std::string file = hdf5_rank_file_name(me, n);
+      mine.files.push_back({file, staged_size(dir / file, dir / file)});
       if (o.stacked)  // a piece of each [L, ...] dataset: whole only if this rank holds every layer
-        for (auto& m : mine)
+        for (auto& m : mine.tensors)
           if (m.dataset >= o.pre && m.dataset < o.pre + o.middle) m.whole = L.size == spec.num_layers;
     }
   } catch (...) {
@@ -422,7 +485,10 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
   failure = nullptr;
   if (me == 0) {
     try {
-      result = assemble(datasets, gathered);
+      std::vector<Share> shares;
+      for (const auto& text : gathered) shares.push_back(decode(text));
+      verify_staging(ranks_dir->path(), shares, tgt.string());
+      result = assemble(datasets, shares);
       // Each dataset's sources: the rank file holding it, or per rank its rows of a stacked dataset.
       std::vector<std::vector<detail::VirtualSource>> sources(datasets.size());
       auto file_of = [&](std::uint64_t r) { return dir_name + "/" + hdf5_rank_file_name(r, n); };
@@ -456,7 +522,7 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
       ranks_dir.reset();
     }
   } else {
-    result = own_report(datasets, mine);
+    result = own_report(datasets, mine.tensors);
   }
   if (me == 0 && !failure) {
     try {
@@ -470,6 +536,61 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
   return result;
 }
 
+// Everything that decides the checkpoint's bytes and where they go, one [what, value] pair per field
+// (long values as their XXH3-64): the format and target, the model, the recipe and its overrides,
+// the build options, the writer's options and the file metadata (library version included).
+nlohmann::json output_fields(const Builder& b, const fs::path& target, const EmitOptions& opts) {
+  auto digest = [](const std::string& text) {
+    ContentHash h;
+    h.update(text.data(), text.size());
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h.digest()));
+    return std::string("xxh3 ") + hex;
+  };
+  const BuildOptions& o = b.options();
+  std::string init_overrides, dtype_overrides, order;
+  for (const auto& [pattern, fill] : b.recipe().overrides()) init_overrides += pattern + "=" + fill.describe() + ";";
+  for (const auto& d : o.dtype_overrides) dtype_overrides += d.pattern + "=" + std::string(dtype_name(d.dtype)) + ";";
+  for (auto i : o.layer_order) order += std::to_string(i) + ",";
+  std::string meta;
+  for (const auto& [k, v] : detail::metadata_pairs(builder_metadata(b, opts.meta))) meta += k + "=" + v + "\n";
+  const WriterOptions& w = opts.writer;
+  return nlohmann::json::array({
+      {"format", std::string(format_name(opts.format))},
+      {"output", detail::normalize_target(target).string()},
+      {"model", digest(spec_to_json(b.spec()))},
+      {"recipe", b.recipe().name()},
+      {"init overrides", digest(init_overrides)},
+      {"dtype", std::string(dtype_name(o.dtype))},
+      {"dtype overrides", digest(dtype_overrides)},
+      {"seed", std::to_string(o.seed)},
+      {"layout", std::string(layout_name(o.layout))},
+      {"orientation", std::string(orientation_name(o.orientation))},
+      {"experts", std::string(expert_layout_name(o.experts))},
+      {"layer order", digest(order)},
+      {"overwrite", w.overwrite ? "yes" : "no"},
+      {"free space check", w.check_free_space ? "yes" : "no"},
+      {"max shard size", std::to_string(w.max_shard_size)},
+      {"config.json", digest(w.config_json)},
+      {"max chunk bytes", std::to_string(w.max_chunk_bytes)},
+      {"metadata", digest(meta)},
+  });
+}
+
+// Throws std::invalid_argument naming the first field in which this rank's output (`mine`) differs
+// from rank 0's (`root`): the ranks would write parts of different checkpoints.
+void check_same_output(const std::string& root, const nlohmann::json& mine, std::uint64_t rank) {
+  const nlohmann::json theirs = nlohmann::json::parse(root);
+  for (std::size_t k = 0; k < mine.size(); ++k) {
+    const std::string what = mine[k][0], a = mine[k][1], b = k < theirs.size() ? theirs[k][1].get<std::string>() : "";
+    if (a == b) continue;
+    const bool hashed = a.rfind("xxh3 ", 0) == 0;
+    throw std::invalid_argument("emit: rank " + std::to_string(rank) + " was given another " + what + " than rank 0" +
+                                (hashed ? "" : " ('" + printable(a, 200) + "', rank 0: '" + printable(b, 200) + "')") +
+                                ": every process of the job must run the same command");
+  }
+}
+
 }  // namespace
 
 EmitResult emit_parallel(const Builder& b, backend& be, const fs::path& target, const EmitOptions& opts, Collective& c) {
@@ -477,6 +598,24 @@ EmitResult emit_parallel(const Builder& b, backend& be, const fs::path& target, 
     throw std::invalid_argument("emit: rank " + std::to_string(c.rank()) + " of a group of " + std::to_string(c.size()));
   if (c.size() == 1) return emit_checkpoint(b, be, target, opts);
   const auto t0 = std::chrono::steady_clock::now();
+  // Before anything is written: each rank's own checks, then one output on every rank (a rank given
+  // another seed, model, format or target would publish a mix, or wait in another protocol).
+  std::exception_ptr failure;
+  nlohmann::json mine;
+  try {
+    check_emit(b, be, opts);
+    mine = output_fields(b, target, opts);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(c, failure);
+  const std::string root = c.broadcast(c.rank() == 0 ? mine.dump() : std::string(), 0);
+  try {
+    check_same_output(root, mine, c.rank());
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(c, failure);
   return opts.format == CheckpointFormat::safetensors ? emit_safetensors(b, be, target, opts, c, t0)
                                                       : emit_hdf5(b, be, target, opts, c, t0);
 }

@@ -213,6 +213,42 @@ TEST_F(CliMpi, ATornDownJobLeavesNoStaging) {
   EXPECT_EQ(dir.entries(), std::vector<std::string>{}) << r.err;
 }
 
+// Ranks started with different options (mpirun's "A : B" form, or a wrapper that varies them per
+// rank) would each write their share of a different checkpoint: every rank exits 2 before anything is
+// written, rank 0 naming the first rank and option that differ (issue 19: published a mix, exit 0).
+TEST_F(CliMpi, RanksGivenDifferentOptionsExitTwoWritingNothing) {
+  TempDir dir;
+  const std::string out = (dir / "m").string();
+  struct Case {
+    std::vector<std::string> other;  // rank 1's flags where rank 0 has the first command's
+    std::string words;
+  };
+  const std::vector<std::string> base{"emit", "--preset", "llama-tiny", "--seed", "1", "--format", "safetensors",
+                                      "--max-shard-size", "100KB", "-o", out};
+  const std::vector<Case> cases = {
+      {{"emit", "--preset", "llama-tiny", "--seed", "2", "--format", "safetensors", "--max-shard-size", "100KB", "-o", out},
+       "rank 1 of 2: emit: rank 1 was given another seed than rank 0 ('2', rank 0: '1')"},
+      {{"emit", "--preset", "gpt2-tiny", "--seed", "1", "--format", "safetensors", "--max-shard-size", "100KB", "-o", out},
+       "rank 1 was given another model than rank 0"},
+      {{"emit", "--preset", "llama-tiny", "--seed", "1", "--format", "hdf5", "-o", out}, "another format than rank 0"},
+      {{"emit", "--preset", "llama-tiny", "--seed", "1", "--format", "safetensors", "--max-shard-size", "100KB", "-o",
+        (dir / "elsewhere").string()},
+       "another output than rank 0"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.words);
+    std::vector<std::string> cmd = mpirun(1, base);
+    cmd.insert(cmd.end(), {":", "-np", "1", kLayerinit});
+    cmd.insert(cmd.end(), c.other.begin(), c.other.end());
+    const Result r = run_command(cmd, kEnv);
+    EXPECT_EQ(r.code(), 2) << r.how() << "\n" << r.err;
+    const auto lines = r.our_lines();
+    ASSERT_EQ(lines.size(), 1u) << r.err;
+    EXPECT_NE(lines[0].find(c.words), std::string::npos) << lines[0];
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{});
+  }
+}
+
 TEST_F(CliMpi, BadInputIsOneLineExitTwo) {
   TempDir dir;
   {

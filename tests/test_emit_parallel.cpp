@@ -528,3 +528,92 @@ TEST(EmitParallel, ALaterEmitRemovesStaleStagingAndNothingElse) {
     }
   }
 }
+// Rank 0 checks, before publishing, that every file the ranks wrote is in the staging directory
+// with its size and that nothing else is: a file removed meanwhile (rm -rf of the working directory,
+// issue 19) fails the emit with nothing published, instead of an index naming missing files.
+TEST(EmitParallel, AFileRemovedBeforePublishingPublishesNothing) {
+  for (CheckpointFormat f : {CheckpointFormat::safetensors, CheckpointFormat::hdf5}) {
+    for (const std::string change : {"removed", "cut", "added"}) {
+      SCOPED_TRACE(std::string(format_name(f)) + ", " + change);
+      Job s = f == CheckpointFormat::hdf5 ? hdf5_setup("llama-tiny", Layout::per_layer, DType::bf16)
+                                          : safetensors_setup("llama-tiny", Layout::per_layer, Orientation::out_in,
+                                                              DType::bf16, 60'000);
+      TempDir dir;
+      const fs::path target = dir / (f == CheckpointFormat::hdf5 ? "out.h5" : "out");
+      const auto outcomes = run_parallel(s, 3, target, [&](std::uint64_t r, EmitOptions&, ThreadGroup& g) {
+        if (r != 0) return;
+        // Every rank has written and agreed when rank 0 gathers: change a file of rank 1's there.
+        g.before_gather = [&] {
+          for (const auto& e : fs::directory_iterator(dir.path())) {
+            if (!fs::is_directory(e.path())) continue;
+            std::vector<fs::path> files;
+            for (const auto& x : fs::directory_iterator(e.path()))
+              if (x.path().filename().string()[0] != '.') files.push_back(x.path());
+            std::sort(files.begin(), files.end());
+            ASSERT_GE(files.size(), 3u);
+            const fs::path staged = files[1];
+            if (change == "removed") fs::remove(staged);
+            if (change == "cut") fs::resize_file(staged, fs::file_size(staged) - 1);
+            if (change == "added") std::ofstream(e.path() / "notes.txt") << "mine";
+          }
+        };
+      });
+      EXPECT_NE(outcomes[0].error.find("changed while the emit ran?); nothing was published"), std::string::npos)
+          << outcomes[0].error;
+      for (std::uint64_t r : {1, 2}) EXPECT_TRUE(outcomes[r].rank_failed) << outcomes[r].error;
+      EXPECT_EQ(dir.entries(), std::vector<std::string>{});
+    }
+  }
+}
+
+// Ranks given different options (another seed, model, format or target: a process group not started
+// from one command line) are refused before anything is written, on every rank, naming what differs.
+TEST(EmitParallel, RanksGivenDifferentOptionsWriteNothing) {
+  struct Case {
+    std::string what;
+    std::function<void(Job&)> change;
+    std::string words;
+  };
+  const std::vector<Case> cases = {
+      {"seed", [](Job& j) { j.opts.seed = 2; }, "rank 1 was given another seed than rank 0 ('2', rank 0: '0')"},
+      {"model", [](Job& j) { j.spec = make_preset("gpt2-tiny"); j.eo.writer.config_json = config_json(j.spec, DType::bf16); },
+       "rank 1 was given another model than rank 0: every process"},
+      {"format", [](Job& j) { j.eo.format = CheckpointFormat::hdf5; j.eo.writer.config_json.clear(); },
+       "rank 1 was given another format than rank 0 ('hdf5', rank 0: 'safetensors')"},
+      {"shards", [](Job& j) { j.eo.writer.max_shard_size = 1; }, "another max shard size"},
+      {"dtype override", [](Job& j) { j.opts.dtype_overrides = {{"*norm*", DType::f32}}; }, "another dtype overrides"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    TempDir dir;
+    const Job base = safetensors_setup("llama-tiny", Layout::per_layer, Orientation::out_in, DType::bf16, 60'000);
+    Job other = base;
+    c.change(other);
+    ThreadGroup group(2);
+    std::vector<std::string> errors(2);
+    std::vector<bool> failed_rank(2, false);
+    std::vector<std::thread> threads;
+    for (std::uint64_t r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        const Job& s = r == 1 ? other : base;
+        auto be = make_host_backend(1);
+        const Builder b(s.spec, make_recipe("hf"), s.opts, *be, be->memory());
+        ThreadCollective col(group, r);
+        try {
+          emit_parallel(b, *be, dir / "out", s.eo, col);
+        } catch (const rank_failed& e) {
+          errors[r] = e.what();
+          failed_rank[r] = true;
+        } catch (const std::invalid_argument& e) {
+          errors[r] = e.what();
+        } catch (const std::exception& e) {
+          errors[r] = std::string("unexpected: ") + e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    EXPECT_TRUE(failed_rank[0]) << errors[0];
+    EXPECT_EQ(errors[0], "emit: rank 1 of 2 failed; nothing was published");
+    EXPECT_NE(errors[1].find(c.words), std::string::npos) << errors[1];
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{});
+  }
+}
