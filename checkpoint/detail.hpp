@@ -30,6 +30,9 @@ inline void append_member(nlohmann::ordered_json& object, std::string key, nlohm
 [[noreturn]] void fail(const std::string& what, const fs::path& path, int err);
 // the same message as checkpoint_refused: the path, not the environment, is the problem
 [[noreturn]] void refuse(const std::string& what, const fs::path& path, int err);
+// refuse() when `err` says the path names nothing usable (ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG: bad
+// input), else fail() (EACCES, EROFS, EIO, ENOSPC...: the environment)
+[[noreturn]] void fail_at(const std::string& what, const fs::path& path, int err);
 
 // Absolute, normalized, no trailing separator; throws std::invalid_argument on an empty path.
 fs::path normalize_target(const fs::path& target);
@@ -51,6 +54,9 @@ void check_replaceable(const fs::path& target, bool target_is_dir, const Ownersh
 // The formats' ownership checks: "" when --force may replace `p`, else why not.
 std::string hdf5_ownership(const fs::path& p);
 std::string safetensors_ownership(const fs::path& dir);
+// The __metadata__ of a .safetensors file, when it is one (a readable header of at most the format's
+// 100 MB holding a JSON object). Never throws.
+std::optional<nlohmann::json> safetensors_metadata(const fs::path& file) noexcept;
 
 // Removes `p` and everything under it. Others removing the same tree at the same time (the ranks of
 // a parallel emit cleaning up together) are no error: an entry already gone counts as removed, and

@@ -214,6 +214,37 @@ RankDatasets rank_datasets(const RankPlan& r) {
   return d;
 }
 
+// The rank files of one mesh share a directory; another mesh's would be mixed with them by the
+// reassembly glob (docs/sharding.md). Refuses (checkpoint_refused) when `dir` holds a rank file of
+// another number of ranks, or of as many ranks on another mesh ("layerinit.mesh" in its metadata).
+void check_one_mesh(const std::filesystem::path& dir, const std::string& own, std::uint64_t ranks, const ParallelDegrees& g) {
+  const std::string mine = "(pp " + std::to_string(g.pp) + ", fsdp " + std::to_string(g.fsdp) + ", ep " + std::to_string(g.ep) +
+                           ", tp " + std::to_string(g.tp) + ")";
+  auto refuse = [&](const std::string& file, const std::string& theirs) {
+    throw checkpoint_refused("checkpoint: " + dir.string() + " holds " + printable(file) + ", a rank file of another mesh" +
+                             theirs + ", and this one is " + std::to_string(ranks) + " ranks " + mine +
+                             ": write each mesh's rank files to a directory of its own");
+  };
+  const std::string same = "-of-" + rank_file_name(0, ranks).substr(std::string("rank-00000-of-").size());
+  bool compared = false;  // one file of as many ranks speaks for the others
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == own || name.rfind("rank-", 0) != 0 || !name.ends_with(".safetensors") || name.find("-of-") == std::string::npos)
+      continue;
+    if (!name.ends_with(same)) refuse(name, "");
+    if (compared) continue;
+    compared = true;
+    const auto meta = detail::safetensors_metadata(it->path());
+    if (!meta || !meta->contains("layerinit.mesh") || !(*meta)["layerinit.mesh"].is_string()) continue;
+    const auto m = nlohmann::json::parse((*meta)["layerinit.mesh"].get<std::string>(), nullptr, false);
+    auto degree = [&](const char* k) { return m.is_object() && m.contains(k) && m[k].is_number_unsigned() ? m[k].get<std::uint64_t>() : 0; };
+    if (degree("pp") != g.pp || degree("fsdp") != g.fsdp || degree("ep") != g.ep || degree("tp") != g.tp)
+      refuse(name, " (pp " + std::to_string(degree("pp")) + ", fsdp " + std::to_string(degree("fsdp")) + ", ep " +
+                       std::to_string(degree("ep")) + ", tp " + std::to_string(degree("tp")) + ")");
+  }
+}
+
 std::string shards_json(const RankDatasets& d) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (const auto& t : d.reports)
@@ -248,9 +279,10 @@ EmitResult emit_rank(const RankPlan& r, backend& be, const std::filesystem::path
   const fs::path target_dir = detail::normalize_target(dir);
   bool made_dir = false;
   if (::mkdir(target_dir.c_str(), 0777) == 0) made_dir = true;  // the umask decides the mode
-  else if (errno != EEXIST) detail::refuse("cannot create output directory", target_dir, errno);
+  else if (errno != EEXIST) detail::fail_at("cannot create output directory", target_dir, errno);
   else if (!fs::is_directory(target_dir)) detail::refuse("cannot use output directory", target_dir, ENOTDIR);
   try {
+    check_one_mesh(target_dir, rank_file_name(r.rank(), r.plan().ranks()), r.plan().ranks(), g);
     std::unique_ptr<CheckpointWriter> writer =
         open_safetensors_file_writer(target_dir / rank_file_name(r.rank(), r.plan().ranks()), d.specs, meta, opts.writer);
     detail::DatasetFeed feed(be, *writer, opts, r.layers().size, t0);

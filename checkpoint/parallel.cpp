@@ -267,12 +267,11 @@ WriterOptions rank_writer_options(const EmitOptions& opts) {
   return wo;
 }
 
-// Runs f; a checkpoint error it throws names `staged` as the published path will be (`published`):
-// the staging directory is gone by the time the user reads the message.
+// Runs f; a checkpoint error it throws says `to` where it said `from` (a path in the staging
+// directory, which is gone by the time the user reads the message after a failure).
 template <class F>
-void naming_published(const fs::path& staged, const fs::path& published, F&& f) {
+void naming(const std::string& from, const std::string& to, F&& f) {
   auto rename = [&](std::string m) {
-    const std::string from = staged.string() + "/", to = published.string() + "/";
     for (std::size_t p = m.find(from); p != std::string::npos; p = m.find(from, p + to.size())) m.replace(p, from.size(), to);
     return m;
   };
@@ -330,7 +329,7 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
           hi = std::max(hi, o.stacked ? o.layers : l + 1);
         }
       }
-      naming_published(stage, tgt, [&] {
+      naming(stage.string() + "/", tgt.string() + "/", [&] {
         auto w = open_safetensors_file_writer(stage / shards[f].file, std::move(specs), meta, rank_writer_options(opts));
         const Range layers{lo, hi > lo ? hi - lo : 0};
         auto got = write_share(b, be, opts, o, t0, *w, layers, shards[f].datasets,
@@ -465,11 +464,14 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
       CheckpointMetadata rank_meta = meta;
       rank_meta.extra["layerinit.rank"] =
           nlohmann::ordered_json{{"rank", me}, {"ranks", n}, {"layers", {L.offset, L.size}}}.dump();
-      auto w = open_hdf5_writer(dir / hdf5_rank_file_name(me, n), std::move(specs), rank_meta, rank_writer_options(opts));
-      mine.tensors = write_share(b, be, opts, o, t0, *w, L, global,
-                                 [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer - L.offset); });
       const std::string file = hdf5_rank_file_name(me, n);
-      mine.files.push_back({file, staged_size(dir / file, dir / file)});
+      // Messages name the checkpoint and the rank file: the rank directory goes with a failure.
+      naming((dir / file).string(), tgt.string() + " (its rank file " + file + ")", [&] {
+        auto w = open_hdf5_writer(dir / file, std::move(specs), rank_meta, rank_writer_options(opts));
+        mine.tensors = write_share(b, be, opts, o, t0, *w, L, global,
+                                   [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer - L.offset); });
+        mine.files.push_back({file, staged_size(dir / file, dir / file)});
+      });
       if (o.stacked)  // a piece of each [L, ...] dataset: whole only if this rank holds every layer
         for (auto& m : mine.tensors)
           if (m.dataset >= o.pre && m.dataset < o.pre + o.middle) m.whole = L.size == spec.num_layers;

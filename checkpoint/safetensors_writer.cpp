@@ -27,21 +27,9 @@ const char* st_dtype(DType t) { return t == DType::bf16 ? "BF16" : t == DType::f
 
 // Whether a .safetensors file's header carries the __metadata__ keys every layerinit file has.
 bool written_by_layerinit(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  unsigned char len[8];
-  if (!in.read(reinterpret_cast<char*>(len), 8)) return false;
-  std::uint64_t n = 0;
-  for (int b = 7; b >= 0; --b) n = (n << 8) | len[b];
-  std::error_code ec;
-  const std::uint64_t size = fs::file_size(p, ec);
-  if (ec || n > size - 8 || n > 100'000'000) return false;  // the format's own limit on a header
-  std::string header(static_cast<std::size_t>(n), '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(n))) return false;
-  const auto j = nlohmann::json::parse(header, nullptr, false);
-  if (!j.is_object() || !j.contains("__metadata__") || !j["__metadata__"].is_object()) return false;
-  const auto& m = j["__metadata__"];
-  return m.contains("format_version") && m["format_version"].is_string() && m.contains("library_version") &&
-         m["library_version"].is_string();
+  const auto m = detail::safetensors_metadata(p);
+  return m && m->contains("format_version") && (*m)["format_version"].is_string() && m->contains("library_version") &&
+         (*m)["library_version"].is_string();
 }
 
 // --force replaces a directory only if it holds nothing but what this writer writes: .safetensors
@@ -270,6 +258,26 @@ std::uint64_t safetensors_planned_fixed(std::uint64_t meta_bytes, std::uint64_t 
 }
 
 std::string safetensors_ownership(const fs::path& dir) { return safetensors_ownership_impl(dir); }
+
+std::optional<nlohmann::json> safetensors_metadata(const fs::path& p) noexcept {
+  try {
+    std::ifstream in(p, std::ios::binary);
+    unsigned char len[8];
+    if (!in.read(reinterpret_cast<char*>(len), 8)) return std::nullopt;
+    std::uint64_t n = 0;
+    for (int b = 7; b >= 0; --b) n = (n << 8) | len[b];
+    std::error_code ec;
+    const std::uint64_t size = fs::file_size(p, ec);
+    if (ec || n > size - 8 || n > 100'000'000) return std::nullopt;  // the format's own limit on a header
+    std::string header(static_cast<std::size_t>(n), '\0');
+    if (!in.read(header.data(), static_cast<std::streamsize>(n))) return std::nullopt;
+    auto j = nlohmann::json::parse(header, nullptr, false);
+    if (!j.is_object() || !j.contains("__metadata__") || !j["__metadata__"].is_object()) return std::nullopt;
+    return std::move(j["__metadata__"]);
+  } catch (...) {
+    return std::nullopt;
+  }
+}
 }  // namespace detail
 
 }  // namespace layerinit

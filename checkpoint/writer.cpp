@@ -43,10 +43,12 @@ fs::path normalize_target(const fs::path& target) {
   return p;
 }
 
+void fail_at(const std::string& what, const fs::path& path, int err) {
+  if (err == ENOENT || err == ENOTDIR || err == ELOOP || err == ENAMETOOLONG) refuse(what, path, err);
+  fail(what, path, err);
+}
+
 namespace {
-// Errors of a path that names nothing usable (refused, exit 2), as opposed to the environment's
-// (EIO, EACCES, ...).
-bool wrong_path(int err) { return err == ENOENT || err == ENOTDIR || err == ELOOP || err == ENAMETOOLONG; }
 
 // Why --force may not replace the existing `target` (lstat in `st`), or "" when it may.
 std::string not_replaceable(const fs::path& target, const struct stat& st, bool target_is_dir, const OwnershipCheck& ours) {
@@ -94,13 +96,11 @@ void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool 
       throw checkpoint_refused("checkpoint: refusing to overwrite existing " + target.string() + " (use --force)");
     check_replaceable(target, st, target_is_dir, ours);
   } else if (errno != ENOENT) {
-    if (wrong_path(errno)) refuse("cannot access", target, errno);
-    fail("cannot access", target, errno);
+    fail_at("cannot access", target, errno);
   }
   const fs::path dir = target.parent_path();
   if (::stat(dir.c_str(), &st) != 0) {
-    if (wrong_path(errno)) refuse("cannot use output directory", dir, errno);
-    fail("cannot use output directory", dir, errno);
+    fail_at("cannot use output directory", dir, errno);
   }
   if (!S_ISDIR(st.st_mode)) refuse("cannot use output directory", dir, ENOTDIR);
   if (::access(dir.c_str(), W_OK | X_OK) != 0) fail("cannot write into", dir, errno);

@@ -131,9 +131,15 @@ ParallelPlan::ParallelPlan(const ModelSpec& spec, ParallelDegrees d) : d_(d) {
   model += printable(spec.name);
   model += "'";
 
+  // Stages split the repeated block; layers before it (DeepSeek-V3's dense ones) go with stage 0.
   if (d.pp > 1 && d.pp > spec.num_layers)
-    throw std::invalid_argument("pp " + std::to_string(d.pp) + " needs at least " + std::to_string(d.pp) + " layers; " + model +
-                                " has " + std::to_string(spec.num_layers));
+    throw std::invalid_argument(
+        "pp " + std::to_string(d.pp) + " needs at least " + std::to_string(d.pp) + " layers" +
+        (spec.first_layer ? " in the repeated block" : "") + "; " + model + " has " + std::to_string(spec.num_layers) +
+        (spec.first_layer ? " there (layers " + std::to_string(spec.first_layer) + "-" +
+                                std::to_string(spec.first_layer + spec.num_layers - 1) + "; the " +
+                                std::to_string(spec.first_layer) + " before it go with stage 0)"
+                          : ""));
   if (d.ep > 1) {
     if (num_experts_ == 0) throw std::invalid_argument("ep " + std::to_string(d.ep) + ": " + model + " has no experts");
     if (num_experts_ % d.ep != 0)

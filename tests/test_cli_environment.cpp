@@ -139,6 +139,9 @@ TEST_F(Cli, UnwritableDirectoryIsAnEnvironmentFailure) {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"emit", "--preset", "llama-tiny", "-o", (locked / "m.h5").string()},
            {"emit", "--preset", "llama-tiny", "--format", "safetensors", "-o", (locked / "m").string()},
+           // --rank makes its directory (issue 19: exit 2 here)
+           {"emit", "--preset", "llama-tiny", "--tp", "2", "--rank", "0", "--format", "safetensors", "-o",
+            (locked / "ranks").string()},
            {"build", "--preset", "llama-tiny", "--trace", (locked / "t.csv").string()}}) {
     SCOPED_TRACE(joined(args));
     std::vector<std::string> command{program};

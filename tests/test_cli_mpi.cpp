@@ -155,6 +155,9 @@ TEST_F(CliMpi, AFailingRankIsOneLineAndLeavesNothing) {
     // The file is named as it would have been published, not inside the removed staging directory.
     if (format == "safetensors")
       EXPECT_NE(lines[0].find("cannot write " + (dir / "out").string() + "/model-0000"), std::string::npos) << lines[0];
+    else  // the checkpoint and the rank file, not the removed rank directory (issue 19)
+      EXPECT_NE(lines[0].find((dir / "out").string() + " (its rank file rank-0000"), std::string::npos) << lines[0];
+    EXPECT_EQ(lines[0].find(".ranks-"), std::string::npos) << lines[0];
     EXPECT_EQ(dir.entries(), std::vector<std::string>{}) << f.err;
   }
 }
@@ -247,6 +250,28 @@ TEST_F(CliMpi, RanksGivenDifferentOptionsExitTwoWritingNothing) {
     EXPECT_NE(lines[0].find(c.words), std::string::npos) << lines[0];
     EXPECT_EQ(dir.entries(), std::vector<std::string>{});
   }
+}
+
+// A one-file checkpoint goes to the rank holding its middle byte (rank 1 of 3, split_by_bytes), and
+// the report's peak is the job's largest rank's, here that rank's: the one-process peak (issue 19:
+// "peak 0 bytes (rank 0)").
+TEST_F(CliMpi, TheReportsPeakIsTheLargestRanks) {
+  TempDir dir;
+  const std::vector<std::string> flags{"emit", "--preset", "llama-tiny", "--format", "safetensors"};
+  auto with = [&](std::vector<std::string> extra) { auto v = flags; v.insert(v.end(), extra.begin(), extra.end()); return v; };
+  const Result one = run(with({"--report", "json", "-o", (dir / "one").string()}));
+  ASSERT_EQ(one.code(), 0) << one.err;
+  const Result par = run_command(mpirun(3, with({"--report", "json", "-o", (dir / "par").string()})), kEnv);
+  ASSERT_EQ(par.code(), 0) << par.err;
+  const json a = json::parse(one.out), b = json::parse(par.out);
+  EXPECT_GT(b["peak_bytes"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(b["peak_bytes"], a["peak_bytes"]);
+  EXPECT_EQ(b["peak_rank"], 1);
+  const Result text = run_command(mpirun(3, with({"-o", (dir / "text").string()})), kEnv);
+  ASSERT_EQ(text.code(), 0) << text.err;
+  EXPECT_NE(text.out.find("with 3 processes in "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(" (rank 1, the largest)\n"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("peak 0 bytes"), std::string::npos) << text.out;
 }
 
 TEST_F(CliMpi, BadInputIsOneLineExitTwo) {

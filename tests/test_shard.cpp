@@ -428,6 +428,11 @@ TEST(Shard, BadDegreesAreOneLineErrors) {
   EXPECT_EQ(message(llama, {.tp = 0}), "tp must be at least 1");
   EXPECT_EQ(message(llama, {.fsdp = 0}), "fsdp must be at least 1");
   EXPECT_EQ(message(llama, {.pp = 5}), "pp 5 needs at least 5 layers; 'llama-tiny' has 4");
+  // Stages split the repeated block: DeepSeek-V3's dense layer before it is not a stage's (plan lists
+  // 3 layers; issue 19 said "has 2" alone).
+  EXPECT_EQ(message(make_preset("deepseek-v3-tiny"), {.pp = 3}),
+            "pp 3 needs at least 3 layers in the repeated block; 'deepseek-v3-tiny' has 2 there (layers 1-2; the 1 "
+            "before it go with stage 0)");
   EXPECT_EQ(message(llama, {.ep = 2}), "ep 2: 'llama-tiny' has no experts");
   EXPECT_EQ(message(mix, {.ep = 3}), "ep 3 does not divide the 4 experts of 'mixtral-tiny'");
   EXPECT_EQ(message(llama, {.tp = 3}), "tp 3 does not divide the 4 attention heads of 'llama-tiny'");

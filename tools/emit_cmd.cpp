@@ -147,6 +147,13 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     throw;
   }
   if (tty) std::fprintf(stderr, "\n");
+  // The job's peak is its largest rank's (a rank may write nothing: one file goes to one rank).
+  std::uint64_t peak = tracker->stats().peak_bytes, peak_rank = 0;
+  if (job) {
+    const std::vector<std::string> peaks = job->gather(std::to_string(peak), 0);
+    for (std::size_t k = 0; k < peaks.size(); ++k)
+      if (const std::uint64_t p = std::stoull(peaks[k]); p > peak || k == 0) peak = p, peak_rank = k;
+  }
   if (job && job->rank() != 0) return 0;  // rank 0 reports the checkpoint
 
   begin_stdout();
@@ -159,18 +166,21 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     out["parameters"] = rank ? plan_rank(*rank, TrainingSetup::mixed).parameters : spec->parameter_count();
     out["tensors"] = tensors_json(r.tensors);
     out["total_bytes"] = r.weight_bytes;
-    out["peak_bytes"] = tracker->stats().peak_bytes;  // under MPI: rank 0's
+    out["peak_bytes"] = peak;
+    if (job) out["peak_rank"] = peak_rank;
     out["file_bytes"] = r.file_bytes;
     out["wall_seconds"] = r.seconds;
     // The checkpoint is published by now: replace (never throw on) any other invalid UTF-8.
     std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   } else if (job) {
-    std::printf("%s: wrote %s (%s on disk) with %llu processes in %.2f s; peak %s (rank 0)\n", printable(written).c_str(),
+    std::printf("%s: wrote %s (%s on disk) with %llu processes in %.2f s; peak %s (rank %llu, the largest)\n",
+                printable(written).c_str(),
                 format_bytes(r.weight_bytes).c_str(), format_bytes(r.file_bytes).c_str(),
-                static_cast<unsigned long long>(job->size()), r.seconds, format_bytes(tracker->stats().peak_bytes).c_str());
+                static_cast<unsigned long long>(job->size()), r.seconds, format_bytes(peak).c_str(),
+                static_cast<unsigned long long>(peak_rank));
   } else {
     std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", printable(written).c_str(), format_bytes(r.weight_bytes).c_str(),
-                format_bytes(r.file_bytes).c_str(), r.seconds, format_bytes(tracker->stats().peak_bytes).c_str());
+                format_bytes(r.file_bytes).c_str(), r.seconds, format_bytes(peak).c_str());
   }
   check_stdout();
   return 0;
