@@ -34,6 +34,8 @@
 #include <layerinit/shard/parallel.hpp>
 #include <layerinit/shard/rank.hpp>
 #include <layerinit/shard/tensor_index.hpp>
+#include <layerinit/plan/memory_check.hpp>
+#include <layerinit/plan/plan.hpp>
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -309,7 +311,16 @@ nb::dict build(const Plan& plan, const std::string& device, const std::optional<
     own = make_host_backend(threads);
     be = own.get();
   }
-  const Builder builder(plan.spec(), plan.recipe(), plan.options(), *be, *ctx.tracker);
+  // Ctrl-C between parts: the build (GIL released) takes the GIL back after each part to let Python
+  // run its signal handlers; KeyboardInterrupt unwinds the build, and what it made is freed.
+  BuildOptions opts = plan.options();
+  opts.after_part = [] {
+    nb::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+  };
+  const Builder builder(plan.spec(), plan.recipe(), opts, *be, *ctx.tracker);
+  // The CLI's memory preflight, before anything is allocated (MemoryError naming both numbers).
+  const std::uint64_t records = record_bytes(plan.spec(), opts.layout, false, false);
   nb::dict out;
   if (mesh || rank) {
     std::vector<std::pair<std::string, std::uint64_t>> named;
@@ -326,6 +337,7 @@ nb::dict build(const Plan& plan, const std::string& device, const std::optional<
       throw std::invalid_argument("mesh " + pp.describe() + ": build needs rank=R, the rank to build (0-" +
                                   std::to_string(pp.ranks() - 1) + ")");
     const RankPlan rp(builder, pp, *rank);
+    check_memory(*be, {"this rank's pieces", plan_rank(rp, TrainingSetup::mixed).weight_bytes, records});
     RankModel m;
     {
       nb::gil_scoped_release release;
@@ -338,6 +350,8 @@ nb::dict build(const Plan& plan, const std::string& device, const std::optional<
     }
     return out;
   }
+  const MemoryPlan need = make_memory_plan(builder);
+  check_memory(*be, {"weights", opts.layout == Layout::stacked ? need.peak_stacked : need.peak_per_layer, records});
   Model m;
   {
     nb::gil_scoped_release release;
@@ -384,6 +398,8 @@ NB_MODULE(_core, m) {
     try {
       std::rethrow_exception(p);
     } catch (const layerinit::out_of_memory& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
+    } catch (const layerinit::memory_refused& e) {
       PyErr_SetString(PyExc_MemoryError, e.what());
     }
   });
