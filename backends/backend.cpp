@@ -15,7 +15,7 @@ std::unique_ptr<backend> make_cuda_backend(int) {
   throw error("CUDA backend unavailable: layerinit was built without CUDA");
 }
 #else
-std::unique_ptr<backend> make_cuda_backend(int threads);  // memory/cuda_backend.cu
+std::unique_ptr<backend> make_cuda_backend(int threads);  // backends/cuda_backend.cu
 #endif
 
 std::unique_ptr<backend> make_backend(std::string_view name, int threads) {

@@ -1,16 +1,16 @@
 // The CUDA backend: device memory from a stream-ordered pool, fills with one kernel per batch.
 //
-// cuda_probe() and CudaProbe are declared in memory/backend.hpp; make_backend("cuda") is the usual way
+// cuda_probe() and CudaProbe are declared in backends/backend.hpp; make_backend("cuda") is the usual way
 // in. Everything here is for the CUDA build only (LAYERINIT_HAS_CUDA).
 //
 // The backend uses device 0 ("cuda:0") and one non-blocking stream: fill, copy, and the pool's
-// allocations and frees are all ordered on it. Its memory() resource:
+// allocations and frees are all ordered on it. Its memory() resource (backends/cuda_resource.cu):
 //   allocate/deallocate  cudaMallocFromPoolAsync / cudaFreeAsync on the stream, from a pool of its own
 //                        whose release threshold is "never", so memory freed mid-build stays in the pool;
 //                        out of memory throws layerinit::out_of_memory(bytes asked, bytes in use, ...).
 //   reserve/commit/release  the CUDA virtual memory API: address space first, physical granules mapped
 //                        on commit (every granule touching the range), all unmapped and freed on release.
-// Buffers and reservations from it must be freed before the backend is destroyed.
+// Allocations and reservations from it must be freed before the backend is destroyed.
 #pragma once
 
 #include <cuda_runtime_api.h>  // cudaStream_t

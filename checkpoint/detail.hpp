@@ -7,8 +7,11 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include <layerinit/checkpoint/writer.hpp>
 
@@ -16,10 +19,20 @@ namespace layerinit::detail {
 
 namespace fs = std::filesystem;
 
+// Appends key: value to a JSON object whose keys are known to be distinct (dataset names): the
+// ordered object's operator[] searches its keys one by one, quadratic over a checkpoint's tensors.
+inline void append_member(nlohmann::ordered_json& object, std::string key, nlohmann::ordered_json value) {
+  if (object.is_null()) object = nlohmann::ordered_json::object();
+  object.get_ref<nlohmann::ordered_json::object_t&>().emplace_back(std::move(key), std::move(value));
+}
+
 // throws checkpoint_error("checkpoint: <what> <path>: <strerror(err)>")
 [[noreturn]] void fail(const std::string& what, const fs::path& path, int err);
 // the same message as checkpoint_refused: the path, not the environment, is the problem
 [[noreturn]] void refuse(const std::string& what, const fs::path& path, int err);
+// refuse() when `err` says the path names nothing usable (ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG: bad
+// input), else fail() (EACCES, EROFS, EIO, ENOSPC...: the environment)
+[[noreturn]] void fail_at(const std::string& what, const fs::path& path, int err);
 
 // Absolute, normalized, no trailing separator; throws std::invalid_argument on an empty path.
 fs::path normalize_target(const fs::path& target);
@@ -41,16 +54,39 @@ void check_replaceable(const fs::path& target, bool target_is_dir, const Ownersh
 // The formats' ownership checks: "" when --force may replace `p`, else why not.
 std::string hdf5_ownership(const fs::path& p);
 std::string safetensors_ownership(const fs::path& dir);
+// The __metadata__ of a .safetensors file, when it is one (a readable header of at most the format's
+// 100 MB holding a JSON object). Never throws.
+std::optional<nlohmann::json> safetensors_metadata(const fs::path& file) noexcept;
+
+// Removes `p` and everything under it. Others removing the same tree at the same time (the ranks of
+// a parallel emit cleaning up together) are no error: an entry already gone counts as removed, and
+// entries that appear meanwhile are removed too. false when something is left; never throws.
+bool remove_tree(const fs::path& p) noexcept;
+
+// A temporary directory holds this file while its process works in it, locked (flock) for as long
+// as the TempPath lives: a directory with the file unlocked was left by a process that died.
+inline constexpr const char* kStagingMarker = ".layerinit-staging";
+
+// Removes what an earlier write to `target` left when its process was killed: the directories beside
+// it named ".<name>.tmp-XXXXXX" (a safetensors writer's, a parallel emit's staging) or
+// "<name>.ranks-XXXXXX" (a parallel HDF5 emit's rank files) that hold kStagingMarker and whose lock
+// no process holds. Nothing else is touched: not a directory without the marker (not layerinit's,
+// or a published rank directory), not one in use. Never throws.
+void remove_stale_staging(const fs::path& target) noexcept;
 
 // A temporary file or directory beside the target: "<dir>/.<name>.tmp-XXXXXX". Removed by remove()
-// or the destructor unless released by publish().
+// or the destructor unless released by publish() or keep(). A directory holds kStagingMarker, locked
+// until it is published, kept or removed.
 class TempPath {
  public:
   TempPath(const fs::path& target, bool directory);
   // "<dir>/<name_template>" with the template's trailing XXXXXX made unique (mkdtemp, mkostemp);
   // errors name `shown` (empty: the template's path).
   TempPath(const fs::path& dir, const std::string& name_template, bool directory, const fs::path& shown = {});
-  ~TempPath() { remove(); }
+  ~TempPath() {
+    remove();
+    unmark();
+  }
   TempPath(const TempPath&) = delete;
   TempPath& operator=(const TempPath&) = delete;
   const fs::path& path() const { return path_; }
@@ -58,19 +94,28 @@ class TempPath {
   // fsyncs and renames the temporary onto `target` (replacing it only if overwrite), then fsyncs
   // the parent directory. Afterwards nothing is left to remove.
   void publish(const fs::path& target, bool overwrite);
+  // Takes the marker out of a directory about to become part of a checkpoint (a parallel HDF5
+  // emit's rank directory, before its master is published): from here on no later emit takes it
+  // for stale staging. It is still removed by remove() or the destructor.
+  void unmark() noexcept;
   // Keeps the path where it is, with nothing left to remove (a parallel HDF5 checkpoint's rank
   // directory, once its master is published).
-  void keep() noexcept { live_ = false; }
+  void keep() noexcept {
+    unmark();
+    live_ = false;
+  }
 
  private:
   fs::path path_;
   bool directory_;
   bool live_ = false;
+  int lock_fd_ = -1;  // the marker's, while marked
 };
 
 // Elements written so far per dataset: enforces contiguous, in-order writes.
 class Progress {
  public:
+  Progress() = default;
   explicit Progress(const std::vector<DatasetSpec>& d);
   // Throws std::invalid_argument on a bad index, an out-of-order or out-of-range write.
   void check(std::size_t dataset, std::uint64_t first, const void* bytes, std::uint64_t n) const;
@@ -80,15 +125,26 @@ class Progress {
   void check_complete(const fs::path& target) const;
 
  private:
-  const std::vector<DatasetSpec>& d_;
+  const std::vector<DatasetSpec>* d_ = nullptr;
   std::vector<std::uint64_t> numel_, written_;
 };
 
-// The lifecycle both formats share. open(): preflight, then the temporary beside the target; write():
-// order checked, any failure aborts; commit(): every dataset complete, the format's finish(), the
-// ownership check again (--force), publish; abort(): idempotent, closes the format's handles and
-// removes the temporary. A format supplies only its steps. Its destructor must call abort(): the
-// base's cannot reach the format's release().
+// Where a writer's dataset list comes from: made only after the target and the space were checked.
+using DatasetSource = std::function<std::vector<DatasetSpec>()>;
+
+// What a format's targets are: a file or a directory, and which existing ones --force may replace.
+struct TargetRules {
+  bool directory = false;
+  OwnershipCheck ours;
+};
+TargetRules target_rules(CheckpointFormat f);
+
+// The lifecycle both formats share. A format's constructor calls admit() (preflight against the
+// planned bytes, then the dataset list), prepares what it needs, then create_temp() (the temporary
+// beside the target, then the format's files in it). write(): order checked, any failure aborts;
+// commit(): every dataset complete, the format's finish(), publish(); abort(): idempotent, closes
+// the format's handles and removes the temporary. A format supplies only its steps. Its destructor
+// must call abort(): the base's cannot reach the format's release().
 class WriterBase : public CheckpointWriter {
  public:
   void write(std::size_t dataset, std::uint64_t first, const void* bytes, std::uint64_t n) final;
@@ -98,13 +154,10 @@ class WriterBase : public CheckpointWriter {
   const fs::path& target() const final { return target_; }
 
  protected:
-  WriterBase(fs::path target, std::vector<DatasetSpec> datasets, const WriterOptions& opts, bool directory,
-             OwnershipCheck ours);
-  // Preflight against `planned` bytes and create the temporary; then the format creates its files
-  // through `create` (an exception from it aborts and propagates).
-  template <class F> void open(std::uint64_t planned, F&& create) {
-    preflight(target_, directory_, opts_.overwrite, opts_.check_free_space, planned, ours_);
-    tmp_.emplace(target_, directory_);
+  WriterBase(fs::path target, const WriterOptions& opts, TargetRules rules);
+  void admit(std::uint64_t planned, const DatasetSource& datasets);
+  template <class F> void create_temp(F&& create) {
+    tmp_.emplace(target_, rules_.directory);
     guarded(create);
   }
   template <class F> void guarded(F&& f) {
@@ -122,17 +175,19 @@ class WriterBase : public CheckpointWriter {
   virtual void dataset_complete(std::size_t) {}
   virtual void finish() = 0;            // flush and close everything in the temporary
   virtual void release() noexcept = 0;  // after a failure: close what is open (the base removes the files)
+  // Renames the finished temporary onto the target: the ownership check again (overwrite: an
+  // hours-long write leaves time for someone to put a file of their own there), then tmp.publish.
+  virtual void publish(TempPath& tmp);
 
   fs::path target_;
   std::vector<DatasetSpec> d_;
   WriterOptions opts_;
+  TargetRules rules_;
 
  private:
   enum class State { open, committed, aborted };
   void require_open() const;
 
-  bool directory_;
-  OwnershipCheck ours_;
   Progress progress_;
   std::optional<TempPath> tmp_;
   State state_ = State::open;
@@ -150,15 +205,23 @@ struct VirtualSource {
 void write_hdf5_virtual(const fs::path& path, const std::vector<DatasetSpec>& d,
                         const std::vector<std::vector<VirtualSource>>& sources, const CheckpointMetadata& meta,
                         const fs::path& shown);
-// The root attribute `name` of the HDF5 file `p` as a string; nullopt when p is no HDF5 file or has
-// no such string attribute. Never throws.
-std::optional<std::string> hdf5_string_attribute(const fs::path& p, const char* name) noexcept;
 // The master attribute naming a parallel HDF5 checkpoint's rank directory.
 inline constexpr const char* kRankFilesAttribute = "layerinit.rank_files";
-// After a master at `target` was replaced: removes the rank directory `name` it named, if it is one
-// a parallel emit makes (beside the target, "<target name>.ranks-XXXXXX", holding only rank-*.h5
-// files). Never throws: the new checkpoint is published by then.
-void remove_replaced_rank_dir(const fs::path& target, const std::string& name) noexcept;
+// The format's writers after the factories' argument checks: the target and the space for `planned`
+// bytes are checked (WriterBase::admit) before `datasets` makes the (validated) list.
+std::unique_ptr<CheckpointWriter> open_hdf5(const fs::path& target, std::uint64_t planned, const DatasetSource& datasets,
+                                            const CheckpointMetadata& meta, const WriterOptions& opts);
+std::unique_ptr<CheckpointWriter> open_safetensors(const fs::path& target, bool single_file, std::uint64_t planned,
+                                                   const DatasetSource& datasets, const CheckpointMetadata& meta,
+                                                   const WriterOptions& opts);
+// An HDF5 target is a file ("newdir/" is refused) and max_chunk_bytes lies in [1, 4 GiB): throws
+// std::invalid_argument.
+void check_hdf5_options(const fs::path& target, const WriterOptions& opts);
+// Publishes the HDF5 file `tmp` onto `target` (with overwrite, once check_replaceable passes). A
+// parallel master it replaces has its rank directory removed after the rename, if it is one a
+// parallel emit makes ("<target name>.ranks-XXXXXX" beside it, holding only rank-*.h5 files) and
+// not `keep` (the new master's own); that removal never throws, the new file being published.
+void publish_hdf5(TempPath& tmp, const fs::path& target, bool overwrite, std::string_view keep = {});
 
 // Each format's share of planned_bytes (PlannedBytes): the data and per-dataset overhead of `count`
 // datasets like `each` whose names take `name_bytes`, and the fixed part on top of the sums.

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <layerinit/backends/backend.hpp>
+#include <layerinit/checkpoint/hf_config.hpp>
 #include <layerinit/checkpoint/detail.hpp>
 #include "feed.hpp"
 #include <layerinit/init/spec_json.hpp>
@@ -43,8 +44,12 @@ std::vector<DatasetSpec> checkpoint_datasets(const Builder& b) {
   auto add = [&](const PlannedTensor& p) { out.push_back({p.name, p.memory_shape, p.dtype, 0}); };
   for (const auto& p : b.plan_pre()) add(p);
   if (b.options().layout == Layout::per_layer) {
-    for (std::uint64_t i = 0; i < spec.num_layers; ++i)
-      for (const auto& p : b.plan_layer(i)) add(p);
+    // A run's layers are stored as its first: only their names differ.
+    b.for_each_layer_run(0, spec.num_layers, [&](std::uint64_t first, std::uint64_t count, const std::vector<PlannedTensor>& plan) {
+      for (std::uint64_t i = first; i < first + count; ++i)
+        for (std::size_t j = 0; j < plan.size(); ++j)
+          out.push_back({spec.canonical_name(i, spec.layer.tensors[j]), plan[j].memory_shape, plan[j].dtype, 0});
+    });
   } else {
     add_stacked_datasets(b, [&](const DatasetSpec& d) { out.push_back(d); });
   }
@@ -78,18 +83,16 @@ std::uint64_t planned_checkpoint_bytes(const Builder& b, CheckpointFormat f, con
   for (const auto& t : b.plan_pre()) add(t);
   if (b.options().layout == Layout::stacked) {
     add_stacked_datasets(b, [&](const DatasetSpec& d) { p.add(d); });
-  } else if (spec.num_layers > 0 && b.uniform_layers()) {
-    // Layer i's names are prefix + i + "." + rel: the index digits of all layers are counted once.
-    const std::uint64_t L = spec.num_layers, digits = index_digits(L);
-    const auto first = b.plan_layer(0);
-    for (std::size_t j = 0; j < first.size(); ++j) {
-      const std::uint64_t each = spec.layer_prefix.size() + 1 + spec.layer.tensors[j].name.size();
-      const std::uint64_t names = saturating_add(saturating_mul(L, each), digits);
-      p.add_run({"", first[j].memory_shape, first[j].dtype, 0}, L, names);
-    }
   } else {
-    for (std::uint64_t i = 0; i < spec.num_layers; ++i)
-      for (const auto& t : b.plan_layer(i)) add(t);
+    // Layer i's names are prefix + (first_layer + i) + "." + rel: a run's index digits are counted once.
+    b.for_each_layer_run(0, spec.num_layers, [&](std::uint64_t first, std::uint64_t count, const std::vector<PlannedTensor>& plan) {
+      const std::uint64_t from = spec.first_layer + first;
+      const std::uint64_t digits = index_digits(from + count) - index_digits(from);
+      for (std::size_t j = 0; j < plan.size(); ++j) {
+        const std::uint64_t each = spec.layer_prefix.size() + 1 + spec.layer.tensors[j].name.size();
+        p.add_run({"", plan[j].memory_shape, plan[j].dtype, 0}, count, saturating_add(saturating_mul(count, each), digits));
+      }
+    });
   }
   for (const auto& t : b.plan_post()) add(t);
   return p.total();
@@ -115,82 +118,68 @@ CheckpointMetadata builder_metadata(const Builder& b, const CheckpointMetadata& 
   return meta;
 }
 
+bool hf_loadable(const BuildOptions& opts) {
+  return opts.layout == Layout::per_layer && opts.orientation == Orientation::out_in;
+}
+
+std::optional<std::string> hf_config_for(const ModelSpec& spec, const BuildOptions& opts) {
+  if (!hf_loadable(opts) || !has_config_json(spec)) return std::nullopt;
+  return config_json(spec, opts.dtype);
+}
+
+namespace detail {
+void check_emit(const Builder& b, backend& be, const EmitOptions& opts) {
+  const BuildOptions& bo = b.options();
+  if (!std::is_sorted(bo.layer_order.begin(), bo.layer_order.end()))
+    throw std::invalid_argument("emit writes layers in order: layer_order must be ascending or empty");
+  if (be.kind() == BackendKind::dry) throw std::invalid_argument("emit needs a backend that holds bytes (cpu or cuda)");
+  if (!opts.writer.config_json.empty() && !hf_loadable(bo))
+    throw std::invalid_argument("emit: a Hugging Face config.json describes the per-layer, out-in layout; this checkpoint is " +
+                                std::string(layout_name(bo.layout)) + ", " + std::string(orientation_name(bo.orientation)));
+}
+}  // namespace detail
+
 EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem::path& target, const EmitOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
   const ModelSpec& spec = b.spec();
-  const auto& order = b.options().layer_order;
-  if (!std::is_sorted(order.begin(), order.end()))
-    throw std::invalid_argument("emit writes layers in order: layer_order must be ascending or empty");
-  if (be.kind() == BackendKind::dry) throw std::invalid_argument("emit needs a backend that holds bytes (cpu or cuda)");
-  const bool stacked = b.options().layout == Layout::stacked;
-
-  // A Hugging Face config.json makes transformers load the directory as its model: only the
-  // per-layer, out-in layout matches what it expects (stacked or transposed weights would load as
-  // missing keys initialized anew, or a square weight silently transposed).
   const BuildOptions& bo = b.options();
-  if (!opts.writer.config_json.empty() && (bo.layout != Layout::per_layer || bo.orientation != Orientation::out_in))
-    throw std::invalid_argument("emit: a Hugging Face config.json describes the per-layer, out-in layout; this checkpoint is " +
-                                std::string(layout_name(bo.layout)) + ", " + std::string(orientation_name(bo.orientation)));
+  detail::check_emit(b, be, opts);
+  const bool stacked = bo.layout == Layout::stacked;
   const CheckpointMetadata meta = builder_metadata(b, opts.meta);
-
-  // Before anything that grows with the model (the dataset list, the reports; 10^9 tiny layers would
-  // be hundreds of GB of lists for a checkpoint no disk holds): the checks the writer makes at open.
-  // A refused target throws checkpoint_refused, an environment failure (no space, EIO)
+  // The target and the space are checked before anything that grows with the model (the dataset
+  // list, the reports; 10^9 tiny layers would be hundreds of GB of lists for a checkpoint no disk
+  // holds). A refused target throws checkpoint_refused, an environment failure (no space, EIO)
   // checkpoint_error; both propagate as they are.
-  detail::preflight(detail::normalize_target(target), opts.format == CheckpointFormat::safetensors,
-                    opts.writer.overwrite, opts.writer.check_free_space,
-                    planned_checkpoint_bytes(b, opts.format, meta, opts.writer),
-                    opts.format == CheckpointFormat::hdf5 ? detail::hdf5_ownership : detail::safetensors_ownership);
-
-  std::vector<DatasetSpec> datasets = checkpoint_datasets(b);
-  std::map<std::string, std::size_t> index;
-  for (std::size_t k = 0; k < datasets.size(); ++k) index[datasets[k].name] = k;
-  EmitResult result;
-  for (const auto& d : datasets) {
-    result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), 0, {}, {}, {}, true});
-    result.weight_bytes += result.tensors.back().bytes;
-  }
-  std::unique_ptr<CheckpointWriter> writer = open_checkpoint_writer(opts.format, target, datasets, meta, opts.writer);
-
-  EmitProgress progress{0, spec.num_layers, 0, result.weight_bytes, 0};
+  std::unique_ptr<CheckpointWriter> writer =
+      open_checkpoint_writer(opts.format, target, planned_checkpoint_bytes(b, opts.format, meta, opts.writer),
+                             [&] { return checkpoint_datasets(b); }, meta, opts.writer);
   const StackedLayout sl = stacked_layout(spec, bo.experts);
-  detail::DatasetFeed feed(be, *writer, datasets.size(), opts.staging_bytes, progress);
-
-  b.stream([&](const Part& part) {
-    if (opts.cancel && opts.cancel->load()) throw error("interrupted");
-    for (std::size_t j = 0; j < part.tensors.size(); ++j) {
-      const TensorView& v = part.tensors[j];
-      if (part.kind == Part::Kind::layer && stacked) {
-        const std::size_t k = index.at(sl.buffers[sl.buffer[j]].name);
-        ContentHash own;
-        feed.put(v, k, sl.slice(j, part.layer) * numel(v.shape), &own);
-        result.tensors[k].layer_hashes.push_back(own.digest());
-      } else {
-        feed.put(v, index.at(v.name), 0, nullptr);
-      }
-    }
-    if (part.kind == Part::Kind::layer) ++progress.layers_done;
-    progress.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (opts.progress) opts.progress(progress);
-  });
-  if (opts.cancel && opts.cancel->load()) throw error("interrupted");
-  for (std::size_t k = 0; k < datasets.size(); ++k) result.tensors[k].hash = feed.digest(k);
-  // A master of a parallel HDF5 checkpoint being replaced: its rank directory goes after the rename.
-  std::optional<std::string> old_ranks;
-  if (opts.format == CheckpointFormat::hdf5 && opts.writer.overwrite)
-    old_ranks = detail::hdf5_string_attribute(writer->target(), detail::kRankFilesAttribute);
+  detail::DatasetFeed feed(be, *writer, opts, spec.num_layers, t0);
+  b.stream(
+      [&](const Part& part) {
+        feed.put_part(part.kind == Part::Kind::layer, part.tensors, [&](std::size_t j) -> detail::FeedSlot {
+          if (part.kind == Part::Kind::layer && stacked) return {sl.buffers[sl.buffer[j]].name, sl.slice(j, part.layer)};
+          return {part.tensors[j].name, std::nullopt};
+        });
+      },
+      detail::cancellation(opts));
+  EmitResult result;
+  result.tensors = feed.reports();
+  for (const auto& t : result.tensors) result.weight_bytes += t.bytes;
   writer->commit();
-  if (old_ranks) detail::remove_replaced_rank_dir(writer->target(), *old_ranks);
   result.file_bytes = detail::disk_bytes(writer->target());  // the normalized path: "out/" names the directory
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.seconds = detail::seconds_since(t0);
   return result;
 }
 
-std::string rank_file_name(std::uint64_t rank, std::uint64_t ranks) {
-  char name[96];
-  std::snprintf(name, sizeof name, "rank-%05llu-of-%05llu.safetensors", static_cast<unsigned long long>(rank),
+TensorReport::TensorReport(std::string name_, Shape shape_, DType dtype_)
+    : name(std::move(name_)), shape(std::move(shape_)), dtype(dtype_), bytes(numel(shape) * dtype_size(dtype)) {}
+
+std::string rank_file_name(std::uint64_t rank, std::uint64_t ranks, std::string_view extension) {
+  char name[64];
+  std::snprintf(name, sizeof name, "rank-%05llu-of-%05llu", static_cast<unsigned long long>(rank),
                 static_cast<unsigned long long>(ranks));
-  return name;
+  return name + std::string(extension);
 }
 
 namespace {
@@ -199,10 +188,10 @@ namespace {
 struct RankDatasets {
   std::vector<DatasetSpec> specs;
   std::vector<TensorReport> reports;
-  std::map<std::string, std::size_t> index;
   void add(std::string name, Shape shape, DType t, std::uint64_t slab, Shape global, Shape offset) {
-    index[name] = specs.size();
-    reports.push_back({name, shape, t, numel(shape) * dtype_size(t), 0, {}, std::move(global), std::move(offset), true});
+    TensorReport& r = reports.emplace_back(name, shape, t);
+    r.global_shape = std::move(global);
+    r.offset = std::move(offset);
     specs.push_back({std::move(name), std::move(shape), t, slab});
   }
 };
@@ -225,9 +214,41 @@ RankDatasets rank_datasets(const RankPlan& r) {
   return d;
 }
 
+// The rank files of one mesh share a directory; another mesh's would be mixed with them by the
+// reassembly glob (docs/sharding.md). Refuses (checkpoint_refused) when `dir` holds a rank file of
+// another number of ranks, or of as many ranks on another mesh ("layerinit.mesh" in its metadata).
+void check_one_mesh(const std::filesystem::path& dir, const std::string& own, std::uint64_t ranks, const ParallelDegrees& g) {
+  const std::string mine = "(pp " + std::to_string(g.pp) + ", fsdp " + std::to_string(g.fsdp) + ", ep " + std::to_string(g.ep) +
+                           ", tp " + std::to_string(g.tp) + ")";
+  auto refuse = [&](const std::string& file, const std::string& theirs) {
+    throw checkpoint_refused("checkpoint: " + dir.string() + " holds " + printable(file) + ", a rank file of another mesh" +
+                             theirs + ", and this one is " + std::to_string(ranks) + " ranks " + mine +
+                             ": write each mesh's rank files to a directory of its own");
+  };
+  const std::string same = "-of-" + rank_file_name(0, ranks).substr(std::string("rank-00000-of-").size());
+  bool compared = false;  // one file of as many ranks speaks for the others
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == own || name.rfind("rank-", 0) != 0 || !name.ends_with(".safetensors") || name.find("-of-") == std::string::npos)
+      continue;
+    if (!name.ends_with(same)) refuse(name, "");
+    if (compared) continue;
+    compared = true;
+    const auto meta = detail::safetensors_metadata(it->path());
+    if (!meta || !meta->contains("layerinit.mesh") || !(*meta)["layerinit.mesh"].is_string()) continue;
+    const auto m = nlohmann::json::parse((*meta)["layerinit.mesh"].get<std::string>(), nullptr, false);
+    auto degree = [&](const char* k) { return m.is_object() && m.contains(k) && m[k].is_number_unsigned() ? m[k].get<std::uint64_t>() : 0; };
+    if (degree("pp") != g.pp || degree("fsdp") != g.fsdp || degree("ep") != g.ep || degree("tp") != g.tp)
+      refuse(name, " (pp " + std::to_string(degree("pp")) + ", fsdp " + std::to_string(degree("fsdp")) + ", ep " +
+                       std::to_string(degree("ep")) + ", tp " + std::to_string(degree("tp")) + ")");
+  }
+}
+
 std::string shards_json(const RankDatasets& d) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (const auto& t : d.reports) j[t.name] = {{"global_shape", t.global_shape}, {"offset", t.offset}};
+  for (const auto& t : d.reports)
+    detail::append_member(j, t.name, {{"global_shape", t.global_shape}, {"offset", t.offset}});
   return j.dump();
 }
 
@@ -258,37 +279,28 @@ EmitResult emit_rank(const RankPlan& r, backend& be, const std::filesystem::path
   const fs::path target_dir = detail::normalize_target(dir);
   bool made_dir = false;
   if (::mkdir(target_dir.c_str(), 0777) == 0) made_dir = true;  // the umask decides the mode
-  else if (errno != EEXIST) detail::refuse("cannot create output directory", target_dir, errno);
+  else if (errno != EEXIST) detail::fail_at("cannot create output directory", target_dir, errno);
   else if (!fs::is_directory(target_dir)) detail::refuse("cannot use output directory", target_dir, ENOTDIR);
   try {
+    check_one_mesh(target_dir, rank_file_name(r.rank(), r.plan().ranks()), r.plan().ranks(), g);
     std::unique_ptr<CheckpointWriter> writer =
         open_safetensors_file_writer(target_dir / rank_file_name(r.rank(), r.plan().ranks()), d.specs, meta, opts.writer);
-    EmitProgress progress{0, r.layers().size, 0, result.weight_bytes, 0};
-    detail::DatasetFeed feed(be, *writer, d.specs.size(), opts.staging_bytes, progress);
-    stream_rank(r, [&](const RankPart& part) {
-      if (opts.cancel && opts.cancel->load()) throw error("interrupted");
-      for (std::size_t j = 0; j < part.tensors.size(); ++j) {
-        const TensorView& v = part.tensors[j];
-        if (part.kind == Part::Kind::layer && stacked) {
-          // Slice (layer, expert) of the rank's [n, ...] or [n, ne, ...] piece.
-          const StackedPiece& p = r.stacked()[r.stacked_piece(j)];
-          const std::size_t k = d.index.at(p.name);
-          const std::uint64_t slice = (part.layer - r.layers().offset) * p.experts + r.expert_slice(j);
-          ContentHash own;
-          feed.put(v, k, slice * numel(v.shape), &own);
-          auto& hashes = d.reports[k].layer_hashes;
-          if (hashes.empty()) hashes.resize(r.layers().size * p.experts);
-          hashes[slice] = own.digest();
-        } else {
-          feed.put(v, d.index.at(v.name), 0, nullptr);
-        }
-      }
-      if (part.kind == Part::Kind::layer) ++progress.layers_done;
-      progress.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (opts.progress) opts.progress(progress);
-    });
-    if (opts.cancel && opts.cancel->load()) throw error("interrupted");
-    for (std::size_t k = 0; k < d.reports.size(); ++k) d.reports[k].hash = feed.digest(k);
+    detail::DatasetFeed feed(be, *writer, opts, r.layers().size, t0);
+    stream_rank(
+        r,
+        [&](const RankPart& part) {
+          feed.put_part(part.kind == Part::Kind::layer, part.tensors, [&](std::size_t j) -> detail::FeedSlot {
+            if (part.kind != Part::Kind::layer || !stacked) return {part.tensors[j].name, std::nullopt};
+            // Slice (layer, expert) of the rank's [n, ...] or [n, ne, ...] piece.
+            const StackedPiece& p = r.stacked()[r.stacked_piece(j)];
+            return {p.name, (part.layer - r.layers().offset) * p.experts + r.expert_slice(j)};
+          });
+        },
+        detail::cancellation(opts));
+    for (std::size_t k = 0; k < d.reports.size(); ++k) {
+      d.reports[k].hash = feed.digest(k);
+      d.reports[k].layer_hashes = feed.slice_hashes(k);
+    }
     writer->commit();
     result.file_bytes = detail::disk_bytes(writer->target());
   } catch (...) {
@@ -296,7 +308,7 @@ EmitResult emit_rank(const RankPlan& r, backend& be, const std::filesystem::path
     throw;
   }
   result.tensors = std::move(d.reports);
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.seconds = detail::seconds_since(t0);
   return result;
 }
 

@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <layerinit/checkpoint/writer.hpp>
@@ -30,10 +32,18 @@ struct EmitProgress {
   double seconds = 0;
 };
 
+// A Hugging Face config.json makes transformers load a directory as its model: only the per-layer,
+// out-in layout matches what it expects (stacked or transposed weights would load as missing keys
+// initialized anew, or a square weight silently transposed).
+bool hf_loadable(const BuildOptions& opts);
+// The config.json an emit to safetensors writes beside the weights: config_json of the spec's family
+// when hf_loadable(opts); nothing for other layouts and for families without one (MLPs, custom specs).
+std::optional<std::string> hf_config_for(const ModelSpec& spec, const BuildOptions& opts);
+
 struct EmitOptions {
   CheckpointFormat format = CheckpointFormat::hdf5;
-  // writer.config_json only for the per-layer, out-in layout (the one transformers loads): else
-  // emit_checkpoint throws std::invalid_argument.
+  // writer.config_json only when hf_loadable(the builder's options): else emit_checkpoint throws
+  // std::invalid_argument.
   WriterOptions writer;
   // dtype, seed, recipe, layout, orientation and model_spec are the builder's: left empty they are
   // filled in; a value that differs from the builder's is refused (std::invalid_argument).
@@ -46,6 +56,9 @@ struct EmitOptions {
 // What `build --report json` reports for a tensor: XXH3-64 of its raw bytes (content_hash), and for a
 // stacked tensor also of each layer slice.
 struct TensorReport {
+  TensorReport() = default;
+  // A whole tensor of `shape` and `dtype`, its bytes counted, nothing hashed yet.
+  TensorReport(std::string name, Shape shape, DType dtype);
   std::string name;
   Shape shape;
   DType dtype = DType::f32;
@@ -80,8 +93,8 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
 CheckpointMetadata builder_metadata(const Builder& b, const CheckpointMetadata& given);
 
 // A rank's file name: "rank-00003-of-00008.safetensors", the rank counted from 0 and the number of
-// ranks, each with at least 5 digits.
-std::string rank_file_name(std::uint64_t rank, std::uint64_t ranks);
+// ranks, each with at least 5 digits, then the extension.
+std::string rank_file_name(std::uint64_t rank, std::uint64_t ranks, std::string_view extension = ".safetensors");
 
 // Streams rank r's pieces (stream_rank: tracked peak = its largest part) into one safetensors file,
 // dir / rank_file_name(r, ranks), written atomically (open_safetensors_file_writer); `dir` is created

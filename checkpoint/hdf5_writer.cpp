@@ -195,6 +195,9 @@ Chunking choose_chunking(const DatasetSpec& d, std::uint64_t max_chunk_bytes) {
   return c;
 }
 
+// A declared dataset. Open only while it is being written: an open HDF5 dataset holds its object
+// header and layout state (about 20 KiB), so a checkpoint of 10^5 tiny tensors held open would take
+// gigabytes for megabytes of data.
 struct Dataset {
   Hid id;
   Chunking ch;
@@ -205,28 +208,41 @@ struct Dataset {
 
 class Hdf5Writer final : public detail::WriterBase {
  public:
-  Hdf5Writer(fs::path target, std::vector<DatasetSpec> datasets, const CheckpointMetadata& meta,
+  Hdf5Writer(fs::path target, std::uint64_t planned, const detail::DatasetSource& datasets, const CheckpointMetadata& meta,
              const WriterOptions& opts)
-      : WriterBase(std::move(target), std::move(datasets), opts, false, hdf5_ownership_impl) {
-    open(planned_bytes(CheckpointFormat::hdf5, d_, meta, opts_), [&] { create(meta); });
+      : WriterBase(std::move(target), opts, {false, hdf5_ownership_impl}) {
+    admit(planned, datasets);
+    create_temp([&] { create(meta); });
   }
   ~Hdf5Writer() override { abort(); }
 
  private:
   void write_elements(std::size_t i, std::uint64_t first, const void* bytes, std::uint64_t n) override {
     QuietErrors quiet;
-    write_elements(ds_[i], first, static_cast<const unsigned char*>(bytes), n);
+    Dataset& d = ds_[i];
+    if (!d.id.valid()) {
+      d.id = Hid(H5Dopen2(file_.get(), d_[i].name.c_str(), dapl_.get()), H5Dclose);
+      if (!d.id.valid()) hdf5_fail("cannot open dataset " + d_[i].name + " in", target_);
+    }
+    write_elements(d, first, static_cast<const unsigned char*>(bytes), n);
   }
-  void dataset_complete(std::size_t i) override { ds_[i].staging = {}; }
+  void dataset_complete(std::size_t i) override {
+    QuietErrors quiet;
+    ds_[i].staging = {};
+    if (ds_[i].id.reset() < 0) hdf5_fail("cannot write", target_);
+  }
   void finish() override {
     QuietErrors quiet;
     for (auto& d : ds_)
       if (d.id.reset() < 0) hdf5_fail("cannot write", target_);
+    dapl_.reset();
     if (file_.reset() < 0) hdf5_fail("cannot write", target_);
   }
+  void publish(detail::TempPath& tmp) override { detail::publish_hdf5(tmp, target_, opts_.overwrite); }
   void release() noexcept override {
     QuietErrors quiet;
     ds_.clear();
+    dapl_.reset();
     file_.reset();
     H5Eclear2(H5E_DEFAULT);
   }
@@ -239,6 +255,9 @@ class Hdf5Writer final : public detail::WriterBase {
     for (const auto& [k, v] : detail::metadata_pairs(meta))
       if (!write_string_attribute(file_.get(), k, v)) hdf5_fail("cannot write attributes of", target_);
     ds_.resize(d_.size());
+    // No chunk cache: every chunk is written whole, straight from the caller or the staging buffer.
+    dapl_ = Hid(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
+    H5Pset_chunk_cache(dapl_.get(), 0, 0, 1.0);
     for (std::size_t i = 0; i < d_.size(); ++i) {
       Dataset& d = ds_[i];
       d.ch = choose_chunking(d_[i], opts_.max_chunk_bytes);
@@ -249,15 +268,13 @@ class Hdf5Writer final : public detail::WriterBase {
       H5Pset_chunk(dcpl.get(), rank, d.ch.chunk.data());
       H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
       H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_INCR);
-      Hid dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
-      H5Pset_chunk_cache(dapl.get(), 0, 0, 1.0);
       Hid type = file_type(d_[i].dtype);
-      d.id = Hid(H5Dcreate2(file_.get(), d_[i].name.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(),
-                            dapl.get()),
-                 H5Dclose);
-      if (!d.id.valid()) hdf5_fail("cannot create dataset " + d_[i].name + " in", target_);
-      if (!write_string_attribute(d.id.get(), "dtype", std::string(dtype_name(d_[i].dtype))))
+      Hid id(H5Dcreate2(file_.get(), d_[i].name.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(), dapl_.get()),
+             H5Dclose);
+      if (!id.valid()) hdf5_fail("cannot create dataset " + d_[i].name + " in", target_);
+      if (!write_string_attribute(id.get(), "dtype", std::string(dtype_name(d_[i].dtype))))
         hdf5_fail("cannot write attributes of", target_);
+      if (id.reset() < 0) hdf5_fail("cannot write", target_);
     }
   }
 
@@ -310,6 +327,7 @@ class Hdf5Writer final : public detail::WriterBase {
   }
 
   Hid file_;
+  Hid dapl_;  // how datasets are opened
   std::vector<Dataset> ds_;
 };
 
@@ -330,22 +348,34 @@ std::uint64_t hdf5_planned_fixed(std::uint64_t meta_bytes) { return (1u << 20) +
 
 }  // namespace detail
 
-std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& target,
-                                                   std::vector<DatasetSpec> datasets,
-                                                   const CheckpointMetadata& meta, const WriterOptions& opts) {
+namespace detail {
+std::unique_ptr<CheckpointWriter> open_hdf5(const fs::path& target, std::uint64_t planned, const DatasetSource& datasets,
+                                            const CheckpointMetadata& meta, const WriterOptions& opts) {
   // HDF5 1.10's atexit handler (H5_term_library -> H5F__close_cb) crashes on a file whose close failed
   // (disk full, RLIMIT_FSIZE), turning a clean error exit into SIGSEGV in any program using this
   // library. Our writers close everything they open, so HDF5's own cleanup at exit is not needed.
   static const bool no_atexit = [] { return H5dont_atexit() >= 0; }();
   (void)no_atexit;
-  detail::validate_datasets(datasets);
+  check_hdf5_options(target, opts);
+  return std::make_unique<Hdf5Writer>(normalize_target(target), planned, datasets, meta, opts);
+}
+
+void check_hdf5_options(const fs::path& target, const WriterOptions& opts) {
   // normalize_target would drop the slash of "newdir/" and write a file named newdir: refuse it.
   if (!target.has_filename() || target.filename() == "." || target.filename() == "..")
     throw std::invalid_argument("checkpoint: hdf5 output '" + target.string() +
                                 "' names a directory; an HDF5 checkpoint is a file");
   if (opts.max_chunk_bytes == 0 || opts.max_chunk_bytes > (std::uint64_t{1} << 32) - 1)
     throw std::invalid_argument("checkpoint: max_chunk_bytes must be in [1, 4 GiB)");
-  return std::make_unique<Hdf5Writer>(detail::normalize_target(target), std::move(datasets), meta, opts);
+}
+}  // namespace detail
+
+std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& target,
+                                                   std::vector<DatasetSpec> datasets,
+                                                   const CheckpointMetadata& meta, const WriterOptions& opts) {
+  detail::validate_datasets(datasets);
+  const std::uint64_t planned = planned_bytes(CheckpointFormat::hdf5, datasets, meta, opts);
+  return detail::open_hdf5(target, planned, [&] { return std::move(datasets); }, meta, opts);
 }
 
 namespace detail {
@@ -394,6 +424,9 @@ void write_hdf5_virtual(const fs::path& path, const std::vector<DatasetSpec>& d,
   fsync_path(path, false);
 }
 
+namespace {
+// The root attribute `name` of the HDF5 file `p` as a string; nullopt when p is no HDF5 file or has no
+// such string attribute. Never throws.
 std::optional<std::string> hdf5_string_attribute(const fs::path& p, const char* name) noexcept {
   QuietErrors quiet;
   std::optional<std::string> out;
@@ -414,6 +447,8 @@ std::optional<std::string> hdf5_string_attribute(const fs::path& p, const char* 
   return out;
 }
 
+// After a master at `target` was replaced: removes the rank directory `name` it named, if it is one a
+// parallel emit makes. Never throws: the new checkpoint is published by then.
 void remove_replaced_rank_dir(const fs::path& target, const std::string& name) noexcept {
   // Only a directory named like the ones emit_parallel makes for this target, holding only rank
   // files: a master edited to name anything else removes nothing.
@@ -427,6 +462,17 @@ void remove_replaced_rank_dir(const fs::path& target, const std::string& name) n
     if (!fs::is_regular_file(it->symlink_status(ec)) || f.rfind("rank-", 0) != 0 || !f.ends_with(".h5")) return;
   }
   if (!ec) fs::remove_all(dir, ec);
+}
+}  // namespace
+
+void publish_hdf5(TempPath& tmp, const fs::path& target, bool overwrite, std::string_view keep) {
+  std::optional<std::string> old_ranks;
+  if (overwrite) {
+    old_ranks = hdf5_string_attribute(target, kRankFilesAttribute);
+    check_replaceable(target, false, hdf5_ownership_impl);
+  }
+  tmp.publish(target, overwrite);
+  if (old_ranks && *old_ranks != keep) remove_replaced_rank_dir(target, *old_ranks);
 }
 }  // namespace detail
 

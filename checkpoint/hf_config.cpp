@@ -8,8 +8,12 @@ namespace layerinit {
 
 namespace {
 
+constexpr const char* kFamilies[] = {"llama", "mistral", "mixtral", "qwen2", "gemma2", "gpt2"};
+
 bool generated_family(const std::string& fam) {
-  return fam == "llama" || fam == "mistral" || fam == "mixtral" || fam == "qwen2" || fam == "gemma2" || fam == "gpt2";
+  for (const char* f : kFamilies)
+    if (fam == f) return true;
+  return false;
 }
 
 // The user's config.json, refused when it describes quantized weights.
@@ -38,9 +42,10 @@ std::string config_json(const ModelSpec& spec, DType dtype) {
   const char* torch_dtype = dtype == DType::bf16 ? "bfloat16" : dtype == DType::f16 ? "float16" : "float32";
   nlohmann::ordered_json j;
   if (!generated_family(fam)) {
-    throw std::invalid_argument("config.json: no Hugging Face model_type for family '" + fam +
-                                "' (supported: llama, mistral, mixtral, qwen2, gemma2, gpt2); a spec read from a config.json "
-                                "carries its own");
+    std::string supported;
+    for (const char* f : kFamilies) supported += (supported.empty() ? "" : ", ") + std::string(f);
+    throw std::invalid_argument("config.json: no Hugging Face model_type for family '" + fam + "' (supported: " + supported +
+                                "); a spec read from a config.json carries its own");
   }
   if (fam != "gpt2") {
     const char* arch = fam == "llama"     ? "LlamaForCausalLM"

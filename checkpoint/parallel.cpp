@@ -12,7 +12,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
+#include <layerinit/backends/content_hash.hpp>
+#include <layerinit/core/text.hpp>
+#include <layerinit/init/spec_json.hpp>
+
 #include <layerinit/checkpoint/detail.hpp>
+#include <layerinit/init/engine.hpp>
 #include "feed.hpp"
 
 namespace layerinit {
@@ -41,12 +48,7 @@ std::vector<std::uint64_t> split_by_bytes(const std::vector<std::uint64_t>& byte
   return owner;
 }
 
-std::string hdf5_rank_file_name(std::uint64_t rank, std::uint64_t ranks) {
-  char name[96];
-  std::snprintf(name, sizeof name, "rank-%05llu-of-%05llu.h5", static_cast<unsigned long long>(rank),
-                static_cast<unsigned long long>(ranks));
-  return name;
-}
+std::string hdf5_rank_file_name(std::uint64_t rank, std::uint64_t ranks) { return rank_file_name(rank, ranks, ".h5"); }
 
 namespace {
 
@@ -59,51 +61,33 @@ struct Origins {
   StackedLayout sl;
 
   explicit Origins(const Builder& b)
-      : pre(b.plan_pre().size()), post(b.plan_post().size()), layers(b.spec().num_layers),
+      : pre(b.spec().pre.size()), post(b.spec().post.size()), layers(b.spec().num_layers),
         per_layer(b.spec().layer.tensors.size()), stacked(b.options().layout == Layout::stacked),
         sl(stacked_layout(b.spec(), b.options().experts)) {
     middle = layers == 0 ? 0 : stacked ? sl.buffers.size() : layers * per_layer;
   }
-  // The dataset index of a part's tensor j (pre/post: its position; layer: its LayerSpec index).
-  std::size_t dataset(Part::Kind kind, std::uint64_t layer, std::size_t j) const {
-    if (kind == Part::Kind::pre) return j;
-    if (kind == Part::Kind::post) return pre + middle + j;
-    return pre + (stacked ? sl.buffer[j] : layer * per_layer + j);
-  }
 };
 
-// A built tensor of a selected part: its position j (as Origins::dataset takes it) and its bytes.
-struct Piece {
-  std::size_t j = 0;
-  TensorView view;
-};
-
-// Like Builder::stream, over layers [layers.offset, + size) and only the tensors `want` selects:
-// each pre or post tensor alone, each layer's selected tensors together; a part with nothing
-// selected is not built. Peak: the largest part.
-void stream_selected(const Builder& b, Range layers,
-                     const std::function<bool(Part::Kind, std::uint64_t, std::size_t)>& want,
-                     const std::function<void(Part::Kind, std::uint64_t, const std::vector<Piece>&)>& sink) {
-  backend& be = b.target_backend();
-  // plans[k] is tensor `base + k` of its kind.
+// Like Builder::stream, over layers [layers.offset, + size) and only the tensors whose dataset
+// (`slot`) the feed's writer holds: each pre or post tensor alone, each layer's selected tensors
+// together; a part with nothing selected is not built. Peak: the largest part.
+void stream_selected(const Builder& b, Range layers, detail::DatasetFeed& feed, const EmitOptions& opts,
+                     const std::function<detail::FeedSlot(Part::Kind, std::uint64_t, std::size_t, const PlannedTensor&)>& slot) {
+  const Engine eng = b.engine(detail::cancellation(opts));
   auto part = [&](Part::Kind kind, std::uint64_t layer, const std::vector<PlannedTensor>& plans, std::size_t base) {
-    std::vector<std::size_t> chosen;
-    for (std::size_t k = 0; k < plans.size(); ++k)
-      if (want(kind, layer, base + k)) chosen.push_back(k);
-    if (chosen.empty()) return;
-    std::vector<Tensor> tensors;
-    std::vector<FillJob> jobs;
-    tensors.reserve(chosen.size());
-    for (auto k : chosen) {
-      const PlannedTensor& p = plans[k];
-      tensors.push_back(Tensor::allocate(b.memory(), p.name, p.memory_shape, p.dtype));
-      jobs.push_back(fill_job_for(p, tensors.back().view.data, b.options().seed));
+    std::vector<PartTensor> chosen;
+    std::vector<detail::FeedSlot> slots;
+    for (std::size_t k = 0; k < plans.size(); ++k) {
+      const detail::FeedSlot s = slot(kind, layer, base + k, plans[k]);
+      if (!feed.find(s.dataset)) continue;
+      chosen.push_back({&plans[k], plans[k].memory_shape, nullptr, std::nullopt});
+      slots.push_back(s);
     }
-    be.fill(jobs);
-    be.synchronize();
-    std::vector<Piece> pieces;
-    for (std::size_t i = 0; i < chosen.size(); ++i) pieces.push_back({base + chosen[i], tensors[i].view});
-    sink(kind, layer, pieces);
+    if (chosen.empty()) return;
+    const std::vector<Tensor> tensors = eng.fill_part(chosen);
+    std::vector<TensorView> views;
+    for (const auto& t : tensors) views.push_back(t.view);
+    feed.put_part(kind == Part::Kind::layer, views, [&](std::size_t j) { return slots[j]; });
   };  // freed before the next part
   const auto pre = b.plan_pre();
   for (std::size_t j = 0; j < pre.size(); ++j) part(Part::Kind::pre, 0, {pre[j]}, j);
@@ -112,16 +96,9 @@ void stream_selected(const Builder& b, Range layers,
   for (std::size_t j = 0; j < post.size(); ++j) part(Part::Kind::post, 0, {post[j]}, j);
 }
 
-// The checks emit_checkpoint makes before any work, for every rank.
+// The checks emit_checkpoint makes before any work, for every rank, and the parallel emit's own.
 void check_emit(const Builder& b, backend& be, const EmitOptions& opts) {
-  const auto& order = b.options().layer_order;
-  if (!std::is_sorted(order.begin(), order.end()))
-    throw std::invalid_argument("emit writes layers in order: layer_order must be ascending or empty");
-  if (be.kind() == BackendKind::dry) throw std::invalid_argument("emit needs a backend that holds bytes (cpu or cuda)");
-  const BuildOptions& bo = b.options();
-  if (!opts.writer.config_json.empty() && (bo.layout != Layout::per_layer || bo.orientation != Orientation::out_in))
-    throw std::invalid_argument("emit: a Hugging Face config.json describes the per-layer, out-in layout; this checkpoint is " +
-                                std::string(layout_name(bo.layout)) + ", " + std::string(orientation_name(bo.orientation)));
+  detail::check_emit(b, be, opts);
   for (const char* key : {detail::kRankFilesAttribute, "layerinit.rank"})
     if (opts.meta.extra.count(key)) throw std::invalid_argument(std::string("emit: metadata key ") + key + " is the parallel emit's own");
 }
@@ -143,8 +120,7 @@ class StagingGuard {
   explicit StagingGuard(fs::path dir) : dir_(std::move(dir)) {}
   ~StagingGuard() {
     if (dir_.empty()) return;
-    std::error_code ec;
-    for (int tries = 0; tries < 3 && fs::exists(fs::symlink_status(dir_, ec)); ++tries) fs::remove_all(dir_, ec);
+    detail::remove_tree(dir_);
   }
   StagingGuard(const StagingGuard&) = delete;
   StagingGuard& operator=(const StagingGuard&) = delete;
@@ -163,29 +139,83 @@ struct Contribution {
   std::vector<std::uint64_t> layers;
 };
 
-std::string encode(const std::vector<Contribution>& v) {
-  nlohmann::json j = nlohmann::json::array();
-  for (const auto& c : v) j.push_back({c.dataset, c.hash, c.whole, c.layers});
-  return j.dump();
+// A file a rank wrote into the staging directory, complete: its name there and its size.
+struct StagedFile {
+  std::string name;
+  std::uint64_t bytes = 0;
+};
+
+// What a rank sends rank 0 once every rank has written its share.
+struct Share {
+  std::vector<Contribution> tensors;
+  std::vector<StagedFile> files;
+};
+
+std::string encode(const Share& s) {
+  nlohmann::json t = nlohmann::json::array(), f = nlohmann::json::array();
+  for (const auto& c : s.tensors) t.push_back({c.dataset, c.hash, c.whole, c.layers});
+  for (const auto& x : s.files) f.push_back({x.name, x.bytes});
+  return nlohmann::json{{"tensors", t}, {"files", f}}.dump();
 }
 
-std::vector<Contribution> decode(const std::string& s) {
-  std::vector<Contribution> v;
-  for (const auto& e : nlohmann::json::parse(s))
-    v.push_back({e[0].get<std::size_t>(), e[1].get<std::uint64_t>(), e[2].get<bool>(), e[3].get<std::vector<std::uint64_t>>()});
-  return v;
+Share decode(const std::string& text) {
+  Share s;
+  const nlohmann::json j = nlohmann::json::parse(text);
+  for (const auto& e : j.at("tensors"))
+    s.tensors.push_back({e[0].get<std::size_t>(), e[1].get<std::uint64_t>(), e[2].get<bool>(), e[3].get<std::vector<std::uint64_t>>()});
+  for (const auto& e : j.at("files")) s.files.push_back({e[0].get<std::string>(), e[1].get<std::uint64_t>()});
+  return s;
+}
+
+// The size of a file this rank just wrote into the staging directory (`shown` names it as published).
+std::uint64_t staged_size(const fs::path& p, const fs::path& shown) {
+  struct stat st{};
+  if (::lstat(p.c_str(), &st) != 0) detail::fail("cannot read", shown, errno);
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+// Rank 0, before publishing: every file the ranks reported is in `dir` with the size its rank wrote,
+// and `dir` holds nothing else (its staging marker aside). A file removed, cut or added while the
+// emit ran would otherwise be published as part of the checkpoint. `what` names the checkpoint.
+void verify_staging(const fs::path& dir, const std::vector<Share>& shares, const std::string& what) {
+  auto broken = [&](const std::string& why) {
+    throw checkpoint_error("checkpoint: " + what + ": " + why + " (changed while the emit ran?); nothing was published");
+  };
+  std::set<std::string> expected;
+  for (std::size_t r = 0; r < shares.size(); ++r)
+    for (const StagedFile& f : shares[r].files) {
+      expected.insert(f.name);
+      struct stat st{};
+      if (::lstat((dir / f.name).c_str(), &st) != 0)
+        broken("rank " + std::to_string(r) + "'s file " + f.name + " is missing from the staging directory");
+      if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != f.bytes)
+        broken("rank " + std::to_string(r) + "'s file " + f.name + " has " + std::to_string(st.st_size) +
+               " bytes in the staging directory, " + std::to_string(f.bytes) + " written");
+    }
+  std::error_code ec;
+  std::uint64_t count = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == detail::kStagingMarker) continue;
+    ++count;
+    if (!expected.count(name)) broken("the staging directory holds " + printable(name) + ", which no rank wrote");
+  }
+  if (ec) broken("the staging directory cannot be read: " + ec.message());
+  if (count != expected.size())
+    broken("the staging directory holds " + std::to_string(count) + " files, the ranks wrote " + std::to_string(expected.size()));
 }
 
 // Rank 0's report: every dataset in file order with the ranks' hashes put together.
-EmitResult assemble(const std::vector<DatasetSpec>& datasets, const std::vector<std::string>& gathered) {
+EmitResult assemble(const std::vector<DatasetSpec>& datasets, const std::vector<Share>& shares) {
   EmitResult r;
   for (const auto& d : datasets) {
-    r.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), 0, {}, {}, {}, false});
-    r.weight_bytes += r.tensors.back().bytes;
+    TensorReport& t = r.tensors.emplace_back(d.name, d.shape, d.dtype);
+    t.hashed = false;
+    r.weight_bytes += t.bytes;
   }
   std::vector<int> parts(datasets.size(), 0);
-  for (const auto& text : gathered)  // rank order: layer ranges ascend
-    for (const Contribution& c : decode(text)) {
+  for (const auto& share : shares)  // rank order: layer ranges ascend
+    for (const Contribution& c : share.tensors) {
       TensorReport& t = r.tensors.at(c.dataset);
       t.layer_hashes.insert(t.layer_hashes.end(), c.layers.begin(), c.layers.end());
       t.hash = c.hash;
@@ -194,50 +224,37 @@ EmitResult assemble(const std::vector<DatasetSpec>& datasets, const std::vector<
   return r;
 }
 
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+// A rank's own report: its contributions, in its order.
+EmitResult own_report(const std::vector<DatasetSpec>& datasets, const std::vector<Contribution>& mine) {
+  EmitResult r;
+  for (const auto& m : mine) {
+    const DatasetSpec& d = datasets[m.dataset];
+    TensorReport& t = r.tensors.emplace_back(d.name, d.shape, d.dtype);
+    t.hash = m.hash;
+    t.layer_hashes = m.layers;
+    t.hashed = m.whole;
+    r.weight_bytes += t.bytes;
+  }
+  return r;
 }
 
-// Streams the selected tensors into `w` (dataset `local(k)` for checkpoint dataset k), stacked
-// slices at `slot(j, layer)` * slice elements; records each dataset's hash and layer hashes.
-struct WriteJob {
-  const Builder& b;
-  backend& be;
-  const EmitOptions& opts;
-  const Origins& o;
-  std::chrono::steady_clock::time_point t0;
-
-  std::vector<Contribution> run(CheckpointWriter& w, Range layers, const std::map<std::size_t, std::size_t>& local,
-                                const std::function<std::uint64_t(std::size_t, std::uint64_t)>& slot) const {
-    std::uint64_t bytes_total = 0;
-    for (const auto& d : w.datasets()) bytes_total += numel(d.shape) * dtype_size(d.dtype);
-    EmitProgress progress{0, layers.size, 0, bytes_total, 0};
-    detail::DatasetFeed feed(be, w, w.datasets().size(), opts.staging_bytes, progress);
-    std::vector<std::vector<std::uint64_t>> layer_hashes(w.datasets().size());
-    auto want = [&](Part::Kind kind, std::uint64_t layer, std::size_t j) { return local.count(o.dataset(kind, layer, j)) > 0; };
-    stream_selected(b, layers, want, [&](Part::Kind kind, std::uint64_t layer, const std::vector<Piece>& pieces) {
-      if (opts.cancel && opts.cancel->load()) throw error("interrupted");
-      for (const Piece& p : pieces) {
-        const std::size_t k = local.at(o.dataset(kind, layer, p.j));
-        if (kind == Part::Kind::layer && o.stacked) {
-          ContentHash own;
-          feed.put(p.view, k, slot(p.j, layer) * numel(p.view.shape), &own);
-          layer_hashes[k].push_back(own.digest());
-        } else {
-          feed.put(p.view, k, 0, nullptr);
-        }
-      }
-      if (kind == Part::Kind::layer) ++progress.layers_done;
-      progress.seconds = since(t0);
-      if (opts.progress) opts.progress(progress);
-    });
-    if (opts.cancel && opts.cancel->load()) throw error("interrupted");
-    std::vector<Contribution> out;
-    for (const auto& [global, k] : local) out.push_back({global, feed.digest(k), true, std::move(layer_hashes[k])});
-    w.commit();
-    return out;
-  }
-};
+// Streams the checkpoint's tensors that `w` holds into it (stacked slices at `slice(j, layer)`) and
+// commits; returns each held dataset's hash and layer hashes, by its checkpoint index (`global`).
+std::vector<Contribution> write_share(const Builder& b, backend& be, const EmitOptions& opts, const Origins& o,
+                                      std::chrono::steady_clock::time_point t0, CheckpointWriter& w, Range layers,
+                                      const std::vector<std::size_t>& global,
+                                      const std::function<std::uint64_t(std::size_t, std::uint64_t)>& slice) {
+  detail::DatasetFeed feed(be, w, opts, layers.size, t0);
+  stream_selected(b, layers, feed, opts,
+                  [&](Part::Kind kind, std::uint64_t layer, std::size_t j, const PlannedTensor& p) -> detail::FeedSlot {
+                    if (kind == Part::Kind::layer && o.stacked) return {o.sl.buffers[o.sl.buffer[j]].name, slice(j, layer)};
+                    return {p.name, std::nullopt};
+                  });
+  std::vector<Contribution> out;
+  for (std::size_t k = 0; k < global.size(); ++k) out.push_back({global[k], feed.digest(k), true, feed.slice_hashes(k)});
+  w.commit();
+  return out;
+}
 
 // A rank's writer options inside the staging directory: its own files only, the whole checkpoint's
 // space having been checked by rank 0.
@@ -250,12 +267,11 @@ WriterOptions rank_writer_options(const EmitOptions& opts) {
   return wo;
 }
 
-// Runs f; a checkpoint error it throws names `staged` as the published path will be (`published`):
-// the staging directory is gone by the time the user reads the message.
+// Runs f; a checkpoint error it throws says `to` where it said `from` (a path in the staging
+// directory, which is gone by the time the user reads the message after a failure).
 template <class F>
-void naming_published(const fs::path& staged, const fs::path& published, F&& f) {
+void naming(const std::string& from, const std::string& to, F&& f) {
   auto rename = [&](std::string m) {
-    const std::string from = staged.string() + "/", to = published.string() + "/";
     for (std::size_t p = m.find(from); p != std::string::npos; p = m.find(from, p + to.size())) m.replace(p, from.size(), to);
     return m;
   };
@@ -276,13 +292,12 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
   fs::path tgt;
   std::optional<detail::TempPath> staging;  // rank 0's: the directory every rank writes into
   try {
-    check_emit(b, be, opts);
     meta = builder_metadata(b, opts.meta);
     tgt = detail::normalize_target(target);
     if (me == 0) {
-      detail::preflight(tgt, true, opts.writer.overwrite, opts.writer.check_free_space,
-                        planned_checkpoint_bytes(b, CheckpointFormat::safetensors, meta, opts.writer),
-                        detail::safetensors_ownership);
+      check_checkpoint_target(CheckpointFormat::safetensors, tgt, opts.writer,
+                              planned_checkpoint_bytes(b, CheckpointFormat::safetensors, meta, opts.writer));
+      detail::remove_stale_staging(tgt);
       staging.emplace(tgt, true);
     }
   } catch (...) {
@@ -294,7 +309,7 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
 
   const Origins o(b);
   std::vector<DatasetSpec> datasets;
-  std::vector<Contribution> mine;
+  Share mine;
   std::vector<SafetensorsShard> shards;
   try {
     datasets = checkpoint_datasets(b);
@@ -302,14 +317,11 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
     std::vector<std::uint64_t> bytes;
     for (const auto& s : shards) bytes.push_back(s.data_bytes);
     const std::vector<std::uint64_t> owner = split_by_bytes(bytes, n);
-    const WriteJob job{b, be, opts, o, t0};
     for (std::size_t f = 0; f < shards.size(); ++f) {
       if (owner[f] != me) continue;
       std::vector<DatasetSpec> specs;
-      std::map<std::size_t, std::size_t> local;
       std::uint64_t lo = o.layers, hi = 0;  // the layers the file's tensors come from
       for (auto k : shards[f].datasets) {
-        local[k] = specs.size();
         specs.push_back(datasets[k]);
         if (k >= o.pre && k < o.pre + o.middle) {
           const std::uint64_t l = o.stacked ? 0 : (k - o.pre) / o.per_layer;
@@ -317,11 +329,13 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
           hi = std::max(hi, o.stacked ? o.layers : l + 1);
         }
       }
-      naming_published(stage, tgt, [&] {
+      naming(stage.string() + "/", tgt.string() + "/", [&] {
         auto w = open_safetensors_file_writer(stage / shards[f].file, std::move(specs), meta, rank_writer_options(opts));
         const Range layers{lo, hi > lo ? hi - lo : 0};
-        auto got = job.run(*w, layers, local, [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer); });
-        mine.insert(mine.end(), got.begin(), got.end());
+        auto got = write_share(b, be, opts, o, t0, *w, layers, shards[f].datasets,
+                               [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer); });
+        mine.tensors.insert(mine.tensors.end(), got.begin(), got.end());
+        mine.files.push_back({shards[f].file, staged_size(stage / shards[f].file, tgt / shards[f].file)});
       });
     }
   } catch (...) {
@@ -335,13 +349,19 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
   failure = nullptr;
   if (me == 0) {
     try {
-      result = assemble(datasets, gathered);
+      std::vector<Share> shares;
+      for (const auto& text : gathered) shares.push_back(decode(text));
+      verify_staging(staging->path(), shares, tgt.string());
+      result = assemble(datasets, shares);
       if (shards.size() > 1)
         detail::write_small_file(staging->path() / "model.safetensors.index.json", safetensors_index_json(shards, datasets),
                                  tgt / "model.safetensors.index.json");
       if (!opts.writer.config_json.empty())
         detail::write_small_file(staging->path() / "config.json", opts.writer.config_json, tgt / "config.json");
-      if (opts.writer.overwrite) detail::check_replaceable(tgt, true, detail::safetensors_ownership);
+      if (opts.writer.overwrite) {
+        const detail::TargetRules rules = detail::target_rules(CheckpointFormat::safetensors);
+        detail::check_replaceable(tgt, rules.directory, rules.ours);
+      }
       staging->publish(tgt, opts.writer.overwrite);
       result.file_bytes = detail::disk_bytes(tgt);
     } catch (...) {
@@ -349,12 +369,7 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
       staging.reset();  // removed before the others hear of it
     }
   } else {
-    result.tensors.clear();
-    for (const auto& m : mine) {
-      const DatasetSpec& d = datasets[m.dataset];
-      result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), m.hash, m.layers, {}, {}, true});
-      result.weight_bytes += result.tensors.back().bytes;
-    }
+    result = own_report(datasets, mine.tensors);
   }
   if (me == 0 && !failure) {
     try {
@@ -364,7 +379,7 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
   } else {
     agree(c, failure);
   }
-  result.seconds = since(t0);
+  result.seconds = detail::seconds_since(t0);
   return result;
 }
 
@@ -376,18 +391,13 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
   fs::path tgt;
   std::optional<detail::TempPath> ranks_dir;  // rank 0's: the directory of the rank files
   try {
-    check_emit(b, be, opts);
     meta = builder_metadata(b, opts.meta);
-    // As open_hdf5_writer: "newdir/" names a directory, not a file.
-    if (!target.has_filename() || target.filename() == "." || target.filename() == "..")
-      throw std::invalid_argument("checkpoint: hdf5 output '" + target.string() +
-                                  "' names a directory; an HDF5 checkpoint is a file");
-    if (opts.writer.max_chunk_bytes == 0 || opts.writer.max_chunk_bytes > (std::uint64_t{1} << 32) - 1)
-      throw std::invalid_argument("checkpoint: max_chunk_bytes must be in [1, 4 GiB)");
+    detail::check_hdf5_options(target, opts.writer);
     tgt = detail::normalize_target(target);
     if (me == 0) {
-      detail::preflight(tgt, false, opts.writer.overwrite, opts.writer.check_free_space,
-                        planned_checkpoint_bytes(b, CheckpointFormat::hdf5, meta, opts.writer), detail::hdf5_ownership);
+      check_checkpoint_target(CheckpointFormat::hdf5, tgt, opts.writer,
+                              planned_checkpoint_bytes(b, CheckpointFormat::hdf5, meta, opts.writer));
+      detail::remove_stale_staging(tgt);
       ranks_dir.emplace(tgt.parent_path(), tgt.filename().string() + ".ranks-XXXXXX", true, tgt);
     }
   } catch (...) {
@@ -404,15 +414,11 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
   const auto pre = b.plan_pre(), post = b.plan_post();
   std::vector<std::uint64_t> bytes;
   for (const auto& p : pre) bytes.push_back(p.bytes());
-  std::uint64_t uniform_layer = 0;
-  if (b.uniform_layers() && spec.num_layers > 0)
-    for (const auto& p : b.plan_layer(0)) uniform_layer += p.bytes();
-  for (std::uint64_t i = 0; i < spec.num_layers; ++i) {
-    std::uint64_t lb = uniform_layer;
-    if (!b.uniform_layers())
-      for (const auto& p : b.plan_layer(i)) lb += p.bytes();
-    bytes.push_back(lb);
-  }
+  b.for_each_layer_run(0, spec.num_layers, [&](std::uint64_t, std::uint64_t count, const std::vector<PlannedTensor>& plan) {
+    std::uint64_t layer = 0;
+    for (const auto& p : plan) layer += p.bytes();
+    bytes.insert(bytes.end(), count, layer);
+  });
   for (const auto& p : post) bytes.push_back(p.bytes());
   const std::vector<std::uint64_t> owner = split_by_bytes(bytes, n);
   // Rank r's layers: a contiguous range, since owners never decrease.
@@ -428,15 +434,15 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
   auto holds_anything = [&](std::uint64_t r) { return std::find(owner.begin(), owner.end(), r) != owner.end(); };
 
   std::vector<DatasetSpec> datasets;
-  std::vector<Contribution> mine;
+  Share mine;
   try {
     datasets = checkpoint_datasets(b);
     if (holds_anything(me)) {
       const Range L = layers_of(me);
       std::vector<DatasetSpec> specs;
-      std::map<std::size_t, std::size_t> local;
+      std::vector<std::size_t> global;  // of specs[k]
       auto add = [&](std::size_t k, DatasetSpec d) {
-        local[k] = specs.size();
+        global.push_back(k);
         specs.push_back(std::move(d));
       };
       for (std::size_t j = 0; j < pre.size(); ++j)
@@ -458,11 +464,16 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
       CheckpointMetadata rank_meta = meta;
       rank_meta.extra["layerinit.rank"] =
           nlohmann::ordered_json{{"rank", me}, {"ranks", n}, {"layers", {L.offset, L.size}}}.dump();
-      auto w = open_hdf5_writer(dir / hdf5_rank_file_name(me, n), std::move(specs), rank_meta, rank_writer_options(opts));
-      const WriteJob job{b, be, opts, o, t0};
-      mine = job.run(*w, L, local, [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer - L.offset); });
+      const std::string file = hdf5_rank_file_name(me, n);
+      // Messages name the checkpoint and the rank file: the rank directory goes with a failure.
+      naming((dir / file).string(), tgt.string() + " (its rank file " + file + ")", [&] {
+        auto w = open_hdf5_writer(dir / file, std::move(specs), rank_meta, rank_writer_options(opts));
+        mine.tensors = write_share(b, be, opts, o, t0, *w, L, global,
+                                   [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer - L.offset); });
+        mine.files.push_back({file, staged_size(dir / file, dir / file)});
+      });
       if (o.stacked)  // a piece of each [L, ...] dataset: whole only if this rank holds every layer
-        for (auto& m : mine)
+        for (auto& m : mine.tensors)
           if (m.dataset >= o.pre && m.dataset < o.pre + o.middle) m.whole = L.size == spec.num_layers;
     }
   } catch (...) {
@@ -476,7 +487,10 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
   failure = nullptr;
   if (me == 0) {
     try {
-      result = assemble(datasets, gathered);
+      std::vector<Share> shares;
+      for (const auto& text : gathered) shares.push_back(decode(text));
+      verify_staging(ranks_dir->path(), shares, tgt.string());
+      result = assemble(datasets, shares);
       // Each dataset's sources: the rank file holding it, or per rank its rows of a stacked dataset.
       std::vector<std::vector<detail::VirtualSource>> sources(datasets.size());
       auto file_of = [&](std::uint64_t r) { return dir_name + "/" + hdf5_rank_file_name(r, n); };
@@ -499,27 +513,18 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
       master_meta.extra[detail::kRankFilesAttribute] = dir_name;
       detail::TempPath master(tgt, false);
       detail::write_hdf5_virtual(master.path(), datasets, sources, master_meta, tgt);
-      std::optional<std::string> old_ranks;
-      if (opts.writer.overwrite) {
-        old_ranks = detail::hdf5_string_attribute(tgt, detail::kRankFilesAttribute);
-        detail::check_replaceable(tgt, false, detail::hdf5_ownership);
-      }
       fs::path d = ranks_dir->path();
+      ranks_dir->unmark();  // about to be the checkpoint's: never stale staging
       detail::fsync_path(d, true);
-      master.publish(tgt, opts.writer.overwrite);
+      detail::publish_hdf5(master, tgt, opts.writer.overwrite, dir_name);
       ranks_dir->keep();  // the master names it now
-      if (old_ranks && *old_ranks != dir_name) detail::remove_replaced_rank_dir(tgt, *old_ranks);
       result.file_bytes = detail::disk_bytes(tgt) + detail::disk_bytes(d);
     } catch (...) {
       failure = std::current_exception();
       ranks_dir.reset();
     }
   } else {
-    for (const auto& m : mine) {
-      const DatasetSpec& d = datasets[m.dataset];
-      result.tensors.push_back({d.name, d.shape, d.dtype, numel(d.shape) * dtype_size(d.dtype), m.hash, m.layers, {}, {}, m.whole});
-      result.weight_bytes += result.tensors.back().bytes;
-    }
+    result = own_report(datasets, mine.tensors);
   }
   if (me == 0 && !failure) {
     try {
@@ -529,8 +534,63 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
   } else {
     agree(c, failure);
   }
-  result.seconds = since(t0);
+  result.seconds = detail::seconds_since(t0);
   return result;
+}
+
+// Everything that decides the checkpoint's bytes and where they go, one [what, value] pair per field
+// (long values as their XXH3-64): the format and target, the model, the recipe and its overrides,
+// the build options, the writer's options and the file metadata (library version included).
+nlohmann::json output_fields(const Builder& b, const fs::path& target, const EmitOptions& opts) {
+  auto digest = [](const std::string& text) {
+    ContentHash h;
+    h.update(text.data(), text.size());
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h.digest()));
+    return std::string("xxh3 ") + hex;
+  };
+  const BuildOptions& o = b.options();
+  std::string init_overrides, dtype_overrides, order;
+  for (const auto& [pattern, fill] : b.recipe().overrides()) init_overrides += pattern + "=" + fill.describe() + ";";
+  for (const auto& d : o.dtype_overrides) dtype_overrides += d.pattern + "=" + std::string(dtype_name(d.dtype)) + ";";
+  for (auto i : o.layer_order) order += std::to_string(i) + ",";
+  std::string meta;
+  for (const auto& [k, v] : detail::metadata_pairs(builder_metadata(b, opts.meta))) meta += k + "=" + v + "\n";
+  const WriterOptions& w = opts.writer;
+  return nlohmann::json::array({
+      {"format", std::string(format_name(opts.format))},
+      {"output", detail::normalize_target(target).string()},
+      {"model", digest(spec_to_json(b.spec()))},
+      {"recipe", b.recipe().name()},
+      {"init overrides", digest(init_overrides)},
+      {"dtype", std::string(dtype_name(o.dtype))},
+      {"dtype overrides", digest(dtype_overrides)},
+      {"seed", std::to_string(o.seed)},
+      {"layout", std::string(layout_name(o.layout))},
+      {"orientation", std::string(orientation_name(o.orientation))},
+      {"experts", std::string(expert_layout_name(o.experts))},
+      {"layer order", digest(order)},
+      {"overwrite", w.overwrite ? "yes" : "no"},
+      {"free space check", w.check_free_space ? "yes" : "no"},
+      {"max shard size", std::to_string(w.max_shard_size)},
+      {"config.json", digest(w.config_json)},
+      {"max chunk bytes", std::to_string(w.max_chunk_bytes)},
+      {"metadata", digest(meta)},
+  });
+}
+
+// Throws std::invalid_argument naming the first field in which this rank's output (`mine`) differs
+// from rank 0's (`root`): the ranks would write parts of different checkpoints.
+void check_same_output(const std::string& root, const nlohmann::json& mine, std::uint64_t rank) {
+  const nlohmann::json theirs = nlohmann::json::parse(root);
+  for (std::size_t k = 0; k < mine.size(); ++k) {
+    const std::string what = mine[k][0], a = mine[k][1], b = k < theirs.size() ? theirs[k][1].get<std::string>() : "";
+    if (a == b) continue;
+    const bool hashed = a.rfind("xxh3 ", 0) == 0;
+    throw std::invalid_argument("emit: rank " + std::to_string(rank) + " was given another " + what + " than rank 0" +
+                                (hashed ? "" : " ('" + printable(a, 200) + "', rank 0: '" + printable(b, 200) + "')") +
+                                ": every process of the job must run the same command");
+  }
 }
 
 }  // namespace
@@ -540,6 +600,24 @@ EmitResult emit_parallel(const Builder& b, backend& be, const fs::path& target, 
     throw std::invalid_argument("emit: rank " + std::to_string(c.rank()) + " of a group of " + std::to_string(c.size()));
   if (c.size() == 1) return emit_checkpoint(b, be, target, opts);
   const auto t0 = std::chrono::steady_clock::now();
+  // Before anything is written: each rank's own checks, then one output on every rank (a rank given
+  // another seed, model, format or target would publish a mix, or wait in another protocol).
+  std::exception_ptr failure;
+  nlohmann::json mine;
+  try {
+    check_emit(b, be, opts);
+    mine = output_fields(b, target, opts);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(c, failure);
+  const std::string root = c.broadcast(c.rank() == 0 ? mine.dump() : std::string(), 0);
+  try {
+    check_same_output(root, mine, c.rank());
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree(c, failure);
   return opts.format == CheckpointFormat::safetensors ? emit_safetensors(b, be, target, opts, c, t0)
                                                       : emit_hdf5(b, be, target, opts, c, t0);
 }

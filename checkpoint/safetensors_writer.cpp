@@ -27,21 +27,9 @@ const char* st_dtype(DType t) { return t == DType::bf16 ? "BF16" : t == DType::f
 
 // Whether a .safetensors file's header carries the __metadata__ keys every layerinit file has.
 bool written_by_layerinit(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  unsigned char len[8];
-  if (!in.read(reinterpret_cast<char*>(len), 8)) return false;
-  std::uint64_t n = 0;
-  for (int b = 7; b >= 0; --b) n = (n << 8) | len[b];
-  std::error_code ec;
-  const std::uint64_t size = fs::file_size(p, ec);
-  if (ec || n > size - 8 || n > 100'000'000) return false;  // the format's own limit on a header
-  std::string header(static_cast<std::size_t>(n), '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(n))) return false;
-  const auto j = nlohmann::json::parse(header, nullptr, false);
-  if (!j.is_object() || !j.contains("__metadata__") || !j["__metadata__"].is_object()) return false;
-  const auto& m = j["__metadata__"];
-  return m.contains("format_version") && m["format_version"].is_string() && m.contains("library_version") &&
-         m["library_version"].is_string();
+  const auto m = detail::safetensors_metadata(p);
+  return m && m->contains("format_version") && (*m)["format_version"].is_string() && m->contains("library_version") &&
+         (*m)["library_version"].is_string();
 }
 
 // --force replaces a directory only if it holds nothing but what this writer writes: .safetensors
@@ -77,15 +65,17 @@ struct Shard {
 class SafetensorsWriter final : public detail::WriterBase {
  public:
   // single_file: `target` is the one .safetensors file (no shards, index or config.json).
-  SafetensorsWriter(fs::path target, std::vector<DatasetSpec> datasets, const CheckpointMetadata& meta,
-                    const WriterOptions& opts, bool single_file)
-      : WriterBase(std::move(target), std::move(datasets), opts, !single_file,
-                   single_file ? safetensors_file_ownership : safetensors_ownership_impl),
+  SafetensorsWriter(fs::path target, std::uint64_t planned, const detail::DatasetSource& datasets,
+                    const CheckpointMetadata& meta, const WriterOptions& opts, bool single_file)
+      : WriterBase(std::move(target), opts,
+                   {!single_file, single_file ? detail::OwnershipCheck(safetensors_file_ownership)
+                                              : detail::OwnershipCheck(safetensors_ownership_impl)}),
         single_file_(single_file) {
     if (single_file_ && (opts_.max_shard_size != 0 || !opts_.config_json.empty()))
       throw std::invalid_argument("checkpoint: a single safetensors file has no shards and no config.json");
+    admit(planned, datasets);
     plan(meta);  // header too large etc. before touching the disk
-    open(planned_bytes(CheckpointFormat::safetensors, d_, meta, opts_), [&] {
+    create_temp([&] {
       for (auto& s : shards_) {
         // A single file is the temporary itself (already created, mode set by the umask).
         const fs::path p = single_file_ ? temp_path() : temp_path() / s.file;
@@ -158,9 +148,10 @@ class SafetensorsWriter final : public detail::WriterBase {
       h["__metadata__"] = std::move(md);
       for (auto t : s.tensors) {
         const std::uint64_t bytes = numel(d_[t].shape) * dtype_size(d_[t].dtype);
-        h[d_[t].name] = {{"dtype", st_dtype(d_[t].dtype)},
-                         {"shape", d_[t].shape},
-                         {"data_offsets", {offset_[t], offset_[t] + bytes}}};
+        detail::append_member(h, d_[t].name,
+                              {{"dtype", st_dtype(d_[t].dtype)},
+                               {"shape", d_[t].shape},
+                               {"data_offsets", {offset_[t], offset_[t] + bytes}}});
       }
       std::string json = h.dump();
       json.append((8 - json.size() % 8) % 8, ' ');
@@ -218,27 +209,37 @@ std::string safetensors_index_json(const std::vector<SafetensorsShard>& shards, 
   index["metadata"]["total_size"] = total;
   nlohmann::ordered_json map = nlohmann::ordered_json::object();
   for (const auto& s : shards)
-    for (auto t : s.datasets) map[d.at(t).name] = s.file;
+    for (auto t : s.datasets) detail::append_member(map, d.at(t).name, s.file);
   index["weight_map"] = std::move(map);
   return index.dump(2) + "\n";
 }
+
+namespace detail {
+std::unique_ptr<CheckpointWriter> open_safetensors(const fs::path& target, bool single_file, std::uint64_t planned,
+                                                   const DatasetSource& datasets, const CheckpointMetadata& meta,
+                                                   const WriterOptions& opts) {
+  const fs::path t = normalize_target(target);
+  if (single_file && t.extension() != ".safetensors")
+    throw std::invalid_argument("checkpoint: " + t.string() + ": a safetensors file's name ends in .safetensors");
+  return std::make_unique<SafetensorsWriter>(t, planned, datasets, meta, opts, single_file);
+}
+}  // namespace detail
 
 std::unique_ptr<CheckpointWriter> open_safetensors_writer(const std::filesystem::path& target,
                                                           std::vector<DatasetSpec> datasets,
                                                           const CheckpointMetadata& meta,
                                                           const WriterOptions& opts) {
   detail::validate_datasets(datasets);
-  return std::make_unique<SafetensorsWriter>(detail::normalize_target(target), std::move(datasets), meta, opts, false);
+  const std::uint64_t planned = planned_bytes(CheckpointFormat::safetensors, datasets, meta, opts);
+  return detail::open_safetensors(target, false, planned, [&] { return std::move(datasets); }, meta, opts);
 }
 
 std::unique_ptr<CheckpointWriter> open_safetensors_file_writer(const std::filesystem::path& file,
                                                                std::vector<DatasetSpec> datasets,
                                                                const CheckpointMetadata& meta, const WriterOptions& opts) {
   detail::validate_datasets(datasets);
-  const fs::path target = detail::normalize_target(file);
-  if (target.extension() != ".safetensors")
-    throw std::invalid_argument("checkpoint: " + target.string() + ": a safetensors file's name ends in .safetensors");
-  return std::make_unique<SafetensorsWriter>(target, std::move(datasets), meta, opts, true);
+  const std::uint64_t planned = planned_bytes(CheckpointFormat::safetensors, datasets, meta, opts);
+  return detail::open_safetensors(file, true, planned, [&] { return std::move(datasets); }, meta, opts);
 }
 
 namespace detail {
@@ -257,6 +258,26 @@ std::uint64_t safetensors_planned_fixed(std::uint64_t meta_bytes, std::uint64_t 
 }
 
 std::string safetensors_ownership(const fs::path& dir) { return safetensors_ownership_impl(dir); }
+
+std::optional<nlohmann::json> safetensors_metadata(const fs::path& p) noexcept {
+  try {
+    std::ifstream in(p, std::ios::binary);
+    unsigned char len[8];
+    if (!in.read(reinterpret_cast<char*>(len), 8)) return std::nullopt;
+    std::uint64_t n = 0;
+    for (int b = 7; b >= 0; --b) n = (n << 8) | len[b];
+    std::error_code ec;
+    const std::uint64_t size = fs::file_size(p, ec);
+    if (ec || n > size - 8 || n > 100'000'000) return std::nullopt;  // the format's own limit on a header
+    std::string header(static_cast<std::size_t>(n), '\0');
+    if (!in.read(header.data(), static_cast<std::streamsize>(n))) return std::nullopt;
+    auto j = nlohmann::json::parse(header, nullptr, false);
+    if (!j.is_object() || !j.contains("__metadata__") || !j["__metadata__"].is_object()) return std::nullopt;
+    return std::move(j["__metadata__"]);
+  } catch (...) {
+    return std::nullopt;
+  }
+}
 }  // namespace detail
 
 }  // namespace layerinit

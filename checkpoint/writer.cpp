@@ -1,8 +1,10 @@
-// Shared parts of the checkpoint writers: validation, free space, temporary paths, atomic publish,
-// format names and config.json.
+// What both checkpoint writers share: validation, the target and free space checks, temporary
+// paths, atomic publish, the writer lifecycle, format names and planned sizes.
 #include "detail.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -41,10 +43,12 @@ fs::path normalize_target(const fs::path& target) {
   return p;
 }
 
+void fail_at(const std::string& what, const fs::path& path, int err) {
+  if (err == ENOENT || err == ENOTDIR || err == ELOOP || err == ENAMETOOLONG) refuse(what, path, err);
+  fail(what, path, err);
+}
+
 namespace {
-// Errors of a path that names nothing usable (refused, exit 2), as opposed to the environment's
-// (EIO, EACCES, ...).
-bool wrong_path(int err) { return err == ENOENT || err == ENOTDIR || err == ELOOP || err == ENAMETOOLONG; }
 
 // Why --force may not replace the existing `target` (lstat in `st`), or "" when it may.
 std::string not_replaceable(const fs::path& target, const struct stat& st, bool target_is_dir, const OwnershipCheck& ours) {
@@ -92,13 +96,11 @@ void preflight(const fs::path& target, bool target_is_dir, bool overwrite, bool 
       throw checkpoint_refused("checkpoint: refusing to overwrite existing " + target.string() + " (use --force)");
     check_replaceable(target, st, target_is_dir, ours);
   } else if (errno != ENOENT) {
-    if (wrong_path(errno)) refuse("cannot access", target, errno);
-    fail("cannot access", target, errno);
+    fail_at("cannot access", target, errno);
   }
   const fs::path dir = target.parent_path();
   if (::stat(dir.c_str(), &st) != 0) {
-    if (wrong_path(errno)) refuse("cannot use output directory", dir, errno);
-    fail("cannot use output directory", dir, errno);
+    fail_at("cannot use output directory", dir, errno);
   }
   if (!S_ISDIR(st.st_mode)) refuse("cannot use output directory", dir, ENOTDIR);
   if (::access(dir.c_str(), W_OK | X_OK) != 0) fail("cannot write into", dir, errno);
@@ -143,6 +145,16 @@ TempPath::TempPath(const fs::path& dir, const std::string& name_template, bool d
   if (directory) {
     if (::mkdtemp(tmpl.data()) == nullptr) fail("cannot create a temporary directory beside", target, errno);
     ::chmod(tmpl.c_str(), 0777 & ~mask);
+    // The marker is locked under another name, then renamed: a cleaner never sees it unlocked.
+    const fs::path dir_path = tmpl, fresh = dir_path / ".layerinit-staging-new";
+    lock_fd_ = ::open(fresh.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666 & ~mask);
+    if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX) != 0 || ::rename(fresh.c_str(), (dir_path / kStagingMarker).c_str()) != 0) {
+      const int e = errno;
+      if (lock_fd_ >= 0) ::close(lock_fd_);
+      lock_fd_ = -1;
+      remove_tree(dir_path);
+      fail("cannot create a temporary directory beside", target, e);
+    }
   } else {
     int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
     if (fd < 0) fail("cannot create a temporary file beside", target, errno);
@@ -155,10 +167,58 @@ TempPath::TempPath(const fs::path& dir, const std::string& name_template, bool d
 
 void TempPath::remove() noexcept {
   if (!live_) return;
-  std::error_code ec;
-  if (directory_) fs::remove_all(path_, ec);
-  else fs::remove(path_, ec);
+  unmark();  // first: its descriptor may be the last one the removal needs
+  if (directory_) {
+    remove_tree(path_);
+  } else {
+    std::error_code ec;
+    fs::remove(path_, ec);
+  }
   live_ = false;
+}
+
+void TempPath::unmark() noexcept {
+  if (lock_fd_ < 0) return;
+  ::unlink((path_ / kStagingMarker).c_str());
+  ::close(lock_fd_);
+  lock_fd_ = -1;
+}
+
+bool remove_tree(const fs::path& p) noexcept {
+  for (int round = 0; round < 16; ++round) {
+    struct stat st{};
+    if (::lstat(p.c_str(), &st) != 0) return errno == ENOENT;
+    if (!S_ISDIR(st.st_mode)) return ::unlink(p.c_str()) == 0 || errno == ENOENT;
+    if (DIR* d = ::opendir(p.c_str())) {
+      std::vector<std::string> names;
+      while (const dirent* e = ::readdir(d))
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+      ::closedir(d);
+      for (const auto& n : names) remove_tree(p / n);
+    } else if (errno != ENOENT) {
+      return false;
+    }
+    if (::rmdir(p.c_str()) == 0 || errno == ENOENT) return true;
+    if (errno != ENOTEMPTY && errno != EEXIST) return false;  // else something appeared: again
+  }
+  return false;
+}
+
+void remove_stale_staging(const fs::path& target) noexcept {
+  const std::string name = target.filename().string();
+  const std::string tmp_prefix = "." + name + ".tmp-", ranks_prefix = name + ".ranks-";
+  std::error_code ec;
+  for (fs::directory_iterator it(target.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string entry = it->path().filename().string();
+    const bool ours = (entry.size() == tmp_prefix.size() + 6 && entry.rfind(tmp_prefix, 0) == 0) ||
+                      (entry.size() == ranks_prefix.size() + 6 && entry.rfind(ranks_prefix, 0) == 0);
+    std::error_code st;
+    if (!ours || !fs::is_directory(it->symlink_status(st))) continue;
+    const int fd = ::open((it->path() / kStagingMarker).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;  // no marker: not staging, or already published
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) remove_tree(it->path());  // its process is gone
+    ::close(fd);
+  }
 }
 
 void fsync_path(const fs::path& p, bool directory) {
@@ -173,6 +233,7 @@ void fsync_path(const fs::path& p, bool directory) {
 }
 
 void TempPath::publish(const fs::path& target, bool overwrite) {
+  unmark();  // published, it is a checkpoint, not staging
   if (directory_) {
     for (const auto& e : fs::directory_iterator(path_)) fsync_path(e.path(), false);
   }
@@ -187,8 +248,7 @@ void TempPath::publish(const fs::path& target, bool overwrite) {
     }
   } else if (directory_ && fs::exists(fs::symlink_status(target))) {
     if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
-      std::error_code ec;
-      fs::remove_all(path_, ec);  // now the old checkpoint
+      remove_tree(path_);  // now the old checkpoint
     } else {
       if (errno != EINVAL && errno != ENOSYS) fail("cannot rename the temporary into", target, errno);
       // No atomic exchange on this filesystem: move the old one aside first.
@@ -200,8 +260,7 @@ void TempPath::publish(const fs::path& target, bool overwrite) {
         ::rename(old.c_str(), target.c_str());
         fail("cannot rename the temporary into", target, e);
       }
-      std::error_code ec;
-      fs::remove_all(old, ec);
+      remove_tree(old);
     }
   } else if (::rename(path_.c_str(), target.c_str()) != 0) {
     fail("cannot rename the temporary into", target, errno);
@@ -210,27 +269,38 @@ void TempPath::publish(const fs::path& target, bool overwrite) {
   fsync_path(target.parent_path(), true);
 }
 
-Progress::Progress(const std::vector<DatasetSpec>& d) : d_(d), written_(d.size(), 0) {
+Progress::Progress(const std::vector<DatasetSpec>& d) : d_(&d), written_(d.size(), 0) {
   for (const auto& s : d) numel_.push_back(numel(s.shape));
 }
 
 void Progress::check(std::size_t i, std::uint64_t first, const void* bytes, std::uint64_t n) const {
-  if (i >= d_.size())
+  if (i >= written_.size())
     throw std::invalid_argument("checkpoint: dataset index " + std::to_string(i) + " out of range (" +
-                                std::to_string(d_.size()) + " declared)");
+                                std::to_string(written_.size()) + " declared)");
+  const std::vector<DatasetSpec>& d = *d_;
   if (first != written_[i])
-    throw std::invalid_argument("checkpoint: " + d_[i].name + ": write at element " + std::to_string(first) +
+    throw std::invalid_argument("checkpoint: " + d[i].name + ": write at element " + std::to_string(first) +
                                 " but " + std::to_string(written_[i]) + " written so far (writes must be in order)");
   if (n > numel_[i] - first)
-    throw std::invalid_argument("checkpoint: " + d_[i].name + ": write of " + std::to_string(n) + " elements at " +
+    throw std::invalid_argument("checkpoint: " + d[i].name + ": write of " + std::to_string(n) + " elements at " +
                                 std::to_string(first) + " past its " + std::to_string(numel_[i]) + " elements");
-  if (n > 0 && bytes == nullptr) throw std::invalid_argument("checkpoint: " + d_[i].name + ": null data");
+  if (n > 0 && bytes == nullptr) throw std::invalid_argument("checkpoint: " + d[i].name + ": null data");
 }
 
-WriterBase::WriterBase(fs::path target, std::vector<DatasetSpec> datasets, const WriterOptions& opts, bool directory,
-                       OwnershipCheck ours)
-    : target_(std::move(target)), d_(std::move(datasets)), opts_(opts), directory_(directory), ours_(std::move(ours)),
-      progress_(d_) {}
+WriterBase::WriterBase(fs::path target, const WriterOptions& opts, TargetRules rules)
+    : target_(std::move(target)), opts_(opts), rules_(std::move(rules)) {}
+
+void WriterBase::admit(std::uint64_t planned, const DatasetSource& datasets) {
+  preflight(target_, rules_.directory, opts_.overwrite, opts_.check_free_space, planned, rules_.ours);
+  remove_stale_staging(target_);
+  d_ = datasets();
+  progress_ = Progress(d_);
+}
+
+void WriterBase::publish(TempPath& tmp) {
+  if (opts_.overwrite) check_replaceable(target_, rules_.directory, rules_.ours);
+  tmp.publish(target_, opts_.overwrite);
+}
 
 void WriterBase::require_open() const {
   if (state_ != State::open)
@@ -243,7 +313,7 @@ void WriterBase::write(std::size_t i, std::uint64_t first, const void* bytes, st
   progress_.check(i, first, bytes, n);
   guarded([&] { write_elements(i, first, bytes, n); });
   progress_.advance(i, n);
-  if (progress_.complete(i)) dataset_complete(i);
+  if (progress_.complete(i)) guarded([&] { dataset_complete(i); });
 }
 
 void WriterBase::commit() {
@@ -251,8 +321,7 @@ void WriterBase::commit() {
   guarded([&] {
     progress_.check_complete(target_);
     finish();
-    if (opts_.overwrite) check_replaceable(target_, directory_, ours_);
-    tmp_->publish(target_, opts_.overwrite);
+    publish(*tmp_);
   });
   state_ = State::committed;
 }
@@ -265,9 +334,9 @@ void WriterBase::abort() noexcept {
 }
 
 void Progress::check_complete(const fs::path& target) const {
-  for (std::size_t i = 0; i < d_.size(); ++i)
+  for (std::size_t i = 0; i < written_.size(); ++i)
     if (written_[i] != numel_[i])
-      throw checkpoint_error("checkpoint: " + target.string() + ": dataset " + d_[i].name + " incomplete: " +
+      throw checkpoint_error("checkpoint: " + target.string() + ": dataset " + (*d_)[i].name + " incomplete: " +
                              std::to_string(written_[i]) + " of " + std::to_string(numel_[i]) + " elements written");
 }
 
@@ -342,6 +411,11 @@ void write_small_file(const fs::path& p, const std::string& text, const fs::path
   ::close(fd);
 }
 
+TargetRules target_rules(CheckpointFormat f) {
+  if (f == CheckpointFormat::hdf5) return {false, hdf5_ownership};
+  return {true, safetensors_ownership};
+}
+
 }  // namespace detail
 
 std::string_view format_name(CheckpointFormat f) { return f == CheckpointFormat::hdf5 ? "hdf5" : "safetensors"; }
@@ -364,11 +438,31 @@ void check_free_space(const std::filesystem::path& where, std::uint64_t bytes) {
                            ", " + format_bytes(avail) + " available");
 }
 
+void check_checkpoint_target(CheckpointFormat f, const std::filesystem::path& target, const WriterOptions& opts,
+                             std::uint64_t planned) {
+  const detail::TargetRules rules = detail::target_rules(f);
+  detail::preflight(detail::normalize_target(target), rules.directory, opts.overwrite, opts.check_free_space, planned,
+                    rules.ours);
+}
+
 std::unique_ptr<CheckpointWriter> open_checkpoint_writer(CheckpointFormat f, const std::filesystem::path& target,
                                                          std::vector<DatasetSpec> datasets,
                                                          const CheckpointMetadata& meta, const WriterOptions& opts) {
   if (f == CheckpointFormat::hdf5) return open_hdf5_writer(target, std::move(datasets), meta, opts);
   return open_safetensors_writer(target, std::move(datasets), meta, opts);
+}
+
+std::unique_ptr<CheckpointWriter> open_checkpoint_writer(CheckpointFormat f, const std::filesystem::path& target,
+                                                         std::uint64_t planned,
+                                                         const std::function<std::vector<DatasetSpec>()>& datasets,
+                                                         const CheckpointMetadata& meta, const WriterOptions& opts) {
+  const detail::DatasetSource validated = [&] {
+    std::vector<DatasetSpec> d = datasets();
+    detail::validate_datasets(d);
+    return d;
+  };
+  if (f == CheckpointFormat::hdf5) return detail::open_hdf5(target, planned, validated, meta, opts);
+  return detail::open_safetensors(target, false, planned, validated, meta, opts);
 }
 
 std::size_t CheckpointWriter::index_of(std::string_view name) const {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -131,6 +132,13 @@ class PlannedBytes {
   std::uint64_t data_ = 0, per_dataset_ = 0, datasets_ = 0;
 };
 
+// Before any work, the checks opening a writer of format f makes of `target`: it may be written (absent,
+// or with opts.overwrite something layerinit wrote: docs/checkpoint.md), its directory exists, and
+// (opts.check_free_space) there is room for `planned` bytes. Throws checkpoint_refused for a target
+// that may not be written, checkpoint_error for an environment failure.
+void check_checkpoint_target(CheckpointFormat f, const std::filesystem::path& target, const WriterOptions& opts,
+                             std::uint64_t planned);
+
 // Throws checkpoint_error when the filesystem holding `where` (a file or directory; the nearest
 // existing ancestor is asked) has fewer than `bytes` bytes available to this user:
 // "checkpoint: not enough space for /data/out.h5: needs 13.49 GiB (...), 2.00 GiB (...) available".
@@ -171,6 +179,13 @@ std::string safetensors_index_json(const std::vector<SafetensorsShard>& shards, 
 
 std::unique_ptr<CheckpointWriter> open_checkpoint_writer(CheckpointFormat f, const std::filesystem::path& target,
                                                          std::vector<DatasetSpec> datasets,
+                                                         const CheckpointMetadata& meta, const WriterOptions& opts);
+// The same for a caller whose dataset list grows with the model (emit): the target and the space for
+// `planned` bytes (planned_bytes of the list, counted without it) are checked first, and only then
+// does `datasets` make the list.
+std::unique_ptr<CheckpointWriter> open_checkpoint_writer(CheckpointFormat f, const std::filesystem::path& target,
+                                                         std::uint64_t planned,
+                                                         const std::function<std::vector<DatasetSpec>()>& datasets,
                                                          const CheckpointMetadata& meta, const WriterOptions& opts);
 
 }  // namespace layerinit

@@ -44,12 +44,20 @@ function(layerinit_module folder)
   endforeach()
   layerinit_private_flags(${target})
 
-  # Public headers: installed, and checked one by one.
+  # Public headers: installed, and checked one by one. Private ones (used by the layer's own sources,
+  # the layers above in the build tree, and the tests) are neither; CUDA headers only with CUDA.
   file(GLOB headers RELATIVE ${PROJECT_SOURCE_DIR}/${folder} CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${folder}/*.hpp)
+  foreach(h IN LISTS M_PRIVATE_HEADERS M_CUDA_HEADERS)
+    if(NOT EXISTS ${PROJECT_SOURCE_DIR}/${folder}/${h})
+      message(FATAL_ERROR "layerinit_module(${folder}): no header ${h}")
+    endif()
+  endforeach()
   list(REMOVE_ITEM headers ${M_PRIVATE_HEADERS})
-  install(FILES ${headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/layerinit/${folder})
   if(NOT LAYERINIT_HAS_CUDA AND M_CUDA_HEADERS)
     list(REMOVE_ITEM headers ${M_CUDA_HEADERS})
+  endif()
+  if(headers)
+    install(FILES ${headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/layerinit/${folder})
   endif()
   if(LAYERINIT_CHECK_HEADERS AND headers)
     set(checks "")

@@ -10,7 +10,8 @@ endif()
 file(RENAME ${WORK}/staging ${WORK}/prefix)
 
 # The installed tree stands alone: no path into the build or source tree, headers only under
-# include/layerinit/, nothing called detail.
+# include/layerinit/, nothing called detail. Its headers include only installed layerinit headers, and
+# none needs Philox (cuRAND, Random123) or inline PTX: those stay in kernels/' private headers.
 file(GLOB_RECURSE installed LIST_DIRECTORIES false RELATIVE ${WORK}/prefix ${WORK}/prefix/*)
 foreach(f IN LISTS installed)
   if(f MATCHES "\\.(hpp|h|cmake)$")
@@ -21,6 +22,18 @@ foreach(f IN LISTS installed)
         message(FATAL_ERROR "installed ${f} names ${dir}")
       endif()
     endforeach()
+  endif()
+  if(f MATCHES "\\.hpp$")
+    string(REGEX MATCHALL "#include <layerinit/[^>]+>" includes "${text}")
+    foreach(inc IN LISTS includes)
+      string(REGEX REPLACE "#include <(.*)>" "\\1" path "${inc}")
+      if(NOT EXISTS ${WORK}/prefix/include/${path})
+        message(FATAL_ERROR "installed ${f} includes <${path}>, which is not installed")
+      endif()
+    endforeach()
+    if(text MATCHES "(curand|Random123|asm[ (])")
+      message(FATAL_ERROR "installed ${f} needs Philox or inline PTX (${CMAKE_MATCH_1})")
+    endif()
   endif()
   if(f MATCHES "\\.hpp$" AND NOT f MATCHES "^include/layerinit/")
     message(FATAL_ERROR "installed header outside include/layerinit/: ${f}")

@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include <layerinit/kernels/philox.hpp>
-#include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
+#include <layerinit/init/engine.hpp>
 
 namespace layerinit {
 
@@ -52,7 +51,7 @@ void Model::for_each(const std::function<void(const TensorView&)>& f) const {
 }
 
 FillJob fill_job_for(const PlannedTensor& p, void* dst, std::uint64_t seed) {
-  FillJob j = make_fill_job(dst, p.dtype, p.numel(), seed, p.name, p.fill);
+  FillJob j = make_fill_job(dst, p.dtype, p.numel(), seed, p.name, p.params ? *p.params : prepare_fill(p.fill, p.dtype));
   if (p.transposed) {
     j.rows = p.shape[0];
     j.cols = p.shape[1];
@@ -84,7 +83,7 @@ PlannedTensor Builder::plan_one(const TensorSpec& t, std::optional<std::uint64_t
   // The fill in this tensor's dtype (a std fp16 cannot hold, say): refused while planning, before
   // anything is allocated or written, with the tensor's name.
   try {
-    prepare_fill(p.fill, p.dtype);
+    p.params = prepare_fill(p.fill, p.dtype);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument("tensor '" + printable(p.name) + "': " + e.what());
   }
@@ -124,6 +123,12 @@ bool Builder::uniform_layers() const {
   return true;
 }
 
+void Builder::for_each_layer_run(std::uint64_t first, std::uint64_t count, const LayerRunVisitor& f) const {
+  if (count == 0) return;
+  if (uniform_layers()) return f(first, count, plan_layer(first));
+  for (std::uint64_t i = first; i < first + count; ++i) f(i, 1, plan_layer(i));
+}
+
 std::vector<std::uint64_t> Builder::layer_order() const {
   if (!opts_.layer_order.empty()) return opts_.layer_order;
   std::vector<std::uint64_t> order(spec_.num_layers);
@@ -131,37 +136,29 @@ std::vector<std::uint64_t> Builder::layer_order() const {
   return order;
 }
 
-Tensor Builder::make_tensor(const PlannedTensor& p) const { return Tensor::allocate(*mr_, p.name, p.memory_shape, p.dtype); }
-
-namespace {
-// Allocates and fills a list of planned tensors with one fill call.
-std::vector<Tensor> make_filled(const std::vector<PlannedTensor>& plans, const std::function<Tensor(const PlannedTensor&)>& make,
-                                backend& be, std::uint64_t seed) {
-  std::vector<Tensor> tensors;
-  std::vector<FillJob> jobs;
-  tensors.reserve(plans.size());
-  for (const auto& p : plans) {
-    tensors.push_back(make(p));
-    jobs.push_back(fill_job_for(p, tensors.back().view.data, seed));
+Engine Builder::engine(const std::function<void()>& also) const {
+  Engine e{be_, mr_, opts_.seed, opts_.after_part};
+  if (also) {
+    if (e.after_part) e.after_part = [first = opts_.after_part, also] { first(), also(); };
+    else e.after_part = also;
   }
-  be.fill(jobs);
-  return tensors;
+  return e;
 }
-}  // namespace
 
 Model Builder::build(const std::function<void(std::uint64_t)>& on_layer) const {
-  auto make = [this](const PlannedTensor& p) { return make_tensor(p); };
+  const Engine eng = engine();
   Model m;
   m.layout = opts_.layout;
   m.experts = opts_.experts;
   m.num_layers = spec_.num_layers;
-  m.pre = make_filled(plan_pre(), make, *be_, opts_.seed);
+  m.pre = eng.fill_part(whole_tensors(plan_pre()));
 
   if (opts_.layout == Layout::per_layer) {
     m.layers.resize(spec_.num_layers);
     for (std::uint64_t i : layer_order()) {
+      const std::vector<PlannedTensor> plans = plan_layer(i);
       m.layers[i].index = i;
-      m.layers[i].tensors = make_filled(plan_layer(i), make, *be_, opts_.seed);
+      m.layers[i].tensors = eng.fill_part(whole_tensors(plans));
       if (on_layer) on_layer(i);
     }
   } else if (spec_.num_layers > 0) {
@@ -175,33 +172,40 @@ Model Builder::build(const std::function<void(std::uint64_t)>& on_layer) const {
     }
     for (std::uint64_t i : layer_order()) {
       const std::vector<PlannedTensor> plans = plan_layer(i);
-      std::vector<FillJob> jobs;
+      std::vector<PartTensor> part;
       for (std::size_t j = 0; j < plans.size(); ++j) {
-        const Tensor& buf = m.stacked[sl.buffer[j]];
-        if (plans[j].dtype != buf.view.dtype)
-          throw std::invalid_argument("stacked layout needs one dtype per stacked buffer, but " + plans[j].name + " is " +
-                                      std::string(dtype_name(plans[j].dtype)) + " and " + buf.view.name + " is " +
-                                      std::string(dtype_name(buf.view.dtype)));
-        auto* base = static_cast<unsigned char*>(buf.view.data);
-        jobs.push_back(fill_job_for(plans[j], base + sl.slice(j, i) * plans[j].bytes(), opts_.seed));
+        const TensorView& buf = m.stacked[sl.buffer[j]].view;
+        part.push_back({&plans[j], plans[j].memory_shape,
+                        static_cast<unsigned char*>(buf.data) + sl.slice(j, i) * plans[j].bytes(), StackSlot{buf.name, buf.dtype}});
       }
-      be_->fill(jobs);
+      eng.fill_part(part);
       if (on_layer) on_layer(i);
     }
   }
-  m.post = make_filled(plan_post(), make, *be_, opts_.seed);
-  be_->synchronize();
+  m.post = eng.fill_part(whole_tensors(plan_post()));
   return m;
 }
 
-void Builder::stream(const std::function<void(const Part&)>& sink) const {
-  auto make = [this](const PlannedTensor& p) { return make_tensor(p); };
+void Builder::stream(const std::function<void(const Part&)>& sink, const std::function<void()>& after_part) const {
+  const Engine eng = engine(after_part);
+  // Stacked layout: a layer tensor is one slice of its buffer, whose dtype is layer 0's tensor's.
+  std::optional<StackedLayout> sl;
+  std::vector<PlannedTensor> first;
+  if (opts_.layout == Layout::stacked && spec_.num_layers > 0) {
+    sl = stacked_layout(spec_, opts_.experts);
+    first = plan_layer(0);
+  }
   auto emit = [&](Part::Kind kind, std::uint64_t layer, const std::vector<PlannedTensor>& plans) {
-    std::vector<Tensor> tensors = make_filled(plans, make, *be_, opts_.seed);
-    be_->synchronize();
-    Part part{kind, layer, {}};
-    for (const auto& t : tensors) part.tensors.push_back(t.view);
-    sink(part);
+    std::vector<PartTensor> part = whole_tensors(plans);
+    if (kind == Part::Kind::layer && sl)
+      for (std::size_t j = 0; j < part.size(); ++j) {
+        const StackedBuffer& buf = sl->buffers[sl->buffer[j]];
+        part[j].stack = StackSlot{buf.name, first[buf.first].dtype};
+      }
+    const std::vector<Tensor> tensors = eng.fill_part(part);
+    Part p{kind, layer, {}};
+    for (const auto& t : tensors) p.tensors.push_back(t.view);
+    sink(p);
   };  // tensors die here: the part is freed before the next one is made
   for (const auto& p : plan_pre()) emit(Part::Kind::pre, 0, {p});
   // Ascending without a list of every index: memory stays one part for any layer count.

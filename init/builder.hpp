@@ -47,6 +47,9 @@ struct BuildOptions {
   // The order layers are created in (a permutation of 0..L-1); empty = ascending. Values never
   // depend on it.
   std::vector<std::uint64_t> layer_order;
+  // Runs after each part (a layer, or a tensor outside the layers) is filled, in every build and
+  // stream: a cancellation point (throw to stop; what was made so far is freed).
+  std::function<void()> after_part;
 };
 
 // A tensor as the builder will make it: everything but the memory.
@@ -56,6 +59,9 @@ struct PlannedTensor {
   Shape memory_shape;   // after orientation
   DType dtype = DType::f32;
   FillSpec fill;
+  // prepare_fill(fill, dtype), made once when the builder plans the tensor; a tensor planned by hand
+  // without it has its fill prepared by fill_job_for.
+  std::optional<FillParams> params;
   bool transposed = false;  // memory_shape is the transpose of shape
   std::uint64_t numel() const { return layerinit::numel(shape); }
   std::uint64_t bytes() const { return numel() * dtype_size(dtype); }
@@ -92,6 +98,8 @@ struct Part {
   std::uint64_t bytes() const;
 };
 
+struct Engine;
+
 class Builder {
  public:
   // `memory` is where tensors come from (normally a tracking_resource wrapping be.memory()).
@@ -112,15 +120,24 @@ class Builder {
   // differ), so sizes of all layers follow from plan_layer(0) in O(1): no dtype override can tell
   // layer indices apart. False when an override pattern may (it has '?', '[', '\\' or a digit).
   bool uniform_layers() const;
+  // Layers [first, first + count) as runs of layers stored alike (the same memory shapes and dtypes;
+  // names and fills differ): f(run_first, run_count, plan_layer(run_first)) in order. One run when
+  // uniform_layers(), so a plan of 10^9 layers costs one layer's; else one run per layer.
+  using LayerRunVisitor = std::function<void(std::uint64_t first, std::uint64_t count, const std::vector<PlannedTensor>&)>;
+  void for_each_layer_run(std::uint64_t first, std::uint64_t count, const LayerRunVisitor& f) const;
 
   // The whole model in options().layout. on_layer (optional) runs after each layer is filled.
   Model build(const std::function<void(std::uint64_t layer)>& on_layer = {}) const;
   // Builds part by part, hands each to `sink` (after the fill has completed), then frees it.
-  void stream(const std::function<void(const Part&)>& sink) const;
+  // `after_part` runs after options().after_part between parts (emit's cancellation).
+  void stream(const std::function<void(const Part&)>& sink, const std::function<void()>& after_part = {}) const;
+
+  // The engine its parts are filled with (target_backend(), memory(), the seed, options().after_part
+  // then `also`).
+  Engine engine(const std::function<void()>& also = {}) const;
 
  private:
   PlannedTensor plan_one(const TensorSpec& t, std::optional<std::uint64_t> layer) const;
-  Tensor make_tensor(const PlannedTensor& p) const;
   std::vector<std::uint64_t> layer_order() const;
 
   ModelSpec spec_;

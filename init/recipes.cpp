@@ -82,15 +82,36 @@ FillSpec hf_rule(const TensorContext& c) {
   }
 }
 
-// ---- torchtitan: models/llama3/model.py init_weights (depth_init = True) ----
-// Its w1/w2/w3 are HF's gate/down/up: w2 (down, role output_weight) and w3 (up) are depth-scaled.
-// Phi-3's gate_up_proj holds w1 and w3 in one tensor and one fill: it takes w1's (gate's) rule.
+// ---- torchtitan 0.3.0: each model package's __init__.py sets every module's param_init ----
+// qwen3 and qwen3_moe (models/qwen3/__init__.py): normal(0, 0.02) for every linear, the router, the
+// head and the embedding; the MoE flavours draw the residual outputs (wo, experts' w2) with
+// 0.02 / sqrt(2 L), Megatron's scaled init.
+FillSpec torchtitan_qwen3_rule(const TensorContext& c) {
+  if (auto n = norm_rule(c)) return *n;
+  switch (c.tensor.role) {
+    case TensorRole::linear_bias: return FillSpec::constant(0.0);
+    case TensorRole::embedding:
+    case TensorRole::linear_weight:
+    case TensorRole::router_weight:
+    case TensorRole::head_weight: return FillSpec::normal(0.0, 0.02);
+    case TensorRole::output_weight:
+      if (c.model.hyper.num_experts > 0) return FillSpec::normal(0.0, 0.02 / std::sqrt(2.0 * num_layers(c)));
+      return FillSpec::normal(0.0, 0.02);
+    default: no_rule("torchtitan", c);
+  }
+}
+
+// llama3 and deepseek_v3 (models/llama3/__init__.py, models/deepseek_v3/__init__.py; depth_scaled_std
+// in models/common/param_init.py). Its w1/w2/w3 are HF's gate/down/up: w2 (down, role
+// output_weight) and w3 (up) are depth-scaled. Phi-3's gate_up_proj holds w1 and w3 in one tensor and
+// one fill: it takes w1's (gate's) rule.
 bool is_up_projection(const TensorContext& c) {
   const auto& n = c.tensor.name;
   return (ends_with(n, "up_proj.weight") && !ends_with(n, "gate_up_proj.weight")) || n == "w3.weight" ||
-         ends_with(n, ".w3.weight");
+         ends_with(n, ".w3.weight") || n == "w3_EFD" || ends_with(n, ".w3_EFD");  // torchtitan's stacked experts
 }
 FillSpec torchtitan_rule(const TensorContext& c) {
+  if (c.model.family == "qwen3" || c.model.family == "qwen3_moe") return torchtitan_qwen3_rule(c);
   if (auto n = norm_rule(c)) return *n;
   // depth_init: 0.02 / sqrt(2 (layer_id + 1)); tensors outside the repeated block use n_layers.
   const double depth_std = c.layer ? 0.02 / std::sqrt(2.0 * (static_cast<double>(*c.layer) + 1.0))

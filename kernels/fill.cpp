@@ -7,7 +7,7 @@
 #include <vector>
 
 #include <layerinit/core/text.hpp>
-#include <layerinit/kernels/philox.hpp>
+#include <layerinit/kernels/fill_element.hpp>
 
 namespace layerinit {
 
@@ -298,6 +298,11 @@ FillParams prepare_fill(const FillSpec& s, DType t) {
 
 FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t seed, std::string_view name,
                       const FillSpec& spec) {
+  return make_fill_job(dst, t, numel, seed, name, prepare_fill(spec, t));
+}
+
+FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t seed, std::string_view name,
+                      const FillParams& params) {
   FillJob j;
   j.dst = dst;
   j.key = rng::philox_key(seed, rng::tensor_key(name));
@@ -305,7 +310,7 @@ FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t see
   j.end = numel;
   j.rows = 1;
   j.cols = numel;
-  j.params = prepare_fill(spec, t);
+  j.params = params;
   j.dtype = t;
   return j;
 }

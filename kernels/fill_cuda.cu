@@ -15,7 +15,7 @@
 
 #include <layerinit/core/cuda_check.hpp>
 #include <layerinit/core/errors.hpp>
-#include <layerinit/kernels/fill.hpp>
+#include <layerinit/kernels/fill_element.hpp>
 #include <layerinit/kernels/fill_grid.hpp>
 #include <layerinit/kernels/quantile.hpp>
 

@@ -32,7 +32,7 @@
 
 #include <layerinit/core/hd.hpp>
 #include <layerinit/dtypes/convert.hpp>
-#include <layerinit/kernels/fill.hpp>
+#include <layerinit/kernels/fill_element.hpp>
 
 namespace layerinit::grid {
 

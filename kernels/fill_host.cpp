@@ -8,6 +8,8 @@
 #include <vector>
 
 #include <layerinit/dtypes/convert.hpp>
+#include <layerinit/kernels/fill_element.hpp>
+#include <layerinit/kernels/fill_host_seams.hpp>
 
 namespace layerinit {
 
@@ -51,7 +53,7 @@ constexpr std::uint64_t chunk_elements = 1u << 16;  // a multiple of 8: chunks h
 
 fill_thread_start_hook g_thread_start_hook = nullptr;
 
-// A piece of one job: memory elements [b, e) of each of the job's runs [r0, r1) (offsets from the
+// A chunk of one job: memory elements [b, e) of each of the job's runs [r0, r1) (offsets from the
 // run's start), or for a transposed job a tile: memory rows c0 .. c0+n-1 (n elements per block) over
 // logical rows [b, e).
 struct Chunk {
@@ -87,18 +89,18 @@ FillJob tile_job(const FillJob& j) {
   return v;
 }
 
-// The tiles of a tiled job: per group of n memory rows, the logical rows it needs, cut into pieces of
+// The tiles of a tiled job: per group of n memory rows, the logical rows it needs, cut into chunks of
 // about chunk_elements elements. One run: group_rows; runs of memory rows: the same window of
 // logical rows in every group.
 void add_tiles(std::vector<Chunk>& chunks, std::size_t k, const FillJob& j) {
   const std::uint64_t n = elements_per_block(j.dtype);
   const std::uint64_t c_first = j.begin / j.rows;
   const std::uint64_t c_last = j.runs == 1 ? (j.end - 1) / j.rows : c_first + j.runs - 1;
-  const std::uint64_t piece = chunk_elements / n;
+  const std::uint64_t rows_per_chunk = chunk_elements / n;
   for (std::uint64_t c0 = c_first - c_first % n; c0 <= c_last; c0 += n) {
     const RowRange rr = j.runs == 1 ? group_rows(j, n, c0, j.begin, j.end) : RowRange{j.begin % j.rows, j.begin % j.rows + (j.end - j.begin)};
-    for (std::uint64_t r = rr.r0; r < rr.r1; r += std::min(piece, rr.r1 - r))
-      chunks.push_back({k, r, std::min(rr.r1, r + piece), 0, 1, true, c0});
+    for (std::uint64_t r = rr.r0; r < rr.r1; r += std::min(rows_per_chunk, rr.r1 - r))
+      chunks.push_back({k, r, std::min(rr.r1, r + rows_per_chunk), 0, 1, true, c0});
   }
 }
 

@@ -25,7 +25,7 @@
 #include <cstdint>
 
 #include <layerinit/dtypes/convert.hpp>
-#include <layerinit/kernels/fill.hpp>
+#include <layerinit/kernels/fill_element.hpp>
 #include <layerinit/kernels/philox.hpp>
 #include <layerinit/kernels/quantile.hpp>
 

@@ -9,7 +9,7 @@
 
 #include <layerinit/dtypes/convert.hpp>
 #include <layerinit/dtypes/round.hpp>
-#include <layerinit/kernels/fill.hpp>
+#include <layerinit/kernels/fill_element.hpp>
 #include <layerinit/kernels/philox.hpp>
 
 namespace layerinit {

@@ -9,7 +9,6 @@
 #include <cstddef>
 #include <optional>
 #include <string>
-#include <utility>
 
 #include <layerinit/dtypes/dtype.hpp>
 
@@ -74,41 +73,6 @@ class host_resource final : public memory_resource {
   void do_release(void* base, std::size_t reserved_bytes) noexcept override;
 
   std::atomic<std::size_t> in_use_{0};
-};
-
-// An owned allocation from a resource, freed when the Buffer dies. Move-only.
-class Buffer {
- public:
-  Buffer() = default;
-  Buffer(memory_resource& mr, std::size_t bytes, const AllocTag& tag = {})
-      : mr_(&mr), data_(bytes ? mr.allocate(bytes, tag) : nullptr), bytes_(bytes) {}
-  Buffer(Buffer&& o) noexcept : mr_(o.mr_), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  Buffer& operator=(Buffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      mr_ = o.mr_;
-      data_ = std::exchange(o.data_, nullptr);
-      bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
-  }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() { reset(); }
-
-  void reset() noexcept {
-    if (data_) mr_->deallocate(data_, bytes_);
-    data_ = nullptr;
-    bytes_ = 0;
-  }
-  void* data() const noexcept { return data_; }
-  std::size_t size() const noexcept { return bytes_; }
-  memory_resource* resource() const noexcept { return mr_; }
-
- private:
-  memory_resource* mr_ = nullptr;
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
 };
 
 }  // namespace layerinit

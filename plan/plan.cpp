@@ -47,26 +47,17 @@ MemoryPlan make_memory_plan(const Builder& b) {
     else p.layer_runs.push_back({first, count, bytes});
     layers += count * bytes;  // within the spec's validated byte count
   };
-  if (spec.num_layers > 0 && b.uniform_layers()) {
-    // Layer 0 stands for all: the largest tensor keeps the first name, and the naive per-part peak
-    // grows with every layer, so it is reached after the last one.
+  b.for_each_layer_run(0, spec.num_layers, [&](std::uint64_t first, std::uint64_t count, const std::vector<PlannedTensor>& plan) {
+    // Layer `first` stands for its run: the largest tensor keeps the first name, and the naive
+    // per-part peak grows with every layer, so it is reached after the run's last one.
     std::uint64_t layer = 0, layer_fp32 = 0;
-    for (const auto& t : b.plan_layer(0)) layer += see(t), layer_fp32 += t.numel() * 4;
-    add_run(0, spec.num_layers, layer);
-    p.largest_layer_bytes = layer;
-    layers_fp32 = spec.num_layers * layer_fp32;
-    so_far += spec.num_layers * layer;
+    for (const auto& t : plan) layer += see(t), layer_fp32 += t.numel() * 4;
+    add_run(first, count, layer);
+    p.largest_layer_bytes = std::max(p.largest_layer_bytes, layer);
+    layers_fp32 += count * layer_fp32;
+    so_far += count * layer;
     per_part_peak = std::max(per_part_peak, so_far + layer_fp32);
-  } else {
-    for (std::uint64_t i = 0; i < spec.num_layers; ++i) {
-      std::uint64_t layer = 0, layer_fp32 = 0;
-      for (const auto& t : b.plan_layer(i)) layer += see(t), layer_fp32 += t.numel() * 4;
-      add_run(i, 1, layer);
-      p.largest_layer_bytes = std::max(p.largest_layer_bytes, layer);
-      layers_fp32 += layer_fp32;
-      part(layer, layer_fp32);
-    }
-  }
+  });
   for (const auto& t : b.plan_post()) {
     p.post_bytes += see(t);
     post_fp32 += t.numel() * 4;
@@ -190,20 +181,15 @@ RankMemoryPlan plan_rank(const RankPlan& r, TrainingSetup setup) {
     }
   };
   outside(r.pre());
-  auto layer = [&](std::uint64_t i, std::uint64_t times) {
-    std::uint64_t n = 0, bytes = 0;
-    for (const auto& s : r.layer(i)) n += s.numel(), bytes += s.bytes();
-    m.tensors += times * r.layer_tensors().size();
-    m.parameters += times * n;
-    m.weight_bytes += times * bytes;
-    m.peak_streamed = std::max(m.peak_streamed, bytes);
-  };
   const Range L = r.layers();
-  if (L.size > 0 && r.builder().uniform_layers()) {
-    layer(L.offset, L.size);  // layers differ only in names and fills
-  } else {
-    for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i) layer(i, 1);
-  }
+  r.builder().for_each_layer_run(L.offset, L.size, [&](std::uint64_t first, std::uint64_t count, const auto& plan) {
+    std::uint64_t n = 0, bytes = 0;
+    for (const auto& s : r.layer(first, plan)) n += s.numel(), bytes += s.bytes();
+    m.tensors += count * r.layer_tensors().size();
+    m.parameters += count * n;
+    m.weight_bytes += count * bytes;
+    m.peak_streamed = std::max(m.peak_streamed, bytes);
+  });
   outside(r.post());
   m.states = training_states(m.parameters, setup);
   return m;

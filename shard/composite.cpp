@@ -70,6 +70,22 @@ std::string exact(double v) {
 
 }  // namespace
 
+namespace {
+
+// The tensor a part stands for at the stack position whose indices (first included) are `names`.
+PlannedTensor part_tensor(const CompositePart& part, std::span<const std::uint64_t> names, const FillSpec& fill) {
+  PlannedTensor t;
+  t.name = expand_template(part.name, names);
+  t.shape = part.shape;
+  t.memory_shape = part.stored_shape();
+  t.dtype = part.dtype;
+  t.transposed = part.transposed;
+  t.fill = fill;
+  return t;
+}
+
+}  // namespace
+
 // ---- row permutations ----
 
 std::uint64_t RowPermutation::source_row(std::uint64_t row) const {
@@ -154,17 +170,8 @@ PlannedTensor Composite::tensor(std::size_t p, std::span<const std::uint64_t> in
     flat = flat * stack[k].size + index[k];
     names[k] = stack[k].first + index[k];
   }
-  PlannedTensor t;
-  t.name = expand_template(part.name, names);
-  t.shape = part.shape;
-  t.memory_shape = part.stored_shape();
-  t.dtype = part.dtype;
-  t.transposed = part.transposed;
   for (const FillRun& r : part.fills) {
-    if (flat < r.count) {
-      t.fill = r.fill;
-      return t;
-    }
+    if (flat < r.count) return part_tensor(part, names, r.fill);
     flat -= r.count;
   }
   throw std::invalid_argument("composite: " + part_label(part, p) + " has no fill for stack position " + std::to_string(flat));
@@ -458,13 +465,7 @@ void composite_fill_jobs(const Composite& c, const Box& box, const Region& dst, 
       if (empty) continue;
       Cursor& cur = cursor[p];
       while (flat >= cur.end) cur.end += part.fills[++cur.run].count;
-      PlannedTensor t;
-      t.name = expand_template(part.name, names);
-      t.shape = part.shape;
-      t.memory_shape = part.stored_shape();
-      t.dtype = part.dtype;
-      t.transposed = part.transposed;
-      t.fill = part.fills[cur.run].fill;
+      const PlannedTensor t = part_tensor(part, names, part.fills[cur.run].fill);
       const FillJob whole = fill_job_for(t, nullptr, seed);
       const Shape part_strides(strides.end() - static_cast<std::ptrdiff_t>(r), strides.end());
       permuted_jobs(t, whole, part.rows, local, Region{static_cast<unsigned char*>(dst.data) + part_elem * esize, part_strides},
@@ -529,7 +530,7 @@ void check_depth(std::string_view text) {
 
 const json& member(const json& o, const char* key, const std::string& where) {
   const auto it = o.find(key);
-  if (it == o.end()) fail(where + ": missing \"" + key + "\"");
+  if (it == o.end()) fail((where.empty() ? "" : where + ": ") + "missing \"" + key + "\"");
   return *it;
 }
 
@@ -540,7 +541,7 @@ void only_keys(const json& o, std::initializer_list<const char*> keys, const std
     if (!known) {
       std::string valid;
       for (const char* key : keys) valid += (valid.empty() ? "" : ", ") + std::string(key);
-      fail(where + ": unknown key \"" + printable(k, 40) + "\" (valid: " + valid + ")");
+      fail((where.empty() ? "" : where + ": ") + "unknown key \"" + printable(k, 40) + "\" (valid: " + valid + ")");
     }
   }
 }
@@ -637,18 +638,19 @@ Composite composite_from_text(std::string_view text) {
     fail("malformed JSON: " + printable(why, 200));
   }
   if (!o.is_object()) fail("the text must be a JSON object");
-  only_keys(o, {"layerinit_composite", "dtype", "shape", "stack", "parts"}, "composite");
-  const std::uint64_t version = unsigned_of(member(o, "layerinit_composite", "composite"), "\"layerinit_composite\"");
+  // The version first: a later version may have keys this one does not know.
+  const std::uint64_t version = unsigned_of(member(o, "layerinit_composite", ""), "\"layerinit_composite\"");
   if (version != kVersion)
     fail("version " + std::to_string(version) + " (this layerinit reads version " + std::to_string(kVersion) + ")");
+  only_keys(o, {"layerinit_composite", "dtype", "shape", "stack", "parts"}, "");
   Composite c;
   try {
-    c.dtype = parse_dtype(string_of(member(o, "dtype", "composite"), "\"dtype\""));
+    c.dtype = parse_dtype(string_of(member(o, "dtype", ""), "\"dtype\""));
   } catch (const std::invalid_argument& e) {
     if (std::string_view(e.what()).starts_with("composite: ")) throw;
     fail(e.what());
   }
-  c.shape = shape_of(member(o, "shape", "composite"), "\"shape\"");
+  c.shape = shape_of(member(o, "shape", ""), "\"shape\"");
   if (const auto it = o.find("stack"); it != o.end()) {
     if (!it->is_array()) fail("\"stack\" must be an array of {\"size\", \"first\"}");
     for (std::size_t k = 0; k < it->size(); ++k) {
@@ -662,7 +664,7 @@ Composite composite_from_text(std::string_view text) {
       c.stack.push_back(axis);
     }
   }
-  const json& parts = member(o, "parts", "composite");
+  const json& parts = member(o, "parts", "");
   if (!parts.is_array()) fail("\"parts\" must be an array");
   if (parts.size() > kMaxParts) fail(std::to_string(parts.size()) + " parts (at most " + std::to_string(kMaxParts) + ")");
   std::uint64_t positions = 1;

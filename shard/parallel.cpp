@@ -1,5 +1,6 @@
 #include <layerinit/shard/parallel.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <stdexcept>
 
@@ -87,6 +88,38 @@ std::optional<std::uint64_t> expert_of(std::string_view relative_name) {
   return std::nullopt;
 }
 
+ParallelDegrees parallel_degrees(std::span<const std::pair<std::string, std::uint64_t>> named) {
+  ParallelDegrees d;
+  std::vector<std::string_view> seen;
+  for (const auto& [k, v] : named) {
+    if (std::find(seen.begin(), seen.end(), k) != seen.end())
+      throw std::invalid_argument("mesh dimension '" + printable(k) + "' appears twice");
+    seen.push_back(k);
+    if (k == "tp") d.tp = v;
+    else if (k == "pp") d.pp = v;
+    else if (k == "ep") d.ep = v;
+    else if (k == "fsdp") d.fsdp = v;
+    else throw std::invalid_argument("unknown mesh dimension '" + printable(k) + "' (valid: tp, pp, ep, fsdp)");
+  }
+  return d;
+}
+
+ParallelPlan ParallelPlan::checked(const ModelSpec& spec, ParallelDegrees degrees, std::optional<std::uint64_t> rank,
+                                   std::string_view flag) {
+  const std::string f(flag);
+  std::optional<ParallelPlan> plan;
+  try {
+    plan.emplace(spec, degrees);
+  } catch (const std::overflow_error&) {
+    throw std::invalid_argument(f + "tp x " + f + "pp x " + f + "ep x " + f + "fsdp overflows 64 bits");
+  }
+  if (rank && *rank >= plan->ranks())
+    throw std::invalid_argument(f + "rank " + std::to_string(*rank) + " is outside the mesh of " + std::to_string(plan->ranks()) +
+                                (plan->ranks() == 1 ? " rank" : " ranks") + " (" + plan->mesh().describe() + ": ranks 0-" +
+                                std::to_string(plan->ranks() - 1) + ")");
+  return std::move(*plan);
+}
+
 ParallelPlan::ParallelPlan(const ModelSpec& spec, ParallelDegrees d) : d_(d) {
   for (auto [name, v] : {std::pair{"tp", d.tp}, {"pp", d.pp}, {"ep", d.ep}, {"fsdp", d.fsdp}})
     if (v == 0) throw std::invalid_argument(std::string(name) + " must be at least 1");
@@ -98,9 +131,15 @@ ParallelPlan::ParallelPlan(const ModelSpec& spec, ParallelDegrees d) : d_(d) {
   model += printable(spec.name);
   model += "'";
 
+  // Stages split the repeated block; layers before it (DeepSeek-V3's dense ones) go with stage 0.
   if (d.pp > 1 && d.pp > spec.num_layers)
-    throw std::invalid_argument("pp " + std::to_string(d.pp) + " needs at least " + std::to_string(d.pp) + " layers; " + model +
-                                " has " + std::to_string(spec.num_layers));
+    throw std::invalid_argument(
+        "pp " + std::to_string(d.pp) + " needs at least " + std::to_string(d.pp) + " layers" +
+        (spec.first_layer ? " in the repeated block" : "") + "; " + model + " has " + std::to_string(spec.num_layers) +
+        (spec.first_layer ? " there (layers " + std::to_string(spec.first_layer) + "-" +
+                                std::to_string(spec.first_layer + spec.num_layers - 1) + "; the " +
+                                std::to_string(spec.first_layer) + " before it go with stage 0)"
+                          : ""));
   if (d.ep > 1) {
     if (num_experts_ == 0) throw std::invalid_argument("ep " + std::to_string(d.ep) + ": " + model + " has no experts");
     if (num_experts_ % d.ep != 0)

@@ -7,6 +7,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <utility>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -20,6 +23,10 @@ struct ParallelDegrees {
   std::uint64_t tp = 1, pp = 1, ep = 1, fsdp = 1;
   bool operator==(const ParallelDegrees&) const = default;
 };
+
+// Degrees by dimension name ({"tp", 2}, {"fsdp", 4}), the others 1: Python's mesh={"tp": 2}. Throws
+// std::invalid_argument naming an unknown or repeated dimension (listing tp, pp, ep, fsdp).
+ParallelDegrees parallel_degrees(std::span<const std::pair<std::string, std::uint64_t>> named);
 
 // What tensor parallelism does to one tensor, in the Megatron / torchtitan convention.
 enum class TpRule : std::uint8_t {
@@ -84,6 +91,13 @@ class ParallelPlan {
   Box box(const PlannedTensor& p, const TensorSpec& t, const Coords& c) const;
 
   std::string describe() const;  // "pp 2 x fsdp 1 x ep 1 x tp 4 = 8 ranks"
+
+  // The plan of `degrees` for `spec` with `rank` (when given) one of its ranks: every bad mesh is one
+  // std::invalid_argument line, the degrees' product overflowing 64 bits included. `flag` starts the
+  // names in messages: "--" gives the CLI's "--rank 4 is outside the mesh of 4 ranks (...)", "" the
+  // Python argument's "rank 4 ...".
+  static ParallelPlan checked(const ModelSpec& spec, ParallelDegrees degrees, std::optional<std::uint64_t> rank,
+                              std::string_view flag);
 
  private:
   ParallelDegrees d_;

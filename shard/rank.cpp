@@ -4,6 +4,7 @@
 #include <map>
 #include <stdexcept>
 
+#include <layerinit/init/engine.hpp>
 #include <layerinit/shard/box_fill.hpp>
 
 namespace layerinit {
@@ -121,7 +122,12 @@ std::vector<ShardTensor> RankPlan::post() const {
 std::vector<ShardTensor> RankPlan::layer(std::uint64_t i) const {
   if (i < layers_.offset || i - layers_.offset >= layers_.size)
     throw std::out_of_range("layer " + std::to_string(i) + " is not on rank " + std::to_string(rank_) + "'s stage");
-  const auto planned = b_->plan_layer(i);
+  return layer(i, b_->plan_layer(i));
+}
+
+std::vector<ShardTensor> RankPlan::layer(std::uint64_t i, const std::vector<PlannedTensor>& planned) const {
+  if (i < layers_.offset || i - layers_.offset >= layers_.size)
+    throw std::out_of_range("layer " + std::to_string(i) + " is not on rank " + std::to_string(rank_) + "'s stage");
   const auto& specs = b_->spec().layer.tensors;
   std::vector<ShardTensor> out;
   for (std::size_t j : held_) out.push_back({planned[j], plan_->box(planned[j], specs[j], coords_)});
@@ -142,35 +148,38 @@ std::uint64_t RankPart::bytes() const {
 
 namespace {
 
-// Allocates each piece at its local size and fills all of them with one fill call.
-std::vector<LocalTensor> make_pieces(const std::vector<ShardTensor>& shards, const Builder& b) {
-  std::vector<LocalTensor> out;
-  std::vector<FillJob> jobs;
-  out.reserve(shards.size());
-  for (const auto& s : shards) {
-    out.push_back({Tensor::allocate(b.memory(), s.tensor.name, s.box.shape, s.tensor.dtype), s.tensor.memory_shape,
-                   s.box.offset, false});
-    box_fill_jobs(s.tensor, s.box, out.back().tensor.view.data, b.options().seed, jobs);
-  }
-  b.target_backend().fill(jobs);
-  return out;
+// The parts of the rank's pieces: each at its local size, filled with its box's jobs.
+std::vector<PartTensor> piece_part(const std::vector<ShardTensor>& shards) {
+  std::vector<PartTensor> part;
+  for (const auto& s : shards) part.push_back({&s.tensor, s.box.shape, nullptr, std::nullopt});
+  return part;
+}
+
+PartJobs box_jobs(const std::vector<ShardTensor>& shards, std::uint64_t seed) {
+  return [&shards, seed](std::size_t k, void* dst, std::vector<FillJob>& out) {
+    box_fill_jobs(shards[k].tensor, shards[k].box, dst, seed, out);
+  };
 }
 
 }  // namespace
 
 RankModel build_rank(const RankPlan& r) {
   const Builder& b = r.builder();
+  const Engine eng = b.engine();
+  const std::uint64_t seed = b.options().seed;
   RankModel m;
   m.layout = b.options().layout;
   m.rank = r.rank();
   m.layers = r.layers();
-  auto append = [&](std::vector<LocalTensor>&& v) {
-    for (auto& t : v) m.tensors.push_back(std::move(t));
+  auto append = [&](const std::vector<ShardTensor>& shards) {
+    std::vector<Tensor> made = eng.fill_part(piece_part(shards), box_jobs(shards, seed));
+    for (std::size_t k = 0; k < made.size(); ++k)
+      m.tensors.push_back({std::move(made[k]), shards[k].tensor.memory_shape, shards[k].box.offset, false});
   };
-  append(make_pieces(r.pre(), b));
+  append(r.pre());
   const Range L = r.layers();
   if (m.layout == Layout::per_layer) {
-    for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i) append(make_pieces(r.layer(i), b));
+    for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i) append(r.layer(i));
   } else if (L.size > 0 && !r.layer_tensors().empty()) {
     // One allocation per stacked piece; layer i's piece of a layer tensor fills its slice.
     const std::vector<StackedPiece>& pieces = r.stacked();
@@ -180,34 +189,38 @@ RankModel build_rank(const RankPlan& r) {
                            p.experts});
     for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i) {
       const std::vector<ShardTensor> shards = r.layer(i);
-      std::vector<FillJob> jobs;
+      std::vector<PartTensor> part = piece_part(shards);
       for (std::size_t k = 0; k < shards.size(); ++k) {
         const StackedPiece& p = pieces[r.stacked_piece(k)];
-        if (shards[k].tensor.dtype != p.dtype)
-          throw std::invalid_argument("stacked layout needs one dtype per stacked buffer, but " + shards[k].tensor.name + " is " +
-                                      std::string(dtype_name(shards[k].tensor.dtype)) + " and " + p.name + " is " +
-                                      std::string(dtype_name(p.dtype)));
         auto* slices = static_cast<unsigned char*>(m.tensors[base + r.stacked_piece(k)].tensor.view.data);
         const std::uint64_t slice = (i - L.offset) * p.experts + r.expert_slice(k);
-        box_fill_jobs(shards[k].tensor, shards[k].box, slices + slice * shards[k].bytes(), b.options().seed, jobs);
+        part[k].dst = slices + slice * shards[k].bytes();
+        part[k].stack = StackSlot{p.name, p.dtype};
       }
-      b.target_backend().fill(jobs);
+      eng.fill_part(part, box_jobs(shards, seed));
     }
   }
-  append(make_pieces(r.post(), b));
-  b.target_backend().synchronize();
+  append(r.post());
   return m;
 }
 
-void stream_rank(const RankPlan& r, const std::function<void(const RankPart&)>& sink) {
+void stream_rank(const RankPlan& r, const std::function<void(const RankPart&)>& sink,
+                 const std::function<void()>& after_part) {
   const Builder& b = r.builder();
+  const Engine eng = b.engine(after_part);
+  const bool stacked = b.options().layout == Layout::stacked;
   auto emit = [&](Part::Kind kind, std::uint64_t layer, std::vector<ShardTensor> shards) {
     if (shards.empty()) return;
-    std::vector<LocalTensor> pieces = make_pieces(shards, b);
-    b.target_backend().synchronize();
-    RankPart part{kind, layer, std::move(shards), {}};
-    for (const auto& t : pieces) part.tensors.push_back(t.tensor.view);
-    sink(part);
+    std::vector<PartTensor> part = piece_part(shards);
+    if (kind == Part::Kind::layer && stacked)
+      for (std::size_t k = 0; k < part.size(); ++k) {
+        const StackedPiece& p = r.stacked()[r.stacked_piece(k)];
+        part[k].stack = StackSlot{p.name, p.dtype};
+      }
+    const std::vector<Tensor> pieces = eng.fill_part(part, box_jobs(shards, b.options().seed));
+    RankPart rp{kind, layer, std::move(shards), {}};
+    for (const auto& t : pieces) rp.tensors.push_back(t.view);
+    sink(rp);
   };  // the pieces die here: a part is freed before the next one is made
   for (auto& s : r.pre()) emit(Part::Kind::pre, 0, {std::move(s)});
   const Range L = r.layers();

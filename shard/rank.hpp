@@ -52,8 +52,10 @@ class RankPlan {
   Range layers() const noexcept { return layers_; }  // the stage's layers
 
   std::vector<ShardTensor> pre() const;
-  // The pieces of layer i (in layers()), in LayerSpec order.
+  // The pieces of layer i (in layers()), in LayerSpec order; from its plan when the caller has it
+  // (builder().plan_layer(i)).
   std::vector<ShardTensor> layer(std::uint64_t i) const;
+  std::vector<ShardTensor> layer(std::uint64_t i, const std::vector<PlannedTensor>& planned) const;
   std::vector<ShardTensor> post() const;
   // Indices into the LayerSpec of the layer tensors this rank holds: the same in every layer of its
   // stage (pieces depend on names and shapes, and layers differ only in their index).
@@ -121,7 +123,9 @@ struct RankPart {
 };
 
 // Builds the rank's pieces part by part, hands each to `sink` after its fill has completed, then
-// frees it: the tracked peak is the rank's largest part.
-void stream_rank(const RankPlan& r, const std::function<void(const RankPart&)>& sink);
+// frees it: the tracked peak is the rank's largest part. `after_part` runs after the builder's
+// options().after_part between parts (emit's cancellation).
+void stream_rank(const RankPlan& r, const std::function<void(const RankPart&)>& sink,
+                 const std::function<void()>& after_part = {});
 
 }  // namespace layerinit

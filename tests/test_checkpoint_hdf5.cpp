@@ -97,9 +97,9 @@ std::uint32_t fbits(float x) {
 
 std::string python() { return std::string(LAYERINIT_SOURCE_DIR) + "/.venv/bin/python"; }
 
-// Runs tests/python/read_checkpoint.py; empty json when the venv is missing.
+// Runs tests/readers/read_checkpoint.py; empty json when the venv is missing.
 nlohmann::json python_read(const std::string& kind, const fs::path& p) {
-  std::string cmd = python() + " " + LAYERINIT_SOURCE_DIR + "/tests/python/read_checkpoint.py " + kind + " '" +
+  std::string cmd = python() + " " + LAYERINIT_SOURCE_DIR + "/tests/readers/read_checkpoint.py " + kind + " '" +
                     p.string() + "'";
   FILE* f = ::popen(cmd.c_str(), "r");
   std::string out;

@@ -53,7 +53,7 @@ CheckpointMetadata test_meta() {
 std::string python() { return std::string(LAYERINIT_SOURCE_DIR) + "/.venv/bin/python"; }
 
 json python_read(const fs::path& p) {
-  std::string cmd = python() + " " + LAYERINIT_SOURCE_DIR + "/tests/python/read_checkpoint.py safetensors '" +
+  std::string cmd = python() + " " + LAYERINIT_SOURCE_DIR + "/tests/readers/read_checkpoint.py safetensors '" +
                     p.string() + "'";
   FILE* f = ::popen(cmd.c_str(), "r");
   std::string out;

@@ -7,73 +7,26 @@
 //     temporary left, and a failure is one line on stderr with the failed rank's exit code;
 //   - bad input under mpirun: one line, exit 2.
 // Skips (GTEST_SKIP) when mpirun is missing or the tool was built without MPI.
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "cli_runner.hpp"
 #include "hdf5_reader.hpp"
-#include "pipes.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using layerinit::testing::slurp;
-using layerinit::testing::TempDir;
+using namespace layerinit::testing;
 
 namespace {
-
-const std::string kBinary = std::string(LAYERINIT_BINARY_DIR) + "/bin/layerinit";
-
-struct Result {
-  int status = 0;
-  std::string out, err;
-  int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
-  // Lines of stderr that are layerinit's own (mpirun may add its own banner around them).
-  std::vector<std::string> our_lines() const {
-    std::vector<std::string> v;
-    std::size_t p = 0;
-    while (p < err.size()) {
-      const std::size_t e = err.find('\n', p);
-      const std::string line = err.substr(p, e == std::string::npos ? std::string::npos : e - p);
-      if (line.rfind("layerinit:", 0) == 0) v.push_back(line);
-      p = e == std::string::npos ? err.size() : e + 1;
-    }
-    return v;
-  }
-};
-
-// fork + execvp with stdout and stderr captured; `env` is set in the child first.
-Result run(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {}) {
-  std::vector<std::string> all = args;
-  std::vector<char*> argv;
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("fork");
-  if (pid == 0) {
-    ::dup2(out[1], STDOUT_FILENO);
-    ::dup2(err[1], STDERR_FILENO);
-    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-    ::execvp(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  ::close(err[1]);
-  Result r;
-  layerinit::testing::drain(out[0], err[0], r.out, r.err);
-  ::waitpid(pid, &r.status, 0);
-  return r;
-}
 
 // mpirun for np ranks of `args` (layerinit's arguments). -q drops mpirun's advice banners; the tcp
 // transport instead of shared memory, whose backing file `ulimit -f` would also cut. After a rank
@@ -87,24 +40,14 @@ std::vector<std::string> mpirun(int np, const std::vector<std::string>& args, co
   std::vector<std::string> v{"mpirun", "--allow-run-as-root", "--oversubscribe", "-q", "--mca", "btl", "self,tcp",
                              "--mca", "odls_base_sigkill_timeout", std::to_string(grace),
                              "-x", "ASAN_OPTIONS", "-x", "LAYERINIT_TEST_KILL_RANK", "-np", std::to_string(np)};
-  if (!ulimit_f.empty()) {
-    std::string cmd = "ulimit -f " + ulimit_f + "; exec '" + kBinary + "'";
-    for (const auto& a : args) cmd += " '" + a + "'";
-    v.insert(v.end(), {"sh", "-c", cmd});
-  } else {
-    v.push_back(kBinary);
-    v.insert(v.end(), args.begin(), args.end());
-  }
-  return v;
-}
-
-const std::map<std::string, std::string> kEnv = {{"ASAN_OPTIONS", "detect_leaks=0"}, {"LAYERINIT_TEST_KILL_RANK", ""}};
-
-std::vector<std::string> one(const std::vector<std::string>& args) {
-  std::vector<std::string> v{kBinary};
+  // The binary and its arguments reach the shell as its own arguments, never as text to parse.
+  if (!ulimit_f.empty()) v.insert(v.end(), {"sh", "-c", "ulimit -f " + ulimit_f + "; exec \"$@\"", "sh"});
+  v.push_back(kLayerinit);
   v.insert(v.end(), args.begin(), args.end());
   return v;
 }
+
+const SpawnOptions kEnv = {.env = {{"ASAN_OPTIONS", "detect_leaks=0"}, {"LAYERINIT_TEST_KILL_RANK", ""}}};
 
 std::map<std::string, std::string> directory_bytes(const fs::path& dir) {
   std::map<std::string, std::string> m;
@@ -118,7 +61,7 @@ class CliMpi : public ::testing::Test {
 #if !LAYERINIT_CLI_MPI
     GTEST_SKIP() << "layerinit was built without MPI (LAYERINIT_MPI=OFF, or CMake found none)";
 #endif
-    if (::access(kBinary.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << kBinary << " (tools not built)";
+    if (::access(kLayerinit.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << kLayerinit << " (tools not built)";
     if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun on PATH";
   }
 };
@@ -139,9 +82,9 @@ TEST_F(CliMpi, SafetensorsIsByteIdenticalToOneProcess) {
     TempDir dir;
     auto args = c.flags;
     args.insert(args.end(), {"--format", "safetensors", "--report", "json", "-o"});
-    const Result a = run(one([&] { auto v = args; v.push_back((dir / "one").string()); return v; }()));
+    const Result a = run([&] { auto v = args; v.push_back((dir / "one").string()); return v; }());
     ASSERT_EQ(a.code(), 0) << a.err;
-    const Result b = run(mpirun(c.np, [&] { auto v = args; v.push_back((dir / "par").string()); return v; }()), kEnv);
+    const Result b = run_command(mpirun(c.np, [&] { auto v = args; v.push_back((dir / "par").string()); return v; }()), kEnv);
     ASSERT_EQ(b.code(), 0) << b.err;
     EXPECT_EQ(b.our_lines(), std::vector<std::string>{}) << b.err;
     const auto x = directory_bytes(dir / "one"), y = directory_bytes(dir / "par");
@@ -165,8 +108,8 @@ TEST_F(CliMpi, HDF5MasterReadsAsOneModel) {
   TempDir dir;
   const std::vector<std::string> flags{"emit", "--preset", "mixtral-tiny", "--layout", "stacked", "-o"};
   auto with = [&](const std::string& out) { auto v = flags; v.push_back((dir / out).string()); return v; };
-  ASSERT_EQ(run(one(with("one.h5"))).code(), 0);
-  const Result r = run(mpirun(3, with("par.h5")), kEnv);
+  ASSERT_EQ(run(with("one.h5")).code(), 0);
+  const Result r = run_command(mpirun(3, with("par.h5")), kEnv);
   ASSERT_EQ(r.code(), 0) << r.err;
   const auto a = layerinit::testing::read_hdf5_datasets(dir / "one.h5");
   const auto b = layerinit::testing::read_hdf5_datasets(dir / "par.h5");
@@ -190,7 +133,7 @@ TEST_F(CliMpi, HDF5MasterReadsAsOneModel) {
       "bad = [k for k in a if not b[k].is_virtual or a[k][...].tobytes() != b[k][...].tobytes()]\n"
       "assert not bad, bad\n"
       "print(len(a))\n";
-  const Result p = run({py, "-c", script, (dir / "one.h5").string(), (dir / "par.h5").string()});
+  const Result p = run_command({py, "-c", script, (dir / "one.h5").string(), (dir / "par.h5").string()});
   EXPECT_EQ(p.code(), 0) << p.err;
   EXPECT_EQ(p.out, std::to_string(a.size()) + "\n");
 }
@@ -203,7 +146,7 @@ TEST_F(CliMpi, AFailingRankIsOneLineAndLeavesNothing) {
     TempDir dir;
     std::vector<std::string> args{"emit", "--preset", "llama-tiny", "--format", format, "-o", (dir / "out").string()};
     if (format == "safetensors") args.insert(args.end(), {"--max-shard-size", "100KB"});
-    const Result f = run(mpirun(3, args, "60"), kEnv);
+    const Result f = run_command(mpirun(3, args, "60"), kEnv);
     EXPECT_EQ(f.code(), 1) << f.err;
     const auto lines = f.our_lines();
     ASSERT_EQ(lines.size(), 1u) << f.err;
@@ -212,6 +155,9 @@ TEST_F(CliMpi, AFailingRankIsOneLineAndLeavesNothing) {
     // The file is named as it would have been published, not inside the removed staging directory.
     if (format == "safetensors")
       EXPECT_NE(lines[0].find("cannot write " + (dir / "out").string() + "/model-0000"), std::string::npos) << lines[0];
+    else  // the checkpoint and the rank file, not the removed rank directory (issue 19)
+      EXPECT_NE(lines[0].find((dir / "out").string() + " (its rank file rank-0000"), std::string::npos) << lines[0];
+    EXPECT_EQ(lines[0].find(".ranks-"), std::string::npos) << lines[0];
     EXPECT_EQ(dir.entries(), std::vector<std::string>{}) << f.err;
   }
 }
@@ -223,11 +169,109 @@ TEST_F(CliMpi, AKilledRankLeavesNothing) {
     std::vector<std::string> args{"emit", "--preset", "llama-tiny", "--format", format, "-o", (dir / "out").string()};
     if (format == "safetensors") args.insert(args.end(), {"--max-shard-size", "60KB"});
     auto env = kEnv;
-    env["LAYERINIT_TEST_KILL_RANK"] = "1";
-    const Result r = run(mpirun(3, args, "", 3), env);
+    env.env["LAYERINIT_TEST_KILL_RANK"] = "1";
+    const Result r = run_command(mpirun(3, args, "", 3), env);
     EXPECT_NE(r.code(), 0) << r.err;
     EXPECT_EQ(dir.entries(), std::vector<std::string>{}) << r.err;
   }
+}
+
+// The job torn down while the ranks write a checkpoint of many files (SIGTERM to every rank at once,
+// as mpirun sends it after a Ctrl-C or a lost rank): nothing published and no staging directory
+// left, however the ranks' removals of it interleave (issue 19: 9 of 9 runs left 1-2 GB of
+// `.ck.tmp-*` behind, one rank stopping at a file another had removed first).
+TEST_F(CliMpi, ATornDownJobLeavesNoStaging) {
+  TempDir dir;
+  const fs::path out = dir / "ck";
+  Child c = spawn_command(mpirun(3, {"emit", "--preset", "gpt2-large", "--threads", "1", "--format", "safetensors",
+                                     "--max-shard-size", "10MB", "-o", out.string()},
+                                 "", 10),
+                          kEnv);
+  // Files in the staging directory (0 before it exists): the ranks are stopped once 20 of ~150 are there.
+  auto staged_files = [&]() -> std::size_t {
+    for (const auto& e : TempDir::list(dir.path()))
+      if (e.rfind(".ck.tmp-", 0) == 0) {
+        std::error_code ec;
+        std::size_t n = 0;
+        for (fs::directory_iterator it(dir / e, ec), end; !ec && it != end; it.increment(ec)) ++n;
+        return n;
+      }
+    return 0;
+  };
+  bool staged = false;
+  for (int i = 0; i < 6000 && !(staged = staged_files() >= 20); ++i) ::usleep(10'000);
+  // mpirun's children are the ranks.
+  std::vector<pid_t> ranks;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::ifstream stat(e.path() / "stat");
+    std::string pid, comm, state;
+    long ppid = 0;
+    if (stat >> pid >> comm >> state >> ppid && ppid == c.pid) ranks.push_back(std::stoi(pid));
+  }
+  for (pid_t r : ranks) ::kill(r, SIGTERM);
+  const Result r = finish(c);
+  ASSERT_TRUE(staged) << r.err;
+  EXPECT_EQ(ranks.size(), 3u);
+  EXPECT_NE(r.code(), 0) << r.how() << "\n" << r.err;
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{}) << r.err;
+}
+
+// Ranks started with different options (mpirun's "A : B" form, or a wrapper that varies them per
+// rank) would each write their share of a different checkpoint: every rank exits 2 before anything is
+// written, rank 0 naming the first rank and option that differ (issue 19: published a mix, exit 0).
+TEST_F(CliMpi, RanksGivenDifferentOptionsExitTwoWritingNothing) {
+  TempDir dir;
+  const std::string out = (dir / "m").string();
+  struct Case {
+    std::vector<std::string> other;  // rank 1's flags where rank 0 has the first command's
+    std::string words;
+  };
+  const std::vector<std::string> base{"emit", "--preset", "llama-tiny", "--seed", "1", "--format", "safetensors",
+                                      "--max-shard-size", "100KB", "-o", out};
+  const std::vector<Case> cases = {
+      {{"emit", "--preset", "llama-tiny", "--seed", "2", "--format", "safetensors", "--max-shard-size", "100KB", "-o", out},
+       "rank 1 of 2: emit: rank 1 was given another seed than rank 0 ('2', rank 0: '1')"},
+      {{"emit", "--preset", "gpt2-tiny", "--seed", "1", "--format", "safetensors", "--max-shard-size", "100KB", "-o", out},
+       "rank 1 was given another model than rank 0"},
+      {{"emit", "--preset", "llama-tiny", "--seed", "1", "--format", "hdf5", "-o", out}, "another format than rank 0"},
+      {{"emit", "--preset", "llama-tiny", "--seed", "1", "--format", "safetensors", "--max-shard-size", "100KB", "-o",
+        (dir / "elsewhere").string()},
+       "another output than rank 0"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.words);
+    std::vector<std::string> cmd = mpirun(1, base);
+    cmd.insert(cmd.end(), {":", "-np", "1", kLayerinit});
+    cmd.insert(cmd.end(), c.other.begin(), c.other.end());
+    const Result r = run_command(cmd, kEnv);
+    EXPECT_EQ(r.code(), 2) << r.how() << "\n" << r.err;
+    const auto lines = r.our_lines();
+    ASSERT_EQ(lines.size(), 1u) << r.err;
+    EXPECT_NE(lines[0].find(c.words), std::string::npos) << lines[0];
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{});
+  }
+}
+
+// A one-file checkpoint goes to the rank holding its middle byte (rank 1 of 3, split_by_bytes), and
+// the report's peak is the job's largest rank's, here that rank's: the one-process peak (issue 19:
+// "peak 0 bytes (rank 0)").
+TEST_F(CliMpi, TheReportsPeakIsTheLargestRanks) {
+  TempDir dir;
+  const std::vector<std::string> flags{"emit", "--preset", "llama-tiny", "--format", "safetensors"};
+  auto with = [&](std::vector<std::string> extra) { auto v = flags; v.insert(v.end(), extra.begin(), extra.end()); return v; };
+  const Result one = run(with({"--report", "json", "-o", (dir / "one").string()}));
+  ASSERT_EQ(one.code(), 0) << one.err;
+  const Result par = run_command(mpirun(3, with({"--report", "json", "-o", (dir / "par").string()})), kEnv);
+  ASSERT_EQ(par.code(), 0) << par.err;
+  const json a = json::parse(one.out), b = json::parse(par.out);
+  EXPECT_GT(b["peak_bytes"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(b["peak_bytes"], a["peak_bytes"]);
+  EXPECT_EQ(b["peak_rank"], 1);
+  const Result text = run_command(mpirun(3, with({"-o", (dir / "text").string()})), kEnv);
+  ASSERT_EQ(text.code(), 0) << text.err;
+  EXPECT_NE(text.out.find("with 3 processes in "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(" (rank 1, the largest)\n"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("peak 0 bytes"), std::string::npos) << text.out;
 }
 
 TEST_F(CliMpi, BadInputIsOneLineExitTwo) {
@@ -246,7 +290,7 @@ TEST_F(CliMpi, BadInputIsOneLineExitTwo) {
       {{"emit", "--preset", "llama-tiny", "-o", (dir / "taken").string()}, "rank 0 of 2: checkpoint: refusing to overwrite existing"},
   };
   for (const auto& c : cases) {
-    const Result r = run(mpirun(2, c.args), kEnv);
+    const Result r = run_command(mpirun(2, c.args), kEnv);
     EXPECT_EQ(r.code(), 2) << r.err;
     const auto lines = r.our_lines();
     ASSERT_EQ(lines.size(), 1u) << r.err;
@@ -263,11 +307,11 @@ TEST(CliWithoutMpi, ALauncherWithSeveralProcessesIsRefused) {
 #if LAYERINIT_CLI_MPI
   GTEST_SKIP() << "layerinit was built with MPI: CliMpi runs it under mpirun";
 #endif
-  if (::access(kBinary.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << kBinary << " (tools not built)";
+  if (::access(kLayerinit.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << kLayerinit << " (tools not built)";
   TempDir dir;
   for (const std::string rank : {"0", "1"}) {
-    const Result r = run(one({"emit", "--preset", "llama-tiny", "-o", (dir / "out.h5").string()}),
-                         {{"OMPI_COMM_WORLD_SIZE", "3"}, {"OMPI_COMM_WORLD_RANK", rank}});
+    const Result r = run({"emit", "--preset", "llama-tiny", "-o", (dir / "out.h5").string()},
+                         {.env = {{"OMPI_COMM_WORLD_SIZE", "3"}, {"OMPI_COMM_WORLD_RANK", rank}}});
     EXPECT_EQ(r.code(), 2) << r.err;
     if (rank == "0") {
       EXPECT_EQ(r.err,
@@ -278,8 +322,8 @@ TEST(CliWithoutMpi, ALauncherWithSeveralProcessesIsRefused) {
     }
   }
   // One process of one is the ordinary emit.
-  const Result r = run(one({"emit", "--preset", "llama-tiny", "-o", (dir / "out.h5").string()}),
-                       {{"OMPI_COMM_WORLD_SIZE", "1"}, {"OMPI_COMM_WORLD_RANK", "0"}});
+  const Result r = run({"emit", "--preset", "llama-tiny", "-o", (dir / "out.h5").string()},
+                       {.env = {{"OMPI_COMM_WORLD_SIZE", "1"}, {"OMPI_COMM_WORLD_RANK", "0"}}});
   EXPECT_EQ(r.code(), 0) << r.err;
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"out.h5"});
 }

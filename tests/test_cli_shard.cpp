@@ -5,11 +5,6 @@
 //     which are the files' bytes;
 //   - plan's per-rank numbers are what build --rank and emit --rank measure (peak_bytes).
 // Skips (GTEST_SKIP) when the binary was not built (LAYERINIT_BUILD_TOOLS=OFF).
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,69 +14,22 @@
 #include <nlohmann/json.hpp>
 
 #include <layerinit/backends/content_hash.hpp>
+#include "cli_runner.hpp"
 #include "safetensors_reader.hpp"
 #include "test_util.hpp"
-#include "pipes.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using layerinit::testing::parse_safetensors;
-using layerinit::testing::SafetensorsFile;
-using layerinit::testing::TempDir;
+using namespace layerinit::testing;
+using CliShard = CliTest;
 
 namespace {
-
-const std::string kBinary = std::string(LAYERINIT_BINARY_DIR) + "/bin/layerinit";
-
-struct Result {
-  int status = 0;
-  std::string out, err;
-  int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
-};
-
-// fork + exec with stdout and stderr captured.
-Result run(const std::vector<std::string>& args) {
-  std::vector<std::string> all{kBinary};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("fork");
-  if (pid == 0) {
-    ::dup2(out[1], STDOUT_FILENO);
-    ::dup2(err[1], STDERR_FILENO);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  ::close(err[1]);
-  Result r;
-  layerinit::testing::drain(out[0], err[0], r.out, r.err);
-  ::waitpid(pid, &r.status, 0);
-  return r;
-}
-
-std::string joined(const std::vector<std::string>& args) {
-  std::string s = "layerinit";
-  for (const auto& a : args) s += " " + a;
-  return s;
-}
 
 json ok_json(const std::vector<std::string>& args) {
   const Result r = run(args);
   EXPECT_EQ(r.code(), 0) << joined(args) << "\n" << r.err;
   return r.code() == 0 ? json::parse(r.out) : json();
 }
-
-class CliShard : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (::access(kBinary.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << kBinary << " (tools not built)";
-  }
-};
 
 }  // namespace
 

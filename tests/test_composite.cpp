@@ -13,20 +13,14 @@
 #include <layerinit/shard/box_fill.hpp>
 #include <layerinit/shard/composite.hpp>
 
+#include "box_util.hpp"
+
 using namespace layerinit;
 
 namespace {
 
 PlannedTensor tensor(std::string name, Shape logical, DType t, FillSpec fill, bool transposed = false) {
-  PlannedTensor p;
-  p.name = std::move(name);
-  p.shape = logical;
-  p.memory_shape = logical;
-  if (transposed) std::swap(p.memory_shape[0], p.memory_shape[1]);
-  p.transposed = transposed;
-  p.dtype = t;
-  p.fill = fill;
-  return p;
+  return layerinit::testing::planned_tensor(std::move(name), std::move(logical), t, fill, transposed);
 }
 
 using Bytes = std::vector<unsigned char>;
@@ -114,13 +108,7 @@ void check_box(const Composite& c, const Bytes& want, const Box& box, std::uint6
   const Shape gs = row_major(c.shape), bs = pad ? strides : row_major(box.shape);
   std::vector<bool> written(buf.size() / es, false);
   for (std::uint64_t e = 0; e < box.numel(); ++e) {
-    std::uint64_t g = 0, l = 0;
-    for (std::uint64_t f = e, d = n; d-- > 0;) {
-      const std::uint64_t x = f % box.shape[d];
-      f /= box.shape[d];
-      g += (box.offset[d] + x) * gs[d];
-      l += x * bs[d];
-    }
+    const auto [g, l] = layerinit::testing::box_element(box, e, gs, bs);
     written[l] = true;
     ASSERT_EQ(std::memcmp(buf.data() + l * es, want.data() + g * es, es), 0)
         << "box at " << shape_string(box.offset) << " of " << shape_string(box.shape) << ", element " << e << ", pad " << pad;
@@ -465,4 +453,21 @@ TEST(Composite, BadDescriptionsAreOneLineErrors) {
                std::invalid_argument);
   std::vector<FillJob> jobs;
   EXPECT_THROW(composite_fill_jobs(c, Box{{0, 0, 0}, {3, 3, 4}}, Region{}, 0, jobs), std::invalid_argument);
+}
+
+TEST(Composite, TextOfAnotherVersionIsRefusedBeforeItsKeys) {
+  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"layerinit_composite\":2,\"dtype\":\"fp32\",\"shape\":[1],\"parts\":[],\"new\":1}",
+            "composite: version 2 (this layerinit reads version 1)"},
+           {"{\"dtype\":\"fp32\"}", "composite: missing \"layerinit_composite\""},
+           {"{\"layerinit_composite\":1,\"shape\":[1],\"parts\":[]}", "composite: missing \"dtype\""},
+           {"{\"layerinit_composite\":1,\"dtype\":\"fp32\",\"shape\":[1],\"parts\":[],\"new\":1}",
+            "composite: unknown key \"new\" (valid: layerinit_composite, dtype, shape, stack, parts)"}}) {
+    try {
+      composite_from_text(text);
+      ADD_FAILURE() << text;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+  }
 }

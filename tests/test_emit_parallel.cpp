@@ -11,11 +11,19 @@
 //     group that breaks (a peer died); --force over a parallel HDF5 checkpoint removes its old ranks.
 #include <gtest/gtest.h>
 
+#include <sys/file.h>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <condition_variable>
+#include <fstream>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
+#include <layerinit/checkpoint/detail.hpp>  // TempPath: in-tree only
 #include <layerinit/checkpoint/hf_config.hpp>
 #include <layerinit/checkpoint/parallel.hpp>
 #include <layerinit/init/presets.hpp>
@@ -57,6 +65,9 @@ class ThreadGroup {
     broken_ = true;
     cv_.notify_all();
   }
+  // Runs in rank 0 as it gathers the ranks' reports: after every rank wrote and agreed, before rank 0
+  // publishes.
+  std::function<void()> before_gather;
   std::uint64_t size() const { return n_; }
 
  private:
@@ -80,6 +91,7 @@ class ThreadCollective final : public Collective {
   }
   std::string broadcast(const std::string& text, std::uint64_t root) override { return g_.exchange(rank_, text).at(root); }
   std::vector<std::string> gather(const std::string& text, std::uint64_t root) override {
+    if (rank_ == 0 && g_.before_gather) g_.before_gather();
     auto all = g_.exchange(rank_, text);
     return rank_ == root ? all : std::vector<std::string>{};
   }
@@ -430,4 +442,178 @@ TEST(EmitParallel, OneRankIsEmitCheckpoint) {
   ASSERT_EQ(outcomes[0].error, "");
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"out.h5"});
   EXPECT_FALSE(layerinit::testing::read_hdf5_datasets(dir / "out.h5").begin()->second.is_virtual);
+}
+
+// Every rank fails at once after writing hundreds of files: each removes the shared staging
+// directory at the same moment. An entry another rank removed first is no error, so nothing is left
+// (remove_all stopped at the first ENOENT and left the rest; issue 19).
+TEST(EmitParallel, RanksRemovingTheStagingTogetherLeaveNothing) {
+  // 300 tensors of a deep narrow MLP, one file each.
+  Job s{mlp_spec("deep", std::vector<std::uint64_t>(151, 4), true), {}, {}};
+  s.eo.format = CheckpointFormat::safetensors;
+  s.eo.writer.max_shard_size = 1;
+  // Each rank fails as it completes its last file: the three leave together, with hundreds of files staged.
+  auto be = make_dry_backend();
+  const Builder b(s.spec, make_recipe("hf"), s.opts, *be, be->memory());
+  std::vector<std::uint64_t> bytes;
+  for (const auto& f : safetensors_shards(checkpoint_datasets(b), s.eo.writer.max_shard_size)) bytes.push_back(f.data_bytes);
+  ASSERT_EQ(bytes.size(), 300u);
+  std::vector<int> files(3, 0);
+  for (auto o : split_by_bytes(bytes, 3)) ++files[o];
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE(round);
+    TempDir dir;
+    const auto outcomes = run_parallel(s, 3, dir / "out", [&](std::uint64_t r, EmitOptions& eo, ThreadGroup&) {
+      eo.progress = [left = files[r]](const EmitProgress& p) mutable {
+        if (p.bytes_done == p.bytes_total && --left == 0) throw checkpoint_error("checkpoint: disk on fire");
+      };
+    });
+    for (const auto& o : outcomes) EXPECT_FALSE(o.error.empty());
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{});
+  }
+}
+
+// A staging directory removed by its owner while another rank removes the same files (the ranks of
+// a job torn down together, one of them killed midway): what the other removed first is no error,
+// and nothing is left. std::filesystem::remove_all stopped at the first such file (issue 19).
+TEST(EmitParallel, StagingRemovalToleratesAnotherRemover) {
+  for (int round = 0; round < 5; ++round) {
+    TempDir dir;
+    std::optional<detail::TempPath> staging(std::in_place, dir / "out", true);
+    const fs::path p = staging->path();
+    for (int k = 0; k < 3000; ++k) std::ofstream(p / ("model-" + std::to_string(k) + ".safetensors")) << k;
+    std::thread other([&] {
+      for (int k = 2999; k >= 0; --k) ::unlink((p / ("model-" + std::to_string(k) + ".safetensors")).c_str());
+    });
+    staging.reset();  // TempPath::remove
+    other.join();
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{}) << round;
+  }
+}
+
+// What a killed emit left beside its target (its lock released with its process) is removed by the
+// next emit to the same target; nothing else is: not a directory without layerinit's marker, not one
+// whose emit is still running (its marker locked), not a name of another target or another length.
+TEST(EmitParallel, ALaterEmitRemovesStaleStagingAndNothingElse) {
+  for (CheckpointFormat f : {CheckpointFormat::safetensors, CheckpointFormat::hdf5}) {
+    for (std::uint64_t ranks : {1, 3}) {
+      SCOPED_TRACE(std::string(format_name(f)) + ", " + std::to_string(ranks) + " ranks");
+      TempDir dir;
+      const std::string name = f == CheckpointFormat::hdf5 ? "out.h5" : "out";
+      auto staging = [&](const std::string& entry, bool marker) {
+        fs::create_directory(dir / entry);
+        std::ofstream(dir / entry / "model-00001-of-00002.safetensors") << std::string(1000, 'x');
+        if (marker) std::ofstream(dir / entry / ".layerinit-staging");
+      };
+      staging("." + name + ".tmp-AbC123", true);    // stale
+      staging(name + ".ranks-Zz9yX8", true);        // stale
+      staging("." + name + ".tmp-Foreig", false);   // someone's own directory
+      staging("." + name + ".tmp-toolong", true);   // not a name layerinit makes
+      staging(".other.tmp-AbC123", true);           // another target's
+      staging("." + name + ".tmp-InUse1", true);    // an emit still running
+      const int lock = ::open((dir / ("." + name + ".tmp-InUse1") / ".layerinit-staging").c_str(), O_RDONLY);
+      ASSERT_EQ(::flock(lock, LOCK_EX), 0);
+      Job s = f == CheckpointFormat::hdf5 ? hdf5_setup("llama-tiny", Layout::per_layer, DType::bf16)
+                                          : safetensors_setup("llama-tiny", Layout::per_layer, Orientation::out_in,
+                                                              DType::bf16, 0);
+      const auto outcomes = run_parallel(s, ranks, dir / name);
+      for (const auto& o : outcomes) EXPECT_EQ(o.error, "");
+      ::close(lock);
+      std::vector<std::string> left;
+      for (const auto& e : dir.entries())
+        if (e != name && e.find(".ranks-") == std::string::npos) left.push_back(e);
+        else if (e.find(".ranks-") != std::string::npos) EXPECT_NE(e, name + ".ranks-Zz9yX8");
+      EXPECT_EQ(left, (std::vector<std::string>{".other.tmp-AbC123", "." + name + ".tmp-Foreig", "." + name + ".tmp-InUse1",
+                                                "." + name + ".tmp-toolong"}));
+    }
+  }
+}
+// Rank 0 checks, before publishing, that every file the ranks wrote is in the staging directory
+// with its size and that nothing else is: a file removed meanwhile (rm -rf of the working directory,
+// issue 19) fails the emit with nothing published, instead of an index naming missing files.
+TEST(EmitParallel, AFileRemovedBeforePublishingPublishesNothing) {
+  for (CheckpointFormat f : {CheckpointFormat::safetensors, CheckpointFormat::hdf5}) {
+    for (const std::string change : {"removed", "cut", "added"}) {
+      SCOPED_TRACE(std::string(format_name(f)) + ", " + change);
+      Job s = f == CheckpointFormat::hdf5 ? hdf5_setup("llama-tiny", Layout::per_layer, DType::bf16)
+                                          : safetensors_setup("llama-tiny", Layout::per_layer, Orientation::out_in,
+                                                              DType::bf16, 60'000);
+      TempDir dir;
+      const fs::path target = dir / (f == CheckpointFormat::hdf5 ? "out.h5" : "out");
+      const auto outcomes = run_parallel(s, 3, target, [&](std::uint64_t r, EmitOptions&, ThreadGroup& g) {
+        if (r != 0) return;
+        // Every rank has written and agreed when rank 0 gathers: change a file of rank 1's there.
+        g.before_gather = [&] {
+          for (const auto& e : fs::directory_iterator(dir.path())) {
+            if (!fs::is_directory(e.path())) continue;
+            std::vector<fs::path> files;
+            for (const auto& x : fs::directory_iterator(e.path()))
+              if (x.path().filename().string()[0] != '.') files.push_back(x.path());
+            std::sort(files.begin(), files.end());
+            ASSERT_GE(files.size(), 3u);
+            const fs::path staged = files[1];
+            if (change == "removed") fs::remove(staged);
+            if (change == "cut") fs::resize_file(staged, fs::file_size(staged) - 1);
+            if (change == "added") std::ofstream(e.path() / "notes.txt") << "mine";
+          }
+        };
+      });
+      EXPECT_NE(outcomes[0].error.find("changed while the emit ran?); nothing was published"), std::string::npos)
+          << outcomes[0].error;
+      for (std::uint64_t r : {1, 2}) EXPECT_TRUE(outcomes[r].rank_failed) << outcomes[r].error;
+      EXPECT_EQ(dir.entries(), std::vector<std::string>{});
+    }
+  }
+}
+
+// Ranks given different options (another seed, model, format or target: a process group not started
+// from one command line) are refused before anything is written, on every rank, naming what differs.
+TEST(EmitParallel, RanksGivenDifferentOptionsWriteNothing) {
+  struct Case {
+    std::string what;
+    std::function<void(Job&)> change;
+    std::string words;
+  };
+  const std::vector<Case> cases = {
+      {"seed", [](Job& j) { j.opts.seed = 2; }, "rank 1 was given another seed than rank 0 ('2', rank 0: '0')"},
+      {"model", [](Job& j) { j.spec = make_preset("gpt2-tiny"); j.eo.writer.config_json = config_json(j.spec, DType::bf16); },
+       "rank 1 was given another model than rank 0: every process"},
+      {"format", [](Job& j) { j.eo.format = CheckpointFormat::hdf5; j.eo.writer.config_json.clear(); },
+       "rank 1 was given another format than rank 0 ('hdf5', rank 0: 'safetensors')"},
+      {"shards", [](Job& j) { j.eo.writer.max_shard_size = 1; }, "another max shard size"},
+      {"dtype override", [](Job& j) { j.opts.dtype_overrides = {{"*norm*", DType::f32}}; }, "another dtype overrides"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    TempDir dir;
+    const Job base = safetensors_setup("llama-tiny", Layout::per_layer, Orientation::out_in, DType::bf16, 60'000);
+    Job other = base;
+    c.change(other);
+    ThreadGroup group(2);
+    std::vector<std::string> errors(2);
+    std::vector<bool> failed_rank(2, false);
+    std::vector<std::thread> threads;
+    for (std::uint64_t r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        const Job& s = r == 1 ? other : base;
+        auto be = make_host_backend(1);
+        const Builder b(s.spec, make_recipe("hf"), s.opts, *be, be->memory());
+        ThreadCollective col(group, r);
+        try {
+          emit_parallel(b, *be, dir / "out", s.eo, col);
+        } catch (const rank_failed& e) {
+          errors[r] = e.what();
+          failed_rank[r] = true;
+        } catch (const std::invalid_argument& e) {
+          errors[r] = e.what();
+        } catch (const std::exception& e) {
+          errors[r] = std::string("unexpected: ") + e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    EXPECT_TRUE(failed_rank[0]) << errors[0];
+    EXPECT_EQ(errors[0], "emit: rank 1 of 2 failed; nothing was published");
+    EXPECT_NE(errors[1].find(c.words), std::string::npos) << errors[1];
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{});
+  }
 }

@@ -18,7 +18,9 @@
 #include <layerinit/backends/content_hash.hpp>
 #include <layerinit/dtypes/convert.hpp>
 #include <layerinit/kernels/fill.hpp>
+#include <layerinit/kernels/fill_element.hpp>
 #include <layerinit/kernels/fill_host.hpp>
+#include <layerinit/kernels/fill_host_seams.hpp>
 #include <layerinit/kernels/philox.hpp>
 #include "stats.hpp"
 

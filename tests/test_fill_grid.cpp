@@ -10,8 +10,10 @@
 
 #include <layerinit/dtypes/convert.hpp>
 #include <layerinit/kernels/fill.hpp>
+#include <layerinit/kernels/fill_element.hpp>
 #include <layerinit/kernels/fill_grid.hpp>
 #include <layerinit/kernels/fill_host.hpp>
+#include <layerinit/kernels/fill_host_seams.hpp>
 #include "test_util.hpp"
 
 using namespace layerinit;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <layerinit/kernels/fill.hpp>
+#include <layerinit/kernels/fill_element.hpp>
 #include <layerinit/kernels/fill_host.hpp>
 #include "stats.hpp"
 #include "test_util.hpp"

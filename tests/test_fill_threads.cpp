@@ -19,6 +19,7 @@
 
 #include <layerinit/kernels/fill.hpp>
 #include <layerinit/kernels/fill_host.hpp>
+#include <layerinit/kernels/fill_host_seams.hpp>
 #include "test_util.hpp"
 
 using namespace layerinit;

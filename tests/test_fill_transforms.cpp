@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <layerinit/kernels/fill.hpp>
+#include <layerinit/kernels/fill_element.hpp>
 #include <layerinit/kernels/quantile.hpp>
 
 #include "test_util.hpp"

@@ -95,7 +95,7 @@ TEST(HuggingFace, TransformersLoadsEmittedModelsWithTheSameValues) {
     emit("--hf-config " + f.string(), out.string());
     EXPECT_EQ(slurp(out / "config.json"), slurp(f)) << "emit --hf-config writes the user's config.json as it is";
   }
-  const std::string check = python + " " + LAYERINIT_SOURCE_DIR + "/tests/python/hf_load.py" + dirs;
+  const std::string check = python + " " + LAYERINIT_SOURCE_DIR + "/tests/readers/hf_load.py" + dirs;
   EXPECT_EQ(std::system(check.c_str()), 0) << check;
 }
 
@@ -124,7 +124,7 @@ TEST(HuggingFace, EveryPresetAndConfigMatchesTransformersOnTheMetaDevice) {
   EXPECT_EQ(count, 18);
   for (const auto* sub : {"", "tiny"})
     for (const auto& f : configs(kConfigs / sub)) add(layerinit::load_hf_config(f.string()), f, std::string(sub) + f.stem().string());
-  const std::string check = python + " " + LAYERINIT_SOURCE_DIR + "/tests/python/hf_meta.py" + pairs;
+  const std::string check = python + " " + LAYERINIT_SOURCE_DIR + "/tests/readers/hf_meta.py" + pairs;
   EXPECT_EQ(std::system(check.c_str()), 0) << check;
 
   // The comparison can fail: qwen2.5-tiny without one k_proj bias, deepseek-v3-tiny with one expert
@@ -143,6 +143,6 @@ TEST(HuggingFace, EveryPresetAndConfigMatchesTransformersOnTheMetaDevice) {
     std::ofstream(config) << layerinit::config_json(*broken, layerinit::DType::bf16);
     broken_pairs += " " + config.string() + " " + spec.string();
   }
-  const std::string differ = python + " " + LAYERINIT_SOURCE_DIR + "/tests/python/hf_meta.py --differ" + broken_pairs;
+  const std::string differ = python + " " + LAYERINIT_SOURCE_DIR + "/tests/readers/hf_meta.py --differ" + broken_pairs;
   EXPECT_EQ(std::system(differ.c_str()), 0) << differ;
 }

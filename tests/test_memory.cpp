@@ -1,6 +1,6 @@
 // Memory: exact byte counts of the tracking adaptor (current, peak, total, counts, scopes, live list,
 // history, events, reserve/commit/release), the limiting adaptor's out_of_memory, host alignment,
-// Buffer ownership, errors, and backend selection by name.
+// Storage ownership, errors, and backend selection by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +19,7 @@
 #include <layerinit/backends/backend.hpp>
 #include <layerinit/core/errors.hpp>
 #include <layerinit/memory/resource.hpp>
+#include <layerinit/memory/tensor.hpp>
 #include <layerinit/memory/tracking.hpp>
 
 using namespace layerinit;
@@ -315,40 +316,57 @@ TEST(HostResource, ResourcesWithoutReserveSaySo) {
   expect_stats(tr.stats(), 0, 0, 0, 0, 0, 0, "after a refused reserve");
 }
 
-TEST(Buffer, FreesOnDestructionAndMovesOwnership) {
+TEST(Storage, FreesOnDestructionAndMovesOwnership) {
   host_resource host;
   tracking_resource tr(host);
   {
-    Buffer b(tr, 128, {"b", {}});
+    Storage b = Storage::allocate(tr, 128, {"b", {}});
     ASSERT_NE(b.data(), nullptr);
     EXPECT_EQ(b.size(), 128u);
-    EXPECT_EQ(b.resource(), &tr);
-    expect_stats(tr.stats(), 128, 128, 128, 1, 1, 1, "one buffer");
-    Buffer c(std::move(b));
+    expect_stats(tr.stats(), 128, 128, 128, 1, 1, 1, "one allocation");
+    Storage c(std::move(b));
     EXPECT_EQ(b.data(), nullptr);
     EXPECT_EQ(b.size(), 0u);
     EXPECT_EQ(c.size(), 128u);
-    Buffer d(tr, 64);
-    expect_stats(tr.stats(), 192, 192, 192, 2, 2, 2, "two buffers");
+    Storage d = Storage::allocate(tr, 64, {});
+    expect_stats(tr.stats(), 192, 192, 192, 2, 2, 2, "two allocations");
     d = std::move(c);  // d's 64 bytes are freed, d takes c's 128
     EXPECT_EQ(d.size(), 128u);
     EXPECT_EQ(c.data(), nullptr);
     expect_stats(tr.stats(), 128, 192, 192, 1, 2, 2, "after move assignment");
-    Buffer& self = d;
+    Storage& self = d;
     d = std::move(self);
     EXPECT_EQ(d.size(), 128u);
     expect_stats(tr.stats(), 128, 192, 192, 1, 2, 2, "after self-move");
   }
   expect_stats(tr.stats(), 0, 192, 192, 0, 2, 2, "after scope");
-  Buffer empty(tr, 0);
-  EXPECT_EQ(empty.data(), nullptr);
-  EXPECT_EQ(tr.stats().total_count, 2u);  // no allocation for 0 bytes
-  Buffer r(tr, 10);
+  Storage r = Storage::allocate(tr, 10, {});
   r.reset();
   EXPECT_EQ(r.data(), nullptr);
   EXPECT_EQ(tr.stats().current_bytes, 0u);
-  Buffer none;
-  EXPECT_EQ(none.resource(), nullptr);
+  Storage none;
+  EXPECT_EQ(none.data(), nullptr);
+  none.reset();
+}
+
+TEST(Storage, ReservationsCommitInsideAndReleaseEverything) {
+  host_resource host;
+  tracking_resource tr(host);
+  {
+    Storage s = Storage::reserve(tr, 3 * 4096, {"r", {}});
+    expect_stats(tr.stats(), 0, 0, 0, 1, 1, 1, "reserved only");
+    s.commit(4096, 4096);
+    static_cast<unsigned char*>(s.data())[4096] = 7;  // committed bytes are writable
+    expect_stats(tr.stats(), 4096, 4096, 4096, 1, 1, 1, "one range committed");
+    EXPECT_THROW(s.commit(2 * 4096, 4096 + 1), std::out_of_range);
+    EXPECT_THROW(s.commit(3 * 4096 + 1, 0), std::out_of_range);
+    Storage moved(std::move(s));
+    EXPECT_EQ(s.data(), nullptr);
+    EXPECT_EQ(moved.size(), 3u * 4096);
+  }
+  EXPECT_EQ(tr.stats().current_bytes, 0u);
+  Storage plain = Storage::allocate(tr, 16, {});
+  EXPECT_THROW(plain.commit(0, 16), std::logic_error);
 }
 
 TEST(Errors, MessagesCarryTheDetails) {
@@ -418,7 +436,7 @@ TEST(Backend, HostFillAndCopies) {
   auto be = make_backend("cpu", 2);
   tracking_resource tr(be->memory());
   const std::uint64_t n = 100003;
-  Buffer buf(tr, n * 2, {"w", DType::bf16});
+  Storage buf = Storage::allocate(tr, n * 2, {"w", DType::bf16});
   const FillJob j = make_fill_job(buf.data(), DType::bf16, n, 5, "w", FillSpec::normal(0, 0.02));
   be->fill(std::span(&j, 1));
   be->synchronize();
@@ -429,7 +447,7 @@ TEST(Backend, HostFillAndCopies) {
   std::vector<unsigned char> back(n * 2);
   be->copy_to_host(back.data(), buf.data(), n * 2);
   EXPECT_TRUE(back == ref);
-  Buffer other(tr, n * 2);
+  Storage other = Storage::allocate(tr, n * 2, {});
   be->copy(other.data(), buf.data(), n * 2);
   EXPECT_EQ(std::memcmp(other.data(), ref.data(), n * 2), 0);
   expect_stats(tr.stats(), 4 * n, 4 * n, 4 * n, 2, 2, 2, "two tensors");

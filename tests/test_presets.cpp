@@ -41,7 +41,7 @@ TEST(Presets, ExactParameterCounts) {
       // 3,187,703,808, times 126 = 401,650,679,808; final norm 16384. Total 405,853,388,800.
       {"llama-3.1-405b", 405'853'388'800ULL},
       // transformers 5.23 num_parameters() on the meta device from each Hub config.json
-      // (tests/python/hf_meta.py checks them where transformers is installed).
+      // (tests/readers/hf_meta.py checks them where transformers is installed).
       {"qwen2.5-7b", 7'615'616'512ULL},    {"gemma-2-9b", 9'241'705'984ULL},
       // 671,026,404,352 parameters; its 58 x 256 router correction biases are buffers, counted apart
       // (in the state_dict and the checkpoint, not in num_parameters()).

@@ -288,6 +288,33 @@ TEST(Recipes, OverridesLastMatchWins) {
   EXPECT_THROW(r.add_override("", one), std::invalid_argument);
 }
 
+// torchtitan's qwen3 flavours (models/qwen3/__init__.py) draw normal(0, 0.02) everywhere; its MoE
+// flavours draw wo and the experts' w2 with 0.02 / sqrt(2 L), the same in every layer.
+TEST(Recipes, TorchtitanQwen3) {
+  const Recipe r = make_recipe("torchtitan");
+  ModelSpec q = make_preset("llama-tiny");
+  q.family = "qwen3";
+  const FillSpec base = FillSpec::normal(0, 0.02);
+  EXPECT_EQ(fill(r, q, "model.embed_tokens.weight"), base);
+  EXPECT_EQ(fill(r, q, "lm_head.weight"), base);
+  for (std::uint64_t i : {0u, 3u})
+    for (const char* n : {"self_attn.q_proj.weight", "self_attn.o_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"})
+      EXPECT_EQ(fill(r, q, n, i), base) << n;
+  EXPECT_EQ(fill(r, q, "input_layernorm.weight", 1), one);
+  q.hyper.tie_word_embeddings = true;  // the tied embedding is the head: normal(0, 0.02) too
+  EXPECT_EQ(fill(r, q, "model.embed_tokens.weight"), base);
+
+  ModelSpec moe = make_preset("mixtral-tiny");
+  moe.family = "qwen3_moe";
+  const FillSpec residual = FillSpec::normal(0, 0.02 / std::sqrt(2.0 * static_cast<double>(moe.num_layers)));
+  for (std::uint64_t i : {0u, 1u}) {
+    EXPECT_EQ(fill(r, moe, "self_attn.o_proj.weight", i), residual);
+    EXPECT_EQ(fill(r, moe, "block_sparse_moe.experts.1.w2.weight", i), residual);
+    EXPECT_EQ(fill(r, moe, "block_sparse_moe.experts.1.w3.weight", i), base);
+    EXPECT_EQ(fill(r, moe, "block_sparse_moe.gate.weight", i), base);
+  }
+}
+
 TEST(Recipes, TensorInitBeatsRuleButNotOverride) {
   ModelSpec l = make_preset("llama-tiny");
   l.post[0].init = FillSpec::constant(7);  // model.norm.weight

@@ -12,6 +12,8 @@
 #include <layerinit/shard/box_fill.hpp>
 #include <layerinit/shard/parallel.hpp>
 
+#include "box_util.hpp"
+
 using namespace layerinit;
 
 namespace {
@@ -89,15 +91,7 @@ TEST(Shard, LocalBoxIsDTensorsLocalShapeAndGlobalOffset) {
 namespace {
 
 PlannedTensor planned(Shape logical, DType t, bool transposed, FillSpec fill = FillSpec::normal(0, 1)) {
-  PlannedTensor p;
-  p.name = "model.layers.2.mlp.up_proj.weight";
-  p.shape = logical;
-  p.memory_shape = logical;
-  if (transposed) std::swap(p.memory_shape[0], p.memory_shape[1]);
-  p.transposed = transposed;
-  p.dtype = t;
-  p.fill = fill;
-  return p;
+  return layerinit::testing::planned_tensor("model.layers.2.mlp.up_proj.weight", std::move(logical), t, fill, transposed);
 }
 
 std::vector<FillJob> jobs_of(const PlannedTensor& p, const Box& b, void* dst) {
@@ -434,6 +428,11 @@ TEST(Shard, BadDegreesAreOneLineErrors) {
   EXPECT_EQ(message(llama, {.tp = 0}), "tp must be at least 1");
   EXPECT_EQ(message(llama, {.fsdp = 0}), "fsdp must be at least 1");
   EXPECT_EQ(message(llama, {.pp = 5}), "pp 5 needs at least 5 layers; 'llama-tiny' has 4");
+  // Stages split the repeated block: DeepSeek-V3's dense layer before it is not a stage's (plan lists
+  // 3 layers; issue 19 said "has 2" alone).
+  EXPECT_EQ(message(make_preset("deepseek-v3-tiny"), {.pp = 3}),
+            "pp 3 needs at least 3 layers in the repeated block; 'deepseek-v3-tiny' has 2 there (layers 1-2; the 1 "
+            "before it go with stage 0)");
   EXPECT_EQ(message(llama, {.ep = 2}), "ep 2: 'llama-tiny' has no experts");
   EXPECT_EQ(message(mix, {.ep = 3}), "ep 3 does not divide the 4 experts of 'mixtral-tiny'");
   EXPECT_EQ(message(llama, {.tp = 3}), "tp 3 does not divide the 4 attention heads of 'llama-tiny'");
@@ -443,4 +442,33 @@ TEST(Shard, BadDegreesAreOneLineErrors) {
   EXPECT_EQ(message(make_preset("gpt2-tiny"), {.tp = 3}), "");  // attention stays whole: no head count to divide
   EXPECT_EQ(message(mix, {.tp = 2, .pp = 2, .ep = 4, .fsdp = 5}), "");
   EXPECT_THROW(ParallelPlan(llama, {.tp = 1ull << 32, .fsdp = 1ull << 32}), std::overflow_error);
+}
+
+// One reading of a mesh for the CLI's --tp/--pp/--ep/--fsdp/--rank and Python's mesh=/rank=: the same
+// checks, each one line, the names in the caller's spelling.
+TEST(Shard, MeshDegreesAndTheirChecksAreShared) {
+  using Named = std::vector<std::pair<std::string, std::uint64_t>>;
+  EXPECT_EQ(parallel_degrees(Named{{"tp", 2}, {"fsdp", 4}}), (ParallelDegrees{2, 1, 1, 4}));
+  EXPECT_EQ(parallel_degrees(Named{}), ParallelDegrees{});
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([] { parallel_degrees(Named{{"xp", 2}}); }), "unknown mesh dimension 'xp' (valid: tp, pp, ep, fsdp)");
+  EXPECT_EQ(message([] { parallel_degrees(Named{{"tp", 2}, {"tp", 4}}); }), "mesh dimension 'tp' appears twice");
+  const ModelSpec spec = make_preset("llama-tiny");
+  const ParallelDegrees huge{1ull << 32, 1, 1, 1ull << 32};
+  EXPECT_EQ(message([&] { ParallelPlan::checked(spec, huge, std::nullopt, "--"); }), "--tp x --pp x --ep x --fsdp overflows 64 bits");
+  EXPECT_EQ(message([&] { ParallelPlan::checked(spec, huge, std::nullopt, ""); }), "tp x pp x ep x fsdp overflows 64 bits");
+  EXPECT_EQ(message([&] { ParallelPlan::checked(spec, ParallelDegrees{2, 2, 1, 1}, 4, "--"); }),
+            "--rank 4 is outside the mesh of 4 ranks (pp 2 x fsdp 1 x ep 1 x tp 2: ranks 0-3)");
+  EXPECT_EQ(message([&] { ParallelPlan::checked(spec, ParallelDegrees{}, 1, ""); }),
+            "rank 1 is outside the mesh of 1 rank (pp 1 x fsdp 1 x ep 1 x tp 1: ranks 0-0)");
+  EXPECT_EQ(message([&] { ParallelPlan::checked(spec, ParallelDegrees{3, 1, 1, 1}, 0, ""); }),
+            "tp 3 does not divide the 4 attention heads of 'llama-tiny'");
+  EXPECT_EQ(ParallelPlan::checked(spec, ParallelDegrees{2, 1, 1, 2}, 3, "").ranks(), 4u);
 }

@@ -219,3 +219,31 @@ TEST(ShardEmit, StackedLayersOfTwoDtypesAreRefused) {
   }
   EXPECT_TRUE(dir.entries().empty());
 }
+
+// The rank files of one mesh share a directory, and the reassembly glob takes them all: a rank file
+// of another mesh there (another number of ranks, or as many on other degrees) is refused before
+// anything is written (issue 19: both were written side by side).
+TEST(ShardEmit, AnotherMeshsRankFilesAreRefused) {
+  auto be = make_host_backend(1);
+  const ModelSpec spec = make_preset("llama-tiny");
+  const Builder b(spec, make_recipe("hf"), BuildOptions{}, *be, be->memory());
+  TempDir dir;
+  const fs::path ranks = dir / "ranks";
+  const ParallelPlan tp2(spec, {.tp = 2}), four(spec, {.tp = 2, .pp = 2}), pp2(spec, {.pp = 2});
+  emit_rank(RankPlan(b, tp2, 0), *be, ranks, safetensors());
+  for (const ParallelPlan* other : {&four, &pp2}) {
+    SCOPED_TRACE(other->describe());
+    try {
+      emit_rank(RankPlan(b, *other, 1), *be, ranks, safetensors());
+      ADD_FAILURE() << "not refused";
+    } catch (const checkpoint_refused& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("holds rank-00000-of-00002.safetensors, a rank file of another mesh"), std::string::npos) << m;
+      EXPECT_NE(m.find("write each mesh's rank files to a directory of its own"), std::string::npos) << m;
+    }
+  }
+  EXPECT_EQ(TempDir::list(ranks), std::vector<std::string>{"rank-00000-of-00002.safetensors"});
+  // The same mesh's other rank joins it.
+  emit_rank(RankPlan(b, tp2, 1), *be, ranks, safetensors());
+  EXPECT_EQ(TempDir::list(ranks), (std::vector<std::string>{"rank-00000-of-00002.safetensors", "rank-00001-of-00002.safetensors"}));
+}

@@ -12,6 +12,8 @@
 #include <layerinit/shard/tensor_index.hpp>
 #include <layerinit/stacking/stack.hpp>
 
+#include "box_util.hpp"
+
 using namespace layerinit;
 
 namespace {
@@ -46,13 +48,7 @@ void expect_box(const TensorIndex& index, const backend& be_ref, const std::stri
   if (!jobs.empty()) be.fill(jobs);
   const Shape gs = dense_strides(global), bs = strided ? strides : dense_strides(box.shape);
   for (std::uint64_t e = 0; e < box.numel(); ++e) {
-    std::uint64_t g = 0, l = 0;
-    for (std::uint64_t f = e, d = n; d-- > 0;) {
-      const std::uint64_t x = f % box.shape[d];
-      f /= box.shape[d];
-      g += (box.offset[d] + x) * gs[d];
-      l += x * bs[d];
-    }
+    const auto [g, l] = layerinit::testing::box_element(box, e, gs, bs);
     ASSERT_EQ(std::memcmp(buf.data() + l * es, whole + g * es, es), 0)
         << name << " box at " << shape_string(box.offset) << " of " << shape_string(box.shape) << ", element " << e;
   }

@@ -9,7 +9,8 @@
 #include <layerinit/plan/plan.hpp>
 #include <layerinit/shard/rank.hpp>
 #include <layerinit/stacking/stack.hpp>
-#include "common.hpp"
+#include "commands.hpp"
+#include "report.hpp"
 #include "trace.hpp"
 
 namespace layerinit::cli {
@@ -35,14 +36,14 @@ int build_rank_command(const ModelArgs& args, const ModelSpec& spec, const Recip
   if (!args.rank)
     throw usage_error("--tp, --pp, --ep and --fsdp describe a mesh of " + std::to_string(plan.ranks()) +
                       " ranks: build needs --rank R, the rank to build (0-" + std::to_string(plan.ranks() - 1) + ")");
-  if (args.layout == "restack")
+  if (args.restack)
     throw usage_error("--layout restack does not apply to --rank (--layout stacked builds a rank's pieces stacked)");
   auto be = make_backend(args.backend, args.threads);
   tracking_resource tracker(be->memory(), tracking_resource::options{.live_list = !trace_file.empty()});
   const Builder builder(spec, recipe, opts, *be, tracker);
   const RankPlan rank(builder, plan, *args.rank);
   const RankMemoryPlan need = plan_rank(rank, TrainingSetup::mixed);
-  check_memory(args, *be, {"this rank's pieces", need.weight_bytes, record_bytes(spec, args.layout, false)});
+  check_memory(args, *be, {"this rank's pieces", need.weight_bytes, record_bytes(spec, opts.layout, opts.layout == Layout::stacked, false)});
   MemoryTrace trace(spec);
   if (!trace_file.empty()) trace.attach(tracker, trace_file, force);
 
@@ -56,7 +57,10 @@ int build_rank_command(const ModelArgs& args, const ModelSpec& spec, const Recip
   if (report == "json") {
     for (const LocalTensor& lt : model.tensors) {
       const TensorView& v = lt.tensor.view;
-      TensorReport t{v.name, v.shape, v.dtype, v.bytes(), hash_tensor(*be, v), {}, lt.global_shape, lt.offset, true};
+      TensorReport t(v.name, v.shape, v.dtype);
+      t.hash = hash_tensor(*be, v);
+      t.global_shape = lt.global_shape;
+      t.offset = lt.offset;
       if (lt.stacked) {
         // A stacked piece [n, ...] or [n, ne, ...]: a hash per layer (and expert) slice, as the
         // unsharded report gives.
@@ -71,7 +75,7 @@ int build_rank_command(const ModelArgs& args, const ModelSpec& spec, const Recip
 
   begin_stdout();
   if (report == "json") {
-    nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout, *be);
+    nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout_text(), *be);
     add_rank_json(out, plan, rank.rank());
     out["parameters"] = need.parameters;
     print_build_report(out, tensors, model.bytes(), stats, build_seconds, hash_seconds);
@@ -81,7 +85,7 @@ int build_rank_command(const ModelArgs& args, const ModelSpec& spec, const Recip
                 "backend %s\n",
                 spec.name.c_str(), (unsigned long long)rank.rank(), (unsigned long long)plan.ranks(), (unsigned long long)c.pp,
                 (unsigned long long)c.fsdp, (unsigned long long)c.ep, (unsigned long long)c.tp, (unsigned long long)need.parameters,
-                model.tensors.size(), std::string(dtype_name(opts.dtype)).c_str(), args.layout.c_str(), be->describe().c_str());
+                model.tensors.size(), std::string(dtype_name(opts.dtype)).c_str(), args.layout_text().c_str(), be->describe().c_str());
     std::printf("weights    %s\npeak       %s\ntime       %.3f s\n", format_bytes(model.bytes()).c_str(),
                 format_bytes(stats.peak_bytes).c_str(), build_seconds);
   }
@@ -94,8 +98,6 @@ int build_rank_command(const ModelArgs& args, const ModelSpec& spec, const Recip
 
 int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file, bool force) {
   if (!report.empty() && report != "json") throw usage_error("unknown report format '" + report + "' (valid: json)");
-  if (args.layout != "per-layer" && args.layout != "stacked" && args.layout != "restack")
-    throw usage_error("unknown layout '" + args.layout + "' (valid: per-layer, stacked, restack)");
   const ModelSpec spec = args.load_spec();
   const Recipe recipe = args.load_recipe();
   const BuildOptions opts = args.build_options();
@@ -107,18 +109,18 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   Builder builder(spec, recipe, opts, *be, tracker);
   {
     const MemoryPlan p = make_memory_plan(builder);
-    if (args.layout == "restack")
-      check_memory(args, *be, {"weights plus the largest layer", p.peak_restack, record_bytes(spec, args.layout, false)});
+    if (args.restack)
+      check_memory(args, *be, {"weights plus the largest layer", p.peak_restack, record_bytes(spec, opts.layout, true, false)});
     else
       check_memory(args, *be, {"weights", opts.layout == Layout::stacked ? p.peak_stacked : p.peak_per_layer,
-                               record_bytes(spec, args.layout, false)});
+                               record_bytes(spec, opts.layout, opts.layout == Layout::stacked, false)});
   }
   MemoryTrace trace(spec);
   if (!trace_file.empty()) trace.attach(tracker, trace_file, force);  // after the refusals: it creates the file
 
   const auto t0 = std::chrono::steady_clock::now();
   Model model = builder.build();
-  if (args.layout == "restack") model = stack(std::move(model), spec, *be, tracker, opts.experts);
+  if (args.restack) model = stack(std::move(model), spec, *be, tracker, opts.experts);
   const double build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const MemoryStats stats = tracker.stats();
 
@@ -130,7 +132,8 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
     const StackedLayout sl = stacked_layout(spec, model.experts);
     std::size_t stacked_index = 0;
     auto add = [&](const TensorView& v, bool is_stacked) {
-      TensorReport t{v.name, v.shape, v.dtype, v.bytes(), hash_tensor(*be, v), {}, {}, {}, true};
+      TensorReport t(v.name, v.shape, v.dtype);
+      t.hash = hash_tensor(*be, v);
       if (is_stacked) {  // one hash per slice in buffer order: per layer, then per expert
         for (const auto& layer : slices)
           for (std::size_t j = 0; j < layer.size(); ++j)
@@ -149,7 +152,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
 
   begin_stdout();
   if (report == "json") {
-    nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout, *be);
+    nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout_text(), *be);
     out["parameters"] = spec.parameter_count();
     out["buffers"] = spec.buffer_count();
     print_build_report(out, tensors, model.bytes(), stats, build_seconds, hash_seconds);
@@ -158,7 +161,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
     model.for_each([&](const TensorView&) { ++count; });
     std::printf("%s: %s in %zu tensors, %s, layout %s, backend %s\n", spec.name.c_str(),
                 parameters_text(spec.parameter_count(), spec.buffer_count()).c_str(), count,
-                std::string(dtype_name(opts.dtype)).c_str(), args.layout.c_str(), be->describe().c_str());
+                std::string(dtype_name(opts.dtype)).c_str(), args.layout_text().c_str(), be->describe().c_str());
     std::printf("weights    %s\npeak       %s\ntime       %.3f s\n", format_bytes(model.bytes()).c_str(),
                 format_bytes(stats.peak_bytes).c_str(), build_seconds);
   }

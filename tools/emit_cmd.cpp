@@ -11,13 +11,13 @@
 #include <optional>
 
 #include <layerinit/core/bytes.hpp>
-#include <layerinit/checkpoint/hf_config.hpp>
 #include <layerinit/plan/plan.hpp>
 #include <layerinit/shard/rank.hpp>
 #include <layerinit/checkpoint/parallel.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/core/errors.hpp>
-#include "common.hpp"
+#include "commands.hpp"
+#include "report.hpp"
 #include "mpi.hpp"
 
 namespace layerinit::cli {
@@ -61,8 +61,6 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
   const bool tty = isatty(STDERR_FILENO) && (!job || job->rank() == 0);
   try {
     if (!ea.report.empty() && ea.report != "json") throw usage_error("unknown report format '" + ea.report + "' (valid: json)");
-    if (args.layout != "per-layer" && args.layout != "stacked")
-      throw usage_error("unknown layout '" + args.layout + "' (valid: per-layer, stacked)");
     if (ea.output.empty()) throw usage_error("-o PATH is required");
     format = parse_checkpoint_format(ea.format);
     spec.emplace(args.load_spec());
@@ -90,12 +88,8 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
       eo.writer.max_shard_size = parse_byte_size(ea.max_shard_size);
       if (eo.writer.max_shard_size == 0) throw usage_error("--max-shard-size must be positive");
     }
-    // transformers loads the per-layer, out-in layout only: a config.json beside stacked or transposed
-    // weights would have it load them as missing keys and initialize those anew.
-    // MLPs and custom specs have no Hugging Face config: weights only.
-    if (!plan && format == CheckpointFormat::safetensors && opts.layout == Layout::per_layer &&
-        opts.orientation == Orientation::out_in && has_config_json(*spec))
-      eo.writer.config_json = config_json(*spec, opts.dtype);
+    if (!plan && format == CheckpointFormat::safetensors)
+      if (auto config = hf_config_for(*spec, opts)) eo.writer.config_json = std::move(*config);
     // The file's metadata (dtype, seed, recipe, layout, orientation, model spec) is the builder's:
     // emit_checkpoint fills it in.
     eo.cancel = &g_cancel;
@@ -114,11 +108,12 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     if (plan) {
       rank.emplace(*builder, *plan, *args.rank);
       check_memory(args, *be, {"this rank's largest part", plan_rank(*rank, TrainingSetup::mixed).peak_streamed,
-                               record_bytes(*spec, args.layout, false)});
+                               record_bytes(*spec, opts.layout, opts.layout == Layout::stacked, false)});
     } else {
       // Under MPI a rank holds at most the largest part too (its share is streamed the same way).
       check_memory(args, *be, {"the largest part", make_memory_plan(*builder).peak_streamed,
-                               record_bytes(*spec, args.layout, format == CheckpointFormat::hdf5)});
+                               record_bytes(*spec, opts.layout, opts.layout == Layout::stacked,
+                                            format == CheckpointFormat::hdf5)});
     }
     // A test hook: this MPI rank dies by SIGKILL after its first part, as a rank lost mid-run.
     if (const char* k = std::getenv("LAYERINIT_TEST_KILL_RANK"); job && k && std::to_string(job->rank()) == k)
@@ -152,11 +147,18 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     throw;
   }
   if (tty) std::fprintf(stderr, "\n");
+  // The job's peak is its largest rank's (a rank may write nothing: one file goes to one rank).
+  std::uint64_t peak = tracker->stats().peak_bytes, peak_rank = 0;
+  if (job) {
+    const std::vector<std::string> peaks = job->gather(std::to_string(peak), 0);
+    for (std::size_t k = 0; k < peaks.size(); ++k)
+      if (const std::uint64_t p = std::stoull(peaks[k]); p > peak || k == 0) peak = p, peak_rank = k;
+  }
   if (job && job->rank() != 0) return 0;  // rank 0 reports the checkpoint
 
   begin_stdout();
   if (ea.report == "json") {
-    nlohmann::ordered_json out = report_header(*spec, opts, *recipe, args.layout, *be);
+    nlohmann::ordered_json out = report_header(*spec, opts, *recipe, args.layout_text(), *be);
     if (rank) add_rank_json(out, *plan, rank->rank());
     if (job) out["processes"] = job->size();
     out["format"] = format_name(format);
@@ -165,18 +167,21 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     if (!rank) out["buffers"] = spec->buffer_count();
     out["tensors"] = tensors_json(r.tensors);
     out["total_bytes"] = r.weight_bytes;
-    out["peak_bytes"] = tracker->stats().peak_bytes;  // under MPI: rank 0's
+    out["peak_bytes"] = peak;
+    if (job) out["peak_rank"] = peak_rank;
     out["file_bytes"] = r.file_bytes;
     out["wall_seconds"] = r.seconds;
     // The checkpoint is published by now: replace (never throw on) any other invalid UTF-8.
     std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   } else if (job) {
-    std::printf("%s: wrote %s (%s on disk) with %llu processes in %.2f s; peak %s (rank 0)\n", printable(written).c_str(),
+    std::printf("%s: wrote %s (%s on disk) with %llu processes in %.2f s; peak %s (rank %llu, the largest)\n",
+                printable(written).c_str(),
                 format_bytes(r.weight_bytes).c_str(), format_bytes(r.file_bytes).c_str(),
-                static_cast<unsigned long long>(job->size()), r.seconds, format_bytes(tracker->stats().peak_bytes).c_str());
+                static_cast<unsigned long long>(job->size()), r.seconds, format_bytes(peak).c_str(),
+                static_cast<unsigned long long>(peak_rank));
   } else {
     std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", printable(written).c_str(), format_bytes(r.weight_bytes).c_str(),
-                format_bytes(r.file_bytes).c_str(), r.seconds, format_bytes(tracker->stats().peak_bytes).c_str());
+                format_bytes(r.file_bytes).c_str(), r.seconds, format_bytes(peak).c_str());
   }
   check_stdout();
   return 0;

@@ -19,7 +19,8 @@
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/config.hpp>
 #include <layerinit/core/errors.hpp>
-#include "common.hpp"
+#include "commands.hpp"
+#include "report.hpp"
 #include "mpi.hpp"
 
 namespace {
@@ -138,7 +139,7 @@ int main(int argc, char** argv) {
   bool build_force = false;
   auto* build = app.add_subcommand("build", "Build a model in memory and report its tensors, hashes, peak memory and time");
   build_args.add_model_flags(*build);
-  build_args.add_build_flags(*build, "per-layer, stacked, restack (per-layer, then stack in place)");
+  build_args.add_build_flags(*build, true);
   build_args.add_backend_flags(*build);
   build_args.add_parallel_flags(*build);
   build->add_option("--report", build_report, "Print a machine-readable report: json");
@@ -149,7 +150,7 @@ int main(int argc, char** argv) {
   PlanArgs plan_opts;
   auto* plan = app.add_subcommand("plan", "Predict memory (build peaks, naive strategies, disk, training) without allocating");
   plan_args.add_model_flags(*plan);
-  plan_args.add_build_flags(*plan, "per-layer, stacked");
+  plan_args.add_build_flags(*plan, false);
   plan_args.add_parallel_flags(*plan);
   plan->add_flag("--json", plan_opts.json, "Print JSON instead of tables");
   plan->add_flag("--per-layer", plan_opts.per_layer, "A subtotal row per layer (default: one per run of identical layers)");
@@ -164,7 +165,7 @@ int main(int argc, char** argv) {
   EmitArgs emit_opts;
   auto* emit = app.add_subcommand("emit", "Build layer by layer and stream into an HDF5 file or a safetensors directory");
   emit_args.add_model_flags(*emit);
-  emit_args.add_build_flags(*emit, "per-layer, stacked");
+  emit_args.add_build_flags(*emit, false);
   emit_args.add_backend_flags(*emit);
   emit_args.add_parallel_flags(*emit);
   auto* emit_format = emit->add_option("--format", emit_opts.format,

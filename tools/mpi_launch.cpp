@@ -2,7 +2,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "common.hpp"
+#include "args.hpp"
 #include "mpi.hpp"
 
 namespace layerinit::cli {

@@ -8,7 +8,8 @@
 #include <layerinit/shard/rank.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/core/errors.hpp>
-#include "common.hpp"
+#include "commands.hpp"
+#include "report.hpp"
 
 namespace layerinit::cli {
 
@@ -50,17 +51,19 @@ void print_rank_pieces(const RankPlan& r, bool per_layer) {
   for (const auto& s : r.pre()) row(s);
   const Range L = r.layers();
   if (L.size > 0) {
-    std::uint64_t first_bytes = 0;
-    for (const auto& s : r.layer(L.offset)) row(s), first_bytes += s.bytes();
-    if (per_layer || !r.builder().uniform_layers()) {
+    for (const auto& s : r.layer(L.offset)) row(s);
+    if (per_layer) {
       for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i) {
         std::uint64_t bytes = 0;
         for (const auto& s : r.layer(i)) bytes += s.bytes();
         subtotal("layer " + std::to_string(i) + " subtotal", bytes);
       }
     } else {
-      subtotal((L.size == 1 ? "layer " : "layers ") + range_text(L.offset, L.size) + (L.size == 1 ? " subtotal" : ", each"),
-               first_bytes);
+      r.builder().for_each_layer_run(L.offset, L.size, [&](std::uint64_t first, std::uint64_t count, const auto& plan) {
+        std::uint64_t bytes = 0;
+        for (const auto& s : r.layer(first, plan)) bytes += s.bytes();
+        subtotal((count == 1 ? "layer " : "layers ") + range_text(first, count) + (count == 1 ? " subtotal" : ", each"), bytes);
+      });
     }
   }
   for (const auto& s : r.post()) row(s);
@@ -128,15 +131,11 @@ nlohmann::ordered_json parallel_json(const ParallelPlan& plan, const ParallelRep
 
 
 int plan_command(const ModelArgs& args, const PlanArgs& pa) {
-  if (args.layout != "per-layer" && args.layout != "stacked")
-    throw usage_error("unknown layout '" + args.layout + "' (valid: per-layer, stacked)");
   const ModelSpec spec = args.load_spec();
   const Recipe recipe = args.load_recipe();
   const BuildOptions opts = args.build_options();
   args.check_overrides(spec, recipe, opts);
   const TrainingSetup setup = parse_training_setup(pa.training);
-  if (pa.batch == 0) throw usage_error("--batch must be a positive integer");
-  if (pa.seq == 0) throw usage_error("--seq must be a positive integer");
   const std::optional<std::uint64_t> gpu_mem = pa.gpu_mem.empty() ? std::nullopt : std::optional(parse_byte_size(pa.gpu_mem));
   // The table has a row per layer, --json an entry per tensor: a spec of 10^9 layers would print for
   // hours (and --json build its whole tree in memory first). Refused before anything is computed.

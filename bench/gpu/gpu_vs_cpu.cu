@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     for (DType t : all_dtypes) {
       const std::size_t es = dtype_size(t);
       const std::size_t bytes = n * es;
-      Buffer dev(b->memory(), bytes + offset * es + 256);
+      Storage dev = Storage::allocate(b->memory(), bytes + offset * es + 256, {});
       auto* dst = static_cast<unsigned char*>(dev.data()) + offset * es;
       std::vector<unsigned char> got(bytes), want(bytes);
       for (const auto& [label, spec] : fills) {

@@ -1,15 +1,12 @@
 // Builds llama-tiny in bf16 through the installed package and checks a value-contract fact:
-// the same seed gives the same bytes as a second build. Includes only <layerinit/...>.
-#include <layerinit/kernels/philox.hpp>  // first: it sets cuRAND's QUALIFIERS where cuRAND supplies Philox
+// the same seed gives the same bytes as a second build. The umbrella header is the only include the
+// library needs (no CUDA toolkit or Random123 headers).
 #include <layerinit/layerinit.hpp>
 
 #include <cstdio>
 
 int main() {
   using namespace layerinit;
-  // The Philox header works from the installed tree (Random123's known answer for counter 0, key 0).
-  const rng::Block kat = rng::philox4x32_10(0, 0, 0, 0, 0, 0);
-  if (kat.w[0] != 0x6627e8d5u || kat.w[3] != 0x9b00dbd8u) return 2;
   auto be = make_backend("cpu", 1);
   tracking_resource memory(be->memory());
   const ModelSpec spec = make_preset("llama-tiny");

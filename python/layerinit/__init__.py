@@ -11,23 +11,31 @@ the same bytes as ``layerinit emit`` writes (docs/python.md).
 - :mod:`layerinit.torch` fills a ``torch.nn.Module`` (meta device, tied weights, DTensor shards),
   :mod:`layerinit.jax` builds ``jax.Array`` objects shard by shard.
 
-Errors: ``ValueError`` for bad input (an unknown preset, recipe or fill; an array that is not
-contiguous, read-only or of another dtype), ``MemoryError`` when memory runs out (with the bytes).
+- :class:`Composite` says which tensors a framework's parameter holds (stacked layers, fused QKV or
+  experts, rows in torchtitan's RoPE layout); :meth:`Plan.composite` makes one, :func:`fill_` fills
+  any box of it.
+
+Errors: ``ValueError`` naming the argument for any bad input (a wrong type or value, an unknown
+preset, recipe or fill; an array that is not contiguous, read-only or of another dtype),
+``MemoryError`` when memory runs out (with the bytes), ``RuntimeError`` for CUDA asked where it is
+unusable (docs/python.md).
 """
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Union
 
 from . import _core
-from ._core import Array, Fill
+from ._core import Array, Composite, Fill
 
 __version__: str = _core.__version__
 
 __all__ = [
     "Array",
+    "Composite",
     "Fill",
     "Plan",
     "Spec",
@@ -52,6 +60,66 @@ Plan = _core.Plan
 ModelLike = Union[str, "os.PathLike[str]", Mapping[str, Any], "_core.Spec"]
 #: A fill: the CLI's text ("normal(0, 0.02)") or a Fill (``Fill.parse``, ``recipe_fill``).
 FillLike = Union[str, "_core.Fill"]
+
+
+_MAX_U64 = 2**64 - 1
+_MAX_THREADS = 4096  # the CLI's --threads bound: more threads than any host has cores only cost stacks
+
+
+def _show(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _int(arg: str, v: Any, lo: int = 0, hi: int = _MAX_U64) -> int:
+    """An integer argument in [lo, hi] (Python or NumPy integers, not bool); ValueError naming it."""
+    span = f"[{lo}, 2**64)" if hi == _MAX_U64 else f"[{lo}, {hi}]"
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise ValueError(f"{arg} must be an integer in {span}, got {type(v).__name__} {_show(v)}")
+    if not lo <= int(v) <= hi:
+        raise ValueError(f"{arg} must be in {span}, got {int(v)}")
+    return int(v)
+
+
+def _str(arg: str, v: Any) -> str:
+    """A text argument: a str that UTF-8 can encode (no lone surrogates); ValueError naming it."""
+    if not isinstance(v, str):
+        raise ValueError(f"{arg} must be a str, got {type(v).__name__} {_show(v)}")
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{arg} is not valid text: {e.reason} at index {e.start}") from None
+    return v
+
+
+def _bool(arg: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"{arg} must be True or False, got {type(v).__name__} {_show(v)}")
+    return v
+
+
+def _ints(arg: str, v: Any, lo: int = 0) -> list[int]:
+    """A sequence of integers in [lo, 2**64) (a tuple, a list, a torch.Size, a NumPy array): a shape or an offset."""
+    if isinstance(v, (str, bytes, Mapping)) or not hasattr(v, "__iter__") or not hasattr(v, "__len__"):
+        raise ValueError(f"{arg} must be a sequence of integers, got {type(v).__name__} {_show(v)}")
+    return [_int(f"{arg}[{i}]", d, lo) for i, d in enumerate(v)]
+
+
+def _str_map(arg: str, v: Any, value: Any) -> dict[str, Any]:
+    """A mapping with str keys, each value checked by `value(argument name, value)`."""
+    if v is None:
+        return {}
+    if not isinstance(v, Mapping):
+        raise ValueError(f"{arg} must be a mapping, got {type(v).__name__} {_show(v)}")
+    return {_str(f"{arg} key {_show(k)}", k): value(f"{arg}[{k!r}]", x) for k, x in v.items()}
+
+
+def _mesh(mesh: Any) -> Optional[dict[str, int]]:
+    if mesh is None:
+        return None
+    if not isinstance(mesh, Mapping):
+        raise ValueError(f"mesh must be a mapping like {{'tp': 2, 'fsdp': 2}}, got {type(mesh).__name__} {_show(mesh)}")
+    return _str_map("mesh", mesh, lambda a, x: _int(a, x, 1))
 
 
 def _array_method(self: Array, dtype: Any = None, copy: Optional[bool] = None) -> Any:
@@ -107,12 +175,16 @@ def hf_spec(config: Any) -> Spec:
     holding one. layerinit's C++ reader maps it (docs/spec.md); ValueError names the field, or the
     supported model_types."""
     if isinstance(config, (str, os.PathLike)):
-        return _core.Spec.from_hf_config_path(os.fspath(config))
+        return _core.Spec.from_hf_config_path(_str("config", os.fspath(config)))
     if isinstance(config, Mapping):
-        return _core.Spec.from_hf_config(json.dumps(dict(config)))
+        try:
+            text = json.dumps(dict(config))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"config: the dict is not JSON: {e}") from None
+        return _core.Spec.from_hf_config(_str("config", text))
     to_json = getattr(config, "to_json_string", None)
     if callable(to_json):
-        return _core.Spec.from_hf_config(to_json(use_diff=False))
+        return _core.Spec.from_hf_config(_str("config", to_json(use_diff=False)))
     raise ValueError(f"config must be a transformers config, a config.json dict or path, got {type(config).__name__}")
 
 
@@ -127,9 +199,16 @@ def spec(model: ModelLike) -> Spec:
     if isinstance(model, Mapping):
         if "model_type" in model:
             return hf_spec(model)
-        return _core.Spec.from_json(json.dumps(model))
+        try:
+            text = json.dumps(model)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"model: the spec dict is not JSON: {e}") from None
+        return _core.Spec.from_json(_str("model", text))
     if isinstance(model, (str, os.PathLike)):
         text = os.fspath(model)
+        if not isinstance(text, str):
+            raise ValueError(f"model must be a preset name or a spec file path as str, got {type(text).__name__}")
+        text = _str("model", text)
         if os.path.isdir(text):
             return hf_spec(text)
         if text in _core.preset_names():
@@ -140,16 +219,18 @@ def spec(model: ModelLike) -> Spec:
                     return _core.Spec.from_json(f.read())
             except OSError as e:
                 raise ValueError(f"cannot read spec file '{text}': {e.strerror}") from e
+            except UnicodeDecodeError as e:
+                raise ValueError(f"spec file '{text}' is not UTF-8 text: {e.reason} at byte {e.start}") from None
         return _core.Spec.preset(text)  # ValueError listing the presets
     raise ValueError(f"model must be a preset name, a spec file path, a spec dict or a Spec, got {type(model).__name__}")
 
 
-def _fill(f: FillLike) -> Fill:
+def _fill(f: FillLike, arg: str = "fill") -> Fill:
     if isinstance(f, _core.Fill):
         return f
     if isinstance(f, str):
-        return _core.Fill.parse(f)
-    raise ValueError(f"fill must be a string like 'normal(0, 0.02)' or a Fill, got {type(f).__name__}")
+        return _core.Fill.parse(_str(arg, f))
+    raise ValueError(f"{arg} must be a string like 'normal(0, 0.02)' or a Fill, got {type(f).__name__} {_show(f)}")
 
 
 def plan(
@@ -165,15 +246,109 @@ def plan(
     dtype_overrides: Optional[Mapping[str, str]] = None,
 ) -> Plan:
     """What :func:`build` would make, without memory: ``plan(...).tensors()`` lists (name, shape,
-    dtype, kind, layer); ``plan(...).fill(name, array, offset)`` fills a piece of one tensor.
+    dtype, kind, layer); ``plan(...).fill(name, array, offset)`` fills a piece of one tensor;
+    ``plan(...).composite(...)`` describes a parameter made of several tensors.
 
     ``overrides`` maps name globs to fills (the CLI's ``--init-override``), ``dtype_overrides``
-    name globs to dtypes (``--dtype-override``).
+    name globs to dtypes (``--dtype-override``). A plan holds memory independent of the number of
+    layers: names are looked up by their layer index.
     """
-    if seed < 0 or seed >= 2**64:
-        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-    fills = {k: _fill(v) for k, v in (overrides or {}).items()}
-    return _core.Plan(spec(model), recipe, fills, dtype, dict(dtype_overrides or {}), seed, layout, orientation, experts)
+    seed = _int("seed", seed)
+    fills = _str_map("overrides", overrides, lambda a, f: _fill(f, a))
+    dtypes = _str_map("dtype_overrides", dtype_overrides, _str)
+    return _core.Plan(spec(model), _str("recipe", recipe), fills, _str("dtype", dtype), dtypes, seed,
+                      _str("layout", layout), _str("orientation", orientation), _str("experts", experts))
+
+
+def _target(array: Any) -> tuple[Any, Optional[str]]:
+    """The array DLPack can export, and the dtype its elements' bits hold when it differs."""
+    if array is None:
+        raise ValueError("array: expected an array that exports DLPack (__dlpack__) or the buffer protocol, got None")
+    if getattr(array, "requires_grad", False) and hasattr(array, "detach"):
+        return array.detach(), None  # same storage; DLPack refuses tensors that require grad
+    if type(array).__module__ == "numpy" and getattr(array.dtype, "name", "") == "bfloat16":
+        return array.view("uint16"), "bf16"  # ml_dtypes' bfloat16: numpy cannot export it
+    return array, None
+
+
+def _plan_fill(self: Plan, name: str, array: Any, offset: Optional[Sequence[int]] = None,
+               allow_strided: bool = False, bits_as: Optional[str] = None) -> None:
+    """Fills ``array`` in place: the piece at ``offset`` of tensor ``name`` (a canonical name, or a
+    stacked buffer's in the stacked layout), with the build's values. ``allow_strided`` accepts
+    arrays whose last dimension is contiguous (a view into a larger tensor)."""
+    target, as_bits = _target(array)
+    off = [] if offset is None else _ints("offset", offset)
+    _core.Plan._fill(self, _str("name", name), target, off, _bool("allow_strided", allow_strided),
+                     as_bits if bits_as is None else _str("bits_as", bits_as))
+
+
+def _plan_composite(
+    self: Plan,
+    names: Union[str, Sequence[str]],
+    *,
+    stack: Sequence[int] = (),
+    first: Optional[Sequence[int]] = None,
+    dim: int = 0,
+    rows: Optional[Sequence[Optional[str]]] = None,
+) -> Composite:
+    """A parameter made of this plan's tensors, as a :class:`Composite`.
+
+    - ``plan.composite(name)``: a name :meth:`tensors` lists: a tensor whole, or a stacked buffer
+      (``[L, ...]``, fused experts ``[L, E, ...]``).
+    - ``plan.composite([t0, t1, ...], stack=[L], first=[0], dim=0, rows=[...])``: name templates, where
+      ``{k}`` is stack axis k's index (``first[k]`` + the position along it) and ``{{``/``}}`` are
+      braces, concatenated along dimension ``dim`` of the tensors as stored, under leading stack axes
+      of sizes ``stack``. ``rows`` gives each template a row permutation, ``None`` or
+      ``"rope_interleave(HEAD_DIM)"`` (torchtitan's interleaved q/k layout).
+
+    A JAX leaf stacked by ``filter_vmap`` is ``plan.composite(["blocks.{0}.attn.wq.weight"],
+    stack=[L])``; torchtitan's fused wqkv is ``plan.composite([q, k, v], rows=[rope, rope, None])``.
+    """
+    if isinstance(names, str):
+        if stack or first is not None or dim != 0 or rows is not None:
+            names = [names]
+        else:
+            return _core.Plan._composite(self, _str("names", names))
+    if isinstance(names, bytes) or not isinstance(names, Sequence):
+        raise ValueError(f"names must be a str or a sequence of str, got {type(names).__name__} {_show(names)}")
+    templates = [_str(f"names[{i}]", n) for i, n in enumerate(names)]
+    sizes = _ints("stack", stack, 1)
+    firsts = [0] * len(sizes) if first is None else _ints("first", first)
+    if len(firsts) != len(sizes):
+        raise ValueError(f"first has {len(firsts)} entries for {len(sizes)} stack axes")
+    perms: list[Optional[str]] = [None] * len(templates) if rows is None else list(rows)
+    if len(perms) != len(templates):
+        raise ValueError(f"rows has {len(perms)} entries for {len(templates)} names")
+    perms = [None if r is None else _str(f"rows[{i}]", r) for i, r in enumerate(perms)]
+    return _core.Plan._assemble(self, templates, list(zip(sizes, firsts)), _int("dim", dim, 0, 63), perms)
+
+
+def _plan_fused_experts(self: Plan, name: str, shape: Sequence[int]) -> Optional[Composite]:
+    """transformers 5's fused experts parameter ``...mlp.experts.gate_up_proj`` ``[E, 2F, H]`` (gate
+    and up of each expert) or ``...mlp.experts.down_proj`` ``[E, H, F]`` as a :class:`Composite` of
+    the plan's per-expert tensors; None for other names. ValueError when ``shape`` is not theirs."""
+    return _core.Plan._fused_experts(self, _str("name", name), _ints("shape", shape))
+
+
+def _plan_fill_of(self: Plan, name: str) -> Fill:
+    """The fill of canonical tensor ``name``; ValueError (with names close to it) when the plan has none."""
+    return _core.Plan._fill_of(self, _str("name", name))
+
+
+def _plan_logical_shape(self: Plan, name: str) -> list[int]:
+    """The logical shape of canonical tensor ``name`` (``[out, in]`` for a linear weight in either orientation)."""
+    return list(_core.Plan._logical_shape(self, _str("name", name)))
+
+
+Plan.fill = _plan_fill  # type: ignore[method-assign]
+Plan.fill_of = _plan_fill_of  # type: ignore[attr-defined]
+Plan.logical_shape = _plan_logical_shape  # type: ignore[attr-defined]
+Plan.composite = _plan_composite  # type: ignore[attr-defined]
+Plan.fused_experts = _plan_fused_experts  # type: ignore[attr-defined]
+Composite.parts = property(  # type: ignore[attr-defined]
+    lambda self: json.loads(self.text)["parts"],
+    doc="The parts as the text form lists them: name (template), shape, at, fill, and transposed, rows, from, size "
+        "where they are not the default.")
 
 
 def build(
@@ -202,26 +377,26 @@ def build(
       with parameters as ``"mup:base_width=256"``; ``seed``: 0 .. 2**64 - 1.
     - ``layout``: ``"per-layer"`` (one array per tensor) or ``"stacked"`` (one ``[L, ...]`` array per
       layer parameter; MoE experts ``[L, E, ...]`` unless ``experts="per-expert"``).
-    - ``orientation``: ``"out-in"`` (PyTorch) or ``"in-out"`` (JAX/Flax: linear weights ``[in, out]``).
+    - ``orientation``: ``"out-in"`` (PyTorch, Equinox) or ``"in-out"`` (Flax: linear kernels ``[in, out]``).
     - ``device``: ``"cpu"`` or ``"cuda"`` (a CUDA build with a GPU).
     - ``mesh`` and ``rank``: only rank ``rank``'s pieces of the mesh ``{"tp": T, "pp": P, "ep": E,
       "fsdp": F}`` (docs/sharding.md); each Array's ``global_shape`` and ``offset`` say where its
       piece sits.
-    - ``threads``: host threads (0: all cores).
+    - ``threads``: host threads, 0 (all cores) .. 4096.
     """
-    if mesh is not None and not isinstance(mesh, Mapping):
-        raise ValueError("mesh must be a mapping like {'tp': 2, 'fsdp': 2}")
-    if rank is not None and rank < 0:
-        raise ValueError(f"rank must be >= 0, got {rank}")
+    meshes = _mesh(mesh)
+    r = None if rank is None else _int("rank", rank)
+    t = _int("threads", threads, 0, _MAX_THREADS)
+    dev = _str("device", device)
     p = plan(model, dtype=dtype, seed=seed, recipe=recipe, layout=layout, orientation=orientation, experts=experts,
              overrides=overrides, dtype_overrides=dtype_overrides)
-    return p.build(device, dict(mesh) if mesh is not None else None, rank, threads)
+    return p.build(dev, meshes, r, t)
 
 
 def fill_(
     array: Any,
-    name: str,
-    fill: FillLike,
+    name: Union[str, Composite],
+    fill: Optional[FillLike] = None,
     *,
     seed: int = 0,
     global_shape: Optional[Sequence[int]] = None,
@@ -233,7 +408,8 @@ def fill_(
 
     ``array`` is any writable, contiguous array that exports DLPack or the buffer protocol: a torch
     tensor (CPU or CUDA), a NumPy array (bfloat16 through ml_dtypes), a CuPy array. Its dtype
-    (float32, float16, bfloat16) is the tensor's: values differ between dtypes.
+    (float32, float16, bfloat16) is the tensor's: values differ between dtypes. A 0-d array holds
+    element 0; an empty array is left as it is.
 
     - ``fill``: the CLI's grammar, ``"normal(0, 0.02)"``, ``"trunc_normal(0, 0.02, -2, 2)"``,
       ``"trunc_normal_std(0, 0.02, -3, 3)"``, ``"uniform(-0.1, 0.1)"``, ``"constant(1)"``, or a
@@ -243,29 +419,44 @@ def fill_(
     - ``transposed``: the array holds a 2-D tensor stored ``[in, out]`` (in-out orientation);
       ``global_shape`` is the stored shape.
     - ``dtype``: when given, the array's dtype must be this one.
+    - ``name`` may be a :class:`Composite` instead (no ``fill``, ``global_shape`` or ``transposed``:
+      it says them): the array is its piece at ``offset``.
 
-    Raises ValueError for a non-contiguous, read-only or immutable (JAX) array, a dtype other than
-    float32/float16/bfloat16 or other than ``dtype``, a piece outside ``global_shape``, a bad fill.
+    Raises ValueError naming the argument for a wrong type or value, a non-contiguous, read-only or
+    immutable (JAX) array, a dtype other than float32/float16/bfloat16 or other than ``dtype``, a
+    piece outside ``global_shape``, a bad fill.
     """
-    if seed < 0 or seed >= 2**64:
-        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-    target, bits_as = array, None
-    if getattr(array, "requires_grad", False) and hasattr(array, "detach"):
-        target = array.detach()  # same storage; DLPack refuses tensors that require grad
-    elif type(array).__module__ == "numpy" and getattr(array.dtype, "name", "") == "bfloat16":
-        target, bits_as = array.view("uint16"), "bf16"  # ml_dtypes' bfloat16: numpy cannot export it
+    target, bits_as = _target(array)
+    seed = _int("seed", seed)
+    off = None if offset is None else _ints("offset", offset)
+    want = None if dtype is None else _str("dtype", dtype)
+    if isinstance(name, _core.Composite):
+        if fill is not None or global_shape is not None or transposed:
+            raise ValueError("fill, global_shape and transposed come from the Composite: leave them out")
+        if want is not None and _canonical_dtype(want) != name.dtype:
+            raise ValueError(f"dtype mismatch: asked for {want}, the composite is {name.dtype}")
+        _core.fill_composite(target, name, seed, [] if off is None else off, False, bits_as)
+        return array
+    if fill is None:
+        raise ValueError("fill is required with a tensor name (a Composite carries its own)")
     _core.fill(
         target,
-        name,
+        _str("name", name),
         _fill(fill),
         seed,
-        None if global_shape is None else [int(d) for d in global_shape],
-        None if offset is None else [int(d) for d in offset],
-        transposed,
-        dtype,
+        None if global_shape is None else _ints("global_shape", global_shape),
+        off,
+        _bool("transposed", transposed),
+        want,
         bits_as,
     )
     return array
+
+
+def _canonical_dtype(name: str) -> str:
+    """parse_dtype's spellings (dtypes/dtype.cpp) as the names layerinit prints."""
+    return {"float32": "fp32", "f32": "fp32", "float16": "fp16", "f16": "fp16", "half": "fp16",
+            "bfloat16": "bf16"}.get(name, name)
 
 
 def recipe_fill(model: ModelLike, name: str, *, recipe: str = "hf") -> Fill:
@@ -277,9 +468,9 @@ def recipe_fill(model: ModelLike, name: str, *, recipe: str = "hf") -> Fill:
 def memory_stats(device: str = "cpu") -> dict[str, int]:
     """layerinit's tracked memory on ``device``: current_bytes, peak_bytes, total_bytes and the
     allocation counts (current_count, peak_count, total_count). Arrays count until they are freed."""
-    return dict(_core.memory_stats(device))
+    return dict(_core.memory_stats(_str("device", device)))
 
 
 def reset_peak(device: str = "cpu") -> None:
     """Resets ``memory_stats(device)["peak_bytes"]`` to the bytes in use now."""
-    _core.reset_peak(device)
+    _core.reset_peak(_str("device", device))

@@ -1,45 +1,679 @@
-"""``jax.Array`` objects made shard by shard with layerinit's values (docs/python.md).
+"""JAX, Equinox and Flax NNX parameters made by XLA itself, filled in place by layerinit (docs/python.md).
 
-:func:`build` makes each array with ``jax.make_array_from_callback``: every device's shard is
-filled on its own, straight from (seed, tensor name, element index), so no device ever holds more
-than its shards and the global array is the same for every mesh and PartitionSpec.
+- :func:`init` fills a model pytree (an abstract one from ``eqx.filter_eval_shape``,
+  ``nnx.eval_shape`` or ``jax.eval_shape``, or real arrays) and returns the same pytree with new arrays.
+- :func:`build` makes a preset's or a spec's tensors by name.
+
+Each array is the output of one XLA FFI call (layerinit._xla): XLA allocates the buffer on its device
+and layerinit's handler writes the values into it (the host fill on the CPU, the CUDA kernel on XLA's
+stream on a GPU). Sharded arrays are made inside ``jax.shard_map``, so each device creates only its
+own piece, and the global array is the same for every mesh and PartitionSpec. Works eagerly and inside
+``jax.jit``; every array is in its final dtype from the start.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import fnmatch
+import json
+import re
+import sys
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
-from . import FillLike, ModelLike, plan
+from . import FillLike, ModelLike, spec
 
-__all__ = ["build"]
+__all__ = ["ROLES", "build", "init", "spec_of"]
 
-ShardingLike = Union["jax.sharding.Sharding", Callable[[str], "jax.sharding.Sharding"], None]
+#: Roles a rule may give a leaf (docs/spec.md): recipes pick each tensor's fill by its role.
+ROLES = ("embedding", "position_embedding", "linear_weight", "output_weight", "linear_bias", "norm_weight",
+         "norm_bias", "router_weight", "head_weight", "other")
+
+ShardingLike = Union[Sharding, PartitionSpec, Mapping[str, Any], Callable[[str], Any], Any, None]
+
+_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+# The FFI target the arrays are made with; the tests swap in "layerinit_fill_grid" (the CUDA handler's
+# path over the host-simulated grid).
+_TARGET = "layerinit_fill"
+_registered = False
 
 
-def _np_dtype(dtype: str) -> Any:
-    if dtype == "fp32":
-        return np.float32
-    if dtype == "fp16":
-        return np.float16
-    import ml_dtypes  # a dependency of jax
+def _xla() -> Any:
+    """layerinit._xla with its handlers registered with XLA (once)."""
+    global _registered
+    try:
+        from . import _xla as mod
+    except ImportError as e:
+        raise RuntimeError(
+            "layerinit was installed without its XLA FFI handlers (layerinit._xla): no jaxlib was found when "
+            "`pip install .` ran. Install jax first, then reinstall layerinit") from e
+    if not _registered:
+        for name, capsule, platform in mod.targets():
+            jax.ffi.register_ffi_target(name, capsule, platform=platform, api_version=1)
+        _registered = True
+    return mod
 
-    return ml_dtypes.bfloat16
+
+def _dtype_name(dtype: Any, what: str) -> str:
+    if isinstance(dtype, str) and dtype in ("fp32", "fp16", "bf16"):
+        return dtype
+    try:
+        name = jax.numpy.dtype(dtype).name
+    except TypeError:
+        name = str(dtype)
+    if name not in _DTYPES:
+        raise ValueError(f"{what} is {name}: layerinit fills float32, float16 and bfloat16 arrays")
+    return _DTYPES[name]
 
 
-def _box(index: tuple[Any, ...], shape: tuple[int, ...]) -> tuple[list[int], list[int]]:
-    """(offset, shape) of a shard from the tuple of slices make_array_from_callback passes."""
-    offset, size = [], []
-    for d, n in enumerate(shape):
-        s = index[d] if d < len(index) else slice(None)
-        start, stop, step = s.indices(n)
-        if step != 1:
-            raise ValueError(f"shard index {index} has a step: layerinit fills boxes")
-        offset.append(start)
-        size.append(max(stop - start, 0))
-    return offset, size
+def _jnp_dtype(name: str) -> Any:
+    return {"fp32": jax.numpy.float32, "fp16": jax.numpy.float16, "bf16": jax.numpy.bfloat16}[name]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Filling arrays: one FFI call per array, inside shard_map when the array is sharded.
+
+@dataclass
+class _Array:
+    """One array to make: its stored shape and dtype, its composite text (the handler's attribute), its
+    sharding."""
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    param: str
+    sharding: Optional[Sharding] = None
+    local: tuple[int, ...] = ()
+    table: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pieces: bool = False  # made piece by piece inside shard_map
+
+
+def _place(a: _Array) -> None:
+    """Each device's piece of `a`: its local shape and the table of (device ordinal, offset) rows.
+
+    Raises ValueError naming the array for a sharding that layerinit cannot fill piece by piece.
+    """
+    sh = a.sharding
+    a.local = a.shape
+    if sh is None or isinstance(sh, SingleDeviceSharding) or sh.is_fully_replicated:
+        return
+    if not isinstance(sh, NamedSharding):
+        raise ValueError(f"'{a.name}': sharding {type(sh).__name__} is not a NamedSharding: layerinit.jax fills the "
+                         "pieces of a NamedSharding (a mesh and a PartitionSpec) or arrays on one device")
+    a.pieces = True
+    try:
+        a.local = tuple(sh.shard_shape(a.shape))
+        pieces = sh.devices_indices_map(a.shape)
+    except Exception as e:  # IndivisibleError, a spec longer than the shape, ...
+        raise ValueError(f"'{a.name}': {sh.spec} cannot split {a.shape}: {e}") from None
+    rows = []
+    me = jax.process_index()
+    for device, index in pieces.items():
+        offset = []
+        for d, n in enumerate(a.shape):
+            s = index[d] if d < len(index) else slice(None)
+            if not isinstance(s, slice) or s.step not in (None, 1):
+                raise ValueError(f"'{a.name}': the piece of {device} is {index}, not a box: layerinit fills boxes")
+            start, stop, _ = s.indices(n)
+            if stop - start != a.local[d]:
+                raise ValueError(f"'{a.name}': the piece of {device} is {index}, not of the shard shape {a.local}")
+            offset.append(start)
+        if device.process_index == me:
+            rows.append([device.local_hardware_id, *offset])
+    a.table = np.asarray(rows, np.int64).reshape(-1)
+
+
+def _fill(a: _Array, seed: int) -> jax.Array:
+    """The traced FFI call that makes `a` (inside shard_map when it is sharded)."""
+    call = jax.ffi.ffi_call(_TARGET, jax.ShapeDtypeStruct(a.local, _jnp_dtype(a.dtype)),
+                            vmap_method="sequential")  # a batch of inits is the same init again
+
+    def make() -> jax.Array:
+        return call(seed=np.uint64(seed), param=a.param, table=a.table)
+
+    if not a.pieces:
+        return make()
+    assert isinstance(a.sharding, NamedSharding)
+    return jax.shard_map(make, mesh=a.sharding.mesh, in_specs=(), out_specs=a.sharding.spec, check_vma=False)()
+
+
+def _make(arrays: Sequence[_Array], seed: int) -> list[jax.Array]:
+    """Every array in one XLA program (or in the caller's, under jit): XLA allocates each output once."""
+    _xla()
+    for a in arrays:
+        _place(a)
+    shardings = [a.sharding for a in arrays]
+    fn = lambda: [_fill(a, seed) for a in arrays]  # noqa: E731
+    if any(s is not None for s in shardings):
+        return jax.jit(fn, out_shardings=shardings)()
+    return jax.jit(fn)()
+
+
+def _check_seed(seed: int) -> int:
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= int(seed) < 2**64:
+        raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+    return int(seed)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shardings: from the argument, else from the leaf itself.
+
+_NOT_TREE = object()
+
+
+def _is_sharding(x: Any) -> bool:
+    return x is None or isinstance(x, (Sharding, PartitionSpec))
+
+
+def _sharding_for(sharding: ShardingLike, name: str, leaf: Any, mesh: Any, given: Any = _NOT_TREE) -> Optional[Sharding]:
+    """The sharding of leaf `name`: its entry of a sharding pytree (`given`) or the argument's rule for
+    its name, else the leaf's own (a ShapeDtypeStruct's or a jax.Array's)."""
+    s = None
+    if given is not _NOT_TREE:
+        s = given
+    elif isinstance(sharding, (Sharding, PartitionSpec)):
+        s = sharding
+    elif isinstance(sharding, Mapping):
+        for pattern, value in sharding.items():
+            if fnmatch.fnmatchcase(name, pattern):
+                s = value
+    elif callable(sharding):
+        s = sharding(name)
+    if s is None:
+        s = getattr(leaf, "sharding", None)
+    if isinstance(s, PartitionSpec):
+        m = mesh if mesh is not None else jax.sharding.get_mesh()
+        if m is None or getattr(m, "empty", False):
+            raise ValueError(f"'{name}': a PartitionSpec needs a mesh: pass mesh=... or call under jax.set_mesh(mesh)")
+        s = NamedSharding(m, s)
+    if s is not None and not isinstance(s, Sharding):
+        raise ValueError(f"'{name}': sharding must be a jax.sharding.Sharding or a PartitionSpec, got {type(s).__name__}")
+    return s
+
+
+def _sharding_leaves(sharding: ShardingLike, treedef: Any, count: int) -> list[Any]:
+    """One entry per model leaf when `sharding` is a pytree of the model's structure (an Equinox module
+    is one, though callable), else _NOT_TREE for each."""
+    if (sharding is None or isinstance(sharding, (Sharding, PartitionSpec)) or
+            (isinstance(sharding, Mapping) and all(_is_sharding(v) for v in sharding.values()))):
+        return [_NOT_TREE] * count
+    try:
+        return treedef.flatten_up_to(sharding)
+    except (ValueError, TypeError) as e:
+        if callable(sharding):
+            return [_NOT_TREE] * count
+        raise ValueError("sharding must be a Sharding, a PartitionSpec, a mapping of name globs to them, a function "
+                         f"of the leaf name, or a pytree of the model's structure: {e}") from None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Leaves of a model pytree: names, owners, roles, stacked axes.
+
+@dataclass
+class _Leaf:
+    index: int                 # in the flattened tree
+    parts: list[str]           # path components: the leaf's name joined with "."
+    leaf: Any                  # ShapeDtypeStruct or array
+    shape: tuple[int, ...]
+    dtype: str
+    role: Optional[str] = None
+    fan_in: int = 0
+    fan_out: int = 0
+    expected: Optional[tuple[int, ...]] = None  # a slice's stored shape, as the owning module says
+    transposed: bool = False   # a 2-D [out, in] weight stored [in, out]
+    owner: str = ""            # e.g. "eqx.nn.Linear(8, 16)"
+    lead: list[tuple[int, int]] = field(default_factory=list)  # stacked axes: (prefix length, size)
+    names: list[str] = field(default_factory=list)              # canonical names, one per slice
+    sharding: Optional[Sharding] = None
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.parts)
+
+
+def _key_part(k: Any) -> str:
+    tu = jax.tree_util
+    if isinstance(k, tu.GetAttrKey):
+        return k.name
+    if isinstance(k, tu.SequenceKey):
+        return str(k.idx)
+    if isinstance(k, tu.DictKey):
+        return str(k.key)
+    if isinstance(k, tu.FlattenedIndexKey):
+        return str(k.key)
+    return str(k)
+
+
+def _child(obj: Any, k: Any) -> Any:
+    tu = jax.tree_util
+    try:
+        if isinstance(k, tu.GetAttrKey):
+            return getattr(obj, k.name)
+        if isinstance(k, tu.SequenceKey):
+            return obj[k.idx]
+        if isinstance(k, tu.DictKey):
+            return obj[k.key]
+    except Exception:
+        pass
+    return None
+
+
+def _owner_info(owner: Any, attr: str) -> Optional[tuple[str, tuple[int, ...], bool, int, int, str]]:
+    """(role, stored shape, transposed, fan_in, fan_out, description) of parameter `attr` of a module
+    whose framework says what it is: Equinox's Linear, Embedding, LayerNorm, RMSNorm, GroupNorm and
+    Flax NNX's Linear, Embed, LayerNorm, RMSNorm, GroupNorm. None for anything else."""
+    eqx = sys.modules.get("equinox")
+    if eqx is not None and isinstance(owner, eqx.Module):
+        nn = eqx.nn
+        if isinstance(owner, nn.Linear):
+            fi = 1 if owner.in_features == "scalar" else int(owner.in_features)
+            fo = 1 if owner.out_features == "scalar" else int(owner.out_features)
+            desc = f"eqx.nn.Linear({owner.in_features}, {owner.out_features})"
+            if attr == "weight":
+                return "linear_weight", (fo, fi), False, fi, fo, desc
+            if attr == "bias":
+                return "linear_bias", (fo,), False, fi, fo, desc
+        elif isinstance(owner, nn.Embedding) and attr == "weight":
+            return ("embedding", (int(owner.num_embeddings), int(owner.embedding_size)), False, 0, 0,
+                    f"eqx.nn.Embedding({owner.num_embeddings}, {owner.embedding_size})")
+        elif isinstance(owner, (nn.LayerNorm, nn.RMSNorm)) and attr in ("weight", "bias"):
+            shape = (owner.shape,) if isinstance(owner.shape, int) else tuple(owner.shape)
+            return ("norm_weight" if attr == "weight" else "norm_bias", shape, False, 0, 0,
+                    f"eqx.nn.{type(owner).__name__}({shape})")
+        elif isinstance(owner, nn.GroupNorm) and attr in ("weight", "bias"):
+            return ("norm_weight" if attr == "weight" else "norm_bias", (int(owner.channels),), False, 0, 0,
+                    f"eqx.nn.GroupNorm(channels={owner.channels})")
+        return None
+    flax = sys.modules.get("flax.nnx")
+    if flax is not None and isinstance(owner, flax.Module):
+        if isinstance(owner, flax.Linear):
+            fi, fo = int(owner.in_features), int(owner.out_features)
+            desc = f"nnx.Linear({fi}, {fo})"
+            if attr == "kernel":
+                return "linear_weight", (fi, fo), True, fi, fo, desc
+            if attr == "bias":
+                return "linear_bias", (fo,), False, fi, fo, desc
+        elif isinstance(owner, flax.Embed) and attr == "embedding":
+            return ("embedding", (int(owner.num_embeddings), int(owner.features)), False, 0, 0,
+                    f"nnx.Embed({owner.num_embeddings}, {owner.features})")
+        elif isinstance(owner, (flax.LayerNorm, flax.RMSNorm, flax.GroupNorm)) and attr in ("scale", "bias"):
+            n = int(owner.num_features)
+            return ("norm_weight" if attr == "scale" else "norm_bias", (n,), False, 0, 0,
+                    f"nnx.{type(owner).__name__}({n})")
+    return None
+
+
+def _is_rng_state(var: Any) -> bool:
+    flax = sys.modules.get("flax.nnx")
+    return flax is not None and isinstance(var, flax.RngState)
+
+
+def _leaves(tree: Any, dtype: Any) -> tuple[list[Any], Any, list[_Leaf]]:
+    """The flattened tree, its structure, and its float array leaves with names and owners."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    out: list[_Leaf] = []
+    flax = sys.modules.get("flax.nnx")
+    for i, (path, leaf) in enumerate(flat):
+        if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+            continue  # Python numbers, strings, functions: kept as they are
+        objs = [tree]  # the nodes above the leaf (not the leaf: an NNX Variable's .value warns)
+        for k in path[:-1]:
+            objs.append(_child(objs[-1], k) if objs[-1] is not None else None)
+        objs.append(leaf)
+        parts = [_key_part(k) for k in path]
+        owner, attr = (objs[-2], parts[-1]) if len(path) >= 1 else (None, "")
+        if flax is not None and len(path) >= 2 and isinstance(objs[-2], flax.Variable) and parts[-1] == "value":
+            if _is_rng_state(objs[-2]):
+                continue  # NNX's random streams are state, not parameters
+            parts = parts[:-1]
+            owner, attr = objs[-3], parts[-1]
+        name = ".".join(parts) or "<root>"
+        if dtype is None:
+            d = _dtype_name(leaf.dtype, f"leaf '{name}'")
+        else:
+            if not jax.numpy.issubdtype(leaf.dtype, jax.numpy.floating):
+                _dtype_name(leaf.dtype, f"leaf '{name}'")  # names the leaf's dtype
+            d = _dtype_name(dtype, "dtype")
+        lf = _Leaf(i, parts, leaf, tuple(int(n) for n in leaf.shape), d)
+        info = _owner_info(owner, attr) if owner is not None else None
+        if info is not None:
+            lf.role, lf.expected, lf.transposed, lf.fan_in, lf.fan_out, lf.owner = info
+        out.append(lf)
+    return [leaf for _, leaf in flat], treedef, out
+
+
+def _stacking(leaves: list[_Leaf], stacked: Union[str, Sequence[str], None]) -> None:
+    """Sets each leaf's stacked axes: (length of the path prefix after which the index goes, size).
+
+    With `stacked` given, every leaf under one of those path prefixes has one leading axis per prefix.
+    Otherwise an axis is found from the modules: a leaf with more leading dimensions than its module
+    stores (filter_vmap, nnx.vmap) is stacked at the highest node under which every such leaf has the
+    same leading size, and every leaf under that node has the axis too.
+    """
+    if stacked is not None:
+        prefixes = [stacked] if isinstance(stacked, str) else list(stacked)
+        for p in prefixes:
+            pp = p.split(".")
+            under = [lf for lf in leaves if lf.parts[:len(pp)] == pp and len(lf.parts) > len(pp)]
+            if not under:
+                raise ValueError(f"stacked: no leaf lies under '{p}' (leaves: {_some(lf.name for lf in leaves)})")
+            for lf in under:
+                lf.lead.append((len(pp), -1))
+        for lf in leaves:
+            lf.lead.sort()
+            for a, (p, _) in enumerate(lf.lead):
+                if len(lf.shape) <= a:
+                    raise ValueError(f"leaf '{lf.name}' of shape {lf.shape} has no stacked axis {a} for '{'.'.join(lf.parts[:p])}'")
+                lf.lead[a] = (p, lf.shape[a])
+    else:
+        owned = [lf for lf in leaves if lf.expected is not None]
+        extra: dict[int, tuple[int, ...]] = {}
+        for lf in owned:
+            k = len(lf.shape) - len(lf.expected)
+            if k < 0 or lf.shape[k:] != lf.expected:
+                raise ValueError(f"leaf '{lf.name}' is {lf.shape}, but {lf.owner} stores it as {lf.expected}")
+            extra[id(lf)] = lf.shape[:k]
+        nodes: dict[tuple[str, ...], tuple[int, int]] = {}  # stacked node -> (axis, size)
+        for lf in owned:
+            ex = extra[id(lf)]
+            lo = 0
+            for a, size in enumerate(ex):
+                for p in range(lo, len(lf.parts)):
+                    pre = lf.parts[:p]
+                    if all(len(extra[id(o)]) > a and extra[id(o)][a] == size for o in owned if o.parts[:p] == pre):
+                        break
+                nodes[tuple(lf.parts[:p])] = (a, size)
+                lo = p
+        for lf in leaves:
+            for node, (a, size) in sorted(nodes.items(), key=lambda kv: kv[1][0]):
+                if tuple(lf.parts[:len(node)]) == node and len(lf.parts) > len(node):
+                    if len(lf.shape) <= a or lf.shape[a] != size:
+                        raise ValueError(f"leaf '{lf.name}' lies under the stacked '{'.'.join(node)}' ({size} slices) "
+                                         f"but is {lf.shape}")
+                    lf.lead.append((len(node), size))
+    for lf in leaves:
+        if lf.expected is not None and len(lf.shape) - len(lf.lead) != len(lf.expected):
+            raise ValueError(f"leaf '{lf.name}' is {lf.shape} with {len(lf.lead)} stacked axes, but {lf.owner} "
+                             f"stores it as {lf.expected}")
+        lf.names = _canonical_names(lf)
+
+
+def _canonical_names(lf: _Leaf) -> list[str]:
+    """Slice names, row-major: slice l of blocks.attn.wq.weight is blocks.{l}.attn.wq.weight."""
+    names = []
+    sizes = [size for _, size in lf.lead]
+    for index in np.ndindex(*sizes) if sizes else [()]:
+        parts = list(lf.parts)
+        # Innermost axis first: the positions of the outer ones stay valid (and equal positions, a
+        # node vmapped twice, read outer then inner).
+        for a in reversed(range(len(lf.lead))):
+            parts.insert(lf.lead[a][0], str(index[a]))
+        names.append(".".join(parts))
+    return names
+
+
+def _template(lf: _Leaf) -> str:
+    """The slices' name template (shard/composite.hpp): "{a}" where stacked axis a's index goes,
+    braces of the path itself doubled."""
+    parts = [p.replace("{", "{{").replace("}", "}}") for p in lf.parts]
+    for a in reversed(range(len(lf.lead))):
+        parts.insert(lf.lead[a][0], "{" + str(a) + "}")
+    return ".".join(parts)
+
+
+def _some(names: Any, n: int = 8) -> str:
+    names = list(names)
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rules, and the layerinit spec of the tree.
+
+@dataclass
+class _Rule:
+    pattern: str
+    role: Optional[str] = None
+    fill: Optional[str] = None
+    fan_in: Optional[int] = None
+    fan_out: Optional[int] = None
+    orientation: Optional[str] = None
+    used: bool = False
+
+
+def _rules(rules: Optional[Mapping[str, Any]]) -> list[_Rule]:
+    from . import _fill
+
+    out = []
+    for pattern, value in (rules or {}).items():
+        r = _Rule(str(pattern))
+        spec_ = dict(value) if isinstance(value, Mapping) else {"role" if value in ROLES else "fill": value}
+        unknown = set(spec_) - {"role", "fill", "fan_in", "fan_out", "orientation"}
+        if unknown:
+            raise ValueError(f"rule '{pattern}': unknown key {sorted(unknown)[0]!r} (valid: role, fill, fan_in, fan_out, "
+                             "orientation)")
+        if "role" in spec_:
+            if spec_["role"] not in ROLES:
+                raise ValueError(f"rule '{pattern}': unknown role {spec_['role']!r} (valid: {', '.join(ROLES)})")
+            r.role = spec_["role"]
+        if "fill" in spec_:
+            try:
+                f = _fill(spec_["fill"])
+            except ValueError as e:
+                raise ValueError(f"rule '{pattern}': {spec_['fill']!r} is neither a role ({', '.join(ROLES)}) nor a "
+                                 f"fill: {e}") from None
+            r.fill = spec_["fill"] if isinstance(spec_["fill"], str) else str(f)
+        for k in ("fan_in", "fan_out"):
+            if k in spec_:
+                if not isinstance(spec_[k], int) or spec_[k] < 0:
+                    raise ValueError(f"rule '{pattern}': {k} must be a non-negative integer")
+                setattr(r, k, spec_[k])
+        if "orientation" in spec_:
+            if spec_["orientation"] not in ("out-in", "in-out"):
+                raise ValueError(f"rule '{pattern}': orientation must be 'out-in' or 'in-out'")
+            r.orientation = spec_["orientation"]
+        out.append(r)
+    return out
+
+
+def _glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[\\])", r"\\\1", name)
+
+
+def _layer_prefix(leaves: list[_Leaf]) -> tuple[Optional[str], int]:
+    """The layers recipes count (depth-scaled fills): the outermost stacked axis when every stacked
+    leaf has the same one, else the one prefix before a number in names (layers.3.attn...)."""
+    stacked = {(tuple(lf.parts[:lf.lead[0][0]]), lf.lead[0][1]) for lf in leaves if lf.lead}
+    if stacked:
+        (node, size), = stacked if len(stacked) == 1 else [((), 0)]
+        return (".".join(node) + ".", size) if node else (None, 0)
+    # Else: the one list whose numbered items all hold the same tensors (layers.3.attn.wq.weight).
+    items: dict[str, dict[int, set[str]]] = {}
+    for lf in leaves:
+        for name in lf.names:
+            parts = name.split(".")
+            for i, p in enumerate(parts[:-1]):
+                if i > 0 and p.isdigit() and (p == "0" or not p.startswith("0")):
+                    items.setdefault(".".join(parts[:i]) + ".", {}).setdefault(int(p), set()).add(".".join(parts[i + 1:]))
+                    break
+    lists = [(pre, len(idx)) for pre, idx in items.items()
+             if len(idx) > 1 and sorted(idx) == list(range(len(idx))) and all(v == idx[0] for v in idx.values())]
+    return lists[0] if len(lists) == 1 else (None, 0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The public functions.
+
+def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Sequence[str], None], dtype: Any,
+           hyper: Optional[Mapping[str, Any]], strict: bool) -> tuple[list[Any], Any, list[_Leaf], str]:
+    """The tree's leaves and the layerinit spec (JSON) of its canonical tensors, every check done."""
+    flat, treedef, leaves = _leaves(tree, dtype)
+    _stacking(leaves, stacked)
+    rs = _rules(rules)
+    tensors, fills, missing = [], {}, []
+    for lf in leaves:
+        if 0 in lf.shape:
+            continue
+        orientation = None
+        for r in rs:
+            if r.orientation and any(fnmatch.fnmatchcase(n, r.pattern) for n in [lf.name, *lf.names]):
+                orientation, r.used = r.orientation, True
+        if orientation is not None:
+            if len(lf.shape) - len(lf.lead) != 2:
+                raise ValueError(f"leaf '{lf.name}' is {lf.shape}: an orientation applies to 2-D weights")
+            lf.transposed = orientation == "in-out"
+        stored = lf.shape[len(lf.lead):] or (1,)
+        logical = (stored[1], stored[0]) if lf.transposed else stored
+        for cname in lf.names:
+            role, fill, fan_in, fan_out = lf.role, None, lf.fan_in, lf.fan_out
+            for r in rs:
+                if fnmatch.fnmatchcase(lf.name, r.pattern) or fnmatch.fnmatchcase(cname, r.pattern):
+                    r.used = True
+                    role = r.role or role
+                    fill = r.fill or fill
+                    fan_in = r.fan_in if r.fan_in is not None else fan_in
+                    fan_out = r.fan_out if r.fan_out is not None else fan_out
+            if role is None and fill is None:
+                missing.append(lf.name)
+                break
+            if fill is not None:
+                fills[cname] = fill
+            tensors.append({"name": cname, "shape": list(logical), "role": role or "other", "fan_in": fan_in,
+                            "fan_out": fan_out, "transposable": lf.transposed})
+    if missing:
+        raise ValueError(f"no role or fill for leaves {_some(missing)}: give them rules={{'glob': 'role or fill'}} "
+                         f"(roles: {', '.join(ROLES)})")
+    for r in rs:
+        if not r.used:
+            msg = f"rule '{r.pattern}' matches no leaf (leaves: {_some(lf.name for lf in leaves)})"
+            if strict:
+                raise ValueError(msg)
+            warnings.warn(msg, stacklevel=3)
+    h = dict(hyper or {})
+    if "hidden_size" not in h:
+        emb = [lf for lf in leaves if lf.role == "embedding"]
+        if emb:
+            h["hidden_size"] = emb[0].shape[-1]
+    model: dict[str, Any] = {"name": "jax-tree", "hyper": h, "pre": tensors}
+    prefix, depth = _layer_prefix(leaves)
+    if prefix is not None:
+        # The last layer is the spec's repeated block (one copy, first = depth - 1) and the others are
+        # `pre` tensors named as the layers before it (docs/spec.md, layer.first): recipes see every
+        # tensor's layer and the model's depth, and layers may differ in their tensors and fills.
+        last = f"{prefix}{depth - 1}."
+        block = [dict(t, name=t["name"][len(last):]) for t in tensors if t["name"].startswith(last)]
+        model["pre"] = [t for t in tensors if not t["name"].startswith(last)]
+        model["layer"] = {"prefix": prefix, "first": depth - 1, "count": 1, "tensors": block}
+    if not tensors:
+        return flat, treedef, leaves, ""
+    try:
+        text = _xla().spec_with_fills(json.dumps(model), fills)
+    except ValueError as e:
+        raise ValueError(str(e).removeprefix("spec: ")) from None
+    return flat, treedef, leaves, text
+
+
+def spec_of(
+    tree: Any,
+    *,
+    rules: Optional[Mapping[str, Any]] = None,
+    stacked: Union[str, Sequence[str], None] = None,
+    hyper: Optional[Mapping[str, Any]] = None,
+    strict: bool = False,
+) -> Any:
+    """The layerinit :class:`~layerinit.Spec` of a model pytree, as :func:`init` reads it: one tensor per
+    leaf (per slice of a stacked leaf) with its canonical name, logical shape, role and fans, rule fills
+    as explicit inits. ``layerinit plan --spec`` and ``layerinit emit --spec`` of its JSON
+    (``.to_json()``) plan and write the values :func:`init` makes. Arguments as :func:`init`'s."""
+    from . import Spec
+
+    _, _, _, text = _model(tree, rules, stacked, None, hyper, strict)
+    if not text:
+        raise ValueError("the tree has no float array leaf")
+    return Spec.from_json(text)
+
+
+def init(
+    tree: Any,
+    *,
+    seed: int = 0,
+    recipe: str = "hf",
+    rules: Optional[Mapping[str, Any]] = None,
+    stacked: Union[str, Sequence[str], None] = None,
+    dtype: Any = None,
+    sharding: ShardingLike = None,
+    mesh: Optional[jax.sharding.Mesh] = None,
+    hyper: Optional[Mapping[str, Any]] = None,
+    strict: bool = False,
+) -> Any:
+    """Returns `tree` with every float array leaf made and filled by layerinit, on its device(s).
+
+    - ``tree``: a model pytree whose array leaves are ``jax.ShapeDtypeStruct`` (``eqx.filter_eval_shape``,
+      ``nnx.eval_shape``, ``jax.eval_shape`` of a Flax ``init``) or arrays to re-initialize. Each leaf's
+      name is its path, ``blocks.attn.wq.weight`` (NNX without the Variable's ``.value``), which is its
+      tensor name in layerinit's value contract: ``layerinit emit`` of :func:`spec_of` writes the same bytes.
+      Other leaves (Python numbers, NNX random streams) are returned as they are.
+    - Roles (what a recipe fills a tensor with) come from the owning module: Equinox ``nn.Linear`` (weight
+      ``[out, in]``), ``nn.Embedding``, ``nn.LayerNorm``/``nn.RMSNorm``/``nn.GroupNorm``; Flax NNX ``Linear``
+      (kernel ``[in, out]``), ``Embed``, ``LayerNorm``/``RMSNorm``/``GroupNorm``. Every leaf's shape is checked
+      against its module's before anything is built.
+    - ``rules``: path glob -> a role (:data:`ROLES`), a fill (``"normal(0, 0.02)"``), or a dict with
+      ``role``, ``fill``, ``fan_in``, ``fan_out``, ``orientation`` (``"in-out"`` for a 2-D weight stored
+      ``[in, out]``). A glob matches a leaf's name or a slice's canonical name; the last matching rule
+      wins. Rules override what modules say; a leaf that neither covers is an error listing the leaves.
+      A rule that matches nothing warns (raises with ``strict=True``).
+    - ``stacked``: path prefix(es) whose leaves carry a leading layer axis; by default found from the
+      modules (``eqx.filter_vmap``, ``nnx.vmap``). Slice ``l`` of ``blocks.attn.wq.weight`` is the tensor
+      ``blocks.{l}.attn.wq.weight``, as if the blocks were a Python list.
+    - ``recipe``: a name of :func:`layerinit.recipe_names` (``"equinox"``, ``"flax"``, ``"torchtitan"``, ...);
+      ``hyper``: spec numbers recipes read (``initializer_range``, ``hidden_size``; docs/spec.md).
+    - ``dtype``: every leaf's dtype (``"bf16"``, ``jnp.bfloat16``, ...); default: each leaf's own.
+    - ``sharding``: a Sharding or PartitionSpec for every leaf, a mapping of name globs to them, a function
+      of the name, or a pytree of the model's structure; default: each leaf's own (``ShapeDtypeStruct(...,
+      sharding=)``, an array's). A PartitionSpec needs ``mesh`` (or ``jax.set_mesh``). Each device makes
+      only its pieces.
+
+    Works eagerly and under ``jax.jit``. Raises ValueError naming the leaf (an integer or complex leaf, a
+    shape its module does not store, a leaf without a role, a sharding whose pieces are not boxes) or the
+    recipe before anything is built.
+    """
+    seed = _check_seed(seed)
+    flat, treedef, leaves, text = _model(tree, rules, stacked, dtype, hyper, strict)
+    given = _sharding_leaves(sharding, treedef, len(flat))
+    for lf in leaves:
+        lf.sharding = _sharding_for(sharding, lf.name, lf.leaf, mesh, given[lf.index])
+    arrays = []
+    if text:
+        # In-out orientation stores exactly the tensors marked transposable ([in, out] leaves) transposed.
+        planner = _planner(text, recipe, {}, orientation="in-out")
+        for lf in leaves:
+            if 0 in lf.shape:
+                continue
+            stored = lf.shape if lf.shape else (1,)
+            try:
+                param = planner.param(_template(lf), [size for _, size in lf.lead], list(stored), lf.dtype)
+            except ValueError as e:
+                raise ValueError(f"leaf '{lf.name}': {e}") from None
+            arrays.append(_Array(lf.name, stored, lf.dtype, param, lf.sharding))
+    made = iter(_make(arrays, seed) if arrays else [])
+    out = list(flat)
+    for lf in leaves:
+        if 0 in lf.shape:
+            out[lf.index] = jax.numpy.zeros(lf.shape, _jnp_dtype(lf.dtype), device=lf.sharding)
+        else:
+            a = next(made)
+            out[lf.index] = a.reshape(()) if not lf.shape else a
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def _planner(spec_json: str, recipe: str, overrides: Mapping[str, str], dtype: str = "fp32",
+             layout: str = "per-layer", orientation: str = "out-in", experts: str = "stacked") -> Any:
+    try:
+        return _xla().Planner(spec_json, recipe, dict(overrides), dtype, {}, layout, orientation, experts)
+    except ValueError as e:
+        raise ValueError(str(e).removeprefix("spec: ")) from None
 
 
 def build(
@@ -49,39 +683,29 @@ def build(
     seed: int = 0,
     recipe: str = "hf",
     sharding: ShardingLike = None,
+    mesh: Optional[jax.sharding.Mesh] = None,
     orientation: str = "in-out",
     layout: str = "per-layer",
     experts: str = "stacked",
     overrides: Optional[Mapping[str, FillLike]] = None,
 ) -> dict[str, jax.Array]:
-    """Builds a model's tensors as ``jax.Array`` objects, by name, in file order.
+    """Builds a model's tensors as ``jax.Array`` objects, by name, in file order, made and filled by XLA
+    on their devices (see :func:`init`): no host copy, no second copy of any tensor.
 
-    - ``sharding``: one ``jax.sharding.Sharding`` for every array, a function name -> Sharding, or
-      None (the first device). Each device fills only its addressable shards.
-    - ``orientation``: ``"in-out"`` by default, as Flax and Equinox store linear weights
-      (``[in, out]``); ``"out-in"`` for PyTorch's ``[out, in]``. Values never depend on it: an
-      element keeps its value wherever it is stored.
-    - ``layout``: ``"per-layer"``, or ``"stacked"`` for ``[L, ...]`` arrays that ``jax.lax.scan``
-      runs over (MoE experts ``[L, E, ...]``).
+    - ``sharding``: one Sharding (or PartitionSpec with ``mesh``) for every array, a mapping of name globs
+      to them, a function name -> Sharding, or None (the default device).
+    - ``orientation``: ``"in-out"`` by default (linear weights ``[in, out]``, as Flax NNX stores them);
+      ``"out-in"`` for ``[out, in]`` (PyTorch, Equinox). Values never depend on it: an element keeps its
+      value wherever it is stored.
+    - ``layout``: ``"per-layer"``, or ``"stacked"`` for ``[L, ...]`` arrays that ``jax.lax.scan`` runs
+      over (MoE experts ``[L, E, ...]``, or ``[L, ...]`` per expert with ``experts="per-expert"``).
     - ``dtype``, ``seed``, ``recipe``, ``overrides``: as :func:`layerinit.build`.
     """
-    p = plan(model, dtype=dtype, seed=seed, recipe=recipe, layout=layout, orientation=orientation, experts=experts,
-             overrides=overrides)
-    default = jax.sharding.SingleDeviceSharding(jax.devices()[0]) if sharding is None else None
-    out: dict[str, jax.Array] = {}
-    for name, shape, tdtype, _kind, _layer in p.tensors():
-        sh = default if sharding is None else (sharding(name) if callable(sharding) else sharding)
-        np_dtype = _np_dtype(tdtype)
-        bits = "bf16" if tdtype == "bf16" else None  # a uint16 buffer holds the bf16 bits
-        gshape = tuple(shape)
-
-        def shard(index: tuple[Any, ...], name: str = name, gshape: tuple[int, ...] = gshape,
-                  np_dtype: Any = np_dtype, bits: Optional[str] = bits) -> np.ndarray:
-            offset, size = _box(index, gshape)
-            buf = np.empty(size, dtype=np.uint16 if bits else np_dtype)
-            if buf.size:
-                p.fill(name, buf, offset, False, bits)
-            return buf.view(np_dtype) if bits else buf
-
-        out[name] = jax.make_array_from_callback(gshape, sh, shard)
-    return out
+    seed = _check_seed(seed)
+    fills = {k: v if isinstance(v, str) else str(v) for k, v in (overrides or {}).items()}
+    planner = _planner(spec(model).to_json(), recipe, fills, dtype, layout, orientation, experts)
+    arrays = []
+    for name, shape, tdtype, param in planner.model():
+        arrays.append(_Array(name, tuple(shape), tdtype, param,
+                             _sharding_for(sharding, name, None, mesh, _NOT_TREE)))
+    return dict(zip((a.name for a in arrays), _make(arrays, seed)))

@@ -7,6 +7,8 @@ filled at its global offset, so the values do not depend on the mesh.
 """
 from __future__ import annotations
 
+import importlib
+import math
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -16,11 +18,29 @@ import torch
 
 from . import ModelLike, Plan, hf_spec, plan, spec as _spec
 
-__all__ = ["init_", "hf_spec", "module_spec", "tensor_map"]
+__all__ = ["init_", "hf_spec", "module_spec", "tensor_map", "torchtitan_spec"]
 
 NameMap = Union[Mapping[str, Optional[str]], Callable[[str], Optional[str]]]
 
 _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+# ---- The spec of any module: roles from module types and the names recipes' sources use ----
+
+# A linear map's role decides its fill in recipes that scale output projections or the head
+# (torchtitan, megatron, hf for GPT-2); the module type says only "Linear". These are the names the
+# recipes' own sources give them: torchtitan (wq..wo, w1..w3, lm_head/output, router.gate, the
+# experts' w1_EFD/w2_EDF/w3_EFD), transformers (q_proj..o_proj, gate/up/down_proj, c_attn/c_proj,
+# lm_head, mlp.gate beside experts), Megatron (linear_qkv, linear_proj, linear_fc1/fc2).
+_HEAD_NAMES = frozenset({"lm_head", "output", "head", "embed_out"})
+_OUTPUT_NAMES = frozenset({"wo", "w2", "w2_EDF", "o_proj", "down_proj", "c_proj", "out_proj", "dense_4h_to_h", "fc2",
+                           "linear_proj", "linear_fc2"})
+_INPUT_NAMES = frozenset({"wq", "wk", "wv", "wqkv", "w1", "w3", "w1_EFD", "w3_EFD", "q_proj", "k_proj", "v_proj",
+                          "qkv_proj", "gate_proj", "up_proj", "gate_up_proj", "c_attn", "c_fc", "fc1", "query", "key",
+                          "value", "in_proj", "query_key_value", "dense_h_to_4h", "linear_qkv", "linear_fc1", "wq_a",
+                          "wq_b", "wkv_a", "wkv_b", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"})
+_POSITION_NAMES = frozenset({"wpe", "position_embeddings", "pos_embed", "pos_embedding", "embed_positions"})
+_LINEAR_ROLES = ("linear_weight", "output_weight", "head_weight", "router_weight")
 
 
 def _norm_like(mod: torch.nn.Module) -> bool:
@@ -28,52 +48,236 @@ def _norm_like(mod: torch.nn.Module) -> bool:
     return isinstance(mod, (torch.nn.LayerNorm, torch.nn.GroupNorm)) or "Norm" in name
 
 
-def module_spec(module: torch.nn.Module, *, name: str = "module") -> dict[str, Any]:
-    """A JSON spec (as a dict) of any module, each parameter a tensor under its qualified name, with
-    the role its owner gives it: ``nn.Linear`` weights (fan_in, fan_out) and biases, ``nn.Embedding``,
-    norms (classes named ``*Norm*``); anything else is role ``other``. Parameters inside the first
-    ``nn.ModuleList`` of blocks carry their layer number, so depth-scaled recipes see it."""
-    blocks_prefix, depth = "", 0
-    for qn, mod in module.named_modules():
-        if isinstance(mod, torch.nn.ModuleList) and len(mod) > 0 and any(True for _ in mod.parameters()):
-            blocks_prefix, depth = qn + ".", len(mod)
-            break
-    tensors = []
+def _layer_of(name: str) -> Optional[tuple[str, int]]:
+    """(prefix, layer) of a name with an integer component (``layers.3.mlp.w1.weight`` -> ("layers.", 3)):
+    the first one, so experts numbered inside a layer keep their layer's number."""
+    parts = name.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if part.isdigit():
+            return ".".join(parts[:i]) + "." if i else "", int(part)
+    return None
+
+
+def _map_role(short: str, parent: Optional[torch.nn.Module], in_layer: bool) -> Optional[str]:
+    """The role a linear map's (or a raw weight's) own name gives it; None when the name says nothing."""
+    if short in _HEAD_NAMES and not in_layer:
+        return "head_weight"
+    if short in _OUTPUT_NAMES:
+        return "output_weight"
+    if short == "router" or (short == "gate" and parent is not None and (
+            type(parent).__name__.endswith("Router") or hasattr(parent, "experts"))):
+        return "router_weight"
+    if short in _INPUT_NAMES:
+        return "linear_weight"
+    return None
+
+
+class _Entry:
+    """One parameter as a spec tensor (JSON), and whether its module's type and names tell its role."""
+
+    __slots__ = ("name", "tensor", "role_known")
+
+    def __init__(self, name: str, tensor: dict[str, Any], role_known: bool):
+        self.name, self.tensor, self.role_known = name, tensor, role_known
+
+
+def _entries(module: torch.nn.Module, skip: Callable[[str], bool]) -> list[_Entry]:
+    """Every parameter of `module` (tied ones once, under their first name) but those `skip` names,
+    with the role its owner's type and its own name give it. ValueError listing 0-d parameters."""
+    prefix, _ = _depth([n for n, _ in module.named_parameters()])
+    modules = dict(module.named_modules())
+    out, scalars, local_shards = [], [], []
     seen: set[int] = set()
-    for mname, mod in module.named_modules():
+    for mname, mod in modules.items():
+        parent = modules.get(mname.rpartition(".")[0]) if mname else None
+        short = mname.rpartition(".")[2]
         for pname, p in mod.named_parameters(recurse=False):
             if id(p) in seen:
                 continue
             seen.add(id(p))
             full = f"{mname}.{pname}" if mname else pname
-            t: dict[str, Any] = {"name": full, "shape": list(p.shape)}
+            if skip(full):
+                continue
+            if p.dim() == 0:
+                scalars.append(full)
+                continue
+            where = _layer_of(full)
+            in_layer = where is not None and where[0] == prefix
+            shape = _global_shape(p)
+            t: dict[str, Any] = {"name": full, "shape": list(shape)}
+            known = True
+            declared = None  # the whole parameter's shape as its module says it
+            if isinstance(mod, torch.nn.Linear):
+                declared = {"weight": (mod.out_features, mod.in_features), "bias": (mod.out_features,)}.get(pname)
+            elif isinstance(mod, torch.nn.Embedding) and pname == "weight":
+                declared = (mod.num_embeddings, mod.embedding_dim)
+            if declared is not None and tuple(declared) != shape:
+                local_shards.append(f"{full} {tuple(shape)} of {tuple(declared)}")
             if isinstance(mod, torch.nn.Linear):
                 if pname == "weight":
-                    t.update(role="linear_weight", fan_in=mod.in_features, fan_out=mod.out_features, transposable=True)
+                    role = _map_role(short, parent, in_layer)
+                    known = role is not None
+                    t.update(role=role or "linear_weight", fan_in=mod.in_features, fan_out=mod.out_features,
+                             transposable=True)
                 else:
                     t.update(role="linear_bias", fan_in=mod.in_features, fan_out=mod.out_features)
             elif isinstance(mod, torch.nn.Embedding):
-                t.update(role="embedding")
+                t.update(role="position_embedding" if short in _POSITION_NAMES else "embedding")
             elif _norm_like(mod):
                 t.update(role="norm_weight" if pname == "weight" else "norm_bias")
+            elif p.dim() >= 2 and _map_role(pname, mod, in_layer) is not None:
+                # A raw weight named as a map (torchtitan's stacked experts w1_EFD [E, F, D]).
+                t.update(role=_map_role(pname, mod, in_layer), fan_in=shape[-1], fan_out=shape[-2])
             else:
                 t.update(role="other")
-            tensors.append(t)
-    out: dict[str, Any] = {"name": name, "family": "custom", "pre": tensors}
-    if depth:
-        # No repeated block: the blocks' tensors stay in `pre`, named as layers 0..depth-1 before it.
-        out["layer"] = {"prefix": blocks_prefix, "first": depth, "count": 0, "tensors": []}
+            out.append(_Entry(full, t, known))
+    if local_shards:
+        raise ValueError(f"{len(local_shards)} parameter(s) hold a part of their module's weight with nothing saying "
+                         f"which (a plain tensor, not a DTensor or an spmd_types shard with its PartitionSpec): "
+                         f"{_listed(local_shards)}; call init_ on the meta device after parallelizing (torchtitan's "
+                         f"to_empty drops the PartitionSpec)")
+    if scalars:
+        raise ValueError(f"{len(scalars)} parameter(s) are 0-d (scalars), which layerinit does not fill: "
+                         f"{_listed(scalars)}; skip them with name_map={{{scalars[0]!r}: None}} and set them yourself")
     return out
+
+
+def _listed(names: list[str], limit: int = 5) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _spec_dict(name: str, family: str, hyper: Mapping[str, Any], tensors: list[dict[str, Any]],
+               prefix: Optional[str]) -> dict[str, Any]:
+    """A JSON spec of `tensors` (canonical names, in order): those named `prefix` + i + "." are layer
+    i's. The longest run of identical last layers is the repeated block; layers before it are `pre`
+    tensors under their canonical names, which recipes see in their layer (docs/spec.md)."""
+    out: dict[str, Any] = {"name": name, "family": family}
+    if hyper:
+        out["hyper"] = dict(hyper)
+    layers: dict[int, list[dict[str, Any]]] = {}
+    pre: list[dict[str, Any]] = []
+    post: list[dict[str, Any]] = []
+    for t in tensors:
+        where = _layer_of(t["name"]) if prefix else None
+        if where is not None and where[0] == prefix:
+            layers.setdefault(where[1], []).append(t)
+        else:
+            (post if layers else pre).append(t)
+    if not layers:
+        out["pre"] = pre + post
+        return out
+
+    def relative(i: int) -> list[dict[str, Any]]:
+        return [dict(t, name=t["name"][len(f"{prefix}{i}."):]) for t in layers[i]]
+
+    last = max(layers)
+    first = last
+    while first - 1 in layers and relative(first - 1) == relative(last):
+        first -= 1
+    for i in sorted(layers):
+        if i < first:
+            pre += layers[i]
+    out.update(pre=pre, post=post,
+               layer={"prefix": prefix, "first": first, "count": last - first + 1, "tensors": relative(last)})
+    return out
+
+
+def _depth(names: list[str]) -> tuple[Optional[str], list[str]]:
+    """(layer prefix, names with an integer component under another prefix) of a module's tensor
+    names: the prefix holding the most tensors is the layers'."""
+    counts: dict[str, int] = {}
+    for n in names:
+        where = _layer_of(n)
+        if where is not None and where[0]:
+            counts[where[0]] = counts.get(where[0], 0) + 1
+    prefix = max(counts, key=lambda k: counts[k]) if counts else None
+    return prefix, [n for n in names if _layer_of(n) is not None and _layer_of(n)[0] != prefix]  # type: ignore[index]
+
+
+def _fills(spec: Mapping[str, Any], names: list[str], recipe: str,
+           overrides: Optional[Mapping[str, str]]) -> dict[str, Any]:
+    p = plan(spec, dtype="fp32", recipe=recipe, overrides=overrides)
+    return {n: p.fill_of(n) for n in names}
+
+
+def _refuse_guesses(entries: list[_Entry], prefix: Optional[str], unknown_depth: list[str], recipe: str,
+                    overrides: Optional[Mapping[str, str]]) -> None:
+    """ValueError listing the tensors whose fill under `recipe` depends on what module_spec cannot
+    tell: a role the recipe has no rule for, a linear map's role, or a layer number (found by
+    planning the spec with each possibility)."""
+    others = [e for e in entries if e.tensor["role"] == "other"]
+    lacking = []
+    for e in others:  # one small plan each: which of them no rule or override covers
+        try:
+            _fills({"name": "probe", "pre": [e.tensor]}, [e.name], recipe, overrides)
+        except ValueError:
+            lacking.append(e.name)
+    if lacking:
+        raise ValueError(f"recipe {recipe!r} has no rule for {len(lacking)} parameter(s) that are not an nn.Linear, "
+                         f"nn.Embedding or norm: {_listed(lacking)}; pass overrides= (name glob -> fill), spec=, or "
+                         f"name_map= (None skips a parameter)")
+    guessed = [e.name for e in entries if not e.role_known]
+    if guessed:
+        seen: dict[str, list[Any]] = {n: [] for n in guessed}
+        for role in _LINEAR_ROLES:
+            variant = [dict(e.tensor, role=role) if e.name in seen else e.tensor for e in entries]
+            for n, f in _fills(_spec_dict("probe", "custom", {}, variant, prefix), guessed, recipe, overrides).items():
+                seen[n].append(f)
+        needed = [n for n in guessed if any(f != seen[n][0] for f in seen[n])]
+        if needed:
+            raise ValueError(f"recipe {recipe!r} fills a linear map by its role (input, output projection, head or "
+                             f"router), which the module's names do not tell for {len(needed)} parameter(s): "
+                             f"{_listed(needed)}; name them as the recipe's source does (wo, w2, o_proj, down_proj, "
+                             f"c_proj: output projections; lm_head, output: the head) or pass spec=")
+    if unknown_depth:
+        by_name = {e.name: e.tensor for e in entries}
+        probe = [dict(by_name[n], name=f"probe.{i}.{n}") for n in unknown_depth for i in (0, 1)]
+        fills = _fills(_spec_dict("probe", "custom", {}, probe, "probe."), [t["name"] for t in probe], recipe, overrides)
+        needed = [n for n in unknown_depth if fills[f"probe.0.{n}"] != fills[f"probe.1.{n}"]]
+        if needed:
+            raise ValueError(f"recipe {recipe!r} fills by layer number, which module_spec cannot tell for "
+                             f"{len(needed)} parameter(s) outside the module's layers "
+                             f"({prefix or 'none found'}): {_listed(needed)}; pass spec=")
+
+
+def module_spec(module: torch.nn.Module, *, name: str = "module", recipe: Optional[str] = None,
+                overrides: Optional[Mapping[str, str]] = None,
+                skip: Callable[[str], bool] = lambda n: False) -> dict[str, Any]:
+    """A JSON spec (as a dict) of any module, each parameter a tensor under its qualified name.
+
+    - Roles from the module types: ``nn.Linear`` weights (fan_in, fan_out) and biases,
+      ``nn.Embedding``, norms (classes named ``*Norm*``); anything else is role ``other``. A linear
+      map's role (input, output projection, head, router) comes from the names the recipes' sources
+      use (``wo``/``w2``/``o_proj``/``down_proj``/``c_proj``, ``lm_head``/``output``, ``router.gate``).
+    - Layer numbers from names with an integer component (``nn.ModuleList``, ``nn.ModuleDict`` with
+      integer keys as torchtitan's, ``nn.Sequential``): the prefix holding the most parameters is
+      the layers', so depth-scaled recipes see each tensor's layer.
+    - ``recipe``: refuse (ValueError listing them) the parameters whose fill under that recipe
+      depends on a role or layer the module does not tell, or that it has no rule for.
+    - ``skip``: names left out. A 0-d parameter is a ValueError naming it.
+    """
+    entries = _entries(module, skip)
+    prefix, unknown_depth = _depth([e.name for e in entries])
+    out = _spec_dict(name, "custom", {}, [e.tensor for e in entries], prefix)
+    if recipe is not None:
+        _refuse_guesses(entries, prefix, unknown_depth, recipe, overrides)
+    return out
+
+
+# ---- Which tensors make up a parameter ----
 
 
 class _Piece:
     """Part of a parameter that is one layerinit tensor: the box [offset, offset + shape) of the
-    parameter, whose leading `squeeze` dimensions (of size 1) the tensor does not have."""
+    parameter, whose leading `squeeze` dimensions (of size 1) the tensor does not have, is the box of
+    the tensor that starts at `source` (default: its origin)."""
 
-    __slots__ = ("tensor", "offset", "shape", "squeeze")
+    __slots__ = ("tensor", "offset", "shape", "squeeze", "source")
 
-    def __init__(self, tensor: str, offset: tuple[int, ...], shape: tuple[int, ...], squeeze: int = 0):
+    def __init__(self, tensor: str, offset: tuple[int, ...], shape: tuple[int, ...], squeeze: int = 0,
+                 source: Optional[tuple[int, ...]] = None):
         self.tensor, self.offset, self.shape, self.squeeze = tensor, offset, shape, squeeze
+        self.source = source if source is not None else (0,) * (len(shape) - squeeze)
 
 
 def _expert_pieces(name: str, shape: tuple[int, ...], names: set[str]) -> Optional[list[_Piece]]:
@@ -96,6 +300,20 @@ def _expert_pieces(name: str, shape: tuple[int, ...], names: set[str]) -> Option
                 _Piece(f"{base}{moe}.experts.{e}.{gate}.weight", (e, 0, 0), (1, f, b), 1),
                 _Piece(f"{base}{moe}.experts.{e}.{up}.weight", (e, f, 0), (1, f, b), 1))]
     return None
+
+
+def _row_pieces(sources: list[tuple[str, int]], tail: tuple[int, ...]) -> list[_Piece]:
+    """A parameter whose row r is row sources[r][1] of tensor sources[r][0]: one box per run of
+    consecutive rows of one tensor."""
+    out: list[_Piece] = []
+    start = 0
+    for r in range(1, len(sources) + 1):
+        if r < len(sources) and sources[r][0] == sources[r - 1][0] and sources[r][1] == sources[r - 1][1] + 1:
+            continue
+        name, first = sources[start]
+        out.append(_Piece(name, (start,) + (0,) * len(tail), (r - start,) + tail, source=(first,) + (0,) * len(tail)))
+        start = r
+    return out
 
 
 def tensor_map(names: list[tuple[str, tuple[int, ...]]], spec_names: set[str],
@@ -128,26 +346,284 @@ def tensor_map(names: list[tuple[str, tuple[int, ...]]], spec_names: set[str],
             continue
         missing.append(name if target == name else f"{name} (mapped to {target})")
     if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise ValueError(f"no layerinit tensor for {len(missing)} parameter(s): {shown}; pass name_map= "
+        raise ValueError(f"no layerinit tensor for {len(missing)} parameter(s): {_listed(missing)}; pass name_map= "
                          f"(module name -> canonical name, None to skip)")
     return out
 
 
-def _local(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], tuple[int, ...]]:
-    """(local tensor, its offset, the global shape) of a plain tensor or a DTensor."""
+# ---- torchtitan models: their tensors in Hugging Face names, as torchtitan's own adapter loads them ----
+
+# torchtitan's model packages layerinit maps, and the Hugging Face family each one's adapter reads;
+# recipe torchtitan follows the param_init each package's __init__.py sets (docs/recipes.md).
+_TITAN_FAMILIES = {"llama3": "llama", "qwen3": "qwen3", "deepseek_v3": "deepseek_v3"}
+# Packages whose adapter permutes q/k rows between Hugging Face's rotate-half layout and
+# torchtitan's interleaved RoPE (llama3/state_dict_adapter.py, from_hf: _reverse_permute).
+_TITAN_ROPE_INTERLEAVED = frozenset({"llama3"})
+
+
+# Modules torchtitan wraps layers in (activation checkpointing, torch.compile): in parameter names,
+# not in state-dict keys.
+_WRAPPERS = re.compile(r"(?<![^.])(_checkpoint_wrapped_module|_orig_mod)\.")
+
+
+def _titan_class(module: torch.nn.Module) -> Optional[type]:
+    """The torchtitan model class of `module` (FSDP2's fully_shard makes a subclass of it), or None."""
+    if not hasattr(getattr(module, "config", None), "layers"):
+        return None
+    return next((c for c in type(module).__mro__ if c.__module__.startswith("torchtitan.models.")), None)
+
+
+def _is_torchtitan(module: torch.nn.Module) -> bool:
+    return _titan_class(module) is not None
+
+
+def _titan_package(model: torch.nn.Module) -> str:
+    pkg = _titan_class(model).__module__.split(".")[2]  # type: ignore[union-attr]
+    if pkg not in _TITAN_FAMILIES:
+        raise ValueError(f"torchtitan model {_titan_class(model).__name__} ({pkg}) has no layerinit mapping (known: "
+                         f"{', '.join(_TITAN_FAMILIES)}): pass spec= and name_map=")
+    return pkg
+
+
+def _titan_adapter(model: torch.nn.Module) -> Any:
+    """The state-dict adapter the model's torchtitan package exports, made as its checkpointer
+    makes it (no Hugging Face assets path)."""
+    from torchtitan.protocols.state_dict_adapter import BaseStateDictAdapter
+
+    pkg = importlib.import_module(_titan_class(model).__module__.rsplit(".", 1)[0])  # type: ignore[union-attr]
+    found = [v for v in vars(pkg).values() if isinstance(v, type) and issubclass(v, BaseStateDictAdapter)
+             and v.__module__.startswith(pkg.__name__ + ".")]
+    if len(found) != 1:
+        raise ValueError(f"torchtitan package {pkg.__name__} exports {len(found)} state-dict adapters, not one")
+    return found[0](model.config, None)
+
+
+def _titan_hyper(model: torch.nn.Module, family: str) -> dict[str, Any]:
+    """The numbers layerinit's Hyper carries, from the torchtitan model config (recipes read
+    tie_word_embeddings and num_experts; a llama spec's config.json reads the rest)."""
+    cfg = model.config
+    layer = cfg.layers[-1]
+    att = layer.attention
+    n_heads = att.n_heads
+    hyper: dict[str, Any] = {"vocab_size": cfg.vocab_size, "hidden_size": cfg.dim, "num_heads": n_heads,
+                             "norm_eps": cfg.norm.eps, "tie_word_embeddings": bool(cfg.enable_weight_tying)}
+    if getattr(att, "n_kv_heads", None):
+        hyper["num_kv_heads"] = att.n_kv_heads
+    if getattr(att, "head_dim", None):
+        hyper["head_dim"] = att.head_dim
+    dense = next((c.feed_forward for c in cfg.layers if c.feed_forward is not None), None)
+    if dense is not None:
+        hyper["intermediate_size"] = dense.w1.out_features
+    if layer.moe is not None:
+        hyper["num_experts"] = layer.moe.num_experts
+        hyper["experts_per_token"] = layer.moe.router.top_k
+    rope = att.rope
+    hyper["rope_theta"] = rope.theta
+    hyper["max_position_embeddings"] = rope.max_seq_len
+    if family == "llama" and rope.scaling == "llama":
+        # A cache shorter than the scaling's original context (a short training run) still has it.
+        hyper["max_position_embeddings"] = max(rope.max_seq_len, rope.original_max_position_embeddings)
+        hyper["rope_scaling"] = {"rope_type": "llama3", "factor": rope.scaling_factor,
+                                 "low_freq_factor": rope.low_freq_factor, "high_freq_factor": rope.high_freq_factor,
+                                 "original_max_position_embeddings": rope.original_max_position_embeddings}
+    return hyper
+
+
+def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, list[_Piece]]]:
+    """(spec in Hugging Face names, the pieces of each parameter and buffer) of a torchtitan model:
+    the tensors `layerinit emit` writes and torchtitan's adapter (`from_hf`) loads into it."""
+    from torchtitan.models.common.attention import FusedQKVLinear
+
+    pkg = _titan_package(model)
+    family = _TITAN_FAMILIES[pkg]
+    cfg = model.config
+    if getattr(cfg, "mtp_layers", None):
+        raise ValueError("torchtitan DeepSeek-V3 with multi-token prediction layers (mtp_layers) has no layerinit "
+                         "mapping: pass spec= and name_map=")
+    adapter = _titan_adapter(model)
+    to_hf = {v: k for k, v in adapter.from_hf_map.items() if v is not None}
+    interleaved = pkg in _TITAN_ROPE_INTERLEAVED
+    if not interleaved and hasattr(adapter, "_reverse_permute"):
+        raise ValueError(f"torchtitan's {type(adapter).__name__} permutes rows in a way layerinit does not know")
+    att = cfg.layers[-1].attention
+    n_heads = att.n_heads
+    n_kv = getattr(att, "n_kv_heads", None) or n_heads
+    modules = dict(model.named_modules())
+
+    def hf_name(name: str) -> tuple[str, Optional[str]]:
+        """(Hugging Face name pattern formatted with the layer, the raw pattern) of a parameter, by
+        its state-dict key as the adapters' to_hf finds it (the first integer is the layer)."""
+        key = _WRAPPERS.sub("", name)
+        m = re.search(r"\d+", key)
+        abstract = key if m is None else key[:m.start()] + "{}" + key[m.end():]
+        pattern = to_hf.get(abstract)
+        if pattern is None:
+            return "", None
+        return (pattern if m is None else pattern.replace("{}", m.group(0), 1)), pattern
+
+    def interleave(name: str, heads: int, rows: int) -> Callable[[int], int]:
+        """Row r of torchtitan's interleaved q/k is this row of Hugging Face's (from_hf's
+        _reverse_permute: [heads, 2, hd/2] -> [heads, hd/2, 2])."""
+        if not interleaved or not name.endswith(("q_proj.weight", "k_proj.weight")):
+            return lambda r: r
+        hd = rows // heads
+        return lambda r: (r // hd) * hd + (r % 2) * (hd // 2) + (r % hd) // 2
+
+    entries = _entries(model, lambda n: False)
+    unnamed = [e.name for e in entries if not e.role_known]
+    if unnamed:
+        raise ValueError(f"torchtitan {pkg}: no role for {len(unnamed)} linear map(s): {_listed(unnamed)}; "
+                         f"pass spec= and name_map=")
+    tensors: list[dict[str, Any]] = []
+    pieces: dict[str, list[_Piece]] = {}
+    missing: list[str] = []
+    for e in entries:
+        t, shape = e.tensor, tuple(e.tensor["shape"])
+        owner_name = e.name.rpartition(".")[0]
+        parent = modules.get(owner_name.rpartition(".")[0])
+        if isinstance(parent, FusedQKVLinear) and owner_name.endswith(".wqkv"):
+            # [n_kv, R, hd, ...] with R = heads per kv + 2: each kv group's q heads, then its k, then its v
+            # (attention.py, FusedQKVLinear._split_qkv_on_save).
+            base, attr = owner_name[: -len("wqkv")], e.name.rpartition(".")[2]
+            hd, hpk = parent.head_dim, parent.heads_per_kv
+            tail = shape[1:]
+            parts = {}
+            for w, rows in (("wq", n_kv * hpk * hd), ("wk", n_kv * hd), ("wv", n_kv * hd)):
+                name, _ = hf_name(f"{base}{w}.{attr}")
+                if not name:
+                    missing.append(f"{base}{w}.{attr}")
+                    continue
+                parts[w] = (name, interleave(name, rows // hd, rows))
+                tensors.append(dict(t, name=name, shape=[rows, *tail], role="linear_weight" if tail else "linear_bias",
+                                    fan_out=rows))
+            if len(parts) < 3:
+                continue
+            sources = []
+            for g in range(n_kv):
+                sources += [(parts["wq"][0], parts["wq"][1]((g * hpk + s) * hd + i)) for s in range(hpk) for i in range(hd)]
+                sources += [(parts[w][0], parts[w][1](g * hd + i)) for w in ("wk", "wv") for i in range(hd)]
+            pieces[e.name] = _row_pieces(sources, tail)
+            continue
+        name, pattern = hf_name(e.name)
+        if not name:
+            missing.append(e.name)
+            continue
+        if pattern is not None and pattern.count("{}") == 2:
+            # Stacked experts [E, ...]: expert e is the Hugging Face tensor of expert e.
+            per = list(shape[1:])
+            for x in range(shape[0]):
+                tensors.append(dict(t, name=name.replace("{}", str(x), 1), shape=per, transposable=len(per) == 2))
+            pieces[e.name] = [_Piece(name.replace("{}", str(x), 1), (x,) + (0,) * len(per), (1, *per), 1)
+                              for x in range(shape[0])]
+            continue
+        tensors.append(dict(t, name=name))
+        order = interleave(name, n_heads if name.endswith("q_proj.weight") else n_kv, shape[0])
+        pieces[e.name] = _row_pieces([(name, order(r)) for r in range(shape[0])], shape[1:])
+    # Buffers the checkpoint holds: DeepSeek-V3's router correction bias, zero at the start (torchtitan's
+    # MoE._init_self_buffers, layerinit's deepseek_v3 family); any other is not known.
+    for bname, b in model.named_buffers():
+        name, _ = hf_name(bname)
+        if name and not name.endswith(".e_score_correction_bias"):
+            missing.append(f"{bname} (a buffer, {name})")
+        elif name:
+            tensors.append({"name": name, "shape": [int(d) for d in b.shape], "role": "linear_bias", "fan_in": cfg.dim,
+                            "fan_out": int(b.shape[0]), "init": {"constant": {"value": 0}}})
+            pieces[bname] = [_Piece(name, (0,) * b.dim(), tuple(b.shape))]
+    if missing:
+        raise ValueError(f"torchtitan's {type(adapter).__name__} names no Hugging Face tensor for {len(missing)} "
+                         f"parameter(s): {_listed(missing)}")
+    if family == "qwen3" and cfg.layers[-1].moe is not None:
+        family = "qwen3_moe"
+    spec = _spec_dict(f"torchtitan-{pkg}", family, _titan_hyper(model, family), tensors, "model.layers.")
+    return spec, pieces
+
+
+def torchtitan_spec(model: torch.nn.Module) -> dict[str, Any]:
+    """The spec (a dict, docs/spec.md) of a torchtitan llama3, qwen3 or deepseek_v3 model in
+    Hugging Face names: what ``layerinit emit --spec`` writes and torchtitan's own state-dict adapter
+    loads into ``model``. :func:`init_` fills such a model with the same values, no map needed."""
+    if not _is_torchtitan(model):
+        raise ValueError(f"{type(model).__name__} is not a torchtitan model")
+    return _titan(model)[0]
+
+
+# ---- Materializing, buffers, DTensor pieces ----
+
+
+def _dtensor_type() -> Optional[type]:
     try:
-        from torch.distributed.tensor import DTensor, Replicate, Shard
+        from torch.distributed.tensor import DTensor
     except ImportError:  # torch without distributed
-        return t, tuple(0 for _ in t.shape), tuple(t.shape)
-    if not isinstance(t, DTensor):
-        return t, tuple(0 for _ in t.shape), tuple(t.shape)
+        return None
+    return DTensor
+
+
+def _spmd_box(t: torch.Tensor) -> Optional[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(offset, global shape) of a local shard that torchtitan's spmd_types backend (its default for
+    tensor parallelism) annotates with a PartitionSpec: each sharded dimension split as torch.chunk
+    splits it, over each of its mesh axes in turn, this rank taking its place in each axis's process
+    group. None for a tensor without one."""
+    try:
+        from spmd_types._mesh_axis import _pg_to_mesh_axis
+        from spmd_types.runtime import get_partition_spec
+    except ImportError:
+        return None
+    spec = get_partition_spec(t)
+    if spec is None or all(e is None for e in spec):
+        return None
+    import torch.distributed as dist
+
+    offset, shape = [0] * t.dim(), list(t.shape)
+    for d, entry in enumerate(spec):
+        if entry is None:
+            continue
+        axes = entry if isinstance(entry, tuple) else (entry,)
+        ranks = []
+        for axis in axes:
+            group = next((g for g, a in list(_pg_to_mesh_axis.items()) if a == axis), None)
+            if group is None:
+                raise ValueError(f"spmd_types mesh axis {axis} has no process group on this rank")
+            ranks.append((axis.size(), dist.get_rank(group)))
+        shape[d] = t.shape[d] * math.prod(k for k, _ in ranks)  # even splits: chunk sizes agree below
+        start, extent = 0, shape[d]
+        for k, r in ranks:
+            chunk = -(-extent // k)
+            lo = min(r * chunk, extent)
+            start, extent = start + lo, min(chunk, extent - lo)
+        if extent != t.shape[d]:
+            raise ValueError(f"an spmd_types shard of {tuple(t.shape)} (PartitionSpec {spec}) does not split its "
+                             f"tensor evenly: layerinit cannot tell its global shape")
+        offset[d] = start
+    return tuple(offset), tuple(shape)
+
+
+# The attributes spmd_types keeps its annotation of a tensor in (spmd_types/_type_attr.py, runtime.py).
+_SPMD_ATTRS = ("_local_type", "_partition_spec")
+
+
+def _global_shape(t: torch.Tensor) -> tuple[int, ...]:
+    """A parameter's shape as a whole: a DTensor's, an spmd_types shard's tensor's, else its own."""
+    box = _spmd_box(t)
+    return box[1] if box is not None else tuple(int(d) for d in t.shape)
+
+
+def _local(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], tuple[int, ...]]:
+    """(local tensor, its offset, the global shape) of a plain tensor, a DTensor, or a local shard
+    spmd_types annotates."""
+    DTensor = _dtensor_type()
+    if DTensor is None or not isinstance(t, DTensor):
+        box = _spmd_box(t)  # on the Parameter itself: its .data has no annotation
+        data = t.data if isinstance(t, torch.nn.Parameter) else t
+        if box is not None:
+            return data, box[0], box[1]
+        return data, tuple(0 for _ in t.shape), tuple(t.shape)
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
     for p in t.placements:
         if type(p) not in (Shard, Replicate):
             raise ValueError(f"DTensor placement {p} is not filled in place (Shard and Replicate are)")
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-
-    local = t._local_tensor
+    local = (t.data if isinstance(t, torch.nn.Parameter) else t)._local_tensor
     shape, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
     if tuple(shape) != tuple(local.shape):
         raise ValueError(f"DTensor local shape {tuple(local.shape)} is not the piece {tuple(shape)} its placements give")
@@ -163,43 +639,84 @@ def _retie(module: torch.nn.Module, groups: list[list[str]]) -> None:
             setattr(module.get_submodule(owner) if owner else module, attr, first)
 
 
-def _materialize(module: torch.nn.Module, device: Optional[Union[str, torch.device]], filled: set[str]) -> None:
+def _materialize(module: torch.nn.Module, device: Optional[Union[str, torch.device]]) -> bool:
+    """to_empty on `device` (default: a DTensor's mesh device type, else "cpu") with ties kept, if
+    anything is on the meta device; whether it was."""
     tensors = list(module.named_parameters(remove_duplicate=False)) + list(module.named_buffers(remove_duplicate=False))
     if not any(t.is_meta for _, t in tensors):
-        return
+        return False
     groups: dict[int, list[str]] = {}
     for n, p in module.named_parameters(remove_duplicate=False):
         groups.setdefault(id(p), []).append(n)
-    meta_buffers = {n for n, b in module.named_buffers() if b.is_meta and n not in filled}
     if device is None:
         device = "cpu"
-        try:
-            from torch.distributed.tensor import DTensor
-
-            for _, t in tensors:
-                if isinstance(t, DTensor):
-                    device = t.device_mesh.device_type
-                    break
-        except ImportError:
-            pass
+        DTensor = _dtensor_type()
+        for _, t in tensors:
+            if DTensor is not None and isinstance(t, DTensor):
+                device = t.device_mesh.device_type
+                break
     module.to_empty(device=device)
     _retie(module, [g for g in groups.values() if len(g) > 1])
-    # Buffers no recipe names (rotary inv_freq): the model's own code computes them.
-    left = set()
-    init_weights = getattr(module, "_init_weights", None)  # Hugging Face PreTrainedModel
+    return True
+
+
+def _run_on_plain_buffers(mod: torch.nn.Module, code: Callable[[], None]) -> None:
+    """Runs the model's own buffer code on `mod` with its DTensor buffers as plain tensors of their
+    global shape, then keeps each rank's piece of the result under the same placements: the code
+    (an in-place copy_ as transformers', or a re-assignment as torchtitan's) sees ordinary tensors,
+    and no rank talks to another."""
+    DTensor = _dtensor_type()
+    dist = {n: b for n, b in mod._buffers.items() if DTensor is not None and isinstance(b, DTensor)}
+    for n, b in dist.items():
+        _local(b)  # refuses placements other than Shard and Replicate
+        mod._buffers[n] = torch.empty(b.shape, dtype=b.dtype, device=b._local_tensor.device)
+    try:
+        code()
+    finally:
+        for n, b in dist.items():
+            new = mod._buffers.get(n)
+            if new is None or isinstance(new, DTensor):
+                continue
+            from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+            shape, offset = compute_local_shape_and_global_offset(new.shape, b.device_mesh, b.placements)
+            piece = new[tuple(slice(int(o), int(o) + int(s)) for o, s in zip(offset, shape))].contiguous()
+            mod._buffers[n] = DTensor.from_local(piece, b.device_mesh, b.placements, run_check=False,
+                                                 shape=new.shape, stride=new.stride())
+
+
+def _compute_buffers(module: torch.nn.Module, meta: set[str]) -> list[str]:
+    """Computes the buffers in `meta` (those no spec names, on the meta device before to_empty) with
+    the model's own code: torchtitan's `_init_self_buffers` of the module that owns them,
+    transformers' `_init_weights` (rotary inv_freq); returns the ones no code computes."""
+    hf_init = getattr(module, "_init_weights", None)  # transformers' PreTrainedModel
+    left = []
     for mname, mod in module.named_modules():
-        own = {f"{mname}.{b}" if mname else b for b, _ in mod.named_buffers(recurse=False)} & meta_buffers
+        own = sorted(f"{mname}.{b}" if mname else b for b, _ in mod.named_buffers(recurse=False))
+        own = [n for n in own if n in meta]
         if not own:
             continue
-        # Gemma's scaled embedding holds embed_scale beside its weight: the weight _init_weights draws
-        # is filled from the spec afterwards.
-        if init_weights is not None:
-            init_weights(mod)
+        titan = getattr(mod, "_init_self_buffers", None)
+        base = getattr(type(mod), "_init_self_buffers", None)
+        if callable(titan) and getattr(base, "__qualname__", "") != "Module._init_self_buffers":  # not the no-op
+            _run_on_plain_buffers(mod, lambda: titan(buffer_device=None))
+        elif hf_init is not None:
+            _run_on_plain_buffers(mod, lambda: hf_init(mod))
         else:
-            left |= own
-    if left:
-        warnings.warn(f"buffers left uninitialized after to_empty (no recipe names them): {sorted(left)}; "
-                      f"compute them with the model's own code", stacklevel=3)
+            left += own
+    return left
+
+
+def _materialize_and_compute(module: torch.nn.Module, device: Optional[Union[str, torch.device]],
+                             meta_buffers: set[str]) -> None:
+    if _materialize(module, device):
+        left = _compute_buffers(module, meta_buffers)
+        if left:
+            warnings.warn(f"buffers left uninitialized after to_empty (no spec names them and the model has no code "
+                          f"for them): {sorted(left)}; compute them with the model's own code", stacklevel=4)
+
+
+# ---- init_ ----
 
 
 @torch.no_grad()
@@ -218,31 +735,45 @@ def init_(
     (float32, float16 or bfloat16). Returns the module.
 
     - The tensors come from ``spec`` (a preset, a JSON spec path or dict, a :class:`layerinit.Spec`);
-      without it, from ``module.config`` for Hugging Face models (:func:`hf_spec`), else from the
-      module's own layers (:func:`module_spec`).
-    - ``name_map``: module name -> canonical name (a dict or a function; None skips the parameter),
-      for modules whose names are not Hugging Face's (torchtitan's ``layers.0.attention.wq.weight``).
+      without it, for a torchtitan llama3, qwen3 or deepseek_v3 model from :func:`torchtitan_spec`
+      (Hugging Face names, mapped back through torchtitan's own state-dict adapter: fused wqkv,
+      stacked experts, RoPE row order), for Hugging Face models from ``module.config``
+      (:func:`hf_spec`), else from the module's own layers (:func:`module_spec`, which refuses the
+      parameters whose role or layer the recipe needs and the module's names do not tell).
+    - ``name_map``: module name -> canonical name (a dict or a function; None skips the parameter).
     - A module on the meta device is materialized first with ``to_empty(device=device)`` (default:
       a DTensor's mesh device type, else "cpu"), its tied parameters tied again; buffers no spec
-      names are computed by Hugging Face's ``_init_weights`` where the module has one.
+      names are computed by the model's own code (torchtitan's ``_init_self_buffers``,
+      transformers' ``_init_weights``), DTensor buffers on plain tensors then each rank's piece
+      kept; a warning names any left uncomputed.
     - Tied parameters are filled once. A DTensor parameter's local shard is filled at its global
       offset (Shard and Replicate placements), so the gathered tensor equals the unsharded one.
     - Buffers the spec names (a router's correction bias) are filled too.
 
-    Raises ValueError for a parameter without a tensor (listing them), a shape or dtype the spec
-    does not have, an unknown recipe or preset.
+    Raises ValueError, before anything is materialized or written, for a parameter without a
+    tensor (listing them), a shape the spec does not have, a dtype other than float32, float16 and
+    bfloat16, a 0-d parameter, an unknown recipe or preset.
     """
+    skip: Callable[[str], bool] = lambda n: False  # noqa: E731
+    if name_map is not None:
+        skip = (lambda n: name_map(n) is None) if callable(name_map) else (lambda n: n in name_map and name_map[n] is None)
+    pieces: Optional[dict[str, list[_Piece]]] = None
     if spec is not None:
         s = _spec(spec)
+    elif name_map is None and _is_torchtitan(module):
+        titan_spec, pieces = _titan(module)
+        s = _spec(titan_spec)
     elif getattr(module, "config", None) is not None and hasattr(module.config, "model_type"):
         s = hf_spec(module.config)
     else:
-        s = _spec(module_spec(module, name=type(module).__name__))
+        ms = module_spec(module, name=type(module).__name__, recipe=recipe, overrides=overrides, skip=skip)
+        if not ms["pre"] and "layer" not in ms:  # nothing to fill
+            _materialize_and_compute(module, device, {n for n, b in module.named_buffers() if b.is_meta})
+            return module
+        s = _spec(ms)
     plans: dict[str, Plan] = {}
 
     def plan_for(dtype: torch.dtype) -> Plan:
-        if dtype not in _DTYPES:
-            raise ValueError(f"parameter dtype {dtype} is not one layerinit fills (float32, float16, bfloat16)")
         key = _DTYPES[dtype]
         if key not in plans:
             plans[key] = plan(s, dtype=key, seed=seed, recipe=recipe, overrides=overrides)
@@ -250,25 +781,52 @@ def init_(
 
     p0 = plan_for(torch.float32)
     spec_names = {t[0] for t in p0.tensors()}
-    params = [(n, p) for n, p in module.named_parameters()]  # tied parameters once, under their first name
-    named_buffers = [(n, b) for n, b in module.named_buffers() if n in spec_names or (
-        name_map is not None and not callable(name_map) and name_map.get(n) in spec_names)]
-    entries = params + named_buffers
-    pieces = tensor_map([(n, tuple(t.shape)) for n, t in entries], spec_names, name_map)
-    # Check every shape before anything is allocated or written.
+    params = list(module.named_parameters())  # tied parameters once, under their first name
+    if pieces is not None:
+        entries = [(n, t) for n, t in params + list(module.named_buffers()) if n in pieces]
+    else:
+        buffers = [(n, b) for n, b in module.named_buffers() if n in spec_names or (
+            name_map is not None and not callable(name_map) and name_map.get(n) in spec_names)]
+        entries = params + buffers
+        pieces = tensor_map([(n, _global_shape(t)) for n, t in entries], spec_names, name_map)
+    # Every check before anything is allocated or written: dtypes (each one's plan made), shapes.
+    bad = [f"{n} ({t.dtype})" for n, t in entries if n in pieces and t.dtype not in _DTYPES]
+    if bad:
+        raise ValueError(f"{len(bad)} parameter(s) of a dtype layerinit does not fill (float32, float16, bfloat16): "
+                         f"{_listed(bad)}; skip them with name_map= (None)")
     for n, t in entries:
-        for pc in pieces.get(n, []):
+        if n not in pieces:
+            continue
+        covered: dict[str, int] = {}
+        for pc in pieces[n]:  # each tensor of the parameter inside it, and all of it; its fill in this dtype
+            plan_for(t.dtype).fill_of(pc.tensor)
             want = tuple(p0.logical_shape(pc.tensor))
-            if tuple(pc.shape[pc.squeeze:]) != want:
-                raise ValueError(f"parameter {n} of shape {tuple(t.shape)}: layerinit's {pc.tensor} is {list(want)}")
-    _materialize(module, device, {n for n, _ in named_buffers})
+            box = tuple(pc.shape[pc.squeeze:])
+            if len(box) != len(want) or any(a + b > w for a, b, w in zip(pc.source, box, want)) or (
+                    covered.setdefault(pc.tensor, 0) + math.prod(box) > math.prod(want)):
+                raise ValueError(f"parameter {n} of shape {_global_shape(t)}: layerinit's {pc.tensor} is {list(want)}")
+            covered[pc.tensor] += math.prod(box)
+        for name, count in covered.items():
+            if count != math.prod(p0.logical_shape(name)):
+                raise ValueError(f"parameter {n} of shape {_global_shape(t)}: layerinit's {name} is "
+                                 f"{list(p0.logical_shape(name))}")
+    # spmd_types shards: their place, and their annotations, which to_empty drops with the Parameter.
+    spmd = {n: (_spmd_box(t), {a: getattr(t, a) for a in _SPMD_ATTRS if hasattr(t, a)}) for n, t in entries}
+    spmd = {n: v for n, v in spmd.items() if v[0] is not None}
+    _materialize_and_compute(module, device, {n for n, b in module.named_buffers() if b.is_meta and n not in pieces})
     current = dict(module.named_parameters())
     current.update(dict(module.named_buffers()))
+    for n, (_, attrs) in spmd.items():
+        for a, v in attrs.items():
+            setattr(current[n], a, v)
     for n, _ in entries:
         if n not in pieces:
             continue
         t = current[n]
-        local, loff, _ = _local(t.data if isinstance(t, torch.nn.Parameter) else t)
+        if n in spmd:
+            local, loff = t.data, spmd[n][0][0]
+        else:
+            local, loff, _ = _local(t)
         if local.numel() == 0:
             continue
         pl = plan_for(local.dtype)
@@ -281,6 +839,6 @@ def init_(
             view = local[tuple(slice(l_ - o, h - o) for l_, h, o in zip(lo, hi, loff))]
             for _ in range(pc.squeeze):
                 view = view.squeeze(0)
-            off = [l_ - o for l_, o in zip(lo, pc.offset)][pc.squeeze:]
+            off = [l_ - o + src for l_, o, src in zip(lo[pc.squeeze:], pc.offset[pc.squeeze:], pc.source)]
             pl.fill(pc.tensor, view, off, True)
     return module

@@ -31,8 +31,12 @@
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/memory/tracking.hpp>
 #include <layerinit/shard/box_fill.hpp>
+#include <layerinit/shard/composite.hpp>
 #include <layerinit/shard/parallel.hpp>
 #include <layerinit/shard/rank.hpp>
+#include <layerinit/shard/tensor_index.hpp>
+#include <layerinit/plan/memory_check.hpp>
+#include <layerinit/plan/plan.hpp>
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -105,6 +109,20 @@ DType dtype_of(const nb::dlpack::dtype& d) {
 
 std::string shape_text(const Shape& s) { return shape_string(s); }
 
+// A str argument as UTF-8; ValueError naming `what` for another type or a str UTF-8 cannot encode
+// (a lone surrogate).
+std::string text_arg(nb::handle v, const std::string& what) {
+  if (!nb::isinstance<nb::str>(v))
+    throw std::invalid_argument(what + " must be a str, got " + nb::cast<std::string>(nb::str(v.type().attr("__name__"))));
+  Py_ssize_t size = 0;
+  const char* utf8 = PyUnicode_AsUTF8AndSize(v.ptr(), &size);
+  if (utf8 == nullptr) {
+    PyErr_Clear();
+    throw std::invalid_argument(what + " is not valid text (a lone surrogate)");
+  }
+  return std::string(utf8, static_cast<std::size_t>(size));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Arrays: one tensor's memory, owned by the Python object; DLPack consumers keep the object alive.
 
@@ -125,57 +143,14 @@ struct Array {
 std::vector<std::uint64_t> as_vector(const Shape& s) { return {s.begin(), s.end()}; }
 
 // ---------------------------------------------------------------------------------------------
-// Fills of memory layerinit does not own: a box of a planned tensor into a (possibly strided) region.
+// Fills of memory layerinit does not own: boxes of tensors and composites into imported arrays.
 
-struct Region {
-  void* data = nullptr;
+struct Imported {
+  Region region;  // strides empty when dense
   Shape shape;
-  std::vector<std::int64_t> strides;  // elements; empty = row-major dense
   DType dtype = DType::f32;
   int device_type = kDLCPU;
 };
-
-bool dense(const Region& r) {
-  if (r.strides.empty()) return true;
-  std::int64_t expect = 1;
-  for (std::size_t d = r.shape.size(); d-- > 0;) {
-    if (r.shape[d] != 1 && r.strides[d] != expect) return false;
-    expect *= static_cast<std::int64_t>(r.shape[d]);
-  }
-  return true;
-}
-
-// Jobs writing box `box` of `p` (memory coordinates) into region `r` of the same shape: box_fill_jobs
-// once when the region is dense, else once per run along the last dimension (which must be
-// contiguous), each run a box of its own.
-void region_jobs(const PlannedTensor& p, const Box& box, const Region& r, std::uint64_t seed, std::vector<FillJob>& out) {
-  if (box.empty()) return;
-  if (dense(r)) {
-    box_fill_jobs(p, box, r.data, seed, out);
-    return;
-  }
-  const std::size_t n = box.shape.size();
-  if (r.strides[n - 1] != 1 && box.shape[n - 1] != 1)
-    throw std::invalid_argument("tensor '" + printable(p.name) + "': the region's last dimension is not contiguous");
-  const std::size_t esize = dtype_size(p.dtype);
-  std::uint64_t rows = 1;
-  for (std::size_t d = 0; d + 1 < n; ++d) rows *= box.shape[d];
-  Shape index(n, 0);
-  for (std::uint64_t row = 0; row < rows; ++row) {
-    Box run{box.offset, Shape(n, 1)};
-    run.shape[n - 1] = box.shape[n - 1];
-    std::int64_t elem = 0;
-    for (std::size_t d = 0; d + 1 < n; ++d) {
-      run.offset[d] += index[d];
-      elem += static_cast<std::int64_t>(index[d]) * r.strides[d];
-    }
-    box_fill_jobs(p, run, static_cast<unsigned char*>(r.data) + elem * static_cast<std::int64_t>(esize), seed, out);
-    for (std::size_t d = n - 1; d-- > 0;) {
-      if (++index[d] < box.shape[d]) break;
-      index[d] = 0;
-    }
-  }
-}
 
 void run_jobs(const std::vector<FillJob>& jobs, int device_type) {
   if (jobs.empty()) return;
@@ -188,7 +163,7 @@ void run_jobs(const std::vector<FillJob>& jobs, int device_type) {
 // An imported DLPack array as a region to fill; ValueError for what cannot be filled in place.
 // `bits_as`: the array's elements are this dtype's bits (a uint16 array holding bf16), for callers
 // whose framework has no bfloat16 of its own.
-Region import_region(nb::handle obj, bool allow_strided, std::optional<DType> bits_as = std::nullopt) {
+Imported import_region(nb::handle obj, bool allow_strided, std::optional<DType> bits_as = std::nullopt) {
   const nb::handle type = obj.type();
   if (nb::hasattr(type, "__module__")) {
     const std::string mod = nb::cast<std::string>(nb::str(type.attr("__module__")));
@@ -200,10 +175,10 @@ Region import_region(nb::handle obj, bool allow_strided, std::optional<DType> bi
     nb::ndarray<nb::ro> ro;
     if (nb::try_cast(obj, ro, false))
       throw std::invalid_argument("array is read-only: layerinit.fill_ writes in place and needs a writable array");
-    throw std::invalid_argument("expected an array that exports DLPack (__dlpack__) or the buffer protocol, got " +
+    throw std::invalid_argument("array: expected an array that exports DLPack (__dlpack__) or the buffer protocol, got " +
                                 nb::cast<std::string>(nb::str(type.attr("__name__"))));
   }
-  Region r;
+  Imported r;
   if (bits_as) {
     if (a.dtype().lanes != 1 || a.dtype().bits != 8 * dtype_size(*bits_as))
       throw std::invalid_argument("an array of " + std::to_string(a.dtype().bits) + "-bit elements cannot hold " +
@@ -219,22 +194,29 @@ Region import_region(nb::handle obj, bool allow_strided, std::optional<DType> bi
                                 ": layerinit fills CPU and CUDA memory");
   if ((r.device_type == kDLCUDA || r.device_type == kDLCUDAManaged) && a.device_id() != 0)
     throw std::invalid_argument("array on cuda:" + std::to_string(a.device_id()) + ": layerinit's CUDA backend uses cuda:0");
-  r.data = a.data();
+  r.region.data = a.data();
   for (std::size_t d = 0; d < a.ndim(); ++d) r.shape.push_back(a.shape(d));
-  if (a.stride_ptr() != nullptr)
-    for (std::size_t d = 0; d < a.ndim(); ++d) r.strides.push_back(a.stride(d));
-  if (!dense(r)) {
-    if (!allow_strided)
-      throw std::invalid_argument("array of shape " + shape_text(r.shape) +
-                                  " is not contiguous (row-major): fill a contiguous array, or .contiguous() and copy back");
-    for (std::size_t d = 0; d < r.shape.size(); ++d)
-      if (r.strides[d] < 0) throw std::invalid_argument("array has a negative stride");
+  if (a.stride_ptr() == nullptr || numel(r.shape) == 0) return r;  // dense, or nothing to write
+  for (std::size_t d = 0; d < a.ndim(); ++d) {  // a dimension of extent 1 has no stride that matters
+    if (a.stride(d) < 0 && a.shape(d) > 1) throw std::invalid_argument("array has a negative stride");
+    r.region.strides.push_back(a.shape(d) > 1 ? static_cast<std::uint64_t>(a.stride(d)) : 0);
+  }
+  if (dense_from(r.shape, r.region.strides) == 0) {
+    r.region.strides.clear();
+  } else if (!allow_strided) {
+    throw std::invalid_argument("array of shape " + shape_text(r.shape) +
+                                " is not contiguous (row-major): fill a contiguous array, or .contiguous() and copy back");
   }
   return r;
 }
 
-Shape shape_arg(const std::optional<std::vector<std::uint64_t>>& v, const Shape& fallback) {
-  return v ? Shape(v->begin(), v->end()) : fallback;
+// A box's offset: zeros when none is given, else one entry per dimension of the array.
+Shape offset_arg(const std::vector<std::uint64_t>& offset, const Imported& r) {
+  Shape off(offset.begin(), offset.end());
+  if (off.empty()) off = Shape(r.shape.size(), 0);
+  if (off.size() != r.shape.size())
+    throw std::invalid_argument("offset has " + std::to_string(off.size()) + " dimensions, the array " + std::to_string(r.shape.size()));
+  return off;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -242,12 +224,6 @@ Shape shape_arg(const std::optional<std::vector<std::uint64_t>>& v, const Shape&
 
 struct Spec {
   ModelSpec spec;
-};
-
-struct PlanEntry {
-  enum class Kind { pre, layer, post, stacked } kind = Kind::pre;
-  std::size_t index = 0;     // pre/post: position; layer: LayerSpec index; stacked: buffer index
-  std::uint64_t layer = 0;   // layer: block index
 };
 
 class Plan {
@@ -268,14 +244,19 @@ class Plan {
     opts_.experts = parse_expert_layout(experts);
     spec_.validate();
     builder_.emplace(spec_, recipe_, opts_, *host_context().be, *host_context().tracker);
-    if (opts_.layout == Layout::stacked) stacked_ = stacked_layout(spec_, opts_.experts);
-    index();
+    index_.emplace(*builder_);
   }
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
 
   const Builder& builder() const { return *builder_; }
+  const TensorIndex& index() const { return *index_; }
 
   // name -> (memory shape, dtype, kind, layer or None)
   nb::list tensors() const {
+    if (const std::uint64_t n = index_->tensor_count(); n > max_listed_tensors)
+      throw std::invalid_argument("plan of " + printable(spec_.name) + ": " + std::to_string(n) + " tensors are too many to list (at most " +
+                                  std::to_string(max_listed_tensors) + "); look tensors up by name");
     nb::list out;
     auto add = [&](const std::string& name, const Shape& shape, DType t, const char* kind, std::optional<std::uint64_t> layer) {
       out.append(nb::make_tuple(name, as_vector(shape), std::string(dtype_name(t)), kind, layer));
@@ -284,12 +265,12 @@ class Plan {
     if (opts_.layout == Layout::per_layer) {
       for (std::uint64_t i = 0; i < spec_.num_layers; ++i)
         for (const auto& p : builder_->plan_layer(i)) add(p.name, p.memory_shape, p.dtype, "layer", spec_.first_layer + i);
-    } else {
+    } else if (spec_.num_layers > 0) {
+      const StackedLayout& sl = index_->stacked_layout();
       const auto layer0 = builder_->plan_layer(0);
-      for (std::size_t b = 0; b < stacked_.buffers.size(); ++b) {
-        const auto& buf = stacked_.buffers[b];
-        add(buf.name, stacked_.shape(spec_, b, layer0[buf.first].memory_shape), layer0[buf.first].dtype, "stacked",
-            std::nullopt);
+      for (std::size_t b = 0; b < sl.buffers.size(); ++b) {
+        const auto& buf = sl.buffers[b];
+        add(buf.name, sl.shape(spec_, b, layer0[buf.first].memory_shape), layer0[buf.first].dtype, "stacked", std::nullopt);
       }
     }
     for (const auto& p : builder_->plan_post()) add(p.name, p.memory_shape, p.dtype, "post", std::nullopt);
@@ -298,59 +279,8 @@ class Plan {
 
   // The planned tensor of a canonical (not stacked) name, in any layout: its fill and logical shape.
   PlannedTensor planned(const std::string& name) const {
-    const auto it = names_.find(name);
-    if (it == names_.end() || it->second.kind == PlanEntry::Kind::stacked)
-      throw std::invalid_argument("tensor '" + printable(name) + "' is not in " + printable(spec_.name) + suggestion(name));
-    const PlanEntry& e = it->second;
-    if (e.kind == PlanEntry::Kind::pre) return builder_->plan_pre()[e.index];
-    if (e.kind == PlanEntry::Kind::post) return builder_->plan_post()[e.index];
-    return builder_->plan_layer(e.layer)[e.index];
-  }
-
-  // Fills box [offset, offset + region.shape) of tensor `name` (memory coordinates; a stacked name
-  // in the stacked layout) into `region`.
-  void fill(const std::string& name, const Region& region, const Shape& offset, std::vector<FillJob>& jobs) const {
-    const auto it = names_.find(name);
-    if (it == names_.end()) throw std::invalid_argument("tensor '" + printable(name) + "' is not in " + printable(spec_.name) + suggestion(name));
-    const Box box{offset, region.shape};
-    if (it->second.kind != PlanEntry::Kind::stacked) {
-      PlannedTensor p = planned(name);
-      check_dtype(p, region.dtype);
-      region_jobs(p, box, region, opts_.seed, jobs);
-      return;
-    }
-    // A stacked buffer [L, ...] or [L, E, ...]: each slice is its own tensor.
-    const std::size_t b = it->second.index;
-    const StackedBuffer& buf = stacked_.buffers[b];
-    const std::size_t lead = buf.fused ? 2 : 1;
-    const auto layer0 = builder_->plan_layer(0);
-    const Shape global = stacked_.shape(spec_, b, layer0[buf.first].memory_shape);
-    check_box(name, global, box);
-    std::vector<std::size_t> members;  // LayerSpec indices held by this buffer, by slice within a layer
-    for (std::size_t j = 0; j < stacked_.buffer.size(); ++j)
-      if (stacked_.buffer[j] == b) members.push_back(j);
-    const std::size_t esize = dtype_size(layer0[buf.first].dtype);
-    Shape strides = region_strides(region);
-    const std::uint64_t e0 = lead == 2 ? offset[1] : 0, ne = lead == 2 ? box.shape[1] : 1;
-    for (std::uint64_t l = offset[0]; l < offset[0] + box.shape[0]; ++l) {
-      const auto planned_layer = builder_->plan_layer(l);
-      for (std::uint64_t e = e0; e < e0 + ne; ++e) {
-        std::size_t j = members.front();
-        for (std::size_t m : members)
-          if (stacked_.expert[m] == e) j = m;
-        const PlannedTensor& p = planned_layer[j];
-        check_dtype(p, region.dtype);
-        Region sub;
-        sub.dtype = region.dtype;
-        sub.device_type = region.device_type;
-        sub.shape.assign(region.shape.begin() + static_cast<std::ptrdiff_t>(lead), region.shape.end());
-        sub.strides.assign(strides.begin() + static_cast<std::ptrdiff_t>(lead), strides.end());
-        std::uint64_t elem = (l - offset[0]) * strides[0] + (lead == 2 ? (e - e0) * strides[1] : 0);
-        sub.data = static_cast<unsigned char*>(region.data) + elem * esize;
-        Box sb{Shape(offset.begin() + static_cast<std::ptrdiff_t>(lead), offset.end()), sub.shape};
-        region_jobs(p, sb, sub, opts_.seed, jobs);
-      }
-    }
+    if (auto p = index_->planned(name)) return *std::move(p);
+    throw std::invalid_argument(index_->not_found(name));
   }
 
   const ModelSpec& spec() const { return spec_; }
@@ -358,54 +288,11 @@ class Plan {
   const Recipe& recipe() const { return recipe_; }
 
  private:
-  static Shape region_strides(const Region& r) {
-    Shape s(r.shape.size(), 1);
-    if (!r.strides.empty()) {
-      for (std::size_t d = 0; d < s.size(); ++d) s[d] = static_cast<std::uint64_t>(r.strides[d]);
-    } else {
-      for (std::size_t d = s.size(); d-- > 1;) s[d - 1] = s[d] * r.shape[d];
-    }
-    return s;
-  }
-  static void check_box(const std::string& name, const Shape& global, const Box& box) {
-    bool ok = box.shape.size() == global.size();
-    for (std::size_t d = 0; ok && d < global.size(); ++d) ok = box.offset[d] <= global[d] && box.shape[d] <= global[d] - box.offset[d];
-    if (!ok)
-      throw std::invalid_argument("tensor '" + printable(name) + "': a piece of shape " + shape_text(box.shape) + " at " +
-                                  shape_text(box.offset) + " does not lie inside its shape " + shape_text(global));
-  }
-  static void check_dtype(const PlannedTensor& p, DType have) {
-    if (p.dtype != have)
-      throw std::invalid_argument("tensor '" + printable(p.name) + "' is planned as " + std::string(dtype_name(p.dtype)) +
-                                  " but the array is " + std::string(dtype_name(have)));
-  }
-  std::string suggestion(const std::string& name) const {
-    // Names close to the one asked: those sharing its last component, at most three.
-    const auto dot = name.rfind('.');
-    const std::string tail = dot == std::string::npos ? name : name.substr(dot);
-    std::string out;
-    int n = 0;
-    for (const auto& [k, e] : names_)
-      if (k.size() >= tail.size() && k.compare(k.size() - tail.size(), tail.size(), tail) == 0 && n < 3)
-        out += (n++ ? ", " : "") + k;
-    return out.empty() ? "" : " (tensors such as " + out + ")";
-  }
-  void index() {
-    for (std::size_t i = 0; i < spec_.pre.size(); ++i) names_[spec_.pre[i].name] = {PlanEntry::Kind::pre, i, 0};
-    for (std::size_t i = 0; i < spec_.post.size(); ++i) names_[spec_.post[i].name] = {PlanEntry::Kind::post, i, 0};
-    for (std::uint64_t l = 0; l < spec_.num_layers; ++l)
-      for (std::size_t j = 0; j < spec_.layer.tensors.size(); ++j)
-        names_[spec_.canonical_name(l, spec_.layer.tensors[j])] = {PlanEntry::Kind::layer, j, l};
-    for (std::size_t b = 0; b < stacked_.buffers.size(); ++b)
-      names_[stacked_.buffers[b].name] = {PlanEntry::Kind::stacked, b, 0};
-  }
-
   ModelSpec spec_;
   Recipe recipe_;
   BuildOptions opts_;
   std::optional<Builder> builder_;
-  StackedLayout stacked_;
-  std::map<std::string, PlanEntry> names_;
+  std::optional<TensorIndex> index_;
 };
 
 // Moves a built tensor into a Python Array.
@@ -425,24 +312,33 @@ nb::dict build(const Plan& plan, const std::string& device, const std::optional<
     own = make_host_backend(threads);
     be = own.get();
   }
-  const Builder builder(plan.spec(), plan.recipe(), plan.options(), *be, *ctx.tracker);
+  // Ctrl-C between parts: the build (GIL released) takes the GIL back after each part to let Python
+  // run its signal handlers; KeyboardInterrupt unwinds the build, and what it made is freed.
+  BuildOptions opts = plan.options();
+  opts.after_part = [] {
+    nb::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+  };
+  const Builder builder(plan.spec(), plan.recipe(), opts, *be, *ctx.tracker);
+  // The CLI's memory preflight, before anything is allocated (MemoryError naming both numbers).
+  const std::uint64_t records = record_bytes(plan.spec(), opts.layout, false, false);
   nb::dict out;
   if (mesh || rank) {
-    ParallelDegrees d;
-    if (mesh) {
-      for (const auto& [k, v] : *mesh) {
-        if (k == "tp") d.tp = v;
-        else if (k == "pp") d.pp = v;
-        else if (k == "ep") d.ep = v;
-        else if (k == "fsdp") d.fsdp = v;
-        else throw std::invalid_argument("unknown mesh dimension '" + printable(k) + "' (valid: tp, pp, ep, fsdp)");
+    std::vector<std::pair<std::string, std::uint64_t>> named;
+    if (mesh) named.assign(mesh->begin(), mesh->end());
+    const ParallelPlan pp = [&] {
+      try {
+        return ParallelPlan::checked(plan.spec(), parallel_degrees(named), rank, "");
+      } catch (const std::invalid_argument& e) {
+        if (std::string_view(e.what()).starts_with("rank ")) throw;
+        throw std::invalid_argument("mesh: " + std::string(e.what()));
       }
-    }
-    const ParallelPlan pp(plan.spec(), d);
+    }();
     if (!rank)
       throw std::invalid_argument("mesh " + pp.describe() + ": build needs rank=R, the rank to build (0-" +
                                   std::to_string(pp.ranks() - 1) + ")");
     const RankPlan rp(builder, pp, *rank);
+    check_memory(*be, {"this rank's pieces", plan_rank(rp, TrainingSetup::mixed).weight_bytes, records});
     RankModel m;
     {
       nb::gil_scoped_release release;
@@ -455,6 +351,8 @@ nb::dict build(const Plan& plan, const std::string& device, const std::optional<
     }
     return out;
   }
+  const MemoryPlan need = make_memory_plan(builder);
+  check_memory(*be, {"weights", opts.layout == Layout::stacked ? need.peak_stacked : need.peak_per_layer, records});
   Model m;
   {
     nb::gil_scoped_release release;
@@ -502,6 +400,8 @@ NB_MODULE(_core, m) {
       std::rethrow_exception(p);
     } catch (const layerinit::out_of_memory& e) {
       PyErr_SetString(PyExc_MemoryError, e.what());
+    } catch (const layerinit::memory_refused& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
     }
   });
 
@@ -511,11 +411,11 @@ NB_MODULE(_core, m) {
   m.def("recipe_names", &recipe_names);
 
   nb::class_<FillSpec>(m, "Fill", "A fill as the CLI writes it: normal(0, 0.02), trunc_normal(0, 0.02, -2, 2), ...")
-      .def_static("parse", [](const std::string& text) {
-        FillSpec f = parse_fill(text);
+      .def_static("parse", [](nb::handle text) {
+        FillSpec f = parse_fill(text_arg(text, "Fill.parse: text (a fill like 'normal(0, 0.02)')"));
         validate_fill(f);
         return f;
-      }, "text"_a, "Parses the CLI's grammar; ValueError naming the problem.")
+      }, "text"_a.none(), "Parses the CLI's grammar; ValueError naming the problem.")
       .def_prop_ro("kind", [](const FillSpec& f) { return std::string(fill_kind_name(f.kind)); })
       .def("__repr__", [](const FillSpec& f) { return "Fill(" + f.describe() + ")"; })
       .def("__str__", &FillSpec::describe)
@@ -543,35 +443,46 @@ NB_MODULE(_core, m) {
            "spec"_a, "recipe"_a, "overrides"_a, "dtype"_a, "dtype_overrides"_a, "seed"_a, "layout"_a, "orientation"_a,
            "experts"_a)
       .def("tensors", &Plan::tensors, "[(name, memory shape, dtype, kind, layer)] in file order")
-      .def("fill_of", [](const Plan& p, const std::string& name) { return p.planned(name).fill; }, "name"_a)
-      .def("logical_shape", [](const Plan& p, const std::string& name) { return as_vector(p.planned(name).shape); }, "name"_a)
-      .def("fill", [](const Plan& p, const std::string& name, nb::handle array, const std::vector<std::uint64_t>& offset,
+      .def("_fill_of", [](const Plan& p, const std::string& name) { return p.planned(name).fill; }, "name"_a)
+      .def("_logical_shape", [](const Plan& p, const std::string& name) { return as_vector(p.planned(name).shape); }, "name"_a)
+      .def("_fill", [](const Plan& p, const std::string& name, nb::handle array, const std::vector<std::uint64_t>& offset,
                       bool allow_strided, const std::optional<std::string>& bits_as) {
-        const Region r = import_region(array, allow_strided, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
+        const Imported r = import_region(array, allow_strided, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
         std::vector<FillJob> jobs;
-        Shape off(offset.begin(), offset.end());
-        if (off.empty()) off = Shape(r.shape.size(), 0);
-        if (off.size() != r.shape.size())
-          throw std::invalid_argument("offset has " + std::to_string(off.size()) + " dimensions, the array " + std::to_string(r.shape.size()));
-        p.fill(name, r, off, jobs);
+        p.index().fill_jobs(name, Box{offset_arg(offset, r), r.shape}, r.region, r.dtype, jobs);
         run_jobs(jobs, r.device_type);
       }, "name"_a, "array"_a, "offset"_a, "allow_strided"_a = false, "bits_as"_a = nb::none(),
       "Fills `array`, the piece at `offset` of tensor `name`, in place with the build's values.")
+      .def("_composite", [](const Plan& p, const std::string& name) { return p.index().composite(name); }, "name"_a,
+           "A listed name (a canonical tensor, or a stacked buffer) as a Composite.")
+      .def("_assemble", [](const Plan& p, const std::vector<std::string>& templates,
+                          const std::vector<std::pair<std::uint64_t, std::uint64_t>>& stack, std::size_t dim,
+                          const std::vector<std::optional<std::string>>& rows) {
+        std::vector<StackAxis> axes;
+        for (const auto& [size, first] : stack) axes.push_back({size, first});
+        std::vector<RowPermutation> perms;
+        for (const auto& r : rows) perms.push_back(r ? parse_row_permutation(*r) : RowPermutation{});
+        return p.index().assemble(templates, axes, dim, perms);
+      }, "templates"_a, "stack"_a, "dim"_a, "rows"_a,
+      "Tensors named by templates over stack axes [(size, first)], concatenated along `dim`, as a Composite.")
+      .def("_fused_experts", [](const Plan& p, const std::string& name, const std::vector<std::uint64_t>& shape) {
+        return p.index().hf_fused_experts(name, Shape(shape.begin(), shape.end()));
+      }, "name"_a, "shape"_a, "transformers 5's fused experts parameter as a Composite, or None for other names.")
       .def("build", &build, "device"_a, "mesh"_a.none(), "rank"_a.none(), "threads"_a = 0);
 
   m.def("fill", [](nb::handle array, const std::string& name, const FillSpec& fill, std::uint64_t seed,
                    const std::optional<std::vector<std::uint64_t>>& global_shape,
                    const std::optional<std::vector<std::uint64_t>>& offset, bool transposed,
                    const std::optional<std::string>& dtype, const std::optional<std::string>& bits_as) {
-    const Region r = import_region(array, false, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
+    const Imported r = import_region(array, false, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
     if (dtype && parse_dtype(*dtype) != r.dtype)
       throw std::invalid_argument("dtype mismatch: asked for " + *dtype + ", the array is " + std::string(dtype_name(r.dtype)));
     PlannedTensor p;
     p.name = name;
     p.dtype = r.dtype;
     p.fill = fill;
-    p.memory_shape = shape_arg(global_shape, r.shape);
-    const Shape off = shape_arg(offset, Shape(r.shape.size(), 0));
+    p.memory_shape = global_shape ? Shape(global_shape->begin(), global_shape->end()) : r.shape;
+    const Shape off = offset ? Shape(offset->begin(), offset->end()) : Shape(r.shape.size(), 0);
     if (p.memory_shape.size() != r.shape.size() || off.size() != r.shape.size())
       throw std::invalid_argument("array of shape " + shape_text(r.shape) + ": global_shape " + shape_text(p.memory_shape) +
                                   " and offset " + shape_text(off) + " need one entry per dimension");
@@ -583,10 +494,45 @@ NB_MODULE(_core, m) {
     }
     validate_fill(fill);
     std::vector<FillJob> jobs;
-    box_fill_jobs(p, Box{off, r.shape}, r.data, seed, jobs);
+    region_fill_jobs(p, Box{off, r.shape}, r.region, seed, jobs);
     run_jobs(jobs, r.device_type);
   }, "array"_a, "name"_a, "fill"_a, "seed"_a, "global_shape"_a.none(), "offset"_a.none(), "transposed"_a,
      "dtype"_a.none(), "bits_as"_a = nb::none());
+
+  m.def("fill_composite", [](nb::handle array, const Composite& c, std::uint64_t seed, const std::vector<std::uint64_t>& offset,
+                             bool allow_strided, const std::optional<std::string>& bits_as) {
+    const Imported r = import_region(array, allow_strided, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
+    if (r.dtype != c.dtype)
+      throw std::invalid_argument("the composite is " + std::string(dtype_name(c.dtype)) + " but the array is " +
+                                  std::string(dtype_name(r.dtype)));
+    std::vector<FillJob> jobs;
+    composite_fill_jobs(c, Box{offset_arg(offset, r), r.shape}, r.region, seed, jobs);
+    run_jobs(jobs, r.device_type);
+  }, "array"_a, "composite"_a, "seed"_a, "offset"_a, "allow_strided"_a = false, "bits_as"_a = nb::none(),
+  "Fills `array`, the piece at `offset` of composite `composite`, in place.");
+
+  nb::class_<Composite>(m, "Composite",
+                        "A parameter made of canonical tensors: stacked along leading axes, concatenated, each part a box of "
+                        "its tensor, rows optionally permuted (docs/python.md).")
+      .def_static("parse", [](nb::handle text) { return composite_from_text(text_arg(text, "Composite.parse: text"));
+      }, "text"_a.none(), "The composite of composite_to_text's versioned JSON; ValueError naming the problem.")
+      .def_prop_ro("text", &composite_to_text, "Compact, versioned JSON: parse(c.text) == c.")
+      .def_prop_ro("shape", [](const Composite& c) { return nb::tuple(nb::cast(as_vector(c.shape))); })
+      .def_prop_ro("dtype", [](const Composite& c) { return std::string(dtype_name(c.dtype)); })
+      .def_prop_ro("stack", [](const Composite& c) {
+        nb::list out;
+        for (const StackAxis& a : c.stack) out.append(nb::make_tuple(a.size, a.first));
+        return out;
+      }, "[(size, first)] of the leading stack axes")
+      .def("tensor_name", [](const Composite& c, std::size_t part, const std::vector<std::uint64_t>& index) {
+        return c.tensor(part, index).name;
+      }, "part"_a, "index"_a, "The name of part `part`'s tensor at stack position `index`.")
+      .def("__eq__", [](const Composite& a, const Composite& b) { return a == b; })
+      .def("__repr__", [](const Composite& c) {
+        return "layerinit.Composite(" + shape_text(c.shape) + ", " + std::string(dtype_name(c.dtype)) + ", " +
+               std::to_string(c.parts.size()) + (c.parts.size() == 1 ? " part" : " parts") +
+               (c.stack.empty() ? "" : ", " + std::to_string(c.stack.size()) + " stack axes") + ")";
+      });
 
   nb::class_<Array>(m, "Array",
                     "A tensor built by layerinit: its memory is layerinit's, tracked, and freed when the Array and every "

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# 8 CPU devices for the JAX tests' meshes: set before any test module imports jax.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

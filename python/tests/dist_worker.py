@@ -1,8 +1,10 @@
 """One rank of test_distributed.py: a transformers Llama on the meta device whose parameters are
 DTensors on a gloo CPU mesh, filled by layerinit.torch.init_, gathered with full_tensor() and compared
 with the unsharded build. Usage: dist_worker.py CASE... (env RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), cases among shard0,
-shard1, mesh2d, fsdp2, run in one process group. Prints 'rank R: N tensors equal (CASE)' per case
-and exits 0, or exits 1 naming the first difference."""
+shard1, mesh2d, fsdp2, buffers, run in one process group. Prints 'rank R: N tensors equal (CASE)' per case
+and exits 0, or exits 1 naming the first difference. Case `buffers`: the model given to
+distribute_module with a partition function, which also makes the rotary inv_freq buffer a
+replicated DTensor (issue 19 item 12), compared the same way, and its inv_freq with transformers'."""
 import os
 import sys
 
@@ -37,7 +39,19 @@ def shard_params(model, mesh, placements_for):
 def check(case, world, rank):
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config("llama-tiny", **CONFIG)).to(torch.bfloat16)
-    if case == "fsdp2":
+    if case == "buffers":
+        from torch.distributed.tensor import distribute_module, distribute_tensor
+
+        mesh = init_device_mesh("cpu", (world,))
+
+        def partition(name, module, mesh):
+            for pname, p in list(module.named_parameters(recurse=False)):
+                placements = [Shard(0)] if p.dim() > 1 else [Replicate()]
+                module.register_parameter(pname, torch.nn.Parameter(distribute_tensor(p, mesh, placements)))
+
+        distribute_module(model, mesh, partition)
+        assert isinstance(model.model.rotary_emb.inv_freq, DTensor)
+    elif case == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
         mesh = init_device_mesh("cpu", (world,))
@@ -64,6 +78,12 @@ def check(case, world, rank):
             print(f"rank {rank}: {name} differs ({case}, placements {p.placements})", flush=True)
             sys.exit(1)
         n += 1
+    if case == "buffers":
+        want = transformers.AutoModelForCausalLM.from_config(config("llama-tiny", **CONFIG)).model.rotary_emb.inv_freq
+        got = model.model.rotary_emb.inv_freq
+        if not (isinstance(got, DTensor) and torch.equal(got.full_tensor(), want.to(got.dtype))):
+            print(f"rank {rank}: inv_freq differs ({case})", flush=True)
+            sys.exit(1)
     print(f"rank {rank}: {n} tensors equal ({case})", flush=True)
 
 

@@ -149,7 +149,7 @@ def test_out_of_memory_is_memory_error():
 
 def test_cuda_without_gpu_is_clear():
     if layerinit.cuda_available():
-        pytest.skip("a GPU is present: tests/python's CUDA cases run instead")
+        pytest.skip("a GPU is present: python/tests/test_cuda.py runs instead")
     with pytest.raises((ValueError, RuntimeError), match="CUDA|cuda|GPU"):
         layerinit.build("llama-tiny", device="cuda")
 

@@ -20,13 +20,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_ranks(cases, world):
+def run_ranks(cases, world, worker=WORKER):
+    """Runs `worker` with arguments `cases` as `world` gloo ranks; [(exit code, output)] per rank."""
     port = free_port()
     procs = []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), *cases], env=env, stdout=subprocess.PIPE,
+        procs.append(subprocess.Popen([sys.executable, str(worker), *cases], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     outs = []
     for p in procs:
@@ -42,7 +43,8 @@ def run_ranks(cases, world):
 
 # One process group per world size runs its cases in turn: starting processes (importing torch and
 # transformers) is most of the cost.
-@pytest.mark.parametrize("world, cases", [(2, ("shard0", "shard1", "fsdp2")), (4, ("shard0", "shard1", "mesh2d", "fsdp2"))])
+@pytest.mark.parametrize("world, cases", [(2, ("shard0", "shard1", "fsdp2", "buffers")),
+                                                (4, ("shard0", "shard1", "mesh2d", "fsdp2", "buffers"))])
 def test_dtensor_init_equals_unsharded(world, cases):
     outs = run_ranks(cases, world)
     for rank, (code, out) in enumerate(outs):

@@ -1,8 +1,5 @@
-"""layerinit.jax.build: the same global arrays for every mesh and PartitionSpec (8 host devices)."""
-import os
-
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-
+"""layerinit.jax.build: arrays made by XLA and filled by layerinit's FFI handler, the same global arrays
+for every mesh and PartitionSpec (8 host devices: conftest sets XLA_FLAGS)."""
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -51,29 +48,24 @@ def test_meshes_and_specs_give_identical_arrays(devices, dtype):
 
 
 def test_each_device_fills_only_its_shards(devices):
-    calls = []
-    import layerinit.jax as mod
-
-    real = mod._box
-
-    def spy(index, shape):
-        calls.append(index)
-        return real(index, shape)
-
-    mod._box = spy
+    xla = ljax._xla()
+    mesh = Mesh(np.array(devices).reshape(2, 4), ("dp", "tp"))
+    xla.record_writes(True)
     try:
-        mesh = Mesh(np.array(devices).reshape(2, 4), ("dp", "tp"))
-        a = ljax.build("gpt2-tiny", sharding=lambda n: NamedSharding(mesh, P("dp", "tp") if n.endswith("wte.weight")
-                                                                         else P()))["transformer.wte.weight"]
+        arrays = ljax.build("gpt2-tiny", sharding=lambda n: NamedSharding(mesh, P("dp", "tp") if n.endswith("wte.weight")
+                                                                           else P()))
+        writes = xla.take_writes()
     finally:
-        mod._box = real
+        xla.record_writes(False)
+    a = arrays["transformer.wte.weight"]
     assert a.shape == (512, 64)
-    # 8 distinct pieces of [256, 16] for the embedding.
-    pieces = {tuple((s.start, s.stop) for s in idx) for idx in calls if len(idx) == 2 and idx[0].stop == 256 or
-              len(idx) == 2 and idx[0].start == 256}
-    assert len(pieces) == 8
-    for shard in a.addressable_shards:
-        assert shard.data.shape == (256, 16)
+    # 8 pieces of [256, 16], each written by the handler straight into the device's own buffer.
+    pieces = {(s.data.unsafe_buffer_pointer(), s.data.nbytes) for s in a.addressable_shards}
+    assert {(p, n) for name, p, n in writes if name == "transformer.wte.weight"} == pieces
+    assert {s.data.shape for s in a.addressable_shards} == {(256, 16)} and len(pieces) == 8
+    # Every replicated array once per device: 8 writes of the whole.
+    h = arrays["transformer.h.0.attn.c_attn.weight"]
+    assert sum(1 for name, _, n in writes if name == "transformer.h.0.attn.c_attn.weight" and n == h.nbytes) == 8
 
 
 def test_stacked_and_out_in(devices):
@@ -89,3 +81,7 @@ def test_stacked_and_out_in(devices):
 def test_bad_input():
     with pytest.raises(ValueError, match="unknown preset"):
         ljax.build("nope")
+    with pytest.raises(ValueError, match="unknown recipe 'nope'"):
+        ljax.build("llama-tiny", recipe="nope")
+    with pytest.raises(ValueError, match=r"'model.embed_tokens.weight': a PartitionSpec needs a mesh"):
+        ljax.build("llama-tiny", sharding=P("x"))

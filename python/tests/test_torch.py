@@ -1,4 +1,5 @@
 """layerinit.torch.init_: transformers models on the meta device equal `layerinit emit`, bitwise."""
+import math
 import re
 
 import pytest
@@ -129,3 +130,135 @@ def test_errors():
     assert all(p.is_meta for p in model.parameters())  # refused before materializing
     with pytest.raises(ValueError, match="no layerinit spec for Hugging Face model_type 'bert'"):
         lt.hf_spec(transformers.BertConfig())
+
+
+class TitanStyleBlock(torch.nn.Module):
+    def __init__(self, extra=None):
+        super().__init__()
+        self.attention = torch.nn.ModuleDict({w: torch.nn.Linear(32, 32, bias=False) for w in ("wq", "wk", "wv", "wo")})
+        self.feed_forward = torch.nn.ModuleDict({"w1": torch.nn.Linear(32, 48, bias=False),
+                                                 "w2": torch.nn.Linear(48, 32, bias=False),
+                                                 "w3": torch.nn.Linear(32, 48, bias=False)})
+        if extra:
+            self.feed_forward[extra] = torch.nn.Linear(32, 32, bias=False)
+        self.attention_norm = torch.nn.RMSNorm(32)
+
+
+class TitanStyle(torch.nn.Module):
+    """torchtitan's layout: layers in an nn.ModuleDict keyed "0".."3", the head named `output`."""
+
+    def __init__(self, extra=None):
+        super().__init__()
+        self.tok_embeddings = torch.nn.Embedding(100, 32)
+        self.layers = torch.nn.ModuleDict({str(i): TitanStyleBlock(extra) for i in range(4)})
+        self.norm = torch.nn.RMSNorm(32)
+        self.output = torch.nn.Linear(32, 100, bias=False)
+
+
+def test_module_spec_finds_layers_in_a_module_dict_and_roles_by_name():
+    """torchtitan keeps its layers in an nn.ModuleDict: module_spec found no depth there and gave the
+    head and the output projections the input rule (wo at 0.02 / sqrt(2) in every layer, the head
+    at 0.02)."""
+    with torch.device("meta"):
+        m = TitanStyle()
+    spec = lt.module_spec(m)
+    assert (spec["layer"]["prefix"], spec["layer"]["first"], spec["layer"]["count"]) == ("layers.", 0, 4)
+    assert [t["name"] for t in spec["pre"]] == ["tok_embeddings.weight"]
+    assert [(t["name"], t["role"]) for t in spec["post"]] == [("norm.weight", "norm_weight"), ("output.weight", "head_weight")]
+    roles = {t["name"]: t["role"] for t in spec["layer"]["tensors"]}
+    assert roles["attention.wo.weight"] == roles["feed_forward.w2.weight"] == "output_weight"
+    assert roles["feed_forward.w3.weight"] == roles["attention.wq.weight"] == "linear_weight"
+    p = layerinit.plan(spec, recipe="torchtitan", dtype="fp32")
+    for i in (0, 3):
+        depth = layerinit.Fill.parse(f"trunc_normal(0, {0.02 / math.sqrt(2 * (i + 1))!r}, -2, 2)")
+        for w in ("attention.wo", "feed_forward.w2", "feed_forward.w3"):
+            assert p.fill_of(f"layers.{i}.{w}.weight") == depth, (i, w)
+        assert p.fill_of(f"layers.{i}.attention.wq.weight") == layerinit.Fill.parse("trunc_normal(0, 0.02, -2, 2)")
+    assert p.fill_of("output.weight") == layerinit.Fill.parse(f"trunc_normal_std(0, {1 / math.sqrt(32)!r}, -3, 3)")
+    lt.init_(m, recipe="torchtitan", seed=4)
+    ref = layerinit.build(spec, recipe="torchtitan", seed=4, dtype="fp32")
+    for name, prm in m.named_parameters():
+        assert same(prm.detach(), torch.from_dlpack(ref[name])), name
+
+
+def test_a_role_the_recipe_needs_and_the_names_do_not_tell_is_refused():
+    with torch.device("meta"):
+        m = TitanStyle(extra="proj")
+    with pytest.raises(ValueError, match=r"recipe 'torchtitan' fills a linear map by its role .* for 4 parameter\(s\): "
+                                         r"layers.0.feed_forward.proj.weight, layers.1.feed_forward.proj.weight"):
+        lt.init_(m, recipe="torchtitan")
+    assert all(p.is_meta for p in m.parameters())
+    lt.init_(m, recipe="pytorch-default")  # every linear map the same rule: no role needed
+    assert not any(p.is_meta for p in m.parameters())
+
+
+def test_a_layer_the_recipe_needs_and_the_names_do_not_tell_is_refused():
+    with torch.device("meta"):
+        m = TitanStyle()
+        m.extra = torch.nn.ModuleList([torch.nn.ModuleDict({"wo": torch.nn.Linear(32, 32, bias=False)})])
+    with pytest.raises(ValueError, match=r"recipe 'torchtitan' fills by layer number, which module_spec cannot tell "
+                                         r"for 1 parameter\(s\) outside the module's layers \(layers.\): "
+                                         r"extra.0.wo.weight"):
+        lt.init_(m, recipe="torchtitan")
+    lt.init_(m, recipe="hf")
+
+
+def test_a_parameter_no_rule_covers_is_refused_listing_them():
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.gain = torch.nn.Parameter(torch.ones(4))
+            self.shift = torch.nn.Parameter(torch.zeros(4))
+
+    m = Scaled()
+    with pytest.raises(ValueError, match=r"recipe 'hf' has no rule for 2 parameter\(s\) that are not an nn.Linear, "
+                                         r"nn.Embedding or norm: gain, shift; pass overrides="):
+        lt.init_(m)
+    lt.init_(m, overrides={"gain": "constant(2)", "shift": "constant(3)"})
+    assert torch.all(m.gain == 2) and torch.all(m.shift == 3)
+
+
+def test_dtypes_are_checked_before_anything_is_written():
+    """Issue 19 item 6: an int32 parameter was refused after m[0].weight had been overwritten; a
+    float64 layer on the meta device after to_empty, leaving the module half filled."""
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    m[1].weight = torch.nn.Parameter(torch.zeros(4, 4, dtype=torch.int32), requires_grad=False)
+    before = m[0].weight.detach().clone()
+    with pytest.raises(ValueError, match=r"1 parameter\(s\) of a dtype layerinit does not fill \(float32, float16, "
+                                         r"bfloat16\): 1.weight \(torch.int32\)"):
+        lt.init_(m, recipe="pytorch-default")
+    assert torch.equal(m[0].weight, before)
+    with torch.device("meta"):
+        m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4).double())
+    with pytest.raises(ValueError, match=r"1.weight \(torch.float64\), 1.bias \(torch.float64\)"):
+        lt.init_(m, recipe="pytorch-default")
+    assert all(p.is_meta for p in m.parameters())
+
+
+def test_scalars_are_named_and_can_be_skipped():
+    """Issue 19 item 8: a 0-d parameter raised "spec: pre[0].shape: ..." naming no parameter, and
+    name_map={"scale": None} could not skip it; a module without parameters raised."""
+    m = torch.nn.Module()
+    m.lin = torch.nn.Linear(4, 4)
+    m.scale = torch.nn.Parameter(torch.tensor(7.0))
+    with pytest.raises(ValueError, match=r"1 parameter\(s\) are 0-d \(scalars\), which layerinit does not fill: scale; "
+                                         r"skip them with name_map=\{'scale': None\}"):
+        lt.init_(m, recipe="pytorch-default")
+    assert lt.init_(m, recipe="pytorch-default", name_map={"scale": None}) is m
+    assert float(m.scale.detach()) == 7.0 and float(m.lin.weight.detach().abs().max()) <= 0.5
+    empty = torch.nn.ReLU()
+    assert lt.init_(empty) is empty
+
+
+def test_buffers_no_code_computes_are_named():
+    class WithBuffer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.register_buffer("table", torch.arange(4.0))
+
+    with torch.device("meta"):
+        m = WithBuffer()
+    with pytest.warns(UserWarning, match=r"buffers left uninitialized after to_empty .*\['table'\]"):
+        lt.init_(m, recipe="pytorch-default")

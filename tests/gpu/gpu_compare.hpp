@@ -63,7 +63,7 @@ inline std::size_t compare_buffers(backend& b, std::size_t bytes, const std::vec
   for (std::size_t k = 0; k < h.size(); ++k) h[k].dst = expect.data() + host_pos[k];
   fill_host(h, 0);
 
-  Buffer dev(b.memory(), bytes);
+  Storage dev = Storage::allocate(b.memory(), bytes, {});
   b.synchronize();  // the allocation is stream-ordered: let it complete before another stream writes
   EXPECT_EQ(cudaMemset(dev.data(), guard_byte, bytes), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // cudaMemset runs on the legacy stream

@@ -56,7 +56,7 @@ TEST(CudaBackend, CopyWithinDeviceAndToHost) {
   LAYERINIT_SKIP_WITHOUT_GPU();
   auto b = make_cuda_backend();
   const std::uint64_t n = 100003;
-  Buffer a(b->memory(), n * 2), c(b->memory(), n * 2);
+  Storage a = Storage::allocate(b->memory(), n * 2, {}), c = Storage::allocate(b->memory(), n * 2, {});
   fill_and_check(*b, a.data(), n, "copy.src");
   b->copy(c.data(), a.data(), n * 2);
   std::vector<std::uint16_t> from_a(n), from_c(n);
@@ -150,7 +150,7 @@ TEST(CudaBackend, ReserveCommitRelease) {
 TEST(CudaBackend, OutOfMemoryCarriesTheBytesAsked) {
   LAYERINIT_SKIP_WITHOUT_GPU();
   auto b = make_cuda_backend();
-  Buffer held(b->memory(), 3 * MiB);
+  Storage held = Storage::allocate(b->memory(), 3 * MiB, {});
   const std::size_t huge = std::size_t{1} << 50;  // 1 PiB
   try {
     (void)b->memory().allocate(huge);
@@ -172,6 +172,6 @@ TEST(CudaBackend, OutOfMemoryCarriesTheBytesAsked) {
   }
   b->memory().release(r, 2 * total_bytes);
   // Still usable afterwards.
-  Buffer after(b->memory(), 1 * MiB);
+  Storage after = Storage::allocate(b->memory(), 1 * MiB, {});
   fill_and_check(*b, after.data(), 1 * MiB / 2, "after.oom");
 }

@@ -194,7 +194,7 @@ TEST(FillCuda, StridedJobsMatchHostAndTheirRuns) {
     }
   // Overlapping runs are refused before the launch.
   FillJob bad = job(DType::bf16, 1000, "bad", FillSpec::normal(0, 1));
-  Buffer dev(b->memory(), 1024);
+  Storage dev = Storage::allocate(b->memory(), 1024, {});
   bad.dst = dev.data();
   bad.end = 16;
   bad.runs = 4;
@@ -249,7 +249,7 @@ TEST(FillCuda, EmptyBatchAndEmptyJobsWriteNothing) {
 TEST(FillCuda, RejectsBadJobsBeforeLaunching) {
   LAYERINIT_SKIP_WITHOUT_GPU();
   auto b = make_cuda_backend();
-  Buffer dev(b->memory(), 4096);
+  Storage dev = Storage::allocate(b->memory(), 4096, {});
   FillJob j = job(DType::f32, 100, "bad", FillSpec::normal(0, 1));
   j.dst = static_cast<char*>(dev.data()) + 2;  // not 4-byte aligned
   EXPECT_THROW(b->fill({&j, 1}), std::invalid_argument);
@@ -274,7 +274,7 @@ TEST(FillCuda, DirectCallOnTheBackendStream) {
   LAYERINIT_SKIP_WITHOUT_GPU();
   auto b = make_cuda_backend();
   const std::uint64_t n = 4099;
-  Buffer dev(b->memory(), n * 2);
+  Storage dev = Storage::allocate(b->memory(), n * 2, {});
   FillJob j = job(DType::f16, n, "direct", FillSpec::normal(0, 0.02));
   j.dst = dev.data();
   fill_cuda({&j, 1}, cuda_backend_stream(*b));

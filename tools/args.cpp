@@ -1,22 +1,14 @@
-#include "common.hpp"
+#include "args.hpp"
 
-#include <cerrno>
 #include <charconv>
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
-#include <iostream>
 #include <limits>
-#include <regex>
-#include <sstream>
+#include <utility>
 
-#include <layerinit/core/bytes.hpp>
-#include <layerinit/core/errors.hpp>
+#include <layerinit/core/text.hpp>
 #include <layerinit/init/hf_spec.hpp>
 #include <layerinit/init/spec_json.hpp>
-#include <layerinit/plan/plan.hpp>
 
 namespace layerinit::cli {
 
@@ -76,7 +68,7 @@ void ModelArgs::add_model_flags(CLI::App& app) {
   h->excludes(p)->excludes(s);
 }
 
-void ModelArgs::add_build_flags(CLI::App& app, const std::string& layouts) {
+void ModelArgs::add_build_flags(CLI::App& app, bool allow_restack) {
   app.add_option("--dtype", dtype, "Element type: fp32, fp16, bf16")->capture_default_str();
   app.add_option("--dtype-override", dtype_overrides,
                  "PATTERN=DTYPE: dtype of tensors whose canonical name matches the glob, e.g. '*norm*=fp32' (repeatable)");
@@ -91,7 +83,18 @@ void ModelArgs::add_build_flags(CLI::App& app, const std::string& layouts) {
   add_decimal_option(app, "--seed", seed, 0, std::numeric_limits<std::uint64_t>::max(),
                      "Seed: values are a pure function of (seed, tensor name, element index)");
   app.add_flag("--strict", strict, "An --init-override or --dtype-override that matches no tensor is an error");
-  app.add_option("--layout", layout, "Memory layout: " + layouts)->capture_default_str();
+  const std::string layouts = allow_restack ? "per-layer, stacked, restack" : "per-layer, stacked";
+  app.add_option_function<std::string>(
+         "--layout",
+         [this, allow_restack, layouts](const std::string& s) {
+           restack = allow_restack && s == "restack";
+           if (restack) layout = Layout::per_layer;
+           else if (s == "per-layer" || s == "stacked") layout = parse_layout(s);
+           else throw usage_error("unknown layout '" + s + "' (valid: " + layouts + ")");
+         },
+         "Memory layout: " + layouts + (allow_restack ? " (per-layer, then stack in place)" : ""))
+      ->type_name("TEXT")
+      ->default_str("per-layer");
   app.add_option("--orientation", orientation, "Linear weights as [out, in] (out-in, PyTorch/HF) or [in, out] (in-out, JAX/Flax)")
       ->capture_default_str();
   app.add_option("--experts", experts,
@@ -121,63 +124,15 @@ void ModelArgs::add_parallel_flags(CLI::App& app) {
       ->type_name("UINT");
 }
 
+std::string ModelArgs::layout_text() const { return restack ? "restack" : std::string(layout_name(layout)); }
+
 bool ModelArgs::sharded() const { return rank || parallel != ParallelDegrees{}; }
 
 ParallelPlan ModelArgs::parallel_plan(const ModelSpec& spec) const {
-  std::optional<ParallelPlan> plan;
   try {
-    plan.emplace(spec, parallel);
+    return ParallelPlan::checked(spec, parallel, rank, "--");
   } catch (const std::invalid_argument& e) {
     throw usage_error(e.what());
-  } catch (const std::overflow_error&) {
-    throw usage_error("--tp x --pp x --ep x --fsdp overflows 64 bits");
-  }
-  if (rank && *rank >= plan->ranks())
-    throw usage_error("--rank " + std::to_string(*rank) + " is outside the mesh of " + std::to_string(plan->ranks()) +
-                      (plan->ranks() == 1 ? " rank" : " ranks") + " (" + plan->mesh().describe() + ": ranks 0-" +
-                      std::to_string(plan->ranks() - 1) + ")");
-  return std::move(*plan);
-}
-
-std::uint64_t record_bytes(const ModelSpec& spec, const std::string& layout, bool hdf5_datasets) {
-  // Measured with GNU time's max RSS over 80,000 one-element layers: build's tensors and reports and
-  // emit's lists, reports and safetensors writer take about 1.5 KiB per tensor, HDF5 19.5 KiB more
-  // per dataset (open dataset handles, its metadata cache); a stacked tensor's report holds a hash
-  // per layer slice. Rounded up to 2 KiB, 22 KiB and 128 bytes.
-  const std::uint64_t L = spec.num_layers, T = spec.layer.tensors.size(), outer = spec.pre.size() + spec.post.size();
-  const bool stacked = layout == "stacked";
-  const std::uint64_t tensors = saturating_add(outer, stacked ? T : saturating_mul(L, T));
-  const std::uint64_t slices = layout == "per-layer" ? 0 : saturating_mul(L, T);
-  return saturating_add(saturating_mul(tensors, hdf5_datasets ? (2u + 22u) << 10 : 2u << 10), saturating_mul(slices, 128));
-}
-
-void check_memory(const ModelArgs& args, backend& be, const MemoryNeed& need) {
-  if (args.no_memory_check) return;
-  std::optional<AvailableMemory> device, host;
-  if (const char* hook = std::getenv("LAYERINIT_TEST_AVAILABLE_MEMORY")) {
-    std::uint64_t bytes = 0;
-    try {
-      bytes = parse_byte_size(hook);
-    } catch (const std::invalid_argument& e) {
-      throw usage_error(std::string("LAYERINIT_TEST_AVAILABLE_MEMORY: ") + e.what());
-    }
-    device = host = AvailableMemory{bytes, "LAYERINIT_TEST_AVAILABLE_MEMORY, a test hook"};
-  } else {
-    device = be.available_memory();
-    host = be.memory().kind() == MemoryKind::host ? device : available_host_memory();
-  }
-  auto refuse = [](const std::string& where, std::uint64_t total, const std::string& parts, const AvailableMemory& a) {
-    throw usage_error("not enough memory" + where + ": needs " + format_bytes(total) + " at its peak (" + parts + "), " +
-                      format_bytes(a.bytes) + " available (" + a.source + "); --no-memory-check to go ahead anyway");
-  };
-  const std::string peak = need.peak_what + " " + format_bytes(need.peak);
-  const std::string records = "tensor records " + format_bytes(need.records);
-  if (be.memory().kind() == MemoryKind::host) {
-    const std::uint64_t total = saturating_add(need.peak, need.records);
-    if (host && total > host->bytes) refuse("", total, peak + " + " + records, *host);
-  } else {
-    if (device && need.peak > device->bytes) refuse(" on " + be.describe(), need.peak, peak, *device);
-    if (host && need.records > host->bytes) refuse(" on the host", need.records, records, *host);
   }
 }
 
@@ -218,7 +173,7 @@ Recipe ModelArgs::load_recipe() const {
     } catch (const std::invalid_argument& e) {
       throw usage_error(e.what());
     }
-    prepare_fill(f, DType::f32);  // validates now, with the fill's own message
+    validate_fill(f);  // now, with the fill's own message; each tensor's dtype is checked when planned
     r.add_override(o.substr(0, eq), f);
   }
   return r;
@@ -232,7 +187,7 @@ BuildOptions ModelArgs::build_options() const {
     o.dtype_overrides.push_back({pattern, parse_dtype(value)});
   }
   o.seed = seed;
-  o.layout = layout == "restack" ? Layout::per_layer : parse_layout(layout);
+  o.layout = layout;
   o.orientation = parse_orientation(orientation);
   o.experts = parse_expert_layout(experts);
   return o;
@@ -283,117 +238,13 @@ void ModelArgs::check_overrides(const ModelSpec& spec, const Recipe& recipe, con
   for (const auto& o : opts.dtype_overrides) check("--dtype-override", o.pattern);
 }
 
-
-namespace {
-// Length of the valid UTF-8 sequence at s[i] (RFC 3629: shortest form, no surrogates, at most
-// U+10FFFF), or 0.
-std::size_t utf8_length(const std::string& s, std::size_t i) {
-  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  if (c < 0x80) return 1;
-  std::size_t n = 0;
-  unsigned char lo = 0x80, hi = 0xbf;  // the allowed range of the second byte
-  if (c >= 0xc2 && c <= 0xdf) n = 2;
-  else if (c >= 0xe0 && c <= 0xef) n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
-  else if (c >= 0xf0 && c <= 0xf4) n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-  else return 0;
-  if (i + n > s.size() || b(i + 1) < lo || b(i + 1) > hi) return 0;
-  for (std::size_t k = 2; k < n; ++k)
-    if ((b(i + k) & 0xc0) != 0x80) return 0;
-  return n;
-}
-}  // namespace
-
-std::string escape_non_utf8(const std::string& s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size();) {
-    if (const std::size_t n = utf8_length(s, i)) {
-      out.append(s, i, n);
-      i += n;
-    } else {
-      char buf[5];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(s[i++]));
-      out += buf;
-    }
+void check_memory(const ModelArgs& args, backend& be, const MemoryNeed& need) {
+  if (args.no_memory_check) return;
+  try {
+    layerinit::check_memory(be, need);
+  } catch (const memory_refused& e) {
+    throw usage_error(std::string(e.what()) + "; --no-memory-check to go ahead anyway");
   }
-  return out;
-}
-
-std::string parameters_text(std::uint64_t parameters, std::uint64_t buffers) {
-  return std::to_string(parameters) + " parameters" + (buffers ? ", " + std::to_string(buffers) + " buffer elements" : "");
-}
-
-nlohmann::ordered_json shape_json(const Shape& s) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::array();
-  for (auto d : s) j.push_back(d);
-  return j;
-}
-
-nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors) {
-  nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  for (const auto& t : tensors) {
-    nlohmann::ordered_json j{{"name", t.name}};
-    if (t.global_shape.empty()) {
-      j["shape"] = shape_json(t.shape);
-    } else {
-      j["global_shape"] = shape_json(t.global_shape);
-      j["offset"] = shape_json(t.offset);
-      j["local_shape"] = shape_json(t.shape);
-    }
-    j["dtype"] = dtype_name(t.dtype);
-    j["bytes"] = t.bytes;
-    if (t.hashed) j["xxh3_64"] = hex64(t.hash);  // else no one process saw all its bytes: layers only
-    if (!t.layer_hashes.empty()) {
-      nlohmann::ordered_json layers = nlohmann::ordered_json::array();
-      for (auto h : t.layer_hashes) layers.push_back(hex64(h));
-      j["layers"] = layers;
-    }
-    out.push_back(std::move(j));
-  }
-  return out;
-}
-
-void add_rank_json(nlohmann::ordered_json& out, const ParallelPlan& plan, std::uint64_t rank) {
-  const ParallelDegrees& d = plan.degrees();
-  const ParallelPlan::Coords c = plan.coords(rank);
-  const Range layers = plan.stage_layers(c.pp);
-  out["parallel"] = {{"pp", d.pp}, {"fsdp", d.fsdp}, {"ep", d.ep}, {"tp", d.tp}};
-  out["ranks"] = plan.ranks();
-  out["rank"] = rank;
-  out["coords"] = {{"pp", c.pp}, {"fsdp", c.fsdp}, {"ep", c.ep}, {"tp", c.tp}};
-  out["layers"] = {layers.offset, layers.size};
-}
-
-nlohmann::ordered_json report_header(const ModelSpec& spec, const BuildOptions& opts, const Recipe& recipe,
-                                     const std::string& layout, const backend& be) {
-  return nlohmann::ordered_json{{"model", spec.name},
-                                {"dtype", dtype_name(opts.dtype)},
-                                {"seed", opts.seed},
-                                {"recipe", recipe.name()},
-                                {"layout", layout},
-                                {"orientation", orientation_name(opts.orientation)},
-                                {"experts", expert_layout_name(opts.experts)},
-                                {"backend", be.describe()}};
-}
-
-// The reason of a failed write is the errno it left: cleared here, so nothing older is reported.
-void begin_stdout() { errno = 0; }
-
-void check_stdout() {
-  // A report larger than stdout's buffer fails while it is written (std::cout then stops writing);
-  // a smaller one fails in this fflush. std::cout writes through stdout's buffer (sync_with_stdio).
-  const int earlier = errno;
-  errno = 0;
-  const bool flushed = std::fflush(stdout) == 0;
-  const int e = errno ? errno : earlier;
-  if (!flushed || std::ferror(stdout) || !std::cout.flush())
-    throw std::runtime_error(std::string("cannot write to standard output: ") + (e ? std::strerror(e) : "write error"));
-}
-
-std::string hex64(std::uint64_t h) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
 }
 
 }  // namespace layerinit::cli

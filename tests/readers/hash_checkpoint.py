@@ -4,7 +4,7 @@
     hash_checkpoint.py hdf5 FILE
     hash_checkpoint.py safetensors DIR
 
-Prints one JSON object {name: {"dtype", "shape", "xxh3_64", ...}}, used by tests/test_cli.cpp to
+Prints one JSON object {name: {"dtype", "shape", "xxh3_64", ...}}, used by tests/test_cli_reports.cpp to
 compare with `layerinit emit --report json` (xxh3_64: the xxhash package's xxh3_64 of the bytes, seed
 0, as 16 hex digits like the report's).
 

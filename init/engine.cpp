@@ -1,0 +1,41 @@
+#include <layerinit/init/engine.hpp>
+
+#include <stdexcept>
+#include <string>
+
+#include <layerinit/core/text.hpp>
+
+namespace layerinit {
+
+std::vector<PartTensor> whole_tensors(const std::vector<PlannedTensor>& planned) {
+  std::vector<PartTensor> out;
+  out.reserve(planned.size());
+  for (const auto& p : planned) out.push_back({&p, p.memory_shape, nullptr, std::nullopt});
+  return out;
+}
+
+std::vector<Tensor> Engine::fill_part(std::span<const PartTensor> part, const PartJobs& jobs) const {
+  for (const PartTensor& t : part)
+    if (t.stack && t.stack->dtype != t.tensor->dtype)
+      throw std::invalid_argument("stacked layout needs one dtype per stacked buffer, but " + printable(t.tensor->name) +
+                                  " is " + std::string(dtype_name(t.tensor->dtype)) + " and " + printable(t.stack->name) +
+                                  " is " + std::string(dtype_name(t.stack->dtype)));
+  std::vector<Tensor> made;
+  std::vector<FillJob> fill;
+  fill.reserve(part.size());
+  for (std::size_t k = 0; k < part.size(); ++k) {
+    void* dst = part[k].dst;
+    if (dst == nullptr) {
+      made.push_back(Tensor::allocate(*memory, part[k].tensor->name, part[k].shape, part[k].tensor->dtype));
+      dst = made.back().view.data;
+    }
+    if (jobs) jobs(k, dst, fill);
+    else fill.push_back(fill_job_for(*part[k].tensor, dst, seed));
+  }
+  be->fill(fill);
+  be->synchronize();
+  if (after_part) after_part();
+  return made;
+}
+
+}  // namespace layerinit

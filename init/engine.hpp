@@ -1,0 +1,54 @@
+// The step every build repeats: allocate a part (a layer, or one tensor outside the layers), make its
+// fill jobs, fill, synchronize, then let the caller stop. Builder::build and stream, shard/'s
+// build_rank and stream_rank and checkpoint/'s parallel emit all make their parts here.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include <layerinit/backends/backend.hpp>
+#include <layerinit/init/builder.hpp>
+#include <layerinit/memory/tensor.hpp>
+
+namespace layerinit {
+
+// The stacked buffer (or dataset) a layer tensor is one slice of: it holds one dtype.
+struct StackSlot {
+  std::string_view name;
+  DType dtype = DType::f32;
+};
+
+// One tensor of a part: planned tensor `tensor`'s values (all of them, or a piece) written densely
+// as `shape` at `dst`, a slice of a buffer made earlier; with a null dst, into a new allocation.
+struct PartTensor {
+  const PlannedTensor* tensor = nullptr;
+  Shape shape;  // tensor->memory_shape, or the piece's
+  void* dst = nullptr;
+  std::optional<StackSlot> stack;
+};
+// The whole tensors of a list, each into a new allocation.
+std::vector<PartTensor> whole_tensors(const std::vector<PlannedTensor>& planned);
+
+// Appends to `out` the jobs that write part tensor k at dst.
+using PartJobs = std::function<void(std::size_t k, void* dst, std::vector<FillJob>& out)>;
+
+// Where a build's parts are made: the backend that fills, the memory new tensors come from, the
+// seed, and the cancellation point between parts.
+struct Engine {
+  backend* be = nullptr;
+  memory_resource* memory = nullptr;
+  std::uint64_t seed = 0;
+  std::function<void()> after_part;  // runs after each part is filled; may throw to stop the build
+
+  // Refuses a stacked tensor whose dtype is not its buffer's (std::invalid_argument naming both)
+  // before anything is allocated, allocates the tensors without a dst (named as their planned
+  // tensor), appends each tensor's jobs (`jobs`; none given: the whole tensor, fill_job_for), fills
+  // them in one call, synchronizes and runs after_part. Returns the new allocations in part order.
+  std::vector<Tensor> fill_part(std::span<const PartTensor> part, const PartJobs& jobs = {}) const;
+};
+
+}  // namespace layerinit

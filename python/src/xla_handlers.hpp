@@ -1,0 +1,74 @@
+// The XLA FFI fill handlers (docs/python.md, "JAX"): each writes one device's piece of a parameter
+// straight into the output buffer XLA allocated for it. Registered from Python with
+// jax.ffi.register_ffi_target (api_version 1, the typed FFI) through layerinit._xla's capsules.
+//
+// Attributes, the same on every device: `seed` (u64), `param` (the parameter's composite text,
+// shard/composite.hpp) and `table` (i64[]: per device of this process, its ordinal and its piece's
+// offset). The device's ordinal comes from XLA's execution context, so one SPMD program inside
+// jax.shard_map serves every device and no operand has to be read back from device memory.
+#pragma once
+
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <xla/ffi/api/ffi.h>
+
+#include <layerinit/config.hpp>
+
+#include "xla_piece.hpp"
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(LayerinitFillHost);  // platform "cpu": the host fill, all cores
+// platform "cpu": the CUDA handler's path with the kernel's grid simulated on the host
+// (kernels/fill_grid.hpp), so the tests run the CUDA handler's logic without a GPU.
+XLA_FFI_DECLARE_HANDLER_SYMBOL(LayerinitFillGrid);
+#if LAYERINIT_HAS_CUDA
+XLA_FFI_DECLARE_HANDLER_SYMBOL(LayerinitFillCuda);  // platform "CUDA": enqueued on XLA's stream
+#endif
+
+namespace layerinit::jax {
+
+namespace ffi = ::xla::ffi;
+
+// Runs `fill(jobs)` with this call's jobs (xla_piece.hpp's piece_jobs); a C++ exception becomes the
+// error XLA raises in Python (an XlaRuntimeError with the message).
+template <class Fill>
+ffi::Error fill_piece(std::int32_t ordinal, std::uint64_t seed, std::string_view param,
+                      ffi::Span<const std::int64_t> table, ffi::AnyBuffer out, Fill&& fill) {
+  try {
+    PieceCall c;
+    c.param = param;
+    c.seed = seed;
+    c.table = std::span<const std::int64_t>(table.begin(), table.size());
+    c.ordinal = ordinal;
+    const auto dims = out.dimensions();
+    c.dims = std::span<const std::int64_t>(dims.begin(), dims.size());
+    switch (out.element_type()) {
+      case ffi::DataType::F32: c.dtype = DType::f32; break;
+      case ffi::DataType::F16: c.dtype = DType::f16; break;
+      case ffi::DataType::BF16: c.dtype = DType::bf16; break;
+      default: return ffi::Error::InvalidArgument("layerinit fills float32, float16 and bfloat16 outputs only");
+    }
+    c.dst = out.untyped_data();
+    const std::vector<FillJob> jobs = piece_jobs(c);
+    if (!jobs.empty()) fill(jobs);
+    return ffi::Error::Success();
+  } catch (const std::invalid_argument& e) {
+    return ffi::Error::InvalidArgument(std::string("layerinit: ") + e.what());
+  } catch (const std::exception& e) {  // a CUDA error, memory
+    return ffi::Error::Internal(std::string("layerinit: ") + e.what());
+  }
+}
+
+// The handler's bindings: what XLA passes, by name.
+inline auto fill_binding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::DeviceOrdinal>()
+      .Attr<std::uint64_t>("seed")
+      .Attr<std::string_view>("param")
+      .Attr<ffi::Span<const std::int64_t>>("table")
+      .Ret<ffi::AnyBuffer>();
+}
+
+}  // namespace layerinit::jax

@@ -1,0 +1,61 @@
+#include "xla_piece.hpp"
+
+#include <mutex>
+#include <stdexcept>
+#include <utility>
+
+#include <layerinit/core/text.hpp>
+#include <layerinit/shard/composite.hpp>
+
+namespace layerinit::jax {
+
+namespace {
+std::mutex writes_mu;
+bool writes_on = false;
+std::vector<Written> writes;
+}  // namespace
+
+void record_writes(bool on) {
+  std::lock_guard lock(writes_mu);
+  writes_on = on;
+  writes.clear();
+}
+
+std::vector<Written> take_writes() {
+  std::lock_guard lock(writes_mu);
+  return std::exchange(writes, {});
+}
+
+std::vector<FillJob> piece_jobs(const PieceCall& c) {
+  const Composite p = composite_from_text(c.param);
+  const std::string& name = p.parts.front().name;
+  const std::size_t n = p.shape.size();
+  if (c.dtype != p.dtype)
+    throw std::invalid_argument("'" + printable(name) + "' is " + std::string(dtype_name(p.dtype)) +
+                                " but the output buffer is " + std::string(dtype_name(c.dtype)));
+  if (c.dims.size() != n)
+    throw std::invalid_argument("'" + printable(name) + "': an output of rank " + std::to_string(c.dims.size()) + " for " +
+                                shape_string(p.shape));
+  Box box{Shape(n, 0), Shape(n, 0)};
+  for (std::size_t d = 0; d < n; ++d) box.shape[d] = static_cast<std::uint64_t>(c.dims[d]);
+  if (!c.table.empty()) {
+    if (c.table.size() % (n + 1) != 0)
+      throw std::invalid_argument("'" + printable(name) + "': a device table of " + std::to_string(c.table.size()) +
+                                  " numbers for rank " + std::to_string(n));
+    bool found = false;
+    for (std::size_t r = 0; r < c.table.size() && !found; r += n + 1) {
+      if (c.table[r] != c.ordinal) continue;
+      for (std::size_t d = 0; d < n; ++d) box.offset[d] = static_cast<std::uint64_t>(c.table[r + 1 + d]);
+      found = true;
+    }
+    if (!found)
+      throw std::invalid_argument("'" + printable(name) + "': device " + std::to_string(c.ordinal) + " holds no piece");
+  }
+  std::vector<FillJob> jobs;
+  composite_fill_jobs(p, box, Region{c.dst, {}}, c.seed, jobs);
+  std::lock_guard lock(writes_mu);
+  if (writes_on) writes.push_back({name, reinterpret_cast<std::uintptr_t>(c.dst), box.numel() * dtype_size(p.dtype)});
+  return jobs;
+}
+
+}  // namespace layerinit::jax

@@ -1,0 +1,44 @@
+// One device's piece of a parameter, as an XLA FFI fill handler call sees it: the parameter is a
+// composite (shard/composite.hpp: canonical tensors stacked along leading axes, in its versioned text
+// form, the same attribute on every device) and the piece is the box of it this device holds.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <layerinit/kernels/fill.hpp>
+
+namespace layerinit::jax {
+
+// What one handler call knows: the attributes, the device it runs on and its output buffer.
+struct PieceCall {
+  std::string_view param;                 // composite_to_text of the parameter
+  std::uint64_t seed = 0;
+  // Per device of this process that holds a piece: its ordinal, then the piece's offset in every
+  // dimension of the parameter (rank + 1 numbers a row). Empty: every device holds the whole.
+  std::span<const std::int64_t> table;
+  std::int64_t ordinal = 0;               // the device this call runs on
+  std::span<const std::int64_t> dims;     // the output buffer's (the piece's) shape
+  DType dtype = DType::f32;               // the output buffer's
+  void* dst = nullptr;
+};
+
+// The jobs that fill this call's piece densely into its output buffer (composite_fill_jobs). Throws
+// std::invalid_argument when the output is not a piece of the parameter (rank, dtype, a box outside
+// its shape), the device has no row in the table, or the text is malformed.
+std::vector<FillJob> piece_jobs(const PieceCall& c);
+
+// Test hook: while on, piece_jobs records every output buffer it is given (the first tensor's name
+// template, the address, the bytes), so a test can check that the handler wrote XLA's own buffers.
+struct Written {
+  std::string name;
+  std::uintptr_t address = 0;
+  std::uint64_t bytes = 0;
+};
+void record_writes(bool on);
+std::vector<Written> take_writes();  // what was recorded since the last call
+
+}  // namespace layerinit::jax

@@ -1,0 +1,115 @@
+"""Composite parameters from Python: stacked leaves, fused QKV with torchtitan's RoPE rows, transformers 5's
+fused experts; any piece of one equals the same piece of the tensors built whole."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import layerinit
+
+
+def bits(t):
+    return t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)
+
+
+def built(model, **kw):
+    return {k: torch.from_dlpack(v) for k, v in layerinit.build(model, **kw).items()}
+
+
+def test_a_stacked_buffer_and_a_stacked_leaf_are_the_stacked_build():
+    stacked = built("llama-tiny", layout="stacked", recipe="torchtitan", seed=2)
+    plan = layerinit.plan("llama-tiny", recipe="torchtitan", seed=2)
+    name = "model.layers.mlp.down_proj.weight"
+    leaf = plan.composite(["model.layers.{0}.mlp.down_proj.weight"], stack=[4])
+    assert leaf == layerinit.plan("llama-tiny", layout="stacked", recipe="torchtitan", seed=2).composite(name)
+    assert leaf.shape == tuple(stacked[name].shape) == (4, 64, 176)
+    assert leaf.dtype == "bf16" and leaf.stack == [(4, 0)]
+    assert leaf.tensor_name(0, [3]) == "model.layers.3.mlp.down_proj.weight"
+    assert len(leaf.parts[0]["fill"]) == 4  # depth-scaled: a fill per layer
+    assert layerinit.Composite.parse(leaf.text) == leaf
+    x = torch.empty(4, 64, 176, dtype=torch.bfloat16)
+    layerinit.fill_(x, leaf, seed=2)
+    assert torch.equal(bits(x), bits(stacked[name]))
+    # A piece crossing layers, as a shard of the leaf: rows 1..2 of layers 1..3, columns 100..175.
+    piece = torch.empty(3, 2, 76, dtype=torch.bfloat16)
+    layerinit.fill_(piece, leaf, seed=2, offset=(1, 1, 100))
+    assert torch.equal(bits(piece), bits(stacked[name][1:4, 1:3, 100:]))
+
+
+def test_a_strided_view_of_a_stacked_buffer():
+    stacked = built("mixtral-tiny", layout="stacked", dtype="fp32", seed=1)
+    name = "model.layers.block_sparse_moe.experts.w1.weight"  # [L, E, F, H]
+    plan = layerinit.plan("mixtral-tiny", layout="stacked", dtype="fp32", seed=1)
+    big = torch.zeros(2, 4, 128, 80)
+    view = big[:, 1:3, 5:40, 3:67]  # strided: every dimension but the last
+    plan.fill(name, view, (0, 1, 5, 0), allow_strided=True)
+    assert torch.equal(view, stacked[name][:, 1:3, 5:40, :])
+    assert torch.count_nonzero(big[:, :, :, :3]) == 0 and torch.count_nonzero(big[:, 0]) == 0
+
+
+def test_fused_qkv_with_torchtitans_rope_rows():
+    ref = built("llama-tiny", seed=8)
+    plan = layerinit.plan("llama-tiny", seed=8)
+    hd = 16  # hidden 64, 4 heads
+    rope = f"rope_interleave({hd})"
+    names = [f"model.layers.2.self_attn.{p}_proj.weight" for p in "qkv"]
+    qkv = plan.composite(names, rows=[rope, rope, None])
+    assert qkv.shape == (64 + 32 + 32, 64)
+
+    def reverse_permute(w, heads):  # torchtitan's Llama3StateDictAdapter._reverse_permute
+        return w.view(heads, 2, w.shape[0] // heads // 2, w.shape[1]).transpose(1, 2).reshape(w.shape)
+
+    want = torch.cat([reverse_permute(ref[names[0]], 4), reverse_permute(ref[names[1]], 2), ref[names[2]]])
+    x = torch.empty(128, 64, dtype=torch.bfloat16)
+    layerinit.fill_(x, qkv, seed=8)
+    assert torch.equal(bits(x), bits(want))
+    # Column-parallel shards (rows split over 3 ranks, uneven) of it.
+    for lo, hi in ((0, 43), (43, 86), (86, 128)):
+        piece = torch.empty(hi - lo, 64, dtype=torch.bfloat16)
+        layerinit.fill_(piece, qkv, seed=8, offset=(lo, 0))
+        assert torch.equal(bits(piece), bits(want[lo:hi]))
+
+
+def test_transformers_5_fused_experts():
+    ref = built("mixtral-tiny", dtype="fp32", seed=4)
+    plan = layerinit.plan("mixtral-tiny", dtype="fp32", seed=4)
+    gu = plan.fused_experts("model.layers.1.mlp.experts.gate_up_proj", (4, 256, 64))
+    down = plan.fused_experts("model.layers.1.mlp.experts.down_proj", (4, 64, 128))
+    assert plan.fused_experts("model.layers.1.mlp.gate_proj", (4, 256, 64)) is None
+    e = "model.layers.1.block_sparse_moe.experts.{}.{}.weight"
+    want = torch.stack([torch.cat([ref[e.format(i, "w1")], ref[e.format(i, "w3")]]) for i in range(4)])
+    x = torch.empty(4, 256, 64)
+    layerinit.fill_(x, gu, seed=4)
+    assert torch.equal(x, want)
+    y = torch.empty(4, 64, 128)
+    layerinit.fill_(y, down, seed=4)
+    assert torch.equal(y, torch.stack([ref[e.format(i, "w2")] for i in range(4)]))
+    with pytest.raises(ValueError, match=r"make \[4, 256, 64\]"):
+        plan.fused_experts("model.layers.1.mlp.experts.gate_up_proj", (4, 128, 64))
+
+
+def test_text_form_and_its_errors():
+    plan = layerinit.plan("llama-tiny", dtype="fp32")
+    c = plan.composite("model.norm.weight")
+    d = json.loads(c.text)
+    assert d == {"layerinit_composite": 1, "dtype": "fp32", "shape": [64],
+                 "parts": [{"name": "model.norm.weight", "shape": [64], "at": [0], "fill": "constant(1)"}]}
+    assert repr(c) == "layerinit.Composite([64], fp32, 1 part)"
+    d["layerinit_composite"] = 2
+    for bad, want in ((json.dumps(d), "version 2"), ("{", "malformed JSON"), (5, "text must be a str")):
+        with pytest.raises(ValueError, match=want) as e:
+            layerinit.Composite.parse(bad)
+        assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="is not in llama-tiny"):
+        plan.composite(["model.layers.{0}.self_attn.q_proj.weight"], stack=[5])
+    with pytest.raises(ValueError, match="unknown row permutation 'swap'"):
+        plan.composite(["model.norm.weight"], rows=["swap"])
+    with pytest.raises(ValueError, match="rows has 2 entries for 1 names"):
+        plan.composite(["model.norm.weight"], rows=[None, None])
+    with pytest.raises(ValueError, match="the composite is fp32 but the array is bf16"):
+        layerinit.fill_(torch.empty(64, dtype=torch.bfloat16), c)
+    with pytest.raises(ValueError, match="fill, global_shape and transposed come from the Composite"):
+        layerinit.fill_(torch.empty(64), c, "constant(1)")
+    with pytest.raises(ValueError, match="lies outside"):
+        layerinit.fill_(torch.empty(64), c, offset=(1,))

@@ -1,0 +1,28 @@
+"""examples/jax: each example runs (its asserts are the test), and the 7B shape of the Mistral-shaped
+Equinox model is planned from its spec without building it."""
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, run_cli
+
+pytest.importorskip("equinox")
+pytest.importorskip("flax")
+EXAMPLES = ROOT / "examples" / "jax"
+
+
+@pytest.mark.parametrize("name", ["mlp_equinox.py", "mistral_equinox.py", "nnx_stacked.py", "sharded.py"])
+def test_example_runs(name):
+    r = subprocess.run([sys.executable, name], cwd=EXAMPLES, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"examples/jax/{name}:\n{r.stderr[-3000:]}"
+
+
+def test_the_7b_shape_is_planned(cli, tmp_path):
+    spec = tmp_path / "7b.json"
+    r = subprocess.run([sys.executable, "mistral_equinox.py", "--config", "7b", "--spec", str(spec)], cwd=EXAMPLES,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = run_cli(cli, "plan", "--spec", str(spec), "--dtype", "bf16", "--recipe", "torchtitan")
+    assert re.search(r"7,241,732,096|7241732096", out), out  # Mistral 7B's parameters

@@ -1,0 +1,338 @@
+"""layerinit.jax.init on Equinox and Flax NNX pytrees: every leaf is the tensor `layerinit emit` writes
+under its name, the same for every mesh, PartitionSpec, device count, under jit and eagerly, written by
+the FFI handler into XLA's own buffers; bad input is refused before anything is built."""
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+eqx = pytest.importorskip("equinox")
+nnx = pytest.importorskip("flax.nnx")
+import jax.numpy as jnp  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+import layerinit  # noqa: E402
+import layerinit.jax as ljax  # noqa: E402
+from conftest import run_cli  # noqa: E402
+
+
+class Block(eqx.Module):
+    attn: eqx.nn.Linear
+    proj: eqx.nn.Linear
+    norm: eqx.nn.LayerNorm
+    gain: jax.Array  # no module says what it is: a rule does
+
+    def __init__(self, key):
+        k1, k2 = jax.random.split(key)
+        self.attn = eqx.nn.Linear(24, 12, key=k1)             # weight [12, 24], bias [12]
+        self.proj = eqx.nn.Linear(12, 24, use_bias=False, key=k2)
+        self.norm = eqx.nn.LayerNorm(24)
+        self.gain = jnp.ones((3,))
+
+
+class Net(eqx.Module):
+    emb: eqx.nn.Embedding
+    blocks: Block      # stacked: every leaf [4, ...]
+    head: list
+
+    def __init__(self, key, stacked=True):
+        k1, k2, k3 = jax.random.split(key, 3)
+        self.emb = eqx.nn.Embedding(40, 24, key=k1)
+        keys = jax.random.split(k2, 4)
+        self.blocks = eqx.filter_vmap(Block)(keys) if stacked else [Block(k) for k in keys]
+        self.head = [eqx.nn.RMSNorm(24), eqx.nn.Linear(24, 40, key=k3)]
+
+
+# "blocks*" matches the stacked leaf (blocks.proj.weight) and the listed layers' (blocks.0.proj.weight).
+RULES = {"blocks*.proj.weight": "output_weight", "*.gain": "uniform(-0.5, 0.5)", "head.1.weight": "head_weight"}
+
+
+def abstract(stacked=True):
+    return eqx.filter_eval_shape(Net, jax.random.key(0), stacked)
+
+
+def arrays(tree):
+    return jax.tree_util.tree_leaves(eqx.filter(tree, eqx.is_array))
+
+
+def bits(x):
+    a = np.asarray(x)
+    return a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint32)
+
+
+def named(tree):
+    """{leaf name: array} of a filled tree, names as init gives them."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {jax.tree_util.keystr(p, simple=True, separator="."): v for p, v in flat if hasattr(v, "shape")}
+
+
+def emit(cli, tmp_path, spec, *flags):
+    import ml_dtypes  # noqa: F401  (safetensors' numpy reader needs it for bf16)
+    from safetensors.numpy import load_file
+
+    f = tmp_path / "spec.json"
+    f.write_text(spec.to_json())
+    out = tmp_path / "out"
+    run_cli(cli, "emit", "--spec", str(f), "--backend", "cpu", "--format", "safetensors", "-o", str(out), *flags)
+    tensors = {}
+    for part in sorted(out.glob("*.safetensors")):
+        tensors.update(load_file(str(part)))
+    return tensors
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_every_leaf_is_the_emitted_tensor(cli, tmp_path, dtype):
+    spec = ljax.spec_of(abstract(), rules=RULES)
+    ref = emit(cli, tmp_path, spec, "--recipe", "torchtitan", "--seed", "7", "--dtype", dtype)
+    model = ljax.init(abstract(), seed=7, recipe="torchtitan", rules=RULES, dtype=dtype)
+    got = named(model)
+    assert got["blocks.attn.weight"].shape == (4, 12, 24) and got["blocks.attn.weight"].dtype == ljax._jnp_dtype(dtype)
+    compared = 0
+    for name, a in got.items():
+        a = np.asarray(a)
+        if name.startswith("blocks."):
+            for layer in range(4):
+                canonical = name.replace("blocks.", f"blocks.{layer}.", 1)
+                assert np.array_equal(bits(a[layer]), bits(ref[canonical])), canonical
+                compared += 1
+        else:
+            assert np.array_equal(bits(a), bits(ref[name])), name
+            compared += 1
+    assert compared == len(ref) == 4 * 6 + 5  # every emitted tensor, once
+    # torchtitan's depth scaling reaches the stacked slices: layer 3's std is below layer 0's.
+    proj = np.asarray(got["blocks.proj.weight"]).astype(np.float32)
+    assert proj[3].std() < proj[0].std()
+
+
+def test_stacked_slices_are_the_per_layer_tensors():
+    stacked = named(ljax.init(abstract(True), seed=3, rules=RULES, recipe="equinox"))
+    per_layer = named(ljax.init(abstract(False), seed=3, rules=RULES, recipe="equinox"))
+    assert len(per_layer) == 5 + 4 * 6 and len(stacked) == 5 + 6
+    for name, a in per_layer.items():
+        if name.startswith("blocks."):
+            layer, rest = name.split(".", 2)[1:]
+            assert np.array_equal(np.asarray(stacked["blocks." + rest][int(layer)]), np.asarray(a)), name
+        else:
+            assert np.array_equal(np.asarray(stacked[name]), np.asarray(a)), name
+
+
+class NnxBlock(nnx.Module):
+    def __init__(self, rngs):
+        self.up = nnx.Linear(16, 32, rngs=rngs)
+        self.norm = nnx.RMSNorm(32, rngs=rngs)
+        self.drop = nnx.Dropout(0.1, rngs=rngs)
+
+
+class NnxNet(nnx.Module):
+    def __init__(self, rngs):
+        self.embed = nnx.Embed(50, 16, rngs=rngs)
+
+        @nnx.split_rngs(splits=3)
+        @nnx.vmap(in_axes=(0,), out_axes=0)
+        def make(rngs):
+            return NnxBlock(rngs)
+
+        self.blocks = make(rngs)
+        self.head = nnx.Linear(16, 50, use_bias=False, rngs=rngs)
+
+
+def test_nnx_kernels_are_stored_in_out(cli, tmp_path):
+    tree = nnx.eval_shape(lambda: NnxNet(nnx.Rngs(0)))
+    spec = ljax.spec_of(tree)
+    assert "blocks.0.up.kernel" in [t["name"] for t in json.loads(spec.to_json())["pre"]]
+    ref = emit(cli, tmp_path, spec, "--recipe", "flax", "--seed", "2", "--dtype", "fp32")
+    model = ljax.init(tree, seed=2, recipe="flax")
+    kernel = np.asarray(model.blocks.up.kernel[...])
+    assert kernel.shape == (3, 16, 32)  # [L, in, out]
+    for layer in range(3):
+        assert np.array_equal(kernel[layer].T, ref[f"blocks.{layer}.up.kernel"])  # emit writes [out, in]
+    assert np.array_equal(np.asarray(model.head.kernel[...]).T, ref["head.kernel"])
+    assert np.array_equal(np.asarray(model.blocks.norm.scale[...]), np.ones((3, 32), np.float32))
+    assert isinstance(model.blocks.drop.rngs.key, nnx.Variable)  # random streams are left as they were
+
+
+def test_linen_params_by_rules(cli, tmp_path):
+    """A Flax linen init's abstract params (plain dicts: no module says anything) with rules."""
+    linen = pytest.importorskip("flax.linen")
+
+    class Mlp(linen.Module):
+        @linen.compact
+        def __call__(self, x):
+            return linen.Dense(3)(linen.relu(linen.Dense(8)(x)))
+
+    tree = jax.eval_shape(Mlp().init, jax.random.key(0), jnp.ones((1, 5)))
+    rules = {"*.kernel": {"role": "linear_weight", "orientation": "in-out"}, "*.bias": "linear_bias"}
+    ref = emit(cli, tmp_path, ljax.spec_of(tree, rules=rules), "--recipe", "flax", "--seed", "1", "--dtype", "fp32")
+    params = ljax.init(tree, seed=1, recipe="flax", rules=rules)["params"]
+    # Dense(3) is made first (Dense_0), before the Dense(8) of its argument (Dense_1).
+    assert params["Dense_1"]["kernel"].shape == (5, 8)  # [in, out], as linen stores it
+    for name in ("Dense_0", "Dense_1"):
+        assert np.array_equal(np.asarray(params[name]["kernel"]).T, ref[f"params.{name}.kernel"])
+    assert ref["params.Dense_1.kernel"].shape == (8, 5)  # the [out, in] tensor
+    assert np.array_equal(np.asarray(params["Dense_0"]["bias"]), np.zeros(3, np.float32))
+
+
+def test_identical_for_1_2_4_8_devices_and_specs():
+    devices = jax.devices()
+    if len(devices) < 8:
+        pytest.skip(f"jax has {len(devices)} devices: XLA_FLAGS=--xla_force_host_platform_device_count=8 (conftest)")
+    tree = abstract()
+    ref = {k: bits(v) for k, v in named(ljax.init(tree, seed=5, rules=RULES, dtype="bf16")).items()}
+    # [L, 12, 24] pieces of 3 rows or 3 columns start inside Philox blocks (8 elements).
+    specs = [P(), P(None, "x"), P(None, None, "x"), P("x"), P(None, "x", "y"), P(None, ("x", "y"))]
+    runs = 0
+    for n, shape in [(1, (1, 1)), (2, (2, 1)), (4, (2, 2)), (4, (4, 1)), (8, (4, 2))]:
+        mesh = Mesh(np.array(devices[:n]).reshape(shape), ("x", "y"))
+        for spec in specs:
+            def sharding(name, spec=spec, mesh=mesh):
+                if name.startswith("blocks.") and name.endswith(("attn.weight", "proj.weight")):
+                    s = spec
+                else:
+                    s = P()
+                try:
+                    NamedSharding(mesh, s).shard_shape(named(tree)[name].shape)
+                except Exception:  # this mesh does not divide this leaf
+                    s = P()
+                return NamedSharding(mesh, s)
+
+            got = named(ljax.init(tree, seed=5, rules=RULES, dtype="bf16", sharding=sharding))
+            for k, a in got.items():
+                assert a.sharding == sharding(k)
+                assert np.array_equal(bits(a), ref[k]), (n, shape, spec, k)
+            runs += 1
+    assert runs == 5 * len(specs)
+
+
+def test_jit_equals_eager_and_each_device_writes_its_pieces():
+    devices = jax.devices()
+    if len(devices) < 8:
+        pytest.skip(f"jax has {len(devices)} devices")
+    mesh = Mesh(np.array(devices).reshape(2, 4), ("fsdp", "tp"))
+    tree = abstract()
+    shardings = jax.tree_util.tree_map(lambda x: NamedSharding(mesh, P(None, "tp", "fsdp") if x.ndim == 3 else P()),
+                                       tree)
+    xla = ljax._xla()
+    xla.record_writes(True)
+    try:
+        eager = ljax.init(tree, seed=1, rules=RULES, sharding=shardings)
+        writes = xla.take_writes()
+        jitted = jax.jit(lambda: ljax.init(tree, seed=1, rules=RULES, sharding=shardings), out_shardings=shardings)()
+    finally:
+        xla.record_writes(False)
+    for a, b in zip(arrays(eager), arrays(jitted)):
+        assert a.sharding == b.sharding and np.array_equal(np.asarray(a), np.asarray(b))
+    # The handler wrote XLA's own output buffers, one per device piece, and nothing else.
+    wq = eager.blocks.attn.weight
+    pointers = {(s.data.unsafe_buffer_pointer(), s.data.nbytes) for a in arrays(eager) for s in a.addressable_shards}
+    assert {(address, size) for _, address, size in writes} == pointers
+    assert sum(1 for name, _, _ in writes if name == "blocks.{0}.attn.weight") == 8  # the slices' name template
+    assert {s.data.shape for s in wq.addressable_shards} == {(4, 3, 12)}
+
+
+def test_grid_handler_writes_what_the_host_handler_writes(monkeypatch):
+    """The CUDA handler's path (jobs, launch plan, grid-stride tasks) over the host-simulated grid."""
+    tree = abstract()
+    host = [bits(a) for a in arrays(ljax.init(tree, seed=9, rules=RULES, recipe="torchtitan", dtype="bf16"))]
+    monkeypatch.setattr(ljax, "_TARGET", "layerinit_fill_grid")
+    grid = [bits(a) for a in arrays(ljax.init(tree, seed=9, rules=RULES, recipe="torchtitan", dtype="bf16"))]
+    assert all(np.array_equal(a, b) for a, b in zip(host, grid))
+
+
+def test_gpu_handler():
+    gpus = [d for d in jax.devices() if d.platform == "gpu"] if jax.default_backend() == "gpu" else []
+    if not gpus:
+        pytest.skip("no GPU backend in jax: the CUDA handler runs where jax[cuda] sees a GPU")
+    if not ljax._xla().has_cuda_handler:
+        pytest.skip("layerinit._xla was built without CUDA (no GPU answered nvidia-smi at pip install)")
+    tree = abstract()
+    on_gpu = ljax.init(tree, seed=4, rules=RULES, dtype="bf16")
+    cpu = jax.devices("cpu")[0]
+    on_cpu = ljax.init(tree, seed=4, rules=RULES, dtype="bf16", sharding=jax.sharding.SingleDeviceSharding(cpu))
+    for a, b in zip(arrays(on_gpu), arrays(on_cpu)):
+        assert a.devices() == {gpus[0]} and np.array_equal(bits(a), bits(b))
+
+
+def test_real_arrays_are_reinitialized():
+    model = eqx.nn.Linear(4, 3, key=jax.random.key(0))
+    again = ljax.init(model, seed=0, recipe="equinox")
+    assert again.weight.shape == (3, 4) and not np.array_equal(np.asarray(again.weight), np.asarray(model.weight))
+    assert np.array_equal(np.asarray(again.weight), np.asarray(ljax.init(model, seed=0, recipe="equinox").weight))
+
+
+# ---- bad input: one ValueError naming the leaf, nothing built ----
+
+@pytest.fixture
+def nothing_built():
+    xla = ljax._xla()
+    xla.record_writes(True)
+    yield
+    writes = xla.take_writes()
+    xla.record_writes(False)
+    assert writes == []
+
+
+class Odd(eqx.Module):
+    lin: eqx.nn.Linear
+    steps: jax.Array
+
+    def __init__(self, dtype):
+        self.lin = eqx.nn.Linear(2, 2, key=jax.random.key(0))
+        self.steps = jnp.zeros((3,), dtype)
+
+
+@pytest.mark.parametrize("dtype", [jnp.int32, jnp.complex64])
+def test_integer_and_complex_leaves_are_refused(nothing_built, dtype):
+    tree = eqx.filter_eval_shape(Odd, dtype)
+    with pytest.raises(ValueError, match=r"leaf 'steps' is (int32|complex64)"):
+        ljax.init(tree, rules={"steps": "constant(0)"})
+
+
+def test_a_leaf_without_a_role_is_refused(nothing_built):
+    with pytest.raises(ValueError, match=r"no role or fill for leaves blocks\.gain"):
+        ljax.init(abstract(), rules={"head.1.weight": "head_weight"})
+
+
+def test_a_rule_that_matches_nothing(nothing_built):
+    rules = dict(RULES, **{"*.nope": "normal(0, 1)"})
+    with pytest.raises(ValueError, match=r"rule '\*\.nope' matches no leaf"):
+        ljax.init(abstract(), rules=rules, strict=True)
+    with pytest.warns(UserWarning, match=r"rule '\*\.nope' matches no leaf"):
+        ljax.spec_of(abstract(), rules=rules)
+
+
+def test_bad_rules_and_recipes(nothing_built):
+    with pytest.raises(ValueError, match=r"rule '\*\.gain': 'gaussian' is neither a role"):
+        ljax.init(abstract(), rules={"*.gain": "gaussian"})
+    with pytest.raises(ValueError, match=r"unknown recipe 'nope' \(valid: hf, torchtitan"):
+        ljax.init(abstract(), rules=RULES, recipe="nope")
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*64\)"):
+        ljax.init(abstract(), rules=RULES, seed=-1)
+
+
+def test_a_shape_its_module_does_not_store_is_refused(nothing_built):
+    tree = eqx.filter_eval_shape(eqx.nn.Linear, 4, 3, key=jax.random.key(0))
+    tree = eqx.tree_at(lambda m: m.weight, tree, jax.ShapeDtypeStruct((4, 3), jnp.float32))  # transposed by mistake
+    with pytest.raises(ValueError, match=r"leaf 'weight' is \(4, 3\), but eqx.nn.Linear\(4, 3\) stores it as \(3, 4\)"):
+        ljax.init(tree)
+
+
+class Strided(NamedSharding):
+    """A sharding whose pieces have a step: not boxes."""
+
+    def devices_indices_map(self, shape):
+        return {d: (slice(i, None, 2),) for i, d in enumerate(self.mesh.devices.flat)}
+
+
+def test_a_sharding_whose_pieces_are_not_boxes(nothing_built):
+    devices = jax.devices()
+    if len(devices) < 2:
+        pytest.skip("needs 2 devices")
+    mesh = Mesh(np.array(devices[:2]), ("x",))
+    square = eqx.filter_eval_shape(eqx.nn.Linear, 4, 4, key=jax.random.key(0))
+    with pytest.raises(ValueError, match=r"'bias': the piece of .* is \(slice\(0, None, 2\),\), not a box"):
+        ljax.init(square, sharding=lambda name: Strided(mesh, P("x")) if name == "bias" else None)
+    tree = eqx.filter_eval_shape(eqx.nn.Linear, 4, 3, key=jax.random.key(0))
+    with pytest.raises(ValueError, match=r"'weight': .*cannot split \(3, 4\)"):
+        ljax.init(tree, sharding=NamedSharding(mesh, P("x")))

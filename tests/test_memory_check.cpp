@@ -1,0 +1,74 @@
+// The memory preflight the CLI and the Python package share (plan/memory_check.hpp): exact record
+// estimates, the refusal's numbers, and the LAYERINIT_TEST_AVAILABLE_MEMORY hook.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include <layerinit/init/presets.hpp>
+#include <layerinit/plan/memory_check.hpp>
+
+using namespace layerinit;
+
+namespace {
+
+// Sets (or clears) the hook for one scope.
+class Hook {
+ public:
+  explicit Hook(const char* value) { value ? ::setenv(kName, value, 1) : ::unsetenv(kName); }
+  ~Hook() { ::unsetenv(kName); }
+
+ private:
+  static constexpr const char* kName = "LAYERINIT_TEST_AVAILABLE_MEMORY";
+};
+
+}  // namespace
+
+TEST(MemoryCheck, RecordBytesCountTensorsSlicesAndDatasets) {
+  const ModelSpec spec = make_preset("llama-tiny");  // 1 tensor before the layers, 2 after, 9 per layer
+  const std::uint64_t L = spec.num_layers, T = spec.layer.tensors.size(), outer = spec.pre.size() + spec.post.size();
+  ASSERT_EQ(T, 9u);
+  EXPECT_EQ(record_bytes(spec, Layout::per_layer, false, false), (outer + L * T) * 2048);
+  EXPECT_EQ(record_bytes(spec, Layout::per_layer, false, true), (outer + L * T) * 24576);
+  EXPECT_EQ(record_bytes(spec, Layout::stacked, true, false), (outer + T) * 2048 + L * T * 128);
+  EXPECT_EQ(record_bytes(spec, Layout::per_layer, true, false), (outer + L * T) * 2048 + L * T * 128);  // restack
+  ModelSpec huge = spec;
+  huge.num_layers = UINT64_MAX / 4;
+  EXPECT_EQ(record_bytes(huge, Layout::per_layer, false, true), UINT64_MAX);  // saturates
+}
+
+TEST(MemoryCheck, RefusesWithBothNumbers) {
+  auto be = make_host_backend(1);
+  const MemoryNeed need{"weights", 1000, 24};
+  {
+    Hook hook("1KiB");
+    EXPECT_NO_THROW(check_memory(*be, need));  // 1024 bytes: exactly enough
+  }
+  Hook hook("1000B");
+  try {
+    check_memory(*be, need);
+    ADD_FAILURE() << "not refused";
+  } catch (const memory_refused& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "not enough memory: needs 1.00 KiB (1024 bytes) at its peak (weights 1000 bytes + tensor records 24 bytes), "
+              "1000 bytes available (LAYERINIT_TEST_AVAILABLE_MEMORY, a test hook)");
+  }
+}
+
+TEST(MemoryCheck, AHookThatIsNoByteSizeIsBadInput) {
+  auto be = make_host_backend(1);
+  Hook hook("lots");
+  try {
+    check_memory(*be, {"weights", 1, 0});
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("LAYERINIT_TEST_AVAILABLE_MEMORY: cannot read byte size 'lots'", 0), 0u) << e.what();
+  }
+}
+
+TEST(MemoryCheck, WithoutTheHookTheProcessLimitDecides) {
+  auto be = make_host_backend(1);
+  Hook none(nullptr);
+  EXPECT_NO_THROW(check_memory(*be, {"weights", 1, 1}));
+  EXPECT_THROW(check_memory(*be, {"weights", UINT64_MAX / 2, UINT64_MAX / 2}), memory_refused);
+}

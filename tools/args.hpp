@@ -1,0 +1,83 @@
+// The command line's arguments: the flags every model command shares, integers as decimals, and
+// bad input as usage_error (one line, exit 2).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <layerinit/init/builder.hpp>
+#include <layerinit/init/presets.hpp>
+#include <layerinit/init/recipes.hpp>
+#include <layerinit/plan/memory_check.hpp>
+#include <layerinit/shard/parallel.hpp>
+
+namespace layerinit::cli {
+
+// Bad input: reported as one line with exit code 2.
+struct usage_error : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+// A spec file is JSON of a few KiB; larger ones (or /dev/zero) are refused before they are read whole.
+inline constexpr std::size_t kMaxSpecFileBytes = 16u << 20;
+
+// Flags every model-building subcommand takes.
+struct ModelArgs {
+  std::string preset;
+  std::string spec_file;
+  std::string hf_config;  // a Hugging Face config.json, or a directory holding one
+  std::string dtype = "bf16";
+  std::vector<std::string> dtype_overrides;  // PATTERN=DTYPE
+  std::string recipe = "hf";
+  std::vector<std::string> init_overrides;   // PATTERN=FILL
+  std::uint64_t seed = 0;
+  Layout layout = Layout::per_layer;  // --layout
+  bool restack = false;               // build --layout restack: per-layer, then stacked in place
+  std::string orientation = "out-in";
+  std::string experts = "stacked";  // stacked layout: MoE experts as [L, E, ...] or per expert
+  std::string backend = "auto";
+  int threads = 0;
+  bool no_memory_check = false;
+  bool strict = false;  // an override that matches no tensor is an error, not a warning
+  ParallelDegrees parallel;           // --tp, --pp, --ep, --fsdp
+  std::optional<std::uint64_t> rank;  // --rank
+
+  void add_model_flags(CLI::App& app);                      // --preset, --spec, --hf-config
+  void add_build_flags(CLI::App& app, bool allow_restack);  // dtype, recipe, seed, layout, ...
+  void add_backend_flags(CLI::App& app);                    // --backend, --threads, --no-memory-check
+  void add_parallel_flags(CLI::App& app);                   // --tp, --pp, --ep, --fsdp, --rank (docs/sharding.md)
+
+  // --layout as given: "per-layer", "stacked" or "restack".
+  std::string layout_text() const;
+  bool sharded() const;  // a degree above 1, or --rank
+  // The mesh flags' plan for `spec` (bad degrees: usage_error); with --rank, a rank of that mesh.
+  ParallelPlan parallel_plan(const ModelSpec& spec) const;
+
+  ModelSpec load_spec() const;
+  Recipe load_recipe() const;
+  BuildOptions build_options() const;  // restack builds per-layer
+  // Each --init-override / --dtype-override pattern that matches no tensor of `spec`: a warning line
+  // on stderr (unless !warn: the MPI ranks but rank 0), or with --strict a usage_error naming the first.
+  void check_overrides(const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts, bool warn = true) const;
+};
+
+// Every integer option goes through these: decimal digits only (no sign, no 0x or octal prefix, no
+// exponent, no spaces; leading zeros are decimal), within [min, max]. CLI11's own conversion read
+// "010" as 8, "0x10" as 16 and "-1" or 2^64 as 2^64 - 1. Throws usage_error naming the option.
+std::uint64_t parse_decimal(std::string_view text, std::string_view option, std::uint64_t min, std::uint64_t max);
+CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, std::uint64_t& target, std::uint64_t min,
+                                std::uint64_t max, const std::string& help);
+CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, int& target, int min, int max,
+                                const std::string& help);
+
+// The library's memory preflight (check_memory), unless --no-memory-check; a refusal is a
+// usage_error (exit 2) that names the flag.
+void check_memory(const ModelArgs& args, backend& be, const MemoryNeed& need);
+
+}  // namespace layerinit::cli

@@ -1,0 +1,43 @@
+// What the commands print: JSON reports and the checks that every byte of them reached stdout.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <layerinit/checkpoint/emit.hpp>
+#include <layerinit/init/builder.hpp>
+#include <layerinit/shard/parallel.hpp>
+
+namespace layerinit::cli {
+
+// "N parameters", and ", M buffer elements" when there are buffers (DeepSeek-V3's router biases).
+std::string parameters_text(std::uint64_t parameters, std::uint64_t buffers);
+
+nlohmann::ordered_json shape_json(const Shape& s);
+// `s` for a JSON string: bytes that are not part of valid UTF-8 (a path may hold any byte but '\0')
+// become the four characters \xNN, so dump() cannot throw and the bytes stay recoverable.
+std::string escape_non_utf8(const std::string& s);
+std::string hex64(std::uint64_t h);
+
+// The "tensors" array of a report: name, shape, dtype, bytes, xxh3_64 (and per-layer hashes); a
+// rank's piece has global_shape, offset and local_shape instead of shape.
+nlohmann::ordered_json tensors_json(const std::vector<TensorReport>& tensors);
+// The fields of a rank's report: "parallel" {"pp", "fsdp", "ep", "tp"}, "ranks", "rank", "coords",
+// "layers" [first, count].
+void add_rank_json(nlohmann::ordered_json& out, const ParallelPlan& plan, std::uint64_t rank);
+
+// The report fields build and emit share: model, dtype, seed, recipe, layout (as given: restack
+// too), orientation, experts, backend.
+nlohmann::ordered_json report_header(const ModelSpec& spec, const BuildOptions& opts, const Recipe& recipe,
+                                     const std::string& layout, const backend& be);
+
+// Reports and tables go to stdout. begin_stdout() before writing one, check_stdout() after: it throws
+// std::runtime_error "cannot write to standard output: <reason>" (exit 1) when any of it was lost to a
+// full disk, a closed pipe or another write error, so a lost report never passes as success.
+void begin_stdout();
+void check_stdout();
+
+}  // namespace layerinit::cli
