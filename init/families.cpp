@@ -28,6 +28,7 @@ TensorSpec embedding(std::string name, std::uint64_t rows, std::uint64_t d, Tens
 
 // Products of config numbers: std::overflow_error rather than a wrapped shape.
 std::uint64_t mul(std::uint64_t a, std::uint64_t b) { return checked_mul(a, b, "a layer dimension"); }
+std::uint64_t add(std::uint64_t a, std::uint64_t b) { return checked_add(a, b, "a layer dimension"); }
 
 void require(bool ok, const std::string& name, const std::string& what) {
   if (!ok) throw std::invalid_argument("model '" + name + "': " + what);
@@ -82,7 +83,7 @@ class LayerWriter {
     if (l_.sinks) ts.push_back(TensorSpec{a + "sinks", {h_.num_heads}, TensorRole::other, 0, 0, false, std::nullopt});
     if (l_.fused_qkv) {  // Phi3Attention registers o_proj first
       projection(ts, a + "o_proj", q, d, l_.o_bias, TensorRole::output_weight);
-      projection(ts, a + "qkv_proj", d, checked_add(q, mul(2, kv), "a layer dimension"), l_.qkv_bias);
+      projection(ts, a + "qkv_proj", d, add(q, mul(2, kv)), l_.qkv_bias);
     } else {
       projection(ts, a + "q_proj", d, q, l_.qkv_bias);
       projection(ts, a + "k_proj", d, kv, l_.qkv_bias);
@@ -110,9 +111,9 @@ class LayerWriter {
       ts.push_back(norm(a + "q_a_layernorm.weight", x.q_lora_rank));
       projection(ts, a + "q_b_proj", x.q_lora_rank, mul(H, qk), false);
     }
-    projection(ts, a + "kv_a_proj_with_mqa", d, checked_add(x.kv_lora_rank, x.qk_rope_head_dim, "a layer dimension"), l_.qkv_bias);
+    projection(ts, a + "kv_a_proj_with_mqa", d, add(x.kv_lora_rank, x.qk_rope_head_dim), l_.qkv_bias);
     ts.push_back(norm(a + "kv_a_layernorm.weight", x.kv_lora_rank));
-    projection(ts, a + "kv_b_proj", x.kv_lora_rank, mul(H, checked_add(x.qk_nope_head_dim, x.v_head_dim, "a layer dimension")), false);
+    projection(ts, a + "kv_b_proj", x.kv_lora_rank, mul(H, add(x.qk_nope_head_dim, x.v_head_dim)), false);
     projection(ts, a + "o_proj", mul(H, x.v_head_dim), d, l_.o_bias, TensorRole::output_weight);
   }
 
@@ -211,7 +212,7 @@ ModelSpec decoder_spec(std::string name, std::string family, const Hyper& hyper,
                        std::uint64_t num_hidden_layers) {
   Hyper h = hyper;
   if (l.latent)  // a query head's width
-    h.head_dim = checked_add(l.latent->qk_nope_head_dim, l.latent->qk_rope_head_dim, "a layer dimension");
+    h.head_dim = add(l.latent->qk_nope_head_dim, l.latent->qk_rope_head_dim);
   h = attention_defaults(name, h);
   require(h.intermediate_size > 0 || (l.moe != MoeKind::none && l.moe_intermediate_size > 0 && l.dense_layers == 0), name,
           "intermediate_size must be positive");
@@ -238,7 +239,9 @@ ModelSpec decoder_spec(std::string name, std::string family, const Hyper& hyper,
   m.pre.push_back(embedding("model.embed_tokens.weight", h.vocab_size, d));
   for (std::uint64_t i = 0; i < l.dense_layers; ++i) w.write(m.pre, m.layer_prefix + std::to_string(i) + ".", true);
   if (l.moe != MoeKind::none) {
-    m.layer.expert_prefix = l.moe == MoeKind::mixtral ? "block_sparse_moe.experts." : l.moe == MoeKind::routed ? "mlp.experts." : "";
+    m.layer.expert_prefix = l.moe == MoeKind::mixtral  ? "block_sparse_moe.experts."
+                            : l.moe == MoeKind::routed ? "mlp.experts."
+                                                       : "";  // gpt-oss: fused tensors, no per-expert ones
     require(w.expert_width() > 0, m.name, "the experts' intermediate size must be positive");
   }
   w.write(m.layer.tensors, "", false);

@@ -333,7 +333,8 @@ ModelSpec read_deepseek_v3(const Config& c, const Defaults& d, std::string name)
   l.correction_bias = true;
   l.dense_layers = c.count0("first_k_dense_replace", 3);
   if (l.dense_layers >= c.layers(d)) r.fail("first_k_dense_replace", "must leave at least one MoE layer");
-  h.head_dim = checked_add(x.qk_nope_head_dim, x.qk_rope_head_dim, "qk_nope_head_dim + qk_rope_head_dim");  // a query head's width
+  // A query head's width.
+  h.head_dim = checked_add(x.qk_nope_head_dim, x.qk_rope_head_dim, "qk_nope_head_dim + qk_rope_head_dim");
   return decoder(c, d, std::move(name), h, l);
 }
 
@@ -380,6 +381,9 @@ const std::vector<Family>& families() {
                                         {"num_attention_heads", "n_head"}, {"num_hidden_layers", "n_layer"}}, read_gpt2},
       {"gpt_oss", "GptOssForCausalLM", {201088, 2880, 2880, 36, 64, 8, 64, 131072, 1e-5, false, 150000},
        {{"num_experts", "num_local_experts"}}, read_gpt_oss},
+      // Kimi K2 is DeepSeek-V3's architecture under its own model_type (its remote code's DeepseekV3Config).
+      {"kimi_k2", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4},
+       {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3},
       {"llama", "LlamaForCausalLM", {32000, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-6, false, 1e4}, {}, read_llama},
       {"mistral", "MistralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-6, false, 1e4}, {}, read_mistral},
       {"mixtral", "MixtralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-5, false, 1e6},
@@ -425,7 +429,8 @@ ModelSpec spec_from_hf_config(std::string_view text, std::string name) {
   if (const json* a = find(doc, "architectures"); a && !a->is_null()) {
     if (!a->is_array()) r.fail("architectures", "must be an array of class names");
     bool causal = a->empty();
-    for (std::size_t i = 0; i < a->size(); ++i) causal = causal || r.to_string((*a)[i], at("architectures", i), true) == family->causal_lm;
+    for (std::size_t i = 0; i < a->size(); ++i)
+      causal = causal || r.to_string((*a)[i], at("architectures", i), true) == family->causal_lm;
     if (!causal)
       r.fail("architectures", a->dump() + " does not name " + family->causal_lm + ", the model layerinit makes for " + type);
   }

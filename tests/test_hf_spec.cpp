@@ -57,6 +57,7 @@ TEST(HfSpec, RealConfigsHaveTransformersParameterCounts) {
       {"gemma-3-12b", {11'766'034'176ULL, 0}},
       {"glm-4.5-air", {106'852'245'504ULL, 45 * 128}},
       {"gpt-oss-20b", {20'914'757'184ULL, 0}},
+      {"kimi-k2", {1'026'408'209'408ULL, 60 * 384}},
       {"llama-3.1-8b", {8'030'261'248ULL, 0}},
       {"mixtral-8x7b", {46'702'792'704ULL, 0}},
       {"olmo-2-7b", {7'298'617'344ULL, 0}},
@@ -87,7 +88,7 @@ TEST(HfSpec, MissingFieldsTakeTheConfigClassDefaults) {
   const std::map<std::string, Count> expected = {
       {"deepseek_v3", {671'026'404'352ULL, 14848}}, {"gemma2", {2'614'341'888ULL, 0}},
       {"gemma3_text", {2'628'658'432ULL, 0}},           {"glm4_moe", {103'481'200'640ULL, 5760}}, {"gpt2", {124'439'808ULL, 0}},
-      {"gpt_oss", {116'829'156'672ULL, 0}},
+      {"gpt_oss", {116'829'156'672ULL, 0}},           {"kimi_k2", {671'026'404'352ULL, 14848}},
       {"llama", {6'738'415'616ULL, 0}},             {"mistral", {7'241'732'096ULL, 0}}, {"mixtral", {46'702'792'704ULL, 0}},
       {"olmo2", {6'888'624'128ULL, 0}},               {"phi3", {3'821'079'552ULL, 0}},
       {"qwen2", {12'049'846'272ULL, 0}},           {"qwen3", {12'049'461'248ULL, 0}},
@@ -104,6 +105,23 @@ TEST(HfSpec, MissingFieldsTakeTheConfigClassDefaults) {
     EXPECT_EQ(s.parameter_count(), it->second.parameters);
     EXPECT_EQ(s.buffer_count(), it->second.buffers);
   }
+}
+
+// Every family has a tiny config in tests/hf_configs/tiny/, which the tests emit, load and compare;
+// Kimi K2 has DeepSeek-V3's tensors (transformers loads its model_type only with its remote code).
+TEST(HfSpec, EveryFamilyHasATinyConfig) {
+  for (const auto& type : hf_model_types()) {
+    if (type == "kimi_k2") continue;
+    const ModelSpec s = load_hf_config((kConfigs / "tiny" / (type + ".json")).string());
+    EXPECT_EQ(s.family, type);
+    EXPECT_LT(s.element_count(), 1'000'000u) << type;
+  }
+  const ModelSpec k = spec_from_hf_config(R"({"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]})");
+  ModelSpec d = spec_from_hf_config(R"({"model_type": "deepseek_v3"})");
+  d.name = k.name;
+  d.family = k.family;
+  d.hf_config = k.hf_config;
+  EXPECT_EQ(k, d);
 }
 
 // The tiny configs of today's families describe the tiny presets: the same tensors and numbers
@@ -188,10 +206,13 @@ TEST(HfSpec, FieldsTheFamiliesRead) {
 }
 
 TEST(HfSpec, EveryProblemIsOneLineNamingTheField) {
-  const std::string tiny = R"("hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10)";
+  const std::string tiny =
+      R"("hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10)";
   const std::pair<std::string, std::string> cases[] = {
-      {R"({"model_type": "bert"})", "config.json: model_type: no layerinit spec for Hugging Face model_type 'bert' (supported: "
-                                    "deepseek_v3, gemma2, gemma3_text, glm4_moe, gpt2, gpt_oss, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, smollm3)"},
+      {R"({"model_type": "bert"})",
+       "config.json: model_type: no layerinit spec for Hugging Face model_type 'bert' (supported: deepseek_v3, gemma2, "
+       "gemma3_text, glm4_moe, gpt2, gpt_oss, kimi_k2, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, "
+       "smollm3)"},
       {R"({"vocab_size": 10})", "config.json: top level: missing key 'model_type'"},
       {R"([1, 2])", "config.json: top level: must be an object"},
       {R"({"model_type": "llama", )" + tiny + R"(, "hidden_size": 8})", "config.json: hidden_size: duplicate key"},

@@ -62,7 +62,9 @@ def check(config_path, spec_path):
     spec = json.load(open(spec_path))
     name = spec["name"]
     config = json.load(open(config_path))
-    config = transformers.CONFIG_MAPPING[config["model_type"]].from_dict(config)
+    # Kimi K2's model_type is its remote code's; its architecture is transformers' DeepSeek-V3.
+    model_type = {"kimi_k2": "deepseek_v3"}.get(config["model_type"], config["model_type"])
+    config = transformers.CONFIG_MAPPING[model_type].from_dict(config)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
     sd = {k: tuple(v.shape) for k, v in model.state_dict().items()}
