@@ -177,6 +177,23 @@ void check_hyper(const Hyper& h) {
 
 // ---- the families ----
 
+// The experts of an MoE config: `key` (its count, default E) and num_experts_per_tok (default k).
+void read_experts(const Config& c, Hyper& h, const char* key, std::uint64_t E, std::uint64_t k) {
+  h.num_experts = c.count(key, E);
+  h.experts_per_token = c.count("num_experts_per_tok", k);
+}
+
+// DeepSeek-V3's MoE layers (GLM-4.5's too): first_k_dense_replace dense layers, then routed experts of
+// moe_intermediate_size, a sigmoid router with its correction-bias buffer, n_shared_experts shared ones.
+void deepseek_moe(const Config& c, const Defaults& d, DecoderLayout& l, std::uint64_t width, std::uint64_t dense) {
+  l.moe = MoeKind::routed;
+  l.moe_intermediate_size = c.count("moe_intermediate_size", width);
+  l.shared_experts = c.count0("n_shared_experts", 1);
+  l.correction_bias = true;
+  l.dense_layers = c.count0("first_k_dense_replace", dense);
+  if (l.dense_layers >= c.layers(d)) r.fail("first_k_dense_replace", "must leave at least one MoE layer");
+}
+
 using Reader = ModelSpec (*)(const Config&, const Defaults&, std::string name);
 
 ModelSpec decoder(const Config& c, const Defaults& d, std::string name, Hyper h, const DecoderLayout& l) {
@@ -206,8 +223,7 @@ ModelSpec read_qwen2(const Config& c, const Defaults& d, std::string name) {
 
 ModelSpec read_mixtral(const Config& c, const Defaults& d, std::string name) {
   Hyper h = c.hyper(d);
-  h.num_experts = c.count("num_local_experts", 8);
-  h.experts_per_token = c.count("num_experts_per_tok", 2);
+  read_experts(c, h, "num_local_experts", 8, 2);
   DecoderLayout l;
   l.moe = MoeKind::mixtral;
   return decoder(c, d, std::move(name), h, l);
@@ -286,24 +302,17 @@ ModelSpec read_phi3(const Config& c, const Defaults& d, std::string name) {
 // a sigmoid router, its correction bias and shared experts (DeepSeek-V3's MoE with Llama's attention).
 ModelSpec read_glm4_moe(const Config& c, const Defaults& d, std::string name) {
   Hyper h = c.hyper(d);
-  h.num_experts = c.count("n_routed_experts", 128);
-  h.experts_per_token = c.count("num_experts_per_tok", 8);
+  read_experts(c, h, "n_routed_experts", 128, 8);
   DecoderLayout l;
   l.qkv_bias = c.flag("attention_bias", false);
   if (c.flag("use_qk_norm", false)) l.qk_norm = QkNorm::head;
-  l.moe = MoeKind::routed;
-  l.moe_intermediate_size = c.count("moe_intermediate_size", 1408);
-  l.shared_experts = c.count0("n_shared_experts", 1);
-  l.correction_bias = true;
-  l.dense_layers = c.count0("first_k_dense_replace", 1);
-  if (l.dense_layers >= c.layers(d)) r.fail("first_k_dense_replace", "must leave at least one MoE layer");
+  deepseek_moe(c, d, l, 1408, 1);
   return decoder(c, d, std::move(name), h, l);
 }
 
 ModelSpec read_gpt_oss(const Config& c, const Defaults& d, std::string name) {
   Hyper h = c.hyper(d);
-  h.num_experts = c.count("num_local_experts", 128);
-  h.experts_per_token = c.count("num_experts_per_tok", 4);
+  read_experts(c, h, "num_local_experts", 128, 4);
   DecoderLayout l;
   l.qkv_bias = l.o_bias = c.flag("attention_bias", true);
   l.sinks = true;
@@ -316,8 +325,7 @@ ModelSpec read_gpt_oss(const Config& c, const Defaults& d, std::string name) {
 // not built by transformers and not here.
 ModelSpec read_deepseek_v3(const Config& c, const Defaults& d, std::string name) {
   Hyper h = c.hyper(d);
-  h.num_experts = c.count("n_routed_experts", 256);
-  h.experts_per_token = c.count("num_experts_per_tok", 8);
+  read_experts(c, h, "n_routed_experts", 256, 8);
   DecoderLayout l;
   l.qkv_bias = l.o_bias = c.flag("attention_bias", false);
   LatentAttention x;
@@ -327,12 +335,7 @@ ModelSpec read_deepseek_v3(const Config& c, const Defaults& d, std::string name)
   x.qk_rope_head_dim = c.count("qk_rope_head_dim", 64);
   x.v_head_dim = c.count("v_head_dim", 128);
   l.latent = x;
-  l.moe = MoeKind::routed;
-  l.moe_intermediate_size = c.count("moe_intermediate_size", 2048);
-  l.shared_experts = c.count0("n_shared_experts", 1);
-  l.correction_bias = true;
-  l.dense_layers = c.count0("first_k_dense_replace", 3);
-  if (l.dense_layers >= c.layers(d)) r.fail("first_k_dense_replace", "must leave at least one MoE layer");
+  deepseek_moe(c, d, l, 2048, 3);
   // A query head's width.
   h.head_dim = checked_add(x.qk_nope_head_dim, x.qk_rope_head_dim, "qk_nope_head_dim + qk_rope_head_dim");
   return decoder(c, d, std::move(name), h, l);
