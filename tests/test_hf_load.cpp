@@ -75,6 +75,17 @@ TEST(HuggingFace, PlanOfEachConfigCountsParametersAndBuffers) {
   const std::string text = run(kCli + " plan --hf-config " + (kConfigs / "deepseek-v3.json").string());
   EXPECT_NE(text.find("deepseek-v3 (deepseek_v3): 671026404352 parameters, 14848 buffer elements, 61 layers"), std::string::npos)
       << text;
+  // build and emit report them apart too: GLM-4.5's tiny model has 2 MoE layers of 4 router biases.
+  const std::string glm = (kConfigs / "tiny" / "glm4_moe.json").string();
+  const auto b = nlohmann::json::parse(run(kCli + " build --backend cpu --report json --hf-config " + glm));
+  EXPECT_EQ(b["parameters"], 189'856u);
+  EXPECT_EQ(b["buffers"], 8u);
+  EXPECT_NE(run(kCli + " build --backend cpu --hf-config " + glm).find("glm4_moe: 189856 parameters, 8 buffer elements in 73 tensors"),
+            std::string::npos);
+  layerinit::testing::TempDir dir("layerinit-hf-emit");
+  const auto e = nlohmann::json::parse(
+      run(kCli + " emit --backend cpu --report json --format safetensors -o " + (dir / "m").string() + " --hf-config " + glm));
+  EXPECT_EQ(e["buffers"], 8u);
 }
 
 TEST(HuggingFace, TransformersLoadsEmittedModelsWithTheSameValues) {
