@@ -305,15 +305,14 @@ Composite whole_tensor(const PlannedTensor& p) {
   return c;
 }
 
-Composite concatenate(std::vector<CompositePart> parts, std::size_t dim, std::vector<StackAxis> stack) {
+Composite concatenate(std::vector<CompositePart> parts, std::size_t dim, std::vector<StackAxis> stack, std::uint64_t groups) {
   if (parts.empty()) fail("nothing to concatenate");
+  if (groups == 0) fail("concatenation in 0 groups");
   const Shape first = parts[0].source.shape;
   if (dim >= first.size()) fail("dimension " + std::to_string(dim) + " of parts of rank " + std::to_string(first.size()));
   Composite c;
   c.dtype = parts[0].dtype;
   for (const StackAxis& a : stack) c.shape.push_back(a.size);
-  Shape slice = first;
-  slice[dim] = 0;
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const Shape& s = parts[i].source.shape;
     bool fits = s.size() == first.size();
@@ -321,13 +320,31 @@ Composite concatenate(std::vector<CompositePart> parts, std::size_t dim, std::ve
     if (!fits)
       fail(part_label(parts[i], i) + ": its box " + shape_string(s) + " does not concatenate with " + shape_string(first) +
            " along dimension " + std::to_string(dim));
-    parts[i].at = Shape(s.size(), 0);
-    parts[i].at[dim] = slice[dim];
-    slice[dim] = checked_add(slice[dim], s[dim], "concatenated extent");
+    if (s[dim] % groups != 0)
+      fail(part_label(parts[i], i) + ": its box " + shape_string(s) + " does not split into " + std::to_string(groups) +
+           " groups along dimension " + std::to_string(dim));
+  }
+  // Slab g of part i: the box's rows [g, g + 1) * extent / groups along dim, placed after every
+  // earlier slab.
+  std::vector<CompositePart> placed;
+  placed.reserve(parts.size() * groups);
+  Shape slice = first;
+  slice[dim] = 0;
+  for (std::uint64_t g = 0; g < groups; ++g) {
+    for (const CompositePart& part : parts) {
+      CompositePart slab = part;
+      const std::uint64_t extent = part.source.shape[dim] / groups;
+      slab.source.offset[dim] += g * extent;
+      slab.source.shape[dim] = extent;
+      slab.at = Shape(first.size(), 0);
+      slab.at[dim] = slice[dim];
+      slice[dim] = checked_add(slice[dim], extent, "concatenated extent");
+      placed.push_back(std::move(slab));
+    }
   }
   c.shape.insert(c.shape.end(), slice.begin(), slice.end());
   c.stack = std::move(stack);
-  c.parts = std::move(parts);
+  c.parts = std::move(placed);
   c.validate();
   return c;
 }

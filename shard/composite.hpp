@@ -105,9 +105,12 @@ CompositePart whole_part(const PlannedTensor& p, Shape at, RowPermutation rows =
 // Parts concatenated along dimension `dim` of their stored boxes (source.shape), in order, in the slice
 // under `stack` axes: sets each part's `at`; the shape is the stack sizes, then the boxes' common shape
 // with dimension `dim` summed. torchtitan's fused wqkv is [q; k; v] along 0, q and k rope_interleave;
-// a stacked leaf of it adds an axis [L]. Validated; std::invalid_argument naming a part that does
-// not fit.
-Composite concatenate(std::vector<CompositePart> parts, std::size_t dim, std::vector<StackAxis> stack = {});
+// a stacked leaf of it adds an axis [L]. `groups` > 1 splits each box into that many equal slabs
+// along `dim` and places slab 0 of every part, then slab 1 of every part, ...: torchtitan's
+// GQA-grouped wqkv [n_kv * (q heads per kv + 2) * hd, D] is q, k, v in groups = n_kv. Validated;
+// std::invalid_argument naming a part that does not fit or a box that does not split evenly.
+Composite concatenate(std::vector<CompositePart> parts, std::size_t dim, std::vector<StackAxis> stack = {},
+                      std::uint64_t groups = 1);
 // Whole tensors concatenated so, each with its row permutation (`rows` empty: none; else one each).
 Composite concatenate(std::span<const PlannedTensor> tensors, std::size_t dim, std::span<const RowPermutation> rows = {});
 // Literal text as a name template: braces doubled.

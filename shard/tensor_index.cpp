@@ -51,7 +51,7 @@ std::optional<std::size_t> TensorIndex::stacked_buffer(std::string_view name) co
 }
 
 Composite TensorIndex::assemble(std::span<const std::string> templates, std::span<const StackAxis> stack, std::size_t dim,
-                                std::span<const RowPermutation> rows, std::string_view what) const {
+                                std::span<const RowPermutation> rows, std::uint64_t groups, std::string_view what) const {
   if (templates.empty()) throw std::invalid_argument(std::string(what) + ": no tensors");
   if (!rows.empty() && rows.size() != templates.size())
     throw std::invalid_argument(std::string(what) + ": " + std::to_string(rows.size()) + " row permutations for " +
@@ -96,7 +96,7 @@ Composite TensorIndex::assemble(std::span<const std::string> templates, std::spa
       pos[k] = 0;
     }
   }
-  return concatenate(std::move(parts), dim, std::vector<StackAxis>(stack.begin(), stack.end()));
+  return concatenate(std::move(parts), dim, std::vector<StackAxis>(stack.begin(), stack.end()), groups);
 }
 
 Composite TensorIndex::stacked(std::size_t b, std::uint64_t first, std::uint64_t count) const {
@@ -116,7 +116,7 @@ Composite TensorIndex::stacked(std::size_t b, std::uint64_t first, std::uint64_t
   } else {
     name += escape_template(t0.name);
   }
-  return assemble(std::vector<std::string>{name}, axes, 0, {}, "stacked tensor '" + printable(buf.name) + "'");
+  return assemble(std::vector<std::string>{name}, axes, 0, {}, 1, "stacked tensor '" + printable(buf.name) + "'");
 }
 
 Composite TensorIndex::composite(std::string_view name) const {
@@ -178,7 +178,7 @@ std::optional<Composite> TensorIndex::hf_fused_experts(std::string_view name, co
       for (const std::string& kind : kinds) templates.push_back(escape_template(experts) + "{0}." + escape_template(kind + ".weight"));
       Composite c;
       try {
-        c = assemble(templates, std::vector<StackAxis>{{shape[0], 0}}, 0, {}, what);
+        c = assemble(templates, std::vector<StackAxis>{{shape[0], 0}}, 0, {}, 1, what);
       } catch (const std::invalid_argument& e) {
         if (std::string_view(e.what()).starts_with(what)) throw;
         throw std::invalid_argument(what + ": " + e.what());

@@ -48,10 +48,12 @@ class TensorIndex {
   // position of `stack`, concatenated along dimension `dim` of their stored shapes, each with its row
   // permutation (`rows` empty: none): a stacked leaf [L, ...] is one template on one axis, a fused
   // QKV three templates on none, a stacked fused QKV both. Each template's tensors share a stored
-  // shape, all one dtype. Throws std::invalid_argument naming the first problem (an unknown name
-  // with not_found()'s suggestions); `what` starts the messages about dtypes and shapes.
+  // shape, all one dtype; `groups` interleaves them as concatenate() does (torchtitan's GQA wqkv).
+  // Throws std::invalid_argument naming the first problem (an unknown name with not_found()'s
+  // suggestions); `what` starts the messages about dtypes and shapes.
   Composite assemble(std::span<const std::string> templates, std::span<const StackAxis> stack, std::size_t dim = 0,
-                     std::span<const RowPermutation> rows = {}, std::string_view what = "composite") const;
+                     std::span<const RowPermutation> rows = {}, std::uint64_t groups = 1,
+                     std::string_view what = "composite") const;
   // What `name` is as a composite: a canonical tensor whole, or a whole stacked buffer. Throws
   // std::invalid_argument for an unknown name (not_found()).
   Composite composite(std::string_view name) const;

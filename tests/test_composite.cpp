@@ -321,6 +321,15 @@ TEST(Composite, GroupedQkvPartsAreBoxesOfTheirTensors) {
     c.parts.insert(c.parts.end(), {pq, pk, pv});
   }
   check_all_boxes(c, 8, 100);
+  // concatenate in kv groups says the same: slab g of q, of k, of v, for each g in turn.
+  const PlannedTensor qkv[] = {q, k, v};
+  std::vector<CompositePart> parts;
+  for (const PlannedTensor& t : qkv)
+    parts.push_back(whole_part(t, {}, &t == &qkv[2] ? RowPermutation{} : RowPermutation::rope_interleave(hd)));
+  EXPECT_EQ(concatenate(parts, 0, {}, kv), c);
+  EXPECT_EQ(concatenate(parts, 0, {}, 1), concatenate(qkv, 0, std::vector{parts[0].rows, parts[1].rows, parts[2].rows}));
+  EXPECT_THROW(concatenate(parts, 0, {}, 3), std::invalid_argument);  // 8 rows of k in 3 groups
+  EXPECT_THROW(concatenate(parts, 0, {}, 0), std::invalid_argument);
 }
 
 // torchtitan's fused w13 [2, F, D] (gate, up = w13.unbind(0)) stacked by a vmap: parts of rank 2 in a

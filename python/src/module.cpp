@@ -457,14 +457,14 @@ NB_MODULE(_core, m) {
            "A listed name (a canonical tensor, or a stacked buffer) as a Composite.")
       .def("_assemble", [](const Plan& p, const std::vector<std::string>& templates,
                           const std::vector<std::pair<std::uint64_t, std::uint64_t>>& stack, std::size_t dim,
-                          const std::vector<std::optional<std::string>>& rows) {
+                          const std::vector<std::optional<std::string>>& rows, std::uint64_t groups) {
         std::vector<StackAxis> axes;
         for (const auto& [size, first] : stack) axes.push_back({size, first});
         std::vector<RowPermutation> perms;
         for (const auto& r : rows) perms.push_back(r ? parse_row_permutation(*r) : RowPermutation{});
-        return p.index().assemble(templates, axes, dim, perms);
-      }, "templates"_a, "stack"_a, "dim"_a, "rows"_a,
-      "Tensors named by templates over stack axes [(size, first)], concatenated along `dim`, as a Composite.")
+        return p.index().assemble(templates, axes, dim, perms, groups);
+      }, "templates"_a, "stack"_a, "dim"_a, "rows"_a, "groups"_a,
+      "Tensors named by templates over stack axes [(size, first)], concatenated along `dim` in `groups`, as a Composite.")
       .def("_fused_experts", [](const Plan& p, const std::string& name, const std::vector<std::uint64_t>& shape) {
         return p.index().hf_fused_experts(name, Shape(shape.begin(), shape.end()));
       }, "name"_a, "shape"_a, "transformers 5's fused experts parameter as a Composite, or None for other names.")

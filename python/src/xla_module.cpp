@@ -65,7 +65,7 @@ class Planner {
     std::vector<StackAxis> axes;
     for (const auto size : stack) axes.push_back({size, 0});
     const std::string templates[] = {name};
-    Composite c = index_->assemble(templates, axes, 0, {}, "the leaf");
+    Composite c = index_->assemble(templates, axes, 0, {}, 1, "the leaf");
     c.dtype = parse_dtype(dtype);  // values depend on the dtype only through the fills, prepared per call
     for (auto& part : c.parts) part.dtype = c.dtype;
     const Shape want(shape.begin(), shape.end());
