@@ -290,6 +290,7 @@ def _plan_composite(
     first: Optional[Sequence[int]] = None,
     dim: int = 0,
     rows: Optional[Sequence[Optional[str]]] = None,
+    groups: int = 1,
 ) -> Composite:
     """A parameter made of this plan's tensors, as a :class:`Composite`.
 
@@ -299,13 +300,16 @@ def _plan_composite(
       ``{k}`` is stack axis k's index (``first[k]`` + the position along it) and ``{{``/``}}`` are
       braces, concatenated along dimension ``dim`` of the tensors as stored, under leading stack axes
       of sizes ``stack``. ``rows`` gives each template a row permutation, ``None`` or
-      ``"rope_interleave(HEAD_DIM)"`` (torchtitan's interleaved q/k layout).
+      ``"rope_interleave(HEAD_DIM)"`` (torchtitan's interleaved q/k layout). ``groups`` > 1 splits
+      each tensor into that many equal slabs along ``dim`` and places slab 0 of each, then slab 1 of
+      each, and so on.
 
     A JAX leaf stacked by ``filter_vmap`` is ``plan.composite(["blocks.{0}.attn.wq.weight"],
-    stack=[L])``; torchtitan's fused wqkv is ``plan.composite([q, k, v], rows=[rope, rope, None])``.
+    stack=[L])``; torchtitan's fused wqkv, grouped by kv head, is ``plan.composite([q, k, v],
+    rows=[rope, rope, None], groups=n_kv_heads)``.
     """
     if isinstance(names, str):
-        if stack or first is not None or dim != 0 or rows is not None:
+        if stack or first is not None or dim != 0 or rows is not None or groups != 1:
             names = [names]
         else:
             return _core.Plan._composite(self, _str("names", names))
@@ -320,7 +324,8 @@ def _plan_composite(
     if len(perms) != len(templates):
         raise ValueError(f"rows has {len(perms)} entries for {len(templates)} names")
     perms = [None if r is None else _str(f"rows[{i}]", r) for i, r in enumerate(perms)]
-    return _core.Plan._assemble(self, templates, list(zip(sizes, firsts)), _int("dim", dim, 0, 63), perms)
+    return _core.Plan._assemble(self, templates, list(zip(sizes, firsts)), _int("dim", dim, 0, 63), perms,
+                                _int("groups", groups, 1))
 
 
 def _plan_fused_experts(self: Plan, name: str, shape: Sequence[int]) -> Optional[Composite]:

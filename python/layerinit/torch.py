@@ -16,11 +16,11 @@ from typing import Any, Optional, Union
 
 import torch
 
-from . import ModelLike, Plan, hf_spec, plan, spec as _spec
+from . import Composite, ModelLike, Plan, _core, hf_spec, plan, spec as _spec
 
 __all__ = ["init_", "hf_spec", "module_spec", "tensor_map", "torchtitan_spec"]
 
-NameMap = Union[Mapping[str, Optional[str]], Callable[[str], Optional[str]]]
+NameMap = Union[Mapping[str, Any], Callable[[str], Any]]
 
 _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
@@ -267,64 +267,47 @@ def module_spec(module: torch.nn.Module, *, name: str = "module", recipe: Option
 # ---- Which tensors make up a parameter ----
 
 
-class _Piece:
-    """Part of a parameter that is one layerinit tensor: the box [offset, offset + shape) of the
-    parameter, whose leading `squeeze` dimensions (of size 1) the tensor does not have, is the box of
-    the tensor that starts at `source` (default: its origin)."""
-
-    __slots__ = ("tensor", "offset", "shape", "squeeze", "source")
-
-    def __init__(self, tensor: str, offset: tuple[int, ...], shape: tuple[int, ...], squeeze: int = 0,
-                 source: Optional[tuple[int, ...]] = None):
-        self.tensor, self.offset, self.shape, self.squeeze = tensor, offset, shape, squeeze
-        self.source = source if source is not None else (0,) * (len(shape) - squeeze)
+# A parameter as layerinit's tensors: made from the plan of the parameter's dtype (a Composite has
+# one dtype), so one description serves a module whose parameters differ in dtype.
+Maker = Callable[[Plan], Composite]
 
 
-def _expert_pieces(name: str, shape: tuple[int, ...], names: set[str]) -> Optional[list[_Piece]]:
-    """transformers 5's fused experts: `...mlp.experts.gate_up_proj` [E, 2F, H] is cat(w1, w3) of
-    each expert, `...mlp.experts.down_proj` [E, H, F] is w2 (Mixtral's block_sparse_moe, or mlp)."""
-    m = re.match(r"^(.*\.)(mlp|block_sparse_moe)\.experts\.(gate_up_proj|down_proj)$", name)
-    if not m or len(shape) != 3:
-        return None
-    base, kind = m.group(1), m.group(3)
-    for moe in ("block_sparse_moe", "mlp"):
-        for gate, up, down in (("w1", "w3", "w2"), ("gate_proj", "up_proj", "down_proj")):
-            first = f"{base}{moe}.experts.0.{gate if kind == 'gate_up_proj' else down}.weight"
-            if first not in names:
-                continue
-            E, a, b = shape
-            if kind == "down_proj":
-                return [_Piece(f"{base}{moe}.experts.{e}.{down}.weight", (e, 0, 0), (1, a, b), 1) for e in range(E)]
-            f = a // 2
-            return [p for e in range(E) for p in (
-                _Piece(f"{base}{moe}.experts.{e}.{gate}.weight", (e, 0, 0), (1, f, b), 1),
-                _Piece(f"{base}{moe}.experts.{e}.{up}.weight", (e, f, 0), (1, f, b), 1))]
-    return None
-
-
-def _row_pieces(sources: list[tuple[str, int]], tail: tuple[int, ...]) -> list[_Piece]:
-    """A parameter whose row r is row sources[r][1] of tensor sources[r][0]: one box per run of
-    consecutive rows of one tensor."""
-    out: list[_Piece] = []
-    start = 0
-    for r in range(1, len(sources) + 1):
-        if r < len(sources) and sources[r][0] == sources[r - 1][0] and sources[r][1] == sources[r - 1][1] + 1:
-            continue
-        name, first = sources[start]
-        out.append(_Piece(name, (start,) + (0,) * len(tail), (r - start,) + tail, source=(first,) + (0,) * len(tail)))
-        start = r
+def _template(name: str, axes: int = 0) -> str:
+    """A canonical name as a Composite name template: braces doubled, then each "{}" left in it
+    (torchtitan's adapter patterns: the expert index) stack axis k's "{k}", k from 0."""
+    parts = name.split("{}")
+    if len(parts) != axes + 1:
+        raise ValueError(f"{name}: {len(parts) - 1} '{{}}' for {axes} stack axes")
+    out = parts[0].replace("{", "{{").replace("}", "}}")
+    for k, part in enumerate(parts[1:]):
+        out += "{" + str(k) + "}" + part.replace("{", "{{").replace("}", "}}")
     return out
 
 
-def tensor_map(names: list[tuple[str, tuple[int, ...]]], spec_names: set[str],
-               name_map: Optional[NameMap] = None) -> dict[str, list[_Piece]]:
-    """Which layerinit tensors make up each parameter (name, global shape): the name itself (after
-    ``name_map``), Mixtral's ``block_sparse_moe`` under transformers 5's ``mlp``, or fused experts.
-    A name that ``name_map`` maps to None is skipped. ValueError listing the names without a tensor."""
-    out: dict[str, list[_Piece]] = {}
+def _mapped(v: Any, name: str) -> Union[str, Maker]:
+    """A name_map entry: a canonical name, a Composite (used as it is), or a function of the
+    Plan that returns one (``lambda p: p.composite([...], groups=...)``)."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, Composite):
+        return lambda pl: v
+    if callable(v):
+        return v
+    raise ValueError(f"name_map[{name!r}] must be a canonical name, a layerinit.Composite, a function of the Plan "
+                     f"returning one, or None; got {type(v).__name__}")
+
+
+def _makers(names: list[tuple[str, tuple[int, ...]]], p0: Plan,
+            name_map: Optional[NameMap] = None) -> dict[str, Maker]:
+    """How each parameter (name, global shape) is made of p0's tensors: the name itself (after
+    ``name_map``), Mixtral's ``block_sparse_moe`` under transformers 5's ``mlp``, transformers 5's
+    fused experts (the library's Plan.fused_experts), or what ``name_map`` says. A name that
+    ``name_map`` maps to None is skipped. ValueError listing the names without a tensor."""
+    spec_names = {t[0] for t in p0.tensors()}
+    out: dict[str, Maker] = {}
     missing = []
     for name, shape in names:
-        target: Optional[str] = name
+        target: Any = name
         if name_map is not None:
             if callable(name_map):
                 target = name_map(name)
@@ -332,23 +315,46 @@ def tensor_map(names: list[tuple[str, tuple[int, ...]]], spec_names: set[str],
                 target = name_map[name]
             if target is None:
                 continue
-        full = tuple(0 for _ in shape)
-        if target in spec_names:
-            out[name] = [_Piece(target, full, tuple(shape))]
+            target = _mapped(target, name)
+        if not isinstance(target, str):
+            out[name] = target
             continue
         moe = target.replace(".mlp.", ".block_sparse_moe.")
-        if moe in spec_names:
-            out[name] = [_Piece(moe, full, tuple(shape))]
-            continue
-        pieces = _expert_pieces(target, tuple(shape), spec_names)
-        if pieces is not None:
-            out[name] = pieces
-            continue
-        missing.append(name if target == name else f"{name} (mapped to {target})")
+        whole = target if target in spec_names else moe if moe in spec_names else None
+        if whole is not None:
+            out[name] = lambda pl, w=whole: pl.composite(w)
+        elif p0.fused_experts(target, shape) is not None:
+            out[name] = lambda pl, t=target, s=shape: pl.fused_experts(t, s)
+        else:
+            missing.append(name if target == name else f"{name} (mapped to {target})")
     if missing:
         raise ValueError(f"no layerinit tensor for {len(missing)} parameter(s): {_listed(missing)}; pass name_map= "
-                         f"(module name -> canonical name, None to skip)")
+                         f"(module name -> canonical name, a Composite, or a function of the Plan returning one; None "
+                         f"to skip)")
     return out
+
+
+def tensor_map(names: list[tuple[str, tuple[int, ...]]], plan: Plan,
+               name_map: Optional[NameMap] = None) -> dict[str, Composite]:
+    """Each parameter (name, global shape) as a :class:`layerinit.Composite` of ``plan``'s tensors,
+    in the plan's dtype: the name itself (after ``name_map``), Mixtral's ``block_sparse_moe`` under
+    transformers 5's ``mlp``, transformers 5's fused experts, or what ``name_map`` returns for it
+    (a canonical name, a Composite, or a function of the Plan returning one; None skips it).
+    ValueError listing the names without a tensor, or naming one whose shape is not its composite's."""
+    shapes = dict(names)
+    return {name: _checked(name, shapes[name], make(plan), None) for name, make in _makers(names, plan, name_map).items()}
+
+
+def _checked(name: str, shape: tuple[int, ...], c: Any, dtype: Optional[str]) -> Composite:
+    """`c` when it is a Composite of `shape` (and `dtype`); else a ValueError naming the parameter."""
+    if not isinstance(c, Composite):
+        raise ValueError(f"name_map for {name} returned {type(c).__name__}, not a layerinit.Composite")
+    if tuple(c.shape) != tuple(shape):
+        what = ", ".join(sorted({p["name"] for p in c.parts}))
+        raise ValueError(f"parameter {name} of shape {tuple(shape)}: layerinit's {what} is {list(c.shape)}")
+    if dtype is not None and c.dtype != dtype:
+        raise ValueError(f"parameter {name} is {dtype}, its layerinit.Composite {c.dtype}")
+    return c
 
 
 # ---- torchtitan models: their tensors in Hugging Face names, as torchtitan's own adapter loads them ----
@@ -429,8 +435,8 @@ def _titan_hyper(model: torch.nn.Module, family: str) -> dict[str, Any]:
     return hyper
 
 
-def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, list[_Piece]]]:
-    """(spec in Hugging Face names, the pieces of each parameter and buffer) of a torchtitan model:
+def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Maker]]:
+    """(spec in Hugging Face names, how each parameter and buffer is made of its tensors) of a torchtitan model:
     the tensors `layerinit emit` writes and torchtitan's adapter (`from_hf`) loads into it."""
     from torchtitan.models.common.attention import FusedQKVLinear
 
@@ -461,13 +467,12 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, list[_Piec
             return "", None
         return (pattern if m is None else pattern.replace("{}", m.group(0), 1)), pattern
 
-    def interleave(name: str, heads: int, rows: int) -> Callable[[int], int]:
-        """Row r of torchtitan's interleaved q/k is this row of Hugging Face's (from_hf's
-        _reverse_permute: [heads, 2, hd/2] -> [heads, hd/2, 2])."""
+    def rows_of(name: str, heads: int, rows: int) -> Optional[str]:
+        """The row permutation of torchtitan's interleaved q/k weight against Hugging Face's
+        (from_hf's _reverse_permute: [heads, 2, hd/2] -> [heads, hd/2, 2]), or None."""
         if not interleaved or not name.endswith(("q_proj.weight", "k_proj.weight")):
-            return lambda r: r
-        hd = rows // heads
-        return lambda r: (r // hd) * hd + (r % 2) * (hd // 2) + (r % hd) // 2
+            return None
+        return f"rope_interleave({rows // heads})"
 
     entries = _entries(model, lambda n: False)
     unnamed = [e.name for e in entries if not e.role_known]
@@ -475,7 +480,7 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, list[_Piec
         raise ValueError(f"torchtitan {pkg}: no role for {len(unnamed)} linear map(s): {_listed(unnamed)}; "
                          f"pass spec= and name_map=")
     tensors: list[dict[str, Any]] = []
-    pieces: dict[str, list[_Piece]] = {}
+    makers: dict[str, Maker] = {}
     missing: list[str] = []
     for e in entries:
         t, shape = e.tensor, tuple(e.tensor["shape"])
@@ -487,22 +492,18 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, list[_Piec
             base, attr = owner_name[: -len("wqkv")], e.name.rpartition(".")[2]
             hd, hpk = parent.head_dim, parent.heads_per_kv
             tail = shape[1:]
-            parts = {}
+            parts = []
             for w, rows in (("wq", n_kv * hpk * hd), ("wk", n_kv * hd), ("wv", n_kv * hd)):
                 name, _ = hf_name(f"{base}{w}.{attr}")
                 if not name:
                     missing.append(f"{base}{w}.{attr}")
                     continue
-                parts[w] = (name, interleave(name, rows // hd, rows))
+                parts.append((_template(name), rows_of(name, rows // hd, rows)))
                 tensors.append(dict(t, name=name, shape=[rows, *tail], role="linear_weight" if tail else "linear_bias",
                                     fan_out=rows))
-            if len(parts) < 3:
-                continue
-            sources = []
-            for g in range(n_kv):
-                sources += [(parts["wq"][0], parts["wq"][1]((g * hpk + s) * hd + i)) for s in range(hpk) for i in range(hd)]
-                sources += [(parts[w][0], parts[w][1](g * hd + i)) for w in ("wk", "wv") for i in range(hd)]
-            pieces[e.name] = _row_pieces(sources, tail)
+            if len(parts) == 3:
+                makers[e.name] = lambda pl, parts=parts, g=n_kv: pl.composite(
+                    [n for n, _ in parts], rows=[r for _, r in parts], groups=g)
             continue
         name, pattern = hf_name(e.name)
         if not name:
@@ -513,12 +514,12 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, list[_Piec
             per = list(shape[1:])
             for x in range(shape[0]):
                 tensors.append(dict(t, name=name.replace("{}", str(x), 1), shape=per, transposable=len(per) == 2))
-            pieces[e.name] = [_Piece(name.replace("{}", str(x), 1), (x,) + (0,) * len(per), (1, *per), 1)
-                              for x in range(shape[0])]
+            makers[e.name] = lambda pl, n=_template(name, 1), E=shape[0]: pl.composite([n], stack=[E])
             continue
         tensors.append(dict(t, name=name))
-        order = interleave(name, n_heads if name.endswith("q_proj.weight") else n_kv, shape[0])
-        pieces[e.name] = _row_pieces([(name, order(r)) for r in range(shape[0])], shape[1:])
+        perm = rows_of(name, n_heads if name.endswith("q_proj.weight") else n_kv, shape[0])
+        makers[e.name] = (lambda pl, n=name: pl.composite(n)) if perm is None else (
+            lambda pl, n=_template(name), r=perm: pl.composite([n], rows=[r]))
     # Buffers the checkpoint holds: DeepSeek-V3's router correction bias, zero at the start (torchtitan's
     # MoE._init_self_buffers, layerinit's deepseek_v3 family); any other is not known.
     for bname, b in model.named_buffers():
@@ -528,14 +529,14 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, list[_Piec
         elif name:
             tensors.append({"name": name, "shape": [int(d) for d in b.shape], "role": "linear_bias", "fan_in": cfg.dim,
                             "fan_out": int(b.shape[0]), "init": {"constant": {"value": 0}}})
-            pieces[bname] = [_Piece(name, (0,) * b.dim(), tuple(b.shape))]
+            makers[bname] = lambda pl, n=name: pl.composite(n)
     if missing:
         raise ValueError(f"torchtitan's {type(adapter).__name__} names no Hugging Face tensor for {len(missing)} "
                          f"parameter(s): {_listed(missing)}")
     if family == "qwen3" and cfg.layers[-1].moe is not None:
         family = "qwen3_moe"
     spec = _spec_dict(f"torchtitan-{pkg}", family, _titan_hyper(model, family), tensors, "model.layers.")
-    return spec, pieces
+    return spec, makers
 
 
 def torchtitan_spec(model: torch.nn.Module) -> dict[str, Any]:
@@ -757,11 +758,11 @@ def init_(
     skip: Callable[[str], bool] = lambda n: False  # noqa: E731
     if name_map is not None:
         skip = (lambda n: name_map(n) is None) if callable(name_map) else (lambda n: n in name_map and name_map[n] is None)
-    pieces: Optional[dict[str, list[_Piece]]] = None
+    makers: Optional[dict[str, Maker]] = None
     if spec is not None:
         s = _spec(spec)
     elif name_map is None and _is_torchtitan(module):
-        titan_spec, pieces = _titan(module)
+        titan_spec, makers = _titan(module)
         s = _spec(titan_spec)
     elif getattr(module, "config", None) is not None and hasattr(module.config, "model_type"):
         s = hf_spec(module.config)
@@ -782,46 +783,38 @@ def init_(
     p0 = plan_for(torch.float32)
     spec_names = {t[0] for t in p0.tensors()}
     params = list(module.named_parameters())  # tied parameters once, under their first name
-    if pieces is not None:
-        entries = [(n, t) for n, t in params + list(module.named_buffers()) if n in pieces]
+    if makers is not None:
+        entries = [(n, t) for n, t in params + list(module.named_buffers()) if n in makers]
     else:
-        buffers = [(n, b) for n, b in module.named_buffers() if n in spec_names or (
-            name_map is not None and not callable(name_map) and name_map.get(n) in spec_names)]
+        def named(n: str) -> bool:  # a buffer the spec names, or a name_map dict maps to a tensor
+            if n in spec_names:
+                return True
+            if name_map is None or callable(name_map):
+                return False
+            v = name_map.get(n)
+            return v is not None and (not isinstance(v, str) or v in spec_names)
+
+        buffers = [(n, b) for n, b in module.named_buffers() if named(n)]
         entries = params + buffers
-        pieces = tensor_map([(n, _global_shape(t)) for n, t in entries], spec_names, name_map)
-    # Every check before anything is allocated or written: dtypes (each one's plan made), shapes.
-    bad = [f"{n} ({t.dtype})" for n, t in entries if n in pieces and t.dtype not in _DTYPES]
+        makers = _makers([(n, _global_shape(t)) for n, t in entries], p0, name_map)
+    # Every check before anything is allocated or written: dtypes, then each parameter as a Composite
+    # of its dtype's plan (its tensors, their fills in that dtype) of its global shape.
+    bad = [f"{n} ({t.dtype})" for n, t in entries if n in makers and t.dtype not in _DTYPES]
     if bad:
         raise ValueError(f"{len(bad)} parameter(s) of a dtype layerinit does not fill (float32, float16, bfloat16): "
                          f"{_listed(bad)}; skip them with name_map= (None)")
-    for n, t in entries:
-        if n not in pieces:
-            continue
-        covered: dict[str, int] = {}
-        for pc in pieces[n]:  # each tensor of the parameter inside it, and all of it; its fill in this dtype
-            plan_for(t.dtype).fill_of(pc.tensor)
-            want = tuple(p0.logical_shape(pc.tensor))
-            box = tuple(pc.shape[pc.squeeze:])
-            if len(box) != len(want) or any(a + b > w for a, b, w in zip(pc.source, box, want)) or (
-                    covered.setdefault(pc.tensor, 0) + math.prod(box) > math.prod(want)):
-                raise ValueError(f"parameter {n} of shape {_global_shape(t)}: layerinit's {pc.tensor} is {list(want)}")
-            covered[pc.tensor] += math.prod(box)
-        for name, count in covered.items():
-            if count != math.prod(p0.logical_shape(name)):
-                raise ValueError(f"parameter {n} of shape {_global_shape(t)}: layerinit's {name} is "
-                                 f"{list(p0.logical_shape(name))}")
+    composites = {n: _checked(n, _global_shape(t), makers[n](plan_for(t.dtype)), _DTYPES[t.dtype])
+                  for n, t in entries if n in makers}
     # spmd_types shards: their place, and their annotations, which to_empty drops with the Parameter.
     spmd = {n: (_spmd_box(t), {a: getattr(t, a) for a in _SPMD_ATTRS if hasattr(t, a)}) for n, t in entries}
     spmd = {n: v for n, v in spmd.items() if v[0] is not None}
-    _materialize_and_compute(module, device, {n for n, b in module.named_buffers() if b.is_meta and n not in pieces})
+    _materialize_and_compute(module, device, {n for n, b in module.named_buffers() if b.is_meta and n not in makers})
     current = dict(module.named_parameters())
     current.update(dict(module.named_buffers()))
     for n, (_, attrs) in spmd.items():
         for a, v in attrs.items():
             setattr(current[n], a, v)
-    for n, _ in entries:
-        if n not in pieces:
-            continue
+    for n, c in composites.items():
         t = current[n]
         if n in spmd:
             local, loff = t.data, spmd[n][0][0]
@@ -829,16 +822,8 @@ def init_(
             local, loff, _ = _local(t)
         if local.numel() == 0:
             continue
-        pl = plan_for(local.dtype)
-        for pc in pieces[n]:
-            # The intersection of the piece with this rank's local box, in parameter coordinates.
-            lo = [max(a, b) for a, b in zip(pc.offset, loff)]
-            hi = [min(a + s, b + ls) for a, s, b, ls in zip(pc.offset, pc.shape, loff, local.shape)]
-            if any(h <= l_ for l_, h in zip(lo, hi)):
-                continue
-            view = local[tuple(slice(l_ - o, h - o) for l_, h, o in zip(lo, hi, loff))]
-            for _ in range(pc.squeeze):
-                view = view.squeeze(0)
-            off = [l_ - o + src for l_, o, src in zip(lo[pc.squeeze:], pc.offset[pc.squeeze:], pc.source)]
-            pl.fill(pc.tensor, view, off, True)
+        if c.dtype != _DTYPES.get(local.dtype):  # a buffer the model's own code made in another dtype
+            c = _checked(n, _global_shape(t), makers[n](plan_for(local.dtype)), None)
+        # The local shard is a box of the parameter: one call fills it, whatever tensors it holds.
+        _core.fill_composite(local.detach(), c, seed, list(loff), True, None)
     return module

@@ -71,6 +71,32 @@ def test_fused_qkv_with_torchtitans_rope_rows():
         assert torch.equal(bits(piece), bits(want[lo:hi]))
 
 
+def test_kv_grouped_qkv_is_groups_of_slabs():
+    """torchtitan's FusedQKVLinear keeps, for each kv head, its q heads, its k head and its v head:
+    groups=n_kv places slab g of q, k and v in turn."""
+    ref = built("llama-tiny", seed=8)
+    plan = layerinit.plan("llama-tiny", seed=8)
+    hd, kv = 16, 2  # 4 heads of 16, 2 kv heads
+    rope = f"rope_interleave({hd})"
+    names = [f"model.layers.1.self_attn.{p}_proj.weight" for p in "qkv"]
+    qkv = plan.composite(names, rows=[rope, rope, None], groups=kv)
+
+    def reverse_permute(w, heads):
+        return w.view(heads, 2, w.shape[0] // heads // 2, w.shape[1]).transpose(1, 2).reshape(w.shape)
+
+    q, k, v = reverse_permute(ref[names[0]], 4), reverse_permute(ref[names[1]], 2), ref[names[2]]
+    want = torch.cat([torch.cat([q.view(kv, -1, 64)[g], k.view(kv, -1, 64)[g], v.view(kv, -1, 64)[g]]) for g in range(kv)])
+    x = torch.empty(128, 64, dtype=torch.bfloat16)
+    layerinit.fill_(x, qkv, seed=8)
+    assert torch.equal(bits(x), bits(want))
+    assert len(qkv.parts) == 3 * kv and qkv.parts[1]["at"] == [32, 0] and qkv.parts[3]["from"] == [32, 0]
+    assert plan.composite(names, rows=[rope, rope, None], groups=1) == plan.composite(names, rows=[rope, rope, None])
+    with pytest.raises(ValueError, match="does not split into 3 groups"):
+        plan.composite(names, groups=3)
+    with pytest.raises(ValueError, match="groups must be in"):
+        plan.composite(names, groups=0)
+
+
 def test_transformers_5_fused_experts():
     ref = built("mixtral-tiny", dtype="fp32", seed=4)
     plan = layerinit.plan("mixtral-tiny", dtype="fp32", seed=4)

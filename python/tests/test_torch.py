@@ -102,6 +102,40 @@ def test_name_map_for_torchtitan_names():
         assert same(got, torch.from_dlpack(ref[f"model.layers.2.{long}.weight"])), short
 
 
+class FusedQkv(torch.nn.Module):
+    """One layer's attention with q, k and v in one [(4 + 2 + 2) * 16, 64] weight, grouped by kv head."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(64, 128, bias=False)
+        self.o = torch.nn.Linear(64, 64, bias=False)
+
+
+def test_name_map_may_give_a_composite():
+    qkv = [f"model.layers.1.self_attn.{p}_proj.weight" for p in "qkv"]
+    ref = {k: torch.from_dlpack(v) for k, v in layerinit.build("llama-tiny", seed=4, dtype="bf16").items()}
+    want = torch.cat([torch.cat([ref[n].view(2, -1, 64)[g] for n in qkv]) for g in range(2)])
+    for entry in (lambda p: p.composite(qkv, groups=2),
+                  layerinit.plan("llama-tiny", seed=4, dtype="bf16").composite(qkv, groups=2)):
+        with torch.device("meta"):
+            m = FusedQkv().to(torch.bfloat16)
+        lt.init_(m, spec="llama-tiny", seed=4, name_map={"qkv.weight": entry, "o.weight": "model.layers.1.self_attn.o_proj.weight"})
+        assert torch.equal(m.qkv.weight.view(torch.int16), want.view(torch.int16))
+        assert torch.equal(m.o.weight, ref["model.layers.1.self_attn.o_proj.weight"])
+    with torch.device("meta"):
+        m = FusedQkv()
+    # A Composite of another dtype, of another shape, or something else: refused before anything is made.
+    bf16 = layerinit.plan("llama-tiny", dtype="bf16").composite(qkv)
+    with pytest.raises(ValueError, match=r"parameter qkv.weight is fp32, its layerinit.Composite bf16"):
+        lt.init_(m, spec="llama-tiny", name_map={"qkv.weight": bf16, "o.weight": None})
+    with pytest.raises(ValueError, match=r"parameter qkv.weight of shape \(128, 64\): layerinit's "
+                                         r"model.layers.1.self_attn.q_proj.weight is \[64, 64\]"):
+        lt.init_(m, spec="llama-tiny", name_map={"qkv.weight": lambda p: p.composite(qkv[0]), "o.weight": None})
+    with pytest.raises(ValueError, match=r"name_map\['qkv.weight'\] must be a canonical name, a layerinit.Composite"):
+        lt.init_(m, spec="llama-tiny", name_map={"qkv.weight": 3, "o.weight": None})
+    assert m.qkv.weight.is_meta
+
+
 def test_plain_module_gets_its_roles():
     with torch.device("meta"):
         m = torch.nn.Sequential(torch.nn.Embedding(100, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 16))

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""layerinit.torch.init_ on torchtitan's llama3 with Llama-3-8B-shaped layers (dim 4096, 32 heads, 8 kv
+heads, hidden 14336, vocab 128256, torchtitan's fused wqkv with q and k in its interleaved RoPE rows),
+fewer of them so that it fits a small machine, in bf16 on the CPU, on the meta device.
+
+Prints one line: layers,parameters,fill_calls,seconds: init_ wall time (materialize + fill, after the
+model is built on the meta device) and how many fill calls the package made into the library.
+
+usage: bench/python/init_titan.py [LAYERS] [THREADS]   (default 2 layers, torch's thread count)"""
+import sys
+import time
+
+import torch
+
+import layerinit
+import layerinit.torch as lt
+
+
+def model(layers: int) -> torch.nn.Module:
+    import torchtitan.models.llama3 as L
+    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+
+    dim, heads, kv, hidden, vocab = 4096, 32, 8, 14336, 128256
+    cfg = L.Llama3Model.Config(
+        dim=dim, vocab_size=vocab, enable_weight_tying=False,
+        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=L._EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape=dim, param_init=L._NORM_INIT),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=L._output_linear_init(dim)),
+        layers=L._build_llama3_layers(fuse_qkv=True, n_layers=layers, dim=dim, n_heads=heads, n_kv_heads=kv,
+                                      hidden_dim=hidden, attn_backend="flex",
+                                      rope=ComplexRoPE.Config(dim=dim // heads, max_seq_len=8192, theta=500000,
+                                                              scaling="llama")))
+    with torch.device("meta"):
+        m = cfg.build()
+    return m.to(torch.bfloat16)
+
+
+def main() -> None:
+    layers = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    if len(sys.argv) > 2:
+        torch.set_num_threads(int(sys.argv[2]))
+    m = model(layers)
+    calls = 0
+    core = layerinit._core
+    for name in ("fill_composite",):  # the package's one way into the library's fills of a module
+        if hasattr(core, name):
+            f = getattr(core, name)
+
+            def counted(*a, f=f):
+                nonlocal calls
+                calls += 1
+                return f(*a)
+
+            setattr(core, name, counted)
+    fill = layerinit.Plan.fill  # the per-tensor path an older package took, row by row
+
+    def counted_fill(*a, **k):
+        nonlocal calls
+        calls += 1
+        return fill(*a, **k)
+
+    layerinit.Plan.fill = counted_fill
+    t0 = time.perf_counter()
+    lt.init_(m, recipe="torchtitan", seed=0)
+    dt = time.perf_counter() - t0
+    n = sum(p.numel() for p in m.parameters())
+    print(f"{layers},{n},{calls},{dt:.2f}")
+
+
+if __name__ == "__main__":
+    main()
