@@ -9,29 +9,21 @@ model is built on the meta device) and how many fill calls the package made into
 usage: bench/python/init_titan.py [LAYERS] [THREADS]   (default 2 layers, torch's thread count)"""
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 import layerinit
 import layerinit.torch as lt
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python" / "tests"))
+
 
 def model(layers: int) -> torch.nn.Module:
-    import torchtitan.models.llama3 as L
-    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+    from titan_models import llama3  # python/tests: torchtitan's own llama3 builder with these numbers
 
-    dim, heads, kv, hidden, vocab = 4096, 32, 8, 14336, 128256
-    cfg = L.Llama3Model.Config(
-        dim=dim, vocab_size=vocab, enable_weight_tying=False,
-        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=L._EMBEDDING_INIT),
-        norm=RMSNorm.Config(normalized_shape=dim, param_init=L._NORM_INIT),
-        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=L._output_linear_init(dim)),
-        layers=L._build_llama3_layers(fuse_qkv=True, n_layers=layers, dim=dim, n_heads=heads, n_kv_heads=kv,
-                                      hidden_dim=hidden, attn_backend="flex",
-                                      rope=ComplexRoPE.Config(dim=dim // heads, max_seq_len=8192, theta=500000,
-                                                              scaling="llama")))
     with torch.device("meta"):
-        m = cfg.build()
+        m = llama3(4096, 32, 8, layers, 128256, 14336, False, max_seq_len=8192).build()
     return m.to(torch.bfloat16)
 
 

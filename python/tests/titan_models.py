@@ -5,7 +5,8 @@ one (its state-dict adapter, DCP's HuggingFaceStorageReader)."""
 import torch
 
 
-def _llama3(dim, heads, kv, layers, vocab, hidden, tied):
+def llama3(dim, heads, kv, layers, vocab, hidden, tied, max_seq_len=64):
+    """A config of torchtitan's llama3 builder (fused wqkv, llama RoPE scaling) with these numbers."""
     import torchtitan.models.llama3 as L
     from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
 
@@ -17,7 +18,7 @@ def _llama3(dim, heads, kv, layers, vocab, hidden, tied):
         lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=L._output_linear_init(dim)),
         layers=L._build_llama3_layers(fuse_qkv=True, n_layers=layers, dim=dim, n_heads=heads, n_kv_heads=kv,
                                       hidden_dim=hidden, attn_backend="flex",
-                                      rope=ComplexRoPE.Config(dim=dim // heads, max_seq_len=64, theta=500000,
+                                      rope=ComplexRoPE.Config(dim=dim // heads, max_seq_len=max_seq_len, theta=500000,
                                                               scaling="llama")))
 
 
@@ -68,7 +69,7 @@ def config(flavor):
 
         return model_registry("debugmodel", attn_backend="flex").model
     if flavor == "llama3-tiny-tied":
-        return _llama3(64, 4, 2, 3, 256, 96, True)
+        return llama3(64, 4, 2, 3, 256, 96, True)
     if flavor == "qwen3-tiny":
         return _qwen3(False)
     if flavor == "qwen3-moe-tiny":
