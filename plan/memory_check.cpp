@@ -9,15 +9,16 @@
 
 namespace layerinit {
 
-std::uint64_t record_bytes(const ModelSpec& spec, Layout layout, bool slice_hashes, bool hdf5_datasets) {
-  // Measured with GNU time's max RSS over 80,000 one-element layers: build's tensors and reports and
-  // emit's lists, reports and safetensors writer take about 1.5 KiB per tensor, HDF5 19.5 KiB more
-  // per dataset (open dataset handles, its metadata cache); a stacked tensor's report holds a hash
-  // per layer slice. Rounded up to 2 KiB, 22 KiB and 128 bytes.
+std::uint64_t record_bytes(const ModelSpec& spec, Layout layout, bool slice_hashes) {
+  // Measured with GNU time's max RSS over 80,000 one-element layers: build's tensors and reports take
+  // about 1.5 KiB per tensor; emit (bench/cpu/many_tensors.py, 50k to 200k tensors, 2026-11-26)
+  // 1.12 KiB per tensor to safetensors and 1.10 to HDF5, whose writer closes each dataset once
+  // written (it held them open, 19.5 KiB each, before); a stacked tensor's report holds a hash per
+  // layer slice. Rounded up to 2 KiB and 128 bytes.
   const std::uint64_t L = spec.num_layers, T = spec.layer.tensors.size(), outer = spec.pre.size() + spec.post.size();
   const std::uint64_t tensors = saturating_add(outer, layout == Layout::stacked ? T : saturating_mul(L, T));
   const std::uint64_t slices = slice_hashes ? saturating_mul(L, T) : 0;
-  return saturating_add(saturating_mul(tensors, hdf5_datasets ? (2u + 22u) << 10 : 2u << 10), saturating_mul(slices, 128));
+  return saturating_add(saturating_mul(tensors, 2u << 10), saturating_mul(slices, 128));
 }
 
 void check_memory(backend& be, const MemoryNeed& need) {

@@ -29,9 +29,8 @@ struct MemoryNeed {
 
 // An estimate of the host bytes of the lists, reports and writer state that grow with the number of
 // tensors held in `layout` (each tensor, and with `slice_hashes` a hash per layer slice of every
-// layer tensor, as a stacked report keeps them). `hdf5_datasets`: emit to HDF5, which keeps more per
-// dataset. Saturates at 2^64 - 1.
-std::uint64_t record_bytes(const ModelSpec& spec, Layout layout, bool slice_hashes, bool hdf5_datasets);
+// layer tensor, as a stacked report keeps them), in either checkpoint format. Saturates at 2^64 - 1.
+std::uint64_t record_bytes(const ModelSpec& spec, Layout layout, bool slice_hashes);
 
 // Throws memory_refused when `need` exceeds what this process may use: be.available_memory() for
 // the peak and the records together on the host; on a device the peak against the device's and the

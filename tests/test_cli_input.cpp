@@ -190,14 +190,14 @@ TEST_F(Cli, HugeLayerCountsAndSpecFilesAreRefusedQuickly) {
   const std::vector<Case> cases = {
       {{"plan", "--spec", huge, "--per-layer"}, {"4000000000 layers", "too many to list", "1048576"}},
       {{"plan", "--spec", huge, "--json"}, {"4000000000 tensors", "too many to list", "1048576"}},
-      // The memory check first: 4e9 datasets (24 KiB of records each in HDF5, 2 KiB in safetensors),
-      // or in stacked layout one HDF5 dataset and 4e9 layer hashes of 128 bytes; a build's weights.
+      // The memory check first: 4e9 datasets (2 KiB of records each, in HDF5 as in safetensors), or in
+      // stacked layout one HDF5 dataset and 4e9 layer hashes of 128 bytes; a build's weights.
       {{"emit", "--spec", huge, "--backend", "cpu", "-o", target.string()},
-       {"not enough memory", "tensor records 89.41 TiB (98304000000000 bytes)"}},
+       {"not enough memory", "tensor records 7.45 TiB (8192000000000 bytes)"}},
       {{"emit", "--spec", huge, "--backend", "cpu", "--format", "safetensors", "-o", target.string()},
        {"not enough memory", "tensor records 7.45 TiB (8192000000000 bytes)"}},
       {{"emit", "--spec", huge, "--backend", "cpu", "--layout", "stacked", "-o", target.string()},
-       {"not enough memory", "tensor records 476.84 GiB (512000024576 bytes)"}},
+       {"not enough memory", "tensor records 476.84 GiB (512000002048 bytes)"}},
       {{"build", "--spec", huge, "--backend", "cpu", "--layout", "stacked"},
        {"not enough memory", "weights 7.45 TiB (8192000000000 bytes)"}},
       // Past it, the disk: data, and per dataset an HDF5 object header and index entries or a

@@ -24,17 +24,16 @@ class Hook {
 
 }  // namespace
 
-TEST(MemoryCheck, RecordBytesCountTensorsSlicesAndDatasets) {
+TEST(MemoryCheck, RecordBytesCountTensorsAndSlices) {
   const ModelSpec spec = make_preset("llama-tiny");  // 1 tensor before the layers, 2 after, 9 per layer
   const std::uint64_t L = spec.num_layers, T = spec.layer.tensors.size(), outer = spec.pre.size() + spec.post.size();
   ASSERT_EQ(T, 9u);
-  EXPECT_EQ(record_bytes(spec, Layout::per_layer, false, false), (outer + L * T) * 2048);
-  EXPECT_EQ(record_bytes(spec, Layout::per_layer, false, true), (outer + L * T) * 24576);
-  EXPECT_EQ(record_bytes(spec, Layout::stacked, true, false), (outer + T) * 2048 + L * T * 128);
-  EXPECT_EQ(record_bytes(spec, Layout::per_layer, true, false), (outer + L * T) * 2048 + L * T * 128);  // restack
+  EXPECT_EQ(record_bytes(spec, Layout::per_layer, false), (outer + L * T) * 2048);
+  EXPECT_EQ(record_bytes(spec, Layout::stacked, true), (outer + T) * 2048 + L * T * 128);
+  EXPECT_EQ(record_bytes(spec, Layout::per_layer, true), (outer + L * T) * 2048 + L * T * 128);  // restack
   ModelSpec huge = spec;
   huge.num_layers = UINT64_MAX / 4;
-  EXPECT_EQ(record_bytes(huge, Layout::per_layer, false, true), UINT64_MAX);  // saturates
+  EXPECT_EQ(record_bytes(huge, Layout::per_layer, false), UINT64_MAX);  // saturates
 }
 
 TEST(MemoryCheck, RefusesWithBothNumbers) {

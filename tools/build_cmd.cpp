@@ -43,7 +43,7 @@ int build_rank_command(const ModelArgs& args, const ModelSpec& spec, const Recip
   const Builder builder(spec, recipe, opts, *be, tracker);
   const RankPlan rank(builder, plan, *args.rank);
   const RankMemoryPlan need = plan_rank(rank, TrainingSetup::mixed);
-  check_memory(args, *be, {"this rank's pieces", need.weight_bytes, record_bytes(spec, opts.layout, opts.layout == Layout::stacked, false)});
+  check_memory(args, *be, {"this rank's pieces", need.weight_bytes, record_bytes(spec, opts.layout, opts.layout == Layout::stacked)});
   MemoryTrace trace(spec);
   if (!trace_file.empty()) trace.attach(tracker, trace_file, force);
 
@@ -110,10 +110,10 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   {
     const MemoryPlan p = make_memory_plan(builder);
     if (args.restack)
-      check_memory(args, *be, {"weights plus the largest layer", p.peak_restack, record_bytes(spec, opts.layout, true, false)});
+      check_memory(args, *be, {"weights plus the largest layer", p.peak_restack, record_bytes(spec, opts.layout, true)});
     else
       check_memory(args, *be, {"weights", opts.layout == Layout::stacked ? p.peak_stacked : p.peak_per_layer,
-                               record_bytes(spec, opts.layout, opts.layout == Layout::stacked, false)});
+                               record_bytes(spec, opts.layout, opts.layout == Layout::stacked)});
   }
   MemoryTrace trace(spec);
   if (!trace_file.empty()) trace.attach(tracker, trace_file, force);  // after the refusals: it creates the file

@@ -108,12 +108,11 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     if (plan) {
       rank.emplace(*builder, *plan, *args.rank);
       check_memory(args, *be, {"this rank's largest part", plan_rank(*rank, TrainingSetup::mixed).peak_streamed,
-                               record_bytes(*spec, opts.layout, opts.layout == Layout::stacked, false)});
+                               record_bytes(*spec, opts.layout, opts.layout == Layout::stacked)});
     } else {
       // Under MPI a rank holds at most the largest part too (its share is streamed the same way).
       check_memory(args, *be, {"the largest part", make_memory_plan(*builder).peak_streamed,
-                               record_bytes(*spec, opts.layout, opts.layout == Layout::stacked,
-                                            format == CheckpointFormat::hdf5)});
+                               record_bytes(*spec, opts.layout, opts.layout == Layout::stacked)});
     }
     // A test hook: this MPI rank dies by SIGKILL after its first part, as a rank lost mid-run.
     if (const char* k = std::getenv("LAYERINIT_TEST_KILL_RANK"); job && k && std::to_string(job->rank()) == k)

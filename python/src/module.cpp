@@ -321,7 +321,7 @@ nb::dict build(const Plan& plan, const std::string& device, const std::optional<
   };
   const Builder builder(plan.spec(), plan.recipe(), opts, *be, *ctx.tracker);
   // The CLI's memory preflight, before anything is allocated (MemoryError naming both numbers).
-  const std::uint64_t records = record_bytes(plan.spec(), opts.layout, false, false);
+  const std::uint64_t records = record_bytes(plan.spec(), opts.layout, false);
   nb::dict out;
   if (mesh || rank) {
     std::vector<std::pair<std::string, std::uint64_t>> named;
