@@ -1,6 +1,6 @@
 # The XLA FFI fill handlers (python/src/xla_*.cpp, docs/python.md "JAX") as a static library, compiled
 # against the XLA FFI headers in xla_ffi_include (a jaxlib's jax.ffi.include_dir()). The
-# Python package links it into layerinit._xla; the main build compiles it alone when scripts/test passes
+# Python package links it into layerinit._core (its submodule xla); the main build compiles it alone when scripts/test passes
 # the headers, so the CUDA handler is compiled wherever nvcc is (the package is built host-only on
 # machines without a GPU).
 add_library(layerinit_xla_handlers STATIC ${CMAKE_CURRENT_LIST_DIR}/src/xla_piece.cpp

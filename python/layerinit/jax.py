@@ -4,7 +4,7 @@
   ``nnx.eval_shape`` or ``jax.eval_shape``, or real arrays) and returns the same pytree with new arrays.
 - :func:`build` makes a preset's or a spec's tensors by name.
 
-Each array is the output of one XLA FFI call (layerinit._xla): XLA allocates the buffer on its device
+Each array is the output of one XLA FFI call (layerinit._core.xla): XLA allocates the buffer on its device
 and layerinit's handler writes the values into it (the host fill on the CPU, the CUDA kernel on XLA's
 stream on a GPU). Sharded arrays are made inside ``jax.shard_map``, so each device creates only its
 own piece, and the global array is the same for every mesh and PartitionSpec. Works eagerly and inside
@@ -25,7 +25,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
-from . import FillLike, ModelLike, spec
+from . import FillLike, ModelLike, Plan, _core, plan
 
 __all__ = ["ROLES", "build", "init", "spec_of"]
 
@@ -43,14 +43,13 @@ _registered = False
 
 
 def _xla() -> Any:
-    """layerinit._xla with its handlers registered with XLA (once)."""
+    """layerinit._core.xla with its handlers registered with XLA (once)."""
     global _registered
-    try:
-        from . import _xla as mod
-    except ImportError as e:
+    mod = getattr(_core, "xla", None)
+    if mod is None:
         raise RuntimeError(
-            "layerinit was installed without its XLA FFI handlers (layerinit._xla): no jaxlib was found when "
-            "`pip install .` ran. Install jax first, then reinstall layerinit") from e
+            "layerinit was installed without its XLA FFI handlers (layerinit._core.xla): no jaxlib was found when "
+            "`pip install .` ran. Install jax first, then reinstall layerinit")
     if not _registered:
         for name, capsule, platform in mod.targets():
             jax.ffi.register_ffi_target(name, capsule, platform=platform, api_version=1)
@@ -647,13 +646,13 @@ def init(
     arrays = []
     if text:
         # In-out orientation stores exactly the tensors marked transposable ([in, out] leaves) transposed.
-        planner = _planner(text, recipe, {}, orientation="in-out")
+        p = _plan(json.loads(text), dtype="fp32", recipe=recipe, orientation="in-out")  # each leaf its own dtype
         for lf in leaves:
             if 0 in lf.shape:
                 continue
             stored = lf.shape if lf.shape else (1,)
             try:
-                param = planner.param(_template(lf), [size for _, size in lf.lead], list(stored), lf.dtype)
+                param = p._leaf(_template(lf), [size for _, size in lf.lead], list(stored), lf.dtype).text
             except ValueError as e:
                 raise ValueError(f"leaf '{lf.name}': {e}") from None
             arrays.append(_Array(lf.name, stored, lf.dtype, param, lf.sharding))
@@ -668,10 +667,10 @@ def init(
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
-def _planner(spec_json: str, recipe: str, overrides: Mapping[str, str], dtype: str = "fp32",
-             layout: str = "per-layer", orientation: str = "out-in", experts: str = "stacked") -> Any:
+def _plan(model: ModelLike, **options: Any) -> Plan:
+    """layerinit.plan, its spec errors without the "spec: " the C++ reader puts first."""
     try:
-        return _xla().Planner(spec_json, recipe, dict(overrides), dtype, {}, layout, orientation, experts)
+        return plan(model, **options)
     except ValueError as e:
         raise ValueError(str(e).removeprefix("spec: ")) from None
 
@@ -702,10 +701,10 @@ def build(
     - ``dtype``, ``seed``, ``recipe``, ``overrides``: as :func:`layerinit.build`.
     """
     seed = _check_seed(seed)
-    fills = {k: v if isinstance(v, str) else str(v) for k, v in (overrides or {}).items()}
-    planner = _planner(spec(model).to_json(), recipe, fills, dtype, layout, orientation, experts)
+    p = _plan(model, dtype=dtype, recipe=recipe, layout=layout, orientation=orientation, experts=experts,
+              overrides=overrides)
     arrays = []
-    for name, shape, tdtype, param in planner.model():
-        arrays.append(_Array(name, tuple(shape), tdtype, param,
+    for name, shape, tdtype, _, _ in p.tensors():  # file order; a stacked buffer [L, ...] as one array
+        arrays.append(_Array(name, tuple(shape), tdtype, p.composite(name).text,
                              _sharding_for(sharding, name, None, mesh, _NOT_TREE)))
     return dict(zip((a.name for a in arrays), _make(arrays, seed)))

@@ -38,6 +38,10 @@
 #include <layerinit/plan/memory_check.hpp>
 #include <layerinit/plan/plan.hpp>
 
+#if LAYERINIT_HAS_XLA
+#include "xla_binding.hpp"
+#endif
+
 namespace nb = nanobind;
 using namespace nb::literals;
 
@@ -277,6 +281,24 @@ class Plan {
     return out;
   }
 
+  // The composite of a JAX leaf: the tensors named by template `name` ("{k}": stack axis k's index) at
+  // every position of `stack`, made in the leaf's `dtype` whatever the plan's (values depend on the
+  // dtype only through the fills, prepared per call). std::invalid_argument unless they make an
+  // array of `shape` and every fill suits the dtype.
+  Composite leaf(const std::string& name, const std::vector<std::uint64_t>& stack, const std::vector<std::uint64_t>& shape,
+                 const std::string& dtype) const {
+    std::vector<StackAxis> axes;
+    for (const auto size : stack) axes.push_back({size, 0});
+    const std::string templates[] = {name};
+    Composite c = index_->assemble(templates, axes, 0, {}, 1, "the leaf");
+    c.dtype = parse_dtype(dtype);
+    for (auto& part : c.parts) part.dtype = c.dtype;
+    if (const Shape want(shape.begin(), shape.end()); c.shape != want)
+      throw std::invalid_argument("its tensors make " + shape_string(c.shape) + ", the leaf is " + shape_string(want));
+    c.validate();
+    return c;
+  }
+
   // The planned tensor of a canonical (not stacked) name, in any layout: its fill and logical shape.
   PlannedTensor planned(const std::string& name) const {
     if (auto p = index_->planned(name)) return *std::move(p);
@@ -394,6 +416,10 @@ NB_MODULE(_core, m) {
   m.doc() = "layerinit's C++ core; use the layerinit package's functions (docs/python.md)";
   m.attr("__version__") = LAYERINIT_PYTHON_VERSION;
   m.attr("has_cuda_build") = bool(LAYERINIT_HAS_CUDA);
+#if LAYERINIT_HAS_XLA
+  nb::module_ xla = m.def_submodule("xla");
+  layerinit::jax::define_xla(xla);
+#endif
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
@@ -465,6 +491,8 @@ NB_MODULE(_core, m) {
         return p.index().assemble(templates, axes, dim, perms, groups);
       }, "templates"_a, "stack"_a, "dim"_a, "rows"_a, "groups"_a,
       "Tensors named by templates over stack axes [(size, first)], concatenated along `dim` in `groups`, as a Composite.")
+      .def("_leaf", &Plan::leaf, "name"_a, "stack"_a, "shape"_a, "dtype"_a,
+           "A JAX leaf of the tensors named by a template over stack axes, in the leaf's dtype, as a Composite.")
       .def("_fused_experts", [](const Plan& p, const std::string& name, const std::vector<std::uint64_t>& shape) {
         return p.index().hf_fused_experts(name, Shape(shape.begin(), shape.end()));
       }, "name"_a, "shape"_a, "transformers 5's fused experts parameter as a Composite, or None for other names.")

@@ -54,6 +54,7 @@ def test_each_device_fills_only_its_shards(devices):
     try:
         arrays = ljax.build("gpt2-tiny", sharding=lambda n: NamedSharding(mesh, P("dp", "tp") if n.endswith("wte.weight")
                                                                            else P()))
+        jax.block_until_ready(arrays)  # dispatch is asynchronous: every device's call has run
         writes = xla.take_writes()
     finally:
         xla.record_writes(False)

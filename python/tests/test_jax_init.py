@@ -217,6 +217,7 @@ def test_jit_equals_eager_and_each_device_writes_its_pieces():
     xla.record_writes(True)
     try:
         eager = ljax.init(tree, seed=1, rules=RULES, sharding=shardings)
+        jax.block_until_ready(eager)  # dispatch is asynchronous: every device's call has run
         writes = xla.take_writes()
         jitted = jax.jit(lambda: ljax.init(tree, seed=1, rules=RULES, sharding=shardings), out_shardings=shardings)()
     finally:

@@ -1,0 +1,79 @@
+// layerinit._core.xla: the XLA FFI fill handlers as capsules for jax.ffi.register_ffi_target
+// (python/layerinit/jax.py; the composite texts their attributes carry come from _core.Plan). Compiled
+// into _core only where the XLA FFI headers of a jaxlib are found.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <layerinit/core/text.hpp>
+#include <layerinit/init/spec_json.hpp>
+
+#include "xla_binding.hpp"
+#include "xla_handlers.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace layerinit::jax {
+namespace {
+
+nb::capsule handler(XLA_FFI_Error* (*fn)(XLA_FFI_CallFrame*)) { return nb::capsule(reinterpret_cast<void*>(fn)); }
+
+}  // namespace
+
+void define_xla(nb::module_& m) {
+  m.doc() = "layerinit's XLA FFI fill handlers; use layerinit.jax (docs/python.md)";
+  m.attr("has_cuda_handler") = bool(LAYERINIT_HAS_CUDA);
+
+  m.def("targets", [] {
+    // (name, capsule, platform) for jax.ffi.register_ffi_target(name, capsule, platform=..., api_version=1)
+    nb::list out;
+    out.append(nb::make_tuple("layerinit_fill", handler(LayerinitFillHost), "cpu"));
+#if LAYERINIT_HAS_CUDA
+    out.append(nb::make_tuple("layerinit_fill", handler(LayerinitFillCuda), "CUDA"));
+#endif
+    out.append(nb::make_tuple("layerinit_fill_grid", handler(LayerinitFillGrid), "cpu"));
+    return out;
+  }, "[(target name, handler capsule, platform)]");
+
+  m.def("spec_with_fills", [](const std::string& spec_json, const std::map<std::string, std::string>& fills) {
+    // The spec with an explicit init for each named tensor (pre, post, or the layer of a one-layer
+    // block), so the spec alone (layerinit emit --spec) gives the values init() makes.
+    ModelSpec spec = spec_from_json(spec_json);
+    for (const auto& [name, text] : fills) {
+      FillSpec f = parse_fill(text);
+      validate_fill(f);
+      bool found = false;
+      for (auto* list : {&spec.pre, &spec.post})
+        for (auto& t : *list)
+          if (t.name == name) {
+            t.init = f;
+            found = true;
+          }
+      if (spec.num_layers == 1)  // a block of one layer: its tensors' canonical names are unique
+        for (auto& t : spec.layer.tensors)
+          if (spec.canonical_name(0, t) == name) {
+            t.init = f;
+            found = true;
+          }
+      if (!found) throw std::invalid_argument("tensor '" + printable(name) + "' is not in " + printable(spec.name));
+    }
+    return spec_to_json(spec);
+  }, "spec_json"_a, "fills"_a, "The spec with `fills` (canonical name -> fill text) as the named tensors' init (pre, post, a one-layer block).");
+  m.def("record_writes", &record_writes, "on"_a, "Test hook: record every output buffer the handlers write.");
+  m.def("take_writes", [] {
+    std::vector<std::tuple<std::string, std::uintptr_t, std::uint64_t>> out;
+    for (const auto& w : take_writes()) out.emplace_back(w.name, w.address, w.bytes);
+    return out;
+  }, "[(first slice name, address, bytes)] recorded since the last call");
+}
+
+}  // namespace layerinit::jax
