@@ -25,7 +25,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
-from . import FillLike, ModelLike, Plan, _core, plan
+from . import Fill, FillLike, ModelLike, Plan, _core, plan
 
 __all__ = ["ROLES", "build", "init", "spec_of"]
 
@@ -435,7 +435,7 @@ def _some(names: Any, n: int = 8) -> str:
 class _Rule:
     pattern: str
     role: Optional[str] = None
-    fill: Optional[str] = None
+    fill: Optional[Fill] = None
     fan_in: Optional[int] = None
     fan_out: Optional[int] = None
     orientation: Optional[str] = None
@@ -463,7 +463,7 @@ def _rules(rules: Optional[Mapping[str, Any]]) -> list[_Rule]:
             except ValueError as e:
                 raise ValueError(f"rule '{pattern}': {spec_['fill']!r} is neither a role ({', '.join(ROLES)}) nor a "
                                  f"fill: {e}") from None
-            r.fill = spec_["fill"] if isinstance(spec_["fill"], str) else str(f)
+            r.fill = f  # the Fill itself: its text form rounds to 6 digits
         for k in ("fan_in", "fan_out"):
             if k in spec_:
                 if not isinstance(spec_[k], int) or spec_[k] < 0:

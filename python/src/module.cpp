@@ -445,7 +445,8 @@ NB_MODULE(_core, m) {
       .def_prop_ro("kind", [](const FillSpec& f) { return std::string(fill_kind_name(f.kind)); })
       .def("__repr__", [](const FillSpec& f) { return "Fill(" + f.describe() + ")"; })
       .def("__str__", &FillSpec::describe)
-      .def("__eq__", [](const FillSpec& a, const FillSpec& b) { return a == b; });
+      // Any other object compares unequal (`fill in ("a", "b")` asks), as Python's own types do.
+      .def("__eq__", [](const FillSpec& a, nb::handle b) { return nb::isinstance<FillSpec>(b) && a == nb::cast<const FillSpec&>(b); });
 
   nb::class_<Spec>(m, "Spec", "A model spec: a preset or a JSON spec (docs/spec.md).")
       .def_static("preset", [](const std::string& name) { return Spec{make_preset(name)}; }, "name"_a)
@@ -555,7 +556,7 @@ NB_MODULE(_core, m) {
       .def("tensor_name", [](const Composite& c, std::size_t part, const std::vector<std::uint64_t>& index) {
         return c.tensor(part, index).name;
       }, "part"_a, "index"_a, "The name of part `part`'s tensor at stack position `index`.")
-      .def("__eq__", [](const Composite& a, const Composite& b) { return a == b; })
+      .def("__eq__", [](const Composite& a, nb::handle b) { return nb::isinstance<Composite>(b) && a == nb::cast<const Composite&>(b); })
       .def("__repr__", [](const Composite& c) {
         return "layerinit.Composite(" + shape_text(c.shape) + ", " + std::string(dtype_name(c.dtype)) + ", " +
                std::to_string(c.parts.size()) + (c.parts.size() == 1 ? " part" : " parts") +

@@ -15,6 +15,7 @@
 
 #include <layerinit/core/text.hpp>
 #include <layerinit/init/spec_json.hpp>
+#include <layerinit/kernels/fill.hpp>
 
 #include "xla_binding.hpp"
 #include "xla_handlers.hpp"
@@ -44,12 +45,11 @@ void define_xla(nb::module_& m) {
     return out;
   }, "[(target name, handler capsule, platform)]");
 
-  m.def("spec_with_fills", [](const std::string& spec_json, const std::map<std::string, std::string>& fills) {
+  m.def("spec_with_fills", [](const std::string& spec_json, const std::map<std::string, FillSpec>& fills) {
     // The spec with an explicit init for each named tensor (pre, post, or the layer of a one-layer
     // block), so the spec alone (layerinit emit --spec) gives the values init() makes.
     ModelSpec spec = spec_from_json(spec_json);
-    for (const auto& [name, text] : fills) {
-      FillSpec f = parse_fill(text);
+    for (const auto& [name, f] : fills) {
       validate_fill(f);
       bool found = false;
       for (auto* list : {&spec.pre, &spec.post})
@@ -67,7 +67,7 @@ void define_xla(nb::module_& m) {
       if (!found) throw std::invalid_argument("tensor '" + printable(name) + "' is not in " + printable(spec.name));
     }
     return spec_to_json(spec);
-  }, "spec_json"_a, "fills"_a, "The spec with `fills` (canonical name -> fill text) as the named tensors' init (pre, post, a one-layer block).");
+  }, "spec_json"_a, "fills"_a, "The spec with `fills` (canonical name -> Fill) as the named tensors' init (pre, post, a one-layer block).");
   m.def("record_writes", &record_writes, "on"_a, "Test hook: record every output buffer the handlers write.");
   m.def("take_writes", [] {
     std::vector<std::tuple<std::string, std::uintptr_t, std::uint64_t>> out;

@@ -174,6 +174,18 @@ def test_linen_params_by_rules(cli, tmp_path):
     assert np.array_equal(np.asarray(params["Dense_0"]["bias"]), np.zeros(3, np.float32))
 
 
+def test_a_rule_fill_keeps_every_digit():
+    """A Fill given as a rule is used as it is: its text form ("normal(0, 0.123457)") rounds to 6 digits,
+    which gave other values than the Fill asked for."""
+    f = layerinit.Fill.parse("normal(0.1, 0.12345678912345678)")
+    assert str(f) == "normal(0.1, 0.123457)" and layerinit.Fill.parse(str(f)) != f and f != "normal" and f not in ("a",)
+    tree = {"w": jax.ShapeDtypeStruct((64, 32), jnp.float32)}
+    got = np.asarray(ljax.init(tree, seed=4, rules={"w": f})["w"])
+    want = layerinit.fill_(np.empty((64, 32), np.float32), "w", f, seed=4)
+    rounded = layerinit.fill_(np.empty((64, 32), np.float32), "w", str(f), seed=4)
+    assert np.array_equal(got, want) and not np.array_equal(got, rounded)
+
+
 def test_identical_for_1_2_4_8_devices_and_specs():
     devices = jax.devices()
     if len(devices) < 8:
