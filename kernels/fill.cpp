@@ -1,6 +1,7 @@
 #include <layerinit/kernels/fill.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -100,14 +101,15 @@ FillSpec parse_fill(std::string_view text) {
   std::vector<double> args;
   std::stringstream ss(t.substr(open + 1, close - open - 1));
   for (std::string item; std::getline(ss, item, ',');) {
-    std::size_t used = 0;
+    // std::from_chars: the exact double, in any locale, subnormals included (std::stod throws for
+    // them, so a fill's own text() did not read back).
+    const std::size_t begin = item.find_first_not_of(" \t"), end = item.find_last_not_of(" \t") + 1;
+    const char* first = begin == std::string::npos ? item.data() + item.size() : item.data() + begin;
+    const char* last = begin == std::string::npos ? first : item.data() + end;
+    if (first != last && *first == '+' && last - first > 1 && first[1] != '-') ++first;
     double v = 0;
-    try {
-      v = std::stod(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || item.find_first_not_of(" \t", used) != std::string::npos || !std::isfinite(v))
+    const auto [ptr, ec] = std::from_chars(first, last, v);
+    if (first == last || ec != std::errc{} || ptr != last || !std::isfinite(v))
       throw std::invalid_argument("fill '" + printable(t) + "': '" + printable(item) + "' is not a finite number");
     args.push_back(v);
   }
@@ -131,6 +133,22 @@ std::string FillSpec::describe() const {
     case FillKind::uniform: o << "uniform(" << lo << ", " << hi << ")"; break;
   }
   return o.str();
+}
+
+std::string FillSpec::text() const {
+  auto exact = [](double v) {
+    char buf[32];  // std::to_chars's shortest round-trip form of a double fits in 24
+    return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+  };
+  switch (kind) {
+    case FillKind::constant: return "constant(" + exact(value) + ")";
+    case FillKind::normal: return "normal(" + exact(mean) + "," + exact(std) + ")";
+    case FillKind::trunc_normal:
+      return std::string(bounds_in_std ? "trunc_normal_std(" : "trunc_normal(") + exact(mean) + "," + exact(std) + "," +
+             exact(a) + "," + exact(b) + ")";
+    case FillKind::uniform: return "uniform(" + exact(lo) + "," + exact(hi) + ")";
+  }
+  throw std::invalid_argument("FillSpec::text: unknown fill kind");
 }
 
 namespace {

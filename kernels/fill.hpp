@@ -47,7 +47,10 @@ struct FillSpec {
   static FillSpec trunc_normal_std(double mean, double std, double a_std, double b_std);
   static FillSpec uniform(double lo, double hi);
 
-  std::string describe() const;  // e.g. "normal(0, 0.02)"
+  std::string describe() const;  // e.g. "normal(0, 0.02)": for people, rounded to 6 digits
+  // Exactly, in parse_fill's grammar: the shortest decimals that read back to the same doubles, no
+  // spaces ("normal(0,0.02)"), so parse_fill(f.text()) == f. The form fills travel in as text.
+  std::string text() const;
   bool operator==(const FillSpec&) const = default;
 };
 

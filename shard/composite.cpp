@@ -61,12 +61,6 @@ Shape placed_extent(const CompositePart& p, std::size_t n) {
   return e;
 }
 
-// A double as the shortest decimal that reads back to the same bits.
-std::string exact(double v) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
 
 }  // namespace
 
@@ -508,18 +502,6 @@ constexpr std::uint64_t kVersion = 1;
 constexpr std::size_t kMaxText = 16u << 20;
 constexpr std::size_t kMaxDepth = 8;  // the format nests 5 deep: parts, a part, fills, a run
 
-std::string fill_text(const FillSpec& f) {
-  switch (f.kind) {
-    case FillKind::constant: return "constant(" + exact(f.value) + ")";
-    case FillKind::normal: return "normal(" + exact(f.mean) + "," + exact(f.std) + ")";
-    case FillKind::trunc_normal:
-      return std::string(f.bounds_in_std ? "trunc_normal_std(" : "trunc_normal(") + exact(f.mean) + "," + exact(f.std) + "," +
-             exact(f.a) + "," + exact(f.b) + ")";
-    case FillKind::uniform: return "uniform(" + exact(f.lo) + "," + exact(f.hi) + ")";
-  }
-  throw std::invalid_argument("composite: unknown fill kind");
-}
-
 ojson shape_json(const Shape& s) {
   ojson a = ojson::array();
   for (std::uint64_t d : s) a.push_back(d);
@@ -608,10 +590,10 @@ std::string composite_to_text(const Composite& c) {
     j["shape"] = shape_json(p.shape);
     j["at"] = shape_json(p.at);
     if (p.fills.size() == 1) {
-      j["fill"] = fill_text(p.fills[0].fill);
+      j["fill"] = p.fills[0].fill.text();
     } else {
       ojson runs = ojson::array();
-      for (const FillRun& r : p.fills) runs.push_back(ojson::array({r.count, fill_text(r.fill)}));
+      for (const FillRun& r : p.fills) runs.push_back(ojson::array({r.count, r.fill.text()}));
       j["fill"] = runs;
     }
     if (p.transposed) j["transposed"] = true;

@@ -511,6 +511,21 @@ TEST(Fill, HostRangeRefusesOverflowingShapesAndBadDestinations) {
 
 // The fill grammar the CLI's text and JSON specs share (fill_syntax): every kind, all parameters in
 // order; refusals name the text and the problem.
+// text() is exact where describe() rounds: every kind, awkward doubles, reads back to the same fill.
+TEST(Fill, TextReadsBackExactly) {
+  const double third = 1.0 / 3, tiny = 5e-324, big = 1.7976931348623157e308;
+  const FillSpec fills[] = {FillSpec::constant(-0.1), FillSpec::constant(tiny), FillSpec::normal(0.1, 0.12345678912345678),
+                            FillSpec::trunc_normal(third, 2 * third, -big, 1e-300), FillSpec::trunc_normal_std(0, 0.02, -3, 3),
+                            FillSpec::uniform(-third, 0.1 + 0.2)};
+  for (const FillSpec& f : fills) {
+    SCOPED_TRACE(f.text());
+    EXPECT_EQ(parse_fill(f.text()), f);
+  }
+  EXPECT_EQ(FillSpec::normal(0, 0.02).text(), "normal(0,0.02)");
+  EXPECT_EQ(FillSpec::trunc_normal_std(0, 0.02, -3, 3).text(), "trunc_normal_std(0,0.02,-3,3)");
+  EXPECT_NE(parse_fill(fills[2].describe()), fills[2]);  // "normal(0.1, 0.123457)"
+}
+
 TEST(Fill, ParseFillReadsEveryKindInTableOrder) {
   EXPECT_EQ(parse_fill("normal(0, 0.02)"), FillSpec::normal(0, 0.02));
   EXPECT_EQ(parse_fill(" trunc_normal(0,0.02,-0.04,0.04) "), FillSpec::trunc_normal(0, 0.02, -0.04, 0.04));

@@ -445,6 +445,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("kind", [](const FillSpec& f) { return std::string(fill_kind_name(f.kind)); })
       .def("__repr__", [](const FillSpec& f) { return "Fill(" + f.describe() + ")"; })
       .def("__str__", &FillSpec::describe)
+      .def_prop_ro("text", &FillSpec::text, "Exactly, in parse()'s grammar (shortest round-trip decimals): Fill.parse(f.text) == f.")
       // Any other object compares unequal (`fill in ("a", "b")` asks), as Python's own types do.
       .def("__eq__", [](const FillSpec& a, nb::handle b) { return nb::isinstance<FillSpec>(b) && a == nb::cast<const FillSpec&>(b); });
 

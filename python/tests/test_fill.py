@@ -97,6 +97,11 @@ def _jax_array():
 def test_fill_objects():
     f = layerinit.Fill.parse("uniform(-0.5, 0.5)")
     assert f.kind == "uniform" and str(f) == "uniform(-0.5, 0.5)"
+    # str() is for people (6 digits, trunc_normal_std shown in std units); .text reads back exactly.
+    for text in ("normal(0.1, 0.12345678912345678)", "trunc_normal_std(0, 0.02, -3, 3)", "constant(5e-324)"):
+        g = layerinit.Fill.parse(text)
+        assert layerinit.Fill.parse(g.text) == g
+    assert layerinit.Fill.parse("normal(0.1, 0.12345678912345678)").text == "normal(0.1,0.12345678912345678)"
     assert layerinit.recipe_fill("llama-tiny", "model.norm.weight") == layerinit.Fill.parse("constant(1)")
     with pytest.raises(ValueError, match="is not in llama-tiny"):
         layerinit.recipe_fill("llama-tiny", "model.nope.weight")
