@@ -551,7 +551,7 @@ nlohmann::json output_fields(const Builder& b, const fs::path& target, const Emi
   };
   const BuildOptions& o = b.options();
   std::string init_overrides, dtype_overrides, order;
-  for (const auto& [pattern, fill] : b.recipe().overrides()) init_overrides += pattern + "=" + fill.describe() + ";";
+  for (const auto& [pattern, fill] : b.recipe().overrides()) init_overrides += pattern + "=" + fill.text() + ";";  // exact
   for (const auto& d : o.dtype_overrides) dtype_overrides += d.pattern + "=" + std::string(dtype_name(d.dtype)) + ";";
   for (auto i : o.layer_order) order += std::to_string(i) + ",";
   std::string meta;

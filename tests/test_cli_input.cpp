@@ -299,6 +299,18 @@ TEST_F(Cli, IntegerOptionsAreDecimalOnly) {
   EXPECT_EQ(json::parse(g.out)["training"]["gpu_memory"], 1610612736u);
 }
 
+// plan --json gives each tensor's fill exactly, as --init-override reads it: torchtitan's depth-scaled
+// std of layer 0's output projection, 0.02 / sqrt(2), was "0.0141421" (6 digits).
+TEST_F(Cli, PlanJsonFillsAreExact) {
+  const Result p = run({"plan", "--preset", "llama-tiny", "--recipe", "torchtitan", "--json"});
+  ASSERT_EQ(p.code(), 0) << p.err;
+  const json plan = json::parse(p.out);
+  std::string fill;
+  for (const json& t : plan["tensors"])
+    if (t["name"] == "model.layers.0.self_attn.o_proj.weight") fill = t["fill"].get<std::string>();
+  EXPECT_EQ(fill, "trunc_normal(0,0.014142135623730949,-2,2)");  // 0.02 / sqrt(2.0) in double
+}
+
 // User text echoed in a message (preset, dtype, recipe, fill, flag names, paths) had its newlines
 // and escape sequences printed raw: a two-line message, or terminal commands. They are written
 // \xNN now, as the spec parser already wrote names.

@@ -573,9 +573,13 @@ TEST(EmitParallel, RanksGivenDifferentOptionsWriteNothing) {
     std::string what;
     std::function<void(Job&)> change;
     std::string words;
+    std::function<void(Recipe&, std::uint64_t rank)> recipe = nullptr;  // each rank's overrides
   };
   const std::vector<Case> cases = {
       {"seed", [](Job& j) { j.opts.seed = 2; }, "rank 1 was given another seed than rank 0 ('2', rank 0: '0')"},
+      // Fills that differ past the 6 digits FillSpec::describe() prints (the digest read those).
+      {"init override", [](Job&) {}, "another init overrides",
+       [](Recipe& rec, std::uint64_t r) { rec.add_override("*mlp*", FillSpec::normal(0, r == 0 ? 0.02000001 : 0.02000002)); }},
       {"model", [](Job& j) { j.spec = make_preset("gpt2-tiny"); j.eo.writer.config_json = config_json(j.spec, DType::bf16); },
        "rank 1 was given another model than rank 0: every process"},
       {"format", [](Job& j) { j.eo.format = CheckpointFormat::hdf5; j.eo.writer.config_json.clear(); },
@@ -597,7 +601,9 @@ TEST(EmitParallel, RanksGivenDifferentOptionsWriteNothing) {
       threads.emplace_back([&, r] {
         const Job& s = r == 1 ? other : base;
         auto be = make_host_backend(1);
-        const Builder b(s.spec, make_recipe("hf"), s.opts, *be, be->memory());
+        Recipe rec = make_recipe("hf");
+        if (c.recipe) c.recipe(rec, r);
+        const Builder b(s.spec, rec, s.opts, *be, be->memory());
         ThreadCollective col(group, r);
         try {
           emit_parallel(b, *be, dir / "out", s.eo, col);

@@ -181,7 +181,7 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
     nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
     auto add = [&](const PlannedTensor& t, std::optional<std::uint64_t> layer) {
       nlohmann::ordered_json j{{"name", t.name}, {"shape", shape_json(t.memory_shape)}, {"dtype", dtype_name(t.dtype)},
-                               {"bytes", t.bytes()}, {"fill", t.fill.describe()}};
+                               {"bytes", t.bytes()}, {"fill", t.fill.text()}};  // exact: it reads back
       if (layer) j["layer"] = *layer;
       tensors.push_back(std::move(j));
     };
