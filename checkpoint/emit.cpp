@@ -115,6 +115,7 @@ CheckpointMetadata builder_metadata(const Builder& b, const CheckpointMetadata& 
   from_builder(meta.layout, "layout", std::string(layout_name(bo.layout)), true);
   from_builder(meta.orientation, "orientation", std::string(orientation_name(bo.orientation)), true);
   from_builder(meta.model_spec, "model_spec", spec_to_json(b.spec()), false);
+  from_builder(meta.init_overrides, "init_overrides", b.recipe().overrides_text(), true);
   return meta;
 }
 

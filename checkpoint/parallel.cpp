@@ -550,8 +550,7 @@ nlohmann::json output_fields(const Builder& b, const fs::path& target, const Emi
     return std::string("xxh3 ") + hex;
   };
   const BuildOptions& o = b.options();
-  std::string init_overrides, dtype_overrides, order;
-  for (const auto& [pattern, fill] : b.recipe().overrides()) init_overrides += pattern + "=" + fill.text() + ";";  // exact
+  std::string dtype_overrides, order;
   for (const auto& d : o.dtype_overrides) dtype_overrides += d.pattern + "=" + std::string(dtype_name(d.dtype)) + ";";
   for (auto i : o.layer_order) order += std::to_string(i) + ",";
   std::string meta;
@@ -562,7 +561,7 @@ nlohmann::json output_fields(const Builder& b, const fs::path& target, const Emi
       {"output", detail::normalize_target(target).string()},
       {"model", digest(spec_to_json(b.spec()))},
       {"recipe", b.recipe().name()},
-      {"init overrides", digest(init_overrides)},
+      {"init overrides", digest(b.recipe().overrides_text())},
       {"dtype", std::string(dtype_name(o.dtype))},
       {"dtype overrides", digest(dtype_overrides)},
       {"seed", std::to_string(o.seed)},

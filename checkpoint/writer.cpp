@@ -374,6 +374,7 @@ std::vector<std::pair<std::string, std::string>> metadata_pairs(const Checkpoint
       {"layout", m.layout},
       {"orientation", m.orientation},
       {"model_spec", m.model_spec}};
+  if (!m.init_overrides.empty()) v.emplace_back("init_overrides", m.init_overrides);
   for (const auto& [k, val] : m.extra) {
     for (const auto& kv : v)
       if (kv.first == k) throw std::invalid_argument("checkpoint: metadata key '" + k + "' given twice");

@@ -66,6 +66,7 @@ struct CheckpointMetadata {
   std::string layout;                // "per-layer" or "stacked"
   std::string orientation;           // "out-in" or "in-out"
   std::string model_spec;            // the model spec as JSON
+  std::string init_overrides;        // Recipe::overrides_text(); the key is written only when not empty
   std::map<std::string, std::string> extra;  // more keys; may not shadow the ones above
 };
 

@@ -7,6 +7,8 @@
 
 #include <layerinit/core/text.hpp>
 
+#include <nlohmann/json.hpp>
+
 namespace layerinit {
 
 namespace {
@@ -417,6 +419,13 @@ FillSpec Recipe::rule_for(const TensorContext& c) const {
 void Recipe::add_override(std::string pattern, FillSpec fill) {
   if (pattern.empty()) throw std::invalid_argument("recipe override: empty pattern");
   overrides_.emplace_back(std::move(pattern), fill);
+}
+
+std::string Recipe::overrides_text() const {
+  if (overrides_.empty()) return "";
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& [pattern, fill] : overrides_) a.push_back({pattern, fill.text()});
+  return a.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::vector<std::string> recipe_names() {

@@ -40,6 +40,9 @@ class Recipe {
   // "*", "?", "[...]"; e.g. "*.norm.weight" or "model.layers.*.mlp.down_proj.weight").
   void add_override(std::string pattern, FillSpec fill);
   const std::vector<std::pair<std::string, FillSpec>>& overrides() const noexcept { return overrides_; }
+  // The overrides as compact JSON, in order, each fill exact (FillSpec::text): [["*norm*","constant(1)"]];
+  // "" when there are none. What a checkpoint's metadata records and the ranks of an emit compare.
+  std::string overrides_text() const;
   const RecipeParams& params() const noexcept { return params_; }
 
   using Rule = FillSpec (*)(const TensorContext&, const RecipeParams&);

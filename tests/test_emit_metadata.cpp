@@ -33,7 +33,7 @@ std::map<std::string, std::string> hdf5_root_attributes(const fs::path& file) {
   EXPECT_GE(f, 0) << file;
   if (f < 0) return out;
   for (const char* key : {"format_version", "library_version", "dtype", "seed", "recipe", "layout", "orientation",
-                          "model_spec", "note"}) {
+                          "model_spec", "init_overrides", "note"}) {
     if (H5Aexists(f, key) <= 0) continue;
     hid_t a = H5Aopen(f, key, H5P_DEFAULT);
     hid_t t = H5Aget_type(a);
@@ -90,6 +90,28 @@ TEST(EmitMetadata, ComesFromTheBuilder) {
   EXPECT_EQ(st["format"], "pt");
   st.erase("format");
   EXPECT_EQ(st, expected);
+}
+
+// The recipe's --init-override fills, in order and exact, so the file says how to make it again
+// (they were not recorded: the metadata named the recipe only). No overrides, no key (above).
+TEST(EmitMetadata, RecordsTheInitOverridesExactly) {
+  auto be = make_host_backend(2);
+  Recipe rec = make_recipe("hf");
+  rec.add_override("*norm*", FillSpec::normal(1, 0.123456789123));
+  rec.add_override("model.embed_tokens.weight", FillSpec::trunc_normal_std(0, 1.0 / 3, -3, 3));
+  const Builder b(make_preset("llama-tiny"), rec, options(Layout::per_layer, Orientation::out_in), *be, be->memory());
+  const std::string want = R"j([["*norm*","normal(1,0.123456789123)"],["model.embed_tokens.weight","trunc_normal_std(0,0.3333333333333333,-3,3)"]])j";
+  TempDir dir;
+  EmitOptions eo;
+  eo.format = CheckpointFormat::hdf5;
+  emit_checkpoint(b, *be, dir / "m.h5", eo);
+  EXPECT_EQ(hdf5_root_attributes(dir / "m.h5")["init_overrides"], want);
+  eo.format = CheckpointFormat::safetensors;
+  emit_checkpoint(b, *be, dir / "m", eo);
+  EXPECT_EQ(safetensors_metadata(dir / "m" / "model.safetensors")["init_overrides"], want);
+  eo.meta.init_overrides = "[]";  // a caller's value that is not the builder's
+  EXPECT_THROW(emit_checkpoint(b, *be, dir / "other", eo), std::invalid_argument);
+  EXPECT_FALSE(fs::exists(dir / "other"));
 }
 
 // A caller's own values stay where they agree with the builder (the CLI passes the same strings) and
