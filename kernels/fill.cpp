@@ -103,10 +103,10 @@ FillSpec parse_fill(std::string_view text) {
   for (std::string item; std::getline(ss, item, ',');) {
     // std::from_chars: the exact double, in any locale, subnormals included (std::stod throws for
     // them, so a fill's own text() did not read back).
-    const std::size_t begin = item.find_first_not_of(" \t"), end = item.find_last_not_of(" \t") + 1;
-    const char* first = begin == std::string::npos ? item.data() + item.size() : item.data() + begin;
-    const char* last = begin == std::string::npos ? first : item.data() + end;
-    if (first != last && *first == '+' && last - first > 1 && first[1] != '-') ++first;
+    const std::string number = trim(item);
+    const char* first = number.data();
+    const char* const last = first + number.size();
+    if (number.size() > 1 && number[0] == '+' && number[1] != '-') ++first;  // std::stod took a '+'
     double v = 0;
     const auto [ptr, ec] = std::from_chars(first, last, v);
     if (first == last || ec != std::errc{} || ptr != last || !std::isfinite(v))

@@ -61,7 +61,6 @@ Shape placed_extent(const CompositePart& p, std::size_t n) {
   return e;
 }
 
-
 }  // namespace
 
 namespace {

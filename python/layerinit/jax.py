@@ -25,7 +25,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
-from . import Fill, FillLike, ModelLike, Plan, _core, plan
+from . import Fill, FillLike, ModelLike, Plan, Spec, _core, plan
 
 __all__ = ["ROLES", "build", "init", "spec_of"]
 
@@ -506,8 +506,9 @@ def _layer_prefix(leaves: list[_Leaf]) -> tuple[Optional[str], int]:
 # The public functions.
 
 def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Sequence[str], None], dtype: Any,
-           hyper: Optional[Mapping[str, Any]], strict: bool) -> tuple[list[Any], Any, list[_Leaf], str]:
-    """The tree's leaves and the layerinit spec (JSON) of its canonical tensors, every check done."""
+           hyper: Optional[Mapping[str, Any]], strict: bool) -> tuple[list[Any], Any, list[_Leaf], Optional[Spec]]:
+    """The tree's leaves and the layerinit spec of its canonical tensors (None: no float leaf), every
+    check done."""
     flat, treedef, leaves = _leaves(tree, dtype)
     _stacking(leaves, stacked)
     rs = _rules(rules)
@@ -566,12 +567,12 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
         model["pre"] = [t for t in tensors if not t["name"].startswith(last)]
         model["layer"] = {"prefix": prefix, "first": depth - 1, "count": 1, "tensors": block}
     if not tensors:
-        return flat, treedef, leaves, ""
+        return flat, treedef, leaves, None
     try:
-        text = _xla().spec_with_fills(json.dumps(model), fills)
+        s = _core.Spec.from_json(json.dumps(model))._with_fills(fills)
     except ValueError as e:
         raise ValueError(str(e).removeprefix("spec: ")) from None
-    return flat, treedef, leaves, text
+    return flat, treedef, leaves, s
 
 
 def spec_of(
@@ -586,12 +587,10 @@ def spec_of(
     leaf (per slice of a stacked leaf) with its canonical name, logical shape, role and fans, rule fills
     as explicit inits. ``layerinit plan --spec`` and ``layerinit emit --spec`` of its JSON
     (``.to_json()``) plan and write the values :func:`init` makes. Arguments as :func:`init`'s."""
-    from . import Spec
-
-    _, _, _, text = _model(tree, rules, stacked, None, hyper, strict)
-    if not text:
+    _, _, _, s = _model(tree, rules, stacked, None, hyper, strict)
+    if s is None:
         raise ValueError("the tree has no float array leaf")
-    return Spec.from_json(text)
+    return s
 
 
 def init(
@@ -639,14 +638,14 @@ def init(
     recipe before anything is built.
     """
     seed = _check_seed(seed)
-    flat, treedef, leaves, text = _model(tree, rules, stacked, dtype, hyper, strict)
+    flat, treedef, leaves, s = _model(tree, rules, stacked, dtype, hyper, strict)
     given = _sharding_leaves(sharding, treedef, len(flat))
     for lf in leaves:
         lf.sharding = _sharding_for(sharding, lf.name, lf.leaf, mesh, given[lf.index])
     arrays = []
-    if text:
+    if s is not None:
         # In-out orientation stores exactly the tensors marked transposable ([in, out] leaves) transposed.
-        p = _plan(json.loads(text), dtype="fp32", recipe=recipe, orientation="in-out")  # each leaf its own dtype
+        p = _plan(s, dtype="fp32", recipe=recipe, orientation="in-out")  # each leaf its own dtype
         for lf in leaves:
             if 0 in lf.shape:
                 continue

@@ -297,13 +297,13 @@ def _mapped(v: Any, name: str) -> Union[str, Maker]:
                      f"returning one, or None; got {type(v).__name__}")
 
 
-def _makers(names: list[tuple[str, tuple[int, ...]]], p0: Plan,
+def _makers(names: list[tuple[str, tuple[int, ...]]], p0: Plan, spec_names: set[str],
             name_map: Optional[NameMap] = None) -> dict[str, Maker]:
     """How each parameter (name, global shape) is made of p0's tensors: the name itself (after
     ``name_map``), Mixtral's ``block_sparse_moe`` under transformers 5's ``mlp``, transformers 5's
     fused experts (the library's Plan.fused_experts), or what ``name_map`` says. A name that
-    ``name_map`` maps to None is skipped. ValueError listing the names without a tensor."""
-    spec_names = {t[0] for t in p0.tensors()}
+    ``name_map`` maps to None is skipped (``spec_names``: the names p0 lists). ValueError listing the
+    names without a tensor."""
     out: dict[str, Maker] = {}
     missing = []
     for name, shape in names:
@@ -342,7 +342,7 @@ def tensor_map(names: list[tuple[str, tuple[int, ...]]], plan: Plan,
     (a canonical name, a Composite, or a function of the Plan returning one; None skips it).
     ValueError listing the names without a tensor, or naming one whose shape is not its composite's."""
     shapes = dict(names)
-    return {name: _checked(name, shapes[name], make(plan), None) for name, make in _makers(names, plan, name_map).items()}
+    return {name: _checked(name, shapes[name], make(plan), None) for name, make in _makers(names, plan, {t[0] for t in plan.tensors()}, name_map).items()}
 
 
 def _checked(name: str, shape: tuple[int, ...], c: Any, dtype: Optional[str]) -> Composite:
@@ -796,7 +796,7 @@ def init_(
 
         buffers = [(n, b) for n, b in module.named_buffers() if named(n)]
         entries = params + buffers
-        makers = _makers([(n, _global_shape(t)) for n, t in entries], p0, name_map)
+        makers = _makers([(n, _global_shape(t)) for n, t in entries], p0, spec_names, name_map)
     # Every check before anything is allocated or written: dtypes, then each parameter as a Composite
     # of its dtype's plan (its tensors, their fills in that dtype) of its global shape.
     bad = [f"{n} ({t.dtype})" for n, t in entries if n in makers and t.dtype not in _DTYPES]

@@ -457,6 +457,29 @@ NB_MODULE(_core, m) {
       .def_static("from_hf_config_path", [](const std::string& path) { return Spec{load_hf_config(path)}; }, "path"_a,
                   "The spec of the config.json at `path`, or in the directory `path`.")
       .def("to_json", [](const Spec& s) { return spec_to_json(s.spec); })
+      .def("_with_fills", [](const Spec& s, const std::map<std::string, FillSpec>& fills) {
+        // The spec with an explicit init for each named tensor (pre, post, or the layer of a one-layer
+        // block), so the spec alone (layerinit emit --spec) gives the values layerinit.jax.init makes.
+        Spec out = s;
+        for (const auto& [name, f] : fills) {
+          validate_fill(f);
+          bool found = false;
+          for (auto* list : {&out.spec.pre, &out.spec.post})
+            for (auto& t : *list)
+              if (t.name == name) {
+                t.init = f;
+                found = true;
+              }
+          if (out.spec.num_layers == 1)  // a block of one layer: its tensors' canonical names are unique
+            for (auto& t : out.spec.layer.tensors)
+              if (out.spec.canonical_name(0, t) == name) {
+                t.init = f;
+                found = true;
+              }
+          if (!found) throw std::invalid_argument("tensor '" + printable(name) + "' is not in " + printable(out.spec.name));
+        }
+        return out;
+      }, "fills"_a, "This spec with `fills` (canonical name -> Fill) as the named tensors' init (pre, post, a one-layer block).")
       .def_prop_ro("name", [](const Spec& s) { return s.spec.name; })
       .def_prop_ro("family", [](const Spec& s) { return s.spec.family; })
       .def_prop_ro("num_layers", [](const Spec& s) { return s.spec.num_layers; })

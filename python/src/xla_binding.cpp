@@ -2,20 +2,13 @@
 // (python/layerinit/jax.py; the composite texts their attributes carry come from _core.Plan). Compiled
 // into _core only where the XLA FFI headers of a jaxlib are found.
 #include <nanobind/nanobind.h>
-#include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
-#include <map>
-#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <layerinit/core/text.hpp>
-#include <layerinit/init/spec_json.hpp>
-#include <layerinit/kernels/fill.hpp>
 
 #include "xla_binding.hpp"
 #include "xla_handlers.hpp"
@@ -45,29 +38,6 @@ void define_xla(nb::module_& m) {
     return out;
   }, "[(target name, handler capsule, platform)]");
 
-  m.def("spec_with_fills", [](const std::string& spec_json, const std::map<std::string, FillSpec>& fills) {
-    // The spec with an explicit init for each named tensor (pre, post, or the layer of a one-layer
-    // block), so the spec alone (layerinit emit --spec) gives the values init() makes.
-    ModelSpec spec = spec_from_json(spec_json);
-    for (const auto& [name, f] : fills) {
-      validate_fill(f);
-      bool found = false;
-      for (auto* list : {&spec.pre, &spec.post})
-        for (auto& t : *list)
-          if (t.name == name) {
-            t.init = f;
-            found = true;
-          }
-      if (spec.num_layers == 1)  // a block of one layer: its tensors' canonical names are unique
-        for (auto& t : spec.layer.tensors)
-          if (spec.canonical_name(0, t) == name) {
-            t.init = f;
-            found = true;
-          }
-      if (!found) throw std::invalid_argument("tensor '" + printable(name) + "' is not in " + printable(spec.name));
-    }
-    return spec_to_json(spec);
-  }, "spec_json"_a, "fills"_a, "The spec with `fills` (canonical name -> Fill) as the named tensors' init (pre, post, a one-layer block).");
   m.def("record_writes", &record_writes, "on"_a, "Test hook: record every output buffer the handlers write.");
   m.def("take_writes", [] {
     std::vector<std::tuple<std::string, std::uintptr_t, std::uint64_t>> out;

@@ -6,7 +6,7 @@
 
 namespace layerinit::jax {
 
-// Puts the handlers' capsules (targets), has_cuda_handler, spec_with_fills and the test hooks on `m`.
+// Puts the handlers' capsules (targets), has_cuda_handler and the test hooks on `m`.
 void define_xla(nanobind::module_& m);
 
 }  // namespace layerinit::jax
