@@ -2,7 +2,11 @@
 """GPU peers, one measurement per process.
   peers_gpu.py which                      prints which peers import and see a GPU
   peers_gpu.py fill --gb G --reps R       torch normal_/uniform_/nn.init.trunc_normal_ and
-                                          jax.random.normal/truncated_normal (dtype=) on G GB per fill:
+                                          jax.random.normal/truncated_normal (dtype=) on G GB per fill,
+                                          and layerinit's own Python paths on the same buffers (where the
+                                          package is built with CUDA): layerinit.fill_ of a CUDA tensor
+                                          (impl layerinit.torch) and layerinit.jax.init of one array under
+                                          jax.jit, XLA's FFI handler (impl layerinit.jax):
                                           CSV impl,dtype,kind,bytes,median_ms,gb_per_s
   peers_gpu.py model PRESET METHOD        full-model init in bf16 on the GPU; METHOD is
       hf-from-config-bf16    transformers from_config(dtype=bf16) under torch.device("cuda")
@@ -49,8 +53,73 @@ def which():
     print("; ".join(found))
 
 
+FILLS = {"normal": "normal(0, 0.02)", "uniform": "uniform(-0.02, 0.02)",
+         "trunc_normal": "trunc_normal(0, 0.02, -0.04, 0.04)"}
+
+
+def median_ms(f, reps, sync):
+    """The median of `reps` timed calls of f after one warm-up, each between two synchronizations."""
+    f(); sync()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        f(); sync()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ts)
+
+
+def layerinit_fills(gb, reps):
+    """layerinit's Python paths on the GPU: host clock around synchronizations (layerinit launches on
+    its own stream and XLA on its own, so neither's events would bracket the other's work)."""
+    try:
+        import layerinit
+    except ImportError:
+        return
+    if not layerinit.cuda_available():
+        print("layerinit: no CUDA build or no GPU, its Python fills not measured", file=sys.stderr)
+        return
+    try:
+        import torch
+        if torch.cuda.is_available():
+            for name, dt in (("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)):
+                n = int(gb * 1e9) // dt.itemsize
+                x = torch.empty(n, dtype=dt, device="cuda")
+                for kind, text in FILLS.items():
+                    ms = median_ms(lambda: layerinit.fill_(x, "w", text, seed=1), reps, torch.cuda.synchronize)
+                    print(f"layerinit.torch,{name},{kind},{n * dt.itemsize},{ms:.4f},{n * dt.itemsize / ms / 1e6:.1f}",
+                          flush=True)
+                del x
+                torch.cuda.empty_cache()
+    except ImportError:
+        pass
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        import layerinit.jax as ljax
+        if jax.default_backend() == "gpu":
+            for name, dt in (("fp32", jnp.float32), ("fp16", jnp.float16), ("bf16", jnp.bfloat16)):
+                n = int(gb * 1e9) // jnp.dtype(dt).itemsize
+                for kind, text in FILLS.items():
+                    tree = {"w": jax.ShapeDtypeStruct((n,), dt)}
+                    f = jax.jit(lambda tree=tree, text=text: ljax.init(tree, seed=1, rules={"w": text}))
+                    out = []
+
+                    def call():
+                        out.clear()  # the previous array freed before the next is made
+                        out.append(f())
+
+                    ms = median_ms(call, reps, lambda: jax.block_until_ready(out))
+                    out.clear()
+                    nb = n * jnp.dtype(dt).itemsize
+                    print(f"layerinit.jax,{name},{kind},{nb},{ms:.4f},{nb / ms / 1e6:.1f}", flush=True)
+    except ImportError:
+        pass
+
+
 def fill(gb, reps):
     print("impl,dtype,kind,bytes,median_ms,gb_per_s")
+    layerinit_fills(gb, reps)
     try:
         import torch
         if torch.cuda.is_available():

@@ -8,7 +8,10 @@ three ways, each in its own process (so each peak RSS is its own), and prints th
   normal      jax.random.normal(key, shape, dtype=bf16) for every leaf, under jax.jit
 
 Peak RSS is the process's (getrusage), baseline its RSS after the imports and a first jit, just before
-the model is made; "over the weights" is (peak - baseline) / the weights' bytes - 1.
+the model is made; "over the weights" is (peak - baseline) / the weights' bytes - 1. Where JAX's default
+backend is a GPU (jax[cuda]), the model is made there and the same columns are the device's: XLA's
+`memory_stats()` bytes in use before the model (baseline) and its peak bytes in use (peak), and the
+device's free memory after (`bytes_limit - bytes_in_use`).
 
     python bench/jax/init_bench.py                 # the 1B config (1.0e9 parameters, 2.0 GB bf16)
     python bench/jax/init_bench.py --config tiny   # a quick check
@@ -44,9 +47,11 @@ def one(method: str, config: str) -> dict:
     from mistral_equinox import CONFIGS, RULES, Mistral
 
     c = CONFIGS[config]
-    jax.jit(lambda x: x + 1)(jnp.zeros(()))  # the backend up and one program compiled
+    jax.jit(lambda x: x + 1)(jnp.zeros(())).block_until_ready()  # the backend up and one program compiled
     abstract = eqx.filter_eval_shape(Mistral, c, jax.random.key(0))
-    base = rss_bytes()
+    device = jax.devices()[0]
+    on_gpu = device.platform == "gpu"
+    base = device.memory_stats()["bytes_in_use"] if on_gpu else rss_bytes()
     t0 = time.perf_counter()
     if method == "layerinit":
         model = layerinit.jax.init(abstract, seed=0, recipe="torchtitan", rules=RULES, dtype=jnp.bfloat16)
@@ -68,10 +73,16 @@ def one(method: str, config: str) -> dict:
     arrays = [x for x in jax.tree_util.tree_leaves(model) if isinstance(x, jax.Array)]
     jax.block_until_ready(arrays)
     seconds = time.perf_counter() - t0
-    assert all(x.dtype == jnp.bfloat16 for x in arrays)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"method": method, "config": config, "parameters": sum(x.size for x in arrays),
-            "weights_bytes": sum(x.nbytes for x in arrays), "seconds": seconds, "baseline_rss": base, "peak_rss": peak}
+    assert all(x.dtype == jnp.bfloat16 and x.devices() == {device} for x in arrays)
+    free = ""
+    if on_gpu:
+        st = device.memory_stats()
+        peak, free = st["peak_bytes_in_use"], st["bytes_limit"] - st["bytes_in_use"]
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"method": method, "config": config, "device": device.device_kind if on_gpu else "cpu",
+            "parameters": sum(x.size for x in arrays), "weights_bytes": sum(x.nbytes for x in arrays),
+            "seconds": seconds, "baseline_bytes": base, "peak_bytes": peak, "device_free_after": free}
 
 
 def main() -> None:
@@ -93,13 +104,14 @@ def main() -> None:
         row["load"] = os.getloadavg()[0]
         rows.append(row)
     gib = 2.0**30
+    where = "host RSS" if rows[0]["device"] == "cpu" else f"device memory ({rows[0]['device']}, XLA memory_stats)"
     print(f"Mistral-shaped Equinox model, config {a.config}: {rows[0]['parameters']:,} parameters, "
-          f"{rows[0]['weights_bytes'] / gib:.3f} GiB in bf16")
+          f"{rows[0]['weights_bytes'] / gib:.3f} GiB in bf16; memory columns: {where}")
     print(f"{'method':10} {'seconds':>8} {'baseline GiB':>13} {'peak GiB':>9} {'peak - baseline':>16} "
           f"{'over the weights':>17}")
     for r in rows:
-        extra = r["peak_rss"] - r["baseline_rss"]
-        print(f"{r['method']:10} {r['seconds']:8.2f} {r['baseline_rss'] / gib:13.3f} {r['peak_rss'] / gib:9.3f} "
+        extra = r["peak_bytes"] - r["baseline_bytes"]
+        print(f"{r['method']:10} {r['seconds']:8.2f} {r['baseline_bytes'] / gib:13.3f} {r['peak_bytes'] / gib:9.3f} "
               f"{extra / gib:16.3f} {extra / r['weights_bytes'] - 1:+17.1%}")
     if a.out:
         import csv

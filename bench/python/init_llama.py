@@ -3,13 +3,22 @@
 heads, 8 kv heads, vocab 128256, tied embeddings: 1,235,814,400 parameters) in bf16 on the CPU, one
 method per process, so peak RSS is measured from outside (/usr/bin/time -v; bench/python/run).
 
+    init_llama.py METHOD [--device cuda] [--tiny]
+
+--device cuda makes the model on the GPU (each method's own way: from_config under torch.device,
+to_empty(device=), init_('s device=) and adds the device's memory to the line: the weights' bytes, the
+peak torch allocated (torch.cuda.max_memory_allocated, after a warm-up that starts CUDA) and the
+device's free bytes before and after (torch.cuda.mem_get_info). --tiny: 2 layers, hidden 64, vocab 256
+(a quick check of the script itself).
+
 Methods:
   nothing               the process baseline: the same imports (torch, transformers, layerinit), no model
   from-config           AutoModelForCausalLM.from_config(config, dtype=bf16): transformers' own init
   meta-init-weights     on the meta device, to_empty(cpu), then the model's own init_weights()
   meta-layerinit        on the meta device, then layerinit.torch.init_ (to_empty, then every tensor
                         filled in place with the values `layerinit emit` writes)
-Prints one line: method,parameters,seconds (model creation only, after imports)."""
+Prints one line: method,parameters,seconds (model creation only, after imports)[,weights_bytes,
+peak_bytes,free_before,free_after on the GPU]."""
 import sys
 import time
 
@@ -19,7 +28,10 @@ import transformers
 import layerinit
 import layerinit.torch
 
-H, FF, L, NH, KV, V = 2048, 8192, 16, 32, 8, 128256
+args = sys.argv[1:]
+device = args[args.index("--device") + 1] if "--device" in args else "cpu"
+tiny = "--tiny" in args
+H, FF, L, NH, KV, V = (64, 128, 2, 4, 2, 256) if tiny else (2048, 8192, 16, 32, 8, 128256)
 
 
 def config():
@@ -29,7 +41,8 @@ def config():
 
 
 def from_config():
-    return transformers.AutoModelForCausalLM.from_config(config(), dtype=torch.bfloat16)
+    with torch.device(device):
+        return transformers.AutoModelForCausalLM.from_config(config(), dtype=torch.bfloat16)
 
 
 def meta_model():
@@ -39,30 +52,42 @@ def meta_model():
 
 def meta_init_weights():
     m = meta_model()
-    m.to_empty(device="cpu")
+    m.to_empty(device=device)
     m.init_weights()
     return m
 
 
 def meta_layerinit():
     m = meta_model()
-    layerinit.torch.init_(m, recipe="hf", seed=0, device="cpu")
+    layerinit.torch.init_(m, recipe="hf", seed=0, device=device)
     return m
 
 
 methods = {"from-config": from_config, "meta-init-weights": meta_init_weights, "meta-layerinit": meta_layerinit}
-method = sys.argv[1]
+method = args[0] if args else ""
 if method == "nothing":
     print("nothing,0,0")
     sys.exit(0)
 if method not in methods:
     sys.exit(f"init_llama: unknown method {method} (valid: nothing, {', '.join(methods)})")
+gpu = device != "cpu"
+if gpu:
+    torch.zeros(1, device=device)  # CUDA started before the clock, as the CPU methods start nothing
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    free0 = torch.cuda.mem_get_info()[0]
 t0 = time.perf_counter()
 model = methods[method]()
+if gpu:
+    torch.cuda.synchronize()
 sec = time.perf_counter() - t0
 params = list(model.parameters())
-assert all(p.dtype == torch.bfloat16 and not p.is_meta for p in params)
+assert all(p.dtype == torch.bfloat16 and p.device.type == torch.device(device).type for p in params)
 assert model.lm_head.weight is model.model.embed_tokens.weight
 std = float(model.model.layers[0].mlp.up_proj.weight.detach().float().std())
 assert 0.019 < std < 0.021, std  # every method: normal(0, 0.02)
-print(f"{method},{sum(p.numel() for p in params)},{sec:.4f}")
+line = f"{method},{sum(p.numel() for p in params)},{sec:.4f}"
+if gpu:
+    weights = sum(p.numel() * p.element_size() for p in params)
+    line += f",{weights},{torch.cuda.max_memory_allocated()},{free0},{torch.cuda.mem_get_info()[0]}"
+print(line)

@@ -38,3 +38,22 @@ def test_fill_cuda_tensor_equals_cpu():
     assert torch.equal(x.cpu().view(torch.int16), y.view(torch.int16))
     with pytest.raises(ValueError, match="__array__ needs a CPU array"):
         np.asarray(layerinit.build("llama-tiny", device="cuda")["model.norm.weight"])
+
+
+def test_torch_init_on_cuda_equals_cpu():
+    """layerinit.torch.init_ of a transformers model materialized on the GPU: the CPU's bytes."""
+    transformers = pytest.importorskip("transformers")
+    import layerinit.torch as lt
+
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+
+    def made(device):
+        with torch.device("meta"):
+            m = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        return lt.init_(m, seed=3, device=device)
+
+    gpu, cpu = dict(made("cuda").named_parameters()), dict(made("cpu").named_parameters())
+    assert list(gpu) == list(cpu) and len(gpu) == 21
+    for k, a in gpu.items():
+        assert a.is_cuda and torch.equal(a.detach().cpu().view(torch.int16), cpu[k].detach().view(torch.int16)), k
