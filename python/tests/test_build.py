@@ -159,3 +159,20 @@ def test_version_and_names():
     assert "llama-tiny" in layerinit.preset_names() and "hf" in layerinit.recipe_names()
     assert set(layerinit.memory_stats()) == {"current_bytes", "peak_bytes", "total_bytes", "current_count",
                                              "peak_count", "total_count"}
+
+
+def test_the_extension_exports_its_init_alone():
+    """layerinit._core exports PyInit__core and nothing else (python/src/_core.map). Built with a
+    toolchain that links libstdc++ statically (the GPU machine's /opt/gcc), the module exported
+    libstdc++'s iostream and locale code, and jax's ml_dtypes then crashed in std::ostream << double."""
+    import shutil
+    import subprocess
+    import sys
+
+    import layerinit._core
+
+    if not sys.platform.startswith("linux") or not shutil.which("nm"):
+        pytest.skip("needs Linux and binutils' nm")
+    out = subprocess.run(["nm", "-D", "--defined-only", layerinit._core.__file__], capture_output=True, text=True,
+                         check=True).stdout
+    assert [line.split()[-1] for line in out.splitlines()] == ["PyInit__core"]

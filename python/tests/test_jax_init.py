@@ -245,11 +245,14 @@ def test_jit_equals_eager_and_each_device_writes_its_pieces():
 
 
 def test_grid_handler_writes_what_the_host_handler_writes(monkeypatch):
-    """The CUDA handler's path (jobs, launch plan, grid-stride tasks) over the host-simulated grid."""
+    """The CUDA handler's path (jobs, launch plan, grid-stride tasks) over the host-simulated grid. The
+    simulated grid is a CPU handler: on the CPU device also where jax's default is a GPU (it had no
+    handler there, GPU check 2026-11-26)."""
     tree = abstract()
-    host = [bits(a) for a in arrays(ljax.init(tree, seed=9, rules=RULES, recipe="torchtitan", dtype="bf16"))]
-    monkeypatch.setattr(ljax, "_TARGET", "layerinit_fill_grid")
-    grid = [bits(a) for a in arrays(ljax.init(tree, seed=9, rules=RULES, recipe="torchtitan", dtype="bf16"))]
+    with jax.default_device(jax.devices("cpu")[0]):
+        host = [bits(a) for a in arrays(ljax.init(tree, seed=9, rules=RULES, recipe="torchtitan", dtype="bf16"))]
+        monkeypatch.setattr(ljax, "_TARGET", "layerinit_fill_grid")
+        grid = [bits(a) for a in arrays(ljax.init(tree, seed=9, rules=RULES, recipe="torchtitan", dtype="bf16"))]
     assert all(np.array_equal(a, b) for a, b in zip(host, grid))
 
 
