@@ -55,10 +55,13 @@ def which():
 
 FILLS = {"normal": "normal(0, 0.02)", "uniform": "uniform(-0.02, 0.02)",
          "trunc_normal": "trunc_normal(0, 0.02, -0.04, 0.04)"}
+DTYPES = ("fp32", "fp16", "bf16")
 
 
 def median_ms(f, reps, sync):
-    """The median of `reps` timed calls of f after one warm-up, each between two synchronizations."""
+    """The median of `reps` timed calls of f after one warm-up, each between two synchronizations: a host
+    clock, since layerinit launches on its own stream and XLA on its own (neither's events would
+    bracket the other's work); at 4 GB a fill takes over a millisecond, the clock's cost microseconds."""
     f(); sync()
     ts = []
     for _ in range(reps):
@@ -68,99 +71,75 @@ def median_ms(f, reps, sync):
     return statistics.median(ts)
 
 
-def layerinit_fills(gb, reps):
-    """layerinit's Python paths on the GPU: host clock around synchronizations (layerinit launches on
-    its own stream and XLA on its own, so neither's events would bracket the other's work)."""
-    try:
-        import layerinit
-    except ImportError:
+def row(impl, dtype, kind, nbytes, ms):
+    print(f"{impl},{dtype},{kind},{nbytes},{ms:.4f},{nbytes / ms / 1e6:.1f}", flush=True)
+
+
+def torch_fills(impl, gb, reps, fills_of):
+    """impl's fills of a `gb` GB CUDA tensor of each dtype; fills_of(x) -> {kind: fill x in place}."""
+    import torch
+    if not torch.cuda.is_available():
         return
-    if not layerinit.cuda_available():
-        print("layerinit: no CUDA build or no GPU, its Python fills not measured", file=sys.stderr)
+    for name in DTYPES:
+        dt = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
+        n = int(gb * 1e9) // dt.itemsize
+        x = torch.empty(n, dtype=dt, device="cuda")
+        for kind, f in fills_of(x).items():
+            row(impl, name, kind, n * dt.itemsize, median_ms(f, reps, torch.cuda.synchronize))
+        del x
+        torch.cuda.empty_cache()
+
+
+def jax_fills(impl, gb, reps, makers_of):
+    """impl's `gb` GB arrays of each dtype; makers_of(n, dtype) -> {kind: a jitted () -> array}."""
+    import jax
+    import jax.numpy as jnp
+    if jax.default_backend() != "gpu":
         return
-    try:
-        import torch
-        if torch.cuda.is_available():
-            for name, dt in (("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)):
-                n = int(gb * 1e9) // dt.itemsize
-                x = torch.empty(n, dtype=dt, device="cuda")
-                for kind, text in FILLS.items():
-                    ms = median_ms(lambda: layerinit.fill_(x, "w", text, seed=1), reps, torch.cuda.synchronize)
-                    print(f"layerinit.torch,{name},{kind},{n * dt.itemsize},{ms:.4f},{n * dt.itemsize / ms / 1e6:.1f}",
-                          flush=True)
-                del x
-                torch.cuda.empty_cache()
-    except ImportError:
-        pass
-    try:
-        import jax
-        import jax.numpy as jnp
+    for name in DTYPES:
+        dt = {"fp32": jnp.float32, "fp16": jnp.float16, "bf16": jnp.bfloat16}[name]
+        n = int(gb * 1e9) // jnp.dtype(dt).itemsize
+        for kind, make in makers_of(n, dt).items():
+            out = []
 
-        import layerinit.jax as ljax
-        if jax.default_backend() == "gpu":
-            for name, dt in (("fp32", jnp.float32), ("fp16", jnp.float16), ("bf16", jnp.bfloat16)):
-                n = int(gb * 1e9) // jnp.dtype(dt).itemsize
-                for kind, text in FILLS.items():
-                    tree = {"w": jax.ShapeDtypeStruct((n,), dt)}
-                    f = jax.jit(lambda tree=tree, text=text: ljax.init(tree, seed=1, rules={"w": text}))
-                    out = []
+            def call():
+                out.clear()  # the previous array freed before the next is made
+                out.append(make())
 
-                    def call():
-                        out.clear()  # the previous array freed before the next is made
-                        out.append(f())
-
-                    ms = median_ms(call, reps, lambda: jax.block_until_ready(out))
-                    out.clear()
-                    nb = n * jnp.dtype(dt).itemsize
-                    print(f"layerinit.jax,{name},{kind},{nb},{ms:.4f},{nb / ms / 1e6:.1f}", flush=True)
-    except ImportError:
-        pass
+            row(impl, name, kind, n * jnp.dtype(dt).itemsize, median_ms(call, reps, lambda: jax.block_until_ready(out)))
+            out.clear()
 
 
 def fill(gb, reps):
     print("impl,dtype,kind,bytes,median_ms,gb_per_s")
-    layerinit_fills(gb, reps)
+    try:
+        import layerinit
+        cuda = layerinit.cuda_available()
+    except ImportError:
+        cuda = False
+    if not cuda:
+        print("layerinit: not importable, or no CUDA build or no GPU: its Python fills not measured", file=sys.stderr)
     try:
         import torch
-        if torch.cuda.is_available():
-            for name, dt in (("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16)):
-                n = int(gb * 1e9) // dt.itemsize
-                x = torch.empty(n, dtype=dt, device="cuda")
-                fns = {"normal": lambda: x.normal_(0, 0.02), "uniform": lambda: x.uniform_(-0.02, 0.02),
-                       "trunc_normal": lambda: torch.nn.init.trunc_normal_(x, 0, 0.02, -0.04, 0.04)}
-                for kind, f in fns.items():
-                    f(); torch.cuda.synchronize()
-                    ts = []
-                    for _ in range(reps):
-                        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        a.record(); f(); b.record(); b.synchronize()
-                        ts.append(a.elapsed_time(b))
-                    ms = statistics.median(ts)
-                    print(f"torch,{name},{kind},{n * dt.itemsize},{ms:.4f},{n * dt.itemsize / ms / 1e6:.1f}", flush=True)
-                del x
-                torch.cuda.empty_cache()
+        if cuda:
+            torch_fills("layerinit.torch", gb, reps,
+                        lambda x: {k: lambda t=t: layerinit.fill_(x, "w", t, seed=1) for k, t in FILLS.items()})
+        torch_fills("torch", gb, reps, lambda x: {
+            "normal": lambda: x.normal_(0, 0.02), "uniform": lambda: x.uniform_(-0.02, 0.02),
+            "trunc_normal": lambda: torch.nn.init.trunc_normal_(x, 0, 0.02, -0.04, 0.04)})
     except ImportError:
         pass
     try:
         import jax
-        import jax.numpy as jnp
-        if jax.default_backend() == "gpu":
-            for name, dt in (("fp32", jnp.float32), ("fp16", jnp.float16), ("bf16", jnp.bfloat16)):
-                n = int(gb * 1e9) // jnp.dtype(dt).itemsize
-                fns = {"normal": jax.jit(lambda k, dt=dt, n=n: 0.02 * jax.random.normal(k, (n,), dt)),
-                       "trunc_normal": jax.jit(lambda k, dt=dt, n=n: 0.02 * jax.random.truncated_normal(k, -2, 2, (n,), dt))}
-                for kind, f in fns.items():
-                    key = jax.random.PRNGKey(0)
-                    f(key).block_until_ready()
-                    ts = []
-                    for r in range(reps):
-                        t0 = time.perf_counter()
-                        y = f(jax.random.PRNGKey(r + 1)); y.block_until_ready()
-                        ts.append((time.perf_counter() - t0) * 1e3)
-                        del y
-                    ms = statistics.median(ts)
-                    nb = n * jnp.dtype(dt).itemsize
-                    print(f"jax,{name},{kind},{nb},{ms:.4f},{nb / ms / 1e6:.1f}", flush=True)
+        if cuda:
+            import layerinit.jax as ljax
+            jax_fills("layerinit.jax", gb, reps, lambda n, dt: {
+                k: jax.jit(lambda t=t: ljax.init({"w": jax.ShapeDtypeStruct((n,), dt)}, seed=1, rules={"w": t}))
+                for k, t in FILLS.items()})
+        key = jax.random.PRNGKey(0)
+        jax_fills("jax", gb, reps, lambda n, dt: {
+            "normal": jax.jit(lambda: 0.02 * jax.random.normal(key, (n,), dt)),
+            "trunc_normal": jax.jit(lambda: 0.02 * jax.random.truncated_normal(key, -2, 2, (n,), dt))})
     except ImportError:
         pass
 
