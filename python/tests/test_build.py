@@ -1,6 +1,9 @@
 """layerinit.build: the CLI's tensors, bytes and hashes; zero-copy hand-over; tracked memory; errors."""
 import gc
 import json
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -165,10 +168,6 @@ def test_the_extension_exports_its_init_alone():
     """layerinit._core exports PyInit__core and nothing else (python/src/_core.map). Built with a
     toolchain that links libstdc++ statically (the GPU machine's /opt/gcc), the module exported
     libstdc++'s iostream and locale code, and jax's ml_dtypes then crashed in std::ostream << double."""
-    import shutil
-    import subprocess
-    import sys
-
     import layerinit._core
 
     if not sys.platform.startswith("linux") or not shutil.which("nm"):
