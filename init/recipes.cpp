@@ -120,11 +120,7 @@ FillSpec torchtitan_rule(const TensorContext& c) {
                                    : 0.02 / std::sqrt(2.0 * num_layers(c));
   switch (c.tensor.role) {
     case TensorRole::linear_bias: return FillSpec::constant(0.0);
-    case TensorRole::embedding:
-      // Tied to the output (llama3 1B/3B, qwen3 with enable_weight_tying): torchtitan skips the
-      // embedding's init and the shared tensor gets the output's, trunc_normal(0, dim^-0.5, +-3 std).
-      if (c.model.hyper.tie_word_embeddings) return FillSpec::trunc_normal_std(0.0, 1.0 / std::sqrt(embedding_fan_in(c)), -3.0, 3.0);
-      return FillSpec::normal(0.0, 1.0);  // nn.init.normal_(tok_embeddings)
+    case TensorRole::embedding: return FillSpec::normal(0.0, 1.0);  // nn.init.normal_(tok_embeddings)
     case TensorRole::position_embedding: return FillSpec::normal(0.0, 1.0);
     case TensorRole::linear_weight:
       if (is_up_projection(c)) return FillSpec::trunc_normal(0.0, depth_std, -2.0, 2.0);
@@ -349,6 +345,7 @@ struct Entry {
   const char* name;
   Recipe::Rule rule;
   std::vector<Param> params;
+  bool tied_is_head = true;  // Recipe's constructor
 };
 const std::vector<Entry>& recipes() {
   static const std::vector<Entry> all = {
@@ -357,7 +354,8 @@ const std::vector<Entry>& recipes() {
       {"megatron", [](const TensorContext& c, const RecipeParams&) { return megatron_rule(c); }, {}},
       {"pytorch-default", [](const TensorContext& c, const RecipeParams&) { return pytorch_rule(c); }, {}},
       {"equinox", [](const TensorContext& c, const RecipeParams&) { return equinox_rule(c); }, {}},
-      {"flax", [](const TensorContext& c, const RecipeParams&) { return flax_rule(c); }, {}},
+      // Flax ties by Embed.attend: no head parameter, the embedding's rule (std d^-0.5) stands.
+      {"flax", [](const TensorContext& c, const RecipeParams&) { return flax_rule(c); }, {}, false},
       {"xavier-uniform", [](const TensorContext& c, const RecipeParams&) { return xavier_rule(c); }, {}},
       {"kaiming-normal", [](const TensorContext& c, const RecipeParams&) { return kaiming_rule(c); }, {}},
       {"olmo-normal", [](const TensorContext& c, const RecipeParams& p) { return olmo_rule("olmo-normal", Olmo::normal, c, p); }, {{"std", 0.02}}},
@@ -413,6 +411,18 @@ FillSpec Recipe::rule_for(const TensorContext& c) const {
     if (name_matches(it->first, c.canonical_name)) return it->second;
   if (c.tensor.init) return *c.tensor.init;
   if (!rule_) throw std::invalid_argument("recipe '" + name_ + "' has no rule for tensor '" + c.canonical_name + "'");
+  if (c.tensor.role == TensorRole::embedding && c.model.hyper.tie_word_embeddings && tied_is_head_) {
+    // A token embedding tied to the head is one tensor with the head's rule: the frameworks
+    // initialize the head after the embedding (torchtitan's decoder.py skips the tied embedding's
+    // init; nanoGPT assigns wte.weight = lm_head.weight after both are made), and only the head's
+    // scale gives a first loss near ln(vocab) (docs/recipes.md, "Tied embeddings").
+    TensorSpec head = c.tensor;
+    head.role = TensorRole::head_weight;
+    head.fan_in = c.tensor.shape.back();    // [vocab, hidden]: the head maps hidden -> vocab
+    head.fan_out = c.tensor.shape.front();
+    head.transposable = false;
+    return rule_(TensorContext{c.model, head, c.layer, c.canonical_name}, params_);
+  }
   return rule_(c, params_);
 }
 
@@ -450,7 +460,7 @@ Recipe make_recipe(std::string_view text) {
     if (name == e.name) {
       std::string canonical(e.name);
       RecipeParams params = parse_params(e, colon == std::string_view::npos ? std::string_view{} : text.substr(colon + 1), canonical);
-      return Recipe(canonical, e.rule, std::move(params));
+      return Recipe(canonical, e.rule, std::move(params), e.tied_is_head);
     }
     valid += (valid.empty() ? "" : ", ") + std::string(e.name);
   }

@@ -46,13 +46,17 @@ class Recipe {
   const RecipeParams& params() const noexcept { return params_; }
 
   using Rule = FillSpec (*)(const TensorContext&, const RecipeParams&);
-  Recipe(std::string name, Rule rule, RecipeParams params = {})
-      : name_(std::move(name)), rule_(rule), params_(std::move(params)) {}
+  // tied_is_head: a token embedding tied to the head (hyper.tie_word_embeddings) gets the head's rule
+  // (the framework initializes the head last); false where the framework's tied models have no head
+  // of their own (Flax's Embed.attend) and the embedding's rule stands (docs/recipes.md).
+  Recipe(std::string name, Rule rule, RecipeParams params = {}, bool tied_is_head = true)
+      : name_(std::move(name)), rule_(rule), params_(std::move(params)), tied_is_head_(tied_is_head) {}
 
  private:
   std::string name_;
   Rule rule_ = nullptr;
   RecipeParams params_;
+  bool tied_is_head_ = true;
   std::vector<std::pair<std::string, FillSpec>> overrides_;
 };
 

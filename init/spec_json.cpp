@@ -80,28 +80,36 @@ ojson fill_to_json(const FillSpec& f) {
 
 // ---- tensors ----
 
+// A non-empty array of positive integers whose product fits 64 bits.
+Shape parse_shape(const json& j, const std::string& path) {
+  const json& shape = j;
+  if (!shape.is_array() || shape.empty()) r.fail(path, "must be a non-empty array of positive integers");
+  Shape out;
+  std::uint64_t n = 1;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    const std::uint64_t d = r.to_uint(shape[i], at(path, i), true);
+    if (n > std::numeric_limits<std::uint64_t>::max() / d) r.fail(path, "element count overflows 64 bits");
+    n *= d;
+    out.push_back(d);
+  }
+  return out;
+}
+
+TensorRole parse_role_at(const json& v, const std::string& path) {
+  const std::string role = r.to_string(v, path, false);
+  try {
+    return parse_role(role);
+  } catch (const std::invalid_argument& e) {
+    r.fail(path, e.what());
+  }
+}
+
 TensorSpec parse_tensor(const json& j, const std::string& path) {
   r.check_object(j, path, {"name", "shape", "role", "fan_in", "fan_out", "transposable", "init", "buffer"});
   TensorSpec t;
   t.name = r.to_string(r.require(j, path, "name"), join(path, "name"), true);
-  const json& shape = r.require(j, path, "shape");
-  const std::string sp = join(path, "shape");
-  if (!shape.is_array() || shape.empty()) r.fail(sp, "must be a non-empty array of positive integers");
-  std::uint64_t n = 1;
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    const std::uint64_t d = r.to_uint(shape[i], at(sp, i), true);
-    if (n > std::numeric_limits<std::uint64_t>::max() / d) r.fail(sp, "element count overflows 64 bits");
-    n *= d;
-    t.shape.push_back(d);
-  }
-  if (const json* v = find(j, "role")) {
-    const std::string role = r.to_string(*v, join(path, "role"), false);
-    try {
-      t.role = parse_role(role);
-    } catch (const std::invalid_argument& e) {
-      r.fail(join(path, "role"), e.what());
-    }
-  }
+  t.shape = parse_shape(r.require(j, path, "shape"), join(path, "shape"));
+  if (const json* v = find(j, "role")) t.role = parse_role_at(*v, join(path, "role"));
   if (const json* v = find(j, "fan_in")) t.fan_in = r.to_uint(*v, join(path, "fan_in"), false);
   if (const json* v = find(j, "fan_out")) t.fan_out = r.to_uint(*v, join(path, "fan_out"), false);
   if (const json* v = find(j, "transposable")) {
@@ -259,6 +267,61 @@ ModelSpec spec_from_json(std::string_view text) {
     throw spec_error("spec: " + printable(e.what()));
   }
   return m;
+}
+
+ModelDescription description_from_json(std::string_view text) {
+  const json doc = r.parse(text);
+  r.check_object(doc, "", {"name", "family", "hyper", "parameters"});
+  ModelDescription d;
+  if (const json* v = find(doc, "name")) d.name = r.to_string(*v, "name", true);
+  if (const json* v = find(doc, "family")) d.family = r.to_string(*v, "family", true);
+  if (const json* v = find(doc, "hyper")) {
+    d.hyper = parse_hyper(*v, "hyper");
+    d.hyper_hidden = find(*v, "hidden_size") != nullptr;
+  }
+  const json& ps = r.require(doc, "", "parameters");
+  if (!ps.is_array()) r.fail("parameters", "must be an array of parameters");
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const std::string path = at("parameters", i);
+    const json& j = ps[i];
+    r.check_object(j, path, {"name", "shape", "module", "fan_in", "fan_out", "storage", "tied_to", "role", "init", "buffer"});
+    ParameterDescription p;
+    p.name = r.to_string(r.require(j, path, "name"), join(path, "name"), true);
+    p.shape = parse_shape(r.require(j, path, "shape"), join(path, "shape"));
+    if (const json* v = find(j, "module")) {
+      try {
+        p.module = parse_module_kind(r.to_string(*v, join(path, "module"), false));
+      } catch (const std::invalid_argument& e) {
+        r.fail(join(path, "module"), e.what());
+      }
+    }
+    if (const json* v = find(j, "fan_in")) p.fan_in = r.to_uint(*v, join(path, "fan_in"), false);
+    if (const json* v = find(j, "fan_out")) p.fan_out = r.to_uint(*v, join(path, "fan_out"), false);
+    if (const json* v = find(j, "storage")) {
+      const std::string s = r.to_string(*v, join(path, "storage"), false);
+      if (s != "out-in" && s != "in-out") r.fail(join(path, "storage"), "must be \"out-in\" or \"in-out\"");
+      if (p.shape.size() != 2) r.fail(join(path, "storage"), "applies to a 2-D weight");
+      p.storage = s == "out-in" ? WeightStorage::out_in : WeightStorage::in_out;
+    }
+    if (const json* v = find(j, "tied_to")) p.tied_to = r.to_string(*v, join(path, "tied_to"), true);
+    if (const json* v = find(j, "role")) p.role = parse_role_at(*v, join(path, "role"));
+    if (const json* v = find(j, "init")) {
+      // Also the CLI's grammar, exactly ("normal(0, 0.123456789)"): what a caller's Fill.text writes.
+      if (v->is_string()) {
+        try {
+          p.init = ::layerinit::parse_fill(v->get_ref<const std::string&>());
+          validate_fill(*p.init);
+        } catch (const std::invalid_argument& e) {
+          r.fail(join(path, "init"), e.what());
+        }
+      } else {
+        p.init = parse_fill(*v, join(path, "init"));
+      }
+    }
+    if (const json* v = find(j, "buffer")) p.buffer = r.to_bool(*v, join(path, "buffer"));
+    d.parameters.push_back(std::move(p));
+  }
+  return d;
 }
 
 std::string spec_to_json(const ModelSpec& s) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include <layerinit/init/describe.hpp>
 #include <layerinit/init/spec.hpp>
 
 namespace layerinit {
@@ -18,5 +19,10 @@ class spec_error : public std::invalid_argument {
 
 ModelSpec spec_from_json(std::string_view text);
 std::string spec_to_json(const ModelSpec& spec);  // spec_from_json(spec_to_json(s)) == s
+
+// A model description (init/describe.hpp) from JSON (docs/spec.md, "Descriptions"): {"name",
+// "family", "hyper", "parameters": [{"name", "shape", "module", "fan_in", "fan_out", "storage",
+// "tied_to", "role", "init", "buffer"}]}; errors as spec_from_json's.
+ModelDescription description_from_json(std::string_view text);
 
 }  // namespace layerinit

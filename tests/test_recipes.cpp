@@ -223,7 +223,9 @@ TEST(Recipes, PytorchDefaultAndEquinox) {
   const ModelSpec m = make_preset("mlp-deep");
   for (const char* name : {"pytorch-default", "equinox"}) {
     const Recipe r = make_recipe(name);
-    EXPECT_EQ(fill(r, g, "transformer.wte.weight"), FillSpec::normal(0, 1)) << name;
+    // gpt2-tiny is tied: its embedding is the head, U(+-1/sqrt(64)); an untied one is normal(0, 1).
+    EXPECT_EQ(fill(r, g, "transformer.wte.weight"), FillSpec::uniform(-0.125, 0.125)) << name;
+    EXPECT_EQ(fill(r, make_preset("llama-tiny"), "model.embed_tokens.weight"), FillSpec::normal(0, 1)) << name;
     EXPECT_EQ(fill(r, g, "attn.c_attn.weight", 0), FillSpec::uniform(-0.125, 0.125)) << name;
     EXPECT_EQ(fill(r, g, "attn.c_attn.bias", 0), FillSpec::uniform(-0.125, 0.125)) << name;
     EXPECT_EQ(fill(r, g, "mlp.c_proj.weight", 0), FillSpec::uniform(-1.0 / 16, 1.0 / 16)) << name;
@@ -360,8 +362,34 @@ TEST(Recipes, TorchtitanTiedEmbeddingGetsTheOutputRule) {
   l.hyper.tie_word_embeddings = true;
   l.post.pop_back();
   EXPECT_EQ(fill(r, l, "model.embed_tokens.weight"), FillSpec::trunc_normal_std(0, 0.125, -3, 3));
-  // Other recipes are unchanged by tying.
+  // hf draws the embedding and the head alike: tying changes nothing there.
   EXPECT_EQ(fill(make_recipe("hf"), g, "transformer.wte.weight"), FillSpec::normal(0, 0.02));
+}
+
+// Every recipe gives a tied embedding its head's rule (Recipe::rule_for): the frameworks initialize
+// the head after the embedding, and only the head's scale starts near ln(vocab). pytorch-default,
+// equinox, olmo-llama and olmo-llama-depth gave it normal(0, 1) (a first loss of 85-90 at ln V = 6.9).
+TEST(Recipes, ATiedEmbeddingGetsTheHeadsRuleInEveryRecipe) {
+  const ModelSpec g = make_preset("gpt2-tiny");  // tied: no lm_head tensor
+  ModelSpec untied = g;
+  untied.hyper.tie_word_embeddings = false;
+  TensorSpec head = g.pre.at(0);
+  head.name = "lm_head.weight";
+  head.role = TensorRole::head_weight;
+  head.fan_in = head.shape.back();
+  head.fan_out = head.shape.front();
+  untied.post.push_back(head);
+  int differs = 0;
+  for (const auto& name : recipe_names()) {
+    const Recipe r = make_recipe(name);
+    if (name == "flax") {  // tied by Embed.attend: the embedding's own rule, normal(0, d^-0.5)
+      EXPECT_EQ(fill(r, g, "transformer.wte.weight"), FillSpec::normal(0, 0.125));
+      continue;
+    }
+    EXPECT_EQ(fill(r, g, "transformer.wte.weight"), fill(r, untied, "lm_head.weight")) << name;
+    differs += fill(r, untied, "transformer.wte.weight") != fill(r, untied, "lm_head.weight");
+  }
+  EXPECT_GE(differs, 4);  // the rule matters: in those recipes the embedding's own rule is another
 }
 
 // The bytes: gpt2-tiny built with torchtitan holds exactly the output rule's fill in its embedding,

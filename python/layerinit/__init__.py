@@ -233,6 +233,15 @@ def _fill(f: FillLike, arg: str = "fill") -> Fill:
     raise ValueError(f"{arg} must be a string like 'normal(0, 0.02)' or a Fill, got {type(f).__name__} {_show(f)}")
 
 
+def _describe(description: Mapping[str, Any], *, recipe: Optional[str] = None,
+              overrides: Optional[Mapping[str, FillLike]] = None) -> tuple[Spec, list[dict[str, Any]]]:
+    """(Spec, what each parameter became) of a model description (docs/spec.md, "Descriptions"): the
+    one set of rules both adapters hand their framework's parameters to. With ``recipe``, ValueError
+    listing the parameters whose fill it cannot tell from the description."""
+    fills = _str_map("overrides", overrides, lambda a, f: _fill(f, a))
+    return _core.describe(json.dumps(description), None if recipe is None else _str("recipe", recipe), fills)
+
+
 def plan(
     model: ModelLike,
     *,

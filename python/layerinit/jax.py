@@ -25,7 +25,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
-from . import Fill, FillLike, ModelLike, Plan, Spec, _core, plan
+from . import Fill, FillLike, ModelLike, Plan, Spec, _core, _describe, plan
 
 __all__ = ["ROLES", "build", "init", "spec_of"]
 
@@ -218,11 +218,11 @@ class _Leaf:
     leaf: Any                  # ShapeDtypeStruct or array
     shape: tuple[int, ...]
     dtype: str
-    role: Optional[str] = None
+    module: Optional[str] = None  # the owning module's kind (init/describe.hpp): linear, embedding, norm
     fan_in: int = 0
     fan_out: int = 0
     expected: Optional[tuple[int, ...]] = None  # a slice's stored shape, as the owning module says
-    transposed: bool = False   # a 2-D [out, in] weight stored [in, out]
+    storage: Optional[str] = None  # a 2-D weight's, as its module stores it: "out-in" or "in-out"
     owner: str = ""            # e.g. "eqx.nn.Linear(8, 16)"
     lead: list[tuple[int, int]] = field(default_factory=list)  # stacked axes: (prefix length, size)
     names: list[str] = field(default_factory=list)              # canonical names, one per slice
@@ -260,8 +260,8 @@ def _child(obj: Any, k: Any) -> Any:
     return None
 
 
-def _owner_info(owner: Any, attr: str) -> Optional[tuple[str, tuple[int, ...], bool, int, int, str]]:
-    """(role, stored shape, transposed, fan_in, fan_out, description) of parameter `attr` of a module
+def _owner_info(owner: Any, attr: str) -> Optional[tuple[str, tuple[int, ...], Optional[str], int, int, str]]:
+    """(module kind, stored shape, storage, fan_in, fan_out, description) of parameter `attr` of a module
     whose framework says what it is: Equinox's Linear, Embedding, LayerNorm, RMSNorm, GroupNorm and
     Flax NNX's Linear, Embed, LayerNorm, RMSNorm, GroupNorm. None for anything else."""
     eqx = sys.modules.get("equinox")
@@ -272,18 +272,18 @@ def _owner_info(owner: Any, attr: str) -> Optional[tuple[str, tuple[int, ...], b
             fo = 1 if owner.out_features == "scalar" else int(owner.out_features)
             desc = f"eqx.nn.Linear({owner.in_features}, {owner.out_features})"
             if attr == "weight":
-                return "linear_weight", (fo, fi), False, fi, fo, desc
+                return "linear", (fo, fi), "out-in", fi, fo, desc
             if attr == "bias":
-                return "linear_bias", (fo,), False, fi, fo, desc
+                return "linear", (fo,), None, fi, fo, desc
         elif isinstance(owner, nn.Embedding) and attr == "weight":
-            return ("embedding", (int(owner.num_embeddings), int(owner.embedding_size)), False, 0, 0,
+            return ("embedding", (int(owner.num_embeddings), int(owner.embedding_size)), None, 0, 0,
                     f"eqx.nn.Embedding({owner.num_embeddings}, {owner.embedding_size})")
         elif isinstance(owner, (nn.LayerNorm, nn.RMSNorm)) and attr in ("weight", "bias"):
             shape = (owner.shape,) if isinstance(owner.shape, int) else tuple(owner.shape)
-            return ("norm_weight" if attr == "weight" else "norm_bias", shape, False, 0, 0,
+            return ("norm", shape, None, 0, 0,
                     f"eqx.nn.{type(owner).__name__}({shape})")
         elif isinstance(owner, nn.GroupNorm) and attr in ("weight", "bias"):
-            return ("norm_weight" if attr == "weight" else "norm_bias", (int(owner.channels),), False, 0, 0,
+            return ("norm", (int(owner.channels),), None, 0, 0,
                     f"eqx.nn.GroupNorm(channels={owner.channels})")
         return None
     flax = sys.modules.get("flax.nnx")
@@ -292,15 +292,15 @@ def _owner_info(owner: Any, attr: str) -> Optional[tuple[str, tuple[int, ...], b
             fi, fo = int(owner.in_features), int(owner.out_features)
             desc = f"nnx.Linear({fi}, {fo})"
             if attr == "kernel":
-                return "linear_weight", (fi, fo), True, fi, fo, desc
+                return "linear", (fi, fo), "in-out", fi, fo, desc
             if attr == "bias":
-                return "linear_bias", (fo,), False, fi, fo, desc
+                return "linear", (fo,), None, fi, fo, desc
         elif isinstance(owner, flax.Embed) and attr == "embedding":
-            return ("embedding", (int(owner.num_embeddings), int(owner.features)), False, 0, 0,
+            return ("embedding", (int(owner.num_embeddings), int(owner.features)), None, 0, 0,
                     f"nnx.Embed({owner.num_embeddings}, {owner.features})")
         elif isinstance(owner, (flax.LayerNorm, flax.RMSNorm, flax.GroupNorm)) and attr in ("scale", "bias"):
             n = int(owner.num_features)
-            return ("norm_weight" if attr == "scale" else "norm_bias", (n,), False, 0, 0,
+            return ("norm", (n,), None, 0, 0,
                     f"nnx.{type(owner).__name__}({n})")
     return None
 
@@ -339,7 +339,7 @@ def _leaves(tree: Any, dtype: Any) -> tuple[list[Any], Any, list[_Leaf]]:
         lf = _Leaf(i, parts, leaf, tuple(int(n) for n in leaf.shape), d)
         info = _owner_info(owner, attr) if owner is not None else None
         if info is not None:
-            lf.role, lf.expected, lf.transposed, lf.fan_in, lf.fan_out, lf.owner = info
+            lf.module, lf.expected, lf.storage, lf.fan_in, lf.fan_out, lf.owner = info
         out.append(lf)
     return [leaf for _, leaf in flat], treedef, out
 
@@ -481,98 +481,60 @@ def _glob_escape(name: str) -> str:
     return re.sub(r"([*?\[\\])", r"\\\1", name)
 
 
-def _layer_prefix(leaves: list[_Leaf]) -> tuple[Optional[str], int]:
-    """The layers recipes count (depth-scaled fills): the outermost stacked axis when every stacked
-    leaf has the same one, else the one prefix before a number in names (layers.3.attn...)."""
-    stacked = {(tuple(lf.parts[:lf.lead[0][0]]), lf.lead[0][1]) for lf in leaves if lf.lead}
-    if stacked:
-        (node, size), = stacked if len(stacked) == 1 else [((), 0)]
-        return (".".join(node) + ".", size) if node else (None, 0)
-    # Else: the one list whose numbered items all hold the same tensors (layers.3.attn.wq.weight).
-    items: dict[str, dict[int, set[str]]] = {}
-    for lf in leaves:
-        for name in lf.names:
-            parts = name.split(".")
-            for i, p in enumerate(parts[:-1]):
-                if i > 0 and p.isdigit() and (p == "0" or not p.startswith("0")):
-                    items.setdefault(".".join(parts[:i]) + ".", {}).setdefault(int(p), set()).add(".".join(parts[i + 1:]))
-                    break
-    lists = [(pre, len(idx)) for pre, idx in items.items()
-             if len(idx) > 1 and sorted(idx) == list(range(len(idx))) and all(v == idx[0] for v in idx.values())]
-    return lists[0] if len(lists) == 1 else (None, 0)
-
-
 # ---------------------------------------------------------------------------------------------------
 # The public functions.
 
 def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Sequence[str], None], dtype: Any,
-           hyper: Optional[Mapping[str, Any]], strict: bool) -> tuple[list[Any], Any, list[_Leaf], Optional[Spec]]:
-    """The tree's leaves and the layerinit spec of its canonical tensors (None: no float leaf), every
-    check done."""
+           hyper: Optional[Mapping[str, Any]], strict: bool, recipe: Optional[str] = None
+           ) -> tuple[list[Any], Any, list[_Leaf], Optional[Spec], dict[str, dict[str, Any]]]:
+    """The tree's leaves, the layerinit spec of its canonical tensors (None: no float leaf) and what
+    each slice became, every check done. The leaves' description (their modules, rules, slices) goes
+    to the library, which decides roles, layers and orientation by the rules every adapter shares;
+    with `recipe`, it refuses what that recipe needs and the description does not tell."""
     flat, treedef, leaves = _leaves(tree, dtype)
     _stacking(leaves, stacked)
     rs = _rules(rules)
-    tensors, fills, missing = [], {}, []
+    params = []
     for lf in leaves:
         if 0 in lf.shape:
             continue
-        orientation = None
+        storage = lf.storage
         for r in rs:
             if r.orientation and any(fnmatch.fnmatchcase(n, r.pattern) for n in [lf.name, *lf.names]):
-                orientation, r.used = r.orientation, True
-        if orientation is not None:
-            if len(lf.shape) - len(lf.lead) != 2:
-                raise ValueError(f"leaf '{lf.name}' is {lf.shape}: an orientation applies to 2-D weights")
-            lf.transposed = orientation == "in-out"
+                storage, r.used = r.orientation, True
         stored = lf.shape[len(lf.lead):] or (1,)
-        logical = (stored[1], stored[0]) if lf.transposed else stored
+        if storage is not None and len(stored) != 2:
+            raise ValueError(f"leaf '{lf.name}' is {lf.shape}: an orientation applies to 2-D weights")
         for cname in lf.names:
-            role, fill, fan_in, fan_out = lf.role, None, lf.fan_in, lf.fan_out
+            p: dict[str, Any] = {"name": cname, "shape": list(stored)}
+            if lf.module is not None:
+                p["module"] = lf.module
+            if lf.fan_in or lf.fan_out:
+                p.update(fan_in=lf.fan_in, fan_out=lf.fan_out)
+            if storage is not None:
+                p["storage"] = storage
             for r in rs:
                 if fnmatch.fnmatchcase(lf.name, r.pattern) or fnmatch.fnmatchcase(cname, r.pattern):
                     r.used = True
-                    role = r.role or role
-                    fill = r.fill or fill
-                    fan_in = r.fan_in if r.fan_in is not None else fan_in
-                    fan_out = r.fan_out if r.fan_out is not None else fan_out
-            if role is None and fill is None:
-                missing.append(lf.name)
-                break
-            if fill is not None:
-                fills[cname] = fill
-            tensors.append({"name": cname, "shape": list(logical), "role": role or "other", "fan_in": fan_in,
-                            "fan_out": fan_out, "transposable": lf.transposed})
-    if missing:
-        raise ValueError(f"no role or fill for leaves {_some(missing)}: give them rules={{'glob': 'role or fill'}} "
-                         f"(roles: {', '.join(ROLES)})")
+                    if r.role is not None:
+                        p["role"] = r.role
+                    if r.fill is not None:
+                        p["init"] = r.fill.text  # exact (Fill.text round-trips)
+                    if r.fan_in is not None:
+                        p["fan_in"] = r.fan_in
+                    if r.fan_out is not None:
+                        p["fan_out"] = r.fan_out
+            params.append(p)
     for r in rs:
         if not r.used:
             msg = f"rule '{r.pattern}' matches no leaf (leaves: {_some(lf.name for lf in leaves)})"
             if strict:
                 raise ValueError(msg)
             warnings.warn(msg, stacklevel=3)
-    h = dict(hyper or {})
-    if "hidden_size" not in h:
-        emb = [lf for lf in leaves if lf.role == "embedding"]
-        if emb:
-            h["hidden_size"] = emb[0].shape[-1]
-    model: dict[str, Any] = {"name": "jax-tree", "hyper": h, "pre": tensors}
-    prefix, depth = _layer_prefix(leaves)
-    if prefix is not None:
-        # The last layer is the spec's repeated block (one copy, first = depth - 1) and the others are
-        # `pre` tensors named as the layers before it (docs/spec.md, layer.first): recipes see every
-        # tensor's layer and the model's depth, and layers may differ in their tensors and fills.
-        last = f"{prefix}{depth - 1}."
-        block = [dict(t, name=t["name"][len(last):]) for t in tensors if t["name"].startswith(last)]
-        model["pre"] = [t for t in tensors if not t["name"].startswith(last)]
-        model["layer"] = {"prefix": prefix, "first": depth - 1, "count": 1, "tensors": block}
-    if not tensors:
-        return flat, treedef, leaves, None
-    try:
-        s = _core.Spec.from_json(json.dumps(model))._with_fills(fills)
-    except ValueError as e:
-        raise ValueError(str(e).removeprefix("spec: ")) from None
-    return flat, treedef, leaves, s
+    if not params:
+        return flat, treedef, leaves, None, {}
+    s, described = _describe({"name": "jax-tree", "hyper": dict(hyper or {}), "parameters": params}, recipe=recipe)
+    return flat, treedef, leaves, s, {d["name"]: d for d in described}
 
 
 def spec_of(
@@ -587,7 +549,7 @@ def spec_of(
     leaf (per slice of a stacked leaf) with its canonical name, logical shape, role and fans, rule fills
     as explicit inits. ``layerinit plan --spec`` and ``layerinit emit --spec`` of its JSON
     (``.to_json()``) plan and write the values :func:`init` makes. Arguments as :func:`init`'s."""
-    _, _, _, s = _model(tree, rules, stacked, None, hyper, strict)
+    _, _, _, s, _ = _model(tree, rules, stacked, None, hyper, strict)
     if s is None:
         raise ValueError("the tree has no float array leaf")
     return s
@@ -638,23 +600,25 @@ def init(
     recipe before anything is built.
     """
     seed = _check_seed(seed)
-    flat, treedef, leaves, s = _model(tree, rules, stacked, dtype, hyper, strict)
+    flat, treedef, leaves, s, described = _model(tree, rules, stacked, dtype, hyper, strict, recipe)
     given = _sharding_leaves(sharding, treedef, len(flat))
     for lf in leaves:
         lf.sharding = _sharding_for(sharding, lf.name, lf.leaf, mesh, given[lf.index])
     arrays = []
-    if s is not None:
-        # In-out orientation stores exactly the tensors marked transposable ([in, out] leaves) transposed.
-        p = _plan(s, dtype="fp32", recipe=recipe, orientation="in-out")  # each leaf its own dtype
-        for lf in leaves:
-            if 0 in lf.shape:
-                continue
-            stored = lf.shape if lf.shape else (1,)
-            try:
-                param = p._leaf(_template(lf), [size for _, size in lf.lead], list(stored), lf.dtype).text
-            except ValueError as e:
-                raise ValueError(f"leaf '{lf.name}': {e}") from None
-            arrays.append(_Array(lf.name, stored, lf.dtype, param, lf.sharding))
+    plans: dict[str, Plan] = {}
+    for lf in leaves:
+        if 0 in lf.shape or s is None:
+            continue
+        # Each leaf from the plan of its storage: in-out stores every transposable tensor [in, out].
+        orientation = "in-out" if described[lf.names[0]]["stored_in_out"] else "out-in"
+        if orientation not in plans:
+            plans[orientation] = _plan(s, dtype="fp32", recipe=recipe, orientation=orientation)  # each leaf its own dtype
+        stored = lf.shape if lf.shape else (1,)
+        try:
+            param = plans[orientation]._leaf(_template(lf), [size for _, size in lf.lead], list(stored), lf.dtype).text
+        except ValueError as e:
+            raise ValueError(f"leaf '{lf.name}': {e}") from None
+        arrays.append(_Array(lf.name, stored, lf.dtype, param, lf.sharding))
     made = iter(_make(arrays, seed) if arrays else [])
     out = list(flat)
     for lf in leaves:

@@ -8,6 +8,7 @@ filled at its global offset, so the values do not depend on the mesh.
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import re
 import warnings
@@ -16,7 +17,7 @@ from typing import Any, Optional, Union
 
 import torch
 
-from . import Composite, ModelLike, Plan, _core, hf_spec, plan, spec as _spec
+from . import Composite, ModelLike, Plan, _core, _describe, hf_spec, plan, spec as _spec
 
 __all__ = ["init_", "hf_spec", "module_spec", "tensor_map", "torchtitan_spec"]
 
@@ -25,22 +26,7 @@ NameMap = Union[Mapping[str, Any], Callable[[str], Any]]
 _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
-# ---- The spec of any module: roles from module types and the names recipes' sources use ----
-
-# A linear map's role decides its fill in recipes that scale output projections or the head
-# (torchtitan, megatron, hf for GPT-2); the module type says only "Linear". These are the names the
-# recipes' own sources give them: torchtitan (wq..wo, w1..w3, lm_head/output, router.gate, the
-# experts' w1_EFD/w2_EDF/w3_EFD), transformers (q_proj..o_proj, gate/up/down_proj, c_attn/c_proj,
-# lm_head, mlp.gate beside experts), Megatron (linear_qkv, linear_proj, linear_fc1/fc2).
-_HEAD_NAMES = frozenset({"lm_head", "output", "head", "embed_out"})
-_OUTPUT_NAMES = frozenset({"wo", "w2", "w2_EDF", "o_proj", "down_proj", "c_proj", "out_proj", "dense_4h_to_h", "fc2",
-                           "linear_proj", "linear_fc2"})
-_INPUT_NAMES = frozenset({"wq", "wk", "wv", "wqkv", "w1", "w3", "w1_EFD", "w3_EFD", "q_proj", "k_proj", "v_proj",
-                          "qkv_proj", "gate_proj", "up_proj", "gate_up_proj", "c_attn", "c_fc", "fc1", "query", "key",
-                          "value", "in_proj", "query_key_value", "dense_h_to_4h", "linear_qkv", "linear_fc1", "wq_a",
-                          "wq_b", "wkv_a", "wkv_b", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"})
-_POSITION_NAMES = frozenset({"wpe", "position_embeddings", "pos_embed", "pos_embedding", "embed_positions"})
-_LINEAR_ROLES = ("linear_weight", "output_weight", "head_weight", "router_weight")
+# ---- The description of any module: what its framework says, for the library to make a spec of ----
 
 
 def _norm_like(mod: torch.nn.Module) -> bool:
@@ -48,89 +34,45 @@ def _norm_like(mod: torch.nn.Module) -> bool:
     return isinstance(mod, (torch.nn.LayerNorm, torch.nn.GroupNorm)) or "Norm" in name
 
 
-def _layer_of(name: str) -> Optional[tuple[str, int]]:
-    """(prefix, layer) of a name with an integer component (``layers.3.mlp.w1.weight`` -> ("layers.", 3)):
-    the first one, so experts numbered inside a layer keep their layer's number."""
-    parts = name.split(".")
-    for i, part in enumerate(parts[:-1]):
-        if part.isdigit():
-            return ".".join(parts[:i]) + "." if i else "", int(part)
-    return None
-
-
-def _map_role(short: str, parent: Optional[torch.nn.Module], in_layer: bool) -> Optional[str]:
-    """The role a linear map's (or a raw weight's) own name gives it; None when the name says nothing."""
-    if short in _HEAD_NAMES and not in_layer:
-        return "head_weight"
-    if short in _OUTPUT_NAMES:
-        return "output_weight"
-    if short == "router" or (short == "gate" and parent is not None and (
-            type(parent).__name__.endswith("Router") or hasattr(parent, "experts"))):
-        return "router_weight"
-    if short in _INPUT_NAMES:
-        return "linear_weight"
-    return None
-
-
-class _Entry:
-    """One parameter as a spec tensor (JSON), and whether its module's type and names tell its role."""
-
-    __slots__ = ("name", "tensor", "role_known")
-
-    def __init__(self, name: str, tensor: dict[str, Any], role_known: bool):
-        self.name, self.tensor, self.role_known = name, tensor, role_known
-
-
-def _entries(module: torch.nn.Module, skip: Callable[[str], bool]) -> list[_Entry]:
-    """Every parameter of `module` (tied ones once, under their first name) but those `skip` names,
-    with the role its owner's type and its own name give it. ValueError listing 0-d parameters."""
-    prefix, _ = _depth([n for n, _ in module.named_parameters()])
-    modules = dict(module.named_modules())
-    out, scalars, local_shards = [], [], []
-    seen: set[int] = set()
-    for mname, mod in modules.items():
-        parent = modules.get(mname.rpartition(".")[0]) if mname else None
-        short = mname.rpartition(".")[2]
+def _description(module: torch.nn.Module, skip: Callable[[str], bool], name: str = "module") -> dict[str, Any]:
+    """The model description (init/describe.hpp) of every parameter of `module` but those `skip`
+    names: its global shape, the kind of module that owns it (nn.Linear with its fans, stored
+    [out, in]; nn.Embedding; norms, classes named ``*Norm*``) and its ties (a later name of the same
+    Parameter). The library decides roles, layers and ties. ValueError listing 0-d parameters and
+    plain local shards."""
+    params: list[dict[str, Any]] = []
+    scalars, local_shards = [], []
+    first: dict[int, str] = {}
+    for mname, mod in module.named_modules(remove_duplicate=False):
         for pname, p in mod.named_parameters(recurse=False):
-            if id(p) in seen:
-                continue
-            seen.add(id(p))
             full = f"{mname}.{pname}" if mname else pname
             if skip(full):
                 continue
             if p.dim() == 0:
-                scalars.append(full)
+                if id(p) not in first:
+                    scalars.append(full)
+                first.setdefault(id(p), full)
                 continue
-            where = _layer_of(full)
-            in_layer = where is not None and where[0] == prefix
             shape = _global_shape(p)
-            t: dict[str, Any] = {"name": full, "shape": list(shape)}
-            known = True
+            d: dict[str, Any] = {"name": full, "shape": list(shape)}
             declared = None  # the whole parameter's shape as its module says it
             if isinstance(mod, torch.nn.Linear):
+                d.update(module="linear", fan_in=mod.in_features, fan_out=mod.out_features)
                 declared = {"weight": (mod.out_features, mod.in_features), "bias": (mod.out_features,)}.get(pname)
-            elif isinstance(mod, torch.nn.Embedding) and pname == "weight":
-                declared = (mod.num_embeddings, mod.embedding_dim)
-            if declared is not None and tuple(declared) != shape:
-                local_shards.append(f"{full} {tuple(shape)} of {tuple(declared)}")
-            if isinstance(mod, torch.nn.Linear):
-                if pname == "weight":
-                    role = _map_role(short, parent, in_layer)
-                    known = role is not None
-                    t.update(role=role or "linear_weight", fan_in=mod.in_features, fan_out=mod.out_features,
-                             transposable=True)
-                else:
-                    t.update(role="linear_bias", fan_in=mod.in_features, fan_out=mod.out_features)
+                if pname == "weight" and p.dim() == 2:
+                    d["storage"] = "out-in"
             elif isinstance(mod, torch.nn.Embedding):
-                t.update(role="position_embedding" if short in _POSITION_NAMES else "embedding")
+                d["module"] = "embedding"
+                declared = (mod.num_embeddings, mod.embedding_dim) if pname == "weight" else None
             elif _norm_like(mod):
-                t.update(role="norm_weight" if pname == "weight" else "norm_bias")
-            elif p.dim() >= 2 and _map_role(pname, mod, in_layer) is not None:
-                # A raw weight named as a map (torchtitan's stacked experts w1_EFD [E, F, D]).
-                t.update(role=_map_role(pname, mod, in_layer), fan_in=shape[-1], fan_out=shape[-2])
+                d["module"] = "norm"
+            if declared is not None and tuple(declared) != shape and id(p) not in first:
+                local_shards.append(f"{full} {tuple(shape)} of {tuple(declared)}")
+            if id(p) in first:
+                d["tied_to"] = first[id(p)]
             else:
-                t.update(role="other")
-            out.append(_Entry(full, t, known))
+                first[id(p)] = full
+            params.append(d)
     if local_shards:
         raise ValueError(f"{len(local_shards)} parameter(s) hold a part of their module's weight with nothing saying "
                          f"which (a plain tensor, not a DTensor or an spmd_types shard with its PartitionSpec): "
@@ -139,105 +81,11 @@ def _entries(module: torch.nn.Module, skip: Callable[[str], bool]) -> list[_Entr
     if scalars:
         raise ValueError(f"{len(scalars)} parameter(s) are 0-d (scalars), which layerinit does not fill: "
                          f"{_listed(scalars)}; skip them with name_map={{{scalars[0]!r}: None}} and set them yourself")
-    return out
+    return {"name": name, "parameters": params}
 
 
 def _listed(names: list[str], limit: int = 5) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def _spec_dict(name: str, family: str, hyper: Mapping[str, Any], tensors: list[dict[str, Any]],
-               prefix: Optional[str]) -> dict[str, Any]:
-    """A JSON spec of `tensors` (canonical names, in order): those named `prefix` + i + "." are layer
-    i's. The longest run of identical last layers is the repeated block; layers before it are `pre`
-    tensors under their canonical names, which recipes see in their layer (docs/spec.md)."""
-    out: dict[str, Any] = {"name": name, "family": family}
-    if hyper:
-        out["hyper"] = dict(hyper)
-    layers: dict[int, list[dict[str, Any]]] = {}
-    pre: list[dict[str, Any]] = []
-    post: list[dict[str, Any]] = []
-    for t in tensors:
-        where = _layer_of(t["name"]) if prefix else None
-        if where is not None and where[0] == prefix:
-            layers.setdefault(where[1], []).append(t)
-        else:
-            (post if layers else pre).append(t)
-    if not layers:
-        out["pre"] = pre + post
-        return out
-
-    def relative(i: int) -> list[dict[str, Any]]:
-        return [dict(t, name=t["name"][len(f"{prefix}{i}."):]) for t in layers[i]]
-
-    last = max(layers)
-    first = last
-    while first - 1 in layers and relative(first - 1) == relative(last):
-        first -= 1
-    for i in sorted(layers):
-        if i < first:
-            pre += layers[i]
-    out.update(pre=pre, post=post,
-               layer={"prefix": prefix, "first": first, "count": last - first + 1, "tensors": relative(last)})
-    return out
-
-
-def _depth(names: list[str]) -> tuple[Optional[str], list[str]]:
-    """(layer prefix, names with an integer component under another prefix) of a module's tensor
-    names: the prefix holding the most tensors is the layers'."""
-    counts: dict[str, int] = {}
-    for n in names:
-        where = _layer_of(n)
-        if where is not None and where[0]:
-            counts[where[0]] = counts.get(where[0], 0) + 1
-    prefix = max(counts, key=lambda k: counts[k]) if counts else None
-    return prefix, [n for n in names if _layer_of(n) is not None and _layer_of(n)[0] != prefix]  # type: ignore[index]
-
-
-def _fills(spec: Mapping[str, Any], names: list[str], recipe: str,
-           overrides: Optional[Mapping[str, str]]) -> dict[str, Any]:
-    p = plan(spec, dtype="fp32", recipe=recipe, overrides=overrides)
-    return {n: p.fill_of(n) for n in names}
-
-
-def _refuse_guesses(entries: list[_Entry], prefix: Optional[str], unknown_depth: list[str], recipe: str,
-                    overrides: Optional[Mapping[str, str]]) -> None:
-    """ValueError listing the tensors whose fill under `recipe` depends on what module_spec cannot
-    tell: a role the recipe has no rule for, a linear map's role, or a layer number (found by
-    planning the spec with each possibility)."""
-    others = [e for e in entries if e.tensor["role"] == "other"]
-    lacking = []
-    for e in others:  # one small plan each: which of them no rule or override covers
-        try:
-            _fills({"name": "probe", "pre": [e.tensor]}, [e.name], recipe, overrides)
-        except ValueError:
-            lacking.append(e.name)
-    if lacking:
-        raise ValueError(f"recipe {recipe!r} has no rule for {len(lacking)} parameter(s) that are not an nn.Linear, "
-                         f"nn.Embedding or norm: {_listed(lacking)}; pass overrides= (name glob -> fill), spec=, or "
-                         f"name_map= (None skips a parameter)")
-    guessed = [e.name for e in entries if not e.role_known]
-    if guessed:
-        seen: dict[str, list[Any]] = {n: [] for n in guessed}
-        for role in _LINEAR_ROLES:
-            variant = [dict(e.tensor, role=role) if e.name in seen else e.tensor for e in entries]
-            for n, f in _fills(_spec_dict("probe", "custom", {}, variant, prefix), guessed, recipe, overrides).items():
-                seen[n].append(f)
-        needed = [n for n in guessed if any(f != seen[n][0] for f in seen[n])]
-        if needed:
-            raise ValueError(f"recipe {recipe!r} fills a linear map by its role (input, output projection, head or "
-                             f"router), which the module's names do not tell for {len(needed)} parameter(s): "
-                             f"{_listed(needed)}; name them as the recipe's source does (wo, w2, o_proj, down_proj, "
-                             f"c_proj: output projections; lm_head, output: the head) or pass spec=")
-    if unknown_depth:
-        by_name = {e.name: e.tensor for e in entries}
-        probe = [dict(by_name[n], name=f"probe.{i}.{n}") for n in unknown_depth for i in (0, 1)]
-        fills = _fills(_spec_dict("probe", "custom", {}, probe, "probe."), [t["name"] for t in probe], recipe, overrides)
-        needed = [n for n in unknown_depth if fills[f"probe.0.{n}"] != fills[f"probe.1.{n}"]]
-        if needed:
-            raise ValueError(f"recipe {recipe!r} fills by layer number, which module_spec cannot tell for "
-                             f"{len(needed)} parameter(s) outside the module's layers "
-                             f"({prefix or 'none found'}): {_listed(needed)}; pass spec=")
 
 
 def module_spec(module: torch.nn.Module, *, name: str = "module", recipe: Optional[str] = None,
@@ -245,23 +93,19 @@ def module_spec(module: torch.nn.Module, *, name: str = "module", recipe: Option
                 skip: Callable[[str], bool] = lambda n: False) -> dict[str, Any]:
     """A JSON spec (as a dict) of any module, each parameter a tensor under its qualified name.
 
-    - Roles from the module types: ``nn.Linear`` weights (fan_in, fan_out) and biases,
-      ``nn.Embedding``, norms (classes named ``*Norm*``); anything else is role ``other``. A linear
-      map's role (input, output projection, head, router) comes from the names the recipes' sources
-      use (``wo``/``w2``/``o_proj``/``down_proj``/``c_proj``, ``lm_head``/``output``, ``router.gate``).
-    - Layer numbers from names with an integer component (``nn.ModuleList``, ``nn.ModuleDict`` with
-      integer keys as torchtitan's, ``nn.Sequential``): the prefix holding the most parameters is
-      the layers', so depth-scaled recipes see each tensor's layer.
+    The module's description (each parameter's owner: ``nn.Linear`` with its fans, ``nn.Embedding``,
+    norms; its ties) goes to the library, which decides with one set of rules for every adapter
+    (docs/spec.md, "Descriptions"): a linear map's role from the names the recipes' sources use
+    (``wo``/``w2``/``o_proj``/``down_proj``/``c_proj``, ``lm_head``/``output``, ``router.gate``), layer
+    numbers from names with an integer component (the prefix holding the most parameters is the
+    layers'), a tied embedding and head as one tensor with the head's rule.
+
     - ``recipe``: refuse (ValueError listing them) the parameters whose fill under that recipe
       depends on a role or layer the module does not tell, or that it has no rule for.
     - ``skip``: names left out. A 0-d parameter is a ValueError naming it.
     """
-    entries = _entries(module, skip)
-    prefix, unknown_depth = _depth([e.name for e in entries])
-    out = _spec_dict(name, "custom", {}, [e.tensor for e in entries], prefix)
-    if recipe is not None:
-        _refuse_guesses(entries, prefix, unknown_depth, recipe, overrides)
-    return out
+    s, _ = _describe(_description(module, skip, name), recipe=recipe, overrides=overrides)
+    return json.loads(s.to_json())
 
 
 # ---- Which tensors make up a parameter ----
@@ -474,8 +318,9 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Maker]]:
             return None
         return f"rope_interleave({rows // heads})"
 
-    entries = _entries(model, lambda n: False)
-    unnamed = [e.name for e in entries if not e.role_known]
+    _, described = _describe(_description(model, lambda n: False))
+    entries = [e for e in described if e["tensor"] == e["name"]]  # a tied parameter under its first name
+    unnamed = [e["name"] for e in entries if not e["role_known"]]
     if unnamed:
         raise ValueError(f"torchtitan {pkg}: no role for {len(unnamed)} linear map(s): {_listed(unnamed)}; "
                          f"pass spec= and name_map=")
@@ -483,13 +328,14 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Maker]]:
     makers: dict[str, Maker] = {}
     missing: list[str] = []
     for e in entries:
-        t, shape = e.tensor, tuple(e.tensor["shape"])
-        owner_name = e.name.rpartition(".")[0]
+        shape = tuple(e["logical"])
+        t = {"role": e["role"], "fan_in": e["fan_in"], "fan_out": e["fan_out"], "shape": list(shape)}
+        owner_name = e["name"].rpartition(".")[0]
         parent = modules.get(owner_name.rpartition(".")[0])
         if isinstance(parent, FusedQKVLinear) and owner_name.endswith(".wqkv"):
             # [n_kv, R, hd, ...] with R = heads per kv + 2: each kv group's q heads, then its k, then its v
             # (attention.py, FusedQKVLinear._split_qkv_on_save).
-            base, attr = owner_name[: -len("wqkv")], e.name.rpartition(".")[2]
+            base, attr = owner_name[: -len("wqkv")], e["name"].rpartition(".")[2]
             hd, hpk = parent.head_dim, parent.heads_per_kv
             tail = shape[1:]
             parts = []
@@ -502,23 +348,23 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Maker]]:
                 tensors.append(dict(t, name=name, shape=[rows, *tail], role="linear_weight" if tail else "linear_bias",
                                     fan_out=rows))
             if len(parts) == 3:
-                makers[e.name] = lambda pl, parts=parts, g=n_kv: pl.composite(
+                makers[e["name"]] = lambda pl, parts=parts, g=n_kv: pl.composite(
                     [n for n, _ in parts], rows=[r for _, r in parts], groups=g)
             continue
-        name, pattern = hf_name(e.name)
+        name, pattern = hf_name(e["name"])
         if not name:
-            missing.append(e.name)
+            missing.append(e["name"])
             continue
         if pattern is not None and pattern.count("{}") == 2:
             # Stacked experts [E, ...]: expert e is the Hugging Face tensor of expert e.
             per = list(shape[1:])
             for x in range(shape[0]):
-                tensors.append(dict(t, name=name.replace("{}", str(x), 1), shape=per, transposable=len(per) == 2))
-            makers[e.name] = lambda pl, n=_template(name, 1), E=shape[0]: pl.composite([n], stack=[E])
+                tensors.append(dict(t, name=name.replace("{}", str(x), 1), shape=per))
+            makers[e["name"]] = lambda pl, n=_template(name, 1), E=shape[0]: pl.composite([n], stack=[E])
             continue
         tensors.append(dict(t, name=name))
         perm = rows_of(name, n_heads if name.endswith("q_proj.weight") else n_kv, shape[0])
-        makers[e.name] = (lambda pl, n=name: pl.composite(n)) if perm is None else (
+        makers[e["name"]] = (lambda pl, n=name: pl.composite(n)) if perm is None else (
             lambda pl, n=_template(name), r=perm: pl.composite([n], rows=[r]))
     # Buffers the checkpoint holds: DeepSeek-V3's router correction bias, zero at the start (torchtitan's
     # MoE._init_self_buffers, layerinit's deepseek_v3 family); any other is not known.
@@ -535,8 +381,9 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Maker]]:
                          f"parameter(s): {_listed(missing)}")
     if family == "qwen3" and cfg.layers[-1].moe is not None:
         family = "qwen3_moe"
-    spec = _spec_dict(f"torchtitan-{pkg}", family, _titan_hyper(model, family), tensors, "model.layers.")
-    return spec, makers
+    spec, _ = _describe({"name": f"torchtitan-{pkg}", "family": family, "hyper": _titan_hyper(model, family),
+                         "parameters": tensors})
+    return json.loads(spec.to_json()), makers
 
 
 def torchtitan_spec(model: torch.nn.Module) -> dict[str, Any]:
@@ -761,17 +608,17 @@ def init_(
     makers: Optional[dict[str, Maker]] = None
     if spec is not None:
         s = _spec(spec)
-    elif name_map is None and _is_torchtitan(module):
+    elif _is_torchtitan(module):
         titan_spec, makers = _titan(module)
         s = _spec(titan_spec)
     elif getattr(module, "config", None) is not None and hasattr(module.config, "model_type"):
         s = hf_spec(module.config)
     else:
-        ms = module_spec(module, name=type(module).__name__, recipe=recipe, overrides=overrides, skip=skip)
-        if not ms["pre"] and "layer" not in ms:  # nothing to fill
+        description = _description(module, skip, type(module).__name__)
+        if not description["parameters"]:  # nothing to fill
             _materialize_and_compute(module, device, {n for n, b in module.named_buffers() if b.is_meta})
             return module
-        s = _spec(ms)
+        s, _ = _describe(description, recipe=recipe, overrides=overrides)
     plans: dict[str, Plan] = {}
 
     def plan_for(dtype: torch.dtype) -> Plan:
@@ -784,6 +631,13 @@ def init_(
     spec_names = {t[0] for t in p0.tensors()}
     params = list(module.named_parameters())  # tied parameters once, under their first name
     if makers is not None:
+        if name_map is not None:  # name_map extends torchtitan's mapping: its names only, None skips
+            for n, t in params + list(module.named_buffers()):
+                v = name_map(n) if callable(name_map) else name_map.get(n, n)
+                if v is None:
+                    makers.pop(n, None)
+                elif not (isinstance(v, str) and v == n):
+                    makers[n] = _makers([(n, _global_shape(t))], p0, spec_names, {n: v})[n]
         entries = [(n, t) for n, t in params + list(module.named_buffers()) if n in makers]
     else:
         def named(n: str) -> bool:  # a buffer the spec names, or a name_map dict maps to a tensor

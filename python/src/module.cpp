@@ -25,6 +25,7 @@
 #include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
 #include <layerinit/init/builder.hpp>
+#include <layerinit/init/describe.hpp>
 #include <layerinit/init/hf_spec.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
@@ -486,6 +487,37 @@ NB_MODULE(_core, m) {
       .def_prop_ro("parameter_count", [](const Spec& s) { return s.spec.parameter_count(); })
       .def_prop_ro("buffer_count", [](const Spec& s) { return s.spec.buffer_count(); })
       .def_prop_ro("tie_word_embeddings", [](const Spec& s) { return s.spec.hyper.tie_word_embeddings; });
+
+  m.def("describe", [](const std::string& text, const std::optional<std::string>& recipe,
+                        const std::map<std::string, FillSpec>& overrides) {
+    std::optional<Recipe> r;
+    if (recipe) {
+      r = make_recipe(*recipe);
+      for (const auto& [pattern, fill] : overrides) {
+        validate_fill(fill);
+        r->add_override(pattern, fill);
+      }
+    }
+    DescribedModel dm = describe(description_from_json(text), r ? &*r : nullptr);
+    nb::list params;
+    for (const auto& p : dm.parameters) {
+      nb::dict e;
+      e["name"] = p.name;
+      e["tensor"] = p.tensor;
+      e["role"] = std::string(role_name(p.role));
+      e["role_known"] = p.role_known;
+      e["layer"] = p.layer ? nb::cast(*p.layer) : nb::none();
+      e["logical"] = as_vector(p.logical);
+      e["fan_in"] = p.fan_in;
+      e["fan_out"] = p.fan_out;
+      e["transposable"] = p.transposable;
+      e["stored_in_out"] = p.stored_in_out;
+      params.append(e);
+    }
+    return nb::make_tuple(Spec{std::move(dm.spec)}, params);
+  }, "text"_a, "recipe"_a.none() = nb::none(), "overrides"_a = std::map<std::string, FillSpec>{},
+  "(Spec, [what each parameter became]) of a model description's JSON (init/describe.hpp); with `recipe`, "
+  "ValueError listing the parameters whose fill it cannot tell.");
 
   nb::class_<Plan>(m, "Plan", "What a build makes: every tensor's name, shape, dtype and fill, without memory.")
       .def(nb::init<const Spec&, const std::string&, const std::map<std::string, FillSpec>&, const std::string&,

@@ -46,7 +46,7 @@ class Net(eqx.Module):
 
 
 # "blocks*" matches the stacked leaf (blocks.proj.weight) and the listed layers' (blocks.0.proj.weight).
-RULES = {"blocks*.proj.weight": "output_weight", "*.gain": "uniform(-0.5, 0.5)", "head.1.weight": "head_weight"}
+RULES = {"blocks*.attn.weight": "linear_weight", "blocks*.proj.weight": "output_weight", "*.gain": "uniform(-0.5, 0.5)", "head.1.weight": "head_weight"}
 
 
 def abstract(stacked=True):
@@ -141,7 +141,8 @@ class NnxNet(nnx.Module):
 def test_nnx_kernels_are_stored_in_out(cli, tmp_path):
     tree = nnx.eval_shape(lambda: NnxNet(nnx.Rngs(0)))
     spec = ljax.spec_of(tree)
-    assert "blocks.0.up.kernel" in [t["name"] for t in json.loads(spec.to_json())["pre"]]
+    layer = json.loads(spec.to_json())["layer"]
+    assert layer["prefix"] == "blocks." and layer["count"] == 3 and "up.kernel" in [t["name"] for t in layer["tensors"]]
     ref = emit(cli, tmp_path, spec, "--recipe", "flax", "--seed", "2", "--dtype", "fp32")
     model = ljax.init(tree, seed=2, recipe="flax")
     kernel = np.asarray(model.blocks.up.kernel[...])
@@ -306,7 +307,8 @@ def test_integer_and_complex_leaves_are_refused(nothing_built, dtype):
 
 
 def test_a_leaf_without_a_role_is_refused(nothing_built):
-    with pytest.raises(ValueError, match=r"no role or fill for leaves blocks\.gain"):
+    with pytest.raises(ValueError, match=r"recipe 'hf' cannot tell the fill of 4 parameter\(s\): no rule for: "
+                                         r"blocks\.0\.gain \(role other\), blocks\.1\.gain"):
         ljax.init(abstract(), rules={"head.1.weight": "head_weight"})
 
 

@@ -196,7 +196,7 @@ def test_module_spec_finds_layers_in_a_module_dict_and_roles_by_name():
     with torch.device("meta"):
         m = TitanStyle()
     spec = lt.module_spec(m)
-    assert (spec["layer"]["prefix"], spec["layer"]["first"], spec["layer"]["count"]) == ("layers.", 0, 4)
+    assert (spec["layer"]["prefix"], spec["layer"].get("first", 0), spec["layer"]["count"]) == ("layers.", 0, 4)
     assert [t["name"] for t in spec["pre"]] == ["tok_embeddings.weight"]
     assert [(t["name"], t["role"]) for t in spec["post"]] == [("norm.weight", "norm_weight"), ("output.weight", "head_weight")]
     roles = {t["name"]: t["role"] for t in spec["layer"]["tensors"]}
@@ -218,7 +218,8 @@ def test_module_spec_finds_layers_in_a_module_dict_and_roles_by_name():
 def test_a_role_the_recipe_needs_and_the_names_do_not_tell_is_refused():
     with torch.device("meta"):
         m = TitanStyle(extra="proj")
-    with pytest.raises(ValueError, match=r"recipe 'torchtitan' fills a linear map by its role .* for 4 parameter\(s\): "
+    with pytest.raises(ValueError, match=r"recipe 'torchtitan' cannot tell the fill of 4 parameter\(s\): linear maps whose "
+                                         r"names do not say input, output projection, head or router: "
                                          r"layers.0.feed_forward.proj.weight, layers.1.feed_forward.proj.weight"):
         lt.init_(m, recipe="torchtitan")
     assert all(p.is_meta for p in m.parameters())
@@ -230,9 +231,8 @@ def test_a_layer_the_recipe_needs_and_the_names_do_not_tell_is_refused():
     with torch.device("meta"):
         m = TitanStyle()
         m.extra = torch.nn.ModuleList([torch.nn.ModuleDict({"wo": torch.nn.Linear(32, 32, bias=False)})])
-    with pytest.raises(ValueError, match=r"recipe 'torchtitan' fills by layer number, which module_spec cannot tell "
-                                         r"for 1 parameter\(s\) outside the module's layers \(layers.\): "
-                                         r"extra.0.wo.weight"):
+    with pytest.raises(ValueError, match=r"recipe 'torchtitan' cannot tell the fill of 1 parameter\(s\): numbered outside "
+                                         r"the model's layers \(layers.\), so their layer is unknown: extra.0.wo.weight"):
         lt.init_(m, recipe="torchtitan")
     lt.init_(m, recipe="hf")
 
@@ -246,8 +246,8 @@ def test_a_parameter_no_rule_covers_is_refused_listing_them():
             self.shift = torch.nn.Parameter(torch.zeros(4))
 
     m = Scaled()
-    with pytest.raises(ValueError, match=r"recipe 'hf' has no rule for 2 parameter\(s\) that are not an nn.Linear, "
-                                         r"nn.Embedding or norm: gain, shift; pass overrides="):
+    with pytest.raises(ValueError, match=r"recipe 'hf' cannot tell the fill of 2 parameter\(s\): no rule for: "
+                                         r"gain \(role other\), shift \(role other\); tell it per name"):
         lt.init_(m)
     lt.init_(m, overrides={"gain": "constant(2)", "shift": "constant(3)"})
     assert torch.all(m.gain == 2) and torch.all(m.shift == 3)

@@ -233,7 +233,7 @@ def test_llama3_spec_is_the_llama_familys(flavor):
     family = layerinit.hf_spec(dict(
         model_type="llama", vocab_size=h["vocab_size"], hidden_size=h["hidden_size"],
         intermediate_size=h["intermediate_size"], num_attention_heads=h["num_heads"],
-        num_key_value_heads=h.get("num_kv_heads"), head_dim=h.get("head_dim"), num_hidden_layers=len(model.layers),
+        num_key_value_heads=h.get("num_kv_heads") or None, head_dim=h.get("head_dim") or None, num_hidden_layers=len(model.layers),
         tie_word_embeddings=h.get("tie_word_embeddings", False)))
     ours = layerinit.plan(spec, recipe="torchtitan", dtype="fp32")
     theirs = layerinit.plan(family, recipe="torchtitan", dtype="fp32")
@@ -258,3 +258,25 @@ def test_wrapped_layers_keep_their_tensors():
     want = {k: v for k, v in plain.state_dict().items() if "rope" not in k}
     assert got.keys() == want.keys()
     assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_a_name_map_extends_torchtitans_mapping():
+    """init_(model, name_map={}) dropped torchtitan's mapping (the parameters were looked up under their
+    torchtitan names: 31 of 32 differed from emit); name_map now extends it: a name it leaves out keeps
+    the tensor layerinit infers, None skips a parameter, a name maps it elsewhere."""
+    want = meta_model("llama3-debugmodel")
+    lt.init_(want, recipe="torchtitan", seed=4)
+    for name_map in ({}, lambda n: n):
+        got = meta_model("llama3-debugmodel")
+        lt.init_(got, recipe="torchtitan", seed=4, name_map=name_map)
+        assert all(torch.equal(a, b) for a, b in zip(got.state_dict().values(), want.state_dict().values()))
+    got = meta_model("llama3-debugmodel")
+    with torch.no_grad():
+        got.to_empty(device="cpu")
+        got.norm.weight.fill_(7)
+    lt.init_(got, recipe="torchtitan", seed=4,
+             name_map={"norm.weight": None, "layers.1.attention_norm.weight": "model.layers.0.input_layernorm.weight"})
+    assert torch.all(got.norm.weight == 7)  # skipped
+    for n, p in got.named_parameters():
+        if n != "norm.weight":
+            assert torch.equal(p, want.get_parameter(n)), n

@@ -1,0 +1,91 @@
+// A model's parameters as its framework sees them (PyTorch modules, Equinox and Flax trees, C++
+// model code), made into a spec by one set of rules: the role vocabulary, the layer index, the
+// repeated block, ties and the Flax `kernel` convention (docs/spec.md, "Descriptions").
+//
+// Both Python adapters only collect a description from their framework and hand it over; the
+// roles, layers and orientation they used to infer each by their own rules are decided here.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <layerinit/init/recipes.hpp>
+#include <layerinit/init/spec.hpp>
+
+namespace layerinit {
+
+// The kind of module that owns a parameter, where the framework knows it (nn.Linear, eqx.nn.Linear,
+// nnx.Linear: linear; nn.Embedding, nnx.Embed: embedding; LayerNorm, RMSNorm, GroupNorm: norm).
+enum class ModuleKind : std::uint8_t { unknown, linear, embedding, norm };
+std::string_view module_kind_name(ModuleKind k);
+ModuleKind parse_module_kind(std::string_view s);  // throws std::invalid_argument listing valid names
+
+// How a 2-D weight is stored: [out, in] (PyTorch, Equinox) or [in, out] (Flax).
+enum class WeightStorage : std::uint8_t { unknown, out_in, in_out };
+
+struct ParameterDescription {
+  std::string name;  // qualified, '.'-separated: "layers.3.attention.wo.weight"
+  Shape shape;       // as stored
+  ModuleKind module = ModuleKind::unknown;
+  std::uint64_t fan_in = 0;  // the owning map's, where the framework or a rule says (0: unknown)
+  std::uint64_t fan_out = 0;
+  WeightStorage storage = WeightStorage::unknown;
+  // The first name of the same storage when this parameter is tied to an earlier one (nanoGPT's
+  // transformer.wte.weight = lm_head.weight): the group is one tensor under its first name.
+  std::string tied_to;
+  std::optional<TensorRole> role;  // a caller's rule decides the role
+  std::optional<FillSpec> init;    // a caller's rule decides the fill
+  bool buffer = false;
+};
+
+struct ModelDescription {
+  std::string name = "model";
+  std::string family = "custom";
+  Hyper hyper;                // what recipes read; hidden_size defaults to the token embedding's width
+  bool hyper_hidden = false;  // hyper.hidden_size was given (else taken from the embedding)
+  std::vector<ParameterDescription> parameters;
+};
+
+// What spec_from_description decided for one parameter (a tied one: its group's tensor).
+struct DescribedParameter {
+  std::string name;     // the parameter's own name
+  std::string tensor;   // its canonical tensor name (the group's first name for a tied one)
+  TensorRole role = TensorRole::other;
+  bool role_known = true;                 // false: a linear map whose names do not tell its role
+  std::optional<std::uint64_t> layer;     // its layer in the spec's layers, if any
+  bool depth_known = true;                // false: numbered under a list that is not the layers
+  Shape logical;                          // [out, in] for a map weight
+  std::uint64_t fan_in = 0, fan_out = 0;  // as the spec holds them (0: from the shape)
+  bool transposable = false;
+  bool stored_in_out = false;  // a 2-D map weight stored [in, out] (its framework's or the kernel convention)
+};
+
+struct DescribedModel {
+  ModelSpec spec;
+  std::vector<DescribedParameter> parameters;  // in the description's order
+};
+
+// The spec of a description, with every rule in one place:
+// - Roles: a caller's role; else by the module kind and the names the recipes' sources give their
+//   maps (output projections wo, w2, o_proj, down_proj, c_proj, ...; heads lm_head, output outside
+//   the layers; routers; position embeddings wpe, ...); a 2-D or larger leaf named `kernel` (Flax)
+//   is a map weight, `embedding` of an unknown module an embedding.
+// - Orientation: a caller's or the framework's storage; else a `kernel` is [in, out] (Flax stores
+//   every kernel so: flax/linen/linear.py Dense, flax/nnx/nn/linear.py Linear), other weights
+//   [out, in]. Every 2-D map weight is transposable; an n-D kernel's fans are Flax's
+//   (flax/linen/initializers via jax.nn.initializers._compute_fans: in = prod(shape[:-1]),
+//   out = shape[-1] * prod(shape[:-2])).
+// - Layers: the first decimal component of a name numbers its layer; the prefix before it that
+//   holds the most parameters, numbered 0..n-1, is the model's layers; the longest run of identical
+//   last layers is the repeated block, earlier layers `pre` tensors under their names.
+// - Ties: a group is one tensor under its first name; an embedding tied to a head is the embedding
+//   with hyper.tie_word_embeddings, which every recipe fills with the head's rule (docs/recipes.md).
+// With `recipe`, refuses (std::invalid_argument, one line listing them and what would tell it) the
+// parameters whose fill under that recipe depends on a role or layer the description does not tell,
+// or that the recipe has no rule for.
+DescribedModel describe(const ModelDescription& d, const Recipe* recipe = nullptr);
+
+}  // namespace layerinit

@@ -1,0 +1,202 @@
+// A model description made into a spec by one set of rules (init/describe.hpp): roles by module kind
+// and the recipes' names, the layer index and the repeated block, ties, the Flax kernel convention,
+// and the refusal of what a recipe needs and the description does not tell.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include <layerinit/init/describe.hpp>
+#include <layerinit/init/spec_json.hpp>
+
+using namespace layerinit;
+
+namespace {
+
+ParameterDescription param(std::string name, Shape shape, ModuleKind module = ModuleKind::unknown) {
+  ParameterDescription p;
+  p.name = std::move(name);
+  p.shape = std::move(shape);
+  p.module = module;
+  if (module == ModuleKind::linear && p.shape.size() == 2) p.storage = WeightStorage::out_in;
+  return p;
+}
+
+const DescribedParameter& of(const DescribedModel& m, const std::string& name) {
+  for (const auto& p : m.parameters)
+    if (p.name == name) return p;
+  throw std::out_of_range(name);
+}
+
+// A llama-like model as torch describes it: embedding, 3 layers of wq/wo/w1/w2 and norms, norm, output.
+ModelDescription llama_like(std::uint64_t layers = 3) {
+  ModelDescription d;
+  d.parameters.push_back(param("tok_embeddings.weight", {100, 16}, ModuleKind::embedding));
+  for (std::uint64_t l = 0; l < layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    d.parameters.push_back(param(p + "attention_norm.weight", {16}, ModuleKind::norm));
+    d.parameters.push_back(param(p + "attention.wq.weight", {16, 16}, ModuleKind::linear));
+    d.parameters.push_back(param(p + "attention.wo.weight", {16, 16}, ModuleKind::linear));
+    d.parameters.push_back(param(p + "feed_forward.w1.weight", {32, 16}, ModuleKind::linear));
+    d.parameters.push_back(param(p + "feed_forward.w2.weight", {16, 32}, ModuleKind::linear));
+  }
+  d.parameters.push_back(param("norm.weight", {16}, ModuleKind::norm));
+  d.parameters.push_back(param("output.weight", {100, 16}, ModuleKind::linear));
+  return d;
+}
+
+TEST(Describe, RolesFromModuleKindsAndTheRecipesNames) {
+  const DescribedModel m = describe(llama_like());
+  EXPECT_EQ(of(m, "tok_embeddings.weight").role, TensorRole::embedding);
+  EXPECT_EQ(of(m, "layers.1.attention.wq.weight").role, TensorRole::linear_weight);
+  EXPECT_EQ(of(m, "layers.1.attention.wo.weight").role, TensorRole::output_weight);
+  EXPECT_EQ(of(m, "layers.2.feed_forward.w2.weight").role, TensorRole::output_weight);
+  EXPECT_EQ(of(m, "output.weight").role, TensorRole::head_weight);
+  EXPECT_EQ(of(m, "norm.weight").role, TensorRole::norm_weight);
+  EXPECT_TRUE(of(m, "layers.0.attention.wq.weight").transposable);
+  EXPECT_EQ(of(m, "layers.2.feed_forward.w2.weight").layer, 2u);
+  EXPECT_FALSE(of(m, "output.weight").layer);
+  EXPECT_EQ(m.spec.hyper.hidden_size, 16u);  // the token embedding's width
+}
+
+TEST(Describe, TheRepeatedBlockIsTheLongestRunOfIdenticalLastLayers) {
+  ModelDescription d = llama_like(4);
+  d.parameters[1].init = FillSpec::constant(2);  // layer 0's attention_norm differs
+  const DescribedModel m = describe(d);
+  EXPECT_EQ(m.spec.layer_prefix, "layers.");
+  EXPECT_EQ(m.spec.first_layer, 1u);
+  EXPECT_EQ(m.spec.num_layers, 3u);
+  EXPECT_EQ(m.spec.total_layers(), 4u);
+  EXPECT_EQ(m.spec.layer.tensors.size(), 5u);
+  EXPECT_EQ(m.spec.layer.tensors[2].name, "attention.wo.weight");
+  ASSERT_EQ(m.spec.pre.size(), 6u);  // the embedding, then layer 0 under its names
+  EXPECT_EQ(m.spec.pre[1].name, "layers.0.attention_norm.weight");
+  ASSERT_EQ(m.spec.post.size(), 2u);
+}
+
+TEST(Describe, LayersNotNumberedFromZeroAreNoDepth) {
+  ModelDescription d;
+  d.parameters.push_back(param("blocks.1.w.weight", {4, 4}, ModuleKind::linear));
+  d.parameters.push_back(param("blocks.2.w.weight", {4, 4}, ModuleKind::linear));
+  const DescribedModel m = describe(d);
+  EXPECT_EQ(m.spec.num_layers, 0u);
+  EXPECT_FALSE(of(m, "blocks.1.w.weight").depth_known);
+}
+
+TEST(Describe, FlaxKernelsAreStoredInOut) {
+  ModelDescription d;
+  d.parameters.push_back(param("params.Dense_0.kernel", {8, 3}));       // [in, out]
+  d.parameters.push_back(param("params.Dense_0.bias", {3}));
+  d.parameters.push_back(param("params.Conv_0.kernel", {3, 3, 2, 4}));  // [kh, kw, in, out]
+  d.parameters.push_back(param("params.LayerNorm_0.scale", {3}));
+  d.parameters.push_back(param("params.LayerNorm_0.bias", {3}));
+  d.parameters.push_back(param("params.Embed_0.embedding", {10, 3}));
+  const DescribedModel m = describe(d);
+  const auto& k = of(m, "params.Dense_0.kernel");
+  EXPECT_EQ(k.role, TensorRole::linear_weight);
+  EXPECT_FALSE(k.role_known);
+  EXPECT_TRUE(k.stored_in_out);
+  EXPECT_EQ(k.logical, (Shape{3, 8}));
+  EXPECT_EQ(of(m, "params.Dense_0.bias").role, TensorRole::linear_bias);
+  const auto& c = of(m, "params.Conv_0.kernel");
+  EXPECT_EQ(c.fan_in, 18u);   // 3 * 3 * 2
+  EXPECT_EQ(c.fan_out, 36u);  // 3 * 3 * 4
+  EXPECT_FALSE(c.transposable);
+  EXPECT_EQ(of(m, "params.LayerNorm_0.scale").role, TensorRole::norm_weight);
+  EXPECT_EQ(of(m, "params.LayerNorm_0.bias").role, TensorRole::norm_bias);
+  EXPECT_EQ(of(m, "params.Embed_0.embedding").role, TensorRole::embedding);
+  // A caller's storage wins over the convention.
+  d.parameters[0].storage = WeightStorage::out_in;
+  EXPECT_EQ(of(describe(d), "params.Dense_0.kernel").logical, (Shape{8, 3}));
+}
+
+TEST(Describe, AnEmbeddingTiedToTheHeadIsOneTensorWithTheHeadsRule) {
+  ModelDescription d;
+  d.parameters.push_back(param("transformer.wte.weight", {100, 16}, ModuleKind::embedding));
+  d.parameters.push_back(param("transformer.h.0.mlp.c_fc.weight", {64, 16}, ModuleKind::linear));
+  ParameterDescription head = param("lm_head.weight", {100, 16}, ModuleKind::linear);
+  head.tied_to = "transformer.wte.weight";
+  d.parameters.push_back(head);
+  const DescribedModel m = describe(d);
+  EXPECT_TRUE(m.spec.hyper.tie_word_embeddings);
+  EXPECT_EQ(of(m, "lm_head.weight").tensor, "transformer.wte.weight");
+  EXPECT_EQ(of(m, "lm_head.weight").role, TensorRole::embedding);
+  EXPECT_EQ(m.spec.parameter_count(), 100u * 16 + 64u * 16);
+  const Recipe r = make_recipe("pytorch-default");
+  const TensorContext c = tensor_context(m.spec, m.spec.pre.at(0), std::nullopt);
+  EXPECT_EQ(r.rule_for(c), FillSpec::uniform(-0.25, 0.25));  // the head's U(+-1/sqrt(16)), not normal(0, 1)
+}
+
+TEST(Describe, TiesThatDisagreeOrNameNothingAreRefused) {
+  ModelDescription d;
+  d.parameters.push_back(param("a.weight", {4}, ModuleKind::norm));
+  ParameterDescription b = param("b.bias", {4}, ModuleKind::linear);
+  b.tied_to = "a.weight";
+  d.parameters.push_back(b);
+  EXPECT_THROW(describe(d), std::invalid_argument);
+  d.parameters[1].tied_to = "c.weight";
+  EXPECT_THROW(describe(d), std::invalid_argument);
+  d.parameters[1].tied_to.clear();
+  d.parameters.push_back(d.parameters[0]);  // described twice
+  EXPECT_THROW(describe(d), std::invalid_argument);
+}
+
+std::string refusal(const ModelDescription& d, const char* recipe) {
+  const Recipe r = make_recipe(recipe);
+  try {
+    describe(d, &r);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Describe, WhatARecipeNeedsAndTheDescriptionDoesNotTellIsRefused) {
+  ModelDescription d = llama_like(2);
+  d.parameters.push_back(param("layers.1.feed_forward.proj.weight", {16, 16}, ModuleKind::linear));
+  d.parameters.push_back(param("extra.0.wo.weight", {16, 16}, ModuleKind::linear));
+  d.parameters.push_back(param("gain", {16}));
+  const std::string why = refusal(d, "torchtitan");
+  EXPECT_NE(why.find("recipe 'torchtitan' cannot tell the fill of 3 parameter(s): no rule for: gain (role other); "
+                     "linear maps whose names do not say input, output projection, head or router: "
+                     "layers.1.feed_forward.proj.weight; numbered outside the model's layers (layers.), so their "
+                     "layer is unknown: extra.0.wo.weight; tell it per name"),
+            std::string::npos)
+      << why;
+  // Where every possibility gives one fill, nothing needs telling but the rule-less parameter.
+  EXPECT_NE(refusal(d, "pytorch-default").find("cannot tell the fill of 1 parameter(s): no rule for: gain"), std::string::npos);
+  // An explicit init tells it.
+  for (auto& p : d.parameters)
+    if (p.name != "layers.0.attention.wq.weight") p.init = FillSpec::constant(0);
+  EXPECT_EQ(refusal(d, "torchtitan"), "");
+}
+
+TEST(Describe, ReadFromJsonWithErrorsNamingTheField) {
+  const ModelDescription d = description_from_json(R"j({"name": "m", "hyper": {"hidden_size": 8},
+    "parameters": [{"name": "w.kernel", "shape": [8, 4], "storage": "in-out", "role": "output_weight",
+                    "init": "normal(0, 0.123456789)"},
+                   {"name": "e.weight", "shape": [4, 8], "module": "embedding", "tied_to": "w.kernel", "buffer": false}]})j");
+  ASSERT_EQ(d.parameters.size(), 2u);
+  EXPECT_TRUE(d.hyper_hidden);
+  EXPECT_EQ(d.parameters[0].storage, WeightStorage::in_out);
+  EXPECT_EQ(d.parameters[0].role, TensorRole::output_weight);
+  EXPECT_EQ(d.parameters[0].init, FillSpec::normal(0, 0.123456789));
+  EXPECT_EQ(d.parameters[1].module, ModuleKind::embedding);
+  EXPECT_EQ(d.parameters[1].tied_to, "w.kernel");
+  auto error = [](const char* text) {
+    try {
+      description_from_json(text);
+    } catch (const spec_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(R"({"parameters": [{"name": "a", "shape": [2], "module": "conv"}]})"),
+            "spec: parameters[0].module: unknown module kind 'conv' (valid: unknown, linear, embedding, norm)");
+  EXPECT_EQ(error(R"({"parameters": [{"name": "a", "shape": [2], "storage": "in-out"}]})"),
+            "spec: parameters[0].storage: applies to a 2-D weight");
+  EXPECT_EQ(error(R"j({"parameters": [{"name": "a", "shape": [2], "init": "gauss(1)"}]})j").rfind("spec: parameters[0].init: ", 0), 0u);
+  EXPECT_EQ(error(R"({"name": "m"})"), "spec: top level: missing key 'parameters'");
+}
+
+}  // namespace
