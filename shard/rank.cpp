@@ -128,10 +128,10 @@ std::vector<ShardTensor> RankPlan::layer(std::uint64_t i) const {
 std::vector<ShardTensor> RankPlan::layer(std::uint64_t i, const std::vector<PlannedTensor>& planned) const {
   if (i < layers_.offset || i - layers_.offset >= layers_.size)
     throw std::out_of_range("layer " + std::to_string(i) + " is not on rank " + std::to_string(rank_) + "'s stage");
-  return held(i, planned);
+  return held(planned);
 }
 
-std::vector<ShardTensor> RankPlan::held(std::uint64_t, std::span<const PlannedTensor> planned) const {
+std::vector<ShardTensor> RankPlan::held(std::span<const PlannedTensor> planned) const {
   const auto& specs = b_->spec().layer.tensors;
   std::vector<ShardTensor> out;
   for (std::size_t j : held_) out.push_back({planned[j], plan_->box(planned[j], specs[j], coords_)});
@@ -146,7 +146,7 @@ void RankPlan::walk(const WalkOptions& w, const std::function<void(const RankSte
   const ModelSpec& spec = b_->spec();
   b_->walk(stage, [&](const PlanStep& s) {
     RankStep r{s.kind, s.layer, s.count, {}, s.layout != nullptr};
-    if (s.kind == Part::Kind::layer) r.shards = held(s.layer, s.tensors);
+    if (s.kind == Part::Kind::layer) r.shards = held(s.tensors);
     else r.shards = pieces(s.tensors, std::span(s.kind == Part::Kind::pre ? spec.pre : spec.post).subspan(s.index, s.tensors.size()),
                            {s.kind == Part::Kind::pre ? TensorPlace::Kind::pre : TensorPlace::Kind::post, 0});
     f(r);

@@ -93,7 +93,7 @@ class RankPlan {
  private:
   std::vector<ShardTensor> pieces(std::span<const PlannedTensor> planned, std::span<const TensorSpec> specs,
                                   TensorPlace where) const;
-  std::vector<ShardTensor> held(std::uint64_t i, std::span<const PlannedTensor> planned) const;
+  std::vector<ShardTensor> held(std::span<const PlannedTensor> planned) const;
   void plan_stacked(const std::vector<PlannedTensor>& planned);  // stacked_, piece_of_, slice_of_ from held_
 
   const Builder* b_;
