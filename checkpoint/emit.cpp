@@ -24,36 +24,35 @@
 namespace layerinit {
 
 namespace {
-// Stacked layout: one [L, ...] dataset per layer parameter (or [L, E, ...] per expert weight),
-// written one slice per call.
-void add_stacked_datasets(const Builder& b, const std::function<void(const DatasetSpec&)>& add) {
-  const ModelSpec& spec = b.spec();
-  if (spec.num_layers == 0) return;
-  const auto first = b.plan_layer(0);
-  const StackedLayout sl = stacked_layout(spec, b.options().experts);
-  for (std::size_t k = 0; k < sl.buffers.size(); ++k) {
-    const PlannedTensor& f = first[sl.buffers[k].first];
-    add({sl.buffers[k].name, sl.shape(spec, k, f.memory_shape), f.dtype, f.numel()});
-  }
+// The datasets of a walk step stored as planned: a tensor outside the layers, or the stacked layout's
+// [L, ...] (or [L, E, ...]) buffers, written one slice per call. Empty for a per-layer run: its
+// datasets are named by their layers.
+std::vector<DatasetSpec> stored_as_planned(const PlanStep& s) {
+  std::vector<DatasetSpec> out;
+  if (s.kind != Part::Kind::layer)
+    for (const auto& p : s.tensors) out.push_back({p.name, p.memory_shape, p.dtype, 0});
+  for (const auto& buf : s.buffers) out.push_back({std::string(buf.name), buf.shape, buf.dtype, buf.slice_numel});
+  return out;
 }
 }  // namespace
 
-std::vector<DatasetSpec> checkpoint_datasets(const Builder& b) {
+void for_each_dataset(const Builder& b, const DatasetVisitor& f) {
   const ModelSpec& spec = b.spec();
+  b.walk({.mode = WalkMode::runs}, [&](const PlanStep& s) {
+    if (s.kind == Part::Kind::layer && !s.layout) {
+      // A run's layers are stored as its first: only their names differ.
+      for (std::uint64_t i = s.layer; i < s.layer + s.count; ++i)
+        for (std::size_t j = 0; j < s.tensors.size(); ++j)
+          f({spec.canonical_name(i, spec.layer.tensors[j]), s.tensors[j].memory_shape, s.tensors[j].dtype, 0}, s.kind, i);
+      return;
+    }
+    for (DatasetSpec& d : stored_as_planned(s)) f(std::move(d), s.kind, std::nullopt);
+  });
+}
+
+std::vector<DatasetSpec> checkpoint_datasets(const Builder& b) {
   std::vector<DatasetSpec> out;
-  auto add = [&](const PlannedTensor& p) { out.push_back({p.name, p.memory_shape, p.dtype, 0}); };
-  for (const auto& p : b.plan_pre()) add(p);
-  if (b.options().layout == Layout::per_layer) {
-    // A run's layers are stored as its first: only their names differ.
-    b.for_each_layer_run(0, spec.num_layers, [&](std::uint64_t first, std::uint64_t count, const std::vector<PlannedTensor>& plan) {
-      for (std::uint64_t i = first; i < first + count; ++i)
-        for (std::size_t j = 0; j < plan.size(); ++j)
-          out.push_back({spec.canonical_name(i, spec.layer.tensors[j]), plan[j].memory_shape, plan[j].dtype, 0});
-    });
-  } else {
-    add_stacked_datasets(b, [&](const DatasetSpec& d) { out.push_back(d); });
-  }
-  for (const auto& p : b.plan_post()) add(p);
+  for_each_dataset(b, [&](DatasetSpec d, Part::Kind, std::optional<std::uint64_t>) { out.push_back(std::move(d)); });
   return out;
 }
 
@@ -79,22 +78,17 @@ std::uint64_t planned_checkpoint_bytes(const Builder& b, CheckpointFormat f, con
                                        const WriterOptions& opts) {
   const ModelSpec& spec = b.spec();
   PlannedBytes p(f, meta, opts);
-  auto add = [&](const PlannedTensor& t) { p.add({t.name, t.memory_shape, t.dtype, 0}); };
-  for (const auto& t : b.plan_pre()) add(t);
-  if (b.options().layout == Layout::stacked) {
-    add_stacked_datasets(b, [&](const DatasetSpec& d) { p.add(d); });
-  } else {
+  b.walk({.mode = WalkMode::runs}, [&](const PlanStep& s) {
+    for (const DatasetSpec& d : stored_as_planned(s)) p.add(d);
+    if (s.kind != Part::Kind::layer || s.layout) return;
     // Layer i's names are prefix + (first_layer + i) + "." + rel: a run's index digits are counted once.
-    b.for_each_layer_run(0, spec.num_layers, [&](std::uint64_t first, std::uint64_t count, const std::vector<PlannedTensor>& plan) {
-      const std::uint64_t from = spec.first_layer + first;
-      const std::uint64_t digits = index_digits(from + count) - index_digits(from);
-      for (std::size_t j = 0; j < plan.size(); ++j) {
-        const std::uint64_t each = spec.layer_prefix.size() + 1 + spec.layer.tensors[j].name.size();
-        p.add_run({"", plan[j].memory_shape, plan[j].dtype, 0}, count, saturating_add(saturating_mul(count, each), digits));
-      }
-    });
-  }
-  for (const auto& t : b.plan_post()) add(t);
+    const std::uint64_t from = spec.first_layer + s.layer;
+    const std::uint64_t digits = index_digits(from + s.count) - index_digits(from);
+    for (std::size_t j = 0; j < s.tensors.size(); ++j) {
+      const std::uint64_t each = spec.layer_prefix.size() + 1 + spec.layer.tensors[j].name.size();
+      p.add_run({"", s.tensors[j].memory_shape, s.tensors[j].dtype, 0}, s.count, saturating_add(saturating_mul(s.count, each), digits));
+    }
+  });
   return p.total();
 }
 
@@ -198,20 +192,22 @@ struct RankDatasets {
 };
 
 RankDatasets rank_datasets(const RankPlan& r) {
-  const Builder& b = r.builder();
+  const ModelSpec& spec = r.builder().spec();
   RankDatasets d;
-  auto add = [&](const ShardTensor& s) {
-    d.add(s.tensor.name, s.box.shape, s.tensor.dtype, 0, s.tensor.memory_shape, s.box.offset);
+  auto add = [&](const std::string& name, const ShardTensor& s) {
+    d.add(name, s.box.shape, s.tensor.dtype, 0, s.tensor.memory_shape, s.box.offset);
   };
-  for (const auto& s : r.pre()) add(s);
-  const Range L = r.layers();
-  if (b.options().layout == Layout::per_layer) {
-    for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i)
-      for (const auto& s : r.layer(i)) add(s);
-  } else {
-    for (const StackedPiece& p : r.stacked()) d.add(p.name, p.box.shape, p.dtype, p.slice_numel(), p.global_shape, p.box.offset);
-  }
-  for (const auto& s : r.post()) add(s);
+  r.walk({.mode = WalkMode::runs}, [&](const RankStep& s) {
+    if (s.kind != Part::Kind::layer) {
+      for (const auto& piece : s.shards) add(piece.tensor.name, piece);
+    } else if (s.stacked) {
+      for (const StackedPiece& p : r.stacked()) d.add(p.name, p.box.shape, p.dtype, p.slice_numel(), p.global_shape, p.box.offset);
+    } else {
+      // A run's layers hold pieces of the same boxes: only their names differ.
+      for (std::uint64_t i = s.layer; i < s.layer + s.count; ++i)
+        for (std::size_t k = 0; k < s.shards.size(); ++k) add(spec.canonical_name(i, spec.layer.tensors[r.layer_tensors()[k]]), s.shards[k]);
+    }
+  });
   return d;
 }
 
@@ -293,8 +289,7 @@ EmitResult emit_rank(const RankPlan& r, backend& be, const std::filesystem::path
           feed.put_part(part.kind == Part::Kind::layer, part.tensors, [&](std::size_t j) -> detail::FeedSlot {
             if (part.kind != Part::Kind::layer || !stacked) return {part.tensors[j].name, std::nullopt};
             // Slice (layer, expert) of the rank's [n, ...] or [n, ne, ...] piece.
-            const StackedPiece& p = r.stacked()[r.stacked_piece(j)];
-            return {p.name, (part.layer - r.layers().offset) * p.experts + r.expert_slice(j)};
+            return {r.stacked()[r.stacked_piece(j)].name, r.stacked_slice(j, part.layer)};
           });
         },
         detail::cancellation(opts));

@@ -19,6 +19,11 @@ namespace layerinit {
 // The datasets a build writes, in file order: per-layer layout one per tensor (Hugging Face names),
 // stacked layout one [L, ...] dataset per layer parameter with one slab per layer.
 std::vector<DatasetSpec> checkpoint_datasets(const Builder& b);
+// The same datasets one at a time (Builder::walk), each with where it comes from: the kind of its
+// part and, per-layer layout, its layer (0-based in the repeated block; nothing for the stacked
+// buffers and the tensors outside the layers).
+using DatasetVisitor = std::function<void(DatasetSpec, Part::Kind, std::optional<std::uint64_t> layer)>;
+void for_each_dataset(const Builder& b, const DatasetVisitor& f);
 
 // planned_bytes(f, checkpoint_datasets(b), meta, opts) without the list: O(tensors of one layer) for
 // uniform layers (Builder::uniform_layers), O(1) memory always. The free space check of emit asks

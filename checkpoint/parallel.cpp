@@ -68,32 +68,30 @@ struct Origins {
   }
 };
 
-// Like Builder::stream, over layers [layers.offset, + size) and only the tensors whose dataset
-// (`slot`) the feed's writer holds: each pre or post tensor alone, each layer's selected tensors
-// together; a part with nothing selected is not built. Peak: the largest part.
+// Like Builder::stream, over layers [layers.offset, + size) and only the tensors whose dataset the
+// feed's writer holds: each pre or post tensor alone, each layer's selected tensors together; a part
+// with nothing selected is not built. A stacked layer tensor j of layer i is slice
+// layout.slice(j, i - slice_base) of its buffer's dataset. Peak: the largest part.
 void stream_selected(const Builder& b, Range layers, detail::DatasetFeed& feed, const EmitOptions& opts,
-                     const std::function<detail::FeedSlot(Part::Kind, std::uint64_t, std::size_t, const PlannedTensor&)>& slot) {
+                     std::uint64_t slice_base) {
   const Engine eng = b.engine(detail::cancellation(opts));
-  auto part = [&](Part::Kind kind, std::uint64_t layer, const std::vector<PlannedTensor>& plans, std::size_t base) {
+  b.walk({.first = layers.offset, .count = layers.size}, [&](const PlanStep& s) {
+    const std::vector<PartTensor> all = whole_tensors(s);
     std::vector<PartTensor> chosen;
     std::vector<detail::FeedSlot> slots;
-    for (std::size_t k = 0; k < plans.size(); ++k) {
-      const detail::FeedSlot s = slot(kind, layer, base + k, plans[k]);
-      if (!feed.find(s.dataset)) continue;
-      chosen.push_back({&plans[k], plans[k].memory_shape, nullptr, std::nullopt});
-      slots.push_back(s);
+    for (std::size_t k = 0; k < all.size(); ++k) {
+      const detail::FeedSlot slot = all[k].stack ? detail::FeedSlot{all[k].stack->name, s.layout->slice(k, s.layer - slice_base)}
+                                                 : detail::FeedSlot{s.tensors[k].name, std::nullopt};
+      if (!feed.find(slot.dataset)) continue;
+      chosen.push_back(all[k]);
+      slots.push_back(slot);
     }
     if (chosen.empty()) return;
     const std::vector<Tensor> tensors = eng.fill_part(chosen);
     std::vector<TensorView> views;
     for (const auto& t : tensors) views.push_back(t.view);
-    feed.put_part(kind == Part::Kind::layer, views, [&](std::size_t j) { return slots[j]; });
-  };  // freed before the next part
-  const auto pre = b.plan_pre();
-  for (std::size_t j = 0; j < pre.size(); ++j) part(Part::Kind::pre, 0, {pre[j]}, j);
-  for (std::uint64_t i = layers.offset; i < layers.offset + layers.size; ++i) part(Part::Kind::layer, i, b.plan_layer(i), 0);
-  const auto post = b.plan_post();
-  for (std::size_t j = 0; j < post.size(); ++j) part(Part::Kind::post, 0, {post[j]}, j);
+    feed.put_part(s.kind == Part::Kind::layer, views, [&](std::size_t j) { return slots[j]; });
+  });  // freed before the next part
 }
 
 // The checks emit_checkpoint makes before any work, for every rank, and the parallel emit's own.
@@ -238,18 +236,14 @@ EmitResult own_report(const std::vector<DatasetSpec>& datasets, const std::vecto
   return r;
 }
 
-// Streams the checkpoint's tensors that `w` holds into it (stacked slices at `slice(j, layer)`) and
-// commits; returns each held dataset's hash and layer hashes, by its checkpoint index (`global`).
-std::vector<Contribution> write_share(const Builder& b, backend& be, const EmitOptions& opts, const Origins& o,
+// Streams the checkpoint's tensors that `w` holds into it (stacked slices counted from layer
+// `slice_base`) and commits; returns each held dataset's hash and layer hashes, by its checkpoint
+// index (`global`).
+std::vector<Contribution> write_share(const Builder& b, backend& be, const EmitOptions& opts,
                                       std::chrono::steady_clock::time_point t0, CheckpointWriter& w, Range layers,
-                                      const std::vector<std::size_t>& global,
-                                      const std::function<std::uint64_t(std::size_t, std::uint64_t)>& slice) {
+                                      const std::vector<std::size_t>& global, std::uint64_t slice_base) {
   detail::DatasetFeed feed(be, w, opts, layers.size, t0);
-  stream_selected(b, layers, feed, opts,
-                  [&](Part::Kind kind, std::uint64_t layer, std::size_t j, const PlannedTensor& p) -> detail::FeedSlot {
-                    if (kind == Part::Kind::layer && o.stacked) return {o.sl.buffers[o.sl.buffer[j]].name, slice(j, layer)};
-                    return {p.name, std::nullopt};
-                  });
+  stream_selected(b, layers, feed, opts, slice_base);
   std::vector<Contribution> out;
   for (std::size_t k = 0; k < global.size(); ++k) out.push_back({global[k], feed.digest(k), true, feed.slice_hashes(k)});
   w.commit();
@@ -332,8 +326,7 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
       naming(stage.string() + "/", tgt.string() + "/", [&] {
         auto w = open_safetensors_file_writer(stage / shards[f].file, std::move(specs), meta, rank_writer_options(opts));
         const Range layers{lo, hi > lo ? hi - lo : 0};
-        auto got = write_share(b, be, opts, o, t0, *w, layers, shards[f].datasets,
-                               [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer); });
+        auto got = write_share(b, be, opts, t0, *w, layers, shards[f].datasets, 0);
         mine.tensors.insert(mine.tensors.end(), got.begin(), got.end());
         mine.files.push_back({shards[f].file, staged_size(stage / shards[f].file, tgt / shards[f].file)});
       });
@@ -411,15 +404,12 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
   // Units in file order: each tensor before the layers, each layer, each tensor after them.
   const Origins o(b);
   const ModelSpec& spec = b.spec();
-  const auto pre = b.plan_pre(), post = b.plan_post();
   std::vector<std::uint64_t> bytes;
-  for (const auto& p : pre) bytes.push_back(p.bytes());
-  b.for_each_layer_run(0, spec.num_layers, [&](std::uint64_t, std::uint64_t count, const std::vector<PlannedTensor>& plan) {
-    std::uint64_t layer = 0;
-    for (const auto& p : plan) layer += p.bytes();
-    bytes.insert(bytes.end(), count, layer);
+  b.walk({.mode = WalkMode::runs}, [&](const PlanStep& s) {
+    std::uint64_t part = 0;
+    for (const auto& p : s.tensors) part += p.bytes();
+    bytes.insert(bytes.end(), s.count, part);
   });
-  for (const auto& p : post) bytes.push_back(p.bytes());
   const std::vector<std::uint64_t> owner = split_by_bytes(bytes, n);
   // Rank r's layers: a contiguous range, since owners never decrease.
   auto layers_of = [&](std::uint64_t r) {
@@ -445,7 +435,7 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
         global.push_back(k);
         specs.push_back(std::move(d));
       };
-      for (std::size_t j = 0; j < pre.size(); ++j)
+      for (std::size_t j = 0; j < o.pre; ++j)
         if (owner[j] == me) add(j, datasets[j]);
       if (L.size > 0) {
         if (o.stacked) {
@@ -459,7 +449,7 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
             for (std::size_t j = 0; j < o.per_layer; ++j) add(o.pre + i * o.per_layer + j, datasets[o.pre + i * o.per_layer + j]);
         }
       }
-      for (std::size_t j = 0; j < post.size(); ++j)
+      for (std::size_t j = 0; j < o.post; ++j)
         if (owner[o.pre + spec.num_layers + j] == me) add(o.pre + o.middle + j, datasets[o.pre + o.middle + j]);
       CheckpointMetadata rank_meta = meta;
       rank_meta.extra["layerinit.rank"] =
@@ -468,8 +458,7 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
       // Messages name the checkpoint and the rank file: the rank directory goes with a failure.
       naming((dir / file).string(), tgt.string() + " (its rank file " + file + ")", [&] {
         auto w = open_hdf5_writer(dir / file, std::move(specs), rank_meta, rank_writer_options(opts));
-        mine.tensors = write_share(b, be, opts, o, t0, *w, L, global,
-                                   [&](std::size_t j, std::uint64_t layer) { return o.sl.slice(j, layer - L.offset); });
+        mine.tensors = write_share(b, be, opts, t0, *w, L, global, L.offset);
         mine.files.push_back({file, staged_size(dir / file, dir / file)});
       });
       if (o.stacked)  // a piece of each [L, ...] dataset: whole only if this rank holds every layer
@@ -494,7 +483,7 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
       // Each dataset's sources: the rank file holding it, or per rank its rows of a stacked dataset.
       std::vector<std::vector<detail::VirtualSource>> sources(datasets.size());
       auto file_of = [&](std::uint64_t r) { return dir_name + "/" + hdf5_rank_file_name(r, n); };
-      for (std::size_t j = 0; j < pre.size(); ++j) sources[j].push_back({file_of(owner[j]), 0, datasets[j].shape[0]});
+      for (std::size_t j = 0; j < o.pre; ++j) sources[j].push_back({file_of(owner[j]), 0, datasets[j].shape[0]});
       for (std::size_t k = o.pre; k < o.pre + o.middle; ++k) {
         if (o.stacked) {
           for (std::uint64_t r = 0; r < n; ++r) {
@@ -505,7 +494,7 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
           sources[k].push_back({file_of(owner[o.pre + (k - o.pre) / o.per_layer]), 0, datasets[k].shape[0]});
         }
       }
-      for (std::size_t j = 0; j < post.size(); ++j) {
+      for (std::size_t j = 0; j < o.post; ++j) {
         const std::size_t k = o.pre + o.middle + j;
         sources[k].push_back({file_of(owner[o.pre + spec.num_layers + j]), 0, datasets[k].shape[0]});
       }

@@ -4,7 +4,6 @@
 #include <stdexcept>
 
 #include <layerinit/core/text.hpp>
-#include <layerinit/init/engine.hpp>
 
 namespace layerinit {
 
@@ -48,16 +47,6 @@ void Model::for_each(const std::function<void(const TensorView&)>& f) const {
     for (const auto& t : l.tensors) f(t.view);
   for (const auto& t : stacked) f(t.view);
   for (const auto& t : post) f(t.view);
-}
-
-FillJob fill_job_for(const PlannedTensor& p, void* dst, std::uint64_t seed) {
-  FillJob j = make_fill_job(dst, p.dtype, p.numel(), seed, p.name, p.params ? *p.params : prepare_fill(p.fill, p.dtype));
-  if (p.transposed) {
-    j.rows = p.shape[0];
-    j.cols = p.shape[1];
-    j.transposed = true;
-  }
-  return j;
 }
 
 Builder::Builder(const ModelSpec& spec, const Recipe& recipe, BuildOptions opts, backend& be, memory_resource& memory)
@@ -129,13 +118,6 @@ void Builder::for_each_layer_run(std::uint64_t first, std::uint64_t count, const
   for (std::uint64_t i = first; i < first + count; ++i) f(i, 1, plan_layer(i));
 }
 
-std::vector<std::uint64_t> Builder::layer_order() const {
-  if (!opts_.layer_order.empty()) return opts_.layer_order;
-  std::vector<std::uint64_t> order(spec_.num_layers);
-  for (std::uint64_t i = 0; i < order.size(); ++i) order[i] = i;
-  return order;
-}
-
 Engine Builder::engine(const std::function<void()>& also) const {
   Engine e{be_, mr_, opts_.seed, opts_.after_part};
   if (also) {
@@ -145,75 +127,95 @@ Engine Builder::engine(const std::function<void()>& also) const {
   return e;
 }
 
+void Builder::walk(const WalkOptions& w, const PlanVisitor& f) const {
+  auto ends = [&](Part::Kind kind, const std::vector<TensorSpec>& specs) {
+    std::vector<PlannedTensor> planned;
+    for (const auto& t : specs) planned.push_back(plan_one(t, std::nullopt));
+    if (w.whole_ends) return f({kind, 0, 1, 0, planned, nullptr, {}});
+    for (std::size_t j = 0; j < planned.size(); ++j) f({kind, 0, 1, j, std::span(planned).subspan(j, 1), nullptr, {}});
+  };
+  ends(Part::Kind::pre, spec_.pre);
+  const std::uint64_t L = spec_.num_layers;
+  const std::uint64_t first = w.layer_order ? 0 : std::min(w.first, L);
+  const std::uint64_t count = w.layer_order ? L : std::min(w.count, L - first);
+  // Stacked layout: a layer tensor is one slice of its buffer, whose dtype is layer 0's tensor's.
+  std::optional<StackedLayout> sl;
+  std::vector<StackedTensor> buffers;
+  if (opts_.layout == Layout::stacked && count > 0) {
+    sl = stacked_layout(spec_, opts_.experts);
+    const std::vector<PlannedTensor> layer0 = plan_layer(0);
+    for (std::size_t b = 0; b < sl->buffers.size(); ++b) {
+      const PlannedTensor& p = layer0[sl->buffers[b].first];
+      buffers.push_back({sl->buffers[b].name, sl->shape(spec_, b, p.memory_shape), p.dtype, p.numel()});
+    }
+  }
+  auto layers = [&](std::uint64_t i, std::uint64_t n, const std::vector<PlannedTensor>& planned) {
+    f({Part::Kind::layer, i, n, 0, planned, sl ? &*sl : nullptr, buffers});
+  };
+  if (w.mode == WalkMode::runs) {
+    if (sl) {
+      if (count > 0) layers(first, count, plan_layer(first));  // stored alike in the buffers
+    } else {
+      for_each_layer_run(first, count, layers);
+    }
+  } else if (w.layer_order && !opts_.layer_order.empty()) {
+    for (std::uint64_t i : opts_.layer_order) layers(i, 1, plan_layer(i));
+  } else {
+    // Ascending without a list of every index: a stream's memory stays one part for any layer count.
+    for (std::uint64_t i = first; i < first + count; ++i) layers(i, 1, plan_layer(i));
+  }
+  ends(Part::Kind::post, spec_.post);
+}
+
+std::vector<PartTensor> whole_tensors(const PlanStep& s) {
+  std::vector<PartTensor> part = whole_tensors(s.tensors);
+  if (s.layout)
+    for (std::size_t j = 0; j < part.size(); ++j) {
+      const StackedTensor& buf = s.buffers[s.layout->buffer[j]];
+      part[j].stack = StackSlot{buf.name, buf.dtype};
+    }
+  return part;
+}
+
 Model Builder::build(const std::function<void(std::uint64_t)>& on_layer) const {
   const Engine eng = engine();
   Model m;
   m.layout = opts_.layout;
   m.experts = opts_.experts;
   m.num_layers = spec_.num_layers;
-  m.pre = eng.fill_part(whole_tensors(plan_pre()));
-
-  if (opts_.layout == Layout::per_layer) {
-    m.layers.resize(spec_.num_layers);
-    for (std::uint64_t i : layer_order()) {
-      const std::vector<PlannedTensor> plans = plan_layer(i);
-      m.layers[i].index = i;
-      m.layers[i].tensors = eng.fill_part(whole_tensors(plans));
-      if (on_layer) on_layer(i);
+  if (opts_.layout == Layout::per_layer) m.layers.resize(spec_.num_layers);
+  walk({.whole_ends = true, .layer_order = true}, [&](const PlanStep& s) {
+    std::vector<PartTensor> part = whole_tensors(s);
+    if (s.kind != Part::Kind::layer) {
+      (s.kind == Part::Kind::pre ? m.pre : m.post) = eng.fill_part(part);
+      return;
     }
-  } else if (spec_.num_layers > 0) {
-    // One [L, ...] (or [L, E, ...]) allocation per stacked buffer; layer i's tensors are filled
-    // straight into their slices.
-    const StackedLayout sl = stacked_layout(spec_, opts_.experts);
-    const std::vector<PlannedTensor> first = plan_layer(0);
-    for (std::size_t b = 0; b < sl.buffers.size(); ++b) {
-      const PlannedTensor& f = first[sl.buffers[b].first];
-      m.stacked.push_back(Tensor::allocate(*mr_, sl.buffers[b].name, sl.shape(spec_, b, f.memory_shape), f.dtype));
-    }
-    for (std::uint64_t i : layer_order()) {
-      const std::vector<PlannedTensor> plans = plan_layer(i);
-      std::vector<PartTensor> part;
-      for (std::size_t j = 0; j < plans.size(); ++j) {
-        const TensorView& buf = m.stacked[sl.buffer[j]].view;
-        part.push_back({&plans[j], plans[j].memory_shape,
-                        static_cast<unsigned char*>(buf.data) + sl.slice(j, i) * plans[j].bytes(), StackSlot{buf.name, buf.dtype}});
-      }
+    if (s.layout) {
+      // One [L, ...] (or [L, E, ...]) allocation per stacked buffer, made before the first layer;
+      // layer i's tensors are filled straight into their slices.
+      if (m.stacked.empty())
+        for (const StackedTensor& b : s.buffers) m.stacked.push_back(Tensor::allocate(*mr_, std::string(b.name), b.shape, b.dtype));
+      for (std::size_t j = 0; j < part.size(); ++j)
+        part[j].dst = static_cast<unsigned char*>(m.stacked[s.layout->buffer[j]].view.data) +
+                      s.layout->slice(j, s.layer) * s.tensors[j].bytes();
       eng.fill_part(part);
-      if (on_layer) on_layer(i);
+    } else {
+      m.layers[s.layer].index = s.layer;
+      m.layers[s.layer].tensors = eng.fill_part(part);
     }
-  }
-  m.post = eng.fill_part(whole_tensors(plan_post()));
+    if (on_layer) on_layer(s.layer);
+  });
   return m;
 }
 
 void Builder::stream(const std::function<void(const Part&)>& sink, const std::function<void()>& after_part) const {
   const Engine eng = engine(after_part);
-  // Stacked layout: a layer tensor is one slice of its buffer, whose dtype is layer 0's tensor's.
-  std::optional<StackedLayout> sl;
-  std::vector<PlannedTensor> first;
-  if (opts_.layout == Layout::stacked && spec_.num_layers > 0) {
-    sl = stacked_layout(spec_, opts_.experts);
-    first = plan_layer(0);
-  }
-  auto emit = [&](Part::Kind kind, std::uint64_t layer, const std::vector<PlannedTensor>& plans) {
-    std::vector<PartTensor> part = whole_tensors(plans);
-    if (kind == Part::Kind::layer && sl)
-      for (std::size_t j = 0; j < part.size(); ++j) {
-        const StackedBuffer& buf = sl->buffers[sl->buffer[j]];
-        part[j].stack = StackSlot{buf.name, first[buf.first].dtype};
-      }
-    const std::vector<Tensor> tensors = eng.fill_part(part);
-    Part p{kind, layer, {}};
+  walk({.layer_order = true}, [&](const PlanStep& s) {
+    const std::vector<Tensor> tensors = eng.fill_part(whole_tensors(s));
+    Part p{s.kind, s.layer, {}};
     for (const auto& t : tensors) p.tensors.push_back(t.view);
     sink(p);
-  };  // tensors die here: the part is freed before the next one is made
-  for (const auto& p : plan_pre()) emit(Part::Kind::pre, 0, {p});
-  // Ascending without a list of every index: memory stays one part for any layer count.
-  if (opts_.layer_order.empty())
-    for (std::uint64_t i = 0; i < spec_.num_layers; ++i) emit(Part::Kind::layer, i, plan_layer(i));
-  else
-    for (std::uint64_t i : opts_.layer_order) emit(Part::Kind::layer, i, plan_layer(i));
-  for (const auto& p : plan_post()) emit(Part::Kind::post, 0, {p});
+  });  // tensors die with each step: the part is freed before the next one is made
 }
 
 }  // namespace layerinit

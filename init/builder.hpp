@@ -11,10 +11,12 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <layerinit/init/engine.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/init/spec.hpp>
 #include <layerinit/memory/tensor.hpp>
@@ -52,21 +54,6 @@ struct BuildOptions {
   std::function<void()> after_part;
 };
 
-// A tensor as the builder will make it: everything but the memory.
-struct PlannedTensor {
-  std::string name;     // canonical
-  Shape shape;          // logical
-  Shape memory_shape;   // after orientation
-  DType dtype = DType::f32;
-  FillSpec fill;
-  // prepare_fill(fill, dtype), made once when the builder plans the tensor; a tensor planned by hand
-  // without it has its fill prepared by fill_job_for.
-  std::optional<FillParams> params;
-  bool transposed = false;  // memory_shape is the transpose of shape
-  std::uint64_t numel() const { return layerinit::numel(shape); }
-  std::uint64_t bytes() const { return numel() * dtype_size(dtype); }
-};
-
 struct Layer {
   std::uint64_t index = 0;
   std::vector<Tensor> tensors;  // in LayerSpec order
@@ -98,7 +85,47 @@ struct Part {
   std::uint64_t bytes() const;
 };
 
-struct Engine;
+// A buffer of the stacked layout as stored: [L, ...] per layer parameter or [L, E, ...] per expert
+// weight, in the dtype of layer 0's tensor (a buffer holds one dtype; a layer that differs is refused
+// when it is made, Engine::fill_part).
+struct StackedTensor {
+  std::string_view name;
+  Shape shape;
+  DType dtype = DType::f32;
+  std::uint64_t slice_numel = 0;  // elements of one (layer, expert) slice
+};
+
+// How Builder::walk visits the layers.
+enum class WalkMode {
+  parts,  // each layer planned, one step per layer: what a build or a stream makes
+  runs,   // runs of layers stored alike, planned once (for_each_layer_run; the stacked layout's layers
+          // are one run, stored in its buffers): lists and sizes, for any number of layers
+};
+
+struct WalkOptions {
+  WalkMode mode = WalkMode::parts;
+  // The tensors before (after) the layers as one step, as a whole build fills them; else one step per
+  // tensor, as a stream hands them on.
+  bool whole_ends = false;
+  // The layers [first, first + count) (count clamped to the model's), ascending; or, with
+  // layer_order, all of them in options().layer_order (WalkMode::parts only).
+  std::uint64_t first = 0, count = ~std::uint64_t{0};
+  bool layer_order = false;
+};
+
+// One step of Builder::walk: tensors before the layers, a layer (or a run of layers), or tensors after
+// them.
+struct PlanStep {
+  Part::Kind kind = Part::Kind::pre;
+  std::uint64_t layer = 0;  // Kind::layer: the first of `count` layers (WalkMode::runs), else the layer
+  std::uint64_t count = 1;
+  std::size_t index = 0;    // Kind::pre and post: the spec().pre / post index of tensors[0]
+  std::span<const PlannedTensor> tensors;  // Kind::layer: in LayerSpec order (a run: its first layer's)
+  // Kind::layer in the stacked layout: layer tensor j of layer i is slice layout->slice(j, i) of
+  // buffers[layout->buffer[j]]; else null and empty.
+  const StackedLayout* layout = nullptr;
+  std::span<const StackedTensor> buffers;
+};
 
 class Builder {
  public:
@@ -126,6 +153,12 @@ class Builder {
   using LayerRunVisitor = std::function<void(std::uint64_t first, std::uint64_t count, const std::vector<PlannedTensor>&)>;
   void for_each_layer_run(std::uint64_t first, std::uint64_t count, const LayerRunVisitor& f) const;
 
+  // The one traversal of the model's parts, in file order: the tensors before the layers, the layers,
+  // the tensors after them. Build, stream, the rank builds (shard/ walk_rank), the emits and the
+  // dataset lists all walk here, so they cannot disagree on the order or the stacked slices.
+  using PlanVisitor = std::function<void(const PlanStep&)>;
+  void walk(const WalkOptions& w, const PlanVisitor& f) const;
+
   // The whole model in options().layout. on_layer (optional) runs after each layer is filled.
   Model build(const std::function<void(std::uint64_t layer)>& on_layer = {}) const;
   // Builds part by part, hands each to `sink` (after the fill has completed), then frees it.
@@ -138,7 +171,6 @@ class Builder {
 
  private:
   PlannedTensor plan_one(const TensorSpec& t, std::optional<std::uint64_t> layer) const;
-  std::vector<std::uint64_t> layer_order() const;
 
   ModelSpec spec_;
   Recipe recipe_;
@@ -147,8 +179,8 @@ class Builder {
   memory_resource* mr_;
 };
 
-// A FillJob for a planned tensor whose memory element 0 is at dst.
-FillJob fill_job_for(const PlannedTensor& p, void* dst, std::uint64_t seed);
-
+// The step's tensors, whole, each into a new allocation; a stacked layer's with the buffer it is a
+// slice of (Engine::fill_part refuses a dtype that is not the buffer's).
+std::vector<PartTensor> whole_tensors(const PlanStep& s);
 
 }  // namespace layerinit

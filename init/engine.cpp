@@ -7,7 +7,17 @@
 
 namespace layerinit {
 
-std::vector<PartTensor> whole_tensors(const std::vector<PlannedTensor>& planned) {
+FillJob fill_job_for(const PlannedTensor& p, void* dst, std::uint64_t seed) {
+  FillJob j = make_fill_job(dst, p.dtype, p.numel(), seed, p.name, p.params ? *p.params : prepare_fill(p.fill, p.dtype));
+  if (p.transposed) {
+    j.rows = p.shape[0];
+    j.cols = p.shape[1];
+    j.transposed = true;
+  }
+  return j;
+}
+
+std::vector<PartTensor> whole_tensors(std::span<const PlannedTensor> planned) {
   std::vector<PartTensor> out;
   out.reserve(planned.size());
   for (const auto& p : planned) out.push_back({&p, p.memory_shape, nullptr, std::nullopt});

@@ -7,14 +7,33 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include <layerinit/backends/backend.hpp>
-#include <layerinit/init/builder.hpp>
+#include <layerinit/kernels/fill.hpp>
 #include <layerinit/memory/tensor.hpp>
 
 namespace layerinit {
+
+// A tensor as the builder will make it: everything but the memory.
+struct PlannedTensor {
+  std::string name;     // canonical
+  Shape shape;          // logical
+  Shape memory_shape;   // after orientation
+  DType dtype = DType::f32;
+  FillSpec fill;
+  // prepare_fill(fill, dtype), made once when the builder plans the tensor; a tensor planned by hand
+  // without it has its fill prepared by fill_job_for.
+  std::optional<FillParams> params;
+  bool transposed = false;  // memory_shape is the transpose of shape
+  std::uint64_t numel() const { return layerinit::numel(shape); }
+  std::uint64_t bytes() const { return numel() * dtype_size(dtype); }
+};
+
+// A FillJob for a planned tensor whose memory element 0 is at dst.
+FillJob fill_job_for(const PlannedTensor& p, void* dst, std::uint64_t seed);
 
 // The stacked buffer (or dataset) a layer tensor is one slice of: it holds one dtype.
 struct StackSlot {
@@ -31,7 +50,7 @@ struct PartTensor {
   std::optional<StackSlot> stack;
 };
 // The whole tensors of a list, each into a new allocation.
-std::vector<PartTensor> whole_tensors(const std::vector<PlannedTensor>& planned);
+std::vector<PartTensor> whole_tensors(std::span<const PlannedTensor> planned);
 
 // Appends to `out` the jobs that write part tensor k at dst.
 using PartJobs = std::function<void(std::size_t k, void* dst, std::vector<FillJob>& out)>;

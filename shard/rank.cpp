@@ -102,7 +102,7 @@ std::uint64_t StackedPiece::slice_numel() const {
   return n;
 }
 
-std::vector<ShardTensor> RankPlan::pieces(const std::vector<PlannedTensor>& planned, const std::vector<TensorSpec>& specs,
+std::vector<ShardTensor> RankPlan::pieces(std::span<const PlannedTensor> planned, std::span<const TensorSpec> specs,
                                           TensorPlace where) const {
   std::vector<ShardTensor> out;
   for (std::size_t j = 0; j < planned.size(); ++j) {
@@ -128,10 +128,29 @@ std::vector<ShardTensor> RankPlan::layer(std::uint64_t i) const {
 std::vector<ShardTensor> RankPlan::layer(std::uint64_t i, const std::vector<PlannedTensor>& planned) const {
   if (i < layers_.offset || i - layers_.offset >= layers_.size)
     throw std::out_of_range("layer " + std::to_string(i) + " is not on rank " + std::to_string(rank_) + "'s stage");
+  return held(planned);
+}
+
+std::vector<ShardTensor> RankPlan::held(std::span<const PlannedTensor> planned) const {
   const auto& specs = b_->spec().layer.tensors;
   std::vector<ShardTensor> out;
   for (std::size_t j : held_) out.push_back({planned[j], plan_->box(planned[j], specs[j], coords_)});
   return out;
+}
+
+void RankPlan::walk(const WalkOptions& w, const std::function<void(const RankStep&)>& f) const {
+  WalkOptions stage = w;
+  stage.first = layers_.offset;
+  stage.count = layers_.size;
+  stage.layer_order = false;
+  const ModelSpec& spec = b_->spec();
+  b_->walk(stage, [&](const PlanStep& s) {
+    RankStep r{s.kind, s.layer, s.count, {}, s.layout != nullptr};
+    if (s.kind == Part::Kind::layer) r.shards = held(s.tensors);
+    else r.shards = pieces(s.tensors, std::span(s.kind == Part::Kind::pre ? spec.pre : spec.post).subspan(s.index, s.tensors.size()),
+                           {s.kind == Part::Kind::pre ? TensorPlace::Kind::pre : TensorPlace::Kind::post, 0});
+    f(r);
+  });
 }
 
 std::uint64_t RankModel::bytes() const {
@@ -171,36 +190,32 @@ RankModel build_rank(const RankPlan& r) {
   m.layout = b.options().layout;
   m.rank = r.rank();
   m.layers = r.layers();
-  auto append = [&](const std::vector<ShardTensor>& shards) {
-    std::vector<Tensor> made = eng.fill_part(piece_part(shards), box_jobs(shards, seed));
-    for (std::size_t k = 0; k < made.size(); ++k)
-      m.tensors.push_back({std::move(made[k]), shards[k].tensor.memory_shape, shards[k].box.offset, false});
-  };
-  append(r.pre());
-  const Range L = r.layers();
-  if (m.layout == Layout::per_layer) {
-    for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i) append(r.layer(i));
-  } else if (L.size > 0 && !r.layer_tensors().empty()) {
-    // One allocation per stacked piece; layer i's piece of a layer tensor fills its slice.
-    const std::vector<StackedPiece>& pieces = r.stacked();
-    const std::size_t base = m.tensors.size();
-    for (const StackedPiece& p : pieces)
-      m.tensors.push_back({Tensor::allocate(b.memory(), p.name, p.box.shape, p.dtype), p.global_shape, p.box.offset, true,
-                           p.experts});
-    for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i) {
-      const std::vector<ShardTensor> shards = r.layer(i);
-      std::vector<PartTensor> part = piece_part(shards);
-      for (std::size_t k = 0; k < shards.size(); ++k) {
-        const StackedPiece& p = pieces[r.stacked_piece(k)];
-        auto* slices = static_cast<unsigned char*>(m.tensors[base + r.stacked_piece(k)].tensor.view.data);
-        const std::uint64_t slice = (i - L.offset) * p.experts + r.expert_slice(k);
-        part[k].dst = slices + slice * shards[k].bytes();
-        part[k].stack = StackSlot{p.name, p.dtype};
-      }
-      eng.fill_part(part, box_jobs(shards, seed));
+  std::size_t base = 0;  // of the stacked pieces in m.tensors
+  r.walk({.whole_ends = true}, [&](const RankStep& s) {
+    std::vector<PartTensor> part = piece_part(s.shards);
+    if (!s.stacked) {
+      std::vector<Tensor> made = eng.fill_part(part, box_jobs(s.shards, seed));
+      for (std::size_t k = 0; k < made.size(); ++k)
+        m.tensors.push_back({std::move(made[k]), s.shards[k].tensor.memory_shape, s.shards[k].box.offset, false});
+      return;
     }
-  }
-  append(r.post());
+    if (s.shards.empty()) return;  // a stage whose layers hold nothing of this rank's
+    // One allocation per stacked piece, made before the first layer; layer i's piece of a layer
+    // tensor fills its slice.
+    if (s.layer == r.layers().offset) {
+      base = m.tensors.size();
+      for (const StackedPiece& p : r.stacked())
+        m.tensors.push_back({Tensor::allocate(b.memory(), p.name, p.box.shape, p.dtype), p.global_shape, p.box.offset, true,
+                             p.experts});
+    }
+    for (std::size_t k = 0; k < s.shards.size(); ++k) {
+      const StackedPiece& p = r.stacked()[r.stacked_piece(k)];
+      auto* slices = static_cast<unsigned char*>(m.tensors[base + r.stacked_piece(k)].tensor.view.data);
+      part[k].dst = slices + r.stacked_slice(k, s.layer) * s.shards[k].bytes();
+      part[k].stack = StackSlot{p.name, p.dtype};
+    }
+    eng.fill_part(part, box_jobs(s.shards, seed));
+  });
   return m;
 }
 
@@ -208,24 +223,19 @@ void stream_rank(const RankPlan& r, const std::function<void(const RankPart&)>& 
                  const std::function<void()>& after_part) {
   const Builder& b = r.builder();
   const Engine eng = b.engine(after_part);
-  const bool stacked = b.options().layout == Layout::stacked;
-  auto emit = [&](Part::Kind kind, std::uint64_t layer, std::vector<ShardTensor> shards) {
-    if (shards.empty()) return;
-    std::vector<PartTensor> part = piece_part(shards);
-    if (kind == Part::Kind::layer && stacked)
+  r.walk({}, [&](const RankStep& s) {
+    if (s.shards.empty()) return;
+    std::vector<PartTensor> part = piece_part(s.shards);
+    if (s.stacked)
       for (std::size_t k = 0; k < part.size(); ++k) {
         const StackedPiece& p = r.stacked()[r.stacked_piece(k)];
         part[k].stack = StackSlot{p.name, p.dtype};
       }
-    const std::vector<Tensor> pieces = eng.fill_part(part, box_jobs(shards, b.options().seed));
-    RankPart rp{kind, layer, std::move(shards), {}};
+    const std::vector<Tensor> pieces = eng.fill_part(part, box_jobs(s.shards, b.options().seed));
+    RankPart rp{s.kind, s.layer, s.shards, {}};
     for (const auto& t : pieces) rp.tensors.push_back(t.view);
     sink(rp);
-  };  // the pieces die here: a part is freed before the next one is made
-  for (auto& s : r.pre()) emit(Part::Kind::pre, 0, {std::move(s)});
-  const Range L = r.layers();
-  for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i) emit(Part::Kind::layer, i, r.layer(i));
-  for (auto& s : r.post()) emit(Part::Kind::post, 0, {std::move(s)});
+  });  // the pieces die with each step: a part is freed before the next one is made
 }
 
 }  // namespace layerinit

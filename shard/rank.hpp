@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,19 @@ struct StackedPiece {
   std::uint64_t bytes() const { return box.numel() * dtype_size(dtype); }
 };
 
+// One step of RankPlan::walk: the rank's pieces of a step of the builder's walk (Builder::walk), in
+// file order. A step may hold no piece (a tensor or layer the rank does not hold).
+struct RankStep {
+  Part::Kind kind = Part::Kind::pre;
+  std::uint64_t layer = 0, count = 1;  // as PlanStep's
+  // Kind::layer: the held layer tensors' pieces, in layer_tensors() order (a run: its first layer's;
+  // the other layers' pieces have the same boxes).
+  std::vector<ShardTensor> shards;
+  // Kind::layer in the stacked layout: piece k of layer i is slice stacked_slice(k, i) of
+  // stacked()[stacked_piece(k)].
+  bool stacked = false;
+};
+
 // What rank `rank` of `plan` holds of the builder's model. Keeps references to both: they must
 // outlive it. Tensors whose piece on this rank is empty (more ranks than rows) are not held.
 class RankPlan {
@@ -68,10 +82,18 @@ class RankPlan {
   const std::vector<StackedPiece>& stacked() const noexcept { return stacked_; }
   std::size_t stacked_piece(std::size_t k) const { return piece_of_.at(k); }
   std::uint64_t expert_slice(std::size_t k) const { return slice_of_.at(k); }
+  std::uint64_t stacked_slice(std::size_t k, std::uint64_t layer) const {
+    return (layer - layers_.offset) * stacked_.at(piece_of_.at(k)).experts + slice_of_.at(k);
+  }
+
+  // The builder's walk over the stage's layers (w.first, w.count and w.layer_order are the rank's:
+  // its stage, ascending), each step's tensors as this rank's pieces.
+  void walk(const WalkOptions& w, const std::function<void(const RankStep&)>& f) const;
 
  private:
-  std::vector<ShardTensor> pieces(const std::vector<PlannedTensor>& planned, const std::vector<TensorSpec>& specs,
+  std::vector<ShardTensor> pieces(std::span<const PlannedTensor> planned, std::span<const TensorSpec> specs,
                                   TensorPlace where) const;
+  std::vector<ShardTensor> held(std::span<const PlannedTensor> planned) const;
   void plan_stacked(const std::vector<PlannedTensor>& planned);  // stacked_, piece_of_, slice_of_ from held_
 
   const Builder* b_;

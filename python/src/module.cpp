@@ -23,6 +23,7 @@
 
 #include <layerinit/config.hpp>
 #include <layerinit/core/errors.hpp>
+#include <layerinit/checkpoint/emit.hpp>
 #include <layerinit/core/text.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/init/describe.hpp>
@@ -263,22 +264,12 @@ class Plan {
       throw std::invalid_argument("plan of " + printable(spec_.name) + ": " + std::to_string(n) + " tensors are too many to list (at most " +
                                   std::to_string(max_listed_tensors) + "); look tensors up by name");
     nb::list out;
-    auto add = [&](const std::string& name, const Shape& shape, DType t, const char* kind, std::optional<std::uint64_t> layer) {
-      out.append(nb::make_tuple(name, as_vector(shape), std::string(dtype_name(t)), kind, layer));
-    };
-    for (const auto& p : builder_->plan_pre()) add(p.name, p.memory_shape, p.dtype, "pre", std::nullopt);
-    if (opts_.layout == Layout::per_layer) {
-      for (std::uint64_t i = 0; i < spec_.num_layers; ++i)
-        for (const auto& p : builder_->plan_layer(i)) add(p.name, p.memory_shape, p.dtype, "layer", spec_.first_layer + i);
-    } else if (spec_.num_layers > 0) {
-      const StackedLayout& sl = index_->stacked_layout();
-      const auto layer0 = builder_->plan_layer(0);
-      for (std::size_t b = 0; b < sl.buffers.size(); ++b) {
-        const auto& buf = sl.buffers[b];
-        add(buf.name, sl.shape(spec_, b, layer0[buf.first].memory_shape), layer0[buf.first].dtype, "stacked", std::nullopt);
-      }
-    }
-    for (const auto& p : builder_->plan_post()) add(p.name, p.memory_shape, p.dtype, "post", std::nullopt);
+    // The checkpoint's datasets (one walk of the plan): a stacked buffer is a layer part without a layer.
+    for_each_dataset(*builder_, [&](DatasetSpec d, Part::Kind kind, std::optional<std::uint64_t> layer) {
+      const char* what = kind == Part::Kind::pre ? "pre" : kind == Part::Kind::post ? "post" : layer ? "layer" : "stacked";
+      if (layer) *layer += spec_.first_layer;
+      out.append(nb::make_tuple(d.name, as_vector(d.shape), std::string(dtype_name(d.dtype)), what, layer));
+    });
     return out;
   }
 
