@@ -612,7 +612,7 @@ def init(
         # Each leaf from the plan of its storage: in-out stores every transposable tensor [in, out].
         orientation = "in-out" if described[lf.names[0]]["stored_in_out"] else "out-in"
         if orientation not in plans:
-            plans[orientation] = _plan(s, dtype="fp32", recipe=recipe, orientation=orientation)  # each leaf its own dtype
+            plans[orientation] = plan(s, dtype="fp32", recipe=recipe, orientation=orientation)  # each leaf its own dtype
         stored = lf.shape if lf.shape else (1,)
         try:
             param = plans[orientation]._leaf(_template(lf), [size for _, size in lf.lead], list(stored), lf.dtype).text
@@ -628,14 +628,6 @@ def init(
             a = next(made)
             out[lf.index] = a.reshape(()) if not lf.shape else a
     return jax.tree_util.tree_unflatten(treedef, out)
-
-
-def _plan(model: ModelLike, **options: Any) -> Plan:
-    """layerinit.plan, its spec errors without the "spec: " the C++ reader puts first."""
-    try:
-        return plan(model, **options)
-    except ValueError as e:
-        raise ValueError(str(e).removeprefix("spec: ")) from None
 
 
 def build(
@@ -664,7 +656,7 @@ def build(
     - ``dtype``, ``seed``, ``recipe``, ``overrides``: as :func:`layerinit.build`.
     """
     seed = _check_seed(seed)
-    p = _plan(model, dtype=dtype, recipe=recipe, layout=layout, orientation=orientation, experts=experts,
+    p = plan(model, dtype=dtype, recipe=recipe, layout=layout, orientation=orientation, experts=experts,
               overrides=overrides)
     arrays = []
     for name, shape, tdtype, _, _ in p.tensors():  # file order; a stacked buffer [L, ...] as one array
