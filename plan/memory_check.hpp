@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/backends/backend.hpp>
 #include <layerinit/core/errors.hpp>
 #include <layerinit/init/builder.hpp>
@@ -15,7 +16,7 @@ namespace layerinit {
 // "not enough memory: needs 1.44 GiB (...) at its peak (weights ... + tensor records ...), 512.00 MiB
 // (...) available (cgroup v2 memory.max - memory.current of ...)". The CLI reports it as bad input
 // (exit 2), Python as MemoryError.
-class memory_refused : public error {
+class LAYERINIT_API memory_refused : public error {
  public:
   using error::error;
 };
@@ -30,13 +31,13 @@ struct MemoryNeed {
 // An estimate of the host bytes of the lists, reports and writer state that grow with the number of
 // tensors held in `layout` (each tensor, and with `slice_hashes` a hash per layer slice of every
 // layer tensor, as a stacked report keeps them), in either checkpoint format. Saturates at 2^64 - 1.
-std::uint64_t record_bytes(const ModelSpec& spec, Layout layout, bool slice_hashes);
+LAYERINIT_API std::uint64_t record_bytes(const ModelSpec& spec, Layout layout, bool slice_hashes);
 
 // Throws memory_refused when `need` exceeds what this process may use: be.available_memory() for
 // the peak and the records together on the host; on a device the peak against the device's and the
 // records against the host's (available_host_memory). Nothing is refused where nothing can be read.
 // The environment variable LAYERINIT_TEST_AVAILABLE_MEMORY, a test hook, replaces both available
 // numbers ("512MiB"; std::invalid_argument naming it when it is not a byte size).
-void check_memory(backend& be, const MemoryNeed& need);
+LAYERINIT_API void check_memory(backend& be, const MemoryNeed& need);
 
 }  // namespace layerinit
