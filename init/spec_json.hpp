@@ -10,11 +10,18 @@
 
 namespace layerinit {
 
-// A malformed or invalid spec; what() names the field: "spec: layer.tensors[2].shape[1]: must be a
-// positive integer".
+// A malformed or invalid spec; what() is "<source>: <reason>", the source "spec" (a JSON spec) or
+// "config.json" (a Hugging Face config), the reason naming the field: "spec: layer.tensors[2].shape[1]:
+// must be a positive integer". Callers that say where the text came from their own way (the Python
+// package) take source() and reason() apart instead of editing what().
 class LAYERINIT_API spec_error : public std::invalid_argument {
  public:
-  using std::invalid_argument::invalid_argument;
+  spec_error(std::string source, const std::string& reason);
+  const std::string& source() const noexcept { return source_; }
+  std::string reason() const { return std::string(what()).substr(source_.size() + 2); }
+
+ private:
+  std::string source_;
 };
 
 LAYERINIT_API ModelSpec spec_from_json(std::string_view text);

@@ -15,10 +15,16 @@ namespace layerinit {
 // A build whose peak does not fit, refused before anything is allocated. what() names both numbers:
 // "not enough memory: needs 1.44 GiB (...) at its peak (weights ... + tensor records ...), 512.00 MiB
 // (...) available (cgroup v2 memory.max - memory.current of ...)". The CLI reports it as bad input
-// (exit 2), Python as MemoryError.
+// (exit 2), Python as MemoryError (layerinit.MemoryRefusedError, with both numbers).
 class LAYERINIT_API memory_refused : public error {
  public:
-  using error::error;
+  memory_refused(const std::string& what, std::uint64_t needed, std::uint64_t available)
+      : error(what), needed_(needed), available_(available) {}
+  std::uint64_t needed() const noexcept { return needed_; }        // bytes at the peak, the records included
+  std::uint64_t available() const noexcept { return available_; }  // bytes this process may use
+
+ private:
+  std::uint64_t needed_, available_;
 };
 
 // What a build or emit holds at its worst moment.
