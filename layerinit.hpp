@@ -19,10 +19,13 @@
 #include <layerinit/init/spec.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/shard/box_fill.hpp>
+#include <layerinit/shard/composite.hpp>
 #include <layerinit/shard/mesh.hpp>
 #include <layerinit/shard/parallel.hpp>
 #include <layerinit/shard/rank.hpp>
+#include <layerinit/shard/tensor_index.hpp>
 #include <layerinit/stacking/stack.hpp>
+#include <layerinit/plan/memory_check.hpp>
 #include <layerinit/plan/plan.hpp>
 #include <layerinit/checkpoint/emit.hpp>
 #include <layerinit/checkpoint/hf_config.hpp>

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/backends/content_hash.hpp>
 #include <layerinit/kernels/fill.hpp>
 #include <layerinit/memory/resource.hpp>
@@ -24,7 +25,7 @@ namespace layerinit {
 // accounting of models larger than the machine (plan, peak tests).
 enum class BackendKind { host, cuda, dry };
 
-class backend {
+class LAYERINIT_API backend {
  public:
   virtual ~backend() = default;
   virtual BackendKind kind() const noexcept = 0;
@@ -51,28 +52,28 @@ struct CudaProbe {
   std::string device_name;
 };
 // Whether a CUDA device can be used, and why not. Never throws.
-CudaProbe cuda_probe();
+LAYERINIT_API CudaProbe cuda_probe();
 
 // "auto" (CUDA when usable, else host), "cpu" or "host", "cuda". threads: host threads, 0 = all cores.
 // Throws std::invalid_argument for an unknown name, layerinit::error when CUDA is asked but unusable.
-std::unique_ptr<backend> make_backend(std::string_view name, int threads = 0);
+LAYERINIT_API std::unique_ptr<backend> make_backend(std::string_view name, int threads = 0);
 
 // The host backend on its own (always available).
-std::unique_ptr<backend> make_host_backend(int threads = 0);
+LAYERINIT_API std::unique_ptr<backend> make_host_backend(int threads = 0);
 
 // The dry backend: the same allocation calls as a real build, no bytes written or backed.
-std::unique_ptr<backend> make_dry_backend();
+LAYERINIT_API std::unique_ptr<backend> make_dry_backend();
 
 // Hands [data, data + bytes) of the backend's memory to visit(host, offset, n) in order, as host
 // memory: in one chunk (offset 0) when the backend's memory is host memory, else copied into
 // `staging` chunk by chunk, each staging.size() bytes but the last. Throws std::invalid_argument
 // when device bytes are to be read through an empty staging buffer.
-void read_on_host(backend& be, const void* data, std::uint64_t bytes, std::span<unsigned char> staging,
-                  const std::function<void(const void* host, std::uint64_t offset, std::uint64_t n)>& visit);
+LAYERINIT_API void read_on_host(backend& be, const void* data, std::uint64_t bytes, std::span<unsigned char> staging,
+                                const std::function<void(const void* host, std::uint64_t offset, std::uint64_t n)>& visit);
 
 // The report hash of a tensor: XXH3-64 of its raw bytes (content_hash.hpp), read through the
 // backend (device memory is copied to the host in chunks of at most 64 MiB).
-std::uint64_t hash_tensor(backend& be, const TensorView& t);
-std::uint64_t hash_bytes(backend& be, const void* data, std::uint64_t bytes);
+LAYERINIT_API std::uint64_t hash_tensor(backend& be, const TensorView& t);
+LAYERINIT_API std::uint64_t hash_bytes(backend& be, const void* data, std::uint64_t bytes);
 
 }  // namespace layerinit

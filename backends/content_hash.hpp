@@ -7,14 +7,16 @@
 #include <cstdint>
 #include <memory>
 
+#include <layerinit/core/api.hpp>
+
 namespace layerinit {
 
 // One-shot XXH3-64 of host memory.
-std::uint64_t content_hash(const void* host_data, std::size_t bytes);
+LAYERINIT_API std::uint64_t content_hash(const void* host_data, std::size_t bytes);
 
 // Streaming XXH3-64: update() with consecutive chunks of host memory, in order; digest() equals
 // content_hash() of their concatenation, however the bytes were split. Move-only.
-class ContentHash {
+class LAYERINIT_API ContentHash {
  public:
   ContentHash();
   ~ContentHash();

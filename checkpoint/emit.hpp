@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/checkpoint/writer.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/shard/rank.hpp>
@@ -18,18 +19,18 @@ namespace layerinit {
 
 // The datasets a build writes, in file order: per-layer layout one per tensor (Hugging Face names),
 // stacked layout one [L, ...] dataset per layer parameter with one slab per layer.
-std::vector<DatasetSpec> checkpoint_datasets(const Builder& b);
+LAYERINIT_API std::vector<DatasetSpec> checkpoint_datasets(const Builder& b);
 // The same datasets one at a time (Builder::walk), each with where it comes from: the kind of its
 // part and, per-layer layout, its layer (0-based in the repeated block; nothing for the stacked
 // buffers and the tensors outside the layers).
 using DatasetVisitor = std::function<void(DatasetSpec, Part::Kind, std::optional<std::uint64_t> layer)>;
-void for_each_dataset(const Builder& b, const DatasetVisitor& f);
+LAYERINIT_API void for_each_dataset(const Builder& b, const DatasetVisitor& f);
 
 // planned_bytes(f, checkpoint_datasets(b), meta, opts) without the list: O(tensors of one layer) for
 // uniform layers (Builder::uniform_layers), O(1) memory always. The free space check of emit asks
 // this before anything grows with the model.
-std::uint64_t planned_checkpoint_bytes(const Builder& b, CheckpointFormat f, const CheckpointMetadata& meta,
-                                       const WriterOptions& opts);
+LAYERINIT_API std::uint64_t planned_checkpoint_bytes(const Builder& b, CheckpointFormat f, const CheckpointMetadata& meta,
+                                                     const WriterOptions& opts);
 
 struct EmitProgress {
   std::uint64_t layers_done = 0, layers_total = 0;
@@ -40,10 +41,10 @@ struct EmitProgress {
 // A Hugging Face config.json makes transformers load a directory as its model: only the per-layer,
 // out-in layout matches what it expects (stacked or transposed weights would load as missing keys
 // initialized anew, or a square weight silently transposed).
-bool hf_loadable(const BuildOptions& opts);
+LAYERINIT_API bool hf_loadable(const BuildOptions& opts);
 // The config.json an emit to safetensors writes beside the weights: config_json of the spec's family
 // when hf_loadable(opts); nothing for other layouts and for families without one (MLPs, custom specs).
-std::optional<std::string> hf_config_for(const ModelSpec& spec, const BuildOptions& opts);
+LAYERINIT_API std::optional<std::string> hf_config_for(const ModelSpec& spec, const BuildOptions& opts);
 
 struct EmitOptions {
   CheckpointFormat format = CheckpointFormat::hdf5;
@@ -60,7 +61,7 @@ struct EmitOptions {
 
 // What `build --report json` reports for a tensor: XXH3-64 of its raw bytes (content_hash), and for a
 // stacked tensor also of each layer slice.
-struct TensorReport {
+struct LAYERINIT_API TensorReport {
   TensorReport() = default;
   // A whole tensor of `shape` and `dtype`, its bytes counted, nothing hashed yet.
   TensorReport(std::string name, Shape shape, DType dtype);
@@ -91,15 +92,15 @@ struct EmitResult {
 // checkpoint_error for an environment failure), streams every part, commits. On any exception or
 // cancellation the target keeps what it held and temporary files are removed. Cancellation throws
 // layerinit::error("interrupted").
-EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem::path& target, const EmitOptions& opts);
+LAYERINIT_API EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem::path& target, const EmitOptions& opts);
 
 // `given` with the builder's dtype, seed, recipe, layout, orientation and model_spec filled in where
 // empty; a given value that contradicts the builder throws std::invalid_argument.
-CheckpointMetadata builder_metadata(const Builder& b, const CheckpointMetadata& given);
+LAYERINIT_API CheckpointMetadata builder_metadata(const Builder& b, const CheckpointMetadata& given);
 
 // A rank's file name: "rank-00003-of-00008.safetensors", the rank counted from 0 and the number of
 // ranks, each with at least 5 digits, then the extension.
-std::string rank_file_name(std::uint64_t rank, std::uint64_t ranks, std::string_view extension = ".safetensors");
+LAYERINIT_API std::string rank_file_name(std::uint64_t rank, std::uint64_t ranks, std::string_view extension = ".safetensors");
 
 // Streams rank r's pieces (stream_rank: tracked peak = its largest part) into one safetensors file,
 // dir / rank_file_name(r, ranks), written atomically (open_safetensors_file_writer); `dir` is created
@@ -111,6 +112,6 @@ std::string rank_file_name(std::uint64_t rank, std::uint64_t ranks, std::string_
 // opts.format must be safetensors, without max_shard_size or config_json (std::invalid_argument).
 // The result's tensors carry global_shape and offset. Failures leave no temporary behind, as
 // emit_checkpoint's do.
-EmitResult emit_rank(const RankPlan& r, backend& be, const std::filesystem::path& dir, const EmitOptions& opts);
+LAYERINIT_API EmitResult emit_rank(const RankPlan& r, backend& be, const std::filesystem::path& dir, const EmitOptions& opts);
 
 }  // namespace layerinit

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/dtypes/dtype.hpp>
 #include <layerinit/init/spec.hpp>
 
@@ -11,7 +12,7 @@ namespace layerinit {
 // Whether config_json has a config.json for `spec`: one it was read from (spec.hf_config), or a
 // family config_json writes one for (llama, mistral, mixtral, qwen2, gemma2, gpt2). MLPs and other
 // specs have none: their checkpoints hold weights only.
-bool has_config_json(const ModelSpec& spec);
+LAYERINIT_API bool has_config_json(const ModelSpec& spec);
 
 // The spec's config.json: spec.hf_config as it is (the config the user described, byte for byte),
 // else one written from spec.family, spec.hyper and the layer count, with transformers 5's
@@ -19,6 +20,6 @@ bool has_config_json(const ModelSpec& spec);
 // std::invalid_argument for a spec without one (naming the supported families) and for a
 // config.json with a quantization_config (emit writes unquantized weights, which transformers would
 // load as quantized ones).
-std::string config_json(const ModelSpec& spec, DType dtype);
+LAYERINIT_API std::string config_json(const ModelSpec& spec, DType dtype);
 
 }  // namespace layerinit

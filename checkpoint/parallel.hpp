@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/checkpoint/emit.hpp>
 
 namespace layerinit {
@@ -17,7 +18,7 @@ namespace layerinit {
 // What the parallel emit needs from a group of processes. Every member is collective: each rank
 // calls it, in the same order. An implementation that can no longer complete one (a peer died, the
 // job is being torn down) throws; emit_parallel then removes what is left and rethrows.
-class Collective {
+class LAYERINIT_API Collective {
  public:
   virtual ~Collective() = default;
   virtual std::uint64_t rank() const = 0;
@@ -32,7 +33,7 @@ class Collective {
 
 // Thrown on every rank but the failed one when another rank failed first: "emit: rank 2 of 4 failed;
 // nothing was published". The failed rank throws its own error.
-class rank_failed : public error {
+class LAYERINIT_API rank_failed : public error {
  public:
   rank_failed(std::uint64_t rank, std::uint64_t ranks);
   std::uint64_t rank() const noexcept { return rank_; }
@@ -44,10 +45,10 @@ class rank_failed : public error {
 // Contiguous owners for units of work in order, by bytes: unit k goes to the rank whose share of the
 // total holds the unit's middle byte, floor(ranks * (start_k + bytes_k / 2) / total). Owners never
 // decrease; a rank may get nothing (more ranks than units, or one large unit).
-std::vector<std::uint64_t> split_by_bytes(const std::vector<std::uint64_t>& bytes, std::uint64_t ranks);
+LAYERINIT_API std::vector<std::uint64_t> split_by_bytes(const std::vector<std::uint64_t>& bytes, std::uint64_t ranks);
 
 // Rank r's file of a parallel HDF5 checkpoint, inside its rank directory: "rank-00003-of-00008.h5".
-std::string hdf5_rank_file_name(std::uint64_t rank, std::uint64_t ranks);
+LAYERINIT_API std::string hdf5_rank_file_name(std::uint64_t rank, std::uint64_t ranks);
 
 // Writes the checkpoint emit_checkpoint writes, split among c.size() ranks; every rank calls it with
 // the same builder options, target and opts (a process group started with one command line).
@@ -73,7 +74,7 @@ std::string hdf5_rank_file_name(std::uint64_t rank, std::uint64_t ranks);
 // Returns on rank 0 the whole checkpoint's report (tensors in file order, as emit_checkpoint's;
 // an HDF5 stacked dataset split among ranks has hashed = false and its layer hashes), elsewhere the
 // rank's own tensors. With one rank (c.size() == 1) it is emit_checkpoint.
-EmitResult emit_parallel(const Builder& b, backend& be, const std::filesystem::path& target, const EmitOptions& opts,
-                         Collective& c);
+LAYERINIT_API EmitResult emit_parallel(const Builder& b, backend& be, const std::filesystem::path& target, const EmitOptions& opts,
+                                       Collective& c);
 
 }  // namespace layerinit

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/dtypes/dtype.hpp>
 #include <layerinit/core/shape.hpp>
 #include <layerinit/core/errors.hpp>
@@ -26,7 +27,7 @@ namespace layerinit {
 
 // Any failure to create, write or publish a checkpoint. what() is one line naming the path and the
 // system's reason: "checkpoint: cannot write /data/out.h5: No space left on device".
-class checkpoint_error : public error {
+class LAYERINIT_API checkpoint_error : public error {
  public:
   using error::error;
 };
@@ -35,14 +36,14 @@ class checkpoint_error : public error {
 // overwrite is on but it is not something layerinit wrote (docs/checkpoint.md), or its directory
 // does not exist. The CLI reports it as bad input (exit 2); every other checkpoint_error is an I/O
 // or environment failure (exit 1).
-class checkpoint_refused : public checkpoint_error {
+class LAYERINIT_API checkpoint_refused : public checkpoint_error {
  public:
   using checkpoint_error::checkpoint_error;
 };
 
 enum class CheckpointFormat : std::uint8_t { hdf5, safetensors };
-std::string_view format_name(CheckpointFormat f);           // "hdf5", "safetensors"
-CheckpointFormat parse_checkpoint_format(std::string_view s);  // throws std::invalid_argument listing both
+LAYERINIT_API std::string_view format_name(CheckpointFormat f);           // "hdf5", "safetensors"
+LAYERINIT_API CheckpointFormat parse_checkpoint_format(std::string_view s);  // throws std::invalid_argument listing both
 
 // One dataset (HDF5) or tensor (safetensors), declared before any data is written.
 struct DatasetSpec {
@@ -83,7 +84,7 @@ struct WriterOptions {
   std::uint64_t max_chunk_bytes = 64ull << 20;
 };
 
-class CheckpointWriter {
+class LAYERINIT_API CheckpointWriter {
  public:
   virtual ~CheckpointWriter() = default;
   CheckpointWriter() = default;
@@ -113,12 +114,12 @@ class CheckpointWriter {
 
 // Bytes the checkpoint will take on disk (data plus a bound on headers/metadata): what the free
 // space check asks for.
-std::uint64_t planned_bytes(CheckpointFormat f, const std::vector<DatasetSpec>& datasets,
-                            const CheckpointMetadata& meta, const WriterOptions& opts);
+LAYERINIT_API std::uint64_t planned_bytes(CheckpointFormat f, const std::vector<DatasetSpec>& datasets,
+                                          const CheckpointMetadata& meta, const WriterOptions& opts);
 
 // planned_bytes added up one dataset, or one run of alike datasets, at a time: the datasets of 10^9
 // identical layers are counted without a list of them. Saturates at 2^64 - 1 (no space has that).
-class PlannedBytes {
+class LAYERINIT_API PlannedBytes {
  public:
   PlannedBytes(CheckpointFormat f, const CheckpointMetadata& meta, const WriterOptions& opts);
   void add(const DatasetSpec& d) { add_run(d, 1, d.name.size()); }
@@ -137,33 +138,33 @@ class PlannedBytes {
 // or with opts.overwrite something layerinit wrote: docs/checkpoint.md), its directory exists, and
 // (opts.check_free_space) there is room for `planned` bytes. Throws checkpoint_refused for a target
 // that may not be written, checkpoint_error for an environment failure.
-void check_checkpoint_target(CheckpointFormat f, const std::filesystem::path& target, const WriterOptions& opts,
-                             std::uint64_t planned);
+LAYERINIT_API void check_checkpoint_target(CheckpointFormat f, const std::filesystem::path& target, const WriterOptions& opts,
+                                           std::uint64_t planned);
 
 // Throws checkpoint_error when the filesystem holding `where` (a file or directory; the nearest
 // existing ancestor is asked) has fewer than `bytes` bytes available to this user:
 // "checkpoint: not enough space for /data/out.h5: needs 13.49 GiB (...), 2.00 GiB (...) available".
-void check_free_space(const std::filesystem::path& where, std::uint64_t bytes);
+LAYERINIT_API void check_free_space(const std::filesystem::path& where, std::uint64_t bytes);
 
 // Creates the temporary file/directory beside `target` at once, so an unwritable path, an existing
 // target without overwrite, or too little space fail here, before any work.
 // HDF5: `target` is the file. safetensors: `target` is a directory that receives model.safetensors
 // (or model-0000k-of-0000n.safetensors shards and model.safetensors.index.json) and config.json.
-std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& target,
-                                                   std::vector<DatasetSpec> datasets,
-                                                   const CheckpointMetadata& meta, const WriterOptions& opts);
-std::unique_ptr<CheckpointWriter> open_safetensors_writer(const std::filesystem::path& target,
-                                                          std::vector<DatasetSpec> datasets,
-                                                          const CheckpointMetadata& meta,
-                                                          const WriterOptions& opts);
+LAYERINIT_API std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& target,
+                                                                 std::vector<DatasetSpec> datasets,
+                                                                 const CheckpointMetadata& meta, const WriterOptions& opts);
+LAYERINIT_API std::unique_ptr<CheckpointWriter> open_safetensors_writer(const std::filesystem::path& target,
+                                                                        std::vector<DatasetSpec> datasets,
+                                                                        const CheckpointMetadata& meta,
+                                                                        const WriterOptions& opts);
 // One .safetensors file at `file` (its name must end in .safetensors), written to a temporary file
 // beside it and renamed into place; no shards, no index, no config.json (a max_shard_size or
 // config_json is refused with std::invalid_argument). --force (overwrite) replaces only a
 // .safetensors file whose __metadata__ has format_version and library_version. emit_rank writes
 // each rank's file with it.
-std::unique_ptr<CheckpointWriter> open_safetensors_file_writer(const std::filesystem::path& file,
-                                                               std::vector<DatasetSpec> datasets,
-                                                               const CheckpointMetadata& meta, const WriterOptions& opts);
+LAYERINIT_API std::unique_ptr<CheckpointWriter> open_safetensors_file_writer(const std::filesystem::path& file,
+                                                                             std::vector<DatasetSpec> datasets,
+                                                                             const CheckpointMetadata& meta, const WriterOptions& opts);
 // A safetensors checkpoint's files: tensors go to shards in declaration order; a new shard starts
 // when the next tensor would push the current shard's data past max_shard_size bytes (0: never), a
 // larger tensor gets a shard of its own. One shard is "model.safetensors", more are
@@ -174,19 +175,19 @@ struct SafetensorsShard {
   std::vector<std::size_t> datasets;  // indices into the declared list, in order
   std::uint64_t data_bytes = 0;
 };
-std::vector<SafetensorsShard> safetensors_shards(const std::vector<DatasetSpec>& datasets, std::uint64_t max_shard_size);
+LAYERINIT_API std::vector<SafetensorsShard> safetensors_shards(const std::vector<DatasetSpec>& datasets, std::uint64_t max_shard_size);
 // model.safetensors.index.json of those shards: {"metadata": {"total_size": N}, "weight_map": {...}}.
-std::string safetensors_index_json(const std::vector<SafetensorsShard>& shards, const std::vector<DatasetSpec>& datasets);
+LAYERINIT_API std::string safetensors_index_json(const std::vector<SafetensorsShard>& shards, const std::vector<DatasetSpec>& datasets);
 
-std::unique_ptr<CheckpointWriter> open_checkpoint_writer(CheckpointFormat f, const std::filesystem::path& target,
-                                                         std::vector<DatasetSpec> datasets,
-                                                         const CheckpointMetadata& meta, const WriterOptions& opts);
+LAYERINIT_API std::unique_ptr<CheckpointWriter> open_checkpoint_writer(CheckpointFormat f, const std::filesystem::path& target,
+                                                                       std::vector<DatasetSpec> datasets,
+                                                                       const CheckpointMetadata& meta, const WriterOptions& opts);
 // The same for a caller whose dataset list grows with the model (emit): the target and the space for
 // `planned` bytes (planned_bytes of the list, counted without it) are checked first, and only then
 // does `datasets` make the list.
-std::unique_ptr<CheckpointWriter> open_checkpoint_writer(CheckpointFormat f, const std::filesystem::path& target,
-                                                         std::uint64_t planned,
-                                                         const std::function<std::vector<DatasetSpec>()>& datasets,
-                                                         const CheckpointMetadata& meta, const WriterOptions& opts);
+LAYERINIT_API std::unique_ptr<CheckpointWriter> open_checkpoint_writer(CheckpointFormat f, const std::filesystem::path& target,
+                                                                       std::uint64_t planned,
+                                                                       const std::function<std::vector<DatasetSpec>()>& datasets,
+                                                                       const CheckpointMetadata& meta, const WriterOptions& opts);
 
 }  // namespace layerinit

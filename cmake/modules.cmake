@@ -14,10 +14,9 @@
 
 set_property(GLOBAL PROPERTY LAYERINIT_MODULES "")
 
-# layerinit_module(<folder> SOURCES ... [CUDA_SOURCES ...] [DEPS <folder> ...]
-#                  [PRIVATE_HEADERS ...] [CUDA_HEADERS ...])
+# layerinit_module(<folder> SOURCES ... [CUDA_SOURCES ...] [DEPS <folder> ...] [PRIVATE_HEADERS ...])
 function(layerinit_module folder)
-  cmake_parse_arguments(M "" "" "SOURCES;CUDA_SOURCES;DEPS;PRIVATE_HEADERS;CUDA_HEADERS" ${ARGN})
+  cmake_parse_arguments(M "" "" "SOURCES;CUDA_SOURCES;DEPS;PRIVATE_HEADERS" ${ARGN})
   set(target layerinit_${folder})
   add_library(${target} OBJECT ${M_SOURCES})
   if(LAYERINIT_HAS_CUDA AND M_CUDA_SOURCES)
@@ -43,19 +42,21 @@ function(layerinit_module folder)
     target_link_libraries(${target} PUBLIC layerinit_${dep})
   endforeach()
   layerinit_private_flags(${target})
+  # Hidden by default: liblayerinit.so exports what the public headers mark LAYERINIT_API
+  # (core/api.hpp), nothing of detail:: or of a private header.
+  set_target_properties(${target} PROPERTIES CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden
+                                             VISIBILITY_INLINES_HIDDEN ON)
 
-  # Public headers: installed, and checked one by one. Private ones (used by the layer's own sources,
-  # the layers above in the build tree, and the tests) are neither; CUDA headers only with CUDA.
+  # Public headers: installed, and checked one by one; together exactly what layerinit.hpp reaches
+  # (cmake/test_consumer.cmake checks it). Private ones (used by the layer's own sources, the layers
+  # above in the build tree, and the tests) are neither.
   file(GLOB headers RELATIVE ${PROJECT_SOURCE_DIR}/${folder} CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${folder}/*.hpp)
-  foreach(h IN LISTS M_PRIVATE_HEADERS M_CUDA_HEADERS)
+  foreach(h IN LISTS M_PRIVATE_HEADERS)
     if(NOT EXISTS ${PROJECT_SOURCE_DIR}/${folder}/${h})
       message(FATAL_ERROR "layerinit_module(${folder}): no header ${h}")
     endif()
   endforeach()
   list(REMOVE_ITEM headers ${M_PRIVATE_HEADERS})
-  if(NOT LAYERINIT_HAS_CUDA AND M_CUDA_HEADERS)
-    list(REMOVE_ITEM headers ${M_CUDA_HEADERS})
-  endif()
   if(headers)
     install(FILES ${headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/layerinit/${folder})
   endif()

@@ -2,6 +2,7 @@
 # where it was installed), check that no installed file names the build or source tree, then
 # configure, build and run examples/consumer against the moved prefix with find_package.
 # Arguments: BIN (build dir), SRC (source dir), WORK.
+cmake_minimum_required(VERSION 3.25)  # IN_LIST
 file(REMOVE_RECURSE ${WORK})
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${BIN} --prefix ${WORK}/staging RESULT_VARIABLE rc OUTPUT_QUIET)
 if(rc)
@@ -40,6 +41,30 @@ foreach(f IN LISTS installed)
   endif()
   if(f MATCHES "detail")
     message(FATAL_ERROR "installed an internal file: ${f}")
+  endif()
+endforeach()
+
+# The installed headers are exactly what the umbrella header reaches: none a consumer cannot get to
+# from layerinit/layerinit.hpp, none it reaches that is missing (checked above).
+set(reached "")
+set(queue include/layerinit/layerinit.hpp)
+while(queue)
+  list(POP_FRONT queue h)
+  if(h IN_LIST reached)
+    continue()
+  endif()
+  list(APPEND reached ${h})
+  file(READ ${WORK}/prefix/${h} text)
+  string(REGEX MATCHALL "#include <layerinit/[^>]+>" includes "${text}")
+  foreach(inc IN LISTS includes)
+    string(REGEX REPLACE "#include <(.*)>" "include/\\1" path "${inc}")
+    list(APPEND queue ${path})
+  endforeach()
+endwhile()
+foreach(f IN LISTS installed)
+  if(f MATCHES "\\.hpp$" AND NOT f IN_LIST reached)
+    message(FATAL_ERROR "installed ${f}, which layerinit/layerinit.hpp does not reach: install it as API "
+                        "(include it from layerinit.hpp) or not at all (PRIVATE_HEADERS)")
   endif()
 endforeach()
 

@@ -5,16 +5,18 @@
 #include <stdexcept>
 #include <string>
 
+#include <layerinit/core/api.hpp>
+
 namespace layerinit {
 
 // Base of every layerinit error that is not a plain std::invalid_argument.
-class error : public std::runtime_error {
+class LAYERINIT_API error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
 // An allocation could not be satisfied: `requested` bytes asked with `in_use` bytes already held.
-class out_of_memory : public error {
+class LAYERINIT_API out_of_memory : public error {
  public:
   out_of_memory(std::size_t requested, std::size_t in_use, const std::string& where);
   std::size_t requested() const noexcept { return requested_; }
@@ -26,7 +28,7 @@ class out_of_memory : public error {
 };
 
 // A CUDA runtime or driver call failed: carries the call, file and line.
-class cuda_error : public error {
+class LAYERINIT_API cuda_error : public error {
  public:
   cuda_error(const std::string& call, const std::string& what, const char* file, int line);
   const std::string& call() const noexcept { return call_; }
@@ -35,7 +37,7 @@ class cuda_error : public error {
   std::string call_;
 };
 
-[[noreturn]] void throw_precondition(const char* expr, const std::string& msg, const char* file, int line);
+[[noreturn]] LAYERINIT_API void throw_precondition(const char* expr, const std::string& msg, const char* file, int line);
 
 }  // namespace layerinit
 

@@ -5,17 +5,19 @@
 #include <string>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
+
 namespace layerinit {
 
 using Shape = std::vector<std::uint64_t>;
-std::uint64_t numel(const Shape& s);       // throws std::overflow_error past 2^64
-std::string shape_string(const Shape& s);  // "[4096, 4096]"
+LAYERINIT_API std::uint64_t numel(const Shape& s);       // throws std::overflow_error past 2^64
+LAYERINIT_API std::string shape_string(const Shape& s);  // "[4096, 4096]"
 
 // Counts of elements and bytes past 2^64: checked_* throw std::overflow_error("<what> overflows 64
 // bits"); saturating_* stop at 2^64 - 1, for estimates that only need to exceed any real limit.
-std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const char* what);
-std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what);
-std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b);
-std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b);
+LAYERINIT_API std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const char* what);
+LAYERINIT_API std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what);
+LAYERINIT_API std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b);
+LAYERINIT_API std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b);
 
 }  // namespace layerinit

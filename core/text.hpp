@@ -5,19 +5,21 @@
 #include <string>
 #include <string_view>
 
+#include <layerinit/core/api.hpp>
+
 namespace layerinit {
 
 // Glob match on canonical names (fnmatch without special treatment of '.' or '/').
-bool name_matches(std::string_view pattern, std::string_view name);
+LAYERINIT_API bool name_matches(std::string_view pattern, std::string_view name);
 
 // Length of the well-formed UTF-8 sequence at s[i] (RFC 3629: shortest form, no surrogates, at most
 // U+10FFFF), or 0 when s[i] does not start one. i < s.size().
-std::size_t utf8_sequence_length(std::string_view s, std::size_t i);
+LAYERINIT_API std::size_t utf8_sequence_length(std::string_view s, std::size_t i);
 
 // User text made safe for a one-line message or a terminal: C0 controls, DEL, C1 controls (a raw byte
 // or UTF-8 encoded, U+0080-U+009F) and bytes that are not UTF-8 become \xNN; other UTF-8 passes as
 // it is. A backslash is kept, so escaping twice changes nothing. Past `max` bytes the text is cut
 // and "..." appended.
-std::string printable(std::string_view s, std::size_t max = std::string_view::npos);
+LAYERINIT_API std::string printable(std::string_view s, std::size_t max = std::string_view::npos);
 
 }  // namespace layerinit

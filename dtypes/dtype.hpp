@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include <layerinit/core/api.hpp>
+
 namespace layerinit {
 
 // The tag's values are stable (they appear in files). fp8 (e4m3 = 3, e5m2 = 4) is reserved.
@@ -14,24 +16,24 @@ enum class DType : std::uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
 
 inline constexpr DType all_dtypes[] = {DType::f32, DType::f16, DType::bf16};
 
-std::string_view dtype_name(DType t);      // "fp32", "fp16", "bf16"
-std::size_t dtype_size(DType t);           // bytes per element
+LAYERINIT_API std::string_view dtype_name(DType t);      // "fp32", "fp16", "bf16"
+LAYERINIT_API std::size_t dtype_size(DType t);           // bytes per element
 // Accepts fp32/float32/f32, fp16/float16/f16/half, bf16/bfloat16; throws std::invalid_argument
 // "unknown dtype 'x' (valid: fp32, fp16, bf16)".
-DType parse_dtype(std::string_view s);
-std::string dtype_names();                 // "fp32, fp16, bf16"
+LAYERINIT_API DType parse_dtype(std::string_view s);
+LAYERINIT_API std::string dtype_names();                 // "fp32, fp16, bf16"
 
 // Host conversions between float and the raw bits of the 16-bit types (Eigen's half and bfloat16:
 // round to nearest even, NaN kept quiet). dtypes/round.hpp converts whole arrays the same way.
-std::uint16_t float_to_f16_bits(float x);
-std::uint16_t float_to_bf16_bits(float x);
-float f16_bits_to_float(std::uint16_t b);
-float bf16_bits_to_float(std::uint16_t b);
+LAYERINIT_API std::uint16_t float_to_f16_bits(float x);
+LAYERINIT_API std::uint16_t float_to_bf16_bits(float x);
+LAYERINIT_API float f16_bits_to_float(std::uint16_t b);
+LAYERINIT_API float bf16_bits_to_float(std::uint16_t b);
 
 // Rounds x to the nearest value of dtype t and returns it as float.
-float round_to_dtype(float x, DType t);
+LAYERINIT_API float round_to_dtype(float x, DType t);
 // The largest value of dtype t that is <= x, and the smallest that is >= x (x finite, in range).
-float dtype_floor(float x, DType t);
-float dtype_ceil(float x, DType t);
+LAYERINIT_API float dtype_floor(float x, DType t);
+LAYERINIT_API float dtype_ceil(float x, DType t);
 
 }  // namespace layerinit

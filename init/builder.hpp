@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/init/engine.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/init/spec.hpp>
@@ -27,10 +28,10 @@ namespace layerinit {
 
 enum class Layout { per_layer, stacked };
 enum class Orientation { out_in, in_out };
-std::string_view layout_name(Layout l);              // "per-layer", "stacked"
-Layout parse_layout(std::string_view s);             // throws listing valid names
-std::string_view orientation_name(Orientation o);    // "out-in", "in-out"
-Orientation parse_orientation(std::string_view s);
+LAYERINIT_API std::string_view layout_name(Layout l);              // "per-layer", "stacked"
+LAYERINIT_API Layout parse_layout(std::string_view s);             // throws listing valid names
+LAYERINIT_API std::string_view orientation_name(Orientation o);    // "out-in", "in-out"
+LAYERINIT_API Orientation parse_orientation(std::string_view s);
 
 struct DTypeOverride {
   std::string pattern;  // glob on canonical names, e.g. "*norm*"
@@ -54,14 +55,14 @@ struct BuildOptions {
   std::function<void()> after_part;
 };
 
-struct Layer {
+struct LAYERINIT_API Layer {
   std::uint64_t index = 0;
   std::vector<Tensor> tensors;  // in LayerSpec order
   std::uint64_t bytes() const;
 };
 
 // A built model in one of two layouts.
-struct Model {
+struct LAYERINIT_API Model {
   Layout layout = Layout::per_layer;
   ExpertLayout experts = ExpertLayout::stacked;  // how the stacked layout holds experts
   std::uint64_t num_layers = 0;
@@ -78,7 +79,7 @@ struct Model {
 };
 
 // One finished piece of a streamed build: a layer, or one tensor outside the layers.
-struct Part {
+struct LAYERINIT_API Part {
   enum class Kind { pre, layer, post } kind = Kind::pre;
   std::uint64_t layer = 0;               // Kind::layer
   std::vector<TensorView> tensors;
@@ -127,7 +128,7 @@ struct PlanStep {
   std::span<const StackedTensor> buffers;
 };
 
-class Builder {
+class LAYERINIT_API Builder {
  public:
   // `memory` is where tensors come from (normally a tracking_resource wrapping be.memory()).
   Builder(const ModelSpec& spec, const Recipe& recipe, BuildOptions opts, backend& be, memory_resource& memory);
@@ -181,6 +182,6 @@ class Builder {
 
 // The step's tensors, whole, each into a new allocation; a stacked layer's with the buffer it is a
 // slice of (Engine::fill_part refuses a dtype that is not the buffer's).
-std::vector<PartTensor> whole_tensors(const PlanStep& s);
+LAYERINIT_API std::vector<PartTensor> whole_tensors(const PlanStep& s);
 
 }  // namespace layerinit

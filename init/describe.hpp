@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/init/spec.hpp>
 
@@ -20,8 +21,8 @@ namespace layerinit {
 // The kind of module that owns a parameter, where the framework knows it (nn.Linear, eqx.nn.Linear,
 // nnx.Linear: linear; nn.Embedding, nnx.Embed: embedding; LayerNorm, RMSNorm, GroupNorm: norm).
 enum class ModuleKind : std::uint8_t { unknown, linear, embedding, norm };
-std::string_view module_kind_name(ModuleKind k);
-ModuleKind parse_module_kind(std::string_view s);  // throws std::invalid_argument listing valid names
+LAYERINIT_API std::string_view module_kind_name(ModuleKind k);
+LAYERINIT_API ModuleKind parse_module_kind(std::string_view s);  // throws std::invalid_argument listing valid names
 
 // How a 2-D weight is stored: [out, in] (PyTorch, Equinox) or [in, out] (Flax).
 enum class WeightStorage : std::uint8_t { unknown, out_in, in_out };
@@ -86,6 +87,6 @@ struct DescribedModel {
 // With `recipe`, refuses (std::invalid_argument, one line listing them and what would tell it) the
 // parameters whose fill under that recipe depends on a role or layer the description does not tell,
 // or that the recipe has no rule for.
-DescribedModel describe(const ModelDescription& d, const Recipe* recipe = nullptr);
+LAYERINIT_API DescribedModel describe(const ModelDescription& d, const Recipe* recipe = nullptr);
 
 }  // namespace layerinit

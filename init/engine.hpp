@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <layerinit/backends/backend.hpp>
+#include <layerinit/core/api.hpp>
 #include <layerinit/kernels/fill.hpp>
 #include <layerinit/memory/tensor.hpp>
 
@@ -33,7 +34,7 @@ struct PlannedTensor {
 };
 
 // A FillJob for a planned tensor whose memory element 0 is at dst.
-FillJob fill_job_for(const PlannedTensor& p, void* dst, std::uint64_t seed);
+LAYERINIT_API FillJob fill_job_for(const PlannedTensor& p, void* dst, std::uint64_t seed);
 
 // The stacked buffer (or dataset) a layer tensor is one slice of: it holds one dtype.
 struct StackSlot {
@@ -50,7 +51,7 @@ struct PartTensor {
   std::optional<StackSlot> stack;
 };
 // The whole tensors of a list, each into a new allocation.
-std::vector<PartTensor> whole_tensors(std::span<const PlannedTensor> planned);
+LAYERINIT_API std::vector<PartTensor> whole_tensors(std::span<const PlannedTensor> planned);
 
 // Appends to `out` the jobs that write part tensor k at dst.
 using PartJobs = std::function<void(std::size_t k, void* dst, std::vector<FillJob>& out)>;

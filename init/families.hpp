@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/init/spec.hpp>
 
 namespace layerinit {
@@ -14,9 +15,9 @@ namespace layerinit {
 // An MLP: widths[0] inputs -> widths.back() outputs. widths[1..n-2] are hidden widths; if every
 // hidden width is equal, the hidden->hidden linears form the repeated layers ("layers.{i}.weight"),
 // the first linear is "input.weight" and the last "output.weight".
-ModelSpec mlp_spec(std::string name, const std::vector<std::uint64_t>& widths, bool bias);
+LAYERINIT_API ModelSpec mlp_spec(std::string name, const std::vector<std::uint64_t>& widths, bool bias);
 // GPT-2: learned positions, LayerNorm with bias, fused qkv (Conv1D, [in, out]), tied head.
-ModelSpec gpt2_spec(std::string name, const Hyper& h, std::uint64_t num_layers);
+LAYERINIT_API ModelSpec gpt2_spec(std::string name, const Hyper& h, std::uint64_t num_layers);
 
 // q and k normalized inside attention (an RMSNorm weight each).
 enum class QkNorm : std::uint8_t {
@@ -78,10 +79,10 @@ struct DecoderLayout {
 // A decoder-only transformer of num_hidden_layers layers: the token embedding, the layers, the final
 // norm and an untied lm_head. Missing numbers take a transformer config's defaults: kv heads =
 // heads, head_dim = hidden / heads. Throws std::invalid_argument naming an inconsistent number.
-ModelSpec decoder_spec(std::string name, std::string family, const Hyper& h, const DecoderLayout& layout,
-                       std::uint64_t num_hidden_layers);
+LAYERINIT_API ModelSpec decoder_spec(std::string name, std::string family, const Hyper& h, const DecoderLayout& layout,
+                                     std::uint64_t num_hidden_layers);
 
 // Llama / Mistral: decoder_spec with Llama's layout, plus q/k/v biases when Hyper.bias (Qwen2).
-ModelSpec llama_spec(std::string name, const Hyper& h, std::uint64_t num_layers, std::string family = "llama");
+LAYERINIT_API ModelSpec llama_spec(std::string name, const Hyper& h, std::uint64_t num_layers, std::string family = "llama");
 
 }  // namespace layerinit

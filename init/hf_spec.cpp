@@ -448,9 +448,9 @@ ModelSpec spec_from_hf_config(std::string_view text, std::string name) {
   } catch (const spec_error&) {
     throw;
   } catch (const std::invalid_argument& e) {
-    throw spec_error("config.json: " + printable(e.what()));
+    throw spec_error("config.json", printable(e.what()));
   } catch (const std::overflow_error& e) {
-    throw spec_error("config.json: " + printable(e.what()));
+    throw spec_error("config.json", printable(e.what()));
   }
   m.hf_config = std::string(text);
   return m;

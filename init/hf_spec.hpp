@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/init/spec.hpp>
 
 namespace layerinit {
@@ -16,14 +17,14 @@ namespace layerinit {
 // the config's _name_or_path, else its model_type. Throws spec_error ("config.json: <field>: <what>")
 // for malformed JSON, a field of the wrong type or out of range, an unknown model_type (listing
 // hf_model_types()), and a field the family does not support (naming it).
-ModelSpec spec_from_hf_config(std::string_view config_json, std::string name = "");
+LAYERINIT_API ModelSpec spec_from_hf_config(std::string_view config_json, std::string name = "");
 
 // The config.json at `path`, or in the directory `path`, as spec_from_hf_config reads it; the spec is
 // named after the file ("qwen3-8b.json" -> "qwen3-8b"), or after its directory when the file is
 // config.json. Throws std::invalid_argument for a path it cannot read and a file above 16 MiB.
-ModelSpec load_hf_config(const std::string& path);
+LAYERINIT_API ModelSpec load_hf_config(const std::string& path);
 
 // The model_types spec_from_hf_config reads, sorted.
-std::vector<std::string> hf_model_types();
+LAYERINIT_API std::vector<std::string> hf_model_types();
 
 }  // namespace layerinit

@@ -53,14 +53,17 @@ const json* find(const json& j, const char* key) {
   return it == j.end() ? nullptr : &*it;
 }
 
+spec_error::spec_error(std::string source, const std::string& reason)
+    : std::invalid_argument(source + ": " + reason), source_(std::move(source)) {}
+
 void JsonReader::fail(const std::string& path, const std::string& what) const {
-  throw spec_error(source_ + ": " + printable(path.empty() ? "top level" : path) + ": " + printable(what));
+  throw spec_error(source_, printable(path.empty() ? "top level" : path) + ": " + printable(what));
 }
 
 void JsonReader::malformed(std::string_view text, std::size_t pos, const std::string& why) const {
   const auto [line, col] = line_column(text, pos);
-  throw spec_error(source_ + ": malformed JSON at line " + std::to_string(line) + ", column " + std::to_string(col) +
-                   ": " + printable(why, kMaxMessagePart));
+  throw spec_error(source_, "malformed JSON at line " + std::to_string(line) + ", column " + std::to_string(col) + ": " +
+                                printable(why, kMaxMessagePart));
 }
 
 void JsonReader::check_object(const json& j, const std::string& path, const std::vector<std::string>& valid) const {
@@ -184,7 +187,7 @@ json JsonReader::parse(std::string_view text) const {
       const auto pos = text.find(reason.substr(q + 1, q2 - q - 1));
       if (pos != std::string_view::npos) malformed(text, pos, reason);
     }
-    throw spec_error(source_ + ": malformed JSON: " + printable(reason, kMaxMessagePart));
+    throw spec_error(source_, "malformed JSON: " + printable(reason, kMaxMessagePart));
   }
 }
 

@@ -17,7 +17,7 @@ std::string join(const std::string& path, std::string_view key);  // "hyper" + "
 std::string at(const std::string& path, std::size_t i);            // "pre" + 2 -> "pre[2]"
 const json* find(const json& j, const char* key);                  // nullptr when absent
 
-// Errors are spec_error("<source>: <path>: <what>"), the source being "spec" or "config.json".
+// Errors are spec_error(<source>, "<path>: <what>"), the source being "spec" or "config.json".
 class JsonReader {
  public:
   explicit JsonReader(std::string source) : source_(std::move(source)) {}

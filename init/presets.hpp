@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/init/families.hpp>
 #include <layerinit/init/spec.hpp>
 
@@ -14,7 +15,7 @@ namespace layerinit {
 // mistral-7b, mixtral-8x7b, qwen2.5-7b, gemma-2-9b, deepseek-v3, llama-tiny, gpt2-tiny,
 // mixtral-tiny, qwen2.5-tiny, gemma-2-tiny, deepseek-v3-tiny. Throws std::invalid_argument
 // "unknown preset 'x' (valid: ...)".
-ModelSpec make_preset(std::string_view name);
-std::vector<std::string> preset_names();
+LAYERINIT_API ModelSpec make_preset(std::string_view name);
+LAYERINIT_API std::vector<std::string> preset_names();
 
 }  // namespace layerinit

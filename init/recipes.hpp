@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/init/spec.hpp>
 
 namespace layerinit {
@@ -23,12 +24,12 @@ struct TensorContext {
 // The context of tensor t: a layer tensor of block layer i (0-based in the block) is in layer
 // first_layer + i; a pre tensor named as one of the layers before the block (DeepSeek-V3's dense
 // layers) is in that layer; other pre/post tensors are in none.
-TensorContext tensor_context(const ModelSpec& spec, const TensorSpec& t, std::optional<std::uint64_t> block_layer);
+LAYERINIT_API TensorContext tensor_context(const ModelSpec& spec, const TensorSpec& t, std::optional<std::uint64_t> block_layer);
 
 // A recipe's numeric parameters, all of them with values (defaults filled in), by name.
 using RecipeParams = std::map<std::string, double, std::less<>>;
 
-class Recipe {
+class LAYERINIT_API Recipe {
  public:
   Recipe() = default;
   // The recipe as make_recipe reads it back: "mup" or "mup:base_width=256" (the parameters given).
@@ -66,7 +67,7 @@ class Recipe {
 // mpt, mup (docs/recipes.md). Throws std::invalid_argument "unknown recipe 'x' (valid: ...)", or
 // naming a parameter the recipe does not have (with the ones it has) or a value that is not a
 // positive finite number.
-Recipe make_recipe(std::string_view name);
-std::vector<std::string> recipe_names();
+LAYERINIT_API Recipe make_recipe(std::string_view name);
+LAYERINIT_API std::vector<std::string> recipe_names();
 
 }  // namespace layerinit

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/core/shape.hpp>
 #include <layerinit/core/text.hpp>  // printable(): specs' names in messages
 #include <layerinit/kernels/fill.hpp>
@@ -22,7 +23,7 @@ namespace layerinit {
 
 // Checks a fill's numbers are finite and within float range and that prepare_fill accepts it; throws
 // std::invalid_argument naming the problem.
-void validate_fill(const FillSpec& f);
+LAYERINIT_API void validate_fill(const FillSpec& f);
 
 // What a tensor is, for recipes.
 enum class TensorRole : std::uint8_t {
@@ -37,8 +38,8 @@ enum class TensorRole : std::uint8_t {
   head_weight,         // final projection to the vocabulary or the MLP's output layer
   other,
 };
-std::string_view role_name(TensorRole r);
-TensorRole parse_role(std::string_view s);  // throws std::invalid_argument listing valid names
+LAYERINIT_API std::string_view role_name(TensorRole r);
+LAYERINIT_API TensorRole parse_role(std::string_view s);  // throws std::invalid_argument listing valid names
 
 struct TensorSpec {
   std::string name;   // relative inside a LayerSpec, canonical in pre/post
@@ -102,9 +103,9 @@ struct HyperProblem {
   std::string field;
   std::string message;
 };
-std::optional<HyperProblem> hyper_problem(const Hyper& h);
+LAYERINIT_API std::optional<HyperProblem> hyper_problem(const Hyper& h);
 
-struct ModelSpec {
+struct LAYERINIT_API ModelSpec {
   std::string name;     // preset name or the spec's own
   std::string family;   // "mlp", "custom", or the Hugging Face model_type of the family (hf_model_types())
   Hyper hyper;
@@ -146,27 +147,27 @@ struct LayerName {
   std::uint64_t layer = 0;
   std::string_view relative;
 };
-std::optional<LayerName> split_layer_name(std::string_view layer_prefix, std::string_view name);
+LAYERINIT_API std::optional<LayerName> split_layer_name(std::string_view layer_prefix, std::string_view name);
 
 // Expert e of `rest` for a layer tensor inside the LayerSpec's experts (see LayerSpec); nothing for
 // the others and when the LayerSpec has no expert prefix.
-std::optional<LayerName> split_expert_name(const LayerSpec& layer, std::string_view name);
+LAYERINIT_API std::optional<LayerName> split_expert_name(const LayerSpec& layer, std::string_view name);
 // The number of experts E of a LayerSpec (0 without experts).
-std::uint64_t num_experts(const LayerSpec& layer);
+LAYERINIT_API std::uint64_t num_experts(const LayerSpec& layer);
 
 // The stacked layout's names and shapes (stacking/, the builder and emit share them):
 // "model.layers." + "mlp.up_proj.weight" -> "model.layers.mlp.up_proj.weight".
-std::string stacked_name(const ModelSpec& spec, const TensorSpec& t);
+LAYERINIT_API std::string stacked_name(const ModelSpec& spec, const TensorSpec& t);
 // [L, ...slice]: the shape of a stacked layer parameter whose layer slices have `slice` shape.
-Shape stacked_shape(const ModelSpec& spec, const Shape& slice);
+LAYERINIT_API Shape stacked_shape(const ModelSpec& spec, const Shape& slice);
 
 // How the stacked layout holds MoE experts: one [L, ...] buffer per expert tensor, or one
 // [L, E, ...] buffer per expert weight ("model.layers.block_sparse_moe.experts.w1.weight"), the layout
 // JAX scan code and transformers 5's fused experts expect. Either way an element's value is that of
 // the per-expert tensor it stands for.
 enum class ExpertLayout { per_expert, stacked };
-std::string_view expert_layout_name(ExpertLayout e);  // "per-expert", "stacked"
-ExpertLayout parse_expert_layout(std::string_view s);  // throws listing valid names
+LAYERINIT_API std::string_view expert_layout_name(ExpertLayout e);  // "per-expert", "stacked"
+LAYERINIT_API ExpertLayout parse_expert_layout(std::string_view s);  // throws listing valid names
 
 // Where each layer tensor goes in the stacked layout. Buffer b holds L * experts slices of one
 // layer tensor's shape; layer tensor j of layer i (0-based in the block) is slice
@@ -177,7 +178,7 @@ struct StackedBuffer {
   std::uint64_t experts = 1;  // slices per layer: E for a fused expert buffer, else 1
   bool fused = false;         // [L, E, ...] rather than [L, ...]
 };
-struct StackedLayout {
+struct LAYERINIT_API StackedLayout {
   std::vector<StackedBuffer> buffers;  // in LayerSpec order of their first tensor
   std::vector<std::size_t> buffer;     // per layer tensor: its buffer
   std::vector<std::uint64_t> expert;   // per layer tensor: its slice within a layer (0 unless fused)
@@ -185,6 +186,6 @@ struct StackedLayout {
   // The buffer's shape for slices of `slice` shape: [L, ...] or [L, E, ...].
   Shape shape(const ModelSpec& spec, std::size_t b, const Shape& slice) const;
 };
-StackedLayout stacked_layout(const ModelSpec& spec, ExpertLayout experts);
+LAYERINIT_API StackedLayout stacked_layout(const ModelSpec& spec, ExpertLayout experts);
 
 }  // namespace layerinit

@@ -262,9 +262,9 @@ ModelSpec spec_from_json(std::string_view text) {
   try {
     m.validate();
   } catch (const std::invalid_argument& e) {
-    throw spec_error("spec: " + printable(e.what()));
+    throw spec_error("spec", printable(e.what()));
   } catch (const std::overflow_error& e) {
-    throw spec_error("spec: " + printable(e.what()));
+    throw spec_error("spec", printable(e.what()));
   }
   return m;
 }

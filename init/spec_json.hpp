@@ -5,24 +5,32 @@
 #include <string>
 #include <string_view>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/init/describe.hpp>
 #include <layerinit/init/spec.hpp>
 
 namespace layerinit {
 
-// A malformed or invalid spec; what() names the field: "spec: layer.tensors[2].shape[1]: must be a
-// positive integer".
-class spec_error : public std::invalid_argument {
+// A malformed or invalid spec; what() is "<source>: <reason>", the source "spec" (a JSON spec) or
+// "config.json" (a Hugging Face config), the reason naming the field: "spec: layer.tensors[2].shape[1]:
+// must be a positive integer". Callers that say where the text came from their own way (the Python
+// package) take source() and reason() apart instead of editing what().
+class LAYERINIT_API spec_error : public std::invalid_argument {
  public:
-  using std::invalid_argument::invalid_argument;
+  spec_error(std::string source, const std::string& reason);
+  const std::string& source() const noexcept { return source_; }
+  std::string reason() const { return std::string(what()).substr(source_.size() + 2); }
+
+ private:
+  std::string source_;
 };
 
-ModelSpec spec_from_json(std::string_view text);
-std::string spec_to_json(const ModelSpec& spec);  // spec_from_json(spec_to_json(s)) == s
+LAYERINIT_API ModelSpec spec_from_json(std::string_view text);
+LAYERINIT_API std::string spec_to_json(const ModelSpec& spec);  // spec_from_json(spec_to_json(s)) == s
 
 // A model description (init/describe.hpp) from JSON (docs/spec.md, "Descriptions"): {"name",
 // "family", "hyper", "parameters": [{"name", "shape", "module", "fan_in", "fan_out", "storage",
 // "tied_to", "role", "init", "buffer"}]}; errors as spec_from_json's.
-ModelDescription description_from_json(std::string_view text);
+LAYERINIT_API ModelDescription description_from_json(std::string_view text);
 
 }  // namespace layerinit

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/core/hd.hpp>
 #include <layerinit/dtypes/dtype.hpp>
 
@@ -25,10 +26,10 @@ namespace layerinit {
 
 enum class FillKind : std::uint8_t { constant = 0, normal = 1, trunc_normal = 2, uniform = 3 };
 
-std::string_view fill_kind_name(FillKind k);
+LAYERINIT_API std::string_view fill_kind_name(FillKind k);
 
 // A fill as users write it, in double precision.
-struct FillSpec {
+struct LAYERINIT_API FillSpec {
   FillKind kind = FillKind::constant;
   double mean = 0.0;  // normal, trunc_normal
   double std = 1.0;   // normal, trunc_normal
@@ -65,14 +66,14 @@ struct FillSyntax {
   std::string_view name;
   std::vector<FillParam> params;
 };
-const std::vector<FillSyntax>& fill_syntax();  // constant, normal, trunc_normal, trunc_normal_std, uniform
-std::string fill_names();                      // "constant, normal, trunc_normal, trunc_normal_std, uniform"
+LAYERINIT_API const std::vector<FillSyntax>& fill_syntax();  // constant, normal, trunc_normal, trunc_normal_std, uniform
+LAYERINIT_API std::string fill_names();                      // "constant, normal, trunc_normal, trunc_normal_std, uniform"
 // The fill `name` from its parameters in table order, all given. Throws std::invalid_argument for an
 // unknown name (listing the valid ones) or a wrong count. Values are validated by prepare_fill.
-FillSpec make_fill(std::string_view name, std::span<const double> args);
+LAYERINIT_API FillSpec make_fill(std::string_view name, std::span<const double> args);
 // "normal(0, 0.02)": a kind and all its parameters as finite decimal numbers, in table order.
 // Throws std::invalid_argument naming the text and the problem.
-FillSpec parse_fill(std::string_view text);
+LAYERINIT_API FillSpec parse_fill(std::string_view text);
 
 // A fill prepared for one dtype: the constants the per-element code uses. Trivially copyable.
 struct FillParams {
@@ -97,7 +98,7 @@ struct FillParams {
 // contract. When every value the normal of the same mean and std produces lies within [a', b'], the
 // prepared fill is that normal (kind normal). A random fill whose every value rounds to one value of t (or whose constants overflow) is
 // refused (docs/spec.md). Throws std::invalid_argument naming the problem.
-FillParams prepare_fill(const FillSpec& spec, DType t);
+LAYERINIT_API FillParams prepare_fill(const FillSpec& spec, DType t);
 
 // A 2-level box of one tensor's memory to fill: `runs` runs of memory elements, run r covering the
 // tensor's memory elements [begin + r * stride, end + r * stride), written densely one after another
@@ -120,23 +121,23 @@ struct FillJob {
 };
 
 // A job that fills a whole tensor of `numel` elements stored at dst.
-FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t seed,
-                      std::string_view canonical_name, const FillSpec& spec);
+LAYERINIT_API FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t seed,
+                                    std::string_view canonical_name, const FillSpec& spec);
 // The same with the fill already prepared for t (prepare_fill(spec, t)).
-FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t seed,
-                      std::string_view canonical_name, const FillParams& params);
+LAYERINIT_API FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std::uint64_t seed,
+                                    std::string_view canonical_name, const FillParams& params);
 
 // Elements a job writes: runs * (end - begin) (valid jobs only: end >= begin).
 LAYERINIT_HD constexpr std::uint64_t job_elements(const FillJob& j) { return j.runs * (j.end - j.begin); }
 
 // Run r of a job (r < runs) as a job of its own: runs = 1, its memory elements and its dst.
-FillJob run_job(const FillJob& j, std::uint64_t r);
+LAYERINIT_API FillJob run_job(const FillJob& j, std::uint64_t r);
 
 // The checks every fill (host, CUDA, simulated) makes of a job before it writes: end >= begin,
 // runs > 1 only with stride >= end - begin and a last run that ends below 2^64 (and whose dense
 // output fits 2^64 bytes), a known dtype, a non-null dst aligned to its element size, and for a
 // transposed job rows * cols >= the last run's end. `who` starts the message ("fill"). Throws
 // std::invalid_argument with one line naming the problem.
-void check_fill_job(const FillJob& j, std::string_view who);
+LAYERINIT_API void check_fill_job(const FillJob& j, std::string_view who);
 
 }  // namespace layerinit

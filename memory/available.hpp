@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include <layerinit/core/api.hpp>
+
 namespace layerinit {
 
 struct AvailableMemory {
@@ -25,6 +27,6 @@ struct AvailableMemory {
 // path missing under the mount (a container without a cgroup namespace) means the mount's root.
 // Every file is read under `root` (tests pass a fake tree). nullopt when nothing can be read; never
 // throws.
-std::optional<AvailableMemory> available_host_memory(const std::filesystem::path& root = "/");
+LAYERINIT_API std::optional<AvailableMemory> available_host_memory(const std::filesystem::path& root = "/");
 
 }  // namespace layerinit

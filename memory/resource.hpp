@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/dtypes/dtype.hpp>
 
 namespace layerinit {
@@ -22,7 +23,7 @@ struct AllocTag {
   std::optional<DType> dtype;   // element type, when the allocation holds one tensor type
 };
 
-class memory_resource {
+class LAYERINIT_API memory_resource {
  public:
   virtual ~memory_resource() = default;
 
@@ -56,7 +57,7 @@ class memory_resource {
 // Allocations of mmap_threshold bytes or more are mapped on their own and unmapped when freed, so a
 // freed layer leaves the process at once (malloc would keep it in its heap after raising its own
 // dynamic threshold, and resident memory would drift above one layer while streaming).
-class host_resource final : public memory_resource {
+class LAYERINIT_API host_resource final : public memory_resource {
  public:
   static constexpr std::size_t alignment = 64;
   static constexpr std::size_t mmap_threshold = 1u << 20;

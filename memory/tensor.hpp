@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/core/shape.hpp>
 #include <layerinit/dtypes/dtype.hpp>
 #include <layerinit/memory/resource.hpp>
@@ -22,7 +23,7 @@ struct TensorView {
 };
 
 // Owned memory: a plain allocation or a reservation whose ranges are committed on demand.
-class Storage {
+class LAYERINIT_API Storage {
  public:
   Storage() = default;
   static Storage allocate(memory_resource& mr, std::size_t bytes, const AllocTag& tag);
@@ -45,7 +46,7 @@ class Storage {
   bool reserved_ = false;
 };
 
-struct Tensor {
+struct LAYERINIT_API Tensor {
   TensorView view;
   Storage storage;  // empty for views into another tensor's storage
 

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/memory/resource.hpp>
 
 namespace layerinit {
@@ -39,7 +40,7 @@ struct MemoryEvent {
 };
 
 // Wraps any upstream resource and counts what passes through it. Thread-safe.
-class tracking_resource final : public memory_resource {
+class LAYERINIT_API tracking_resource final : public memory_resource {
  public:
   struct options {
     bool live_list = false;  // keep the live allocations (live())
@@ -89,7 +90,7 @@ class tracking_resource final : public memory_resource {
 
 // Refuses any allocation or commit that would take the bytes in use past `limit`, with
 // out_of_memory carrying the bytes asked and in use. For tests and for budgets.
-class limiting_resource final : public memory_resource {
+class LAYERINIT_API limiting_resource final : public memory_resource {
  public:
   limiting_resource(memory_resource& upstream, std::size_t limit) : upstream_(&upstream), limit_(limit) {}
   std::size_t in_use() const;

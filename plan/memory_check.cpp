@@ -37,7 +37,8 @@ void check_memory(backend& be, const MemoryNeed& need) {
   }
   auto refuse = [](const std::string& where, std::uint64_t total, const std::string& parts, const AvailableMemory& a) {
     throw memory_refused("not enough memory" + where + ": needs " + format_bytes(total) + " at its peak (" + parts + "), " +
-                         format_bytes(a.bytes) + " available (" + a.source + ")");
+                             format_bytes(a.bytes) + " available (" + a.source + ")",
+                         total, a.bytes);
   };
   const std::string peak = need.peak_what + " " + format_bytes(need.peak);
   const std::string records = "tensor records " + format_bytes(need.records);

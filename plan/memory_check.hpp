@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/backends/backend.hpp>
 #include <layerinit/core/errors.hpp>
 #include <layerinit/init/builder.hpp>
@@ -14,10 +15,16 @@ namespace layerinit {
 // A build whose peak does not fit, refused before anything is allocated. what() names both numbers:
 // "not enough memory: needs 1.44 GiB (...) at its peak (weights ... + tensor records ...), 512.00 MiB
 // (...) available (cgroup v2 memory.max - memory.current of ...)". The CLI reports it as bad input
-// (exit 2), Python as MemoryError.
-class memory_refused : public error {
+// (exit 2), Python as MemoryError (layerinit.MemoryRefusedError, with both numbers).
+class LAYERINIT_API memory_refused : public error {
  public:
-  using error::error;
+  memory_refused(const std::string& what, std::uint64_t needed, std::uint64_t available)
+      : error(what), needed_(needed), available_(available) {}
+  std::uint64_t needed() const noexcept { return needed_; }        // bytes at the peak, the records included
+  std::uint64_t available() const noexcept { return available_; }  // bytes this process may use
+
+ private:
+  std::uint64_t needed_, available_;
 };
 
 // What a build or emit holds at its worst moment.
@@ -30,13 +37,13 @@ struct MemoryNeed {
 // An estimate of the host bytes of the lists, reports and writer state that grow with the number of
 // tensors held in `layout` (each tensor, and with `slice_hashes` a hash per layer slice of every
 // layer tensor, as a stacked report keeps them), in either checkpoint format. Saturates at 2^64 - 1.
-std::uint64_t record_bytes(const ModelSpec& spec, Layout layout, bool slice_hashes);
+LAYERINIT_API std::uint64_t record_bytes(const ModelSpec& spec, Layout layout, bool slice_hashes);
 
 // Throws memory_refused when `need` exceeds what this process may use: be.available_memory() for
 // the peak and the records together on the host; on a device the peak against the device's and the
 // records against the host's (available_host_memory). Nothing is refused where nothing can be read.
 // The environment variable LAYERINIT_TEST_AVAILABLE_MEMORY, a test hook, replaces both available
 // numbers ("512MiB"; std::invalid_argument naming it when it is not a byte size).
-void check_memory(backend& be, const MemoryNeed& need);
+LAYERINIT_API void check_memory(backend& be, const MemoryNeed& need);
 
 }  // namespace layerinit

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/shard/parallel.hpp>
 #include <layerinit/shard/rank.hpp>
@@ -25,10 +26,10 @@ enum class NaiveStrategy {
 };
 inline constexpr NaiveStrategy all_naive_strategies[] = {
     NaiveStrategy::all_fp32_then_cast, NaiveStrategy::fp32_then_cast_per_layer, NaiveStrategy::list_then_stack};
-std::string_view naive_name(NaiveStrategy s);  // "all-fp32-then-cast", "fp32-then-cast-per-layer", "list-then-stack"
+LAYERINIT_API std::string_view naive_name(NaiveStrategy s);  // "all-fp32-then-cast", "fp32-then-cast-per-layer", "list-then-stack"
 
 
-struct MemoryPlan {
+struct LAYERINIT_API MemoryPlan {
   std::uint64_t parameters = 0;
   std::uint64_t buffer_elements = 0;     // of buffers (ModelSpec::buffer_count): stored, not trained
   std::uint64_t weight_bytes = 0;        // in the build's dtypes
@@ -51,7 +52,7 @@ struct MemoryPlan {
   std::uint64_t peak_naive[3] = {0, 0, 0};
 };
 
-MemoryPlan make_memory_plan(const Builder& b);
+LAYERINIT_API MemoryPlan make_memory_plan(const Builder& b);
 
 // Optimizer-state setups (bytes per parameter: weights, gradients, optimizer, master weights).
 enum class TrainingSetup {
@@ -59,11 +60,11 @@ enum class TrainingSetup {
   fp32,       // everything fp32 with Adam: 4+4+8 = 16
   pure_bf16,  // bf16 weights, gradients and Adam moments, no master copy: 2+2+4 = 8
 };
-std::string_view training_setup_name(TrainingSetup s);  // "mixed", "fp32", "pure-bf16"
-TrainingSetup parse_training_setup(std::string_view s);
+LAYERINIT_API std::string_view training_setup_name(TrainingSetup s);  // "mixed", "fp32", "pure-bf16"
+LAYERINIT_API TrainingSetup parse_training_setup(std::string_view s);
 
 enum class Recompute { none, selective, full };
-std::string_view recompute_name(Recompute r);
+LAYERINIT_API std::string_view recompute_name(Recompute r);
 
 struct TrainingEstimate {
   std::uint64_t weights = 0, gradients = 0, optimizer = 0, master = 0;
@@ -75,12 +76,12 @@ struct TrainingEstimate {
   std::optional<std::uint64_t> activation_total[3];
 };
 
-TrainingEstimate estimate_training(const ModelSpec& spec, TrainingSetup setup, std::uint64_t batch, std::uint64_t seq);
+LAYERINIT_API TrainingEstimate estimate_training(const ModelSpec& spec, TrainingSetup setup, std::uint64_t batch, std::uint64_t seq);
 // The states alone (no activations) of `parameters` parameters.
-TrainingEstimate training_states(std::uint64_t parameters, TrainingSetup setup);
+LAYERINIT_API TrainingEstimate training_states(std::uint64_t parameters, TrainingSetup setup);
 // The largest batch whose states plus activations fit in `memory` bytes, or 0 if none does (or the
 // model has no activation formula).
-std::uint64_t largest_batch(const ModelSpec& spec, TrainingSetup setup, std::uint64_t seq, Recompute r, std::uint64_t memory);
+LAYERINIT_API std::uint64_t largest_batch(const ModelSpec& spec, TrainingSetup setup, std::uint64_t seq, Recompute r, std::uint64_t memory);
 // What one rank of a parallel plan needs (docs/sharding.md), from the same RankPlan its build follows:
 // tests/test_shard_build.cpp checks each number against the tracked peaks of build_rank and
 // stream_rank.
@@ -97,8 +98,8 @@ struct RankMemoryPlan {
   TrainingEstimate states;
 };
 // O(tensors of one layer) per rank for uniform layers (Builder::uniform_layers), else O(its layers).
-RankMemoryPlan plan_rank(const RankPlan& r, TrainingSetup setup);
-std::vector<RankMemoryPlan> plan_ranks(const Builder& b, const ParallelPlan& plan, TrainingSetup setup);
+LAYERINIT_API RankMemoryPlan plan_rank(const RankPlan& r, TrainingSetup setup);
+LAYERINIT_API std::vector<RankMemoryPlan> plan_ranks(const Builder& b, const ParallelPlan& plan, TrainingSetup setup);
 
 // The rank with the most weight bytes (the first on a tie) and max / mean of the ranks' weight bytes
 // (1 when all are equal; 0 for an empty list or no bytes).
@@ -106,6 +107,6 @@ struct RankBalance {
   std::uint64_t largest_rank = 0;
   double imbalance = 0;
 };
-RankBalance rank_balance(const std::vector<RankMemoryPlan>& ranks);
+LAYERINIT_API RankBalance rank_balance(const std::vector<RankMemoryPlan>& ranks);
 
 }  // namespace layerinit

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/shard/mesh.hpp>
 
@@ -23,10 +24,10 @@ namespace layerinit {
 // a piece split in two or more non-leading dimensions is one job per index of dimensions 0..a-1
 // (box.shape[0] * ... * box.shape[a - 1] jobs). Nothing for an empty box; a 0-d tensor is one job of
 // its one element. Throws std::invalid_argument when the box does not lie inside p.memory_shape.
-void box_fill_jobs(const PlannedTensor& p, const Box& box, void* dst, std::uint64_t seed, std::vector<FillJob>& out);
+LAYERINIT_API void box_fill_jobs(const PlannedTensor& p, const Box& box, void* dst, std::uint64_t seed, std::vector<FillJob>& out);
 // The same with p's whole-tensor job prepared once (fill_job_for(p, nullptr, seed)), for callers that
 // fill many boxes of one tensor.
-void box_fill_jobs(const PlannedTensor& p, const FillJob& whole, const Box& box, void* dst, std::vector<FillJob>& out);
+LAYERINIT_API void box_fill_jobs(const PlannedTensor& p, const FillJob& whole, const Box& box, void* dst, std::vector<FillJob>& out);
 
 // Where a box's elements go: element (i_0, ..., i_{n-1}) of the box at data + sum(i_d * strides[d])
 // elements. Empty strides: dense row-major over the box. The last dimension must be contiguous
@@ -42,15 +43,15 @@ struct Region {
 // box_fill_jobs call; a [rows, cols] piece of a wider row is one job per row). Throws
 // std::invalid_argument for a box outside the tensor, a stride count other than its rank, or a last
 // dimension that is not contiguous.
-void region_fill_jobs(const PlannedTensor& p, const Box& box, const Region& dst, std::uint64_t seed,
-                      std::vector<FillJob>& out);
-void region_fill_jobs(const PlannedTensor& p, const FillJob& whole, const Box& box, const Region& dst,
-                      std::vector<FillJob>& out);
+LAYERINIT_API void region_fill_jobs(const PlannedTensor& p, const Box& box, const Region& dst, std::uint64_t seed,
+                                    std::vector<FillJob>& out);
+LAYERINIT_API void region_fill_jobs(const PlannedTensor& p, const FillJob& whole, const Box& box, const Region& dst,
+                                    std::vector<FillJob>& out);
 
 // The first dimension from which a region of `box_shape` with `strides` is dense to the end (0: dense
 // throughout, box_shape.size(): not even the last dimension); dimensions of extent 1 never break it.
-std::size_t dense_from(const Shape& box_shape, const Shape& strides);
+LAYERINIT_API std::size_t dense_from(const Shape& box_shape, const Shape& strides);
 // Row-major strides of a dense array of `shape`, in elements.
-Shape dense_strides(const Shape& shape);
+LAYERINIT_API Shape dense_strides(const Shape& shape);
 
 }  // namespace layerinit

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/shard/box_fill.hpp>
 #include <layerinit/shard/mesh.hpp>
@@ -29,7 +30,7 @@ namespace layerinit {
 
 // A reordering of a stored tensor's rows that a library names: stored row r holds row
 // source_row(r) of the tensor as oriented.
-struct RowPermutation {
+struct LAYERINIT_API RowPermutation {
   enum class Kind : std::uint8_t {
     none,
     // torchtitan's interleaved RoPE layout of a Hugging Face (rotate-half) q or k weight: in each
@@ -45,7 +46,7 @@ struct RowPermutation {
   static RowPermutation rope_interleave(std::uint64_t head_dim) { return {Kind::rope_interleave, head_dim}; }
 };
 // "none" or "rope_interleave(N)"; throws std::invalid_argument naming the valid forms.
-RowPermutation parse_row_permutation(std::string_view text);
+LAYERINIT_API RowPermutation parse_row_permutation(std::string_view text);
 
 // `count` consecutive stack indices with one fill.
 struct FillRun {
@@ -55,7 +56,7 @@ struct FillRun {
 };
 
 // One canonical tensor pattern placed in every slice of a composite.
-struct CompositePart {
+struct LAYERINIT_API CompositePart {
   // The tensor's canonical name; with stack axes a template: "{k}" is axis k's index (its first +
   // the position along it), "{{" and "}}" are literal braces. Each axis appears at least once.
   std::string name;
@@ -79,7 +80,7 @@ struct StackAxis {
   bool operator==(const StackAxis&) const = default;
 };
 
-struct Composite {
+struct LAYERINIT_API Composite {
   DType dtype = DType::f32;
   Shape shape;                     // stack sizes, then the slice shape
   std::vector<StackAxis> stack;    // the leading axes
@@ -99,9 +100,9 @@ struct Composite {
 };
 
 // One tensor as a whole, stored as planned.
-Composite whole_tensor(const PlannedTensor& p);
+LAYERINIT_API Composite whole_tensor(const PlannedTensor& p);
 // A part that places the whole stored tensor `p` (its name escaped: a name, not a template) at `at`.
-CompositePart whole_part(const PlannedTensor& p, Shape at, RowPermutation rows = {});
+LAYERINIT_API CompositePart whole_part(const PlannedTensor& p, Shape at, RowPermutation rows = {});
 // Parts concatenated along dimension `dim` of their stored boxes (source.shape), in order, in the slice
 // under `stack` axes: sets each part's `at`; the shape is the stack sizes, then the boxes' common shape
 // with dimension `dim` summed. torchtitan's fused wqkv is [q; k; v] along 0, q and k rope_interleave;
@@ -109,14 +110,14 @@ CompositePart whole_part(const PlannedTensor& p, Shape at, RowPermutation rows =
 // along `dim` and places slab 0 of every part, then slab 1 of every part, ...: torchtitan's
 // GQA-grouped wqkv [n_kv * (q heads per kv + 2) * hd, D] is q, k, v in groups = n_kv. Validated;
 // std::invalid_argument naming a part that does not fit or a box that does not split evenly.
-Composite concatenate(std::vector<CompositePart> parts, std::size_t dim, std::vector<StackAxis> stack = {},
+LAYERINIT_API Composite concatenate(std::vector<CompositePart> parts, std::size_t dim, std::vector<StackAxis> stack = {},
                       std::uint64_t groups = 1);
 // Whole tensors concatenated so, each with its row permutation (`rows` empty: none; else one each).
-Composite concatenate(std::span<const PlannedTensor> tensors, std::size_t dim, std::span<const RowPermutation> rows = {});
+LAYERINIT_API Composite concatenate(std::span<const PlannedTensor> tensors, std::size_t dim, std::span<const RowPermutation> rows = {});
 // Literal text as a name template: braces doubled.
-std::string escape_template(std::string_view name);
+LAYERINIT_API std::string escape_template(std::string_view name);
 // A name template with axis k's index `index[k]` (first included) written in decimal.
-std::string expand_template(std::string_view name, std::span<const std::uint64_t> index);
+LAYERINIT_API std::string expand_template(std::string_view name, std::span<const std::uint64_t> index);
 
 // Appends the jobs that write `box` of composite `c` (coordinates of c.shape) into `dst`, with the
 // values each element has in its own tensor: the same bits as the tensor filled whole, for any box,
@@ -124,15 +125,15 @@ std::string expand_template(std::string_view name, std::span<const std::uint64_t
 // source rows are evenly spaced (rope_interleave: two rows per job when the part's rows are whole in
 // the box and the region's rows adjacent; else one row per job). `c` must be valid (validate()).
 // Throws std::invalid_argument for a box outside c.shape or a region as region_fill_jobs does.
-void composite_fill_jobs(const Composite& c, const Box& box, const Region& dst, std::uint64_t seed,
-                         std::vector<FillJob>& out);
+LAYERINIT_API void composite_fill_jobs(const Composite& c, const Box& box, const Region& dst, std::uint64_t seed,
+                                       std::vector<FillJob>& out);
 
 // The composite as compact, versioned JSON text, and back: {"layerinit_composite": 1, "dtype",
 // "shape", "stack": [{"size", "first"}], "parts": [{"name", "shape", "at", "fill": text or
 // [[count, text], ...], and when not the default "transposed", "rows", "from", "size"}]} (docs/python.md).
 // Fills print exactly (shortest round-trip decimals), so parse(print(c)) == c. Parsing throws
 // std::invalid_argument with one line (unknown key, wrong type, other version, then validate()'s).
-std::string composite_to_text(const Composite& c);
-Composite composite_from_text(std::string_view text);
+LAYERINIT_API std::string composite_to_text(const Composite& c);
+LAYERINIT_API Composite composite_from_text(std::string_view text);
 
 }  // namespace layerinit

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/core/shape.hpp>
 
 namespace layerinit {
@@ -25,7 +26,7 @@ struct MeshDim {
 // A device mesh: named dimensions, slowest first. A rank is the row-major index of its coordinates
 // (the last dimension fastest), as DeviceMesh numbers ranks: on a ("dp", "tp") mesh of 2 x 2, rank
 // = dp * 2 + tp.
-class Mesh {
+class LAYERINIT_API Mesh {
  public:
   Mesh() = default;  // one rank, no dimensions
   // Throws std::invalid_argument for a size of 0, an empty or repeated name; std::overflow_error when
@@ -50,7 +51,7 @@ class Mesh {
 
 // What one mesh dimension does to a tensor: splits its dimension `dim` (Shard(dim)) or leaves it whole
 // on every coordinate (Replicate()).
-struct Placement {
+struct LAYERINIT_API Placement {
   enum class Kind : std::uint8_t { replicate, shard };
   Kind kind = Kind::replicate;
   std::size_t dim = 0;  // Kind::shard
@@ -61,14 +62,14 @@ struct Placement {
 };
 
 // A piece of a tensor: elements offset[d] .. offset[d] + shape[d] - 1 of every dimension d.
-struct Box {
+struct LAYERINIT_API Box {
   Shape offset;
   Shape shape;
   std::uint64_t numel() const { return layerinit::numel(shape); }
   bool empty() const;  // some dimension of the piece is 0
   bool operator==(const Box&) const = default;
 };
-Box whole_box(const Shape& global);  // offset 0, the global shape
+LAYERINIT_API Box whole_box(const Shape& global);  // offset 0, the global shape
 
 // Piece `index` of `parts` of n elements, as torch.chunk and DTensor's Shard split a dimension: every
 // piece holds ceil(n / parts) elements but the trailing ones, which hold fewer or none. An empty piece
@@ -79,18 +80,18 @@ struct Range {
   std::uint64_t offset = 0, size = 0;
   bool operator==(const Range&) const = default;
 };
-Range chunk(std::uint64_t n, std::uint64_t parts, std::uint64_t index);
+LAYERINIT_API Range chunk(std::uint64_t n, std::uint64_t parts, std::uint64_t index);
 
 // `box` with its dimension `dim` split into `parts` pieces and piece `index` kept (chunk() of the
 // box's extent, offset from the box's own offset): DTensor's Shard(dim) applied to a local tensor.
 // Throws std::invalid_argument for a dim past the box's rank.
-Box split_box(const Box& box, std::size_t dim, std::uint64_t parts, std::uint64_t index);
+LAYERINIT_API Box split_box(const Box& box, std::size_t dim, std::uint64_t parts, std::uint64_t index);
 
 // The piece `rank` holds of a tensor of shape `global` with one placement per mesh dimension, split
 // in mesh order (DTensor's compute_local_shape_and_global_offset): with [Shard(0), Shard(0)] the first
 // mesh dimension splits dimension 0, the second splits that piece again. Throws std::invalid_argument
 // for a wrong number of placements or a Shard past the tensor's rank, std::out_of_range for a rank
 // outside the mesh.
-Box local_box(const Shape& global, const Mesh& mesh, std::span<const Placement> placements, std::uint64_t rank);
+LAYERINIT_API Box local_box(const Shape& global, const Mesh& mesh, std::span<const Placement> placements, std::uint64_t rank);
 
 }  // namespace layerinit

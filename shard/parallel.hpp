@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/init/spec.hpp>
 #include <layerinit/shard/mesh.hpp>
@@ -26,7 +27,7 @@ struct ParallelDegrees {
 
 // Degrees by dimension name ({"tp", 2}, {"fsdp", 4}), the others 1: Python's mesh={"tp": 2}. Throws
 // std::invalid_argument naming an unknown or repeated dimension (listing tp, pp, ep, fsdp).
-ParallelDegrees parallel_degrees(std::span<const std::pair<std::string, std::uint64_t>> named);
+LAYERINIT_API ParallelDegrees parallel_degrees(std::span<const std::pair<std::string, std::uint64_t>> named);
 
 // What tensor parallelism does to one tensor, in the Megatron / torchtitan convention.
 enum class TpRule : std::uint8_t {
@@ -35,15 +36,15 @@ enum class TpRule : std::uint8_t {
   row,        // row-parallel: the input dimension is split (o, down, experts' w2)
   vocab,      // vocab-parallel: the vocabulary dimension is split (token embedding, lm_head)
 };
-std::string_view tp_rule_name(TpRule r);  // "replicate", "column", "row", "vocab"
+LAYERINIT_API std::string_view tp_rule_name(TpRule r);  // "replicate", "column", "row", "vocab"
 
 // The rule of a tensor by its canonical name (Hugging Face names of the llama, mistral, mixtral and
 // gpt2 families; any other name is replicated).
-TpRule tp_rule(std::string_view canonical_name);
+LAYERINIT_API TpRule tp_rule(std::string_view canonical_name);
 
 // The expert a layer tensor belongs to ("block_sparse_moe.experts.3.w1.weight" -> 3), from its name
 // relative to the layer; nothing for a tensor shared by all experts.
-std::optional<std::uint64_t> expert_of(std::string_view relative_name);
+LAYERINIT_API std::optional<std::uint64_t> expert_of(std::string_view relative_name);
 
 // Where a tensor of a model sits: before the layers, in layer `layer`, or after them.
 struct TensorPlace {
@@ -51,7 +52,7 @@ struct TensorPlace {
   std::uint64_t layer = 0;
 };
 
-class ParallelPlan {
+class LAYERINIT_API ParallelPlan {
  public:
   // Checks the degrees against the model; throws std::invalid_argument with one line naming the
   // problem: a degree of 0; tp > 1 on a model no rule applies to, or a tp that does not divide the

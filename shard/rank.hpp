@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/shard/mesh.hpp>
 #include <layerinit/shard/parallel.hpp>
@@ -28,7 +29,7 @@ struct ShardTensor {
 // buffer's layer tensors over the stage's layers. [L, ...] buffer: [n, ...piece]. Fused expert
 // buffer [L, E, ...]: [n, ne, ...piece], the ne experts the rank holds (a contiguous block: ep splits
 // experts in blocks), each slice the piece the per-expert layout gives that expert's tensor.
-struct StackedPiece {
+struct LAYERINIT_API StackedPiece {
   std::string name;     // the buffer's (stacked) name
   Shape global_shape;   // [L, ...] or [L, E, ...], the slices in their memory shape
   Box box;              // in global_shape: offset [first layer, (first expert,) ...], shape [n, (ne,) ...]
@@ -54,7 +55,7 @@ struct RankStep {
 
 // What rank `rank` of `plan` holds of the builder's model. Keeps references to both: they must
 // outlive it. Tensors whose piece on this rank is empty (more ranks than rows) are not held.
-class RankPlan {
+class LAYERINIT_API RankPlan {
  public:
   // Throws std::invalid_argument for a rank outside the plan's mesh.
   RankPlan(const Builder& b, const ParallelPlan& plan, std::uint64_t rank);
@@ -116,7 +117,7 @@ struct LocalTensor {
   std::uint64_t experts = 1;  // stacked: slices per layer, ne for a fused [n, ne, ...] expert piece
 };
 
-struct RankModel {
+struct LAYERINIT_API RankModel {
   Layout layout = Layout::per_layer;
   std::uint64_t rank = 0;
   Range layers;  // the stage's layers
@@ -132,11 +133,11 @@ struct RankModel {
 // peak is their bytes, in either layout and orientation. Each piece's bytes equal that box of the
 // unsharded build's tensor. Layers are made in ascending order (BuildOptions::layer_order is not
 // used; values never depend on the order).
-RankModel build_rank(const RankPlan& r);
+LAYERINIT_API RankModel build_rank(const RankPlan& r);
 
 // One finished piece of a streamed rank build: the rank's pieces of one tensor outside the layers,
 // or of one layer.
-struct RankPart {
+struct LAYERINIT_API RankPart {
   Part::Kind kind = Part::Kind::pre;
   std::uint64_t layer = 0;                // Kind::layer
   std::vector<ShardTensor> shards;        // what each view holds
@@ -147,7 +148,7 @@ struct RankPart {
 // Builds the rank's pieces part by part, hands each to `sink` after its fill has completed, then
 // frees it: the tracked peak is the rank's largest part. `after_part` runs after the builder's
 // options().after_part between parts (emit's cancellation).
-void stream_rank(const RankPlan& r, const std::function<void(const RankPart&)>& sink,
-                 const std::function<void()>& after_part = {});
+LAYERINIT_API void stream_rank(const RankPlan& r, const std::function<void(const RankPart&)>& sink,
+                               const std::function<void()>& after_part = {});
 
 }  // namespace layerinit

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/shard/box_fill.hpp>
 #include <layerinit/shard/composite.hpp>
@@ -25,7 +26,7 @@ namespace layerinit {
 // past it a listing would take hours and gigabytes (a spec of 2^40 layers).
 inline constexpr std::uint64_t max_listed_tensors = std::uint64_t{1} << 20;
 
-class TensorIndex {
+class LAYERINIT_API TensorIndex {
  public:
   // Indexes `builder`'s plan (its spec and options); keeps a reference to it.
   explicit TensorIndex(const Builder& builder);

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include <layerinit/core/api.hpp>
 #include <layerinit/init/builder.hpp>
 
 namespace layerinit {
@@ -14,11 +15,11 @@ namespace layerinit {
 // std::invalid_argument. Layers may arrive in any order of index. MoE experts go into one
 // [L, E, ...] buffer per expert weight (ExpertLayout::stacked) or stay one [L, ...] buffer per
 // expert tensor, as stacked_layout(spec, experts) places them; bytes are copied unchanged.
-Model stack(Model&& per_layer, const ModelSpec& spec, backend& be, memory_resource& memory,
-            ExpertLayout experts = ExpertLayout::stacked);
+LAYERINIT_API Model stack(Model&& per_layer, const ModelSpec& spec, backend& be, memory_resource& memory,
+                          ExpertLayout experts = ExpertLayout::stacked);
 
 // Per-layer views of a stacked model, without copying: result[i] holds layer i's tensors in
 // LayerSpec order, each named as in the per-layer layout and pointing into its slice.
-std::vector<std::vector<TensorView>> unstack(const Model& stacked, const ModelSpec& spec);
+LAYERINIT_API std::vector<std::vector<TensorView>> unstack(const Model& stacked, const ModelSpec& spec);
 
 }  // namespace layerinit

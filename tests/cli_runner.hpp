@@ -185,22 +185,19 @@ inline Child spawn(const std::vector<std::string>& args, const SpawnOptions& so 
 }
 inline Result run(const std::vector<std::string>& args, const SpawnOptions& so = {}) { return finish(spawn(args, so)); }
 
-// A copy of the layerinit binary and of the library it loads from the build tree, in `dir` (created,
-// mode 755), for running as another user: the build tree may lie where that user cannot reach it (a
-// clone under a mode-700 home, or under mktemp -d). Sets LD_LIBRARY_PATH in `so` so the copy loads
-// the copied library; returns the copy's path.
-inline std::string copy_layerinit(const std::filesystem::path& dir, SpawnOptions& so) {
+// A copy of the layerinit binary from the build tree (it links the library's objects: no
+// liblayerinit.so to carry along), in `dir` (created, mode 755), for running as another user: the
+// build tree may lie where that user cannot reach it (a clone under a mode-700 home, or under mktemp
+// -d). Returns the copy's path.
+inline std::string copy_layerinit(const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
   constexpr fs::perms rwxr_xr_x = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
                                   fs::perms::others_read | fs::perms::others_exec;
   fs::create_directories(dir);
   fs::permissions(dir, rwxr_xr_x);
-  const fs::path program = dir / "layerinit", library = dir / LAYERINIT_LIBRARY_SONAME;
+  const fs::path program = dir / "layerinit";
   fs::copy_file(kLayerinit, program, fs::copy_options::overwrite_existing);
-  fs::copy_file(LAYERINIT_LIBRARY_FILE, library, fs::copy_options::overwrite_existing);
   fs::permissions(program, rwxr_xr_x);
-  fs::permissions(library, rwxr_xr_x);
-  so.env["LD_LIBRARY_PATH"] = dir.string();
   return program.string();
 }
 

@@ -130,7 +130,7 @@ TEST_F(Cli, UnwritableDirectoryIsAnEnvironmentFailure) {
   std::string program = kLayerinit;
   if (::geteuid() == 0) {
     so.uid = 65534;
-    program = copy_layerinit(dir / "bin", so);
+    program = copy_layerinit(dir / "bin");
     const Result version = run_command({program, "--version"}, so);
     if (version.code() != 0)
       GTEST_SKIP() << "nobody cannot run a copy of layerinit in " << dir.path() << " (" << version.how()

@@ -16,9 +16,12 @@ the same bytes as ``layerinit emit`` writes (docs/python.md).
   any box of it.
 
 Errors: ``ValueError`` naming the argument for any bad input (a wrong type or value, an unknown
-preset, recipe or fill; an array that is not contiguous, read-only or of another dtype),
-``MemoryError`` when memory runs out (with the bytes), ``RuntimeError`` for CUDA asked where it is
-unusable (docs/python.md).
+preset, recipe or fill; an array that is not contiguous, read-only or of another dtype), a malformed
+spec or config.json its subclass :class:`SpecError` (``source``, ``reason``); ``MemoryError`` when
+memory runs out, as :class:`OutOfMemoryError` (``requested``, ``in_use``) or, refused before anything
+is allocated, :class:`MemoryRefusedError` (``needed``, ``available``); ``RuntimeError`` for CUDA asked
+where it is unusable, :class:`CudaError` (``call``) for a failed CUDA call (docs/python.md). Each is
+the C++ exception's type translated by the binding, its attributes the C++ object's.
 """
 from __future__ import annotations
 
@@ -29,16 +32,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Union
 
 from . import _core
-from ._core import Array, Composite, Fill
+from ._core import Array, Composite, CudaError, Fill, MemoryRefusedError, OutOfMemoryError, SpecError
 
 __version__: str = _core.__version__
 
 __all__ = [
     "Array",
     "Composite",
+    "CudaError",
     "Fill",
+    "MemoryRefusedError",
+    "OutOfMemoryError",
     "Plan",
     "Spec",
+    "SpecError",
     "__version__",
     "build",
     "cuda_available",

@@ -340,14 +340,15 @@ nb::dict build(const Plan& plan, const std::string& device, const std::optional<
   if (mesh || rank) {
     std::vector<std::pair<std::string, std::uint64_t>> named;
     if (mesh) named.assign(mesh->begin(), mesh->end());
-    const ParallelPlan pp = [&] {
+    // The mesh's own errors name the argument; the rank's (checked second) name the rank.
+    const ParallelDegrees degrees = [&] {
       try {
-        return ParallelPlan::checked(plan.spec(), parallel_degrees(named), rank, "");
+        return ParallelPlan::checked(plan.spec(), parallel_degrees(named), std::nullopt, "").degrees();
       } catch (const std::invalid_argument& e) {
-        if (std::string_view(e.what()).starts_with("rank ")) throw;
         throw std::invalid_argument("mesh: " + std::string(e.what()));
       }
     }();
+    const ParallelPlan pp = ParallelPlan::checked(plan.spec(), degrees, rank, "");
     if (!rank)
       throw std::invalid_argument("mesh " + pp.describe() + ": build needs rank=R, the rank to build (0-" +
                                   std::to_string(pp.ranks() - 1) + ")");
@@ -399,6 +400,46 @@ nb::dict stats_dict(const MemoryStats& s) {
 
 std::string dtype_of_array(const Array& a) { return std::string(dtype_name(a.tensor.view.dtype)); }
 
+// ---------------------------------------------------------------------------------------------
+// Errors: each C++ type has its Python type, carrying what the C++ object carries, so Python code
+// reads attributes instead of editing messages. std::invalid_argument is ValueError (nanobind's own
+// translation); the types below are made once and live as long as the process.
+
+struct ErrorTypes {
+  PyObject* spec = nullptr;           // spec_error: ValueError with source, reason
+  PyObject* out_of_memory = nullptr;  // out_of_memory: MemoryError with requested, in_use
+  PyObject* refused = nullptr;        // memory_refused: MemoryError with needed, available
+  PyObject* cuda = nullptr;           // cuda_error: RuntimeError with call
+};
+ErrorTypes error_types;
+
+PyObject* add_error_type(nb::module_& m, const char* name, PyObject* base, const char* doc) {
+  PyObject* type = PyErr_NewExceptionWithDoc(("layerinit." + std::string(name)).c_str(), doc, base, nullptr);
+  if (type == nullptr) throw nb::python_error();
+  m.attr(name) = nb::handle(type);
+  return type;
+}
+
+void raise_typed(PyObject* type, const char* what, std::initializer_list<std::pair<const char*, nb::object>> attrs) {
+  nb::object e = nb::handle(type)(nb::str(what));
+  for (const auto& [name, value] : attrs) nb::setattr(e, name, value);
+  PyErr_SetObject(type, e.ptr());
+}
+
+void translate_errors(const std::exception_ptr& p, void*) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const spec_error& e) {
+    raise_typed(error_types.spec, e.what(), {{"source", nb::str(e.source().c_str())}, {"reason", nb::str(e.reason().c_str())}});
+  } catch (const out_of_memory& e) {
+    raise_typed(error_types.out_of_memory, e.what(), {{"requested", nb::int_(e.requested())}, {"in_use", nb::int_(e.in_use())}});
+  } catch (const memory_refused& e) {
+    raise_typed(error_types.refused, e.what(), {{"needed", nb::int_(e.needed())}, {"available", nb::int_(e.available())}});
+  } catch (const cuda_error& e) {
+    raise_typed(error_types.cuda, e.what(), {{"call", nb::str(e.call().c_str())}});
+  }
+}
+
 }  // namespace
 }  // namespace layerinit::python
 
@@ -413,15 +454,15 @@ NB_MODULE(_core, m) {
   layerinit::jax::define_xla(xla);
 #endif
 
-  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const layerinit::out_of_memory& e) {
-      PyErr_SetString(PyExc_MemoryError, e.what());
-    } catch (const layerinit::memory_refused& e) {
-      PyErr_SetString(PyExc_MemoryError, e.what());
-    }
-  });
+  error_types.spec = add_error_type(m, "SpecError", PyExc_ValueError,
+                                    "A malformed or invalid spec or config.json: source ('spec' or 'config.json') and "
+                                    "reason (the message without the source) apart.");
+  error_types.out_of_memory = add_error_type(m, "OutOfMemoryError", PyExc_MemoryError,
+                                             "An allocation could not be satisfied: requested and in_use, in bytes.");
+  error_types.refused = add_error_type(m, "MemoryRefusedError", PyExc_MemoryError,
+                                       "A build refused before anything is allocated: needed and available, in bytes.");
+  error_types.cuda = add_error_type(m, "CudaError", PyExc_RuntimeError, "A CUDA call failed: call, the call's text.");
+  nb::register_exception_translator(&translate_errors);
 
   m.def("cuda_available", [] { const CudaProbe p = cuda_probe(); return std::make_pair(p.usable, p.usable ? p.device_name : p.why); },
         "(usable, device name or why not)");

@@ -156,6 +156,25 @@ def test_bad_plan_and_spec_arguments():
     one_line_value_error(lambda: p.fused_experts("x", 3), "shape")
 
 
+
+def test_cpp_errors_arrive_as_python_types_with_their_numbers(monkeypatch):
+    # The binding translates each C++ exception type (python/src/module.cpp): the attributes are the C++
+    # object's, so nobody edits a message to tell its parts apart.
+    with pytest.raises(layerinit.SpecError) as e:
+        layerinit.spec({"name": "bad", "pre": [{"name": "w", "shape": [0], "role": "other"}]})
+    assert isinstance(e.value, ValueError)
+    assert e.value.source == "spec" and str(e.value) == f"spec: {e.value.reason}" and "shape" in e.value.reason
+    with pytest.raises(layerinit.SpecError) as e:
+        layerinit.hf_spec({"model_type": "llama", "hidden_size": "wide"})
+    assert e.value.source == "config.json" and str(e.value) == f"config.json: {e.value.reason}"
+    monkeypatch.setenv("LAYERINIT_TEST_AVAILABLE_MEMORY", "1MiB")
+    with pytest.raises(layerinit.MemoryRefusedError) as e:
+        layerinit.build("gpt2", dtype="fp32")
+    assert isinstance(e.value, MemoryError)
+    assert e.value.available == 1 << 20 and e.value.needed > e.value.available
+    assert issubclass(layerinit.OutOfMemoryError, MemoryError) and issubclass(layerinit.CudaError, RuntimeError)
+
+
 # ---- item 10: a spec of 2^40 layers ----
 
 def test_plan_of_2_to_the_40_layers_needs_no_memory_per_layer():

@@ -1,0 +1,36 @@
+# ctest script: liblayerinit.so is a library others link. Its SONAME carries a version (a consumer
+# built against 0.1 must not load an incompatible 0.2), and it exports its API alone: nothing of
+# layerinit::detail nor of the private headers' namespaces (the kernels' grid and quantile tables),
+# which the library is compiled to hide (cmake/modules.cmake, core/api.hpp).
+# Arguments: LIB (the built library), SONAME (the SONAME it should carry), NM, READELF.
+execute_process(COMMAND ${READELF} -d ${LIB} OUTPUT_VARIABLE dynamic RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "readelf -d ${LIB} failed: ${rc}")
+endif()
+if(NOT dynamic MATCHES "\\(SONAME\\)[^\n]*\\[([^]\n]*)\\]")
+  message(FATAL_ERROR "${LIB} has no SONAME")
+endif()
+set(soname ${CMAKE_MATCH_1})
+if(NOT soname MATCHES "^liblayerinit\\.so\\.[0-9]+" OR NOT soname STREQUAL SONAME)
+  message(FATAL_ERROR "${LIB}: SONAME '${soname}', expected a versioned '${SONAME}' (liblayerinit.so.MAJOR.MINOR)")
+endif()
+
+execute_process(COMMAND ${NM} -DC --defined-only ${LIB} OUTPUT_VARIABLE symbols RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "nm -DC --defined-only ${LIB} failed: ${rc}")
+endif()
+string(REPLACE "\n" ";" symbols "${symbols}")
+set(internal "")
+set(count 0)
+foreach(s IN LISTS symbols)
+  math(EXPR count "${count} + 1")
+  if(s MATCHES "layerinit::(detail|grid|quantile)::")
+    list(APPEND internal "${s}")
+  endif()
+endforeach()
+list(LENGTH internal n)
+if(n GREATER 0)
+  list(JOIN internal "\n  " shown)
+  message(FATAL_ERROR "${LIB} exports ${n} internal symbols:\n  ${shown}")
+endif()
+message(STATUS "${LIB}: SONAME ${soname}, ${count} exported symbols, none internal")
