@@ -693,6 +693,10 @@ def init_(
     - Tied parameters are filled once. A DTensor parameter's local shard is filled at its global
       offset (Shard and Replicate placements), so the gathered tensor equals the unsharded one.
     - Buffers the spec names (a router's correction bias) are filled too.
+    - All the parameters are filled by one call into the library. The plans and each parameter's
+      Composite are kept with the module: init_ again with the same recipe, seed and overrides, of
+      a module whose parameters, buffers, submodules and config are the same (names, global shapes,
+      dtypes, ties, types), only fills. With name_map or spec it prepares every call.
 
     Raises ValueError, before anything is materialized or written, for a parameter without a
     tensor (listing them), a shape the spec does not have, a dtype other than float32, float16 and
