@@ -43,8 +43,10 @@ def main() -> None:
 
         setattr(owner, name, call)
 
-    # The package's ways into the library's fills of a module: one Composite per parameter now, one
-    # Plan.fill per row box in the package before it (bench rows "before" in docs/benchmarks.md).
+    # The package's ways into the library's fills of a module: one fill_composites call for all its
+    # parameters now, one fill_composite per parameter before it, one Plan.fill per row box before
+    # that (bench rows "before" in docs/benchmarks.md).
+    counted(layerinit._core, "fill_composites")
     counted(layerinit._core, "fill_composite")
     counted(layerinit.Plan, "fill")
     t0 = time.perf_counter()

@@ -12,6 +12,7 @@ import json
 import math
 import re
 import warnings
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Optional, Union
 
@@ -567,41 +568,41 @@ def _materialize_and_compute(module: torch.nn.Module, device: Optional[Union[str
 # ---- init_ ----
 
 
-@torch.no_grad()
-def init_(
-    module: torch.nn.Module,
-    *,
-    recipe: str = "hf",
-    seed: int = 0,
-    name_map: Optional[NameMap] = None,
-    spec: Optional[ModelLike] = None,
-    device: Optional[Union[str, torch.device]] = None,
-    overrides: Optional[Mapping[str, str]] = None,
-) -> torch.nn.Module:
-    """Fills every parameter of ``module`` in place, by its qualified name, with the values
-    ``layerinit emit --recipe RECIPE --seed SEED`` writes for it, in the parameter's own dtype
-    (float32, float16 or bfloat16). Returns the module.
+# Per module, what init_ prepared for it last (its plans, each parameter's Composite) under which key:
+# a later init_ with the same arguments of a module with the same parameters, buffers, modules and
+# config makes none of it again, only the fills.
+_PREPARED: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[Any, _Prepared]]" = weakref.WeakKeyDictionary()
 
-    - The tensors come from ``spec`` (a preset, a JSON spec path or dict, a :class:`layerinit.Spec`);
-      without it, for a torchtitan llama3, qwen3 or deepseek_v3 model from :func:`torchtitan_spec`
-      (Hugging Face names, mapped back through torchtitan's own state-dict adapter: fused wqkv,
-      stacked experts, RoPE row order), for Hugging Face models from ``module.config``
-      (:func:`hf_spec`), else from the module's own layers (:func:`module_spec`, which refuses the
-      parameters whose role or layer the recipe needs and the module's names do not tell).
-    - ``name_map``: module name -> canonical name (a dict or a function; None skips the parameter).
-    - A module on the meta device is materialized first with ``to_empty(device=device)`` (default:
-      a DTensor's mesh device type, else "cpu"), its tied parameters tied again; buffers no spec
-      names are computed by the model's own code (torchtitan's ``_init_self_buffers``,
-      transformers' ``_init_weights``), DTensor buffers on plain tensors then each rank's piece
-      kept; a warning names any left uncomputed.
-    - Tied parameters are filled once. A DTensor parameter's local shard is filled at its global
-      offset (Shard and Replicate placements), so the gathered tensor equals the unsharded one.
-    - Buffers the spec names (a router's correction bias) are filled too.
 
-    Raises ValueError, before anything is materialized or written, for a parameter without a
-    tensor (listing them), a shape the spec does not have, a dtype other than float32, float16 and
-    bfloat16, a 0-d parameter, an unknown recipe or preset.
-    """
+def _cache_key(module: torch.nn.Module, recipe: str, seed: int, name_map: Optional[NameMap], spec: Optional[ModelLike],
+               overrides: Optional[Mapping[str, str]]) -> Optional[tuple[Any, ...]]:
+    """What init_'s preparation of `module` depends on, or None when it is not cached (a name_map or
+    spec, which may change between calls without telling): the arguments, each parameter's and
+    buffer's name, global shape, dtype and ties, each submodule's name and type, the config's repr."""
+    if name_map is not None or spec is not None:
+        return None
+    try:
+        fills = None if overrides is None else tuple(sorted((k, str(v)) for k, v in overrides.items()))
+    except (AttributeError, TypeError):
+        return None  # _prepare says what is wrong with it
+    first: dict[int, str] = {}
+    params = tuple((n, _global_shape(p), p.dtype, first.setdefault(id(p), n))
+                   for n, p in module.named_parameters(remove_duplicate=False))
+    buffers = tuple((n, _global_shape(b), b.dtype) for n, b in module.named_buffers(remove_duplicate=False))
+    modules = tuple((n, type(m)) for n, m in module.named_modules(remove_duplicate=False))
+    return (recipe, seed, fills, params, buffers, modules, repr(getattr(module, "config", None)))
+
+
+# What init_ makes of a module before it writes anything: each filled name's Composite (of its dtype's
+# plan, its global shape), how each is made, and the plans by dtype.
+_Prepared = tuple[dict[str, Composite], dict[str, Maker], Callable[[torch.dtype], Plan]]
+
+
+def _prepare(module: torch.nn.Module, recipe: str, seed: int, name_map: Optional[NameMap], spec: Optional[ModelLike],
+             overrides: Optional[Mapping[str, str]],
+             device: Optional[Union[str, torch.device]]) -> Optional[_Prepared]:
+    """init_'s checks and plans (ValueError before anything is written); None when the module has
+    nothing to fill, after materializing it."""
     skip: Callable[[str], bool] = lambda n: False  # noqa: E731
     if name_map is not None:
         skip = (lambda n: name_map(n) is None) if callable(name_map) else (lambda n: n in name_map and name_map[n] is None)
@@ -617,7 +618,7 @@ def init_(
         description = _description(module, skip, type(module).__name__)
         if not description["parameters"]:  # nothing to fill
             _materialize_and_compute(module, device, {n for n, b in module.named_buffers() if b.is_meta})
-            return module
+            return None
         s, _ = _describe(description, recipe=recipe, overrides=overrides)
     plans: dict[str, Plan] = {}
 
@@ -659,6 +660,59 @@ def init_(
                          f"{_listed(bad)}; skip them with name_map= (None)")
     composites = {n: _checked(n, _global_shape(t), makers[n](plan_for(t.dtype)), _DTYPES[t.dtype])
                   for n, t in entries if n in makers}
+    return composites, makers, plan_for
+
+
+@torch.no_grad()
+def init_(
+    module: torch.nn.Module,
+    *,
+    recipe: str = "hf",
+    seed: int = 0,
+    name_map: Optional[NameMap] = None,
+    spec: Optional[ModelLike] = None,
+    device: Optional[Union[str, torch.device]] = None,
+    overrides: Optional[Mapping[str, str]] = None,
+) -> torch.nn.Module:
+    """Fills every parameter of ``module`` in place, by its qualified name, with the values
+    ``layerinit emit --recipe RECIPE --seed SEED`` writes for it, in the parameter's own dtype
+    (float32, float16 or bfloat16). Returns the module.
+
+    - The tensors come from ``spec`` (a preset, a JSON spec path or dict, a :class:`layerinit.Spec`);
+      without it, for a torchtitan llama3, qwen3 or deepseek_v3 model from :func:`torchtitan_spec`
+      (Hugging Face names, mapped back through torchtitan's own state-dict adapter: fused wqkv,
+      stacked experts, RoPE row order), for Hugging Face models from ``module.config``
+      (:func:`hf_spec`), else from the module's own layers (:func:`module_spec`, which refuses the
+      parameters whose role or layer the recipe needs and the module's names do not tell).
+    - ``name_map``: module name -> canonical name (a dict or a function; None skips the parameter).
+    - A module on the meta device is materialized first with ``to_empty(device=device)`` (default:
+      a DTensor's mesh device type, else "cpu"), its tied parameters tied again; buffers no spec
+      names are computed by the model's own code (torchtitan's ``_init_self_buffers``,
+      transformers' ``_init_weights``), DTensor buffers on plain tensors then each rank's piece
+      kept; a warning names any left uncomputed.
+    - Tied parameters are filled once. A DTensor parameter's local shard is filled at its global
+      offset (Shard and Replicate placements), so the gathered tensor equals the unsharded one.
+    - Buffers the spec names (a router's correction bias) are filled too.
+    - All the parameters are filled by one call into the library. The plans and each parameter's
+      Composite are kept with the module: init_ again with the same recipe, seed and overrides, of
+      a module whose parameters, buffers, submodules and config are the same (names, global shapes,
+      dtypes, ties, types), only fills. With name_map or spec it prepares every call.
+
+    Raises ValueError, before anything is materialized or written, for a parameter without a
+    tensor (listing them), a shape the spec does not have, a dtype other than float32, float16 and
+    bfloat16, a 0-d parameter, an unknown recipe or preset.
+    """
+    key = _cache_key(module, recipe, seed, name_map, spec, overrides)
+    cached = _PREPARED.get(module)
+    if key is not None and cached is not None and cached[0] == key:
+        prepared = cached[1]
+    else:
+        prepared = _prepare(module, recipe, seed, name_map, spec, overrides, device)
+        if prepared is None:  # nothing to fill: materialized
+            return module
+    hit = key is not None and cached is not None and cached[1] is prepared
+    composites, makers, plan_for = prepared
+    entries = list(module.named_parameters()) + [(n, b) for n, b in module.named_buffers() if n in composites]
     # spmd_types shards: their place, and their annotations, which to_empty drops with the Parameter.
     spmd = {n: (_spmd_box(t), {a: getattr(t, a) for a in _SPMD_ATTRS if hasattr(t, a)}) for n, t in entries}
     spmd = {n: v for n, v in spmd.items() if v[0] is not None}
@@ -668,6 +722,7 @@ def init_(
     for n, (_, attrs) in spmd.items():
         for a, v in attrs.items():
             setattr(current[n], a, v)
+    arrays, parts, offsets = [], [], []
     for n, c in composites.items():
         t = current[n]
         if n in spmd:
@@ -678,6 +733,13 @@ def init_(
             continue
         if c.dtype != _DTYPES.get(local.dtype):  # a buffer the model's own code made in another dtype
             c = _checked(n, _global_shape(t), makers[n](plan_for(local.dtype)), None)
-        # The local shard is a box of the parameter: one call fills it, whatever tensors it holds.
-        _core.fill_composite(local.detach(), c, seed, list(loff), True, None)
+        # The local shard is a box of the parameter: its composite fills it, whatever tensors it holds.
+        arrays.append(local.detach())
+        parts.append(c)
+        offsets.append(list(loff))
+    _core.fill_composites(arrays, parts, seed, offsets, True)  # every parameter in one call
+    if key is not None and not hit:
+        # Under the module as it is now: the model's own code may have made buffers nothing fills
+        # in another dtype than on the meta device.
+        _PREPARED[module] = (_cache_key(module, recipe, seed, name_map, spec, overrides), prepared)
     return module

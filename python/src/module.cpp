@@ -225,6 +225,18 @@ Shape offset_arg(const std::vector<std::uint64_t>& offset, const Imported& r) {
   return off;
 }
 
+// The jobs filling `array`, the piece at `offset` of composite `c`; returns the array's DLPack
+// device type. ValueError for an array that cannot be filled or is not the composite's dtype.
+int composite_jobs(nb::handle array, const Composite& c, std::uint64_t seed, const std::vector<std::uint64_t>& offset,
+                   bool allow_strided, const std::optional<std::string>& bits_as, std::vector<FillJob>& jobs) {
+  const Imported r = import_region(array, allow_strided, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
+  if (r.dtype != c.dtype)
+    throw std::invalid_argument("the composite is " + std::string(dtype_name(c.dtype)) + " but the array is " +
+                                std::string(dtype_name(r.dtype)));
+  composite_fill_jobs(c, Box{offset_arg(offset, r), r.shape}, r.region, seed, jobs);
+  return r.device_type;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Specs and plans.
 
@@ -618,15 +630,31 @@ NB_MODULE(_core, m) {
 
   m.def("fill_composite", [](nb::handle array, const Composite& c, std::uint64_t seed, const std::vector<std::uint64_t>& offset,
                              bool allow_strided, const std::optional<std::string>& bits_as) {
-    const Imported r = import_region(array, allow_strided, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
-    if (r.dtype != c.dtype)
-      throw std::invalid_argument("the composite is " + std::string(dtype_name(c.dtype)) + " but the array is " +
-                                  std::string(dtype_name(r.dtype)));
     std::vector<FillJob> jobs;
-    composite_fill_jobs(c, Box{offset_arg(offset, r), r.shape}, r.region, seed, jobs);
-    run_jobs(jobs, r.device_type);
+    const int device_type = composite_jobs(array, c, seed, offset, allow_strided, bits_as, jobs);
+    run_jobs(jobs, device_type);
   }, "array"_a, "composite"_a, "seed"_a, "offset"_a, "allow_strided"_a = false, "bits_as"_a = nb::none(),
   "Fills `array`, the piece at `offset` of composite `composite`, in place.");
+
+  m.def("fill_composites", [](const std::vector<nb::handle>& arrays, const std::vector<const Composite*>& composites,
+                              std::uint64_t seed, const std::vector<std::vector<std::uint64_t>>& offsets, bool allow_strided) {
+    if (composites.size() != arrays.size() || offsets.size() != arrays.size())
+      throw std::invalid_argument(std::to_string(arrays.size()) + " arrays, " + std::to_string(composites.size()) +
+                                  " composites and " + std::to_string(offsets.size()) + " offsets: one each per array");
+    // Every array checked and its jobs made before anything is written; then one run per device,
+    // the host's over one pool of threads for all the arrays.
+    std::vector<FillJob> host, cuda;
+    for (std::size_t i = 0; i < arrays.size(); ++i) {
+      if (composites[i] == nullptr) throw std::invalid_argument("composites[" + std::to_string(i) + "] is None");
+      std::vector<FillJob> jobs;
+      const int device_type = composite_jobs(arrays[i], *composites[i], seed, offsets[i], allow_strided, std::nullopt, jobs);
+      auto& to = device_type == kDLCUDA || device_type == kDLCUDAManaged ? cuda : host;
+      to.insert(to.end(), jobs.begin(), jobs.end());
+    }
+    run_jobs(host, kDLCPU);
+    run_jobs(cuda, kDLCUDA);
+  }, "arrays"_a, "composites"_a, "seed"_a, "offsets"_a, "allow_strided"_a = false,
+  "Fills each array in place, the piece at offsets[i] of composites[i], all in one call: what fill_composite does for each.");
 
   nb::class_<Composite>(m, "Composite",
                         "A parameter made of canonical tensors: stacked along leading axes, concatenated, each part a box of "

@@ -139,3 +139,37 @@ def test_text_form_and_its_errors():
         layerinit.fill_(torch.empty(64), c, "constant(1)")
     with pytest.raises(ValueError, match="lies outside"):
         layerinit.fill_(torch.empty(64), c, offset=(1,))
+
+
+def test_fill_composites_fills_every_array_in_one_call_as_fill_composite_does():
+    stacked = built("llama-tiny", layout="stacked", recipe="torchtitan", seed=2)
+    plan = layerinit.plan("llama-tiny", recipe="torchtitan", seed=2)
+    name = "model.layers.mlp.down_proj.weight"
+    leaf = plan.composite(["model.layers.{0}.mlp.down_proj.weight"], stack=[4])
+    embed = plan.composite("model.embed_tokens.weight")
+    whole = torch.empty(4, 64, 176, dtype=torch.bfloat16)
+    piece = torch.empty(3, 2, 76, dtype=torch.bfloat16)
+    big = torch.zeros(300, 80, dtype=torch.bfloat16)
+    view = big[10:20, 8:72]  # strided
+    layerinit._core.fill_composites([whole, piece, view], [leaf, leaf, embed], 2, [[], [1, 1, 100], [4, 0]], True)
+    assert torch.equal(bits(whole), bits(stacked[name]))
+    assert torch.equal(bits(piece), bits(stacked[name][1:4, 1:3, 100:]))
+    ref = torch.empty(10, 64, dtype=torch.bfloat16)
+    layerinit.fill_(ref, embed, seed=2, offset=(4, 0))
+    assert torch.equal(bits(view), bits(ref)) and torch.equal(bits(view), bits(stacked["model.embed_tokens.weight"][4:14]))
+    assert torch.count_nonzero(big[:10]) == 0 and torch.count_nonzero(big[:, :8]) == 0
+    layerinit._core.fill_composites([], [], 2, [])  # nothing to fill
+
+
+def test_fill_composites_checks_every_array_before_writing():
+    plan = layerinit.plan("llama-tiny", seed=2)
+    embed = plan.composite("model.embed_tokens.weight")  # bf16, [256, 64]
+    first = torch.zeros(256, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="the composite is bf16 but the array is fp32"):
+        layerinit._core.fill_composites([first, torch.zeros(256, 64)], [embed, embed], 2, [[], []])
+    with pytest.raises(ValueError, match="not contiguous"):
+        layerinit._core.fill_composites([first, torch.zeros(256, 128, dtype=torch.bfloat16)[:, :64]], [embed, embed], 2,
+                                        [[], []])
+    assert torch.count_nonzero(first) == 0
+    with pytest.raises(ValueError, match="2 arrays, 1 composites and 2 offsets: one each per array"):
+        layerinit._core.fill_composites([first, first], [embed], 2, [[], []])

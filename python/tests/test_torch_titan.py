@@ -80,19 +80,56 @@ def test_meta_model_equals_emit_loaded_by_torchtitan(flavor, dtype, titan_emit):
             assert torch.equal(dict(model.named_buffers())[name], b), name
 
 
-def test_each_parameter_is_one_fill(monkeypatch):
-    """A fused wqkv in interleaved RoPE rows, stacked experts: each parameter is one Composite, filled
-    by one call (rows were filled one call each before: 100,000s of calls for llama3 8B)."""
+def test_each_parameter_is_one_composite_of_one_fill_call(monkeypatch):
+    """A fused wqkv in interleaved RoPE rows, stacked experts: each parameter is one Composite, and
+    init_ fills them all in one call (rows were filled one call each before: 100,000s of calls for
+    llama3 8B; then one call per parameter)."""
     calls = []
-    fill = layerinit._core.fill_composite
-    monkeypatch.setattr(layerinit._core, "fill_composite", lambda *a: calls.append(a[1]) or fill(*a))
+    fill = layerinit._core.fill_composites
+    monkeypatch.setattr(layerinit._core, "fill_composites", lambda *a: calls.append(a[1]) or fill(*a))
     for flavor in ("llama3-debugmodel", "deepseek-v3-tiny"):
         calls.clear()
         model = meta_model(flavor, torch.float32)
         lt.init_(model, recipe="torchtitan", seed=5)
         filled = [n for n, p in model.named_parameters() if p.numel()]
         filled += [n for n, _ in model.named_buffers() if n in lt._titan(model)[1]]  # the router bias
-        assert len(calls) == len(filled), flavor
+        assert len(calls) == 1 and len(calls[0]) == len(filled), flavor
+        assert all(isinstance(c, layerinit.Composite) for c in calls[0])
+
+
+def test_init_again_reuses_the_plan_and_writes_the_same_bits(monkeypatch):
+    """A second init_ of the same model with the same arguments makes no spec, plan or composite
+    again (the MoE's 64 x 3 x 2 experts included) and writes the same bits; a different seed or
+    recipe prepares anew."""
+    model = meta_model("qwen3-moe-tiny", torch.bfloat16)
+    lt.init_(model, recipe="torchtitan", seed=5)
+    first = {n: bits(p).clone() for n, p in model.named_parameters()}
+    made = []
+    prepare = lt._prepare
+    monkeypatch.setattr(lt, "_prepare", lambda *a: made.append(a[1:3]) or prepare(*a))
+    for p in model.parameters():
+        p.data.zero_()
+    lt.init_(model, recipe="torchtitan", seed=5)
+    assert made == []
+    assert all(torch.equal(bits(p), first[n]) for n, p in model.named_parameters())
+    lt.init_(model, recipe="torchtitan", seed=6)
+    lt.init_(model, recipe="hf", seed=6)
+    assert made == [("torchtitan", 6), ("hf", 6)]
+    assert not torch.equal(bits(model.lm_head.weight), first["lm_head.weight"])
+    lt.init_(model, recipe="torchtitan", seed=5, name_map={})  # a name_map: prepared every call
+    assert len(made) == 3
+    assert all(torch.equal(bits(p), first[n]) for n, p in model.named_parameters())
+
+
+def test_init_again_after_a_dtype_change_prepares_anew():
+    model = meta_model("qwen3-tiny", torch.float32)
+    lt.init_(model, recipe="torchtitan", seed=5)
+    model.to(torch.bfloat16)
+    lt.init_(model, recipe="torchtitan", seed=5)
+    ref = meta_model("qwen3-tiny", torch.bfloat16)
+    lt.init_(ref, recipe="torchtitan", seed=5)
+    want = dict(ref.named_parameters())
+    assert all(p.dtype == torch.bfloat16 and torch.equal(bits(p), bits(want[n])) for n, p in model.named_parameters())
 
 
 # What torchtitan's own code says each parameter gets (the param_init each package's __init__.py sets),
