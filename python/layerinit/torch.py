@@ -582,7 +582,10 @@ def _cache_key(module: torch.nn.Module, recipe: str, seed: int, name_map: Option
     if name_map is not None or spec is not None:
         return None
     try:
-        fills = None if overrides is None else tuple(sorted((k, str(v)) for k, v in overrides.items()))
+        # A Fill by its exact text: str() rounds to 6 digits, and two fills that differ past them
+        # would share a key.
+        fills = None if overrides is None else tuple(sorted(
+            (k, v.text if isinstance(v, _core.Fill) else str(v)) for k, v in overrides.items()))
     except (AttributeError, TypeError):
         return None  # _prepare says what is wrong with it
     first: dict[int, str] = {}

@@ -296,3 +296,17 @@ def test_buffers_no_code_computes_are_named():
         m = WithBuffer()
     with pytest.warns(UserWarning, match=r"buffers left uninitialized after to_empty .*\['table'\]"):
         lt.init_(m, recipe="pytorch-default")
+
+
+def test_a_second_init_with_an_override_differing_past_six_digits_prepares_again():
+    """init_ keeps a module's plans while its arguments are the same: a Fill override was keyed by its
+    6-digit text, so a second fill that differs past those digits reused the first's composites."""
+    import numpy as np
+
+    a, b = layerinit.Fill.parse("normal(0, 0.12345678)"), layerinit.Fill.parse("normal(0, 0.12345679)")
+    assert str(a) == str(b) and a != b
+    m = torch.nn.Linear(8, 8)
+    lt.init_(m, recipe="pytorch-default", overrides={"weight": a})
+    lt.init_(m, recipe="pytorch-default", overrides={"weight": b})
+    want = layerinit.fill_(np.empty((8, 8), np.float32), "weight", b, seed=0)
+    assert np.array_equal(m.weight.detach().numpy(), want)
