@@ -123,7 +123,7 @@ class Reader {
       const std::string lower = ascii_lower(owner_short);
       if (kernel || (attr == "bias" && owner_has("kernel"))) kind = ModuleKind::linear;
       else if (attr == "embedding") kind = ModuleKind::embedding;
-      else if ((lower.find("norm") != std::string::npos || lower.starts_with("ln")) &&
+      else if (p.shape.size() == 1 && (lower.find("norm") != std::string::npos || lower.starts_with("ln")) &&
                (attr == "weight" || attr == "scale" || attr == "bias" || attr == "offset"))
         kind = ModuleKind::norm;
     }
@@ -386,7 +386,7 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
     dp.role_known = r.role_known;
     const auto w = layer_of(t.name);
     if (w && prefix && w->first == *prefix) dp.layer = w->second;
-    dp.depth_known = !w || w->first.empty() || (prefix && w->first == *prefix);
+    dp.depth_known = !w || (prefix && w->first == *prefix);  // a top-level number ("0.weight") too is no layer
     dp.logical = t.shape;
     dp.fan_in = t.fan_in;
     dp.fan_out = t.fan_out;

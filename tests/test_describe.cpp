@@ -28,6 +28,16 @@ const DescribedParameter& of(const DescribedModel& m, const std::string& name) {
   throw std::out_of_range(name);
 }
 
+std::string refusal(const ModelDescription& d, const char* recipe) {
+  const Recipe r = make_recipe(recipe);
+  try {
+    describe(d, &r);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // A llama-like model as torch describes it: embedding, 3 layers of wq/wo/w1/w2 and norms, norm, output.
 ModelDescription llama_like(std::uint64_t layers = 3) {
   ModelDescription d;
@@ -76,11 +86,16 @@ TEST(Describe, TheRepeatedBlockIsTheLongestRunOfIdenticalLastLayers) {
 
 TEST(Describe, LayersNotNumberedFromZeroAreNoDepth) {
   ModelDescription d;
-  d.parameters.push_back(param("blocks.1.w.weight", {4, 4}, ModuleKind::linear));
-  d.parameters.push_back(param("blocks.2.w.weight", {4, 4}, ModuleKind::linear));
+  d.parameters.push_back(param("blocks.1.wo.weight", {4, 4}, ModuleKind::linear));
+  d.parameters.push_back(param("blocks.2.wo.weight", {4, 4}, ModuleKind::linear));
+  d.parameters.push_back(param("0.wo.weight", {4, 4}, ModuleKind::linear));  // an nn.Sequential's
   const DescribedModel m = describe(d);
   EXPECT_EQ(m.spec.num_layers, 0u);
-  EXPECT_FALSE(of(m, "blocks.1.w.weight").depth_known);
+  EXPECT_FALSE(of(m, "blocks.1.wo.weight").depth_known);
+  EXPECT_FALSE(of(m, "0.wo.weight").depth_known);
+  // torchtitan scales an output projection by its layer: none of them has one.
+  EXPECT_NE(refusal(d, "torchtitan").find("so their layer is unknown: blocks.1.wo.weight, blocks.2.wo.weight, 0.wo.weight"),
+            std::string::npos);
 }
 
 TEST(Describe, FlaxKernelsAreStoredInOut) {
@@ -104,6 +119,9 @@ TEST(Describe, FlaxKernelsAreStoredInOut) {
   EXPECT_FALSE(c.transposable);
   EXPECT_EQ(of(m, "params.LayerNorm_0.scale").role, TensorRole::norm_weight);
   EXPECT_EQ(of(m, "params.LayerNorm_0.bias").role, TensorRole::norm_bias);
+  d.parameters.push_back(param("lnx.weight", {3, 3}));  // 2-D: not a norm's, whatever its module's name
+  EXPECT_EQ(of(describe(d), "lnx.weight").role, TensorRole::other);
+  d.parameters.pop_back();
   EXPECT_EQ(of(m, "params.Embed_0.embedding").role, TensorRole::embedding);
   // A caller's storage wins over the convention.
   d.parameters[0].storage = WeightStorage::out_in;
@@ -139,16 +157,6 @@ TEST(Describe, TiesThatDisagreeOrNameNothingAreRefused) {
   d.parameters[1].tied_to.clear();
   d.parameters.push_back(d.parameters[0]);  // described twice
   EXPECT_THROW(describe(d), std::invalid_argument);
-}
-
-std::string refusal(const ModelDescription& d, const char* recipe) {
-  const Recipe r = make_recipe(recipe);
-  try {
-    describe(d, &r);
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(Describe, WhatARecipeNeedsAndTheDescriptionDoesNotTellIsRefused) {
