@@ -275,6 +275,7 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
   }
   std::vector<TensorSpec> tensors;
   std::vector<std::size_t> tensor_of(d.parameters.size());
+  std::vector<std::size_t> first_param;  // per tensor: its tie group's first parameter
   std::unordered_map<std::string, std::size_t> tensor_index;
   bool tied_embedding = false;
   for (std::size_t i = 0; i < d.parameters.size(); ++i) {
@@ -293,6 +294,7 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
       t.buffer = p.buffer;
       tensor_of[i] = tensors.size();
       tensor_index[p.name] = tensors.size();
+      first_param.push_back(i);
       tensors.push_back(std::move(t));
       continue;
     }
@@ -343,7 +345,7 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
   std::map<std::uint64_t, std::vector<std::size_t>> layers;
   std::vector<std::size_t> pre, post;
   for (std::size_t k = 0; k < tensors.size(); ++k) {
-    const auto w = layer_of(tensors[k].name);
+    const auto& w = where[first_param[k]];
     if (prefix && w && w->first == *prefix) layers[w->second].push_back(k);
     else (layers.empty() ? pre : post).push_back(k);
   }
@@ -384,7 +386,7 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
     dp.tensor = t.name;
     dp.role = t.role;
     dp.role_known = r.role_known;
-    const auto w = layer_of(t.name);
+    const auto& w = where[group_of(i)];
     if (w && prefix && w->first == *prefix) dp.layer = w->second;
     dp.depth_known = !w || (prefix && w->first == *prefix);  // a top-level number ("0.weight") too is no layer
     dp.logical = t.shape;

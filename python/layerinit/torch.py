@@ -688,6 +688,8 @@ def init_(
       (:func:`hf_spec`), else from the module's own layers (:func:`module_spec`, which refuses the
       parameters whose role or layer the recipe needs and the module's names do not tell).
     - ``name_map``: module name -> canonical name (a dict or a function; None skips the parameter).
+      It extends the mapping layerinit infers (torchtitan's included): a name it leaves out, or maps
+      to itself, keeps its inferred tensor.
     - A module on the meta device is materialized first with ``to_empty(device=device)`` (default:
       a DTensor's mesh device type, else "cpu"), its tied parameters tied again; buffers no spec
       names are computed by the model's own code (torchtitan's ``_init_self_buffers``,

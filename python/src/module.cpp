@@ -244,16 +244,23 @@ struct Spec {
   ModelSpec spec;
 };
 
+// A recipe by name with its overrides (name glob -> fill), each fill checked: what plans and
+// descriptions are filled by.
+Recipe recipe_with(const std::string& recipe, const std::map<std::string, FillSpec>& overrides) {
+  Recipe r = make_recipe(recipe);
+  for (const auto& [pattern, fill] : overrides) {
+    validate_fill(fill);
+    r.add_override(pattern, fill);
+  }
+  return r;
+}
+
 class Plan {
  public:
   Plan(const Spec& s, const std::string& recipe, const std::map<std::string, FillSpec>& overrides,
        const std::string& dtype, const std::map<std::string, std::string>& dtype_overrides, std::uint64_t seed,
        const std::string& layout, const std::string& orientation, const std::string& experts)
-      : spec_(s.spec), recipe_(make_recipe(recipe)) {
-    for (const auto& [pattern, fill] : overrides) {
-      validate_fill(fill);
-      recipe_.add_override(pattern, fill);
-    }
+      : spec_(s.spec), recipe_(recipe_with(recipe, overrides)) {
     opts_.dtype = parse_dtype(dtype);
     for (const auto& [pattern, d] : dtype_overrides) opts_.dtype_overrides.push_back({pattern, parse_dtype(d)});
     opts_.seed = seed;
@@ -535,13 +542,7 @@ NB_MODULE(_core, m) {
   m.def("describe", [](const std::string& text, const std::optional<std::string>& recipe,
                         const std::map<std::string, FillSpec>& overrides) {
     std::optional<Recipe> r;
-    if (recipe) {
-      r = make_recipe(*recipe);
-      for (const auto& [pattern, fill] : overrides) {
-        validate_fill(fill);
-        r->add_override(pattern, fill);
-      }
-    }
+    if (recipe) r = recipe_with(*recipe, overrides);
     DescribedModel dm = describe(description_from_json(text), r ? &*r : nullptr);
     nb::list params;
     for (const auto& p : dm.parameters) {
