@@ -292,6 +292,7 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
       t.transposable = r.transposable;
       t.init = p.init;
       t.buffer = p.buffer;
+      t.tp_replicated = p.tp_replicated;
       tensor_of[i] = tensors.size();
       tensor_index[p.name] = tensors.size();
       first_param.push_back(i);

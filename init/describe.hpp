@@ -40,6 +40,7 @@ struct ParameterDescription {
   std::optional<TensorRole> role;  // a caller's rule decides the role
   std::optional<FillSpec> init;    // a caller's rule decides the fill
   bool buffer = false;
+  bool tp_replicated = false;  // TensorSpec::tp_replicated: a fused map tensor parallelism keeps whole
 };
 
 struct ModelDescription {

@@ -76,6 +76,12 @@ class LayerWriter {
     ts.push_back(linear(name + ".weight", in, out, role));
     if (with_bias) ts.push_back(bias(name + ".bias", in, out));
   }
+  // A map tensor parallelism keeps whole (TensorSpec::tp_replicated), its bias with it.
+  void whole_projection(std::vector<TensorSpec>& ts, const std::string& name, std::uint64_t in, std::uint64_t out,
+                        bool with_bias) const {
+    projection(ts, name, in, out, with_bias);
+    ts[ts.size() - (with_bias ? 2 : 1)].tp_replicated = true;
+  }
 
   void attention(std::vector<TensorSpec>& ts, const std::string& p) const {
     const std::uint64_t d = h_.hidden_size, q = mul(h_.num_heads, h_.head_dim), kv = mul(h_.num_kv_heads, h_.head_dim);
@@ -83,7 +89,7 @@ class LayerWriter {
     if (l_.sinks) ts.push_back(TensorSpec{a + "sinks", {h_.num_heads}, TensorRole::other, 0, 0, false, std::nullopt});
     if (l_.fused_qkv) {  // Phi3Attention registers o_proj first
       projection(ts, a + "o_proj", q, d, l_.o_bias, TensorRole::output_weight);
-      projection(ts, a + "qkv_proj", d, add(q, mul(2, kv)), l_.qkv_bias);
+      whole_projection(ts, a + "qkv_proj", d, add(q, mul(2, kv)), l_.qkv_bias);  // [q; k; v]
     } else {
       projection(ts, a + "q_proj", d, q, l_.qkv_bias);
       projection(ts, a + "k_proj", d, kv, l_.qkv_bias);
@@ -107,11 +113,11 @@ class LayerWriter {
     if (x.q_lora_rank == 0) {
       projection(ts, a + "q_proj", d, mul(H, qk), false);
     } else {
-      projection(ts, a + "q_a_proj", d, x.q_lora_rank, l_.qkv_bias);
+      whole_projection(ts, a + "q_a_proj", d, x.q_lora_rank, l_.qkv_bias);  // q_a_layernorm reads it
       ts.push_back(norm(a + "q_a_layernorm.weight", x.q_lora_rank));
       projection(ts, a + "q_b_proj", x.q_lora_rank, mul(H, qk), false);
     }
-    projection(ts, a + "kv_a_proj_with_mqa", d, add(x.kv_lora_rank, x.qk_rope_head_dim), l_.qkv_bias);
+    whole_projection(ts, a + "kv_a_proj_with_mqa", d, add(x.kv_lora_rank, x.qk_rope_head_dim), l_.qkv_bias);
     ts.push_back(norm(a + "kv_a_layernorm.weight", x.kv_lora_rank));
     projection(ts, a + "kv_b_proj", x.kv_lora_rank, mul(H, add(x.qk_nope_head_dim, x.v_head_dim)), false);
     projection(ts, a + "o_proj", mul(H, x.v_head_dim), d, l_.o_bias, TensorRole::output_weight);
@@ -120,7 +126,7 @@ class LayerWriter {
   void swiglu(std::vector<TensorSpec>& ts, const std::string& p, std::uint64_t ff, bool with_bias) const {
     const std::uint64_t d = h_.hidden_size;
     if (l_.fused_gate_up) {  // Phi3MLP: gate and up stacked in one Linear [2 F, d]
-      projection(ts, p + "gate_up_proj", d, mul(2, ff), with_bias);
+      whole_projection(ts, p + "gate_up_proj", d, mul(2, ff), with_bias);
     } else {
       projection(ts, p + "gate_proj", d, ff, with_bias);
       projection(ts, p + "up_proj", d, ff, with_bias);
@@ -159,6 +165,7 @@ class LayerWriter {
         ts.push_back(bias(p + "mlp.router.bias", d, E));
         const std::string x = p + "mlp.experts.";
         ts.push_back(TensorSpec{x + "gate_up_proj", {E, d, ff2}, TensorRole::linear_weight, d, ff2, false, std::nullopt});
+        ts.back().tp_replicated = true;  // gate and up interleaved along the output
         ts.push_back(TensorSpec{x + "gate_up_proj_bias", {E, ff2}, TensorRole::linear_bias, d, ff2, false, std::nullopt});
         ts.push_back(TensorSpec{x + "down_proj", {E, ff, d}, TensorRole::output_weight, ff, d, false, std::nullopt});
         ts.push_back(TensorSpec{x + "down_proj_bias", {E, d}, TensorRole::linear_bias, ff, d, false, std::nullopt});
@@ -281,6 +288,7 @@ ModelSpec gpt2_spec(std::string name, const Hyper& hyper, std::uint64_t num_laye
   ts.push_back(norm("ln_1.weight", d));
   ts.push_back(norm("ln_1.bias", d, TensorRole::norm_bias));
   add("attn.c_attn", d, mul(3, d), TensorRole::linear_weight);
+  ts[ts.size() - 2].tp_replicated = true;  // [q, k, v] side by side along the output (docs/sharding.md)
   add("attn.c_proj", d, d, TensorRole::output_weight);
   ts.push_back(norm("ln_2.weight", d));
   ts.push_back(norm("ln_2.bias", d, TensorRole::norm_bias));

@@ -54,6 +54,10 @@ struct TensorSpec {
   // A buffer of the reference module (DeepSeek-V3's router correction bias): in its state_dict and
   // checkpoints like a parameter, but not trained, so counted apart (ModelSpec::buffer_count).
   bool buffer = false;
+  // Tensor parallelism keeps this map whole on every rank, where its role alone would split it: it
+  // fuses maps along its output (GPT-2's c_attn, Phi-3's qkv_proj and gate_up_proj), or a norm reads
+  // its output whole (DeepSeek-V3's q_a_proj, kv_a_proj_with_mqa). docs/sharding.md has the rules.
+  bool tp_replicated = false;
   bool operator==(const TensorSpec&) const = default;
 };
 

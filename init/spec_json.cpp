@@ -105,7 +105,7 @@ TensorRole parse_role_at(const json& v, const std::string& path) {
 }
 
 TensorSpec parse_tensor(const json& j, const std::string& path) {
-  r.check_object(j, path, {"name", "shape", "role", "fan_in", "fan_out", "transposable", "init", "buffer"});
+  r.check_object(j, path, {"name", "shape", "role", "fan_in", "fan_out", "transposable", "init", "buffer", "tp_replicated"});
   TensorSpec t;
   t.name = r.to_string(r.require(j, path, "name"), join(path, "name"), true);
   t.shape = parse_shape(r.require(j, path, "shape"), join(path, "shape"));
@@ -118,6 +118,7 @@ TensorSpec parse_tensor(const json& j, const std::string& path) {
   }
   if (const json* v = find(j, "init")) t.init = parse_fill(*v, join(path, "init"));
   if (const json* v = find(j, "buffer")) t.buffer = r.to_bool(*v, join(path, "buffer"));
+  if (const json* v = find(j, "tp_replicated")) t.tp_replicated = r.to_bool(*v, join(path, "tp_replicated"));
   return t;
 }
 
@@ -131,6 +132,7 @@ ojson tensor_to_json(const TensorSpec& t) {
   j["transposable"] = t.transposable;
   if (t.init) j["init"] = fill_to_json(*t.init);
   if (t.buffer) j["buffer"] = true;  // absent: a parameter
+  if (t.tp_replicated) j["tp_replicated"] = true;
   return j;
 }
 
@@ -284,7 +286,8 @@ ModelDescription description_from_json(std::string_view text) {
   for (std::size_t i = 0; i < ps.size(); ++i) {
     const std::string path = at("parameters", i);
     const json& j = ps[i];
-    r.check_object(j, path, {"name", "shape", "module", "fan_in", "fan_out", "storage", "tied_to", "role", "init", "buffer"});
+    r.check_object(j, path, {"name", "shape", "module", "fan_in", "fan_out", "storage", "tied_to", "role", "init", "buffer",
+                                 "tp_replicated"});
     ParameterDescription p;
     p.name = r.to_string(r.require(j, path, "name"), join(path, "name"), true);
     p.shape = parse_shape(r.require(j, path, "shape"), join(path, "shape"));
@@ -319,6 +322,7 @@ ModelDescription description_from_json(std::string_view text) {
       }
     }
     if (const json* v = find(j, "buffer")) p.buffer = r.to_bool(*v, join(path, "buffer"));
+    if (const json* v = find(j, "tp_replicated")) p.tp_replicated = r.to_bool(*v, join(path, "tp_replicated"));
     d.parameters.push_back(std::move(p));
   }
   return d;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <stdexcept>
 
 #include <layerinit/core/text.hpp>
@@ -20,48 +21,74 @@ std::string_view tp_rule_name(TpRule r) {
 
 namespace {
 
-// Megatron's ColumnParallelLinear / RowParallelLinear / VocabParallelEmbedding and torchtitan's
-// ColwiseParallel / RowwiseParallel plans, on the Hugging Face names of the presets' families.
-// Experts are MLPs: Mixtral's w1 (gate) and w3 (up) and DeepSeek-V3's gate_proj and up_proj are
-// column-parallel, w2 and down_proj row-parallel, in routed and shared experts alike (Megatron's
-// MoE layer splits both with tp).
-// GPT-2's attention stays whole: its c_attn holds [q | k | v] side by side in one [in, 3 * hidden]
-// weight, so a contiguous piece of the output dimension is not whole heads of q, k and v (tp 2: rank
-// 0 would get all of q and half of k), and attn.c_proj then has no column-parallel input to pair with.
-struct Rule {
-  const char* pattern;
-  TpRule rule;
-};
-constexpr Rule kTpRules[] = {
-    {"*.self_attn.q_proj.weight", TpRule::column}, {"*.self_attn.k_proj.weight", TpRule::column},
-    {"*.self_attn.v_proj.weight", TpRule::column}, {"*.self_attn.q_proj.bias", TpRule::column},
-    {"*.self_attn.k_proj.bias", TpRule::column},   {"*.self_attn.v_proj.bias", TpRule::column},
-    {"*.mlp.gate_proj.weight", TpRule::column},    {"*.mlp.up_proj.weight", TpRule::column},
-    {"*.experts.*.w1.weight", TpRule::column},     {"*.experts.*.w3.weight", TpRule::column},
-    {"*.experts.*.gate_proj.weight", TpRule::column}, {"*.experts.*.up_proj.weight", TpRule::column},
-    {"*.shared_experts.gate_proj.weight", TpRule::column}, {"*.shared_experts.up_proj.weight", TpRule::column},
-    {"*.mlp.c_fc.weight", TpRule::column},         {"*.mlp.c_fc.bias", TpRule::column},
-    {"*.self_attn.o_proj.weight", TpRule::row},    {"*.mlp.down_proj.weight", TpRule::row},
-    {"*.experts.*.w2.weight", TpRule::row},        {"*.mlp.c_proj.weight", TpRule::row},
-    {"*.experts.*.down_proj.weight", TpRule::row}, {"*.shared_experts.down_proj.weight", TpRule::row},
-    {"model.embed_tokens.weight", TpRule::vocab},  {"lm_head.weight", TpRule::vocab},
-    {"transformer.wte.weight", TpRule::vocab},
-};
+// The module a parameter belongs to: "self_attn.q_proj.weight" is q_proj's; gpt-oss's
+// "mlp.experts.down_proj" is a parameter of mlp.experts itself.
+std::string_view owner(std::string_view name) {
+  const auto dot = name.rfind('.');
+  return dot == std::string_view::npos ? std::string_view() : name.substr(0, dot);
+}
 
-// q, k and v split by heads: tp must divide the heads, as Megatron requires.
-bool splits_heads(std::string_view name) {
-  for (const char* p : {"*.self_attn.q_proj.*", "*.self_attn.k_proj.*", "*.self_attn.v_proj.*"})
-    if (name_matches(p, name)) return true;
-  return false;
+// Megatron's ColumnParallelLinear / RowParallelLinear / VocabParallelEmbedding and torchtitan's
+// ColwiseParallel / RowwiseParallel / NoParallel plans, read from roles and the modules' nesting,
+// never from names (docs/sharding.md):
+// - A block of maps (the maps whose modules share a parent: self_attn, mlp, one expert) is split
+//   when it has a row-parallel partner: its output_weight maps are row-parallel and its other maps
+//   column-parallel, except those marked tp_replicated (DeepSeek-V3's q_a_proj, torchtitan's
+//   NoParallel). A block whose maps would all stay whole (GPT-2's attention, whose fused c_attn is
+//   [q | k | v] side by side, so a contiguous piece is not whole heads) or that holds a map of rank
+//   above 2 (gpt-oss's [E, in, out] experts) is replicated, its output map with it: that map has no
+//   split input to pair with. A block without an output map (a plain MLP stack) is replicated.
+// - A bias is column-parallel when every map of its module is (q_proj.bias; with mlp_bias, gate and
+//   up biases), else replicated (o_proj.bias is added after the row-parallel reduction).
+// - A token embedding is vocab-parallel, and so is the head of a model that has one (lm_head); an
+//   MLP's output layer is not a vocabulary.
+// - Everything else (norms, routers, position embeddings, buffers) is replicated.
+void rules_of(std::span<const TensorSpec> ts, bool language_model, std::vector<TpRule>& out) {
+  out.assign(ts.size(), TpRule::replicate);
+  const auto is_map = [](const TensorSpec& t) {
+    return t.role == TensorRole::linear_weight || t.role == TensorRole::output_weight;
+  };
+  std::map<std::string_view, std::vector<std::size_t>> blocks;  // parent module -> its maps
+  for (std::size_t j = 0; j < ts.size(); ++j) {
+    const TensorSpec& t = ts[j];
+    if (is_map(t)) blocks[owner(owner(t.name))].push_back(j);
+    else if (t.shape.size() == 2 && (t.role == TensorRole::embedding || (t.role == TensorRole::head_weight && language_model)))
+      out[j] = TpRule::vocab;
+  }
+  for (const auto& [parent, maps] : blocks) {
+    bool rows = false, columns = false, splits = true;
+    for (const std::size_t j : maps) {
+      const bool flat = ts[j].shape.size() == 2;
+      if (ts[j].role == TensorRole::output_weight) {
+        rows = true;
+        splits = splits && flat && !ts[j].tp_replicated;
+      } else if (!ts[j].tp_replicated) {
+        columns = columns || flat;
+        splits = splits && flat;
+      }
+    }
+    if (!(rows && columns && splits)) continue;
+    for (const std::size_t j : maps)
+      out[j] = ts[j].role == TensorRole::output_weight ? TpRule::row : ts[j].tp_replicated ? TpRule::replicate : TpRule::column;
+  }
+  std::map<std::string_view, std::pair<std::size_t, std::size_t>> by_module;  // module -> maps, column-parallel maps
+  for (std::size_t j = 0; j < ts.size(); ++j) {
+    if (!is_map(ts[j])) continue;
+    auto& [maps, columns] = by_module[owner(ts[j].name)];
+    ++maps;
+    columns += out[j] == TpRule::column;
+  }
+  for (std::size_t j = 0; j < ts.size(); ++j) {
+    if (ts[j].role != TensorRole::linear_bias || ts[j].shape.size() != 1) continue;
+    const auto it = by_module.find(owner(ts[j].name));
+    if (it != by_module.end() && it->second.first == it->second.second) out[j] = TpRule::column;
+  }
 }
 
 // The logical dimension a rule splits: a Linear weight is [out, in], GPT-2's Conv1D weight (2-D,
 // not transposable) [in, out], an embedding [vocab, hidden], a bias [out].
 std::size_t logical_dim(TpRule r, const TensorSpec& t) {
   if (t.shape.size() == 1) return 0;
-  if (t.shape.size() != 2)
-    throw std::invalid_argument("tp: tensor '" + printable(t.name) + "' has rank " + std::to_string(t.shape.size()) +
-                                "; the " + std::string(tp_rule_name(r)) + "-parallel rule needs rank 1 or 2");
   const bool conv1d = !t.transposable && t.role != TensorRole::embedding && t.role != TensorRole::position_embedding;
   const std::size_t out = conv1d ? 1 : 0;
   return r == TpRule::row ? 1 - out : out;  // vocab: dimension 0 of the embedding and of lm_head [vocab, hidden]
@@ -69,10 +96,15 @@ std::size_t logical_dim(TpRule r, const TensorSpec& t) {
 
 }  // namespace
 
-TpRule tp_rule(std::string_view canonical_name) {
-  for (const Rule& r : kTpRules)
-    if (name_matches(r.pattern, canonical_name)) return r.rule;
-  return TpRule::replicate;
+TpRules tp_rules(const ModelSpec& spec) {
+  bool language_model = false;
+  for (const auto* list : {&spec.pre, &spec.post})
+    for (const TensorSpec& t : *list) language_model = language_model || t.role == TensorRole::embedding;
+  TpRules r;
+  rules_of(spec.pre, language_model, r.pre);
+  rules_of(spec.layer.tensors, language_model, r.layer);
+  rules_of(spec.post, language_model, r.post);
+  return r;
 }
 
 std::optional<std::uint64_t> expert_of(std::string_view relative_name) {
@@ -146,20 +178,27 @@ ParallelPlan::ParallelPlan(const ModelSpec& spec, ParallelDegrees d) : d_(d) {
       throw std::invalid_argument("ep " + std::to_string(d.ep) + " does not divide the " + std::to_string(num_experts_) +
                                   " experts of " + model);
   }
+  const TpRules rules = tp_rules(spec);
+  const std::span<const TensorSpec> lists[3] = {spec.pre, spec.layer.tensors, spec.post};
+  const std::vector<TpRule>* by_kind[3] = {&rules.pre, &rules.layer, &rules.post};
+  // Heads stay whole (Megatron): a column-parallel map as wide as the query or key/value heads needs
+  // tp to divide them.
+  const Hyper& h = spec.hyper;
+  const std::uint64_t head_dim = h.head_dim ? h.head_dim : h.num_heads ? h.hidden_size / h.num_heads : 0;
+  bool any = false, heads = false;
+  for (std::size_t k = 0; k < 3; ++k)
+    for (std::size_t j = 0; j < lists[k].size(); ++j) {
+      const TpRule r = (*by_kind[k])[j];
+      if (r == TpRule::replicate) continue;
+      any = true;
+      split_[k].emplace(lists[k][j].name, r);
+      const std::uint64_t out = lists[k][j].transposable || lists[k][j].shape.size() == 1 ? lists[k][j].shape[0] : lists[k][j].shape.back();
+      heads = heads || (r == TpRule::column && head_dim > 0 && (out == h.num_heads * head_dim || out == h.num_kv_heads * head_dim));
+    }
   if (d.tp > 1) {
-    bool any = false, heads = false;
-    auto see = [&](const std::string& name) {
-      any = any || tp_rule(name) != TpRule::replicate;
-      heads = heads || (tp_rule(name) == TpRule::column && splits_heads(name));
-    };
-    for (const auto& t : spec.pre) see(t.name);
-    for (const auto& t : spec.post) see(t.name);
-    if (spec.num_layers > 0)
-      for (const auto& t : spec.layer.tensors) see(spec.canonical_name(0, t));
     if (!any)
       throw std::invalid_argument("tp " + std::to_string(d.tp) + ": no tensor of " + model +
-                                  " has a tensor-parallel rule (docs/sharding.md lists the names)");
-    const Hyper& h = spec.hyper;
+                                  " has a tensor-parallel rule (docs/sharding.md lists the rules)");
     if (heads && (h.num_heads == 0 || h.num_heads % d.tp != 0))
       throw std::invalid_argument("tp " + std::to_string(d.tp) + " does not divide the " + std::to_string(h.num_heads) +
                                   " attention heads of " + model);
@@ -167,6 +206,12 @@ ParallelPlan::ParallelPlan(const ModelSpec& spec, ParallelDegrees d) : d_(d) {
       throw std::invalid_argument("tp " + std::to_string(d.tp) + " does not divide the " + std::to_string(h.num_kv_heads) +
                                   " key/value heads of " + model + " (each rank needs whole heads)");
   }
+}
+
+TpRule ParallelPlan::tp_rule(const TensorSpec& t, TensorPlace where) const {
+  const auto& split = split_[static_cast<std::size_t>(where.kind)];
+  const auto it = split.find(t.name);
+  return it == split.end() ? TpRule::replicate : it->second;
 }
 
 ParallelPlan::Coords ParallelPlan::coords(std::uint64_t rank) const {
@@ -209,10 +254,10 @@ bool ParallelPlan::holds(const TensorSpec& t, TensorPlace where, const Coords& c
   return false;
 }
 
-Box ParallelPlan::box(const PlannedTensor& p, const TensorSpec& t, const Coords& c) const {
+Box ParallelPlan::box(const PlannedTensor& p, const TensorSpec& t, TensorPlace where, const Coords& c) const {
   Box b = whole_box(p.memory_shape);
   if (d_.tp > 1) {
-    const TpRule r = tp_rule(p.name);
+    const TpRule r = tp_rule(t, where);
     if (r != TpRule::replicate) {
       std::size_t dim = logical_dim(r, t);
       if (p.transposed) dim = 1 - dim;  // memory holds [in, out]

@@ -12,6 +12,7 @@
 #include <vector>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include <layerinit/core/api.hpp>
 #include <layerinit/init/builder.hpp>
@@ -38,10 +39,6 @@ enum class TpRule : std::uint8_t {
 };
 LAYERINIT_API std::string_view tp_rule_name(TpRule r);  // "replicate", "column", "row", "vocab"
 
-// The rule of a tensor by its canonical name (Hugging Face names of the llama, mistral, mixtral and
-// gpt2 families; any other name is replicated).
-LAYERINIT_API TpRule tp_rule(std::string_view canonical_name);
-
 // The expert a layer tensor belongs to ("block_sparse_moe.experts.3.w1.weight" -> 3), from its name
 // relative to the layer; nothing for a tensor shared by all experts.
 LAYERINIT_API std::optional<std::uint64_t> expert_of(std::string_view relative_name);
@@ -51,6 +48,14 @@ struct TensorPlace {
   enum class Kind : std::uint8_t { pre, layer, post } kind = Kind::pre;
   std::uint64_t layer = 0;
 };
+
+// The rule of each tensor of a model, in the order of spec.pre, spec.layer.tensors and spec.post:
+// from roles, TensorSpec::tp_replicated and the nesting of modules, never from names (the rules and
+// their sources: docs/sharding.md).
+struct TpRules {
+  std::vector<TpRule> pre, layer, post;
+};
+LAYERINIT_API TpRules tp_rules(const ModelSpec& spec);
 
 class LAYERINIT_API ParallelPlan {
  public:
@@ -84,12 +89,15 @@ class LAYERINIT_API ParallelPlan {
   // (experts split in ep contiguous blocks).
   bool holds(const TensorSpec& t, TensorPlace where, const Coords& c) const;
 
-  // The piece of tensor `p` (whose spec is `t`) the rank at `c` holds, in the coordinates of
-  // p.memory_shape: the tensor-parallel split of its dimension per tp_rule (the output, input or
+  // Tensor t's rule (tp_rules) at `where`: replicate for a tensor the model does not split.
+  TpRule tp_rule(const TensorSpec& t, TensorPlace where) const;
+
+  // The piece of tensor `p` (whose spec is `t`, at `where`) the rank at `c` holds, in the coordinates
+  // of p.memory_shape: the tensor-parallel split of its dimension per tp_rule (the output, input or
   // vocabulary dimension, wherever the orientation stores it), then FSDP's split of dimension 0 of
   // that piece (FSDP2 shards the tensor-parallel local tensor). May be empty (more ranks than rows).
   // Does not ask holds().
-  Box box(const PlannedTensor& p, const TensorSpec& t, const Coords& c) const;
+  Box box(const PlannedTensor& p, const TensorSpec& t, TensorPlace where, const Coords& c) const;
 
   std::string describe() const;  // "pp 2 x fsdp 1 x ep 1 x tp 4 = 8 ranks"
 
@@ -105,6 +113,7 @@ class LAYERINIT_API ParallelPlan {
   std::uint64_t num_layers_ = 0, num_experts_ = 0;
   bool tied_ = false;  // the token embedding is also the output layer
   Mesh mesh_;
+  std::unordered_map<std::string, TpRule> split_[3];  // by TensorPlace::Kind: the tensors tp splits, by name
 };
 
 }  // namespace layerinit

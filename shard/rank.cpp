@@ -20,9 +20,9 @@ RankPlan::RankPlan(const Builder& b, const ParallelPlan& plan, std::uint64_t ran
     // never on the layer's index: layer `first` speaks for the stage.
     const auto planned = b.plan_layer(layers_.offset);
     const auto& specs = b.spec().layer.tensors;
+    const TensorPlace where{TensorPlace::Kind::layer, layers_.offset};
     for (std::size_t j = 0; j < specs.size(); ++j)
-      if (plan.holds(specs[j], {TensorPlace::Kind::layer, layers_.offset}, coords_) &&
-          !plan.box(planned[j], specs[j], coords_).empty())
+      if (plan.holds(specs[j], where, coords_) && !plan.box(planned[j], specs[j], where, coords_).empty())
         held_.push_back(j);
     if (b.options().layout == Layout::stacked) plan_stacked(planned);
   }
@@ -41,7 +41,7 @@ void RankPlan::plan_stacked(const std::vector<PlannedTensor>& planned) {
   std::map<std::size_t, Seen> by_buffer;  // stacked_layout's buffer -> what this rank holds of it
   for (std::size_t k = 0; k < held_.size(); ++k) {
     const std::size_t j = held_[k], buf = sl.buffer[j];
-    const Box box = plan_->box(planned[j], specs[j], coords_);
+    const Box box = plan_->box(planned[j], specs[j], {TensorPlace::Kind::layer, layers_.offset}, coords_);
     const std::uint64_t e = sl.expert[j];
     auto [it, fresh] = by_buffer.try_emplace(buf, Seen{stacked_.size(), e, e, 0});
     Seen& seen = it->second;
@@ -107,7 +107,7 @@ std::vector<ShardTensor> RankPlan::pieces(std::span<const PlannedTensor> planned
   std::vector<ShardTensor> out;
   for (std::size_t j = 0; j < planned.size(); ++j) {
     if (!plan_->holds(specs[j], where, coords_)) continue;
-    Box box = plan_->box(planned[j], specs[j], coords_);
+    Box box = plan_->box(planned[j], specs[j], where, coords_);
     if (!box.empty()) out.push_back({planned[j], std::move(box)});
   }
   return out;
@@ -134,7 +134,8 @@ std::vector<ShardTensor> RankPlan::layer(std::uint64_t i, const std::vector<Plan
 std::vector<ShardTensor> RankPlan::held(std::span<const PlannedTensor> planned) const {
   const auto& specs = b_->spec().layer.tensors;
   std::vector<ShardTensor> out;
-  for (std::size_t j : held_) out.push_back({planned[j], plan_->box(planned[j], specs[j], coords_)});
+  const TensorPlace where{TensorPlace::Kind::layer, layers_.offset};
+  for (std::size_t j : held_) out.push_back({planned[j], plan_->box(planned[j], specs[j], where, coords_)});
   return out;
 }
 

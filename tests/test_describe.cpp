@@ -3,6 +3,8 @@
 // and the refusal of what a recipe needs and the description does not tell.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <stdexcept>
 #include <string>
 
@@ -182,7 +184,7 @@ TEST(Describe, WhatARecipeNeedsAndTheDescriptionDoesNotTellIsRefused) {
 TEST(Describe, ReadFromJsonWithErrorsNamingTheField) {
   const ModelDescription d = description_from_json(R"j({"name": "m", "hyper": {"hidden_size": 8},
     "parameters": [{"name": "w.kernel", "shape": [8, 4], "storage": "in-out", "role": "output_weight",
-                    "init": "normal(0, 0.123456789)"},
+                    "init": "normal(0, 0.123456789)", "tp_replicated": true},
                    {"name": "e.weight", "shape": [4, 8], "module": "embedding", "tied_to": "w.kernel", "buffer": false}]})j");
   ASSERT_EQ(d.parameters.size(), 2u);
   EXPECT_TRUE(d.hyper_hidden);
@@ -191,6 +193,16 @@ TEST(Describe, ReadFromJsonWithErrorsNamingTheField) {
   EXPECT_EQ(d.parameters[0].init, FillSpec::normal(0, 0.123456789));
   EXPECT_EQ(d.parameters[1].module, ModuleKind::embedding);
   EXPECT_EQ(d.parameters[1].tied_to, "w.kernel");
+  EXPECT_TRUE(d.parameters[0].tp_replicated);
+  EXPECT_FALSE(d.parameters[1].tp_replicated);
+  // Tensor parallelism reads the mark from the spec.
+  const ModelSpec spec = describe(description_from_json(R"j({"parameters": [
+    {"name": "attn.qkv.weight", "shape": [24, 8], "module": "linear", "tp_replicated": true},
+    {"name": "attn.proj.weight", "shape": [8, 8], "module": "linear"}]})j")).spec;
+  std::map<std::string, bool> marked;
+  for (const auto* list : {&spec.pre, &spec.layer.tensors, &spec.post})
+    for (const TensorSpec& t : *list) marked[t.name] = t.tp_replicated;
+  EXPECT_EQ(marked, (std::map<std::string, bool>{{"attn.qkv.weight", true}, {"attn.proj.weight", false}}));
   auto error = [](const char* text) {
     try {
       description_from_json(text);

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <vector>
 
+#include <layerinit/init/hf_spec.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/kernels/fill_grid.hpp>
 #include <layerinit/shard/box_fill.hpp>
@@ -254,37 +256,94 @@ TEST(Shard, BoxFillJobsWriteTheWholeTensorsValues) {
       }
 }
 
-TEST(Shard, TensorParallelRulesFollowMegatronNames) {
-  EXPECT_EQ(tp_rule("model.layers.0.self_attn.q_proj.weight"), TpRule::column);
-  EXPECT_EQ(tp_rule("model.layers.11.self_attn.k_proj.weight"), TpRule::column);
-  EXPECT_EQ(tp_rule("model.layers.0.self_attn.v_proj.bias"), TpRule::column);
-  EXPECT_EQ(tp_rule("model.layers.0.mlp.gate_proj.weight"), TpRule::column);
-  EXPECT_EQ(tp_rule("model.layers.0.mlp.up_proj.weight"), TpRule::column);
-  EXPECT_EQ(tp_rule("model.layers.1.block_sparse_moe.experts.3.w1.weight"), TpRule::column);
-  EXPECT_EQ(tp_rule("model.layers.1.block_sparse_moe.experts.3.w3.weight"), TpRule::column);
-  EXPECT_EQ(tp_rule("model.layers.0.self_attn.o_proj.weight"), TpRule::row);
-  EXPECT_EQ(tp_rule("model.layers.0.mlp.down_proj.weight"), TpRule::row);
-  EXPECT_EQ(tp_rule("model.layers.1.block_sparse_moe.experts.0.w2.weight"), TpRule::row);
-  // DeepSeek-V3's routed and shared experts name their weights as a Llama MLP does.
-  EXPECT_EQ(tp_rule("model.layers.3.mlp.experts.255.gate_proj.weight"), TpRule::column);
-  EXPECT_EQ(tp_rule("model.layers.3.mlp.experts.0.up_proj.weight"), TpRule::column);
-  EXPECT_EQ(tp_rule("model.layers.3.mlp.experts.7.down_proj.weight"), TpRule::row);
-  EXPECT_EQ(tp_rule("model.layers.3.mlp.shared_experts.gate_proj.weight"), TpRule::column);
-  EXPECT_EQ(tp_rule("model.layers.3.mlp.shared_experts.up_proj.weight"), TpRule::column);
-  EXPECT_EQ(tp_rule("model.layers.3.mlp.shared_experts.down_proj.weight"), TpRule::row);
-  EXPECT_EQ(tp_rule("model.embed_tokens.weight"), TpRule::vocab);
-  EXPECT_EQ(tp_rule("lm_head.weight"), TpRule::vocab);
-  EXPECT_EQ(tp_rule("transformer.wte.weight"), TpRule::vocab);
-  EXPECT_EQ(tp_rule("transformer.h.0.mlp.c_fc.weight"), TpRule::column);
-  EXPECT_EQ(tp_rule("transformer.h.0.mlp.c_fc.bias"), TpRule::column);
-  EXPECT_EQ(tp_rule("transformer.h.0.mlp.c_proj.weight"), TpRule::row);
-  for (const char* n : {"model.layers.0.input_layernorm.weight", "model.norm.weight", "model.layers.0.block_sparse_moe.gate.weight",
-                        "transformer.h.0.mlp.c_proj.bias", "transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_proj.weight",
-                        "transformer.wpe.weight", "transformer.ln_f.bias", "layers.0.weight",
-                        // DeepSeek-V3's router, its correction bias and latent attention's projections
-                        "model.layers.3.mlp.gate.weight", "model.layers.3.mlp.gate.e_score_correction_bias",
-                        "model.layers.3.self_attn.q_b_proj.weight", "model.layers.3.self_attn.kv_b_proj.weight"})
-    EXPECT_EQ(tp_rule(n), TpRule::replicate) << n;
+namespace {
+// Each tensor's rule by its canonical name (layer tensors: layer 0 of the repeated block's).
+std::map<std::string, TpRule> rules_by_name(const ModelSpec& spec) {
+  const TpRules r = tp_rules(spec);
+  std::map<std::string, TpRule> out;
+  for (std::size_t j = 0; j < spec.pre.size(); ++j) out[spec.pre[j].name] = r.pre[j];
+  for (std::size_t j = 0; j < spec.layer.tensors.size(); ++j) out[spec.canonical_name(0, spec.layer.tensors[j])] = r.layer[j];
+  for (std::size_t j = 0; j < spec.post.size(); ++j) out[spec.post[j].name] = r.post[j];
+  return out;
+}
+void expect_rules(const std::map<std::string, TpRule>& rules, std::initializer_list<std::pair<const char*, TpRule>> want) {
+  for (const auto& [name, rule] : want) {
+    const auto it = rules.find(name);
+    ASSERT_NE(it, rules.end()) << name;
+    EXPECT_EQ(tp_rule_name(it->second), tp_rule_name(rule)) << name;
+  }
+}
+constexpr TpRule C = TpRule::column, R = TpRule::row, V = TpRule::vocab, X = TpRule::replicate;
+}  // namespace
+
+// Megatron's and torchtitan's plans, read from roles and the nesting of modules.
+TEST(Shard, TensorParallelRulesComeFromRolesAndModules) {
+  expect_rules(rules_by_name(make_preset("llama-tiny")),
+               {{"model.layers.0.self_attn.q_proj.weight", C}, {"model.layers.0.self_attn.k_proj.weight", C},
+                {"model.layers.0.self_attn.v_proj.weight", C}, {"model.layers.0.self_attn.o_proj.weight", R},
+                {"model.layers.0.mlp.gate_proj.weight", C}, {"model.layers.0.mlp.up_proj.weight", C},
+                {"model.layers.0.mlp.down_proj.weight", R}, {"model.layers.0.input_layernorm.weight", X},
+                {"model.embed_tokens.weight", V}, {"lm_head.weight", V}, {"model.norm.weight", X}});
+  expect_rules(rules_by_name(make_preset("mixtral-tiny")),
+               {{"model.layers.0.block_sparse_moe.experts.3.w1.weight", C}, {"model.layers.0.block_sparse_moe.experts.3.w3.weight", C},
+                {"model.layers.0.block_sparse_moe.experts.0.w2.weight", R}, {"model.layers.0.block_sparse_moe.gate.weight", X}});
+  // DeepSeek-V3: the dense layer before the repeated block is split as a layer is; latent attention
+  // as torchtitan's plan (wq_a and wkv_a NoParallel, wq_b and wkv_b colwise, wo rowwise).
+  expect_rules(rules_by_name(make_preset("deepseek-v3-tiny")),
+               {{"model.layers.0.mlp.gate_proj.weight", C}, {"model.layers.0.mlp.down_proj.weight", R},
+                {"model.layers.0.self_attn.q_a_proj.weight", X}, {"model.layers.0.self_attn.q_a_layernorm.weight", X},
+                {"model.layers.0.self_attn.q_b_proj.weight", C}, {"model.layers.0.self_attn.kv_a_proj_with_mqa.weight", X},
+                {"model.layers.0.self_attn.kv_b_proj.weight", C}, {"model.layers.0.self_attn.o_proj.weight", R},
+                {"model.layers.1.mlp.experts.3.gate_proj.weight", C}, {"model.layers.1.mlp.experts.0.up_proj.weight", C},
+                {"model.layers.1.mlp.experts.2.down_proj.weight", R}, {"model.layers.1.mlp.shared_experts.gate_proj.weight", C},
+                {"model.layers.1.mlp.shared_experts.down_proj.weight", R}, {"model.layers.1.mlp.gate.weight", X},
+                {"model.layers.1.mlp.gate.e_score_correction_bias", X}});
+  // GPT-2: the fused c_attn keeps the attention whole; the MLP is split, c_fc's bias with it.
+  expect_rules(rules_by_name(make_preset("gpt2-tiny")),
+               {{"transformer.h.0.attn.c_attn.weight", X}, {"transformer.h.0.attn.c_attn.bias", X},
+                {"transformer.h.0.attn.c_proj.weight", X}, {"transformer.h.0.mlp.c_fc.weight", C},
+                {"transformer.h.0.mlp.c_fc.bias", C}, {"transformer.h.0.mlp.c_proj.weight", R},
+                {"transformer.h.0.mlp.c_proj.bias", X}, {"transformer.wte.weight", V}, {"transformer.wpe.weight", X},
+                {"transformer.ln_f.bias", X}});
+  // An MLP has no vocabulary and no row-parallel partner: nothing is split, and tp is refused.
+  for (const auto& [name, rule] : rules_by_name(make_preset("mlp-deep"))) EXPECT_EQ(rule, X) << name;
+  EXPECT_THROW(ParallelPlan(make_preset("mlp-deep"), {.tp = 2}), std::invalid_argument);
+}
+
+// Phi-3's fused qkv_proj and gate_up_proj stay whole, and so do the o_proj and down_proj they feed:
+// a row-parallel map needs a split input (it was row-parallel beside a whole qkv_proj before).
+TEST(Shard, FusedMapsKeepTheirBlockWhole) {
+  const ModelSpec phi = spec_from_hf_config(R"({"model_type": "phi3", "hidden_size": 16, "num_attention_heads": 2,
+      "num_key_value_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10})");
+  expect_rules(rules_by_name(phi), {{"model.layers.0.self_attn.qkv_proj.weight", X}, {"model.layers.0.self_attn.o_proj.weight", X},
+                                    {"model.layers.0.mlp.gate_up_proj.weight", X}, {"model.layers.0.mlp.down_proj.weight", X},
+                                    {"model.embed_tokens.weight", V}});
+  // A spec marks its own fused map: the same llama layer with q_proj marked whole keeps the attention whole.
+  ModelSpec l = make_preset("llama-tiny");
+  for (TensorSpec& t : l.layer.tensors) t.tp_replicated = t.tp_replicated || t.name == "self_attn.k_proj.weight";
+  expect_rules(rules_by_name(l), {{"model.layers.0.self_attn.q_proj.weight", C}, {"model.layers.0.self_attn.k_proj.weight", X},
+                                  {"model.layers.0.self_attn.o_proj.weight", R}});
+  for (TensorSpec& t : l.layer.tensors) t.tp_replicated = t.tp_replicated || t.name.starts_with("self_attn.");
+  expect_rules(rules_by_name(l), {{"model.layers.0.self_attn.q_proj.weight", X}, {"model.layers.0.self_attn.o_proj.weight", X},
+                                  {"model.layers.0.mlp.gate_proj.weight", C}});
+}
+
+// Llama's mlp_bias: gate and up biases are split with their column-parallel weights (they were
+// replicated beside split weights: a rank's gate output [F / tp] plus a bias [F]), down's bias is
+// added after the row-parallel reduction.
+TEST(Shard, BiasesFollowTheirMaps) {
+  const ModelSpec b = spec_from_hf_config(R"({"model_type": "llama", "attention_bias": true, "mlp_bias": true,
+      "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10})");
+  expect_rules(rules_by_name(b), {{"model.layers.0.self_attn.q_proj.bias", C}, {"model.layers.0.self_attn.v_proj.bias", C},
+                                  {"model.layers.0.self_attn.o_proj.bias", X}, {"model.layers.0.mlp.gate_proj.bias", C},
+                                  {"model.layers.0.mlp.up_proj.bias", C}, {"model.layers.0.mlp.down_proj.bias", X}});
+  const ParallelPlan p(b, {.tp = 2});
+  const TensorSpec* up = nullptr;
+  for (const TensorSpec& t : b.layer.tensors)
+    if (t.name == "mlp.up_proj.bias") up = &t;
+  ASSERT_NE(up, nullptr);
+  PlannedTensor pt{"model.layers.0.mlp.up_proj.bias", up->shape, up->shape};
+  EXPECT_EQ(p.box(pt, *up, {TensorPlace::Kind::layer, 0}, {0, 0, 0, 1}), box({4}, {4}));
   EXPECT_EQ(tp_rule_name(TpRule::vocab), "vocab");
 }
 
@@ -380,13 +439,20 @@ const TensorSpec& spec_of(const ModelSpec& spec, const std::string& name) {
       if (t.name == name || spec.canonical_name(0, t) == name) return t;
   throw std::runtime_error("no " + name);
 }
+TensorPlace place_of(const ModelSpec& spec, const std::string& name) {
+  for (const auto& t : spec.pre)
+    if (t.name == name) return {TensorPlace::Kind::pre, 0};
+  for (const auto& t : spec.post)
+    if (t.name == name) return {TensorPlace::Kind::post, 0};
+  return {TensorPlace::Kind::layer, 0};
+}
 }  // namespace
 
 TEST(Shard, TensorParallelSplitsTheOutputInputOrVocabDimensionWhereverItIsStored) {
   const ModelSpec l = make_preset("llama-tiny");  // hidden 64, kv 32, intermediate 176, vocab 512
   const ParallelPlan p(l, {.tp = 2, .fsdp = 3});
   auto piece = [&](const std::string& name, Orientation o, ParallelPlan::Coords c) {
-    return p.box(planned_of(l, name, o), spec_of(l, name), c);
+    return p.box(planned_of(l, name, o), spec_of(l, name), place_of(l, name), c);
   };
   const ParallelPlan::Coords tp1{0, 0, 0, 1}, tp1_fsdp2{0, 2, 0, 1};
   // Column-parallel q [out 64, in 64]: tp 1 holds rows 32-63, then FSDP splits those rows 11, 11, 10.
@@ -405,7 +471,7 @@ TEST(Shard, TensorParallelSplitsTheOutputInputOrVocabDimensionWhereverItIsStored
 
   const ModelSpec g = make_preset("gpt2-tiny");  // Conv1D weights are [in, out]
   const ParallelPlan gp(g, {.tp = 4});
-  auto gpiece = [&](const std::string& name) { return gp.box(planned_of(g, name, Orientation::in_out), spec_of(g, name), {0, 0, 0, 3}); };
+  auto gpiece = [&](const std::string& name) { return gp.box(planned_of(g, name, Orientation::in_out), spec_of(g, name), place_of(g, name), {0, 0, 0, 3}); };
   EXPECT_EQ(gpiece("transformer.h.0.mlp.c_fc.weight"), box({0, 192}, {64, 64}));
   EXPECT_EQ(gpiece("transformer.h.0.mlp.c_fc.bias"), box({192}, {64}));
   EXPECT_EQ(gpiece("transformer.h.0.mlp.c_proj.weight"), box({192, 0}, {64, 64}));
@@ -438,7 +504,7 @@ TEST(Shard, BadDegreesAreOneLineErrors) {
   EXPECT_EQ(message(llama, {.tp = 3}), "tp 3 does not divide the 4 attention heads of 'llama-tiny'");
   EXPECT_EQ(message(llama, {.tp = 4}), "tp 4 does not divide the 2 key/value heads of 'llama-tiny' (each rank needs whole heads)");
   EXPECT_EQ(message(make_preset("mlp-deep"), {.tp = 2}),
-            "tp 2: no tensor of 'mlp-deep' has a tensor-parallel rule (docs/sharding.md lists the names)");
+            "tp 2: no tensor of 'mlp-deep' has a tensor-parallel rule (docs/sharding.md lists the rules)");
   EXPECT_EQ(message(make_preset("gpt2-tiny"), {.tp = 3}), "");  // attention stays whole: no head count to divide
   EXPECT_EQ(message(mix, {.tp = 2, .pp = 2, .ep = 4, .fsdp = 5}), "");
   EXPECT_THROW(ParallelPlan(llama, {.tp = 1ull << 32, .fsdp = 1ull << 32}), std::overflow_error);

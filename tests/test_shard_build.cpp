@@ -84,9 +84,18 @@ void for_each_row(const Shape& g, const Box& b, F&& f) {
 // How many ranks hold each element of a tensor: 1 for a dimension split by a mesh dimension, the
 // degree for one that replicates it. `name` is a canonical name (a fused expert buffer's: that of one
 // of its experts).
-std::uint64_t replicas(const ParallelDegrees& d, const std::string& name, bool tied_embedding) {
+std::uint64_t replicas(const ParallelPlan& plan, const ModelSpec& spec, const std::string& name, bool tied_embedding) {
+  const ParallelDegrees& d = plan.degrees();
+  TpRule rule = TpRule::replicate;
+  using K = TensorPlace::Kind;
+  for (const auto& [list, kind] : {std::pair{&spec.pre, K::pre}, {&spec.post, K::post}})
+    for (const TensorSpec& t : *list)
+      if (t.name == name) rule = plan.tp_rule(t, {kind, 0});
+  for (std::uint64_t i = 0; i < spec.num_layers; ++i)
+    for (const TensorSpec& t : spec.layer.tensors)
+      if (spec.canonical_name(i, t) == name) rule = plan.tp_rule(t, {K::layer, i});
   std::uint64_t n = 1;
-  if (tp_rule(name) == TpRule::replicate) n *= d.tp;
+  if (rule == TpRule::replicate) n *= d.tp;
   if (!expert_of(name)) n *= d.ep;
   if (tied_embedding && d.pp > 1) n *= 2;  // the last stage's replica of the output layer
   return n;
@@ -230,7 +239,7 @@ TEST(ShardBuild, EveryRankHoldsExactlyItsBoxOfTheUnshardedBuild) {
           // Every element of every tensor, exactly once per replica.
           for (const auto& [name, count] : counts) {
             const bool tied_embedding = c.spec.hyper.tie_word_embeddings && name == c.spec.pre[0].name;
-            const std::uint64_t want = replicas(c.d, stacked_of.count(name) ? stacked_of.at(name) : name, tied_embedding);
+            const std::uint64_t want = replicas(plan, c.spec, stacked_of.count(name) ? stacked_of.at(name) : name, tied_embedding);
             for (std::size_t k = 0; k < count.size(); ++k)
               ASSERT_EQ(count[k], want) << name << " element " << k << " (" << plan.describe() << ")";
           }

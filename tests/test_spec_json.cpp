@@ -147,7 +147,7 @@ TEST(SpecJson, ErrorMessages) {
       {edit("[256, 64]", "[4294967296, 4294967296]"), "spec: layer.tensors[1].shape: element count overflows 64 bits"},
       {edit("[256, 64]", "[]"), "spec: layer.tensors[1].shape: must be a non-empty array of positive integers"},
       {edit("\"shape\": [64]", "\"shpe\": [64]"),
-       "spec: layer.tensors[0].shpe: unknown key (valid: name, shape, role, fan_in, fan_out, transposable, init, buffer)"},
+       "spec: layer.tensors[0].shpe: unknown key (valid: name, shape, role, fan_in, fan_out, transposable, init, buffer, tp_replicated)"},
       {edit("\"name\": \"norm.weight\", \"shape\": [64], ", ""), "spec: layer.tensors[0]: missing key 'name'"},
       {edit("\"role\": \"norm_weight\"", "\"role\": \"norm\""),
        "spec: layer.tensors[0].role: unknown tensor role 'norm' (valid: embedding, position_embedding, "
