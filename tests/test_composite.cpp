@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <layerinit/init/spec_json.hpp>
 #include <layerinit/kernels/fill_grid.hpp>
 #include <layerinit/shard/box_fill.hpp>
 #include <layerinit/shard/composite.hpp>
@@ -411,8 +412,9 @@ TEST(Composite, BadDescriptionsAreOneLineErrors) {
       {with("\"layerinit_composite\":1", "\"layerinit_composite\":2"), "version 2 (this layerinit reads version 1)"},
       {with("\"dtype\":\"fp32\"", "\"dtype\":\"int8\""), "unknown dtype 'int8'"},
       {with("\"shape\":[6,3]", "\"shape\":[7,3]"), "cover 18 of the 21 elements"},
-      {with("\"shape\":[6,3]", "\"shape\":[6,-3]"), "\"shape\"[1] must be a non-negative integer"},
+      {with("\"shape\":[6,3]", "\"shape\":[6,-3]"), "shape[1]: must be a non-negative integer"},
       {with("\"shape\":[6,3]", "\"shape\":[6,3.0]"), "must be a non-negative integer"},
+      {with("\"shape\":[6,3]", "\"shape\":[6,1e999]"), "at line 1, column 52: number overflow parsing '1e999'"},
       {with("\"at\":[2,0]", "\"at\":[1,0]"), "part 1 ('b') overlaps part 0 ('a')"},
       {with("\"at\":[2,0]", "\"at\":[3,0]"), "leaves the slice"},
       {with("\"at\":[2,0]", "\"at\":[2]"), "'at' [2] needs one entry per slice dimension"},
@@ -427,8 +429,8 @@ TEST(Composite, BadDescriptionsAreOneLineErrors) {
        "4 rows are not whole heads of 8"},
       {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"rows\":\"swap\"}]"), "unknown row permutation 'swap'"},
       {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"from\":[1,0]}]"), "lies outside the stored [4, 3]"},
-      {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"colour\":1}]"), "unknown key \"colour\""},
-      {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"fill\":\"normal(0,1)\"}]"), "appears twice"},
+      {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"colour\":1}]"), "parts[1].colour: unknown key"},
+      {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"fill\":\"normal(0,1)\"}]"), "parts[1].fill: duplicate key"},
       {with("\"parts\":[", "\"stack\":[{\"size\":2}],\"parts\":["), "stack axis 0 has 2 positions but shape [6, 3] says 6"},
       {with("\"parts\":[", "\"parts\":[[[[[[[[[[]]]]]]]]]],\"x\":["), "deeper than 8 levels"},
       {"{\"layerinit_composite\":1,\"dtype\":\"fp32\",\"shape\":[2],\"parts\":[]}", "no parts"},
@@ -437,8 +439,9 @@ TEST(Composite, BadDescriptionsAreOneLineErrors) {
     try {
       composite_from_text(text);
       ADD_FAILURE() << "accepted " << text;
-    } catch (const std::invalid_argument& e) {
+    } catch (const spec_error& e) {  // any other type escapes and fails the test
       const std::string msg = e.what();
+      EXPECT_EQ(e.source(), "composite") << msg;
       EXPECT_NE(msg.find(want), std::string::npos) << msg << "\n  wanted: " << want;
       EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
       EXPECT_EQ(msg.rfind("composite: ", 0), 0u) << msg;
@@ -467,11 +470,11 @@ TEST(Composite, BadDescriptionsAreOneLineErrors) {
 TEST(Composite, TextOfAnotherVersionIsRefusedBeforeItsKeys) {
   for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
            {"{\"layerinit_composite\":2,\"dtype\":\"fp32\",\"shape\":[1],\"parts\":[],\"new\":1}",
-            "composite: version 2 (this layerinit reads version 1)"},
-           {"{\"dtype\":\"fp32\"}", "composite: missing \"layerinit_composite\""},
-           {"{\"layerinit_composite\":1,\"shape\":[1],\"parts\":[]}", "composite: missing \"dtype\""},
+            "composite: layerinit_composite: version 2 (this layerinit reads version 1)"},
+           {"{\"dtype\":\"fp32\"}", "composite: top level: missing key 'layerinit_composite'"},
+           {"{\"layerinit_composite\":1,\"shape\":[1],\"parts\":[]}", "composite: top level: missing key 'dtype'"},
            {"{\"layerinit_composite\":1,\"dtype\":\"fp32\",\"shape\":[1],\"parts\":[],\"new\":1}",
-            "composite: unknown key \"new\" (valid: layerinit_composite, dtype, shape, stack, parts)"}}) {
+            "composite: new: unknown key (valid: layerinit_composite, dtype, shape, stack, parts)"}}) {
     try {
       composite_from_text(text);
       ADD_FAILURE() << text;
