@@ -467,6 +467,39 @@ TEST(Composite, BadDescriptionsAreOneLineErrors) {
   EXPECT_THROW(composite_fill_jobs(c, Box{{0, 0, 0}, {3, 3, 4}}, Region{}, 0, jobs), std::invalid_argument);
 }
 
+// The text is read by the spec's reader (init/json_read.hpp) with the format's own nesting limit, 8:
+// deeper text and a repeated key are refused as the spec refuses them, one line naming the problem
+// and where; the spec keeps its 64 levels.
+TEST(Composite, TextNestedTooDeepOrWithARepeatedKeyIsRefusedAsTheSpecIs) {
+  auto error_of = [](auto read, const std::string& text) -> std::string {
+    try {
+      read(text);
+    } catch (const spec_error& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      return e.what();
+    }
+    return "accepted";
+  };
+  const auto composite = [](const std::string& t) { composite_from_text(t); };
+  const auto spec = [](const std::string& t) { spec_from_json(t); };
+  const std::string head = "{\"layerinit_composite\":1,\"dtype\":\"fp32\",\"shape\":[2],\"parts\":[],\"x\":";
+  // 8 levels (the object and 7 arrays) pass the depth check, and the unknown key is what is wrong.
+  EXPECT_EQ(error_of(composite, head + std::string(7, '[') + std::string(7, ']') + "}"),
+            "composite: x: unknown key (valid: layerinit_composite, dtype, shape, stack, parts)");
+  // A 9th is refused before parsing, at its bracket.
+  EXPECT_EQ(error_of(composite, head + std::string(8, '[') + std::string(8, ']') + "}"),
+            "composite: malformed JSON at line 1, column " + std::to_string(head.size() + 8) +
+                ": nesting deeper than 8 levels");
+  EXPECT_EQ(error_of(composite, "{\"layerinit_composite\":1,\"layerinit_composite\":1}"),
+            "composite: layerinit_composite: duplicate key");
+  EXPECT_EQ(error_of(composite, "{\"layerinit_composite\":1,\"dtype\":\"fp32\",\"shape\":[2],\"stack\":[{\"size\":2,"
+                                "\"size\":2}],\"parts\":[]}"),
+            "composite: stack[0].size: duplicate key");
+  EXPECT_EQ(error_of(spec, std::string(64, '[') + std::string(64, ']')), "spec: top level: must be an object");
+  EXPECT_EQ(error_of(spec, std::string(65, '[') + std::string(65, ']')),
+            "spec: malformed JSON at line 1, column 65: nesting deeper than 64 levels");
+}
+
 TEST(Composite, TextOfAnotherVersionIsRefusedBeforeItsKeys) {
   for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
            {"{\"layerinit_composite\":2,\"dtype\":\"fp32\",\"shape\":[1],\"parts\":[],\"new\":1}",
