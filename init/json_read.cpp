@@ -1,4 +1,4 @@
-// The JSON reading rules the spec and config.json readers share (json_read.hpp).
+// The JSON reading rules the spec, config.json and composite readers share (json_read.hpp).
 #include "json_read.hpp"
 
 #include <algorithm>
@@ -12,7 +12,6 @@ namespace layerinit {
 
 namespace {
 
-constexpr std::size_t kMaxDepth = 64;         // objects and arrays nested deeper are refused
 constexpr std::size_t kMaxMessagePart = 200;  // longest quoted input in an error message
 
 // Line and column (1-based) of byte offset `pos`.
@@ -119,7 +118,7 @@ std::string JsonReader::to_string(const json& v, const std::string& path, bool n
 }
 
 json JsonReader::parse(std::string_view text) const {
-  // Nesting deeper than kMaxDepth is refused before the parser builds anything.
+  // Nesting deeper than max_depth_ is refused before the parser builds anything.
   std::size_t depth = 0;
   bool in_string = false, escape = false;
   for (std::size_t i = 0; i < text.size(); ++i) {
@@ -131,7 +130,7 @@ json JsonReader::parse(std::string_view text) const {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > kMaxDepth) malformed(text, i, "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+      if (++depth > max_depth_) malformed(text, i, "nesting deeper than " + std::to_string(max_depth_) + " levels");
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
     }

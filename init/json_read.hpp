@@ -1,5 +1,6 @@
 // Reading a JSON document field by field, every error one line naming the field by its path: the
-// rules the JSON spec (spec_json.cpp) and a Hugging Face config.json (hf_spec.cpp) share.
+// rules the JSON spec (spec_json.cpp), a Hugging Face config.json (hf_spec.cpp) and a composite's
+// text (shard/composite.cpp) share.
 #pragma once
 
 #include <cstdint>
@@ -17,14 +18,18 @@ std::string join(const std::string& path, std::string_view key);  // "hyper" + "
 std::string at(const std::string& path, std::size_t i);            // "pre" + 2 -> "pre[2]"
 const json* find(const json& j, const char* key);                  // nullptr when absent
 
-// Errors are spec_error(<source>, "<path>: <what>"), the source being "spec" or "config.json".
+// Errors are spec_error(<source>, "<path>: <what>"), the source being "spec", "config.json" or
+// "composite".
 class JsonReader {
  public:
-  explicit JsonReader(std::string source) : source_(std::move(source)) {}
+  static constexpr std::size_t kDefaultMaxDepth = 64;
+  // `max_depth`: objects and arrays nested deeper are refused (a format that nests less says so).
+  explicit JsonReader(std::string source, std::size_t max_depth = kDefaultMaxDepth)
+      : source_(std::move(source)), max_depth_(max_depth) {}
 
   [[noreturn]] void fail(const std::string& path, const std::string& what) const;
-  // nlohmann's parser with nesting deeper than 64 levels and repeated keys refused, and positions
-  // as line and column.
+  // nlohmann's parser with nesting deeper than max_depth levels and repeated keys refused, and
+  // positions as line and column.
   json parse(std::string_view text) const;
 
   // An object whose keys are all in `valid`.
@@ -41,6 +46,7 @@ class JsonReader {
  private:
   [[noreturn]] void malformed(std::string_view text, std::size_t pos, const std::string& why) const;
   std::string source_;
+  std::size_t max_depth_;
 };
 
 }  // namespace layerinit

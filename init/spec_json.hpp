@@ -11,9 +11,10 @@
 
 namespace layerinit {
 
-// A malformed or invalid spec; what() is "<source>: <reason>", the source "spec" (a JSON spec) or
-// "config.json" (a Hugging Face config), the reason naming the field: "spec: layer.tensors[2].shape[1]:
-// must be a positive integer". Callers that say where the text came from their own way (the Python
+// A malformed or invalid spec; what() is "<source>: <reason>", the source "spec" (a JSON spec),
+// "config.json" (a Hugging Face config) or "composite" (a composite parameter's description,
+// shard/composite.hpp), the reason naming the field: "spec: layer.tensors[2].shape[1]: must be a
+// positive integer". Callers that say where the text came from their own way (the Python
 // package) take source() and reason() apart instead of editing what().
 class LAYERINIT_API spec_error : public std::invalid_argument {
  public:

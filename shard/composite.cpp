@@ -7,6 +7,8 @@
 #include <string>
 
 #include <layerinit/core/text.hpp>
+#include <layerinit/init/json_read.hpp>
+#include <layerinit/init/spec_json.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -17,7 +19,8 @@ namespace {
 constexpr std::size_t kMaxParts = 1u << 16;  // validate() compares parts pairwise
 constexpr std::size_t kMaxNameInMessage = 120;
 
-[[noreturn]] void fail(const std::string& what) { throw std::invalid_argument("composite: " + what); }
+// A composite's description is wrong: the same type whether it came as text or was built in C++.
+[[noreturn]] void fail(const std::string& what) { throw spec_error("composite", what); }
 
 std::string part_label(const CompositePart& p, std::size_t i) {
   return "part " + std::to_string(i) + " ('" + printable(p.name, kMaxNameInMessage) + "')";
@@ -494,12 +497,15 @@ void composite_fill_jobs(const Composite& c, const Box& box, const Region& dst, 
 
 namespace {
 
-using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 constexpr std::uint64_t kVersion = 1;
 constexpr std::size_t kMaxText = 16u << 20;
-constexpr std::size_t kMaxDepth = 8;  // the format nests 5 deep: parts, a part, fills, a run
+constexpr std::size_t kMaxDepth = 8;  // the format nests 5 deep: the text, parts, a part, fills, a run
+
+// The spec reader's rules (init/json_read.hpp): errors spec_error("composite", "<path>: <what>"), as
+// fail()'s are.
+const JsonReader reader("composite", kMaxDepth);
 
 ojson shape_json(const Shape& s) {
   ojson a = ojson::array();
@@ -507,67 +513,26 @@ ojson shape_json(const Shape& s) {
   return a;
 }
 
-// Refuses nesting deeper than the format has before the parser builds anything.
-void check_depth(std::string_view text) {
-  std::size_t depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxDepth) fail("text nests deeper than " + std::to_string(kMaxDepth) + " levels");
-    } else if (c == ']' || c == '}') {
-      if (depth > 0) --depth;
-    }
-  }
-}
-
-const json& member(const json& o, const char* key, const std::string& where) {
-  const auto it = o.find(key);
-  if (it == o.end()) fail((where.empty() ? "" : where + ": ") + "missing \"" + key + "\"");
-  return *it;
-}
-
-void only_keys(const json& o, std::initializer_list<const char*> keys, const std::string& where) {
-  for (const auto& [k, v] : o.items()) {
-    bool known = false;
-    for (const char* key : keys) known = known || k == key;
-    if (!known) {
-      std::string valid;
-      for (const char* key : keys) valid += (valid.empty() ? "" : ", ") + std::string(key);
-      fail((where.empty() ? "" : where + ": ") + "unknown key \"" + printable(k, 40) + "\" (valid: " + valid + ")");
-    }
-  }
-}
-
-std::uint64_t unsigned_of(const json& j, const std::string& where) {
-  if (!j.is_number_unsigned()) fail(where + " must be a non-negative integer below 2^64, not " + printable(j.dump(), 40));
-  return j.get<std::uint64_t>();
-}
-
-std::string string_of(const json& j, const std::string& where) {
-  if (!j.is_string()) fail(where + " must be a string, not " + printable(j.dump(), 40));
-  return j.get<std::string>();
-}
-
-Shape shape_of(const json& j, const std::string& where) {
-  if (!j.is_array()) fail(where + " must be an array of integers, not " + printable(j.dump(), 40));
+Shape shape_of(const json& j, const std::string& path) {
+  if (!j.is_array()) reader.fail(path, "must be an array of non-negative integers");
   Shape s;
-  for (std::size_t i = 0; i < j.size(); ++i) s.push_back(unsigned_of(j[i], where + "[" + std::to_string(i) + "]"));
+  for (std::size_t i = 0; i < j.size(); ++i) s.push_back(reader.to_uint(j[i], at(path, i), false));
   return s;
 }
 
-FillSpec fill_of(const json& j, const std::string& where) {
+// A string field read by `parse` (a dtype, fill or row permutation): its error after the field's path.
+template <class Parse>
+auto parsed(const json& j, const std::string& path, Parse parse) {
+  const std::string text = reader.to_string(j, path, false);
   try {
-    return parse_fill(string_of(j, where));
+    return parse(text);
   } catch (const std::invalid_argument& e) {
-    if (std::string_view(e.what()).starts_with("composite: ")) throw;
-    fail(where + ": " + e.what());
+    reader.fail(path, e.what());
   }
+}
+
+FillSpec fill_of(const json& j, const std::string& path) {
+  return parsed(j, path, [](const std::string& t) { return parse_fill(t); });
 }
 
 }  // namespace
@@ -612,100 +577,65 @@ std::string composite_to_text(const Composite& c) {
 
 Composite composite_from_text(std::string_view text) {
   if (text.size() > kMaxText) fail("text of " + std::to_string(text.size()) + " bytes (at most 16 MiB)");
-  check_depth(text);
-  std::vector<std::vector<std::string>> keys;  // of each open object: a repeated key is refused
-  const json::parser_callback_t repeated = [&](int, json::parse_event_t ev, json& parsed) {
-    if (ev == json::parse_event_t::object_start) {
-      keys.emplace_back();
-    } else if (ev == json::parse_event_t::object_end) {
-      keys.pop_back();
-    } else if (ev == json::parse_event_t::key) {
-      const std::string k = parsed.get<std::string>();
-      if (std::find(keys.back().begin(), keys.back().end(), k) != keys.back().end())
-        fail("key \"" + printable(k, 40) + "\" appears twice in one object");
-      keys.back().push_back(k);
-    }
-    return true;
-  };
-  json o;
-  try {
-    o = json::parse(text.begin(), text.end(), repeated);
-  } catch (const json::parse_error& e) {
-    std::string why = e.what();
-    if (const auto colon = why.find(": ", why.find("parse error")); colon != std::string::npos) why = why.substr(colon + 2);
-    fail("malformed JSON: " + printable(why, 200));
-  }
-  if (!o.is_object()) fail("the text must be a JSON object");
+  const json o = reader.parse(text);
+  if (!o.is_object()) reader.fail("", "must be a JSON object");
   // The version first: a later version may have keys this one does not know.
-  const std::uint64_t version = unsigned_of(member(o, "layerinit_composite", ""), "\"layerinit_composite\"");
+  const std::uint64_t version = reader.to_uint(reader.require(o, "", "layerinit_composite"), "layerinit_composite", false);
   if (version != kVersion)
-    fail("version " + std::to_string(version) + " (this layerinit reads version " + std::to_string(kVersion) + ")");
-  only_keys(o, {"layerinit_composite", "dtype", "shape", "stack", "parts"}, "");
+    reader.fail("layerinit_composite",
+                "version " + std::to_string(version) + " (this layerinit reads version " + std::to_string(kVersion) + ")");
+  reader.check_object(o, "", {"layerinit_composite", "dtype", "shape", "stack", "parts"});
   Composite c;
-  try {
-    c.dtype = parse_dtype(string_of(member(o, "dtype", ""), "\"dtype\""));
-  } catch (const std::invalid_argument& e) {
-    if (std::string_view(e.what()).starts_with("composite: ")) throw;
-    fail(e.what());
-  }
-  c.shape = shape_of(member(o, "shape", ""), "\"shape\"");
-  if (const auto it = o.find("stack"); it != o.end()) {
-    if (!it->is_array()) fail("\"stack\" must be an array of {\"size\", \"first\"}");
-    for (std::size_t k = 0; k < it->size(); ++k) {
-      const json& a = (*it)[k];
-      const std::string where = "stack[" + std::to_string(k) + "]";
-      if (!a.is_object()) fail(where + " must be an object {\"size\", \"first\"}");
-      only_keys(a, {"size", "first"}, where);
+  c.dtype = parsed(reader.require(o, "", "dtype"), "dtype", [](const std::string& t) { return parse_dtype(t); });
+  c.shape = shape_of(reader.require(o, "", "shape"), "shape");
+  if (const json* stack = find(o, "stack")) {
+    if (!stack->is_array()) reader.fail("stack", "must be an array of {\"size\", \"first\"} objects");
+    for (std::size_t k = 0; k < stack->size(); ++k) {
+      const json& a = (*stack)[k];
+      const std::string path = at("stack", k);
+      reader.check_object(a, path, {"size", "first"});
       StackAxis axis;
-      axis.size = unsigned_of(member(a, "size", where), where + ".size");
-      if (const auto f = a.find("first"); f != a.end()) axis.first = unsigned_of(*f, where + ".first");
+      axis.size = reader.to_uint(reader.require(a, path, "size"), join(path, "size"), false);
+      if (const json* f = find(a, "first")) axis.first = reader.to_uint(*f, join(path, "first"), false);
       c.stack.push_back(axis);
     }
   }
-  const json& parts = member(o, "parts", "");
-  if (!parts.is_array()) fail("\"parts\" must be an array");
-  if (parts.size() > kMaxParts) fail(std::to_string(parts.size()) + " parts (at most " + std::to_string(kMaxParts) + ")");
+  const json& parts = reader.require(o, "", "parts");
+  if (!parts.is_array()) reader.fail("parts", "must be an array");
+  if (parts.size() > kMaxParts)
+    reader.fail("parts", std::to_string(parts.size()) + " parts (at most " + std::to_string(kMaxParts) + ")");
   std::uint64_t positions = 1;
   for (const StackAxis& a : c.stack) positions = saturating_mul(positions, a.size);
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const json& j = parts[i];
-    const std::string where = "parts[" + std::to_string(i) + "]";
-    if (!j.is_object()) fail(where + " must be an object");
-    only_keys(j, {"name", "shape", "at", "fill", "transposed", "rows", "from", "size"}, where);
+    const std::string path = at("parts", i);
+    reader.check_object(j, path, {"name", "shape", "at", "fill", "transposed", "rows", "from", "size"});
     CompositePart p;
-    p.name = string_of(member(j, "name", where), where + ".name");
-    p.shape = shape_of(member(j, "shape", where), where + ".shape");
+    p.name = reader.to_string(reader.require(j, path, "name"), join(path, "name"), false);
+    p.shape = shape_of(reader.require(j, path, "shape"), join(path, "shape"));
     p.dtype = c.dtype;
-    p.at = shape_of(member(j, "at", where), where + ".at");
-    if (const auto t = j.find("transposed"); t != j.end()) {
-      if (!t->is_boolean()) fail(where + ".transposed must be true or false");
-      p.transposed = t->get<bool>();
-    }
-    if (const auto r = j.find("rows"); r != j.end()) {
-      try {
-        p.rows = parse_row_permutation(string_of(*r, where + ".rows"));
-      } catch (const std::invalid_argument& e) {
-        if (std::string_view(e.what()).starts_with("composite: ")) throw;
-        fail(where + ".rows: " + e.what());
-      }
-    }
+    p.at = shape_of(reader.require(j, path, "at"), join(path, "at"));
+    if (const json* t = find(j, "transposed")) p.transposed = reader.to_bool(*t, join(path, "transposed"));
+    if (const json* r = find(j, "rows"))
+      p.rows = parsed(*r, join(path, "rows"), [](const std::string& t) { return parse_row_permutation(t); });
     const Shape stored = p.stored_shape();
     p.source.offset = Shape(stored.size(), 0);
     p.source.shape = stored;
-    if (const auto f = j.find("from"); f != j.end()) p.source.offset = shape_of(*f, where + ".from");
-    if (const auto s = j.find("size"); s != j.end()) p.source.shape = shape_of(*s, where + ".size");
-    const json& fill = member(j, "fill", where);
+    if (const json* f = find(j, "from")) p.source.offset = shape_of(*f, join(path, "from"));
+    if (const json* s = find(j, "size")) p.source.shape = shape_of(*s, join(path, "size"));
+    const json& fill = reader.require(j, path, "fill");
+    const std::string fill_path = join(path, "fill");
     if (fill.is_string()) {
-      p.fills.push_back({positions, fill_of(fill, where + ".fill")});
+      p.fills.push_back({positions, fill_of(fill, fill_path)});
     } else if (fill.is_array()) {
       for (std::size_t r = 0; r < fill.size(); ++r) {
         const json& run = fill[r];
-        const std::string rw = where + ".fill[" + std::to_string(r) + "]";
-        if (!run.is_array() || run.size() != 2) fail(rw + " must be [count, fill]");
-        p.fills.push_back({unsigned_of(run[0], rw + "[0]"), fill_of(run[1], rw + "[1]")});
+        const std::string run_path = at(fill_path, r);
+        if (!run.is_array() || run.size() != 2) reader.fail(run_path, "must be [count, fill]");
+        p.fills.push_back({reader.to_uint(run[0], at(run_path, 0), false), fill_of(run[1], at(run_path, 1))});
       }
     } else {
-      fail(where + ".fill must be a fill like \"normal(0,0.02)\" or runs [[count, fill], ...]");
+      reader.fail(fill_path, "must be a fill like \"normal(0,0.02)\" or runs [[count, fill], ...]");
     }
     c.parts.push_back(std::move(p));
   }

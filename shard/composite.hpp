@@ -90,7 +90,8 @@ struct LAYERINIT_API Composite {
   std::uint64_t slices() const;    // stack positions (1 without stack axes)
   // The tensor part `p` stands for at stack position `index` (one entry per axis, 0-based).
   PlannedTensor tensor(std::size_t p, std::span<const std::uint64_t> index) const;
-  // Throws std::invalid_argument with one line naming the first problem: a shape that does not start
+  // Throws spec_error (init/spec_json.hpp, a std::invalid_argument) with source "composite" and one
+  // line naming the first problem: a shape that does not start
   // with the stack sizes, parts that do not tile the slice exactly (a gap, an overlap, a part outside
   // it), a dtype other than the composite's, a source box outside its tensor, fills that do not
   // cover the stack or are invalid for the dtype, a name template that misses an axis or has a
@@ -132,7 +133,10 @@ LAYERINIT_API void composite_fill_jobs(const Composite& c, const Box& box, const
 // "shape", "stack": [{"size", "first"}], "parts": [{"name", "shape", "at", "fill": text or
 // [[count, text], ...], and when not the default "transposed", "rows", "from", "size"}]} (docs/python.md).
 // Fills print exactly (shortest round-trip decimals), so parse(print(c)) == c. Parsing throws
-// std::invalid_argument with one line (unknown key, wrong type, other version, then validate()'s).
+// spec_error with source "composite", one line, read by the spec's rules (init/json_read.hpp): the
+// field's path, then the problem ("composite: parts[1].fill: duplicate key"; malformed JSON or
+// nesting deeper than the format's 8 levels at a line and column, an unknown key, a wrong type,
+// another version), then validate()'s.
 LAYERINIT_API std::string composite_to_text(const Composite& c);
 LAYERINIT_API Composite composite_from_text(std::string_view text);
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <layerinit/init/spec_json.hpp>
 #include <layerinit/kernels/fill_grid.hpp>
 #include <layerinit/shard/box_fill.hpp>
 #include <layerinit/shard/composite.hpp>
@@ -411,8 +412,9 @@ TEST(Composite, BadDescriptionsAreOneLineErrors) {
       {with("\"layerinit_composite\":1", "\"layerinit_composite\":2"), "version 2 (this layerinit reads version 1)"},
       {with("\"dtype\":\"fp32\"", "\"dtype\":\"int8\""), "unknown dtype 'int8'"},
       {with("\"shape\":[6,3]", "\"shape\":[7,3]"), "cover 18 of the 21 elements"},
-      {with("\"shape\":[6,3]", "\"shape\":[6,-3]"), "\"shape\"[1] must be a non-negative integer"},
+      {with("\"shape\":[6,3]", "\"shape\":[6,-3]"), "shape[1]: must be a non-negative integer"},
       {with("\"shape\":[6,3]", "\"shape\":[6,3.0]"), "must be a non-negative integer"},
+      {with("\"shape\":[6,3]", "\"shape\":[6,1e999]"), "at line 1, column 52: number overflow parsing '1e999'"},
       {with("\"at\":[2,0]", "\"at\":[1,0]"), "part 1 ('b') overlaps part 0 ('a')"},
       {with("\"at\":[2,0]", "\"at\":[3,0]"), "leaves the slice"},
       {with("\"at\":[2,0]", "\"at\":[2]"), "'at' [2] needs one entry per slice dimension"},
@@ -427,8 +429,8 @@ TEST(Composite, BadDescriptionsAreOneLineErrors) {
        "4 rows are not whole heads of 8"},
       {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"rows\":\"swap\"}]"), "unknown row permutation 'swap'"},
       {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"from\":[1,0]}]"), "lies outside the stored [4, 3]"},
-      {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"colour\":1}]"), "unknown key \"colour\""},
-      {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"fill\":\"normal(0,1)\"}]"), "appears twice"},
+      {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"colour\":1}]"), "parts[1].colour: unknown key"},
+      {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"fill\":\"normal(0,1)\"}]"), "parts[1].fill: duplicate key"},
       {with("\"parts\":[", "\"stack\":[{\"size\":2}],\"parts\":["), "stack axis 0 has 2 positions but shape [6, 3] says 6"},
       {with("\"parts\":[", "\"parts\":[[[[[[[[[[]]]]]]]]]],\"x\":["), "deeper than 8 levels"},
       {"{\"layerinit_composite\":1,\"dtype\":\"fp32\",\"shape\":[2],\"parts\":[]}", "no parts"},
@@ -437,8 +439,9 @@ TEST(Composite, BadDescriptionsAreOneLineErrors) {
     try {
       composite_from_text(text);
       ADD_FAILURE() << "accepted " << text;
-    } catch (const std::invalid_argument& e) {
+    } catch (const spec_error& e) {  // any other type escapes and fails the test
       const std::string msg = e.what();
+      EXPECT_EQ(e.source(), "composite") << msg;
       EXPECT_NE(msg.find(want), std::string::npos) << msg << "\n  wanted: " << want;
       EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
       EXPECT_EQ(msg.rfind("composite: ", 0), 0u) << msg;
@@ -464,14 +467,47 @@ TEST(Composite, BadDescriptionsAreOneLineErrors) {
   EXPECT_THROW(composite_fill_jobs(c, Box{{0, 0, 0}, {3, 3, 4}}, Region{}, 0, jobs), std::invalid_argument);
 }
 
+// The text is read by the spec's reader (init/json_read.hpp) with the format's own nesting limit, 8:
+// deeper text and a repeated key are refused as the spec refuses them, one line naming the problem
+// and where; the spec keeps its 64 levels.
+TEST(Composite, TextNestedTooDeepOrWithARepeatedKeyIsRefusedAsTheSpecIs) {
+  auto error_of = [](auto read, const std::string& text) -> std::string {
+    try {
+      read(text);
+    } catch (const spec_error& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      return e.what();
+    }
+    return "accepted";
+  };
+  const auto composite = [](const std::string& t) { composite_from_text(t); };
+  const auto spec = [](const std::string& t) { spec_from_json(t); };
+  const std::string head = "{\"layerinit_composite\":1,\"dtype\":\"fp32\",\"shape\":[2],\"parts\":[],\"x\":";
+  // 8 levels (the object and 7 arrays) pass the depth check, and the unknown key is what is wrong.
+  EXPECT_EQ(error_of(composite, head + std::string(7, '[') + std::string(7, ']') + "}"),
+            "composite: x: unknown key (valid: layerinit_composite, dtype, shape, stack, parts)");
+  // A 9th is refused before parsing, at its bracket.
+  EXPECT_EQ(error_of(composite, head + std::string(8, '[') + std::string(8, ']') + "}"),
+            "composite: malformed JSON at line 1, column " + std::to_string(head.size() + 8) +
+                ": nesting deeper than 8 levels");
+  EXPECT_EQ(error_of(composite, "{\"layerinit_composite\":1,\"layerinit_composite\":1}"),
+            "composite: layerinit_composite: duplicate key");
+  EXPECT_EQ(error_of(composite, "{\"layerinit_composite\":1,\"dtype\":\"fp32\",\"shape\":[2],\"stack\":[{\"size\":2,"
+                                "\"size\":2}],\"parts\":[]}"),
+            "composite: stack[0].size: duplicate key");
+  EXPECT_EQ(error_of(spec, std::string(64, '[') + std::string(64, ']')), "spec: top level: must be an object");
+  EXPECT_EQ(error_of(spec, std::string(65, '[') + std::string(65, ']')),
+            "spec: malformed JSON at line 1, column 65: nesting deeper than 64 levels");
+}
+
 TEST(Composite, TextOfAnotherVersionIsRefusedBeforeItsKeys) {
   for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
            {"{\"layerinit_composite\":2,\"dtype\":\"fp32\",\"shape\":[1],\"parts\":[],\"new\":1}",
-            "composite: version 2 (this layerinit reads version 1)"},
-           {"{\"dtype\":\"fp32\"}", "composite: missing \"layerinit_composite\""},
-           {"{\"layerinit_composite\":1,\"shape\":[1],\"parts\":[]}", "composite: missing \"dtype\""},
+            "composite: layerinit_composite: version 2 (this layerinit reads version 1)"},
+           {"{\"dtype\":\"fp32\"}", "composite: top level: missing key 'layerinit_composite'"},
+           {"{\"layerinit_composite\":1,\"shape\":[1],\"parts\":[]}", "composite: top level: missing key 'dtype'"},
            {"{\"layerinit_composite\":1,\"dtype\":\"fp32\",\"shape\":[1],\"parts\":[],\"new\":1}",
-            "composite: unknown key \"new\" (valid: layerinit_composite, dtype, shape, stack, parts)"}}) {
+            "composite: new: unknown key (valid: layerinit_composite, dtype, shape, stack, parts)"}}) {
     try {
       composite_from_text(text);
       ADD_FAILURE() << text;

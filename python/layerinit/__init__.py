@@ -17,8 +17,8 @@ the same bytes as ``layerinit emit`` writes (docs/python.md).
 
 Errors: ``ValueError`` naming the argument for any bad input (a wrong type or value, an unknown
 preset, recipe or fill; an array that is not contiguous, read-only or of another dtype), a malformed
-spec or config.json its subclass :class:`SpecError` (``source``, ``reason``); ``MemoryError`` when
-memory runs out, as :class:`OutOfMemoryError` (``requested``, ``in_use``) or, refused before anything
+spec, config.json or composite its subclass :class:`SpecError` (``source``, ``reason``);
+``MemoryError`` when memory runs out, as :class:`OutOfMemoryError` (``requested``, ``in_use``) or, refused before anything
 is allocated, :class:`MemoryRefusedError` (``needed``, ``available``); ``RuntimeError`` for CUDA asked
 where it is unusable, :class:`CudaError` (``call``) for a failed CUDA call (docs/python.md). Each is
 the C++ exception's type translated by the binding, its attributes the C++ object's.

@@ -474,8 +474,8 @@ NB_MODULE(_core, m) {
 #endif
 
   error_types.spec = add_error_type(m, "SpecError", PyExc_ValueError,
-                                    "A malformed or invalid spec or config.json: source ('spec' or 'config.json') and "
-                                    "reason (the message without the source) apart.");
+                                    "A malformed or invalid spec, config.json or composite: source ('spec', "
+                                    "'config.json' or 'composite') and reason (the message without the source) apart.");
   error_types.out_of_memory = add_error_type(m, "OutOfMemoryError", PyExc_MemoryError,
                                              "An allocation could not be satisfied: requested and in_use, in bytes.");
   error_types.refused = add_error_type(m, "MemoryRefusedError", PyExc_MemoryError,
