@@ -14,6 +14,7 @@
 #include <layerinit/init/builder.hpp>
 #include <layerinit/init/families.hpp>
 #include <layerinit/init/hf_spec.hpp>
+#include <layerinit/init/options.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/init/spec.hpp>

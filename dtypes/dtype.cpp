@@ -5,6 +5,8 @@
 
 #include <Eigen/Core>
 
+#include <layerinit/core/text.hpp>
+
 namespace layerinit {
 
 std::uint16_t float_to_f16_bits(float x) { return Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(x)); }
@@ -29,7 +31,7 @@ DType parse_dtype(std::string_view s) {
   if (s == "fp32" || s == "float32" || s == "f32") return DType::f32;
   if (s == "fp16" || s == "float16" || s == "f16" || s == "half") return DType::f16;
   if (s == "bf16" || s == "bfloat16") return DType::bf16;
-  throw std::invalid_argument("unknown dtype '" + std::string(s) + "' (valid: " + dtype_names() + ")");
+  throw std::invalid_argument("unknown dtype '" + printable(s) + "' (valid: " + dtype_names() + ")");
 }
 
 float round_to_dtype(float x, DType t) {

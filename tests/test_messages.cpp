@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <layerinit/dtypes/dtype.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/init/spec.hpp>
@@ -47,6 +48,8 @@ TEST(Printable, LibraryMessagesEscapeTheNameTheyEcho) {
   };
   EXPECT_EQ(message([] { make_preset("x\n\x1b[2J"); }).rfind("unknown preset 'x\\x0a\\x1b[2J' (valid: ", 0), 0u);
   EXPECT_EQ(message([] { make_recipe("\xc2\x9bx"); }).rfind("unknown recipe '\\xc2\\x9bx' (valid: ", 0), 0u);
+  // The Python package passes the message on as it is (one ValueError line): no CLI escapes it there.
+  EXPECT_EQ(message([] { parse_dtype("bf\n16"); }), "unknown dtype 'bf\\x0a16' (valid: fp32, fp16, bf16)");
 }
 
 // A name with a C1 control or bytes that are not UTF-8 would reach tables, JSON and file headers as

@@ -86,11 +86,16 @@ void ModelArgs::add_build_flags(CLI::App& app, bool allow_restack) {
   const std::string layouts = allow_restack ? "per-layer, stacked, restack" : "per-layer, stacked";
   app.add_option_function<std::string>(
          "--layout",
-         [this, allow_restack, layouts](const std::string& s) {
+         [this, allow_restack](const std::string& s) {
            restack = allow_restack && s == "restack";
-           if (restack) layout = Layout::per_layer;
-           else if (s == "per-layer" || s == "stacked") layout = parse_layout(s);
-           else throw usage_error("unknown layout '" + s + "' (valid: " + layouts + ")");
+           layout = restack ? "per-layer" : s;  // read with the other build flags (build_options)
+           if (!allow_restack || restack) return;
+           // restack is the CLI's own word: a layout the library refuses, build's refusal also names it.
+           try {
+             (void)parse_layout(s);
+           } catch (const std::invalid_argument& e) {
+             throw usage_error("--layout: " + std::string(e.what()) + "; build also takes restack");
+           }
          },
          "Memory layout: " + layouts + (allow_restack ? " (per-layer, then stack in place)" : ""))
       ->type_name("TEXT")
@@ -124,7 +129,7 @@ void ModelArgs::add_parallel_flags(CLI::App& app) {
       ->type_name("UINT");
 }
 
-std::string ModelArgs::layout_text() const { return restack ? "restack" : std::string(layout_name(layout)); }
+std::string ModelArgs::layout_text() const { return restack ? "restack" : layout; }
 
 bool ModelArgs::sharded() const { return rank || parallel != ParallelDegrees{}; }
 
@@ -153,45 +158,30 @@ ModelSpec ModelArgs::load_spec() const {
 }
 
 namespace {
-std::pair<std::string, std::string> split_assignment(const std::string& s, const char* flag) {
+std::pair<std::string, std::string> split_assignment(const std::string& s, const char* flag, const char* value) {
   const auto eq = s.rfind('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
-    throw usage_error(std::string(flag) + " expects PATTERN=VALUE, got '" + s + "'");
+    throw usage_error(std::string(flag) + " expects PATTERN=" + value + ", got '" + printable(s) + "'");
   return {s.substr(0, eq), s.substr(eq + 1)};
 }
 }  // namespace
 
-Recipe ModelArgs::load_recipe() const {
-  Recipe r = make_recipe(recipe);
-  for (const auto& o : init_overrides) {
-    // The fill itself contains '=' never, but may contain ',' and '(': split at the first '=' after the pattern.
-    const auto eq = o.find('=');
-    if (eq == std::string::npos || eq == 0) throw usage_error("--init-override expects PATTERN=FILL, got '" + o + "'");
-    FillSpec f;
-    try {
-      f = parse_fill(o.substr(eq + 1));
-    } catch (const std::invalid_argument& e) {
-      throw usage_error(e.what());
-    }
-    validate_fill(f);  // now, with the fill's own message; each tensor's dtype is checked when planned
-    r.add_override(o.substr(0, eq), f);
-  }
-  return r;
+OptionsText ModelArgs::options_text() const {
+  OptionsText t;
+  t.dtype = dtype;
+  for (const auto& s : dtype_overrides) t.dtype_overrides.push_back(split_assignment(s, "--dtype-override", "DTYPE"));
+  t.recipe = recipe;
+  for (const auto& s : init_overrides) t.init_overrides.push_back(split_assignment(s, "--init-override", "FILL"));
+  t.seed = seed;
+  t.layout = layout;
+  t.orientation = orientation;
+  t.experts = experts;
+  return t;
 }
 
-BuildOptions ModelArgs::build_options() const {
-  BuildOptions o;
-  o.dtype = parse_dtype(dtype);
-  for (const auto& s : dtype_overrides) {
-    auto [pattern, value] = split_assignment(s, "--dtype-override");
-    o.dtype_overrides.push_back({pattern, parse_dtype(value)});
-  }
-  o.seed = seed;
-  o.layout = layout;
-  o.orientation = parse_orientation(orientation);
-  o.experts = parse_expert_layout(experts);
-  return o;
-}
+Recipe ModelArgs::load_recipe() const { return checked_recipe(options_text(), OptionNames::cli); }
+
+BuildOptions ModelArgs::build_options() const { return checked_build_options(options_text(), OptionNames::cli); }
 
 namespace {
 // Whether a glob matches a canonical name of the spec. Layer names are prefix + i + "." + relative;

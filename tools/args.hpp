@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <layerinit/init/builder.hpp>
+#include <layerinit/init/options.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/plan/memory_check.hpp>
@@ -37,8 +38,8 @@ struct ModelArgs {
   std::string recipe = "hf";
   std::vector<std::string> init_overrides;   // PATTERN=FILL
   std::uint64_t seed = 0;
-  Layout layout = Layout::per_layer;  // --layout
-  bool restack = false;               // build --layout restack: per-layer, then stacked in place
+  std::string layout = "per-layer";  // --layout as the library reads it (restack: per-layer)
+  bool restack = false;              // build --layout restack: per-layer, then stacked in place
   std::string orientation = "out-in";
   std::string experts = "stacked";  // stacked layout: MoE experts as [L, E, ...] or per expert
   std::string backend = "auto";
@@ -60,8 +61,11 @@ struct ModelArgs {
   ParallelPlan parallel_plan(const ModelSpec& spec) const;
 
   ModelSpec load_spec() const;
-  Recipe load_recipe() const;
-  BuildOptions build_options() const;  // restack builds per-layer
+  // The build flags as the library reads them (OptionsText): each PATTERN=VALUE override split at
+  // its last '=' (neither a dtype nor a fill has one), or a usage_error naming the flag.
+  OptionsText options_text() const;
+  Recipe load_recipe() const;          // checked_recipe: --recipe and --init-override
+  BuildOptions build_options() const;  // checked_build_options; restack builds per-layer
   // Each --init-override / --dtype-override pattern that matches no tensor of `spec`: a warning line
   // on stderr (unless !warn: the MPI ranks but rank 0), or with --strict a usage_error naming the first.
   void check_overrides(const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts, bool warn = true) const;

@@ -240,12 +240,27 @@ def _fill(f: FillLike, arg: str = "fill") -> Fill:
     raise ValueError(f"{arg} must be a string like 'normal(0, 0.02)' or a Fill, got {type(f).__name__} {_show(f)}")
 
 
+def _fill_text(f: FillLike, arg: str) -> str:
+    """A fill as the library reads options (init/options.hpp): its text, or a Fill's exact text."""
+    if isinstance(f, _core.Fill):
+        return f.text
+    if isinstance(f, str):
+        return _str(arg, f)
+    raise ValueError(f"{arg} must be a string like 'normal(0, 0.02)' or a Fill, got {type(f).__name__} {_show(f)}")
+
+
+def _overrides(arg: str, v: Any, value: Any) -> list[tuple[str, str]]:
+    """A mapping of name globs as (glob, text) in its own order: the last match wins, as the CLI's
+    repeated flags do."""
+    return list(_str_map(arg, v, value).items())
+
+
 def _describe(description: Mapping[str, Any], *, recipe: Optional[str] = None,
               overrides: Optional[Mapping[str, FillLike]] = None) -> tuple[Spec, list[dict[str, Any]]]:
     """(Spec, what each parameter became) of a model description (docs/spec.md, "Descriptions"): the
     one set of rules both adapters hand their framework's parameters to. With ``recipe``, ValueError
     listing the parameters whose fill it cannot tell from the description."""
-    fills = _str_map("overrides", overrides, lambda a, f: _fill(f, a))
+    fills = _overrides("overrides", overrides, lambda a, f: _fill_text(f, a))
     return _core.describe(json.dumps(description), None if recipe is None else _str("recipe", recipe), fills)
 
 
@@ -266,12 +281,12 @@ def plan(
     ``plan(...).composite(...)`` describes a parameter made of several tensors.
 
     ``overrides`` maps name globs to fills (the CLI's ``--init-override``), ``dtype_overrides``
-    name globs to dtypes (``--dtype-override``). A plan holds memory independent of the number of
-    layers: names are looked up by their layer index.
+    name globs to dtypes (``--dtype-override``), each in the mapping's order: the last match wins. A
+    plan holds memory independent of the number of layers: names are looked up by their layer index.
     """
     seed = _int("seed", seed)
-    fills = _str_map("overrides", overrides, lambda a, f: _fill(f, a))
-    dtypes = _str_map("dtype_overrides", dtype_overrides, _str)
+    fills = _overrides("overrides", overrides, lambda a, f: _fill_text(f, a))
+    dtypes = _overrides("dtype_overrides", dtype_overrides, _str)
     return _core.Plan(spec(model), _str("recipe", recipe), fills, _str("dtype", dtype), dtypes, seed,
                       _str("layout", layout), _str("orientation", orientation), _str("experts", experts))
 

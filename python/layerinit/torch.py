@@ -583,9 +583,9 @@ def _cache_key(module: torch.nn.Module, recipe: str, seed: int, name_map: Option
         return None
     try:
         # A Fill by its exact text: str() rounds to 6 digits, and two fills that differ past them
-        # would share a key.
-        fills = None if overrides is None else tuple(sorted(
-            (k, v.text if isinstance(v, _core.Fill) else str(v)) for k, v in overrides.items()))
+        # would share a key. In the mapping's order: the last match wins.
+        fills = None if overrides is None else tuple(
+            (k, v.text if isinstance(v, _core.Fill) else str(v)) for k, v in overrides.items())
     except (AttributeError, TypeError):
         return None  # _prepare says what is wrong with it
     first: dict[int, str] = {}

@@ -28,6 +28,7 @@
 #include <layerinit/init/builder.hpp>
 #include <layerinit/init/describe.hpp>
 #include <layerinit/init/hf_spec.hpp>
+#include <layerinit/init/options.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/init/spec_json.hpp>
@@ -244,29 +245,20 @@ struct Spec {
   ModelSpec spec;
 };
 
-// A recipe by name with its overrides (name glob -> fill), each fill checked: what plans and
-// descriptions are filled by.
-Recipe recipe_with(const std::string& recipe, const std::map<std::string, FillSpec>& overrides) {
-  Recipe r = make_recipe(recipe);
-  for (const auto& [pattern, fill] : overrides) {
-    validate_fill(fill);
-    r.add_override(pattern, fill);
-  }
-  return r;
-}
+// (name glob, text) in the order of the Python mapping's items: the last match wins, as on the CLI.
+using TextPairs = std::vector<std::pair<std::string, std::string>>;
 
 class Plan {
  public:
-  Plan(const Spec& s, const std::string& recipe, const std::map<std::string, FillSpec>& overrides,
-       const std::string& dtype, const std::map<std::string, std::string>& dtype_overrides, std::uint64_t seed,
-       const std::string& layout, const std::string& orientation, const std::string& experts)
-      : spec_(s.spec), recipe_(recipe_with(recipe, overrides)) {
-    opts_.dtype = parse_dtype(dtype);
-    for (const auto& [pattern, d] : dtype_overrides) opts_.dtype_overrides.push_back({pattern, parse_dtype(d)});
-    opts_.seed = seed;
-    opts_.layout = parse_layout(layout);
-    opts_.orientation = parse_orientation(orientation);
-    opts_.experts = parse_expert_layout(experts);
+  // The arguments of layerinit.plan as text (fills as Fill.text), read by the library as the CLI's
+  // flags are (init/options.hpp).
+  Plan(const Spec& s, const std::string& recipe, const TextPairs& overrides, const std::string& dtype,
+       const TextPairs& dtype_overrides, std::uint64_t seed, const std::string& layout, const std::string& orientation,
+       const std::string& experts)
+      : spec_(s.spec) {
+    const OptionsText text{dtype, dtype_overrides, recipe, overrides, seed, layout, orientation, experts};
+    recipe_ = checked_recipe(text, OptionNames::python);
+    opts_ = checked_build_options(text, OptionNames::python);
     spec_.validate();
     builder_.emplace(spec_, recipe_, opts_, *host_context().be, *host_context().tracker);
     index_.emplace(*builder_);
@@ -539,10 +531,14 @@ NB_MODULE(_core, m) {
       .def_prop_ro("buffer_count", [](const Spec& s) { return s.spec.buffer_count(); })
       .def_prop_ro("tie_word_embeddings", [](const Spec& s) { return s.spec.hyper.tie_word_embeddings; });
 
-  m.def("describe", [](const std::string& text, const std::optional<std::string>& recipe,
-                        const std::map<std::string, FillSpec>& overrides) {
+  m.def("describe", [](const std::string& text, const std::optional<std::string>& recipe, const TextPairs& overrides) {
     std::optional<Recipe> r;
-    if (recipe) r = recipe_with(*recipe, overrides);
+    if (recipe) {
+      OptionsText options;
+      options.recipe = *recipe;
+      options.init_overrides = overrides;
+      r = checked_recipe(options, OptionNames::python);
+    }
     DescribedModel dm = describe(description_from_json(text), r ? &*r : nullptr);
     nb::list params;
     for (const auto& p : dm.parameters) {
@@ -560,14 +556,13 @@ NB_MODULE(_core, m) {
       params.append(e);
     }
     return nb::make_tuple(Spec{std::move(dm.spec)}, params);
-  }, "text"_a, "recipe"_a.none() = nb::none(), "overrides"_a = std::map<std::string, FillSpec>{},
+  }, "text"_a, "recipe"_a.none() = nb::none(), "overrides"_a = TextPairs{},
   "(Spec, [what each parameter became]) of a model description's JSON (init/describe.hpp); with `recipe`, "
   "ValueError listing the parameters whose fill it cannot tell.");
 
   nb::class_<Plan>(m, "Plan", "What a build makes: every tensor's name, shape, dtype and fill, without memory.")
-      .def(nb::init<const Spec&, const std::string&, const std::map<std::string, FillSpec>&, const std::string&,
-                    const std::map<std::string, std::string>&, std::uint64_t, const std::string&, const std::string&,
-                    const std::string&>(),
+      .def(nb::init<const Spec&, const std::string&, const TextPairs&, const std::string&, const TextPairs&,
+                    std::uint64_t, const std::string&, const std::string&, const std::string&>(),
            "spec"_a, "recipe"_a, "overrides"_a, "dtype"_a, "dtype_overrides"_a, "seed"_a, "layout"_a, "orientation"_a,
            "experts"_a)
       .def("tensors", &Plan::tensors, "[(name, memory shape, dtype, kind, layer)] in file order")

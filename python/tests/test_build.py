@@ -142,6 +142,20 @@ def test_bad_input_raises_value_error(kwargs, message):
         layerinit.build(model, **kwargs)
 
 
+def test_overrides_apply_in_the_mappings_order():
+    # The last match wins, as with the CLI's repeated --init-override and --dtype-override flags.
+    norm = "model.norm.weight"
+
+    def plan(fills, dtypes):
+        return layerinit.plan("llama-tiny", overrides=fills, dtype_overrides=dtypes)
+
+    a = plan({"*": "constant(1)", norm: "constant(2)"}, {"*": "fp32", norm: "fp16"})
+    b = plan({norm: "constant(2)", "*": "constant(1)"}, {norm: "fp16", "*": "fp32"})
+    assert a.fill_of(norm).text == "constant(2)" and b.fill_of(norm).text == "constant(1)"
+    dtypes = lambda p: {t[0]: t[2] for t in p.tensors()}  # noqa: E731
+    assert dtypes(a)[norm] == "fp16" and dtypes(b)[norm] == "fp32"
+
+
 def test_out_of_memory_is_memory_error():
     spec = {"name": "big", "pre": [{"name": "w", "shape": [1 << 20, 1 << 20], "role": "other",
                                     "init": {"constant": {"value": 0}}}]}

@@ -1,0 +1,74 @@
+#include <layerinit/init/options.hpp>
+
+#include <stdexcept>
+
+#include <layerinit/core/text.hpp>
+#include <layerinit/dtypes/dtype.hpp>
+#include <layerinit/init/spec.hpp>
+#include <layerinit/kernels/fill.hpp>
+
+namespace layerinit {
+namespace {
+
+struct Option {
+  const char* cli;
+  const char* python;
+};
+constexpr Option kDtype{"--dtype", "dtype"}, kDtypeOverride{"--dtype-override", "dtype_overrides"},
+    kRecipe{"--recipe", "recipe"}, kInitOverride{"--init-override", "overrides"}, kLayout{"--layout", "layout"},
+    kOrientation{"--orientation", "orientation"}, kExperts{"--experts", "experts"};
+
+std::string name(Option o, OptionNames n) { return n == OptionNames::cli ? o.cli : o.python; }
+
+// One override as its caller wrote it: the flag's PATTERN=VALUE, or the mapping's item by its key.
+std::string name(Option o, OptionNames n, const std::pair<std::string, std::string>& item) {
+  if (n == OptionNames::cli) return std::string(o.cli) + " '" + printable(item.first + "=" + item.second) + "'";
+  return std::string(o.python) + "['" + printable(item.first) + "']";
+}
+
+// f(), its std::invalid_argument starting with the option's name.
+template <class F>
+auto named(const std::string& option, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(option + ": " + e.what());
+  }
+}
+
+void check_pattern(const std::string& option, const std::string& pattern) {
+  if (pattern.empty()) throw std::invalid_argument(option + ": the pattern is empty (it would match no tensor)");
+}
+
+}  // namespace
+
+Recipe checked_recipe(const OptionsText& text, OptionNames names) {
+  Recipe r = named(name(kRecipe, names), [&] { return make_recipe(text.recipe); });
+  for (const auto& o : text.init_overrides) {
+    const std::string option = name(kInitOverride, names, o);
+    check_pattern(option, o.first);
+    r.add_override(o.first, named(option, [&] {
+                     FillSpec f = parse_fill(o.second);
+                     validate_fill(f);  // now, with the fill's own message; each tensor's dtype when planned
+                     return f;
+                   }));
+  }
+  return r;
+}
+
+BuildOptions checked_build_options(const OptionsText& text, OptionNames names) {
+  BuildOptions o;
+  o.dtype = named(name(kDtype, names), [&] { return parse_dtype(text.dtype); });
+  for (const auto& d : text.dtype_overrides) {
+    const std::string option = name(kDtypeOverride, names, d);
+    check_pattern(option, d.first);
+    o.dtype_overrides.push_back({d.first, named(option, [&] { return parse_dtype(d.second); })});
+  }
+  o.seed = text.seed;
+  o.layout = named(name(kLayout, names), [&] { return parse_layout(text.layout); });
+  o.orientation = named(name(kOrientation, names), [&] { return parse_orientation(text.orientation); });
+  o.experts = named(name(kExperts, names), [&] { return parse_expert_layout(text.experts); });
+  return o;
+}
+
+}  // namespace layerinit

@@ -1,0 +1,43 @@
+// A build's options as users write them, read and checked once for every interface: the CLI's flags
+// and the Python package's arguments hand over their text, and a bad value is one
+// std::invalid_argument line naming the option as that caller spells it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <layerinit/core/api.hpp>
+#include <layerinit/init/builder.hpp>
+#include <layerinit/init/recipes.hpp>
+
+namespace layerinit {
+
+// How messages name the options: the CLI's flags ("--dtype", "--dtype-override '*norm*=fp9'",
+// "--init-override ...") or the Python package's arguments ("dtype", "dtype_overrides['*norm*']",
+// "overrides[...]"). A prefix would not do: the two spell the overrides differently.
+enum class OptionNames { cli, python };
+
+// The options as given, each with its default. Overrides are (name glob, value) in the order given:
+// the last match wins, so a Python dict passes its items in its own order.
+struct OptionsText {
+  std::string dtype = "bf16";                                        // fp32, fp16, bf16 (parse_dtype's spellings)
+  std::vector<std::pair<std::string, std::string>> dtype_overrides;  // (glob, dtype)
+  std::string recipe = "hf";                                         // NAME or NAME:KEY=VALUE,... (make_recipe)
+  std::vector<std::pair<std::string, std::string>> init_overrides;   // (glob, fill in parse_fill's grammar)
+  std::uint64_t seed = 0;                                            // any value (each caller reads its integer)
+  std::string layout = "per-layer";                                  // per-layer, stacked
+  std::string orientation = "out-in";                                // out-in, in-out
+  std::string experts = "stacked";                                   // stacked, per-expert
+};
+
+// The recipe with its overrides, each fill parsed and validated (validate_fill; each tensor's dtype is
+// checked when it is planned). An empty glob is refused: it matches no tensor.
+LAYERINIT_API Recipe checked_recipe(const OptionsText& text, OptionNames names);
+
+// dtype, dtype overrides, seed, layout, orientation and experts as BuildOptions. An empty glob is
+// refused.
+LAYERINIT_API BuildOptions checked_build_options(const OptionsText& text, OptionNames names);
+
+}  // namespace layerinit

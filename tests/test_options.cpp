@@ -1,0 +1,135 @@
+// The build options as users write them (init/options.hpp): what the CLI and the Python package read
+// through the same two functions, with each bad value named as each of them spells the option.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <layerinit/init/options.hpp>
+
+using namespace layerinit;
+
+namespace {
+
+// The message of f's std::invalid_argument, or "accepted".
+std::string refusal(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+}  // namespace
+
+TEST(Options, GoodTextGivesTheBuildOptionsAndRecipe) {
+  OptionsText t;
+  t.dtype = "float16";
+  t.dtype_overrides = {{"*norm*", "fp32"}, {"lm_head.weight", "bfloat16"}};
+  t.recipe = "mup:base_width=32";
+  t.init_overrides = {{"*", "constant(1)"}, {"*.o_proj.weight", "normal(0, 0.01)"}};
+  t.seed = 18446744073709551615ull;
+  t.layout = "stacked";
+  t.orientation = "in-out";
+  t.experts = "per-expert";
+  for (OptionNames n : {OptionNames::cli, OptionNames::python}) {
+    const BuildOptions o = checked_build_options(t, n);
+    EXPECT_EQ(o.dtype, DType::f16);
+    ASSERT_EQ(o.dtype_overrides.size(), 2u);
+    EXPECT_EQ(o.dtype_overrides[0].pattern, "*norm*");
+    EXPECT_EQ(o.dtype_overrides[0].dtype, DType::f32);
+    EXPECT_EQ(o.dtype_overrides[1].pattern, "lm_head.weight");
+    EXPECT_EQ(o.dtype_overrides[1].dtype, DType::bf16);
+    EXPECT_EQ(o.seed, 18446744073709551615ull);
+    EXPECT_EQ(o.layout, Layout::stacked);
+    EXPECT_EQ(o.orientation, Orientation::in_out);
+    EXPECT_EQ(o.experts, ExpertLayout::per_expert);
+    EXPECT_TRUE(o.layer_order.empty());
+    EXPECT_FALSE(o.after_part);
+
+    const Recipe r = checked_recipe(t, n);
+    EXPECT_EQ(r.name(), "mup:base_width=32");
+    EXPECT_EQ(r.params().at("base_width"), 32.0);
+    // In the order given: the last match wins.
+    ASSERT_EQ(r.overrides().size(), 2u);
+    EXPECT_EQ(r.overrides()[0].first, "*");
+    EXPECT_EQ(r.overrides()[0].second, FillSpec::constant(1));
+    EXPECT_EQ(r.overrides()[1].first, "*.o_proj.weight");
+    EXPECT_EQ(r.overrides()[1].second, FillSpec::normal(0, 0.01));
+  }
+}
+
+TEST(Options, DefaultsAreBuildOptionsDefaults) {
+  const BuildOptions o = checked_build_options(OptionsText{}, OptionNames::cli);
+  const BuildOptions d;
+  EXPECT_EQ(o.dtype, d.dtype);
+  EXPECT_TRUE(o.dtype_overrides.empty());
+  EXPECT_EQ(o.seed, d.seed);
+  EXPECT_EQ(o.layout, d.layout);
+  EXPECT_EQ(o.orientation, d.orientation);
+  EXPECT_EQ(o.experts, d.experts);
+  const Recipe r = checked_recipe(OptionsText{}, OptionNames::python);
+  EXPECT_EQ(r.name(), "hf");
+  EXPECT_TRUE(r.overrides().empty());
+}
+
+// Each option's bad value: one line that starts with the option as the CLI and as Python name it,
+// then the library's reason (with the valid names where there is a list).
+TEST(Options, EachBadValueIsRefusedNamingTheOption) {
+  struct Case {
+    std::function<void(OptionsText&)> set;
+    std::string cli, python, reason;
+  };
+  const std::vector<Case> cases = {
+      {[](OptionsText& t) { t.dtype = "fp8"; }, "--dtype: ", "dtype: ", "unknown dtype 'fp8' (valid: fp32, fp16, bf16)"},
+      {[](OptionsText& t) { t.dtype_overrides = {{"*norm*", "fp32"}, {"*ln*", "fp9"}}; }, "--dtype-override '*ln*=fp9': ",
+       "dtype_overrides['*ln*']: ", "unknown dtype 'fp9' (valid: fp32, fp16, bf16)"},
+      {[](OptionsText& t) { t.dtype_overrides = {{"", "fp32"}}; }, "--dtype-override '=fp32': ", "dtype_overrides['']: ",
+       "the pattern is empty (it would match no tensor)"},
+      {[](OptionsText& t) { t.recipe = "lecun"; }, "--recipe: ", "recipe: ", "unknown recipe 'lecun' (valid: hf, "},
+      {[](OptionsText& t) { t.recipe = "mup:width=3"; }, "--recipe: ", "recipe: ",
+       "recipe 'mup': unknown parameter 'width' (valid: base_width; write name:key=value)"},
+      {[](OptionsText& t) { t.init_overrides = {{"*", "normal(0,-1)"}}; }, "--init-override '*=normal(0,-1)': ",
+       "overrides['*']: ", "invalid fill normal(0, -1): std must be positive"},
+      {[](OptionsText& t) { t.init_overrides = {{"*", "gaussian(0,1)"}}; }, "--init-override '*=gaussian(0,1)': ",
+       "overrides['*']: ", "fill 'gaussian(0,1)': unknown fill 'gaussian' (valid: constant, "},
+      {[](OptionsText& t) { t.init_overrides = {{"", "constant(1)"}}; }, "--init-override '=constant(1)': ",
+       "overrides['']: ", "the pattern is empty (it would match no tensor)"},
+      {[](OptionsText& t) { t.layout = "restack"; }, "--layout: ", "layout: ",
+       "unknown layout 'restack' (valid: per-layer, stacked)"},
+      {[](OptionsText& t) { t.orientation = "sideways"; }, "--orientation: ", "orientation: ",
+       "unknown orientation 'sideways' (valid: out-in, in-out)"},
+      {[](OptionsText& t) { t.experts = "fused"; }, "--experts: ", "experts: ",
+       "unknown expert layout 'fused' (valid: per-expert, stacked)"},
+      // User text is escaped, in the name and in the reason: one line.
+      {[](OptionsText& t) { t.dtype_overrides = {{"a\nb", "x\ny"}}; }, "--dtype-override 'a\\x0ab=x\\x0ay': ",
+       "dtype_overrides['a\\x0ab']: ", "unknown dtype 'x\\x0ay'"},
+  };
+  for (const Case& c : cases) {
+    OptionsText t;
+    c.set(t);
+    for (const auto& [names, prefix] : {std::pair{OptionNames::cli, c.cli}, std::pair{OptionNames::python, c.python}}) {
+      const std::string m = refusal([&] {
+        (void)checked_build_options(t, names);
+        (void)checked_recipe(t, names);
+      });
+      SCOPED_TRACE(m);
+      EXPECT_EQ(m.rfind(prefix + c.reason, 0), 0u);
+      EXPECT_EQ(m.find('\n'), std::string::npos);
+    }
+  }
+}
+
+// The recipe and its overrides do not read the build options' fields, nor the other way round: a
+// bad value of one is refused only by the function that reads it.
+TEST(Options, EachFunctionReadsItsOwnFields) {
+  OptionsText bad_build;
+  bad_build.dtype = "fp8";
+  EXPECT_EQ(refusal([&] { (void)checked_recipe(bad_build, OptionNames::cli); }), "accepted");
+  OptionsText bad_recipe;
+  bad_recipe.recipe = "lecun";
+  EXPECT_EQ(refusal([&] { (void)checked_build_options(bad_recipe, OptionNames::cli); }), "accepted");
+}
