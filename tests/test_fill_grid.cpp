@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/dtypes/convert.hpp>
 #include <layerinit/kernels/fill.hpp>
 #include <layerinit/kernels/fill_element.hpp>
@@ -215,7 +216,7 @@ TEST(FillGrid, RefusesBadJobsLikeTheKernel) {
   j.rows = (1ull << 32) + 1;
   j.cols = 1ull << 32;
   EXPECT_THROW(grid::fill_grid_simulated({&j, 1}, 1, 32), std::invalid_argument);
-  EXPECT_THROW(grid::fill_grid_simulated({}, 0, 32), std::invalid_argument);
+  EXPECT_THROW(grid::fill_grid_simulated({}, 0, 32), layerinit::logic_error);  // blocks 0: misuse
 }
 
 // Strided box jobs (FillJob::runs, stride): the dense bytes of every run, from fill_host at 1 and 3

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <layerinit/core/bytes.hpp>
@@ -382,16 +383,34 @@ TEST(Errors, MessagesCarryTheDetails) {
   const cuda_error c("cudaMalloc(&p, n)", "out of memory", "x.cu", 12);
   EXPECT_EQ(c.call(), "cudaMalloc(&p, n)");
   EXPECT_NE(std::string(c.what()).find("x.cu:12"), std::string::npos);
+}
+
+// Misuse by a caller is layerinit::logic_error, never std::invalid_argument (bad input): the line names
+// the failed expression and its place.
+TEST(Errors, PreconditionsNameTheExpressionAndAreNotBadInput) {
+  const int n = -1;
   try {
-    const int n = -1;
     LAYERINIT_EXPECTS(n >= 0, "n must be >= 0");
     ADD_FAILURE();
   } catch (const std::invalid_argument& x) {
+    ADD_FAILURE() << "misuse thrown as bad input: " << x.what();
+  } catch (const layerinit::logic_error& x) {
     const std::string m = x.what();
-    EXPECT_NE(m.find("n must be >= 0"), std::string::npos) << m;
-    EXPECT_NE(m.find("n >= 0"), std::string::npos) << m;
-    EXPECT_NE(m.find("test_memory.cpp"), std::string::npos) << m;
+    EXPECT_EQ(m.rfind("n must be >= 0 (n >= 0 at ", 0), 0u) << m;
+    EXPECT_NE(m.find("test_memory.cpp:"), std::string::npos) << m;
+    EXPECT_TRUE(m.ends_with(")")) << m;
   }
+  EXPECT_NO_THROW(LAYERINIT_EXPECTS(n < 0, "never built"));
+  try {
+    LAYERINIT_FAIL("unknown kind " + std::to_string(7));
+    ADD_FAILURE();
+  } catch (const layerinit::logic_error& x) {
+    const std::string m = x.what();
+    EXPECT_EQ(m.rfind("unknown kind 7 (at ", 0), 0u) << m;
+    EXPECT_NE(m.find("test_memory.cpp:"), std::string::npos) << m;
+  }
+  static_assert(std::is_base_of_v<std::logic_error, layerinit::logic_error>);
+  static_assert(!std::is_base_of_v<std::invalid_argument, layerinit::logic_error>);
 }
 
 TEST(Backend, SelectionByName) {

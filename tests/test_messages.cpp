@@ -1,8 +1,13 @@
-// printable(): user text in one-line messages, and the names a spec may hold.
+// printable() and bad_argument(): user text in one-line messages, and the names a spec may hold.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+
+#include <layerinit/core/errors.hpp>
 
 #include <layerinit/dtypes/dtype.hpp>
 #include <layerinit/init/presets.hpp>
@@ -50,6 +55,47 @@ TEST(Printable, LibraryMessagesEscapeTheNameTheyEcho) {
   EXPECT_EQ(message([] { make_recipe("\xc2\x9bx"); }).rfind("unknown recipe '\\xc2\\x9bx' (valid: ", 0), 0u);
   // The Python package passes the message on as it is (one ValueError line): no CLI escapes it there.
   EXPECT_EQ(message([] { parse_dtype("bf\n16"); }), "unknown dtype 'bf\\x0a16' (valid: fp32, fp16, bf16)");
+}
+
+// bad_argument: std::invalid_argument("<argument> <value> <problem>"), a text value quoted and escaped
+// (a newline, a control byte or a quote inside cannot break the line or end the value early), a number
+// as it is; the overloads pick text for const char*, std::string and std::string_view, a number for
+// every integer type and double.
+TEST(BadArgument, OneLineWithTheValueEscapedOrThePlainNumber) {
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const layerinit::logic_error& e) {
+      return std::string("logic_error: ") + e.what();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  using namespace std::string_literals;
+  EXPECT_EQ(message([] { bad_argument("preset", "llama\n\x1b[2J", "is unknown (valid: gpt2)"); }),
+            "preset 'llama\\x0a\\x1b[2J' is unknown (valid: gpt2)");
+  EXPECT_EQ(message([] { bad_argument("recipe", "it's"s, "is unknown"); }), "recipe 'it\\x27s' is unknown");
+  EXPECT_EQ(message([] { bad_argument("dtype", std::string_view("nul\0x", 5), "is unknown"); }), "dtype 'nul\\x00x' is unknown");
+  EXPECT_EQ(message([] { bad_argument("layout", "", "is unknown"); }), "layout '' is unknown");
+  EXPECT_EQ(message([] { bad_argument("tp", 0, "must be at least 1"); }), "tp 0 must be at least 1");
+  EXPECT_EQ(message([] { bad_argument("thread count", -3, "must be >= 0"); }), "thread count -3 must be >= 0");
+  EXPECT_EQ(message([] { bad_argument("rows", std::numeric_limits<std::uint64_t>::max(), "overflow"); }),
+            "rows 18446744073709551615 overflow");
+  EXPECT_EQ(message([] { bad_argument("bytes", std::size_t{4096}, "is too small"); }), "bytes 4096 is too small");
+  EXPECT_EQ(message([] { bad_argument("ep", std::int64_t{-1}, "is negative"); }), "ep -1 is negative");
+  EXPECT_EQ(message([] { bad_argument("std", 0.02, "is too wide"); }), "std 0.02 is too wide");
+  EXPECT_EQ(message([] { bad_argument("std", 1e300, "overflows float"); }), "std 1e+300 overflows float");
+  EXPECT_EQ(message([] { bad_argument("scale", -0.5f, "must be positive"); }), "scale -0.5 must be positive");
+  // Without a value; a problem starting with ':' says what is wrong inside the value.
+  EXPECT_EQ(message([] { bad_argument("layer_order", "must be ascending"); }), "layer_order must be ascending");
+  EXPECT_EQ(message([] { bad_argument("tensor", "a\tb", ": fill 'x' is unknown"); }), "tensor 'a\\x09b': fill 'x' is unknown");
+  // quote() for a second value inside the problem, cut like printable().
+  EXPECT_EQ(quote("x\ny"), "'x\\x0ay'");
+  EXPECT_EQ(quote("abcdef", 3), "'abc...'");
+  // Bad input is std::invalid_argument, not the misuse type.
+  EXPECT_THROW(bad_argument("tp", 0, "must be at least 1"), std::invalid_argument);
+  EXPECT_EQ(message([] { bad_argument("x", "y", "z"); }).rfind("logic_error", 0), std::string::npos);
 }
 
 // A name with a C1 control or bytes that are not UTF-8 would reach tables, JSON and file headers as

@@ -136,7 +136,7 @@ TEST(CudaBackend, ReserveCommitRelease) {
   fill_and_check(*b, base, (2 * MiB + 1000) / 2, "commit.b");
   fill_and_check(*b, base + reserved - 11, 5, "commit.c");
 
-  EXPECT_THROW(tr.commit(base, reserved - 11, 12), std::invalid_argument);  // one byte past the end
+  EXPECT_THROW(tr.commit(base, reserved - 11, 12), layerinit::logic_error);  // one byte past the end: misuse
   tr.release(base, reserved);
   EXPECT_EQ(tr.stats().current_bytes, 0u);
   EXPECT_EQ(tr.stats().current_count, 0u);
