@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include <layerinit/core/text.hpp>
+#include <layerinit/core/errors.hpp>
 
 namespace layerinit {
 
@@ -62,7 +62,7 @@ std::uint64_t parse_byte_size(std::string_view text) {
       v = INFINITY;
     }
   }
-  if (v < 0) throw std::invalid_argument("cannot read byte size '" + printable(text) + "' (e.g. 80GiB, 500MB, 1048576)");
+  if (v < 0) bad_argument("byte size", text, "cannot be read (e.g. 80GiB, 500MB, 1048576)");
   std::string unit = t.substr(used);
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   double scale = 0;
@@ -77,7 +77,7 @@ std::uint64_t parse_byte_size(std::string_view text) {
   else if (unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
   const double bytes = v * scale;
   if (scale == 0 || !std::isfinite(bytes) || bytes < 0 || bytes >= 1.8e19)
-    throw std::invalid_argument("cannot read byte size '" + printable(text) + "' (e.g. 80GiB, 500MB, 1048576)");
+    bad_argument("byte size", text, "cannot be read (e.g. 80GiB, 500MB, 1048576)");
   return static_cast<std::uint64_t>(bytes);
 }
 

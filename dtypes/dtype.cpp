@@ -1,11 +1,10 @@
 #include <layerinit/dtypes/dtype.hpp>
 
 #include <cmath>
-#include <stdexcept>
 
 #include <Eigen/Core>
 
-#include <layerinit/core/text.hpp>
+#include <layerinit/core/errors.hpp>
 
 namespace layerinit {
 
@@ -20,7 +19,7 @@ std::string_view dtype_name(DType t) {
     case DType::f16: return "fp16";
     case DType::bf16: return "bf16";
   }
-  throw std::invalid_argument("invalid DType tag " + std::to_string(static_cast<int>(t)));
+  LAYERINIT_FAIL("dtype_name: invalid DType tag " + std::to_string(static_cast<int>(t)));
 }
 
 std::size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
@@ -31,7 +30,7 @@ DType parse_dtype(std::string_view s) {
   if (s == "fp32" || s == "float32" || s == "f32") return DType::f32;
   if (s == "fp16" || s == "float16" || s == "f16" || s == "half") return DType::f16;
   if (s == "bf16" || s == "bfloat16") return DType::bf16;
-  throw std::invalid_argument("unknown dtype '" + printable(s) + "' (valid: " + dtype_names() + ")");
+  bad_argument("dtype", s, "is unknown (valid: " + dtype_names() + ")");
 }
 
 float round_to_dtype(float x, DType t) {

@@ -27,8 +27,8 @@ void check_memory(backend& be, const MemoryNeed& need) {
     std::uint64_t bytes = 0;
     try {
       bytes = parse_byte_size(hook);
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string("LAYERINIT_TEST_AVAILABLE_MEMORY: ") + e.what());
+    } catch (const std::invalid_argument&) {
+      bad_argument("LAYERINIT_TEST_AVAILABLE_MEMORY", std::string_view(hook), "is not a byte size (e.g. 80GiB, 500MB, 1048576)");
     }
     device = host = AvailableMemory{bytes, "LAYERINIT_TEST_AVAILABLE_MEMORY, a test hook"};
   } else {

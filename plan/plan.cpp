@@ -6,6 +6,8 @@
 #include <iterator>
 #include <stdexcept>
 
+#include <layerinit/core/errors.hpp>
+
 namespace layerinit {
 
 std::string_view naive_name(NaiveStrategy s) {
@@ -97,7 +99,7 @@ TrainingSetup parse_training_setup(std::string_view s) {
   if (s == "mixed") return TrainingSetup::mixed;
   if (s == "fp32") return TrainingSetup::fp32;
   if (s == "pure-bf16") return TrainingSetup::pure_bf16;
-  throw std::invalid_argument("unknown training precision '" + printable(s) + "' (valid: mixed, fp32, pure-bf16)");
+  bad_argument("training precision", s, "is unknown (valid: mixed, fp32, pure-bf16)");
 }
 
 std::string_view recompute_name(Recompute r) {

@@ -221,7 +221,7 @@ TEST_F(Cli, NotEnoughMemoryIsRefusedBeforeAllocating) {
   const Result bad = run({"build", "--preset", "llama-tiny"}, limited("lots"));
   EXPECT_EQ(bad.code(), 2) << bad.how();
   expect_one_error_line(bad, "bad hook");
-  EXPECT_NE(bad.err.find("LAYERINIT_TEST_AVAILABLE_MEMORY: cannot read byte size 'lots'"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("LAYERINIT_TEST_AVAILABLE_MEMORY 'lots' is not a byte size"), std::string::npos) << bad.err;
 }
 
 TEST_F(Cli, BadAllocIsTheOutOfMemoryLine) {

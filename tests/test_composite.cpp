@@ -410,7 +410,7 @@ TEST(Composite, BadDescriptionsAreOneLineErrors) {
       {"{", "malformed JSON"},
       {"[]", "must be a JSON object"},
       {with("\"layerinit_composite\":1", "\"layerinit_composite\":2"), "version 2 (this layerinit reads version 1)"},
-      {with("\"dtype\":\"fp32\"", "\"dtype\":\"int8\""), "unknown dtype 'int8'"},
+      {with("\"dtype\":\"fp32\"", "\"dtype\":\"int8\""), "dtype 'int8' is unknown"},
       {with("\"shape\":[6,3]", "\"shape\":[7,3]"), "cover 18 of the 21 elements"},
       {with("\"shape\":[6,3]", "\"shape\":[6,-3]"), "shape[1]: must be a non-negative integer"},
       {with("\"shape\":[6,3]", "\"shape\":[6,3.0]"), "must be a non-negative integer"},

@@ -61,7 +61,7 @@ TEST(MemoryCheck, AHookThatIsNoByteSizeIsBadInput) {
     check_memory(*be, {"weights", 1, 0});
     ADD_FAILURE() << "accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("LAYERINIT_TEST_AVAILABLE_MEMORY: cannot read byte size 'lots'", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("LAYERINIT_TEST_AVAILABLE_MEMORY 'lots' is not a byte size", 0), 0u) << e.what();
   }
 }
 
