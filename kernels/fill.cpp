@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include <layerinit/core/text.hpp>
+#include <layerinit/core/errors.hpp>
 #include <layerinit/kernels/fill_element.hpp>
 
 namespace layerinit {
@@ -75,10 +75,9 @@ std::string fill_names() {
 FillSpec make_fill(std::string_view name, std::span<const double> a) {
   const auto& table = fill_syntax();
   const auto it = std::find_if(table.begin(), table.end(), [&](const FillSyntax& k) { return k.name == name; });
-  if (it == table.end()) throw std::invalid_argument("unknown fill '" + std::string(name) + "' (valid: " + fill_names() + ")");
+  if (it == table.end()) bad_argument("fill", name, "is unknown (valid: " + fill_names() + ")");
   if (a.size() != it->params.size())
-    throw std::invalid_argument(std::string(name) + " takes " + std::to_string(it->params.size()) + " numbers, got " +
-                                std::to_string(a.size()));
+    bad_argument("fill", name, "takes " + std::to_string(it->params.size()) + " numbers, got " + std::to_string(a.size()));
   if (name == "constant") return FillSpec::constant(a[0]);
   if (name == "normal") return FillSpec::normal(a[0], a[1]);
   if (name == "trunc_normal") return FillSpec::trunc_normal(a[0], a[1], a[2], a[3]);
@@ -96,7 +95,7 @@ FillSpec parse_fill(std::string_view text) {
   };
   if (open == std::string::npos || close == std::string::npos || close < open || !trim(t.substr(close + 1)).empty() ||
       t.find_first_of("()", open + 1) != close)
-    throw std::invalid_argument("cannot parse fill '" + printable(t) + "' (e.g. normal(0,0.02))");
+    bad_argument("fill", t, "cannot be parsed (e.g. normal(0,0.02))");
   const std::string name = trim(t.substr(0, open));
   std::vector<double> args;
   std::stringstream ss(t.substr(open + 1, close - open - 1));
@@ -110,13 +109,13 @@ FillSpec parse_fill(std::string_view text) {
     double v = 0;
     const auto [ptr, ec] = std::from_chars(first, last, v);
     if (first == last || ec != std::errc{} || ptr != last || !std::isfinite(v))
-      throw std::invalid_argument("fill '" + printable(t) + "': '" + printable(item) + "' is not a finite number");
+      bad_argument("fill", t, ": " + quote(item) + " is not a finite number");
     args.push_back(v);
   }
   try {
     return make_fill(name, args);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("fill '" + printable(t) + "': " + e.what());
+    bad_argument("fill", t, std::string(": ") + e.what());
   }
 }
 
@@ -148,12 +147,12 @@ std::string FillSpec::text() const {
              exact(a) + "," + exact(b) + ")";
     case FillKind::uniform: return "uniform(" + exact(lo) + "," + exact(hi) + ")";
   }
-  throw std::invalid_argument("FillSpec::text: unknown fill kind");
+  LAYERINIT_FAIL("FillSpec::text: unknown fill kind " + std::to_string(static_cast<int>(kind)));
 }
 
 namespace {
 void require(bool ok, const FillSpec& s, const std::string& what) {
-  if (!ok) throw std::invalid_argument("invalid fill " + s.describe() + ": " + what);
+  if (!ok) bad_argument("fill", s.describe(), "is invalid: " + what);
 }
 bool finite(double x) { return std::isfinite(x); }
 // A random fill that can produce one value of the dtype only.
@@ -161,9 +160,9 @@ bool finite(double x) { return std::isfinite(x); }
   std::ostringstream o;
   o.precision(9);  // every float exactly
   o << v;
-  throw std::invalid_argument("invalid fill " + s.describe() + ": every value rounds to " + o.str() + " in " +
-                              std::string(dtype_name(t)) + " (too narrow for the dtype; write constant(" + o.str() +
-                              ") for a constant)");
+  bad_argument("fill", s.describe(),
+               "is invalid: every value rounds to " + o.str() + " in " + std::string(dtype_name(t)) +
+                   " (too narrow for the dtype; write constant(" + o.str() + ") for a constant)");
 }
 }  // namespace
 
@@ -287,7 +286,7 @@ FillParams prepare_fill(const FillSpec& s, DType t) {
       p.hi = static_cast<float>(s.hi);
       break;
     default:
-      throw std::invalid_argument("unknown fill kind");
+      LAYERINIT_FAIL("prepare_fill: unknown fill kind " + std::to_string(static_cast<int>(s.kind)));
   }
   // Finite in double is not enough: the constants are floats, and every value must fit the dtype.
   require(std::isfinite(p.scale) && std::isfinite(p.shift) && std::isfinite(p.lo) && std::isfinite(p.hi), s,
@@ -347,28 +346,31 @@ FillJob run_job(const FillJob& j, std::uint64_t r) {
 }
 
 void check_fill_job(const FillJob& j, std::string_view who) {
-  auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(who) + ": " + what); };
-  if (j.end < j.begin) fail("job with end < begin");
+  // A job is the library's own work order (or a C++ caller's): a bad one is misuse, not input.
+  const auto in = [&](const std::string& what) { return std::string(who) + ": " + what; };
+  LAYERINIT_EXPECTS(j.end >= j.begin, in("job with end < begin"));
   if (j.runs == 0 || j.end == j.begin) return;
-  if (j.dtype != DType::f32 && j.dtype != DType::f16 && j.dtype != DType::bf16) fail("job with an unknown dtype");
+  LAYERINIT_EXPECTS(j.dtype == DType::f32 || j.dtype == DType::f16 || j.dtype == DType::bf16, in("job with an unknown dtype"));
   const std::uint64_t len = j.end - j.begin;
   // The last run's end, begin + (runs - 1) * stride + len, below 2^64.
   std::uint64_t last_end = j.end;
   if (j.runs > 1) {
-    if (j.stride < len)
-      fail("job of " + std::to_string(j.runs) + " runs of " + std::to_string(len) + " elements with stride " +
-           std::to_string(j.stride) + ": runs overlap (stride < run length)");
-    if (j.stride > (UINT64_MAX - j.end) / (j.runs - 1))
-      fail("job of " + std::to_string(j.runs) + " runs with stride " + std::to_string(j.stride) + " from element " +
-           std::to_string(j.begin) + ": its last run ends past 2^64");
+    LAYERINIT_EXPECTS(j.stride >= len, in("job of " + std::to_string(j.runs) + " runs of " + std::to_string(len) +
+                                          " elements with stride " + std::to_string(j.stride) +
+                                          ": runs overlap (stride < run length)"));
+    LAYERINIT_EXPECTS(j.stride <= (UINT64_MAX - j.end) / (j.runs - 1),
+                      in("job of " + std::to_string(j.runs) + " runs with stride " + std::to_string(j.stride) +
+                         " from element " + std::to_string(j.begin) + ": its last run ends past 2^64"));
     last_end = j.end + (j.runs - 1) * j.stride;
-    if (j.runs > UINT64_MAX / dtype_size(j.dtype) / len)
-      fail("job of " + std::to_string(j.runs) + " runs of " + std::to_string(len) + " elements: more than 2^64 bytes");
+    LAYERINIT_EXPECTS(j.runs <= UINT64_MAX / dtype_size(j.dtype) / len,
+                      in("job of " + std::to_string(j.runs) + " runs of " + std::to_string(len) +
+                         " elements: more than 2^64 bytes"));
   }
-  if (j.dst == nullptr) fail("job with a null dst");
-  if (reinterpret_cast<std::uintptr_t>(j.dst) % dtype_size(j.dtype) != 0) fail("dst is not aligned to its element size");
-  if (j.transposed && (j.rows == 0 || j.cols == 0 || j.rows > UINT64_MAX / j.cols || j.rows * j.cols < last_end))
-    fail("transposed job needs rows * cols >= end (without overflow)");
+  LAYERINIT_EXPECTS(j.dst != nullptr, in("job with a null dst"));
+  LAYERINIT_EXPECTS(reinterpret_cast<std::uintptr_t>(j.dst) % dtype_size(j.dtype) == 0,
+                    in("dst is not aligned to its element size"));
+  LAYERINIT_EXPECTS(!j.transposed || (j.rows != 0 && j.cols != 0 && j.rows <= UINT64_MAX / j.cols && j.rows * j.cols >= last_end),
+                    in("transposed job needs rows * cols >= end (without overflow)"));
 }
 
 }  // namespace layerinit

@@ -68,8 +68,8 @@ struct FillSyntax {
 };
 LAYERINIT_API const std::vector<FillSyntax>& fill_syntax();  // constant, normal, trunc_normal, trunc_normal_std, uniform
 LAYERINIT_API std::string fill_names();                      // "constant, normal, trunc_normal, trunc_normal_std, uniform"
-// The fill `name` from its parameters in table order, all given. Throws std::invalid_argument for an
-// unknown name (listing the valid ones) or a wrong count. Values are validated by prepare_fill.
+// The fill `name` from its parameters in table order, all given. Throws std::invalid_argument
+// (bad_argument) for an unknown name (listing the valid ones) or a wrong count. Values are validated by prepare_fill.
 LAYERINIT_API FillSpec make_fill(std::string_view name, std::span<const double> args);
 // "normal(0, 0.02)": a kind and all its parameters as finite decimal numbers, in table order.
 // Throws std::invalid_argument naming the text and the problem.
@@ -136,8 +136,8 @@ LAYERINIT_API FillJob run_job(const FillJob& j, std::uint64_t r);
 // The checks every fill (host, CUDA, simulated) makes of a job before it writes: end >= begin,
 // runs > 1 only with stride >= end - begin and a last run that ends below 2^64 (and whose dense
 // output fits 2^64 bytes), a known dtype, a non-null dst aligned to its element size, and for a
-// transposed job rows * cols >= the last run's end. `who` starts the message ("fill"). Throws
-// std::invalid_argument with one line naming the problem.
+// transposed job rows * cols >= the last run's end. `who` starts the message ("fill"). A bad job is
+// misuse (the library or a C++ caller built it): layerinit::logic_error (LAYERINIT_EXPECTS).
 LAYERINIT_API void check_fill_job(const FillJob& j, std::string_view who);
 
 }  // namespace layerinit

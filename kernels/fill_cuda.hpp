@@ -13,8 +13,8 @@ namespace layerinit {
 // Enqueues the writes of every job on `stream` and returns without waiting: one kernel launch per
 // dtype in the batch and per grid::max_grid_jobs jobs (the job table is the launch's parameter).
 // Every job's dst must be device memory (of the current device) aligned to its element size; jobs must
-// not overlap; a transposed job needs rows * cols >= end. Throws std::invalid_argument on a bad job
-// (nothing is enqueued then) and layerinit::cuda_error when a CUDA call fails.
+// not overlap; a transposed job needs rows * cols >= end. A bad job is misuse: layerinit::logic_error
+// (check_fill_job; nothing is enqueued then) and layerinit::cuda_error when a CUDA call fails.
 // The first call on a device copies the quantile tables to it (once, synchronously).
 void fill_cuda(std::span<const FillJob> jobs, cudaStream_t stream);
 

@@ -328,7 +328,7 @@ LAYERINIT_HD void run_task(const Launch& L, std::uint64_t t, unsigned tid, unsig
 // threads; the tests use it to check the kernel's index logic without a GPU.
 void fill_grid_simulated(std::span<const FillJob> jobs, unsigned blocks, unsigned threads);
 
-// fill_cuda's and fill_grid_simulated's checks of a batch. Throws std::invalid_argument.
+// fill_cuda's and fill_grid_simulated's checks of a batch (check_fill_job): layerinit::logic_error.
 void check_grid_jobs(std::span<const FillJob> jobs);
 
 }  // namespace layerinit::grid

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/dtypes/convert.hpp>
 #include <layerinit/kernels/fill_element.hpp>
 #include <layerinit/kernels/fill_host_seams.hpp>
@@ -185,19 +186,19 @@ void fill_checked_range(const FillJob& j, std::uint64_t b, std::uint64_t e, Host
 }  // namespace
 
 void fill_host_range(const FillJob& j, std::uint64_t b, std::uint64_t e, HostIsa isa) {
-  if (j.runs != 1) throw std::invalid_argument("fill_host_range: a job of " + std::to_string(j.runs) + " runs (fill one run: run_job)");
-  if (b < j.begin || e > j.end || b > e) throw std::invalid_argument("fill_host_range: range outside the job");
+  LAYERINIT_EXPECTS(j.runs == 1, "fill_host_range: a job of " + std::to_string(j.runs) + " runs (fill one run: run_job)");
+  LAYERINIT_EXPECTS(b >= j.begin && e <= j.end && b <= e, "fill_host_range: range outside the job");
   // The same preconditions as fill_cuda: rows * cols checked without wrapping around 2^64, and a dst
   // to write through whenever there is something to write.
-  if (j.transposed && (j.rows == 0 || j.cols == 0 || j.rows > UINT64_MAX / j.cols || j.rows * j.cols < j.end))
-    throw std::invalid_argument("fill_host_range: transposed job needs rows * cols >= end (without overflow)");
+  LAYERINIT_EXPECTS(!j.transposed || (j.rows != 0 && j.cols != 0 && j.rows <= UINT64_MAX / j.cols && j.rows * j.cols >= j.end),
+                    "fill_host_range: transposed job needs rows * cols >= end (without overflow)");
   if (b == e) return;
-  if (j.dst == nullptr) throw std::invalid_argument("fill_host_range: job with a null dst");
-  if (reinterpret_cast<std::uintptr_t>(j.dst) % dtype_size(j.dtype) != 0)
-    throw std::invalid_argument("fill_host_range: dst is not aligned to its element size");
+  LAYERINIT_EXPECTS(j.dst != nullptr, "fill_host_range: job with a null dst");
+  LAYERINIT_EXPECTS(reinterpret_cast<std::uintptr_t>(j.dst) % dtype_size(j.dtype) == 0,
+                    "fill_host_range: dst is not aligned to its element size");
   static const std::vector<HostIsa> supported = supported_host_isas();
-  if (std::find(supported.begin(), supported.end(), isa) == supported.end())
-    throw std::invalid_argument("fill_host_range: this CPU cannot run " + std::string(host_isa_name(isa)) + " code");
+  LAYERINIT_EXPECTS(std::find(supported.begin(), supported.end(), isa) != supported.end(),
+                    "fill_host_range: this CPU cannot run " + std::string(host_isa_name(isa)) + " code");
   fill_checked_range(j, b, e, isa);
 }
 

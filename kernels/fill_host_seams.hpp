@@ -30,7 +30,8 @@ enum class HostIsa { baseline, x86_64_v3, x86_64_v4 };
 std::string_view host_isa_name(HostIsa isa);   // "x86-64", "x86-64-v3", "x86-64-v4"
 std::vector<HostIsa> supported_host_isas();    // baseline first, best last
 HostIsa best_host_isa();
-// fill_host_range on one given level; throws std::invalid_argument if this CPU cannot run it.
+// fill_host_range on one given level; a level this CPU cannot run, like a bad job, is misuse
+// (layerinit::logic_error).
 void fill_host_range(const FillJob& job, std::uint64_t b, std::uint64_t e, HostIsa isa);
 
 }  // namespace layerinit

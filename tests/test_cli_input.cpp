@@ -428,16 +428,16 @@ TEST_F(Cli, FillsThatUnderflowTheDtypeAreRefused) {
   };
   const std::vector<Case> cases = {
       {{"emit", "--preset", "llama-tiny", "--init-override", "*proj*=normal(0,1e-300)", "-o", target},
-       "layerinit: error: --init-override '*proj*=normal(0,1e-300)': invalid fill normal(0, 1e-300): std underflows float\n"},
+       "layerinit: error: --init-override '*proj*=normal(0,1e-300)': fill 'normal(0, 1e-300)' is invalid: std underflows float\n"},
       {{"emit", "--preset", "llama-tiny", "--dtype", "fp16", "--init-override", "*.mlp.*=normal(0,1e-10)", "-o", target},
-       "layerinit: error: tensor 'model.layers.0.mlp.gate_proj.weight': invalid fill normal(0, 1e-10): every value "
+       "layerinit: error: tensor 'model.layers.0.mlp.gate_proj.weight': fill 'normal(0, 1e-10)' is invalid: every value "
        "rounds to 0 in fp16 (too narrow for the dtype; write constant(0) for a constant)\n"},
       {{"build", "--preset", "llama-tiny", "--dtype", "bf16", "--init-override", "model.norm.weight=normal(1,1e-5)"},
-       "layerinit: error: tensor 'model.norm.weight': invalid fill normal(1, 1e-05): every value rounds to 1 in bf16 "
+       "layerinit: error: tensor 'model.norm.weight': fill 'normal(1, 1e-05)' is invalid: every value rounds to 1 in bf16 "
        "(too narrow for the dtype; write constant(1) for a constant)\n"},
       {{"plan", "--preset", "llama-tiny", "--dtype-override", "lm_head.weight=fp16", "--init-override",
         "lm_head.weight=uniform(0,1e-9)"},
-       "layerinit: error: tensor 'lm_head.weight': invalid fill uniform(0, 1e-09): every value rounds to 0 in fp16 "
+       "layerinit: error: tensor 'lm_head.weight': fill 'uniform(0, 1e-09)' is invalid: every value rounds to 0 in fp16 "
        "(too narrow for the dtype; write constant(0) for a constant)\n"},
   };
   for (const auto& c : cases) {

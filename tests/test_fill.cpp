@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <layerinit/backends/content_hash.hpp>
+#include <layerinit/core/errors.hpp>
 #include <layerinit/dtypes/convert.hpp>
 #include <layerinit/kernels/fill.hpp>
 #include <layerinit/kernels/fill_element.hpp>
@@ -345,18 +346,19 @@ TEST(Fill, TransposedJobHoldsTheTranspose) {
 TEST(Fill, RangeErrors) {
   Bytes out(100 * 4);
   FillJob j = make_fill_job(out.data(), DType::f32, 100, 1, "t", FillSpec::normal(0, 1));
-  EXPECT_THROW(fill_host_range(j, 0, 101), std::invalid_argument);
-  EXPECT_THROW(fill_host_range(j, 50, 40), std::invalid_argument);
+  // A range or job the caller got wrong is misuse, not bad input.
+  EXPECT_THROW(fill_host_range(j, 0, 101), layerinit::logic_error);
+  EXPECT_THROW(fill_host_range(j, 50, 40), layerinit::logic_error);
   j.begin = 10;
-  EXPECT_THROW(fill_host_range(j, 5, 20), std::invalid_argument);
+  EXPECT_THROW(fill_host_range(j, 5, 20), layerinit::logic_error);
   j.begin = 0;
   j.transposed = true;
   j.rows = 9;
   j.cols = 11;  // 99 < 100 elements
-  EXPECT_THROW(fill_host_range(j, 0, 100), std::invalid_argument);
+  EXPECT_THROW(fill_host_range(j, 0, 100), layerinit::logic_error);
   j.end = j.begin;
   j.begin = 50;  // end < begin
-  EXPECT_THROW(fill_host(std::span(&j, 1)), std::invalid_argument);
+  EXPECT_THROW(fill_host(std::span(&j, 1)), layerinit::logic_error);
 }
 
 namespace {
@@ -480,32 +482,36 @@ TEST(Fill, RefusesFillsWhoseValuesAllRoundToOneValue) {
 TEST(Fill, HostRangeRefusesOverflowingShapesAndBadDestinations) {
   Bytes out(100 * 4 + 4);
   FillJob j = make_fill_job(out.data(), DType::f32, 100, 1, "t", FillSpec::normal(0, 1));
-  auto message = [&](std::uint64_t b, std::uint64_t e) {
+  // Misuse (layerinit::logic_error): the line is `why`, then the failed condition and its place.
+  auto message = [&](std::uint64_t b, std::uint64_t e, const std::string& why = "") {
     try {
       fill_host_range(j, b, e);
-    } catch (const std::invalid_argument& x) {
-      return std::string(x.what());
+    } catch (const layerinit::logic_error& x) {
+      const std::string m = x.what();
+      return m.rfind(why + " (", 0) == 0 && m.ends_with(")") ? why : m;
     }
     return std::string("accepted");
   };
   j.transposed = true;
   j.rows = (1ull << 32) + 1;
   j.cols = 1ull << 32;
-  EXPECT_EQ(message(0, 100), "fill_host_range: transposed job needs rows * cols >= end (without overflow)");
+  const std::string rows_cols = "fill_host_range: transposed job needs rows * cols >= end (without overflow)";
+  EXPECT_EQ(message(0, 100, rows_cols), rows_cols);
   j.rows = 1ull << 63;
   j.cols = 2;  // wraps to 0
-  EXPECT_EQ(message(0, 100), "fill_host_range: transposed job needs rows * cols >= end (without overflow)");
+  EXPECT_EQ(message(0, 100, rows_cols), rows_cols);
   j.rows = 10;
   j.cols = 10;
   EXPECT_EQ(message(0, 100), "accepted");
   j.transposed = false;
   j.dst = nullptr;
-  EXPECT_EQ(message(0, 100), "fill_host_range: job with a null dst");
-  EXPECT_THROW(fill_host(std::span(&j, 1), 2), std::invalid_argument);
+  EXPECT_EQ(message(0, 100, "fill_host_range: job with a null dst"), "fill_host_range: job with a null dst");
+  EXPECT_THROW(fill_host(std::span(&j, 1), 2), layerinit::logic_error);
   EXPECT_EQ(message(0, 0), "accepted");  // nothing to write
   for (DType t : {DType::f32, DType::bf16}) {
     j = make_fill_job(out.data() + 1, t, 100, 1, "t", FillSpec::normal(0, 1));
-    EXPECT_EQ(message(0, 100), "fill_host_range: dst is not aligned to its element size") << dtype_name(t);
+    const std::string unaligned = "fill_host_range: dst is not aligned to its element size";
+    EXPECT_EQ(message(0, 100, unaligned), unaligned) << dtype_name(t);
   }
 }
 
@@ -544,14 +550,15 @@ TEST(Fill, ParseFillReadsEveryKindInTableOrder) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message("normal(0)"), "fill 'normal(0)': normal takes 2 numbers, got 1");
+  EXPECT_EQ(message("normal(0)"), "fill 'normal(0)': fill 'normal' takes 2 numbers, got 1");
   EXPECT_EQ(message("gauss(0,1)"),
-            "fill 'gauss(0,1)': unknown fill 'gauss' (valid: constant, normal, trunc_normal, trunc_normal_std, uniform)");
+            "fill 'gauss(0,1)': fill 'gauss' is unknown (valid: constant, normal, trunc_normal, trunc_normal_std, uniform)");
   EXPECT_EQ(message("normal(0,1x)"), "fill 'normal(0,1x)': '1x' is not a finite number");
   EXPECT_EQ(message("normal(0,inf)"), "fill 'normal(0,inf)': 'inf' is not a finite number");
-  EXPECT_EQ(message("normal 0 1"), "cannot parse fill 'normal 0 1' (e.g. normal(0,0.02))");
-  EXPECT_EQ(message("normal((0,1)"), "cannot parse fill 'normal((0,1)' (e.g. normal(0,0.02))");
-  EXPECT_EQ(message("normal(0,1) x"), "cannot parse fill 'normal(0,1) x' (e.g. normal(0,0.02))");
+  EXPECT_EQ(message("normal 0 1"), "fill 'normal 0 1' cannot be parsed (e.g. normal(0,0.02))");
+  EXPECT_EQ(message("normal((0,1)"), "fill 'normal((0,1)' cannot be parsed (e.g. normal(0,0.02))");
+  EXPECT_EQ(message("normal(0,1) x"), "fill 'normal(0,1) x' cannot be parsed (e.g. normal(0,0.02))");
+  EXPECT_EQ(message("normal(0,\n1)"), "fill 'normal(0,\\x0a1)': '\\x0a1' is not a finite number");  // one line
   const double two[] = {0, 0.5};
   EXPECT_EQ(make_fill("normal", two), FillSpec::normal(0, 0.5));
   EXPECT_THROW(make_fill("constant", two), std::invalid_argument);

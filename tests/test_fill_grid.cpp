@@ -3,6 +3,7 @@
 // fill's for every path (vectors, tiles, scalars), start offset, grid shape and index range.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -208,14 +209,14 @@ TEST(FillGrid, RefusesBadJobsLikeTheKernel) {
   alignas(16) static float buf[16];
   FillJob j = make_fill_job(buf, DType::f32, 16, 1, "t", FillSpec::normal(0, 1));
   j.dst = nullptr;
-  EXPECT_THROW(grid::fill_grid_simulated({&j, 1}, 1, 32), std::invalid_argument);
+  EXPECT_THROW(grid::fill_grid_simulated({&j, 1}, 1, 32), layerinit::logic_error);  // a bad job is misuse
   j.dst = reinterpret_cast<unsigned char*>(buf) + 2;
-  EXPECT_THROW(grid::fill_grid_simulated({&j, 1}, 1, 32), std::invalid_argument);
+  EXPECT_THROW(grid::fill_grid_simulated({&j, 1}, 1, 32), layerinit::logic_error);
   j.dst = buf;
   j.transposed = true;
   j.rows = (1ull << 32) + 1;
   j.cols = 1ull << 32;
-  EXPECT_THROW(grid::fill_grid_simulated({&j, 1}, 1, 32), std::invalid_argument);
+  EXPECT_THROW(grid::fill_grid_simulated({&j, 1}, 1, 32), layerinit::logic_error);
   EXPECT_THROW(grid::fill_grid_simulated({}, 0, 32), layerinit::logic_error);  // blocks 0: misuse
 }
 
@@ -494,15 +495,18 @@ TEST(FillGrid, StridedJobsShareALaunch) {
 }
 
 // Bad strides are refused before anything is written, with one line that says why, by the kernel's
-// checks and by fill_host alike; fill_host_range takes one run only.
+// checks and by fill_host alike; fill_host_range takes one run only. A bad job is misuse
+// (layerinit::logic_error): the line goes on with the failed condition and its place, cut here.
 TEST(FillGrid, RefusesBadStrides) {
   alignas(16) static float buf[64];
   auto message = [](const FillJob& j, bool host) {
     try {
       if (host) fill_host(std::span(&j, 1), 1);
       else grid::fill_grid_simulated(std::span(&j, 1), 1, 32);
-    } catch (const std::invalid_argument& e) {
-      return std::string(e.what());
+    } catch (const layerinit::logic_error& e) {
+      // Cut before the failed condition (those met here start with j. or !j.).
+      const std::string m = e.what();
+      return m.substr(0, std::min(m.find(" (j."), m.find(" (!j.")));
     }
     return std::string("accepted");
   };
@@ -531,11 +535,12 @@ TEST(FillGrid, RefusesBadStrides) {
     j.stride = 8;
     EXPECT_EQ(message(j, host), "accepted");  // runs that touch
   }
-  EXPECT_THROW(fill_host_range(j, 0, 8), std::invalid_argument);
+  EXPECT_THROW(fill_host_range(j, 0, 8), layerinit::logic_error);
   try {
     fill_host_range(j, 0, 8);
-  } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "fill_host_range: a job of 4 runs (fill one run: run_job)");
+  } catch (const layerinit::logic_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("fill_host_range: a job of 4 runs (fill one run: run_job) (j.runs == 1 at ", 0), 0u)
+        << e.what();
   }
   j.runs = 1;
   EXPECT_NO_THROW(fill_host_range(j, 0, 8));

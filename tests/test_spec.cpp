@@ -153,7 +153,7 @@ TEST(Spec, ValidateMessages) {
 
   m = small();
   m.layer.tensors[0].init = FillSpec::normal(0, -1);
-  EXPECT_EQ(message(m), "model 'small': layer tensor 0 'w.weight': init: invalid fill normal(0, -1): std must be "
+  EXPECT_EQ(message(m), "model 'small': layer tensor 0 'w.weight': init: fill 'normal(0, -1)' is invalid: std must be "
                         "positive");
   m.layer.tensors[0].init = FillSpec::normal(0, 1e300);
   EXPECT_EQ(message(m), "model 'small': layer tensor 0 'w.weight': init: invalid fill normal(0, 1e+300): numbers "

@@ -188,7 +188,7 @@ TEST(SpecJson, ErrorMessages) {
       {edit("\"initializer_range\": 0.02", "\"initializer_range\": 1e999"),
        "spec: malformed JSON at line 4, column 69: number overflow parsing '1e999'"},
       {edit("\"std\": 0.02", "\"std\": -0.02"),
-       "spec: post[0].init.normal: invalid fill normal(0, -0.02): std must be positive"},
+       "spec: post[0].init.normal: fill 'normal(0, -0.02)' is invalid: std must be positive"},
       {edit("{\"normal\": {\"std\": 0.02}}", "{\"normal\": {\"mean\": 0}}"),
        "spec: post[0].init.normal: missing key 'std'"},
       {edit("{\"normal\": {\"std\": 0.02}}", "{\"gaussian\": {\"std\": 0.02}}"),
@@ -198,7 +198,7 @@ TEST(SpecJson, ErrorMessages) {
       {edit("{\"normal\": {\"std\": 0.02}}", "{\"normal\": {\"std\": 0.02}, \"uniform\": {\"lo\": 0, \"hi\": 1}}"),
        "spec: post[0].init: must hold exactly one of constant, normal, trunc_normal, trunc_normal_std, uniform"},
       {edit("\"a\": -3, \"b\": 3", "\"a\": 3, \"b\": -3"),
-       "spec: layer.tensors[2].init.trunc_normal_std: invalid fill trunc_normal(0, 0.01, 3 std, -3 std): lower "
+       "spec: layer.tensors[2].init.trunc_normal_std: fill 'trunc_normal(0, 0.01, 3 std, -3 std)' is invalid: lower "
        "bound must be below upper bound"},
       {edit("{\"normal\": {\"std\": 0.02}}", "{\"normal\": {\"std\": 1e300}}"),
        "spec: post[0].init.normal: invalid fill normal(0, 1e+300): numbers must be finite and within float range"},

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gpu_compare.hpp"
+#include <layerinit/core/errors.hpp>
 #include <layerinit/kernels/fill.hpp>
 #include <layerinit/kernels/fill_cuda.hpp>
 #include <layerinit/backends/backend.hpp>
@@ -199,7 +200,7 @@ TEST(FillCuda, StridedJobsMatchHostAndTheirRuns) {
   bad.end = 16;
   bad.runs = 4;
   bad.stride = 8;
-  EXPECT_THROW(b->fill(std::span(&bad, 1)), std::invalid_argument);
+  EXPECT_THROW(b->fill(std::span(&bad, 1)), layerinit::logic_error);  // a bad job is misuse
 }
 
 // A model's worth of tensors in one call: 300 jobs of mixed sizes, dtypes, kinds and layouts, packed
@@ -252,17 +253,17 @@ TEST(FillCuda, RejectsBadJobsBeforeLaunching) {
   Storage dev = Storage::allocate(b->memory(), 4096, {});
   FillJob j = job(DType::f32, 100, "bad", FillSpec::normal(0, 1));
   j.dst = static_cast<char*>(dev.data()) + 2;  // not 4-byte aligned
-  EXPECT_THROW(b->fill({&j, 1}), std::invalid_argument);
+  EXPECT_THROW(b->fill({&j, 1}), layerinit::logic_error);
   j.dst = dev.data();
   j.begin = 10;
   j.end = 5;
-  EXPECT_THROW(b->fill({&j, 1}), std::invalid_argument);
+  EXPECT_THROW(b->fill({&j, 1}), layerinit::logic_error);
   j.begin = 0;
   j.end = 100;
   j.transposed = true;
   j.rows = 9;
   j.cols = 9;  // 81 < 100
-  EXPECT_THROW(b->fill({&j, 1}), std::invalid_argument);
+  EXPECT_THROW(b->fill({&j, 1}), layerinit::logic_error);
   j.rows = 10;
   j.cols = 10;
   EXPECT_NO_THROW(b->fill({&j, 1}));
