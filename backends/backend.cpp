@@ -19,7 +19,7 @@ std::unique_ptr<backend> make_cuda_backend(int threads);  // backends/cuda_backe
 #endif
 
 std::unique_ptr<backend> make_backend(std::string_view name, int threads) {
-  if (threads < 0) throw std::invalid_argument("thread count must be >= 0 (0 = all cores), got " + std::to_string(threads));
+  if (threads < 0) bad_argument("thread count", threads, "must be >= 0 (0 = all cores)");
   if (name == "cpu" || name == "host") return make_host_backend(threads);
   if (name == "cuda") {
     const CudaProbe p = cuda_probe();
@@ -30,7 +30,7 @@ std::unique_ptr<backend> make_backend(std::string_view name, int threads) {
     if (cuda_probe().usable) return make_cuda_backend(threads);
     return make_host_backend(threads);
   }
-  throw std::invalid_argument("unknown backend '" + std::string(name) + "' (valid: auto, cpu, cuda)");
+  bad_argument("backend", name, "is unknown (valid: auto, cpu, cuda)");
 }
 
 void read_on_host(backend& be, const void* data, std::uint64_t bytes, std::span<unsigned char> staging,
@@ -39,7 +39,7 @@ void read_on_host(backend& be, const void* data, std::uint64_t bytes, std::span<
     visit(data, 0, bytes);
     return;
   }
-  if (bytes > 0 && staging.empty()) throw std::invalid_argument("read_on_host: device memory needs a staging buffer");
+  LAYERINIT_EXPECTS(bytes == 0 || !staging.empty(), "read_on_host: device memory needs a staging buffer");
   for (std::uint64_t off = 0; off < bytes; off += staging.size()) {
     const std::uint64_t n = std::min<std::uint64_t>(staging.size(), bytes - off);
     be.copy_to_host(staging.data(), static_cast<const unsigned char*>(data) + off, n);

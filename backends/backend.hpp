@@ -66,8 +66,8 @@ LAYERINIT_API std::unique_ptr<backend> make_dry_backend();
 
 // Hands [data, data + bytes) of the backend's memory to visit(host, offset, n) in order, as host
 // memory: in one chunk (offset 0) when the backend's memory is host memory, else copied into
-// `staging` chunk by chunk, each staging.size() bytes but the last. Throws std::invalid_argument
-// when device bytes are to be read through an empty staging buffer.
+// `staging` chunk by chunk, each staging.size() bytes but the last. Device bytes to be read through an
+// empty staging buffer are misuse (layerinit::logic_error).
 LAYERINIT_API void read_on_host(backend& be, const void* data, std::uint64_t bytes, std::span<unsigned char> staging,
                                 const std::function<void(const void* host, std::uint64_t offset, std::uint64_t n)>& visit);
 

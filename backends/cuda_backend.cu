@@ -129,7 +129,7 @@ CudaProbe cuda_probe() {
 
 cudaStream_t cuda_backend_stream(backend& b) {
   auto* c = dynamic_cast<cuda_backend*>(&b);
-  if (!c) throw std::invalid_argument("backend '" + b.describe() + "' is not a CUDA backend");
+  LAYERINIT_EXPECTS(c != nullptr, "backend '" + b.describe() + "' is not a CUDA backend");
   return c->stream();
 }
 

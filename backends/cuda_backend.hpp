@@ -35,13 +35,13 @@ struct CudaPoolStats {
   std::size_t reserved_high = 0;
 };
 
-// `mr` must be the memory() of a CUDA backend; anything else throws std::invalid_argument.
+// `mr` must be the memory() of a CUDA backend; anything else is misuse (layerinit::logic_error).
 CudaPoolStats cuda_pool_stats(memory_resource& mr);
 // Resets both high-water marks to the current values.
 void cuda_pool_reset_peak(memory_resource& mr);
 
-// The stream a CUDA backend orders its work on (for events and interop); throws std::invalid_argument
-// if `b` is not a CUDA backend.
+// The stream a CUDA backend orders its work on (for events and interop); `b` must be a CUDA backend
+// (else layerinit::logic_error).
 cudaStream_t cuda_backend_stream(backend& b);
 
 }  // namespace layerinit

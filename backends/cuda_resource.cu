@@ -366,7 +366,7 @@ class cuda_resource final : public memory_resource {
 
 cuda_resource& as_cuda_resource(memory_resource& mr) {
   auto* r = dynamic_cast<cuda_resource*>(&mr);
-  if (!r) throw std::invalid_argument("'" + mr.name() + "' is not the memory of a CUDA backend");
+  LAYERINIT_EXPECTS(r != nullptr, "'" + mr.name() + "' is not the memory of a CUDA backend");
   return *r;
 }
 

@@ -7,12 +7,11 @@
 namespace layerinit {
 
 Model stack(Model&& m, const ModelSpec& spec, backend& be, memory_resource& memory, ExpertLayout experts) {
-  if (m.layout != Layout::per_layer) throw std::invalid_argument("stack: the model is already stacked");
-  if (m.layers.size() != spec.num_layers)
-    throw std::invalid_argument("stack: the model has " + std::to_string(m.layers.size()) + " layers, the spec " +
-                                std::to_string(spec.num_layers));
-  if (!memory.supports_reserve())
-    throw std::invalid_argument("stack: memory resource '" + memory.name() + "' cannot reserve address space");
+  // The model, spec and memory are the caller's to match: a mismatch is misuse, not bad input.
+  LAYERINIT_EXPECTS(m.layout == Layout::per_layer, "stack: the model is already stacked");
+  LAYERINIT_EXPECTS(m.layers.size() == spec.num_layers, "stack: the model has " + std::to_string(m.layers.size()) +
+                                                            " layers, the spec " + std::to_string(spec.num_layers));
+  LAYERINIT_EXPECTS(memory.supports_reserve(), "stack: memory resource '" + memory.name() + "' cannot reserve address space");
 
   Model out;
   out.layout = Layout::stacked;
@@ -25,7 +24,7 @@ Model stack(Model&& m, const ModelSpec& spec, backend& be, memory_resource& memo
   // Slice geometry from the first layer (copied: layers are freed as they are consumed); every layer
   // must match it.
   const std::size_t count = m.layers.front().tensors.size();
-  if (count != spec.layer.tensors.size()) throw std::invalid_argument("stack: layer tensors do not match the spec");
+  LAYERINIT_EXPECTS(count == spec.layer.tensors.size(), "stack: layer tensors do not match the spec");
   const StackedLayout sl = stacked_layout(spec, experts);
   std::vector<std::uint64_t> slice(count);
   std::vector<Shape> shape(count);
@@ -42,15 +41,15 @@ Model stack(Model&& m, const ModelSpec& spec, backend& be, memory_resource& memo
   std::vector<bool> seen(spec.num_layers, false);
   for (Layer& layer : m.layers) {
     const std::uint64_t i = layer.index;
-    if (i >= spec.num_layers || seen[i]) throw std::invalid_argument("stack: layer index " + std::to_string(i) + " repeated or out of range");
+    LAYERINIT_EXPECTS(i < spec.num_layers && !seen[i], "stack: layer index " + std::to_string(i) + " repeated or out of range");
     seen[i] = true;
-    if (layer.tensors.size() != count) throw std::invalid_argument("stack: layer " + std::to_string(i) + " has a different tensor count");
+    LAYERINIT_EXPECTS(layer.tensors.size() == count, "stack: layer " + std::to_string(i) + " has a different tensor count");
     for (std::size_t j = 0; j < count; ++j) {
       const TensorView& v = layer.tensors[j].view;
       Tensor& dst = out.stacked[sl.buffer[j]];
-      if (v.bytes() != slice[j] || v.dtype != dst.view.dtype || v.shape != shape[j] ||
-          v.shape != shape[sl.buffers[sl.buffer[j]].first])
-        throw std::invalid_argument("stack: " + v.name + " does not match the shape or dtype of its stacked buffer " + dst.view.name);
+      LAYERINIT_EXPECTS(v.bytes() == slice[j] && v.dtype == dst.view.dtype && v.shape == shape[j] &&
+                            v.shape == shape[sl.buffers[sl.buffer[j]].first],
+                        "stack: " + v.name + " does not match the shape or dtype of its stacked buffer " + dst.view.name);
       const std::uint64_t offset = sl.slice(j, i) * slice[j];
       dst.storage.commit(offset, slice[j]);
       be.copy(static_cast<unsigned char*>(dst.view.data) + offset, v.data, slice[j]);
@@ -62,10 +61,10 @@ Model stack(Model&& m, const ModelSpec& spec, backend& be, memory_resource& memo
 }
 
 std::vector<std::vector<TensorView>> unstack(const Model& m, const ModelSpec& spec) {
-  if (m.layout != Layout::stacked) throw std::invalid_argument("unstack: the model is not stacked");
+  LAYERINIT_EXPECTS(m.layout == Layout::stacked, "unstack: the model is not stacked");
   const StackedLayout sl = stacked_layout(spec, m.experts);
-  if (sl.buffers.size() != m.stacked.size() && m.num_layers > 0)
-    throw std::invalid_argument("unstack: the model's stacked buffers do not match the spec");
+  LAYERINIT_EXPECTS(sl.buffers.size() == m.stacked.size() || m.num_layers == 0,
+                    "unstack: the model's stacked buffers do not match the spec");
   std::vector<std::vector<TensorView>> out(m.num_layers);
   for (std::uint64_t i = 0; i < m.num_layers; ++i) {
     for (std::size_t j = 0; j < spec.layer.tensors.size(); ++j) {

@@ -11,6 +11,7 @@
 
 #include "builder_util.hpp"
 #include "naive.hpp"
+#include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
 #include <layerinit/kernels/philox.hpp>
 
@@ -228,7 +229,8 @@ TEST(Builder, UnstackGivesViewsIntoTheStackedBuffer) {
       EXPECT_EQ(layers[i][j].data, base + i * layers[i][j].bytes());
   }
   EXPECT_EQ(layers[1][0].name, spec.canonical_name(1, spec.layer.tensors[0]));
-  EXPECT_THROW(unstack(Builder(spec, make_recipe("hf"), opts(Layout::per_layer), *env.be, env.tracker).build(), spec), std::invalid_argument);
+  EXPECT_THROW(unstack(Builder(spec, make_recipe("hf"), opts(Layout::per_layer), *env.be, env.tracker).build(), spec),
+               layerinit::logic_error);  // misuse
 }
 
 TEST(Builder, LayoutAndOrientationNamesParse) {

@@ -10,6 +10,7 @@
 
 #include <layerinit/backends/backend.hpp>
 #include <layerinit/backends/content_hash.hpp>
+#include <layerinit/core/errors.hpp>
 #include "fake_device.hpp"
 
 using namespace layerinit;
@@ -79,7 +80,7 @@ TEST(ContentHash, ReadOnHostCopiesDeviceBytesInStagingSizedPieces) {
   }
   std::vector<unsigned char> none;
   EXPECT_THROW(read_on_host(dev, data.data(), data.size(), none, [](const void*, std::uint64_t, std::uint64_t) {}),
-               std::invalid_argument);
+               layerinit::logic_error);  // misuse
 
   // Host memory: one piece, the caller's own pointer, no copy.
   auto host = make_host_backend(1);

@@ -113,7 +113,7 @@ TEST(CudaBackend, TrackerPeakMatchesPoolHighWaterMark) {
 
   cuda_pool_reset_peak(b->memory());
   EXPECT_EQ(cuda_pool_stats(b->memory()).used_high, 0u);
-  EXPECT_THROW(cuda_pool_stats(tr), std::invalid_argument);  // the tracker is not the pool
+  EXPECT_THROW(cuda_pool_stats(tr), layerinit::logic_error);  // the tracker is not the pool: misuse
 }
 
 TEST(CudaBackend, ReserveCommitRelease) {
