@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
 
 namespace layerinit {
@@ -12,7 +13,7 @@ std::string_view layout_name(Layout l) { return l == Layout::per_layer ? "per-la
 Layout parse_layout(std::string_view s) {
   if (s == "per-layer") return Layout::per_layer;
   if (s == "stacked") return Layout::stacked;
-  throw std::invalid_argument("unknown layout '" + printable(s) + "' (valid: per-layer, stacked)");
+  bad_argument("layout", s, "is unknown (valid: per-layer, stacked)");
 }
 
 std::string_view orientation_name(Orientation o) { return o == Orientation::out_in ? "out-in" : "in-out"; }
@@ -20,7 +21,7 @@ std::string_view orientation_name(Orientation o) { return o == Orientation::out_
 Orientation parse_orientation(std::string_view s) {
   if (s == "out-in") return Orientation::out_in;
   if (s == "in-out") return Orientation::in_out;
-  throw std::invalid_argument("unknown orientation '" + printable(s) + "' (valid: out-in, in-out)");
+  bad_argument("orientation", s, "is unknown (valid: out-in, in-out)");
 }
 
 std::uint64_t Layer::bytes() const {
@@ -57,7 +58,7 @@ Builder::Builder(const ModelSpec& spec, const Recipe& recipe, BuildOptions opts,
     std::sort(sorted.begin(), sorted.end());
     bool ok = sorted.size() == spec_.num_layers;
     for (std::uint64_t i = 0; ok && i < sorted.size(); ++i) ok = sorted[i] == i;
-    if (!ok) throw std::invalid_argument("layer_order must be a permutation of 0.." + std::to_string(spec_.num_layers) + "-1");
+    if (!ok) bad_argument("layer_order", "must be a permutation of 0.." + std::to_string(spec_.num_layers) + "-1");
   }
 }
 
@@ -74,7 +75,7 @@ PlannedTensor Builder::plan_one(const TensorSpec& t, std::optional<std::uint64_t
   try {
     p.params = prepare_fill(p.fill, p.dtype);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("tensor '" + printable(p.name) + "': " + e.what());
+    bad_argument("tensor", p.name, std::string(": ") + e.what());
   }
   p.memory_shape = t.shape;
   if (opts_.orientation == Orientation::in_out && t.transposable && t.shape.size() == 2) {

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
 
 namespace layerinit {
@@ -219,7 +220,7 @@ std::string_view module_kind_name(ModuleKind k) {
 ModuleKind parse_module_kind(std::string_view s) {
   for (auto k : {ModuleKind::unknown, ModuleKind::linear, ModuleKind::embedding, ModuleKind::norm})
     if (s == module_kind_name(k)) return k;
-  throw std::invalid_argument("unknown module kind '" + printable(s) + "' (valid: unknown, linear, embedding, norm)");
+  bad_argument("module kind", s, "is unknown (valid: unknown, linear, embedding, norm)");
 }
 
 DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
@@ -227,15 +228,14 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
   std::unordered_map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < d.parameters.size(); ++i) {
     const auto& p = d.parameters[i];
-    if (!index.emplace(p.name, i).second) throw std::invalid_argument("parameter '" + printable(p.name) + "' is described twice");
+    if (!index.emplace(p.name, i).second) bad_argument("parameter", p.name, "is described twice");
     if (!p.tied_to.empty()) {
       const auto it = index.find(p.tied_to);
       if (it == index.end() || it->second == i)
-        throw std::invalid_argument("parameter '" + printable(p.name) + "' is tied to '" + printable(p.tied_to) +
-                                    "', which is not an earlier parameter");
+        bad_argument("parameter", p.name, "is tied to " + quote(p.tied_to) + ", which is not an earlier parameter");
       if (d.parameters[it->second].shape != p.shape)
-        throw std::invalid_argument("parameter '" + printable(p.name) + "' " + shape_string(p.shape) + " is tied to '" +
-                                    printable(p.tied_to) + "' " + shape_string(d.parameters[it->second].shape));
+        bad_argument("parameter", p.name,
+                     shape_string(p.shape) + " is tied to " + quote(p.tied_to) + " " + shape_string(d.parameters[it->second].shape));
     }
   }
   auto group_of = [&](std::size_t i) {  // the first parameter of i's tie group
@@ -322,9 +322,9 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
       first.role = r.role;
       first.role_known = true;
     } else if (r.role != t.role || r.logical != t.shape) {
-      throw std::invalid_argument("parameters '" + printable(d.parameters[g].name) + "' (" + std::string(role_name(t.role)) +
-                                  ") and '" + printable(p.name) + "' (" + std::string(role_name(r.role)) +
-                                  ") share one storage but not a role: describe them with one role");
+      bad_argument("parameters", d.parameters[g].name,
+                   "(" + std::string(role_name(t.role)) + ") and " + quote(p.name) + " (" + std::string(role_name(r.role)) +
+                       ") share one storage but not a role: describe them with one role");
     }
     if (p.init) t.init = p.init;
   }
@@ -437,11 +437,12 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
   add(roles, "linear maps whose names do not say input, output projection, head or router");
   add(depths, "numbered outside the model's layers (" + (prefix ? *prefix : std::string("none found")) +
                   "), so their layer is unknown");
-  throw std::invalid_argument("recipe '" + recipe->name() + "' cannot tell the fill of " +
-                              std::to_string(lacking.size() + roles.size() + depths.size()) + " parameter(s): " + why +
-                              "; tell it per name with a role or a fill (layerinit.jax: rules=; layerinit.torch: "
-                              "overrides= or spec=), or name the maps as the recipe's sources do (output projections "
-                              "wo, w2, o_proj, down_proj, c_proj; the head lm_head, output)");
+  bad_argument("recipe", recipe->name(),
+               "cannot tell the fill of " + std::to_string(lacking.size() + roles.size() + depths.size()) +
+                   " parameter(s): " + why +
+                   "; tell it per name with a role or a fill (layerinit.jax: rules=; layerinit.torch: "
+                   "overrides= or spec=), or name the maps as the recipe's sources do (output projections "
+                   "wo, w2, o_proj, down_proj, c_proj; the head lm_head, output)");
 }
 
 }  // namespace layerinit

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
 
 namespace layerinit {
@@ -27,9 +28,9 @@ std::vector<PartTensor> whole_tensors(std::span<const PlannedTensor> planned) {
 std::vector<Tensor> Engine::fill_part(std::span<const PartTensor> part, const PartJobs& jobs) const {
   for (const PartTensor& t : part)
     if (t.stack && t.stack->dtype != t.tensor->dtype)
-      throw std::invalid_argument("stacked layout needs one dtype per stacked buffer, but " + printable(t.tensor->name) +
-                                  " is " + std::string(dtype_name(t.tensor->dtype)) + " and " + printable(t.stack->name) +
-                                  " is " + std::string(dtype_name(t.stack->dtype)));
+      bad_argument("tensor", t.tensor->name,
+                   "is " + std::string(dtype_name(t.tensor->dtype)) + " but its stacked buffer " + quote(t.stack->name) +
+                       " is " + std::string(dtype_name(t.stack->dtype)) + " (a stacked layout needs one dtype per stacked buffer)");
   std::vector<Tensor> made;
   std::vector<FillJob> fill;
   fill.reserve(part.size());

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include <layerinit/core/errors.hpp>
+
 namespace layerinit {
 
 namespace {
@@ -31,7 +33,7 @@ std::uint64_t mul(std::uint64_t a, std::uint64_t b) { return checked_mul(a, b, "
 std::uint64_t add(std::uint64_t a, std::uint64_t b) { return checked_add(a, b, "a layer dimension"); }
 
 void require(bool ok, const std::string& name, const std::string& what) {
-  if (!ok) throw std::invalid_argument("model '" + name + "': " + what);
+  if (!ok) bad_argument("model", name, ": " + what);
 }
 
 // Fills the defaults a transformer config leaves implicit: kv heads = heads, head_dim = hidden / heads.
@@ -40,7 +42,7 @@ Hyper attention_defaults(const std::string& name, Hyper h) {
   require(h.hidden_size > 0, name, "hidden_size must be positive");
   require(h.num_heads > 0, name, "num_heads must be positive");
   if (h.num_kv_heads == 0) h.num_kv_heads = h.num_heads;
-  if (const auto p = hyper_problem(h)) throw std::invalid_argument("model '" + name + "': " + p->field + " " + p->message);
+  if (const auto p = hyper_problem(h)) bad_argument("model", name, ": " + p->field + " " + p->message);
   if (h.head_dim == 0) h.head_dim = h.hidden_size / h.num_heads;
   return h;
 }

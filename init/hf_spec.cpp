@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/init/families.hpp>
 #include <layerinit/init/spec_json.hpp>
 
@@ -462,14 +463,14 @@ ModelSpec load_hf_config(const std::string& path) {
   fs::path file = path;
   if (fs::is_directory(file, ec)) file /= "config.json";
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw std::invalid_argument("cannot read Hugging Face config '" + printable(file.string()) + "'");
+  if (!in) bad_argument("Hugging Face config", file.string(), "cannot be read");
   // At most one byte past the cap: /dev/zero or a huge file is refused without reading it whole.
   std::string text(kMaxConfigBytes + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) throw std::invalid_argument("cannot read Hugging Face config '" + printable(file.string()) + "'");
+  if (in.bad()) bad_argument("Hugging Face config", file.string(), "cannot be read");
   text.resize(static_cast<std::size_t>(in.gcount()));
   if (text.size() > kMaxConfigBytes)
-    throw std::invalid_argument("Hugging Face config '" + printable(file.string()) + "' is larger than 16 MiB");
+    bad_argument("Hugging Face config", file.string(), "is larger than 16 MiB");
   // Named as the model's directory ("Qwen3-8B/config.json") or the file ("qwen3-8b.json").
   std::string name = file.stem().string();
   if (file.filename() == "config.json") {

@@ -7,6 +7,7 @@
 
 #include <stdexcept>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/init/hf_spec.hpp>
 
 namespace layerinit {
@@ -209,7 +210,7 @@ ModelSpec make_preset(std::string_view name) {
     if (name == p.name) return p.make();
     valid += (valid.empty() ? "" : ", ") + std::string(p.name);
   }
-  throw std::invalid_argument("unknown preset '" + printable(name) + "' (valid: " + valid + ")");
+  bad_argument("preset", name, "is unknown (valid: " + valid + ")");
 }
 
 }  // namespace layerinit

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
 
 #include <nlohmann/json.hpp>
@@ -14,9 +15,9 @@ namespace layerinit {
 namespace {
 
 [[noreturn]] void no_rule(const char* recipe, const TensorContext& c, const char* why = nullptr) {
-  throw std::invalid_argument("recipe " + std::string(recipe) + ": no rule for tensor '" + c.canonical_name + "' (role " +
-                              std::string(role_name(c.tensor.role)) + ")" + (why ? std::string(": ") + why : "") +
-                              "; give it an init or an override");
+  bad_argument("recipe", recipe,
+               ": no rule for tensor " + quote(c.canonical_name) + " (role " + std::string(role_name(c.tensor.role)) + ")" +
+                   (why ? std::string(": ") + why : "") + "; give it an init or an override");
 }
 
 // fan_in as the spec gives it, else PyTorch's _calculate_fan_in_and_fan_out on the shape.
@@ -375,7 +376,6 @@ RecipeParams parse_params(const Entry& e, std::string_view text, std::string& ca
   for (const auto& p : e.params) out[p.name] = p.default_value;
   std::string valid;
   for (const auto& p : e.params) valid += (valid.empty() ? "" : ", ") + std::string(p.name);
-  const std::string recipe = "recipe '" + std::string(e.name) + "'";
   while (!text.empty()) {
     const std::size_t comma = text.find(',');
     const std::string_view item = text.substr(0, comma);
@@ -383,8 +383,9 @@ RecipeParams parse_params(const Entry& e, std::string_view text, std::string& ca
     const std::size_t eq = item.find('=');
     const std::string key(item.substr(0, eq));
     if (eq == std::string_view::npos || !out.count(key))
-      throw std::invalid_argument(recipe + ": unknown parameter '" + printable(key) + "' (valid: " +
-                                  (valid.empty() ? "none" : valid) + "; write name:key=value)");
+      bad_argument("recipe", e.name,
+                   ": parameter " + quote(key) + " is unknown (valid: " + (valid.empty() ? "none" : valid) +
+                       "; write name:key=value)");
     const std::string value(item.substr(eq + 1));
     double v = 0;
     std::size_t used = 0;
@@ -394,8 +395,7 @@ RecipeParams parse_params(const Entry& e, std::string_view text, std::string& ca
       used = 0;
     }
     if (used != value.size() || value.empty() || !std::isfinite(v) || v <= 0)
-      throw std::invalid_argument(recipe + ": parameter " + key + " must be a positive finite number, not '" +
-                                  printable(value) + "'");
+      bad_argument("recipe", e.name, ": parameter " + key + " " + quote(value) + " must be a positive finite number");
     out[key] = v;
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.17g", v);
@@ -410,7 +410,7 @@ FillSpec Recipe::rule_for(const TensorContext& c) const {
   for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it)
     if (name_matches(it->first, c.canonical_name)) return it->second;
   if (c.tensor.init) return *c.tensor.init;
-  if (!rule_) throw std::invalid_argument("recipe '" + name_ + "' has no rule for tensor '" + c.canonical_name + "'");
+  if (!rule_) bad_argument("recipe", name_, "has no rule for tensor " + quote(c.canonical_name));
   if (c.tensor.role == TensorRole::embedding && c.model.hyper.tie_word_embeddings && tied_is_head_) {
     // A token embedding tied to the head is one tensor with the head's rule: the frameworks
     // initialize the head after the embedding (torchtitan's decoder.py skips the tied embedding's
@@ -427,7 +427,7 @@ FillSpec Recipe::rule_for(const TensorContext& c) const {
 }
 
 void Recipe::add_override(std::string pattern, FillSpec fill) {
-  if (pattern.empty()) throw std::invalid_argument("recipe override: empty pattern");
+  if (pattern.empty()) bad_argument("recipe override", "has an empty pattern");
   overrides_.emplace_back(std::move(pattern), fill);
 }
 
@@ -464,7 +464,7 @@ Recipe make_recipe(std::string_view text) {
     }
     valid += (valid.empty() ? "" : ", ") + std::string(e.name);
   }
-  throw std::invalid_argument("unknown recipe '" + printable(name) + "' (valid: " + valid + ")");
+  bad_argument("recipe", name, "is unknown (valid: " + valid + ")");
 }
 
 }  // namespace layerinit

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/dtypes/dtype.hpp>
 
 namespace layerinit {
@@ -51,9 +52,6 @@ const char* name_problem(std::string_view s) {
   return "name is not valid UTF-8";
 }
 
-// A name for a message, in quotes.
-std::string quoted(std::string_view s) { return "'" + printable(s) + "'"; }
-
 }  // namespace
 
 std::optional<LayerName> split_layer_name(std::string_view prefix, std::string_view name) {
@@ -86,7 +84,7 @@ std::string_view expert_layout_name(ExpertLayout e) { return e == ExpertLayout::
 ExpertLayout parse_expert_layout(std::string_view s) {
   if (s == "per-expert") return ExpertLayout::per_expert;
   if (s == "stacked") return ExpertLayout::stacked;
-  throw std::invalid_argument("unknown expert layout '" + printable(s) + "' (valid: per-expert, stacked)");
+  bad_argument("expert layout", s, "is unknown (valid: per-expert, stacked)");
 }
 
 Shape StackedLayout::shape(const ModelSpec& spec, std::size_t b, const Shape& slice) const {
@@ -148,7 +146,7 @@ TensorRole parse_role(std::string_view s) {
     if (role_name(r) == s) return r;
     valid += (valid.empty() ? "" : ", ") + std::string(role_name(r));
   }
-  throw std::invalid_argument("unknown tensor role " + quoted(s) + " (valid: " + valid + ")");
+  bad_argument("tensor role", s, "is unknown (valid: " + valid + ")");
 }
 
 std::string ModelSpec::canonical_name(std::uint64_t layer_index, const TensorSpec& t) const {
@@ -175,34 +173,35 @@ void validate_fill(const FillSpec& f) {
       if (ok && f.bounds_in_std) ok = in_range(f.mean + f.a * f.std) && in_range(f.mean + f.b * f.std);
       break;
     case FillKind::uniform: ok = in_range(f.lo) && in_range(f.hi) && in_range(f.hi - f.lo); break;
-    default: throw std::invalid_argument("invalid fill kind");
+    default: LAYERINIT_FAIL("validate_fill: unknown fill kind " + std::to_string(static_cast<int>(f.kind)));
   }
-  if (!ok) throw std::invalid_argument("invalid fill " + f.describe() + ": numbers must be finite and within float range");
+  if (!ok) bad_argument("fill", f.describe(), "is invalid: numbers must be finite and within float range");
   prepare_fill(f, DType::f32);
 }
 
 namespace {
 
-void check_tensor(const TensorSpec& t, const std::string& where) {
-  auto fail = [&](const std::string& what) { throw std::invalid_argument(where + ": " + what); };
-  if (t.shape.empty()) fail("shape is empty (scalars are written as [1])");
+// What is wrong with one tensor on its own, or nullopt.
+std::optional<std::string> tensor_problem(const TensorSpec& t) {
+  if (t.shape.empty()) return "shape is empty (scalars are written as [1])";
   for (std::size_t i = 0; i < t.shape.size(); ++i)
-    if (t.shape[i] == 0) fail("shape " + shape_string(t.shape) + ": dimension " + std::to_string(i) + " is zero");
+    if (t.shape[i] == 0) return "shape " + shape_string(t.shape) + ": dimension " + std::to_string(i) + " is zero";
   std::uint64_t n = 0;
   try {
     n = numel(t.shape);
   } catch (const std::overflow_error&) {
-    fail("shape " + shape_string(t.shape) + ": element count overflows 64 bits");
+    return "shape " + shape_string(t.shape) + ": element count overflows 64 bits";
   }
-  if (n > kMax / sizeof(float)) fail("shape " + shape_string(t.shape) + ": byte count overflows 64 bits");
-  if (t.transposable && t.shape.size() != 2) fail("transposable but shape " + shape_string(t.shape) + " is not 2-D");
+  if (n > kMax / sizeof(float)) return "shape " + shape_string(t.shape) + ": byte count overflows 64 bits";
+  if (t.transposable && t.shape.size() != 2) return "transposable but shape " + shape_string(t.shape) + " is not 2-D";
   if (t.init) {
     try {
       validate_fill(*t.init);
     } catch (const std::invalid_argument& e) {
-      fail(std::string("init: ") + e.what());
+      return std::string("init: ") + e.what();
     }
   }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -210,11 +209,10 @@ void check_tensor(const TensorSpec& t, const std::string& where) {
 void ModelSpec::check_experts() const {
   const LayerSpec& l = layer;
   if (l.expert_prefix.empty()) return;
-  const std::string model = "model " + quoted(name);
-  auto fail = [&](const std::string& what) { throw std::invalid_argument(model + ": " + what); };
+  auto fail = [&](const std::string& what) { bad_argument("model", name, ": " + what); };
   if (name_problem(l.expert_prefix)) fail("expert prefix contains control characters or is not UTF-8");
   const std::uint64_t E = num_experts(l);
-  if (E == 0) fail("expert prefix " + quoted(l.expert_prefix) + " matches no layer tensor");
+  if (E == 0) fail("expert prefix " + quote(l.expert_prefix) + " matches no layer tensor");
   // Per rest: how many experts, and the tensor whose shape and role all must share.
   std::unordered_map<std::string, std::pair<std::uint64_t, const TensorSpec*>> rests;
   for (const auto& t : l.tensors) {
@@ -223,24 +221,23 @@ void ModelSpec::check_experts() const {
     auto& [count, first] = rests[std::string(e->relative)];
     // In expert order: a stacked [L, E, ...] buffer then receives its slices in order.
     if (e->layer != count)
-      fail("expert tensor " + quoted(t.name) + " is listed out of order (expected expert " + std::to_string(count) +
-           " of " + quoted(std::string(e->relative)) + ")");
+      fail("expert tensor " + quote(t.name) + " is listed out of order (expected expert " + std::to_string(count) +
+           " of " + quote(std::string(e->relative)) + ")");
     ++count;
     if (!first) first = &t;
     else if (t.shape != first->shape || t.role != first->role || t.transposable != first->transposable)
-      fail("expert tensor " + quoted(t.name) + " differs from " + quoted(first->name) +
+      fail("expert tensor " + quote(t.name) + " differs from " + quote(first->name) +
            " in shape, role or transposability (experts of one weight must match)");
   }
   for (const auto& [rest, cf] : rests)
     if (cf.first != E)
-      fail("expert weight " + quoted(l.expert_prefix + "*." + rest) + " has " + std::to_string(cf.first) + " of " +
+      fail("expert weight " + quote(l.expert_prefix + "*." + rest) + " has " + std::to_string(cf.first) + " of " +
            std::to_string(E) + " experts (every expert weight needs experts 0.." + std::to_string(E - 1) + ")");
 }
 
 void ModelSpec::validate() const {
-  const std::string model = "model " + quoted(name);
-  auto fail = [&](const std::string& what) { throw std::invalid_argument(model + ": " + what); };
-  if (name.empty()) throw std::invalid_argument("model spec: name is empty");
+  auto fail = [&](const std::string& what) { bad_argument("model", name, ": " + what); };
+  if (name.empty()) bad_argument("model spec", ": name is empty");
   if (const char* why = name_problem(name)) fail(why);
   if (pre.empty() && post.empty() && (num_layers == 0 || layer.tensors.empty())) fail("has no tensors");
   if (num_layers > 0 && layer.tensors.empty())
@@ -254,11 +251,11 @@ void ModelSpec::validate() const {
   std::unordered_set<std::string> rel;
   for (std::size_t k = 0; k < layer.tensors.size(); ++k) {
     const auto& t = layer.tensors[k];
-    const std::string where = "layer tensor " + std::to_string(k) + " " + quoted(t.name);
+    const std::string where = "layer tensor " + std::to_string(k) + " " + quote(t.name);
     if (t.name.empty()) fail("layer tensor " + std::to_string(k) + ": name is empty");
     if (const char* why = name_problem(t.name)) fail(where + ": " + why);
-    check_tensor(t, model + ": " + where);
-    if (!rel.insert(t.name).second) fail("duplicate layer tensor name " + quoted(t.name));
+    if (const auto why = tensor_problem(t)) fail(where + ": " + *why);
+    if (!rel.insert(t.name).second) fail("duplicate layer tensor name " + quote(t.name));
   }
   if (first_layer > 0 && num_layers == 0) fail("first_layer is " + std::to_string(first_layer) + " but there is no repeated layer");
   if (first_layer > kMax - num_layers) fail("first_layer + num_layers overflows 64 bits");
@@ -267,15 +264,15 @@ void ModelSpec::validate() const {
   auto check_outer = [&](const std::vector<TensorSpec>& ts, const char* list) {
     for (std::size_t k = 0; k < ts.size(); ++k) {
       const auto& t = ts[k];
-      const std::string where = std::string(list) + " tensor " + std::to_string(k) + " " + quoted(t.name);
+      const std::string where = std::string(list) + " tensor " + std::to_string(k) + " " + quote(t.name);
       if (t.name.empty()) fail(std::string(list) + " tensor " + std::to_string(k) + ": name is empty");
       if (const char* why = name_problem(t.name)) fail(where + ": " + why);
-      check_tensor(t, model + ": " + where);
+      if (const auto why = tensor_problem(t)) fail(where + ": " + *why);
       auto [it, fresh] = seen.emplace(t.name, where);
-      if (!fresh) fail("duplicate tensor name " + quoted(t.name) + " (" + it->second + " and " + where + ")");
+      if (!fresh) fail("duplicate tensor name " + quote(t.name) + " (" + it->second + " and " + where + ")");
       const auto l = num_layers > 0 ? split_layer_name(layer_prefix, t.name) : std::nullopt;
       if (l && l->layer >= first_layer && l->layer - first_layer < num_layers && rel.count(std::string(l->relative)))
-        fail("duplicate tensor name " + quoted(t.name) + " (" + where + " and layer " + std::to_string(l->layer) + ")");
+        fail("duplicate tensor name " + quote(t.name) + " (" + where + " and layer " + std::to_string(l->layer) + ")");
     }
   };
   check_outer(pre, "pre");

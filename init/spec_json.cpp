@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <layerinit/core/errors.hpp>
+
 #include "json_read.hpp"
 
 namespace layerinit {
@@ -75,7 +77,7 @@ ojson fill_to_json(const FillSpec& f) {
       body["hi"] = f.hi;
       return {{"uniform", body}};
   }
-  throw std::invalid_argument("spec_to_json: unknown fill kind");
+  LAYERINIT_FAIL("spec_to_json: unknown fill kind " + std::to_string(static_cast<int>(f.kind)));
 }
 
 // ---- tensors ----

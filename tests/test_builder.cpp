@@ -241,7 +241,7 @@ TEST(Builder, LayoutAndOrientationNamesParse) {
     parse_layout("vertical");
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "unknown layout 'vertical' (valid: per-layer, stacked)");
+    EXPECT_STREQ(e.what(), "layout 'vertical' is unknown (valid: per-layer, stacked)");
   }
   EXPECT_THROW(parse_orientation("sideways"), std::invalid_argument);
   EXPECT_TRUE(name_matches("*.norm.weight", "model.norm.weight"));
@@ -330,7 +330,7 @@ TEST(Builder, StackedExpertsAreOneBufferPerExpertWeightWithUnchangedBytes) {
     parse_expert_layout("fused");
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "unknown expert layout 'fused' (valid: per-expert, stacked)");
+    EXPECT_STREQ(e.what(), "expert layout 'fused' is unknown (valid: per-expert, stacked)");
   }
 }
 

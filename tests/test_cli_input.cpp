@@ -71,23 +71,23 @@ TEST_F(Cli, BadInputIsOneLineExitTwoAndNothingWritten) {
   };
   const std::vector<Case> cases = {
       {"unknown preset", {"emit", "--preset", "llama-huge", "-o", target},
-       {"unknown preset 'llama-huge'", "llama-tiny", "gpt2-medium", "mixtral-8x7b"}},
+       {"preset 'llama-huge' is unknown", "llama-tiny", "gpt2-medium", "mixtral-8x7b"}},
       {"unknown dtype", {"emit", "--preset", "llama-tiny", "--dtype", "fp8", "-o", target},
        {"--dtype: dtype 'fp8' is unknown", "fp32", "fp16", "bf16"}},
       {"unknown dtype in an override", {"emit", "--preset", "llama-tiny", "--dtype-override", "*norm*=fp9", "-o", target},
        {"--dtype-override '*norm*=fp9': dtype 'fp9' is unknown", "bf16"}},
       {"unknown recipe", {"emit", "--preset", "llama-tiny", "--recipe", "lecun", "-o", target},
-       {"--recipe: unknown recipe 'lecun'", "hf", "torchtitan", "megatron"}},
+       {"--recipe: recipe 'lecun' is unknown", "hf", "torchtitan", "megatron"}},
       {"unknown layout", {"emit", "--preset", "llama-tiny", "--layout", "diagonal", "-o", target},
-       {"--layout: unknown layout 'diagonal'", "per-layer", "stacked"}},
+       {"--layout: layout 'diagonal' is unknown", "per-layer", "stacked"}},
       {"restack is a build layout", {"emit", "--preset", "llama-tiny", "--layout", "restack", "-o", target},
-       {"--layout: unknown layout 'restack'", "per-layer, stacked)"}},
+       {"--layout: layout 'restack' is unknown", "per-layer, stacked)"}},
       {"unknown layout (build)", {"build", "--preset", "llama-tiny", "--layout", "diagonal"},
-       {"--layout: unknown layout 'diagonal'", "build also takes restack"}},
+       {"--layout: layout 'diagonal' is unknown", "build also takes restack"}},
       {"unknown format", {"emit", "--preset", "llama-tiny", "--format", "npz", "-o", target},
        {"unknown checkpoint format 'npz'", "hdf5", "safetensors"}},
       {"unknown orientation", {"emit", "--preset", "llama-tiny", "--orientation", "sideways", "-o", target},
-       {"--orientation: unknown orientation 'sideways'", "out-in", "in-out"}},
+       {"--orientation: orientation 'sideways' is unknown", "out-in", "in-out"}},
       {"unknown backend", {"emit", "--preset", "llama-tiny", "--backend", "tpu", "-o", target},
        {"backend 'tpu' is unknown", "cpu", "cuda"}},
       {"unknown training precision", {"plan", "--preset", "llama-tiny", "--precision", "amp"},
@@ -329,11 +329,11 @@ TEST_F(Cli, MessagesEscapeControlCharactersInUserText) {
   const std::string nl_dir = (dir / "no\nsuch").string();
   const std::vector<Case> cases = {
       {{"emit", "--preset", "llama\n" + esc, "-o", (dir / "a.h5").string()},
-       "unknown preset 'llama\\x0a\\x1b]0;owned\\x07\\x1b[31m'", 2},
+       "preset 'llama\\x0a\\x1b]0;owned\\x07\\x1b[31m' is unknown", 2},
       {{"build", "--preset", "llama-tiny", "--dtype", "bf\n16"}, "dtype 'bf\\x0a16' is unknown", 2},
-      {{"build", "--preset", "llama-tiny", "--recipe", "hf\r" + esc}, "unknown recipe 'hf\\x0d\\x1b]0;owned", 2},
-      {{"build", "--preset", "llama-tiny", "--layout", "x\ny"}, "unknown layout 'x\\x0ay'", 2},
-      {{"build", "--preset", "llama-tiny", "--orientation", "x\ny"}, "unknown orientation 'x\\x0ay'", 2},
+      {{"build", "--preset", "llama-tiny", "--recipe", "hf\r" + esc}, "recipe 'hf\\x0d\\x1b]0;owned\\x07\\x1b[31m' is unknown", 2},
+      {{"build", "--preset", "llama-tiny", "--layout", "x\ny"}, "layout 'x\\x0ay' is unknown", 2},
+      {{"build", "--preset", "llama-tiny", "--orientation", "x\ny"}, "orientation 'x\\x0ay' is unknown", 2},
       {{"build", "--preset", "llama-tiny", "--backend", "x\ny"}, "backend 'x\\x0ay' is unknown", 2},
       {{"build", "--preset", "llama-tiny", "--report", "x\ny"}, "unknown report format 'x\\x0ay'", 2},
       {{"plan", "--preset", "llama-tiny", "--precision", "x\ny"}, "training precision 'x\\x0ay' is unknown", 2},
@@ -347,8 +347,8 @@ TEST_F(Cli, MessagesEscapeControlCharactersInUserText) {
       {{"emit", "--preset", "llama-tiny", "-o", nl_dir + "/m.h5"}, "no\\x0asuch", 2},
       {{"build", "--preset", "llama-tiny", "--trace", nl_dir + "/t.csv"}, "no\\x0asuch", 2},
       // C1 controls: U+009B (CSI) in UTF-8 and a raw 0x9b byte; other UTF-8 passes as it is.
-      {{"build", "--preset", "\xc2\x9b" "31m\xc3\xa9"}, "unknown preset '\\xc2\\x9b31m\xc3\xa9'", 2},
-      {{"build", "--preset", "\x9b" "31m\xff"}, "unknown preset '\\x9b31m\\xff'", 2},
+      {{"build", "--preset", "\xc2\x9b" "31m\xc3\xa9"}, "preset '\\xc2\\x9b31m\xc3\xa9' is unknown", 2},
+      {{"build", "--preset", "\x9b" "31m\xff"}, "preset '\\x9b31m\\xff' is unknown", 2},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(joined(c.args));

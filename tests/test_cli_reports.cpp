@@ -327,11 +327,11 @@ TEST_F(Cli, QwenGemmaDeepseekPlanBuildAndEmit) {
   // Bad names: one line, exit 2.
   for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"build", "--preset", "deepseek-v3-tiny", "--layout", "stacked", "--experts", "fused"},
-            "layerinit: error: --experts: unknown expert layout 'fused' (valid: per-expert, stacked)\n"},
+            "layerinit: error: --experts: expert layout 'fused' is unknown (valid: per-expert, stacked)\n"},
            {{"plan", "--preset", "qwen2.5-tiny", "--recipe", "mup:width=3"},
-            "layerinit: error: --recipe: recipe 'mup': unknown parameter 'width' (valid: base_width; write name:key=value)\n"},
+            "layerinit: error: --recipe: recipe 'mup': parameter 'width' is unknown (valid: base_width; write name:key=value)\n"},
            {{"plan", "--preset", "qwen2.5-tiny", "--recipe", "olmo-llama:std=-1"},
-            "layerinit: error: --recipe: recipe 'olmo-llama': parameter std must be a positive finite number, not '-1'\n"}}) {
+            "layerinit: error: --recipe: recipe 'olmo-llama': parameter std '-1' must be a positive finite number\n"}}) {
     const Result r = run(args);
     EXPECT_EQ(r.code(), 2) << joined(args);
     EXPECT_EQ(r.err, message) << joined(args);

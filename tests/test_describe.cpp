@@ -212,7 +212,7 @@ TEST(Describe, ReadFromJsonWithErrorsNamingTheField) {
     return std::string();
   };
   EXPECT_EQ(error(R"({"parameters": [{"name": "a", "shape": [2], "module": "conv"}]})"),
-            "spec: parameters[0].module: unknown module kind 'conv' (valid: unknown, linear, embedding, norm)");
+            "spec: parameters[0].module: module kind 'conv' is unknown (valid: unknown, linear, embedding, norm)");
   EXPECT_EQ(error(R"({"parameters": [{"name": "a", "shape": [2], "storage": "in-out"}]})"),
             "spec: parameters[0].storage: applies to a 2-D weight");
   EXPECT_EQ(error(R"j({"parameters": [{"name": "a", "shape": [2], "init": "gauss(1)"}]})j").rfind("spec: parameters[0].init: ", 0), 0u);

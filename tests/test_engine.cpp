@@ -84,8 +84,9 @@ TEST(Engine, AStackedSliceOfAnotherDtypeIsRefusedBeforeAllocating) {
     b.engine().fill_part(part);
     ADD_FAILURE() << "no error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "stacked layout needs one dtype per stacked buffer, but " + plans.back().name +
-                                         " is bf16 and model.layers.x\\x0a.weight is fp32");
+    EXPECT_EQ(std::string(e.what()), "tensor '" + plans.back().name +
+                                         "' is bf16 but its stacked buffer 'model.layers.x\\x0a.weight' is fp32 (a stacked "
+                                         "layout needs one dtype per stacked buffer)");
   }
   EXPECT_EQ(env.tracker.stats().total_count, 0u);
 }

@@ -269,13 +269,13 @@ TEST(HfSpec, LoadsAFileOrADirectory) {
     load_hf_config((dir / "nothing").string());
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "cannot read Hugging Face config '" + (dir / "nothing").string() + "'");
+    EXPECT_EQ(std::string(e.what()), "Hugging Face config '" + (dir / "nothing").string() + "' cannot be read");
   }
   try {
     load_hf_config(dir.path().string());  // a directory without config.json
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "cannot read Hugging Face config '" + (dir / "config.json").string() + "'");
+    EXPECT_EQ(std::string(e.what()), "Hugging Face config '" + (dir / "config.json").string() + "' cannot be read");
   }
 }
 

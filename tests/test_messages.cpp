@@ -51,10 +51,10 @@ TEST(Printable, LibraryMessagesEscapeTheNameTheyEcho) {
     }
     return std::string("no exception");
   };
-  EXPECT_EQ(message([] { make_preset("x\n\x1b[2J"); }).rfind("unknown preset 'x\\x0a\\x1b[2J' (valid: ", 0), 0u);
-  EXPECT_EQ(message([] { make_recipe("\xc2\x9bx"); }).rfind("unknown recipe '\\xc2\\x9bx' (valid: ", 0), 0u);
+  EXPECT_EQ(message([] { make_preset("x\n\x1b[2J"); }).rfind("preset 'x\\x0a\\x1b[2J' is unknown (valid: ", 0), 0u);
+  EXPECT_EQ(message([] { make_recipe("\xc2\x9bx"); }).rfind("recipe '\\xc2\\x9bx' is unknown (valid: ", 0), 0u);
   // The Python package passes the message on as it is (one ValueError line): no CLI escapes it there.
-  EXPECT_EQ(message([] { parse_dtype("bf\n16"); }), "unknown dtype 'bf\\x0a16' (valid: fp32, fp16, bf16)");
+  EXPECT_EQ(message([] { parse_dtype("bf\n16"); }), "dtype 'bf\\x0a16' is unknown (valid: fp32, fp16, bf16)");
 }
 
 // bad_argument: std::invalid_argument("<argument> <value> <problem>"), a text value quoted and escaped

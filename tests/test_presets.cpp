@@ -82,7 +82,7 @@ TEST(Presets, UnknownPresetListsNames) {
     FAIL() << "no throw";
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()),
-              "unknown preset 'llama-4' (valid: mlp-deep, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-3-8b, "
+              "preset 'llama-4' is unknown (valid: mlp-deep, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-3-8b, "
               "llama-3-70b, llama-3.1-405b, mistral-7b, mixtral-8x7b, qwen2.5-7b, gemma-2-9b, deepseek-v3, llama-tiny, gpt2-tiny, "
               "mixtral-tiny, qwen2.5-tiny, gemma-2-tiny, deepseek-v3-tiny)");
   }

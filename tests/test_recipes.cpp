@@ -70,7 +70,7 @@ TEST(Recipes, NamesAndUnknown) {
     make_recipe("jax");
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "unknown recipe 'jax' (valid: hf, torchtitan, megatron, pytorch-default, "
+    EXPECT_EQ(std::string(e.what()), "recipe 'jax' is unknown (valid: hf, torchtitan, megatron, pytorch-default, "
                                      "equinox, flax, xavier-uniform, kaiming-normal, olmo-normal, olmo-llama, "
                                      "olmo-llama-depth, olmo-normalized, neox, mpt, mup)");
   }
@@ -102,7 +102,7 @@ TEST(Recipes, EveryRecipeCoversEveryFamilysTensors) {
     fill(make_recipe("torchtitan"), tiny("gpt_oss"), "self_attn.sinks", 0);
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "recipe torchtitan: no rule for tensor 'model.layers.0.self_attn.sinks' (role other); give it an "
+    EXPECT_STREQ(e.what(), "recipe 'torchtitan': no rule for tensor 'model.layers.0.self_attn.sinks' (role other); give it an "
                            "init or an override");
   }
 }
@@ -338,7 +338,7 @@ TEST(Recipes, OtherRoleNeedsInit) {
     FAIL();
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()),
-              "recipe hf: no rule for tensor 'model.extra' (role other); give it an init or an override");
+              "recipe 'hf': no rule for tensor 'model.extra' (role other); give it an init or an override");
   }
   m.post.back().init = FillSpec::constant(0.5);
   EXPECT_EQ(fill(make_recipe("hf"), m, "model.extra"), FillSpec::constant(0.5));
@@ -436,14 +436,14 @@ TEST(Recipes, ParametersAfterAColon) {
     }
     return std::string("(no error)");
   };
-  EXPECT_EQ(error("mup:base=3"), "recipe 'mup': unknown parameter 'base' (valid: base_width; write name:key=value)");
-  EXPECT_EQ(error("hf:std=1"), "recipe 'hf': unknown parameter 'std' (valid: none; write name:key=value)");
-  EXPECT_EQ(error("mup:base_width"), "recipe 'mup': unknown parameter 'base_width' (valid: base_width; write name:key=value)");
-  EXPECT_EQ(error("mup:base_width=-1"), "recipe 'mup': parameter base_width must be a positive finite number, not '-1'");
-  EXPECT_EQ(error("mup:base_width=0"), "recipe 'mup': parameter base_width must be a positive finite number, not '0'");
-  EXPECT_EQ(error("mup:base_width=1e999"), "recipe 'mup': parameter base_width must be a positive finite number, not '1e999'");
-  EXPECT_EQ(error("olmo-normal:std=0.02x"), "recipe 'olmo-normal': parameter std must be a positive finite number, not '0.02x'");
-  EXPECT_EQ(error("olmo:std=1"), "unknown recipe 'olmo' (valid: hf, torchtitan, megatron, pytorch-default, equinox, flax, "
+  EXPECT_EQ(error("mup:base=3"), "recipe 'mup': parameter 'base' is unknown (valid: base_width; write name:key=value)");
+  EXPECT_EQ(error("hf:std=1"), "recipe 'hf': parameter 'std' is unknown (valid: none; write name:key=value)");
+  EXPECT_EQ(error("mup:base_width"), "recipe 'mup': parameter 'base_width' is unknown (valid: base_width; write name:key=value)");
+  EXPECT_EQ(error("mup:base_width=-1"), "recipe 'mup': parameter base_width '-1' must be a positive finite number");
+  EXPECT_EQ(error("mup:base_width=0"), "recipe 'mup': parameter base_width '0' must be a positive finite number");
+  EXPECT_EQ(error("mup:base_width=1e999"), "recipe 'mup': parameter base_width '1e999' must be a positive finite number");
+  EXPECT_EQ(error("olmo-normal:std=0.02x"), "recipe 'olmo-normal': parameter std '0.02x' must be a positive finite number");
+  EXPECT_EQ(error("olmo:std=1"), "recipe 'olmo' is unknown (valid: hf, torchtitan, megatron, pytorch-default, equinox, flax, "
                                  "xavier-uniform, kaiming-normal, olmo-normal, olmo-llama, olmo-llama-depth, "
                                  "olmo-normalized, neox, mpt, mup)");
 }
@@ -551,7 +551,7 @@ TEST(Recipes, OlmoNormalized) {
     fill(r, custom, "self_attn.q_proj.weight", 0);
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "recipe olmo-normalized: no rule for tensor 'model.layers.0.self_attn.q_proj.weight' "
+    EXPECT_EQ(std::string(e.what()), "recipe 'olmo-normalized': no rule for tensor 'model.layers.0.self_attn.q_proj.weight' "
                                      "(role linear_weight): hyper.hidden_size is unknown; give it an init or an override");
   }
 }

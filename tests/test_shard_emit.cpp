@@ -213,7 +213,7 @@ TEST(ShardEmit, StackedLayersOfTwoDtypesAreRefused) {
     emit_rank(RankPlan(b, plan, 0), *be, dir / "ranks", safetensors());
     ADD_FAILURE() << "no error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("model.layers.1.self_attn.q_proj.weight is fp32 and model.layers.self_attn.q_proj.weight is bf16"),
+    EXPECT_NE(std::string(e.what()).find("tensor 'model.layers.1.self_attn.q_proj.weight' is fp32 but its stacked buffer 'model.layers.self_attn.q_proj.weight' is bf16"),
               std::string::npos)
         << e.what();
   }

@@ -72,7 +72,7 @@ TEST(Spec, Roles) {
     FAIL();
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()),
-              "unknown tensor role 'weight' (valid: embedding, position_embedding, linear_weight, output_weight, "
+              "tensor role 'weight' is unknown (valid: embedding, position_embedding, linear_weight, output_weight, "
               "linear_bias, norm_weight, norm_bias, router_weight, head_weight, other)");
   }
 }
@@ -156,7 +156,7 @@ TEST(Spec, ValidateMessages) {
   EXPECT_EQ(message(m), "model 'small': layer tensor 0 'w.weight': init: fill 'normal(0, -1)' is invalid: std must be "
                         "positive");
   m.layer.tensors[0].init = FillSpec::normal(0, 1e300);
-  EXPECT_EQ(message(m), "model 'small': layer tensor 0 'w.weight': init: invalid fill normal(0, 1e+300): numbers "
+  EXPECT_EQ(message(m), "model 'small': layer tensor 0 'w.weight': init: fill 'normal(0, 1e+300)' is invalid: numbers "
                         "must be finite and within float range");
 
   m = small();

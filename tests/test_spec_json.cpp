@@ -150,7 +150,7 @@ TEST(SpecJson, ErrorMessages) {
        "spec: layer.tensors[0].shpe: unknown key (valid: name, shape, role, fan_in, fan_out, transposable, init, buffer, tp_replicated)"},
       {edit("\"name\": \"norm.weight\", \"shape\": [64], ", ""), "spec: layer.tensors[0]: missing key 'name'"},
       {edit("\"role\": \"norm_weight\"", "\"role\": \"norm\""),
-       "spec: layer.tensors[0].role: unknown tensor role 'norm' (valid: embedding, position_embedding, "
+       "spec: layer.tensors[0].role: tensor role 'norm' is unknown (valid: embedding, position_embedding, "
        "linear_weight, output_weight, linear_bias, norm_weight, norm_bias, router_weight, head_weight, other)"},
       {edit("\"fan_in\": 64", "\"fan_in\": -1"), "spec: layer.tensors[1].fan_in: must be a non-negative integer"},
       {edit("\"transposable\": true", "\"transposable\": 1"), "spec: layer.tensors[1].transposable: must be true or false"},
@@ -201,7 +201,7 @@ TEST(SpecJson, ErrorMessages) {
        "spec: layer.tensors[2].init.trunc_normal_std: fill 'trunc_normal(0, 0.01, 3 std, -3 std)' is invalid: lower "
        "bound must be below upper bound"},
       {edit("{\"normal\": {\"std\": 0.02}}", "{\"normal\": {\"std\": 1e300}}"),
-       "spec: post[0].init.normal: invalid fill normal(0, 1e+300): numbers must be finite and within float range"},
+       "spec: post[0].init.normal: fill 'normal(0, 1e+300)' is invalid: numbers must be finite and within float range"},
       {edit("\"mix.weight\"", "\"norm.weight\""),
        "spec: layer.tensors[1].name: duplicate name 'norm.weight' (also layer.tensors[0])"},
       {edit("\"head.weight\"", "\"embed.weight\""), "spec: post[0].name: duplicate name 'embed.weight' (also pre[0])"},

@@ -122,8 +122,8 @@ def test_spec_dict_and_file(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(model="llama-huge"), "unknown preset 'llama-huge'"),
-        (dict(model="llama-tiny", recipe="nope"), "unknown recipe 'nope'"),
+        (dict(model="llama-huge"), "preset 'llama-huge' is unknown"),
+        (dict(model="llama-tiny", recipe="nope"), "recipe 'nope' is unknown"),
         (dict(model="llama-tiny", dtype="fp8"), "fp8"),
         (dict(model="llama-tiny", layout="diagonal"), "diagonal"),
         (dict(model="llama-tiny", device="tpu"), "unknown device 'tpu'"),

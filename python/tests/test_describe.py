@@ -98,7 +98,7 @@ def test_bad_descriptions_are_refused():
         layerinit._describe({"parameters": [{"name": "b", "shape": [2], "tied_to": "c"}]})
     with pytest.raises(ValueError, match=r"parameters\[0\].storage: applies to a 2-D weight"):
         layerinit._describe({"parameters": [{"name": "b", "shape": [2], "storage": "in-out"}]})
-    with pytest.raises(ValueError, match=r"parameters\[0\].module: unknown module kind 'conv'"):
+    with pytest.raises(ValueError, match=r"parameters\[0\].module: module kind 'conv' is unknown"):
         layerinit._describe({"parameters": [{"name": "b", "shape": [2], "module": "conv"}]})
     with pytest.raises(ValueError, match=r"share one storage but not a role"):
         layerinit._describe({"parameters": [{"name": "a.weight", "shape": [4], "module": "norm"},

@@ -80,9 +80,9 @@ def test_stacked_and_out_in(devices):
 
 
 def test_bad_input():
-    with pytest.raises(ValueError, match="unknown preset"):
+    with pytest.raises(ValueError, match="preset 'nope' is unknown"):
         ljax.build("nope")
-    with pytest.raises(ValueError, match="unknown recipe 'nope'"):
+    with pytest.raises(ValueError, match="recipe 'nope' is unknown"):
         ljax.build("llama-tiny", recipe="nope")
     with pytest.raises(ValueError, match=r"'model.embed_tokens.weight': a PartitionSpec needs a mesh"):
         ljax.build("llama-tiny", sharding=P("x"))

@@ -323,7 +323,7 @@ def test_a_rule_that_matches_nothing(nothing_built):
 def test_bad_rules_and_recipes(nothing_built):
     with pytest.raises(ValueError, match=r"rule '\*\.gain': 'gaussian' is neither a role"):
         ljax.init(abstract(), rules={"*.gain": "gaussian"})
-    with pytest.raises(ValueError, match=r"unknown recipe 'nope' \(valid: hf, torchtitan"):
+    with pytest.raises(ValueError, match=r"recipe 'nope' is unknown \(valid: hf, torchtitan"):
         ljax.init(abstract(), rules=RULES, recipe="nope")
     with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*64\)"):
         ljax.init(abstract(), rules=RULES, seed=-1)

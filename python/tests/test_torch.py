@@ -159,7 +159,7 @@ def test_errors():
                                          r"layerinit's transformer.wte.weight is \[512, 64\]"):
         lt.init_(model, spec="gpt2-tiny", name_map=lambda n: "transformer.wte.weight"
                  if n == "model.layers.0.mlp.up_proj.weight" else None)
-    with pytest.raises(ValueError, match="unknown recipe"):
+    with pytest.raises(ValueError, match="recipe 'nope' is unknown"):
         lt.init_(model, recipe="nope")
     assert all(p.is_meta for p in model.parameters())  # refused before materializing
     with pytest.raises(ValueError, match="no layerinit spec for Hugging Face model_type 'bert'"):
