@@ -117,7 +117,7 @@ class Progress {
  public:
   Progress() = default;
   explicit Progress(const std::vector<DatasetSpec>& d);
-  // Throws std::invalid_argument on a bad index, an out-of-order or out-of-range write.
+  // A bad index, an out-of-order or out-of-range write is misuse: layerinit::logic_error.
   void check(std::size_t dataset, std::uint64_t first, const void* bytes, std::uint64_t n) const;
   void advance(std::size_t dataset, std::uint64_t n) { written_[dataset] += n; }
   bool complete(std::size_t dataset) const { return written_[dataset] == numel_[dataset]; }

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <layerinit/backends/backend.hpp>
+#include <layerinit/core/errors.hpp>
 #include <layerinit/checkpoint/hf_config.hpp>
 #include <layerinit/checkpoint/detail.hpp>
 #include "feed.hpp"
@@ -100,8 +101,8 @@ CheckpointMetadata builder_metadata(const Builder& b, const CheckpointMetadata& 
   auto from_builder = [](std::string& field, const char* key, const std::string& truth, bool quote_truth) {
     if (field.empty()) field = truth;
     else if (field != truth)
-      throw std::invalid_argument("emit: metadata " + std::string(key) + " '" + printable(field, 64) +
-                                  "' contradicts the builder's " + (quote_truth ? "'" + printable(truth) + "'" : "spec"));
+      bad_argument("emit: metadata " + std::string(key), printable(field, 64),  // printable twice is printable once
+                   "contradicts the builder's " + (quote_truth ? quote(truth) : std::string("spec")));
   };
   from_builder(meta.dtype, "dtype", std::string(dtype_name(bo.dtype)), true);
   from_builder(meta.seed, "seed", std::to_string(bo.seed), true);
@@ -126,11 +127,11 @@ namespace detail {
 void check_emit(const Builder& b, backend& be, const EmitOptions& opts) {
   const BuildOptions& bo = b.options();
   if (!std::is_sorted(bo.layer_order.begin(), bo.layer_order.end()))
-    throw std::invalid_argument("emit writes layers in order: layer_order must be ascending or empty");
-  if (be.kind() == BackendKind::dry) throw std::invalid_argument("emit needs a backend that holds bytes (cpu or cuda)");
+    bad_argument("layer_order", "must be ascending or empty: emit writes layers in order");
+  LAYERINIT_EXPECTS(be.kind() != BackendKind::dry, "emit needs a backend that holds bytes (cpu or cuda)");
   if (!opts.writer.config_json.empty() && !hf_loadable(bo))
-    throw std::invalid_argument("emit: a Hugging Face config.json describes the per-layer, out-in layout; this checkpoint is " +
-                                std::string(layout_name(bo.layout)) + ", " + std::string(orientation_name(bo.orientation)));
+    bad_argument("emit", ": a Hugging Face config.json describes the per-layer, out-in layout; this checkpoint is " +
+                             std::string(layout_name(bo.layout)) + ", " + std::string(orientation_name(bo.orientation)));
 }
 }  // namespace detail
 
@@ -256,14 +257,14 @@ EmitResult emit_rank(const RankPlan& r, backend& be, const std::filesystem::path
   const auto t0 = std::chrono::steady_clock::now();
   const Builder& b = r.builder();
   if (opts.format != CheckpointFormat::safetensors)
-    throw std::invalid_argument("emit: a rank's file is safetensors (per-rank HDF5 files are not written)");
+    bad_argument("emit", ": a rank's file is safetensors (per-rank HDF5 files are not written)");
   if (opts.writer.max_shard_size != 0 || !opts.writer.config_json.empty())
-    throw std::invalid_argument("emit: a rank's file has no shards and no config.json");
-  if (be.kind() == BackendKind::dry) throw std::invalid_argument("emit needs a backend that holds bytes (cpu or cuda)");
+    bad_argument("emit", ": a rank's file has no shards and no config.json");
+  LAYERINIT_EXPECTS(be.kind() != BackendKind::dry, "emit needs a backend that holds bytes (cpu or cuda)");
   const bool stacked = b.options().layout == Layout::stacked;
   CheckpointMetadata meta = builder_metadata(b, opts.meta);
   for (const char* key : {"layerinit.shards", "layerinit.mesh"})
-    if (meta.extra.count(key)) throw std::invalid_argument(std::string("emit: metadata key ") + key + " is the rank's own");
+    if (meta.extra.count(key)) bad_argument("emit: metadata key", key, "is the rank's own");
 
   RankDatasets d = rank_datasets(r);
   meta.extra["layerinit.shards"] = shards_json(d);

@@ -363,10 +363,9 @@ std::unique_ptr<CheckpointWriter> open_hdf5(const fs::path& target, std::uint64_
 void check_hdf5_options(const fs::path& target, const WriterOptions& opts) {
   // normalize_target would drop the slash of "newdir/" and write a file named newdir: refuse it.
   if (!target.has_filename() || target.filename() == "." || target.filename() == "..")
-    throw std::invalid_argument("checkpoint: hdf5 output '" + target.string() +
-                                "' names a directory; an HDF5 checkpoint is a file");
+    bad_argument("checkpoint hdf5 output", target.string(), "names a directory; an HDF5 checkpoint is a file");
   if (opts.max_chunk_bytes == 0 || opts.max_chunk_bytes > (std::uint64_t{1} << 32) - 1)
-    throw std::invalid_argument("checkpoint: max_chunk_bytes must be in [1, 4 GiB)");
+    bad_argument("checkpoint max_chunk_bytes", opts.max_chunk_bytes, "must be in [1, 4 GiB)");
 }
 }  // namespace detail
 

@@ -4,6 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <layerinit/core/errors.hpp>
+#include <layerinit/core/text.hpp>
+
 namespace layerinit {
 
 namespace {
@@ -22,11 +25,11 @@ std::string checked_hf_config(const ModelSpec& spec) {
   if (j.is_object() && j.contains("quantization_config") && !j["quantization_config"].is_null()) {
     const auto& q = j["quantization_config"];
     const std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
-                                   ? " (" + q["quant_method"].get<std::string>() + ")"
+                                   ? " (" + printable(q["quant_method"].get<std::string>(), 64) + ")"
                                    : "";
-    throw std::invalid_argument("config.json: quantization_config" + method +
-                                " describes quantized weights, and layerinit writes fp32/fp16/bf16 ones that transformers "
-                                "would load as quantized: remove quantization_config from the config");
+    bad_argument("config.json", ": quantization_config" + method +
+                                    " describes quantized weights, and layerinit writes fp32/fp16/bf16 ones that transformers "
+                                    "would load as quantized: remove quantization_config from the config");
   }
   return spec.hf_config;
 }
@@ -44,8 +47,8 @@ std::string config_json(const ModelSpec& spec, DType dtype) {
   if (!generated_family(fam)) {
     std::string supported;
     for (const char* f : kFamilies) supported += (supported.empty() ? "" : ", ") + std::string(f);
-    throw std::invalid_argument("config.json: no Hugging Face model_type for family '" + fam + "' (supported: " + supported +
-                                "); a spec read from a config.json carries its own");
+    bad_argument("config.json", ": family " + quote(fam) + " has no Hugging Face model_type (supported: " + supported +
+                                    "); a spec read from a config.json carries its own");
   }
   if (fam != "gpt2") {
     const char* arch = fam == "llama"     ? "LlamaForCausalLM"

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include <layerinit/backends/content_hash.hpp>
+#include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
 #include <layerinit/init/spec_json.hpp>
 
@@ -31,7 +32,7 @@ rank_failed::rank_failed(std::uint64_t rank, std::uint64_t ranks)
       rank_(rank) {}
 
 std::vector<std::uint64_t> split_by_bytes(const std::vector<std::uint64_t>& bytes, std::uint64_t ranks) {
-  if (ranks == 0) throw std::invalid_argument("split_by_bytes: no ranks");
+  LAYERINIT_EXPECTS(ranks > 0, "split_by_bytes: no ranks");
   using u128 = unsigned __int128;
   u128 total = 0;
   for (auto b : bytes) total += b;
@@ -98,7 +99,7 @@ void stream_selected(const Builder& b, Range layers, detail::DatasetFeed& feed, 
 void check_emit(const Builder& b, backend& be, const EmitOptions& opts) {
   detail::check_emit(b, be, opts);
   for (const char* key : {detail::kRankFilesAttribute, "layerinit.rank"})
-    if (opts.meta.extra.count(key)) throw std::invalid_argument(std::string("emit: metadata key ") + key + " is the parallel emit's own");
+    if (opts.meta.extra.count(key)) bad_argument("emit: metadata key", key, "is the parallel emit's own");
 }
 
 // Every rank's verdict: returns when all succeeded; else throws, the first failed rank its own
@@ -575,17 +576,17 @@ void check_same_output(const std::string& root, const nlohmann::json& mine, std:
     const std::string what = mine[k][0], a = mine[k][1], b = k < theirs.size() ? theirs[k][1].get<std::string>() : "";
     if (a == b) continue;
     const bool hashed = a.rfind("xxh3 ", 0) == 0;
-    throw std::invalid_argument("emit: rank " + std::to_string(rank) + " was given another " + what + " than rank 0" +
-                                (hashed ? "" : " ('" + printable(a, 200) + "', rank 0: '" + printable(b, 200) + "')") +
-                                ": every process of the job must run the same command");
+    bad_argument("emit: rank", rank,
+                 "was given another " + what + " than rank 0" + (hashed ? "" : " (" + quote(a, 200) + ", rank 0: " + quote(b, 200) + ")") +
+                     ": every process of the job must run the same command");
   }
 }
 
 }  // namespace
 
 EmitResult emit_parallel(const Builder& b, backend& be, const fs::path& target, const EmitOptions& opts, Collective& c) {
-  if (c.size() == 0 || c.rank() >= c.size())
-    throw std::invalid_argument("emit: rank " + std::to_string(c.rank()) + " of a group of " + std::to_string(c.size()));
+  LAYERINIT_EXPECTS(c.size() > 0 && c.rank() < c.size(),
+                    "emit: rank " + std::to_string(c.rank()) + " of a group of " + std::to_string(c.size()));
   if (c.size() == 1) return emit_checkpoint(b, be, target, opts);
   const auto t0 = std::chrono::steady_clock::now();
   // Before anything is written: each rank's own checks, then one output on every rank (a rank given

@@ -72,7 +72,7 @@ class SafetensorsWriter final : public detail::WriterBase {
                                               : detail::OwnershipCheck(safetensors_ownership_impl)}),
         single_file_(single_file) {
     if (single_file_ && (opts_.max_shard_size != 0 || !opts_.config_json.empty()))
-      throw std::invalid_argument("checkpoint: a single safetensors file has no shards and no config.json");
+      bad_argument("checkpoint", ": a single safetensors file has no shards and no config.json");
     admit(planned, datasets);
     plan(meta);  // header too large etc. before touching the disk
     create_temp([&] {
@@ -220,7 +220,7 @@ std::unique_ptr<CheckpointWriter> open_safetensors(const fs::path& target, bool 
                                                    const WriterOptions& opts) {
   const fs::path t = normalize_target(target);
   if (single_file && t.extension() != ".safetensors")
-    throw std::invalid_argument("checkpoint: " + t.string() + ": a safetensors file's name ends in .safetensors");
+    bad_argument("checkpoint safetensors file", t.string(), "must have a name that ends in .safetensors");
   return std::make_unique<SafetensorsWriter>(t, planned, datasets, meta, opts, single_file);
 }
 }  // namespace detail

@@ -36,10 +36,10 @@ void refuse(const std::string& what, const fs::path& path, int err) {
 }
 
 fs::path normalize_target(const fs::path& target) {
-  if (target.empty()) throw std::invalid_argument("checkpoint: empty output path");
+  if (target.empty()) bad_argument("checkpoint output path", "is empty");
   fs::path p = fs::absolute(target).lexically_normal();
   if (!p.has_filename()) p = p.parent_path();
-  if (!p.has_filename() || p == p.root_path()) throw std::invalid_argument("checkpoint: bad output path " + target.string());
+  if (!p.has_filename() || p == p.root_path()) bad_argument("checkpoint output path", target.string(), "names no file or directory");
   return p;
 }
 
@@ -274,17 +274,15 @@ Progress::Progress(const std::vector<DatasetSpec>& d) : d_(&d), written_(d.size(
 }
 
 void Progress::check(std::size_t i, std::uint64_t first, const void* bytes, std::uint64_t n) const {
-  if (i >= written_.size())
-    throw std::invalid_argument("checkpoint: dataset index " + std::to_string(i) + " out of range (" +
-                                std::to_string(written_.size()) + " declared)");
+  // The writes are the caller's program, not input: a wrong one is misuse.
+  LAYERINIT_EXPECTS(i < written_.size(), "checkpoint: dataset index " + std::to_string(i) + " out of range (" +
+                                             std::to_string(written_.size()) + " declared)");
   const std::vector<DatasetSpec>& d = *d_;
-  if (first != written_[i])
-    throw std::invalid_argument("checkpoint: " + d[i].name + ": write at element " + std::to_string(first) +
-                                " but " + std::to_string(written_[i]) + " written so far (writes must be in order)");
-  if (n > numel_[i] - first)
-    throw std::invalid_argument("checkpoint: " + d[i].name + ": write of " + std::to_string(n) + " elements at " +
-                                std::to_string(first) + " past its " + std::to_string(numel_[i]) + " elements");
-  if (n > 0 && bytes == nullptr) throw std::invalid_argument("checkpoint: " + d[i].name + ": null data");
+  LAYERINIT_EXPECTS(first == written_[i], "checkpoint: " + d[i].name + ": write at element " + std::to_string(first) + " but " +
+                                              std::to_string(written_[i]) + " written so far (writes must be in order)");
+  LAYERINIT_EXPECTS(n <= numel_[i] - first, "checkpoint: " + d[i].name + ": write of " + std::to_string(n) + " elements at " +
+                                                std::to_string(first) + " past its " + std::to_string(numel_[i]) + " elements");
+  LAYERINIT_EXPECTS(n == 0 || bytes != nullptr, "checkpoint: " + d[i].name + ": null data");
 }
 
 WriterBase::WriterBase(fs::path target, const WriterOptions& opts, TargetRules rules)
@@ -343,13 +341,13 @@ void Progress::check_complete(const fs::path& target) const {
 void validate_datasets(const std::vector<DatasetSpec>& d) {
   std::set<std::string_view> names;
   for (const auto& s : d) {
-    if (s.name.empty()) throw std::invalid_argument("checkpoint: a dataset has an empty name");
+    if (s.name.empty()) bad_argument("checkpoint dataset name", "is empty");
     if (s.name.find('/') != std::string::npos || s.name == "__metadata__")
-      throw std::invalid_argument("checkpoint: bad dataset name '" + s.name + "'");
-    if (!names.insert(s.name).second) throw std::invalid_argument("checkpoint: duplicate dataset name '" + s.name + "'");
-    if (s.shape.empty()) throw std::invalid_argument("checkpoint: " + s.name + ": rank 0 is not supported");
+      bad_argument("checkpoint dataset name", s.name, "is not allowed (no '/', not __metadata__)");
+    if (!names.insert(s.name).second) bad_argument("checkpoint dataset name", s.name, "is given twice");
+    if (s.shape.empty()) bad_argument("checkpoint dataset", s.name, "has rank 0, which is not supported");
     for (auto x : s.shape)
-      if (x == 0) throw std::invalid_argument("checkpoint: " + s.name + ": zero dimension in " + shape_string(s.shape));
+      if (x == 0) bad_argument("checkpoint dataset", s.name, "has a zero dimension in " + shape_string(s.shape));
     if (s.slab_elements != 0) {
       std::uint64_t p = 1;
       bool ok = false;
@@ -358,8 +356,9 @@ void validate_datasets(const std::vector<DatasetSpec>& d) {
         if (p == s.slab_elements) ok = true;
       }
       if (!ok)
-        throw std::invalid_argument("checkpoint: " + s.name + ": slab of " + std::to_string(s.slab_elements) +
-                                    " elements is not a product of trailing dimensions of " + shape_string(s.shape));
+        bad_argument("checkpoint dataset", s.name,
+                     ": slab of " + std::to_string(s.slab_elements) + " elements is not a product of trailing dimensions of " +
+                         shape_string(s.shape));
     }
   }
 }
@@ -377,8 +376,8 @@ std::vector<std::pair<std::string, std::string>> metadata_pairs(const Checkpoint
   if (!m.init_overrides.empty()) v.emplace_back("init_overrides", m.init_overrides);
   for (const auto& [k, val] : m.extra) {
     for (const auto& kv : v)
-      if (kv.first == k) throw std::invalid_argument("checkpoint: metadata key '" + k + "' given twice");
-    if (k == "format") throw std::invalid_argument("checkpoint: metadata key 'format' is reserved");
+      if (kv.first == k) bad_argument("checkpoint metadata key", k, "is given twice");
+    if (k == "format") bad_argument("checkpoint metadata key", k, "is reserved");
     v.emplace_back(k, val);
   }
   return v;
@@ -424,7 +423,7 @@ std::string_view format_name(CheckpointFormat f) { return f == CheckpointFormat:
 CheckpointFormat parse_checkpoint_format(std::string_view s) {
   if (s == "hdf5" || s == "h5") return CheckpointFormat::hdf5;
   if (s == "safetensors") return CheckpointFormat::safetensors;
-  throw std::invalid_argument("unknown checkpoint format '" + printable(s) + "' (valid: hdf5, safetensors)");
+  bad_argument("checkpoint format", s, "is unknown (valid: hdf5, safetensors)");
 }
 
 void check_free_space(const std::filesystem::path& where, std::uint64_t bytes) {
@@ -470,7 +469,7 @@ std::size_t CheckpointWriter::index_of(std::string_view name) const {
   const auto& d = datasets();
   for (std::size_t i = 0; i < d.size(); ++i)
     if (d[i].name == name) return i;
-  throw std::invalid_argument("checkpoint: no dataset named '" + std::string(name) + "'");
+  LAYERINIT_FAIL("checkpoint: no dataset named " + quote(name));
 }
 
 void CheckpointWriter::write(std::string_view name, std::uint64_t first, const void* bytes, std::uint64_t n) {

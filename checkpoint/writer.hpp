@@ -94,8 +94,8 @@ class LAYERINIT_API CheckpointWriter {
   // Appends n_elements elements of dataset `dataset` (index into the declared list), starting at
   // row-major element first_element, from host memory holding them as little-endian raw values of
   // the dataset's dtype. Each dataset's writes must be contiguous and in order (first_element equals
-  // the elements written so far); writes to different datasets may interleave. Throws
-  // std::invalid_argument on a misuse, checkpoint_error on an I/O failure (after which the writer
+  // the elements written so far); writes to different datasets may interleave. A misuse
+  // throws layerinit::logic_error, an I/O failure checkpoint_error (after which the writer
   // is aborted and every further call throws).
   virtual void write(std::size_t dataset, std::uint64_t first_element, const void* bytes,
                      std::uint64_t n_elements) = 0;
@@ -109,7 +109,7 @@ class LAYERINIT_API CheckpointWriter {
 
   virtual const std::vector<DatasetSpec>& datasets() const = 0;
   virtual const std::filesystem::path& target() const = 0;
-  std::size_t index_of(std::string_view name) const;  // throws std::invalid_argument if unknown
+  std::size_t index_of(std::string_view name) const;  // an unknown name is misuse: layerinit::logic_error
 };
 
 // Bytes the checkpoint will take on disk (data plus a bound on headers/metadata): what the free

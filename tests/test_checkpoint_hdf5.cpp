@@ -311,10 +311,11 @@ TEST(CheckpointHdf5, MisuseIsRejected) {
   TempDir dir;
   Fixture fx;
   auto w = open_hdf5_writer(dir.path() / "a.h5", fx.specs(), test_meta(), {});
-  EXPECT_THROW(w->write(0, 5, fx.pat.data(), 1), std::invalid_argument);      // out of order
-  EXPECT_THROW(w->write(7, 0, fx.pat.data(), 1), std::invalid_argument);      // no such dataset
-  EXPECT_THROW(w->write(0, 0, fx.pat.data(), 65537), std::invalid_argument);  // past the end
-  EXPECT_THROW(w->write("nope", 0, fx.pat.data(), 1), std::invalid_argument);
+  // A write the program got wrong is misuse; datasets a caller declares are input.
+  EXPECT_THROW(w->write(0, 5, fx.pat.data(), 1), layerinit::logic_error);      // out of order
+  EXPECT_THROW(w->write(7, 0, fx.pat.data(), 1), layerinit::logic_error);      // no such dataset
+  EXPECT_THROW(w->write(0, 0, fx.pat.data(), 65537), layerinit::logic_error);  // past the end
+  EXPECT_THROW(w->write("nope", 0, fx.pat.data(), 1), layerinit::logic_error);
   EXPECT_THROW(open_hdf5_writer(dir.path() / "b.h5", {{"a", {2}, DType::bf16}, {"a", {2}, DType::bf16}}, {}, {}),
                std::invalid_argument);
   EXPECT_THROW(open_hdf5_writer(dir.path() / "b.h5", {{"a", {2, 3}, DType::bf16, 4}}, {}, {}), std::invalid_argument);

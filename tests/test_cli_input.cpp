@@ -85,7 +85,7 @@ TEST_F(Cli, BadInputIsOneLineExitTwoAndNothingWritten) {
       {"unknown layout (build)", {"build", "--preset", "llama-tiny", "--layout", "diagonal"},
        {"--layout: layout 'diagonal' is unknown", "build also takes restack"}},
       {"unknown format", {"emit", "--preset", "llama-tiny", "--format", "npz", "-o", target},
-       {"unknown checkpoint format 'npz'", "hdf5", "safetensors"}},
+       {"checkpoint format 'npz' is unknown", "hdf5", "safetensors"}},
       {"unknown orientation", {"emit", "--preset", "llama-tiny", "--orientation", "sideways", "-o", target},
        {"--orientation: orientation 'sideways' is unknown", "out-in", "in-out"}},
       {"unknown backend", {"emit", "--preset", "llama-tiny", "--backend", "tpu", "-o", target},

@@ -470,7 +470,7 @@ TEST(Emit, RefusesTheDryBackendAndUnorderedLayers) {
   const ModelSpec spec = make_preset("llama-tiny");
   EXPECT_THROW(emit_checkpoint(Builder(spec, make_recipe("hf"), opts(Layout::per_layer), *dry, dry->memory()), *dry,
                                dir.path() / "m.h5", {}),
-               std::invalid_argument);
+               layerinit::logic_error);  // the dry backend: misuse
   auto be = make_host_backend(2);
   BuildOptions o = opts(Layout::per_layer);
   o.layer_order = {3, 2, 1, 0};
