@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include <layerinit/core/text.hpp>
+#include <layerinit/core/errors.hpp>
 #include <layerinit/shard/composite.hpp>
 
 namespace layerinit::jax {
@@ -31,25 +31,23 @@ std::vector<FillJob> piece_jobs(const PieceCall& c) {
   const std::string& name = p.parts.front().name;
   const std::size_t n = p.shape.size();
   if (c.dtype != p.dtype)
-    throw std::invalid_argument("'" + printable(name) + "' is " + std::string(dtype_name(p.dtype)) +
-                                " but the output buffer is " + std::string(dtype_name(c.dtype)));
+    bad_argument("tensor", name,
+                 "is " + std::string(dtype_name(p.dtype)) + " but the output buffer is " + std::string(dtype_name(c.dtype)));
   if (c.dims.size() != n)
-    throw std::invalid_argument("'" + printable(name) + "': an output of rank " + std::to_string(c.dims.size()) + " for " +
-                                shape_string(p.shape));
+    bad_argument("tensor", name, ": an output of rank " + std::to_string(c.dims.size()) + " for " + shape_string(p.shape));
   Box box{Shape(n, 0), Shape(n, 0)};
   for (std::size_t d = 0; d < n; ++d) box.shape[d] = static_cast<std::uint64_t>(c.dims[d]);
   if (!c.table.empty()) {
     if (c.table.size() % (n + 1) != 0)
-      throw std::invalid_argument("'" + printable(name) + "': a device table of " + std::to_string(c.table.size()) +
-                                  " numbers for rank " + std::to_string(n));
+      bad_argument("tensor", name,
+                   ": a device table of " + std::to_string(c.table.size()) + " numbers for rank " + std::to_string(n));
     bool found = false;
     for (std::size_t r = 0; r < c.table.size() && !found; r += n + 1) {
       if (c.table[r] != c.ordinal) continue;
       for (std::size_t d = 0; d < n; ++d) box.offset[d] = static_cast<std::uint64_t>(c.table[r + 1 + d]);
       found = true;
     }
-    if (!found)
-      throw std::invalid_argument("'" + printable(name) + "': device " + std::to_string(c.ordinal) + " holds no piece");
+    if (!found) bad_argument("tensor", name, ": device " + std::to_string(c.ordinal) + " holds no piece");
   }
   std::vector<FillJob> jobs;
   composite_fill_jobs(p, box, Region{c.dst, {}}, c.seed, jobs);
