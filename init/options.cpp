@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
 #include <layerinit/dtypes/dtype.hpp>
 #include <layerinit/init/spec.hpp>
@@ -32,12 +33,12 @@ auto named(const std::string& option, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(option + ": " + e.what());
+    bad_argument(option, std::string(": ") + e.what());
   }
 }
 
 void check_pattern(const std::string& option, const std::string& pattern) {
-  if (pattern.empty()) throw std::invalid_argument(option + ": the pattern is empty (it would match no tensor)");
+  if (pattern.empty()) bad_argument(option, ": the pattern is empty (it would match no tensor)");
 }
 
 }  // namespace

@@ -84,29 +84,29 @@ TEST(Options, EachBadValueIsRefusedNamingTheOption) {
     std::string cli, python, reason;
   };
   const std::vector<Case> cases = {
-      {[](OptionsText& t) { t.dtype = "fp8"; }, "--dtype: ", "dtype: ", "unknown dtype 'fp8' (valid: fp32, fp16, bf16)"},
+      {[](OptionsText& t) { t.dtype = "fp8"; }, "--dtype: ", "dtype: ", "dtype 'fp8' is unknown (valid: fp32, fp16, bf16)"},
       {[](OptionsText& t) { t.dtype_overrides = {{"*norm*", "fp32"}, {"*ln*", "fp9"}}; }, "--dtype-override '*ln*=fp9': ",
-       "dtype_overrides['*ln*']: ", "unknown dtype 'fp9' (valid: fp32, fp16, bf16)"},
+       "dtype_overrides['*ln*']: ", "dtype 'fp9' is unknown (valid: fp32, fp16, bf16)"},
       {[](OptionsText& t) { t.dtype_overrides = {{"", "fp32"}}; }, "--dtype-override '=fp32': ", "dtype_overrides['']: ",
        "the pattern is empty (it would match no tensor)"},
-      {[](OptionsText& t) { t.recipe = "lecun"; }, "--recipe: ", "recipe: ", "unknown recipe 'lecun' (valid: hf, "},
+      {[](OptionsText& t) { t.recipe = "lecun"; }, "--recipe: ", "recipe: ", "recipe 'lecun' is unknown (valid: hf, "},
       {[](OptionsText& t) { t.recipe = "mup:width=3"; }, "--recipe: ", "recipe: ",
-       "recipe 'mup': unknown parameter 'width' (valid: base_width; write name:key=value)"},
+       "recipe 'mup': parameter 'width' is unknown (valid: base_width; write name:key=value)"},
       {[](OptionsText& t) { t.init_overrides = {{"*", "normal(0,-1)"}}; }, "--init-override '*=normal(0,-1)': ",
-       "overrides['*']: ", "invalid fill normal(0, -1): std must be positive"},
+       "overrides['*']: ", "fill 'normal(0, -1)' is invalid: std must be positive"},
       {[](OptionsText& t) { t.init_overrides = {{"*", "gaussian(0,1)"}}; }, "--init-override '*=gaussian(0,1)': ",
-       "overrides['*']: ", "fill 'gaussian(0,1)': unknown fill 'gaussian' (valid: constant, "},
+       "overrides['*']: ", "fill 'gaussian(0,1)': fill 'gaussian' is unknown (valid: constant, "},
       {[](OptionsText& t) { t.init_overrides = {{"", "constant(1)"}}; }, "--init-override '=constant(1)': ",
        "overrides['']: ", "the pattern is empty (it would match no tensor)"},
       {[](OptionsText& t) { t.layout = "restack"; }, "--layout: ", "layout: ",
-       "unknown layout 'restack' (valid: per-layer, stacked)"},
+       "layout 'restack' is unknown (valid: per-layer, stacked)"},
       {[](OptionsText& t) { t.orientation = "sideways"; }, "--orientation: ", "orientation: ",
-       "unknown orientation 'sideways' (valid: out-in, in-out)"},
+       "orientation 'sideways' is unknown (valid: out-in, in-out)"},
       {[](OptionsText& t) { t.experts = "fused"; }, "--experts: ", "experts: ",
-       "unknown expert layout 'fused' (valid: per-expert, stacked)"},
+       "expert layout 'fused' is unknown (valid: per-expert, stacked)"},
       // User text is escaped, in the name and in the reason: one line.
       {[](OptionsText& t) { t.dtype_overrides = {{"a\nb", "x\ny"}}; }, "--dtype-override 'a\\x0ab=x\\x0ay': ",
-       "dtype_overrides['a\\x0ab']: ", "unknown dtype 'x\\x0ay'"},
+       "dtype_overrides['a\\x0ab']: ", "dtype 'x\\x0ay' is unknown"},
   };
   for (const Case& c : cases) {
     OptionsText t;

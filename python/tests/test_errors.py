@@ -110,18 +110,18 @@ def test_numpy_integers_are_integers():
         (dict(overrides={"*\ud800*": "constant(0)"}), ["overrides key", "surrogate"]),
         # Values the library reads (init/options.hpp): the argument's name starts the line, as the
         # CLI's flag does.
-        (dict(dtype="fp8"), ["dtype: unknown dtype 'fp8' (valid: fp32, fp16, bf16)"]),
-        (dict(dtype="bf\n16"), ["dtype: unknown dtype 'bf\\x0a16'"]),
-        (dict(dtype_overrides={"*norm*": "fp9"}), ["dtype_overrides['*norm*']: unknown dtype 'fp9'"]),
+        (dict(dtype="fp8"), ["dtype: dtype 'fp8' is unknown (valid: fp32, fp16, bf16)"]),
+        (dict(dtype="bf\n16"), ["dtype: dtype 'bf\\x0a16' is unknown"]),
+        (dict(dtype_overrides={"*norm*": "fp9"}), ["dtype_overrides['*norm*']: dtype 'fp9' is unknown"]),
         (dict(dtype_overrides={"": "fp32"}), ["dtype_overrides['']: the pattern is empty"]),
-        (dict(recipe="nope"), ["recipe: unknown recipe 'nope'"]),
-        (dict(recipe="mup:width=3"), ["recipe: recipe 'mup': unknown parameter 'width'"]),
-        (dict(overrides={"*": "normal(0,-1)"}), ["overrides['*']: invalid fill normal(0, -1): std must be positive"]),
-        (dict(overrides={"*": "gaussian(0,1)"}), ["overrides['*']: fill 'gaussian(0,1)': unknown fill 'gaussian'"]),
+        (dict(recipe="nope"), ["recipe: recipe 'nope' is unknown"]),
+        (dict(recipe="mup:width=3"), ["recipe: recipe 'mup': parameter 'width' is unknown"]),
+        (dict(overrides={"*": "normal(0,-1)"}), ["overrides['*']: fill 'normal(0, -1)' is invalid: std must be positive"]),
+        (dict(overrides={"*": "gaussian(0,1)"}), ["overrides['*']: fill 'gaussian(0,1)': fill 'gaussian' is unknown"]),
         (dict(overrides={"": "constant(0)"}), ["overrides['']: the pattern is empty"]),
-        (dict(layout="diagonal"), ["layout: unknown layout 'diagonal' (valid: per-layer, stacked)"]),
-        (dict(orientation="sideways"), ["orientation: unknown orientation 'sideways'"]),
-        (dict(experts="fused"), ["experts: unknown expert layout 'fused'"]),
+        (dict(layout="diagonal"), ["layout: layout 'diagonal' is unknown (valid: per-layer, stacked)"]),
+        (dict(orientation="sideways"), ["orientation: orientation 'sideways' is unknown"]),
+        (dict(experts="fused"), ["experts: expert layout 'fused' is unknown"]),
     ],
 )
 def test_bad_build_arguments(kwargs, names):
