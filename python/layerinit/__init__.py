@@ -294,7 +294,7 @@ def plan(
 def _target(array: Any) -> tuple[Any, Optional[str]]:
     """The array DLPack can export, and the dtype its elements' bits hold when it differs."""
     if array is None:
-        raise ValueError("array: expected an array that exports DLPack (__dlpack__) or the buffer protocol, got None")
+        raise ValueError("array must export DLPack (__dlpack__) or the buffer protocol, got None")
     if getattr(array, "requires_grad", False) and hasattr(array, "detach"):
         return array.detach(), None  # same storage; DLPack refuses tensors that require grad
     if type(array).__module__ == "numpy" and getattr(array.dtype, "name", "") == "bfloat16":

@@ -91,7 +91,7 @@ Context& cuda_context() {
 Context& context_for(const std::string& device) {
   if (device == "cpu") return host_context();
   if (device == "cuda" || device == "cuda:0") return cuda_context();
-  throw std::invalid_argument("unknown device '" + printable(device) + "' (valid: cpu, cuda, cuda:0)");
+  bad_argument("device", device, "is unknown (valid: cpu, cuda, cuda:0)");
 }
 
 nb::dlpack::dtype dl_dtype(DType t) {
@@ -100,7 +100,7 @@ nb::dlpack::dtype dl_dtype(DType t) {
     case DType::f16: return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
     case DType::bf16: return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
   }
-  throw std::logic_error("dl_dtype: unknown dtype");
+  LAYERINIT_FAIL("dl_dtype: unknown dtype");
 }
 
 // The layerinit dtype of an imported array; ValueError naming what it is otherwise.
@@ -110,8 +110,7 @@ DType dtype_of(const nb::dlpack::dtype& d) {
   if (d.lanes == 1 && d.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat) && d.bits == 16) return DType::bf16;
   static const char* codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
   const std::string code = d.code < 7 ? codes[d.code] : "code " + std::to_string(d.code);
-  throw std::invalid_argument("array dtype " + code + std::to_string(d.bits) +
-                              " is not one layerinit fills (valid: float32, float16, bfloat16)");
+  bad_argument("array dtype", code + std::to_string(d.bits), "is not one layerinit fills (valid: float32, float16, bfloat16)");
 }
 
 std::string shape_text(const Shape& s) { return shape_string(s); }
@@ -120,12 +119,12 @@ std::string shape_text(const Shape& s) { return shape_string(s); }
 // (a lone surrogate).
 std::string text_arg(nb::handle v, const std::string& what) {
   if (!nb::isinstance<nb::str>(v))
-    throw std::invalid_argument(what + " must be a str, got " + nb::cast<std::string>(nb::str(v.type().attr("__name__"))));
+    bad_argument(what, "must be a str, got " + quote(nb::cast<std::string>(nb::str(v.type().attr("__name__")))));
   Py_ssize_t size = 0;
   const char* utf8 = PyUnicode_AsUTF8AndSize(v.ptr(), &size);
   if (utf8 == nullptr) {
     PyErr_Clear();
-    throw std::invalid_argument(what + " is not valid text (a lone surrogate)");
+    bad_argument(what, "is not valid text (a lone surrogate)");
   }
   return std::string(utf8, static_cast<std::size_t>(size));
 }
@@ -175,21 +174,20 @@ Imported import_region(nb::handle obj, bool allow_strided, std::optional<DType> 
   if (nb::hasattr(type, "__module__")) {
     const std::string mod = nb::cast<std::string>(nb::str(type.attr("__module__")));
     if (mod.rfind("jax", 0) == 0 || mod.rfind("jaxlib", 0) == 0)
-      throw std::invalid_argument("JAX arrays are immutable and cannot be filled in place: use layerinit.jax.build");
+      bad_argument("array", "is a JAX array: JAX arrays are immutable and cannot be filled in place (use layerinit.jax.build)");
   }
   nb::ndarray<> a;
   if (!nb::try_cast(obj, a, false)) {
     nb::ndarray<nb::ro> ro;
     if (nb::try_cast(obj, ro, false))
-      throw std::invalid_argument("array is read-only: layerinit.fill_ writes in place and needs a writable array");
-    throw std::invalid_argument("array: expected an array that exports DLPack (__dlpack__) or the buffer protocol, got " +
-                                nb::cast<std::string>(nb::str(type.attr("__name__"))));
+      bad_argument("array", "is read-only: layerinit.fill_ writes in place and needs a writable array");
+    bad_argument("array", "must export DLPack (__dlpack__) or the buffer protocol, got " +
+                              quote(nb::cast<std::string>(nb::str(type.attr("__name__")))));
   }
   Imported r;
   if (bits_as) {
     if (a.dtype().lanes != 1 || a.dtype().bits != 8 * dtype_size(*bits_as))
-      throw std::invalid_argument("an array of " + std::to_string(a.dtype().bits) + "-bit elements cannot hold " +
-                                  std::string(dtype_name(*bits_as)));
+      bad_argument("array", "of " + std::to_string(a.dtype().bits) + "-bit elements cannot hold " + std::string(dtype_name(*bits_as)));
     r.dtype = *bits_as;
   } else {
     r.dtype = dtype_of(a.dtype());
@@ -197,22 +195,24 @@ Imported import_region(nb::handle obj, bool allow_strided, std::optional<DType> 
   r.device_type = a.device_type();
   if (r.device_type != kDLCPU && r.device_type != kDLCUDAHost && r.device_type != kDLCUDA &&
       r.device_type != kDLCUDAManaged)
-    throw std::invalid_argument("array on DLPack device type " + std::to_string(r.device_type) +
-                                ": layerinit fills CPU and CUDA memory");
+    bad_argument("array", "is on DLPack device type " + std::to_string(r.device_type) + ": layerinit fills CPU and CUDA memory");
   if ((r.device_type == kDLCUDA || r.device_type == kDLCUDAManaged) && a.device_id() != 0)
-    throw std::invalid_argument("array on cuda:" + std::to_string(a.device_id()) + ": layerinit's CUDA backend uses cuda:0");
+    bad_argument("array", "is on cuda:" + std::to_string(a.device_id()) + ": layerinit's CUDA backend uses cuda:0");
   r.region.data = a.data();
+  // A view at an odd byte offset (np.frombuffer(b, offset=1)): the fill writes whole elements.
+  if (reinterpret_cast<std::uintptr_t>(a.data()) % dtype_size(r.dtype) != 0)
+    bad_argument("array", "is not aligned to its " + std::to_string(dtype_size(r.dtype)) + "-byte elements");
   for (std::size_t d = 0; d < a.ndim(); ++d) r.shape.push_back(a.shape(d));
   if (a.stride_ptr() == nullptr || numel(r.shape) == 0) return r;  // dense, or nothing to write
   for (std::size_t d = 0; d < a.ndim(); ++d) {  // a dimension of extent 1 has no stride that matters
-    if (a.stride(d) < 0 && a.shape(d) > 1) throw std::invalid_argument("array has a negative stride");
+    if (a.stride(d) < 0 && a.shape(d) > 1) bad_argument("array", "has a negative stride");
     r.region.strides.push_back(a.shape(d) > 1 ? static_cast<std::uint64_t>(a.stride(d)) : 0);
   }
   if (dense_from(r.shape, r.region.strides) == 0) {
     r.region.strides.clear();
   } else if (!allow_strided) {
-    throw std::invalid_argument("array of shape " + shape_text(r.shape) +
-                                " is not contiguous (row-major): fill a contiguous array, or .contiguous() and copy back");
+    bad_argument("array", "of shape " + shape_text(r.shape) +
+                              " is not contiguous (row-major): fill a contiguous array, or .contiguous() and copy back");
   }
   return r;
 }
@@ -222,7 +222,7 @@ Shape offset_arg(const std::vector<std::uint64_t>& offset, const Imported& r) {
   Shape off(offset.begin(), offset.end());
   if (off.empty()) off = Shape(r.shape.size(), 0);
   if (off.size() != r.shape.size())
-    throw std::invalid_argument("offset has " + std::to_string(off.size()) + " dimensions, the array " + std::to_string(r.shape.size()));
+    bad_argument("offset", "has " + std::to_string(off.size()) + " dimensions, the array " + std::to_string(r.shape.size()));
   return off;
 }
 
@@ -232,8 +232,8 @@ int composite_jobs(nb::handle array, const Composite& c, std::uint64_t seed, con
                    bool allow_strided, const std::optional<std::string>& bits_as, std::vector<FillJob>& jobs) {
   const Imported r = import_region(array, allow_strided, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
   if (r.dtype != c.dtype)
-    throw std::invalid_argument("the composite is " + std::string(dtype_name(c.dtype)) + " but the array is " +
-                                std::string(dtype_name(r.dtype)));
+    bad_argument("array", std::string(": the composite is ") + std::string(dtype_name(c.dtype)) + " but the array is " +
+                              std::string(dtype_name(r.dtype)));
   composite_fill_jobs(c, Box{offset_arg(offset, r), r.shape}, r.region, seed, jobs);
   return r.device_type;
 }
@@ -272,8 +272,8 @@ class Plan {
   // name -> (memory shape, dtype, kind, layer or None)
   nb::list tensors() const {
     if (const std::uint64_t n = index_->tensor_count(); n > max_listed_tensors)
-      throw std::invalid_argument("plan of " + printable(spec_.name) + ": " + std::to_string(n) + " tensors are too many to list (at most " +
-                                  std::to_string(max_listed_tensors) + "); look tensors up by name");
+      bad_argument("plan of", spec_.name, ": " + std::to_string(n) + " tensors are too many to list (at most " +
+                                              std::to_string(max_listed_tensors) + "); look tensors up by name");
     nb::list out;
     // The checkpoint's datasets (one walk of the plan): a stacked buffer is a layer part without a layer.
     for_each_dataset(*builder_, [&](DatasetSpec d, Part::Kind kind, std::optional<std::uint64_t> layer) {
@@ -297,7 +297,7 @@ class Plan {
     c.dtype = parse_dtype(dtype);
     for (auto& part : c.parts) part.dtype = c.dtype;
     if (const Shape want(shape.begin(), shape.end()); c.shape != want)
-      throw std::invalid_argument("its tensors make " + shape_string(c.shape) + ", the leaf is " + shape_string(want));
+      bad_argument("the leaf", "is " + shape_string(want) + " but its tensors make " + shape_string(c.shape));
     c.validate();
     return c;
   }
@@ -356,13 +356,13 @@ nb::dict build(const Plan& plan, const std::string& device, const std::optional<
       try {
         return ParallelPlan::checked(plan.spec(), parallel_degrees(named), std::nullopt, "").degrees();
       } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument("mesh: " + std::string(e.what()));
+        bad_argument("mesh", std::string(": ") + e.what());
       }
     }();
     const ParallelPlan pp = ParallelPlan::checked(plan.spec(), degrees, rank, "");
     if (!rank)
-      throw std::invalid_argument("mesh " + pp.describe() + ": build needs rank=R, the rank to build (0-" +
-                                  std::to_string(pp.ranks() - 1) + ")");
+      bad_argument("rank", "is needed: build on mesh " + pp.describe() + " needs rank=R, the rank to build (0-" +
+                               std::to_string(pp.ranks() - 1) + ")");
     const RankPlan rp(builder, pp, *rank);
     check_memory(*be, {"this rank's pieces", plan_rank(rp, TrainingSetup::mixed).weight_bytes, records});
     RankModel m;
@@ -520,7 +520,7 @@ NB_MODULE(_core, m) {
                 t.init = f;
                 found = true;
               }
-          if (!found) throw std::invalid_argument("tensor '" + printable(name) + "' is not in " + printable(out.spec.name));
+          if (!found) bad_argument("tensor", name, "is not in " + quote(out.spec.name));
         }
         return out;
       }, "fills"_a, "This spec with `fills` (canonical name -> Fill) as the named tensors' init (pre, post, a one-layer block).")
@@ -601,7 +601,7 @@ NB_MODULE(_core, m) {
                    const std::optional<std::string>& dtype, const std::optional<std::string>& bits_as) {
     const Imported r = import_region(array, false, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
     if (dtype && parse_dtype(*dtype) != r.dtype)
-      throw std::invalid_argument("dtype mismatch: asked for " + *dtype + ", the array is " + std::string(dtype_name(r.dtype)));
+      bad_argument("dtype", *dtype, "does not match the array's " + std::string(dtype_name(r.dtype)));
     PlannedTensor p;
     p.name = name;
     p.dtype = r.dtype;
@@ -609,12 +609,12 @@ NB_MODULE(_core, m) {
     p.memory_shape = global_shape ? Shape(global_shape->begin(), global_shape->end()) : r.shape;
     const Shape off = offset ? Shape(offset->begin(), offset->end()) : Shape(r.shape.size(), 0);
     if (p.memory_shape.size() != r.shape.size() || off.size() != r.shape.size())
-      throw std::invalid_argument("array of shape " + shape_text(r.shape) + ": global_shape " + shape_text(p.memory_shape) +
-                                  " and offset " + shape_text(off) + " need one entry per dimension");
+      bad_argument("array", "of shape " + shape_text(r.shape) + ": global_shape " + shape_text(p.memory_shape) + " and offset " +
+                                shape_text(off) + " need one entry per dimension");
     p.transposed = transposed;
     p.shape = p.memory_shape;
     if (transposed) {
-      if (p.shape.size() != 2) throw std::invalid_argument("transposed=True needs a 2-D tensor");
+      if (p.shape.size() != 2) bad_argument("transposed", "=True needs a 2-D tensor");
       std::swap(p.shape[0], p.shape[1]);
     }
     validate_fill(fill);
@@ -635,13 +635,13 @@ NB_MODULE(_core, m) {
   m.def("fill_composites", [](const std::vector<nb::handle>& arrays, const std::vector<const Composite*>& composites,
                               std::uint64_t seed, const std::vector<std::vector<std::uint64_t>>& offsets, bool allow_strided) {
     if (composites.size() != arrays.size() || offsets.size() != arrays.size())
-      throw std::invalid_argument(std::to_string(arrays.size()) + " arrays, " + std::to_string(composites.size()) +
-                                  " composites and " + std::to_string(offsets.size()) + " offsets: one each per array");
+      bad_argument("arrays, composites and offsets", "are " + std::to_string(arrays.size()) + ", " + std::to_string(composites.size()) +
+                                                        " and " + std::to_string(offsets.size()) + ": one each per array");
     // Every array checked and its jobs made before anything is written; then one run per device,
     // the host's over one pool of threads for all the arrays.
     std::vector<FillJob> host, cuda;
     for (std::size_t i = 0; i < arrays.size(); ++i) {
-      if (composites[i] == nullptr) throw std::invalid_argument("composites[" + std::to_string(i) + "] is None");
+      if (composites[i] == nullptr) bad_argument("composites[" + std::to_string(i) + "]", "is None");
       std::vector<FillJob> jobs;
       const int device_type = composite_jobs(arrays[i], *composites[i], seed, offsets[i], allow_strided, std::nullopt, jobs);
       auto& to = device_type == kDLCUDA || device_type == kDLCUDAManaged ? cuda : host;
@@ -695,7 +695,7 @@ NB_MODULE(_core, m) {
       }, "DLPack capsule of this array (versioned when the consumer asks max_version >= (1, 0)).")
       .def("_numpy_view", [](nb::handle self) {
         const Array& a = nb::cast<const Array&>(self);
-        if (a.ctx->device_type != kDLCPU) throw std::invalid_argument("__array__ needs a CPU array: this one is on " + std::string("cuda:0"));
+        if (a.ctx->device_type != kDLCPU) bad_argument("__array__", "needs a CPU array: this one is on cuda:0");
         std::vector<std::size_t> shape(a.tensor.view.shape.begin(), a.tensor.view.shape.end());
         nb::dlpack::dtype t = dl_dtype(a.tensor.view.dtype);
         if (a.tensor.view.dtype == DType::bf16) t = {static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt), 16, 1};

@@ -126,7 +126,7 @@ def test_spec_dict_and_file(tmp_path):
         (dict(model="llama-tiny", recipe="nope"), "recipe 'nope' is unknown"),
         (dict(model="llama-tiny", dtype="fp8"), "fp8"),
         (dict(model="llama-tiny", layout="diagonal"), "diagonal"),
-        (dict(model="llama-tiny", device="tpu"), "unknown device 'tpu'"),
+        (dict(model="llama-tiny", device="tpu"), "device 'tpu' is unknown"),
         (dict(model="llama-tiny", mesh={"tp": 2}), "needs rank"),
         (dict(model="llama-tiny", mesh={"tp": 2}, rank=2), "outside the mesh"),
         (dict(model="llama-tiny", mesh={"xp": 2}, rank=0), "unknown mesh dimension 'xp'"),

@@ -171,5 +171,5 @@ def test_fill_composites_checks_every_array_before_writing():
         layerinit._core.fill_composites([first, torch.zeros(256, 128, dtype=torch.bfloat16)[:, :64]], [embed, embed], 2,
                                         [[], []])
     assert torch.count_nonzero(first) == 0
-    with pytest.raises(ValueError, match="2 arrays, 1 composites and 2 offsets: one each per array"):
+    with pytest.raises(ValueError, match="arrays, composites and offsets are 2, 1 and 2: one each per array"):
         layerinit._core.fill_composites([first, first], [embed], 2, [[], []])

@@ -228,5 +228,5 @@ def test_plan_of_2_to_the_40_layers_needs_no_memory_per_layer():
     out = r.stdout.splitlines()
     assert out[0] == "normal(0, 0.02) [64, 64]"
     assert out[1] == "normal(0, 0.02)"
-    assert out[2].startswith("tensors: plan of llama-tiny: 9895604649987 tensors are too many to list (at most 1048576)")
+    assert out[2].startswith("tensors: plan of 'llama-tiny': 9895604649987 tensors are too many to list (at most 1048576)")
     assert out[-1] == "ok"

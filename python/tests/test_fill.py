@@ -65,15 +65,16 @@ def test_requires_grad_parameter_is_filled():
         (lambda: torch.empty(176, 128)[:, ::2], {}, "not contiguous"),
         (lambda: np.zeros((4, 4), np.float32).view(np.float32)[::2], {}, "not contiguous"),
         (lambda: _readonly(), {}, "read-only"),
+        (lambda: np.frombuffer(bytearray(40), np.float32, count=8, offset=1), {}, "not aligned to its 4-byte elements"),
         (lambda: np.zeros((4, 4), np.float64), {}, "float64"),
         (lambda: torch.zeros(4, 4, dtype=torch.int32), {}, "int32"),
-        (lambda: torch.zeros(4, 4), {"dtype": "bf16"}, "dtype mismatch"),
+        (lambda: torch.zeros(4, 4), {"dtype": "bf16"}, "does not match the array's fp32"),
         (lambda: _jax_array(), {}, "immutable"),
         (lambda: torch.zeros(4, 4), {"global_shape": (4, 4), "offset": (1, 0)}, "outside"),
         (lambda: torch.zeros(4, 4), {"global_shape": (4,)}, "one entry per dimension"),
         (lambda: torch.zeros(4, 4), {"fill": "gaussian(0, 1)"}, "gaussian"),
         (lambda: torch.zeros(4, 4), {"fill": "normal(0, -1)"}, "std"),
-        (lambda: [1.0, 2.0], {}, "expected an array"),
+        (lambda: [1.0, 2.0], {}, "must export DLPack"),
     ],
 )
 def test_bad_arrays_raise_value_error(make, kwargs, message):
