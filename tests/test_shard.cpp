@@ -8,6 +8,7 @@
 #include <map>
 #include <vector>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/init/hf_spec.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/kernels/fill_grid.hpp>
@@ -40,8 +41,8 @@ TEST(Shard, ChunkSplitsLikeTorchChunkAndDTensor) {
   EXPECT_EQ(chunks(0, 3), (std::vector<Range>{{0, 0}, {0, 0}, {0, 0}}));
   EXPECT_EQ(chunk(7, 1, 0), (Range{0, 7}));
   EXPECT_EQ(chunk(UINT64_MAX, 2, 1), (Range{(UINT64_MAX / 2) + 1, UINT64_MAX / 2}));
-  EXPECT_THROW(chunk(4, 0, 0), std::invalid_argument);
-  EXPECT_THROW(chunk(4, 2, 2), std::invalid_argument);
+  EXPECT_THROW(chunk(4, 0, 0), layerinit::logic_error);  // misuse
+  EXPECT_THROW(chunk(4, 2, 2), layerinit::logic_error);
 }
 
 TEST(Shard, MeshNumbersRanksRowMajorWithTheLastDimensionFastest) {
@@ -57,11 +58,11 @@ TEST(Shard, MeshNumbersRanksRowMajorWithTheLastDimensionFastest) {
   EXPECT_EQ(Mesh().describe(), "1 rank");
   EXPECT_THROW(m.coords(6), std::out_of_range);
   EXPECT_THROW(m.rank(std::vector<std::uint64_t>{0, 3}), std::out_of_range);
-  EXPECT_THROW(m.rank(std::vector<std::uint64_t>{0}), std::out_of_range);
+  EXPECT_THROW(m.rank(std::vector<std::uint64_t>{0}), layerinit::logic_error);  // a wrong count: misuse
   EXPECT_THROW(m.dim_index("pp"), std::invalid_argument);
-  EXPECT_THROW(Mesh({{"dp", 0}}), std::invalid_argument);
-  EXPECT_THROW(Mesh({{"dp", 2}, {"dp", 2}}), std::invalid_argument);
-  EXPECT_THROW(Mesh({{"", 2}}), std::invalid_argument);
+  EXPECT_THROW(Mesh({{"dp", 0}}), layerinit::logic_error);  // a mesh is a program's: misuse
+  EXPECT_THROW(Mesh({{"dp", 2}, {"dp", 2}}), layerinit::logic_error);
+  EXPECT_THROW(Mesh({{"", 2}}), layerinit::logic_error);
   EXPECT_THROW(Mesh({{"a", 1ull << 32}, {"b", 1ull << 32}}), std::overflow_error);
 }
 
@@ -83,8 +84,8 @@ TEST(Shard, LocalBoxIsDTensorsLocalShapeAndGlobalOffset) {
   EXPECT_EQ(local_box({6, 7}, m, rep, 2), box({0, 0}, {6, 4}));
   EXPECT_TRUE(local_box({3, 2}, Mesh({{"dp", 4}}), std::vector{Placement::shard(0)}, 3).empty());
   EXPECT_EQ(local_box({3, 2}, Mesh({{"dp", 4}}), std::vector{Placement::shard(0)}, 3), box({3, 0}, {0, 2}));
-  EXPECT_THROW(local_box({6, 7}, m, std::vector{Placement::shard(0)}, 0), std::invalid_argument);
-  EXPECT_THROW(local_box({6}, m, p01, 0), std::invalid_argument);  // Shard(1) of a vector
+  EXPECT_THROW(local_box({6, 7}, m, std::vector{Placement::shard(0)}, 0), layerinit::logic_error);  // misuse
+  EXPECT_THROW(local_box({6}, m, p01, 0), layerinit::logic_error);  // Shard(1) of a vector
   EXPECT_THROW(local_box({6, 7}, m, p01, 4), std::out_of_range);
   EXPECT_EQ(Placement::shard(2).describe(), "Shard(2)");
   EXPECT_EQ(Placement::replicate().describe(), "Replicate()");
