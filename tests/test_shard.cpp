@@ -492,8 +492,8 @@ TEST(Shard, BadDegreesAreOneLineErrors) {
     return "";
   };
   const ModelSpec llama = make_preset("llama-tiny"), mix = make_preset("mixtral-tiny");
-  EXPECT_EQ(message(llama, {.tp = 0}), "tp must be at least 1");
-  EXPECT_EQ(message(llama, {.fsdp = 0}), "fsdp must be at least 1");
+  EXPECT_EQ(message(llama, {.tp = 0}), "tp 0 must be at least 1");
+  EXPECT_EQ(message(llama, {.fsdp = 0}), "fsdp 0 must be at least 1");
   EXPECT_EQ(message(llama, {.pp = 5}), "pp 5 needs at least 5 layers; 'llama-tiny' has 4");
   // Stages split the repeated block: DeepSeek-V3's dense layer before it is not a stage's (plan lists
   // 3 layers; issue 19 said "has 2" alone).
@@ -525,7 +525,7 @@ TEST(Shard, MeshDegreesAndTheirChecksAreShared) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message([] { parallel_degrees(Named{{"xp", 2}}); }), "unknown mesh dimension 'xp' (valid: tp, pp, ep, fsdp)");
+  EXPECT_EQ(message([] { parallel_degrees(Named{{"xp", 2}}); }), "mesh dimension 'xp' is unknown (valid: tp, pp, ep, fsdp)");
   EXPECT_EQ(message([] { parallel_degrees(Named{{"tp", 2}, {"tp", 4}}); }), "mesh dimension 'tp' appears twice");
   const ModelSpec spec = make_preset("llama-tiny");
   const ParallelDegrees huge{1ull << 32, 1, 1, 1ull << 32};
