@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include <layerinit/core/text.hpp>
+#include <layerinit/core/errors.hpp>
 
 namespace layerinit {
 
@@ -12,12 +12,11 @@ void check_box(const PlannedTensor& p, const Box& box) {
   const Shape& g = p.memory_shape;
   const std::size_t n = g.size();
   if (box.offset.size() != n || box.shape.size() != n)
-    throw std::invalid_argument("tensor '" + printable(p.name) + "': a box of rank " + std::to_string(box.shape.size()) +
-                                " for a tensor of rank " + std::to_string(n));
+    bad_argument("tensor", p.name, ": a box of rank " + std::to_string(box.shape.size()) + " for a tensor of rank " + std::to_string(n));
   for (std::size_t d = 0; d < n; ++d)
     if (box.offset[d] > g[d] || box.shape[d] > g[d] - box.offset[d])
-      throw std::invalid_argument("tensor '" + printable(p.name) + "': box at " + shape_string(box.offset) + " of " +
-                                  shape_string(box.shape) + " lies outside " + shape_string(g));
+      bad_argument("tensor", p.name,
+                   ": box at " + shape_string(box.offset) + " of " + shape_string(box.shape) + " lies outside " + shape_string(g));
 }
 
 // box_fill_jobs of a box already checked.
@@ -108,15 +107,15 @@ void region_fill_jobs(const PlannedTensor& p, const FillJob& whole, const Box& b
                       std::vector<FillJob>& out) {
   check_box(p, box);
   const std::size_t n = box.shape.size();
-  if (!dst.strides.empty() && dst.strides.size() != n)
-    throw std::invalid_argument("tensor '" + printable(p.name) + "': " + std::to_string(dst.strides.size()) +
-                                " strides for a box of rank " + std::to_string(n));
+  // The region's strides are its array's, as the box's shape is: a count apart is the caller's mistake.
+  LAYERINIT_EXPECTS(dst.strides.empty() || dst.strides.size() == n,
+                    "tensor " + quote(p.name) + ": " + std::to_string(dst.strides.size()) + " strides for a box of rank " +
+                        std::to_string(n));
   if (box.empty()) return;
   const std::size_t k = dst.strides.empty() ? 0 : dense_from(box.shape, dst.strides);
   if (k == 0) return box_jobs(p, whole, box, dst.data, out);
   if (k == n)
-    throw std::invalid_argument("tensor '" + printable(p.name) + "': the region's last dimension is not contiguous (stride " +
-                                std::to_string(dst.strides[n - 1]) + ")");
+    bad_argument("tensor", p.name, ": the region's last dimension is not contiguous (stride " + std::to_string(dst.strides[n - 1]) + ")");
   // One dense sub-box per index of dimensions 0..k-1.
   const std::uint64_t esize = dtype_size(p.dtype);
   Box sub = box;

@@ -41,8 +41,8 @@ struct Region {
 // leading dimensions in which the region is not dense, so a region costs jobs only where its layout
 // breaks the runs (a dense region, or one strided only in dimension 0 past a dense rest, is one
 // box_fill_jobs call; a [rows, cols] piece of a wider row is one job per row). Throws
-// std::invalid_argument for a box outside the tensor, a stride count other than its rank, or a last
-// dimension that is not contiguous.
+// std::invalid_argument for a box outside the tensor or a last dimension that is not contiguous; a
+// stride count other than the box's rank is misuse (layerinit::logic_error).
 LAYERINIT_API void region_fill_jobs(const PlannedTensor& p, const Box& box, const Region& dst, std::uint64_t seed,
                                     std::vector<FillJob>& out);
 LAYERINIT_API void region_fill_jobs(const PlannedTensor& p, const FillJob& whole, const Box& box, const Region& dst,

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
 #include <layerinit/init/json_read.hpp>
 #include <layerinit/init/spec_json.hpp>
@@ -29,9 +30,7 @@ std::string part_label(const CompositePart& p, std::size_t i) {
 // Walks a name template: lit(text) for literal text, axis(k) for "{k}". Throws naming the template.
 template <class Lit, class Axis>
 void walk_template(std::string_view t, Lit lit, Axis axis) {
-  auto bad = [&](const std::string& why) {
-    throw std::invalid_argument("name template '" + printable(t, kMaxNameInMessage) + "': " + why);
-  };
+  auto bad = [&](const std::string& why) { bad_argument("name template", printable(t, kMaxNameInMessage), ": " + why); };
   for (std::size_t i = 0; i < t.size();) {
     const char c = t[i];
     if ((c == '{' || c == '}') && i + 1 < t.size() && t[i + 1] == c) {
@@ -46,7 +45,7 @@ void walk_template(std::string_view t, Lit lit, Axis axis) {
       std::size_t k = 0;
       const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), k);
       if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
-        bad("'{" + printable(digits, 20) + "}' is not a stack axis ({0}, {1}, ...)");
+        bad(quote("{" + printable(digits, 20) + "}") + " is not a stack axis ({0}, {1}, ...)");
       axis(k);
       i = close + 1;
     } else {
@@ -103,8 +102,7 @@ RowPermutation parse_row_permutation(std::string_view text) {
     const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
     if (!digits.empty() && ec == std::errc() && end == digits.data() + digits.size()) return RowPermutation::rope_interleave(v);
   }
-  throw std::invalid_argument("unknown row permutation '" + printable(text, kMaxNameInMessage) +
-                              "' (valid: none, rope_interleave(HEAD_DIM))");
+  bad_argument("row permutation", printable(text, kMaxNameInMessage), "is unknown (valid: none, rope_interleave(HEAD_DIM))");
 }
 
 // ---- names ----
@@ -125,8 +123,8 @@ std::string expand_template(std::string_view name, std::span<const std::uint64_t
       name, [&](std::string_view s) { out += s; },
       [&](std::size_t k) {
         if (k >= index.size())
-          throw std::invalid_argument("name template '" + printable(name, kMaxNameInMessage) + "': {" + std::to_string(k) +
-                                      "} names no stack axis (" + std::to_string(index.size()) + " axes)");
+          bad_argument("name template", printable(name, kMaxNameInMessage),
+                       ": {" + std::to_string(k) + "} names no stack axis (" + std::to_string(index.size()) + " axes)");
         out += std::to_string(index[k]);
       });
   return out;
@@ -154,8 +152,7 @@ std::uint64_t Composite::slices() const {
 PlannedTensor Composite::tensor(std::size_t p, std::span<const std::uint64_t> index) const {
   if (p >= parts.size()) throw std::out_of_range("composite: part " + std::to_string(p) + " of " + std::to_string(parts.size()));
   if (index.size() != stack.size())
-    throw std::invalid_argument("composite: " + std::to_string(index.size()) + " stack indices for " +
-                                std::to_string(stack.size()) + " axes");
+    bad_argument("composite", ": " + std::to_string(index.size()) + " stack indices for " + std::to_string(stack.size()) + " axes");
   const CompositePart& part = parts[p];
   std::uint64_t flat = 0;
   Shape names(stack.size());
@@ -170,7 +167,8 @@ PlannedTensor Composite::tensor(std::size_t p, std::span<const std::uint64_t> in
     if (flat < r.count) return part_tensor(part, names, r.fill);
     flat -= r.count;
   }
-  throw std::invalid_argument("composite: " + part_label(part, p) + " has no fill for stack position " + std::to_string(flat));
+  // validate() makes the fills cover every position: a composite without is one it never saw.
+  LAYERINIT_FAIL("composite: " + part_label(part, p) + " has no fill for stack position " + std::to_string(flat));
 }
 
 void Composite::validate() const {
@@ -255,8 +253,7 @@ void Composite::validate() const {
       walk_template(
           p.name, [](std::string_view) {},
           [&](std::size_t k) {
-            if (k >= K)
-              throw std::invalid_argument("{" + std::to_string(k) + "} names no stack axis (" + std::to_string(K) + " axes)");
+            if (k >= K) bad_argument("{" + std::to_string(k) + "}", "names no stack axis (" + std::to_string(K) + " axes)");
             seen[k] = true;
           });
     } catch (const std::invalid_argument& e) {
@@ -417,21 +414,18 @@ void permuted_jobs(const PlannedTensor& p, const FillJob& whole, const RowPermut
 void composite_fill_jobs(const Composite& c, const Box& box, const Region& dst, std::uint64_t seed,
                          std::vector<FillJob>& out) {
   const std::size_t n = c.shape.size(), K = c.stack.size();
-  if (box.offset.size() != n || box.shape.size() != n)
-    throw std::invalid_argument("composite of shape " + shape_string(c.shape) + ": a box of rank " +
-                                std::to_string(box.shape.size()));
+  auto what = [&] { return "composite of shape " + shape_string(c.shape); };
+  if (box.offset.size() != n || box.shape.size() != n) bad_argument(what(), ": a box of rank " + std::to_string(box.shape.size()));
   for (std::size_t d = 0; d < n; ++d)
     if (box.offset[d] > c.shape[d] || box.shape[d] > c.shape[d] - box.offset[d])
-      throw std::invalid_argument("composite of shape " + shape_string(c.shape) + ": box at " + shape_string(box.offset) +
-                                  " of " + shape_string(box.shape) + " lies outside it");
-  if (!dst.strides.empty() && dst.strides.size() != n)
-    throw std::invalid_argument("composite: " + std::to_string(dst.strides.size()) + " strides for a box of rank " +
-                                std::to_string(n));
+      bad_argument(what(), ": box at " + shape_string(box.offset) + " of " + shape_string(box.shape) + " lies outside it");
+  // The region's strides are its array's, as the box's shape is: a count apart is the caller's mistake.
+  LAYERINIT_EXPECTS(dst.strides.empty() || dst.strides.size() == n,
+                    "composite: " + std::to_string(dst.strides.size()) + " strides for a box of rank " + std::to_string(n));
   if (box.empty()) return;
   const Shape strides = dst.strides.empty() ? dense_strides(box.shape) : dst.strides;
   if (n > 0 && box.shape[n - 1] > 1 && strides[n - 1] != 1)
-    throw std::invalid_argument("composite: the region's last dimension is not contiguous (stride " +
-                                std::to_string(strides[n - 1]) + ")");
+    bad_argument("composite", ": the region's last dimension is not contiguous (stride " + std::to_string(strides[n - 1]) + ")");
   const std::uint64_t esize = dtype_size(c.dtype);
   const std::size_t ns = n - K;  // slice rank
 

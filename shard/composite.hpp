@@ -88,7 +88,9 @@ struct LAYERINIT_API Composite {
 
   Shape slice_shape() const;       // shape without the stack axes
   std::uint64_t slices() const;    // stack positions (1 without stack axes)
-  // The tensor part `p` stands for at stack position `index` (one entry per axis, 0-based).
+  // The tensor part `p` stands for at stack position `index` (one entry per axis, 0-based). Throws
+  // std::out_of_range for a part or an index past its axis, std::invalid_argument for a count of
+  // indices other than the axes'.
   PlannedTensor tensor(std::size_t p, std::span<const std::uint64_t> index) const;
   // Throws spec_error (init/spec_json.hpp, a std::invalid_argument) with source "composite" and one
   // line naming the first problem: a shape that does not start

@@ -3,17 +3,18 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include <layerinit/core/text.hpp>
+#include <layerinit/core/errors.hpp>
 
 namespace layerinit {
 
 Mesh::Mesh(std::vector<MeshDim> dims) : dims_(std::move(dims)) {
   for (std::size_t i = 0; i < dims_.size(); ++i) {
     const MeshDim& d = dims_[i];
-    if (d.name.empty()) throw std::invalid_argument("mesh: a dimension has an empty name");
-    if (d.size == 0) throw std::invalid_argument("mesh: dimension '" + printable(d.name) + "' has size 0");
+    // A mesh is a program's (ParallelPlan's, from degrees it checked): a bad one is misuse.
+    LAYERINIT_EXPECTS(!d.name.empty(), "mesh: a dimension has an empty name");
+    LAYERINIT_EXPECTS(d.size > 0, "mesh: dimension " + quote(d.name) + " has size 0");
     for (std::size_t k = 0; k < i; ++k)
-      if (dims_[k].name == d.name) throw std::invalid_argument("mesh: dimension '" + printable(d.name) + "' appears twice");
+      LAYERINIT_EXPECTS(dims_[k].name != d.name, "mesh: dimension " + quote(d.name) + " appears twice");
     size_ = checked_mul(size_, d.size, "mesh size");
   }
 }
@@ -30,13 +31,12 @@ std::vector<std::uint64_t> Mesh::coords(std::uint64_t rank) const {
 }
 
 std::uint64_t Mesh::rank(std::span<const std::uint64_t> coords) const {
-  if (coords.size() != dims_.size())
-    throw std::out_of_range("mesh: " + std::to_string(coords.size()) + " coordinates for " + std::to_string(dims_.size()) +
-                            " dimensions");
+  LAYERINIT_EXPECTS(coords.size() == dims_.size(),
+                    "mesh: " + std::to_string(coords.size()) + " coordinates for " + std::to_string(dims_.size()) + " dimensions");
   std::uint64_t r = 0;
   for (std::size_t i = 0; i < dims_.size(); ++i) {
     if (coords[i] >= dims_[i].size)
-      throw std::out_of_range("mesh: coordinate " + std::to_string(coords[i]) + " of '" + dims_[i].name + "' (size " +
+      throw std::out_of_range("mesh: coordinate " + std::to_string(coords[i]) + " of " + quote(dims_[i].name) + " (size " +
                               std::to_string(dims_[i].size) + ")");
     r = r * dims_[i].size + coords[i];
   }
@@ -49,7 +49,7 @@ std::size_t Mesh::dim_index(std::string_view name) const {
     if (dims_[i].name == name) return i;
     names += (names.empty() ? "" : ", ") + dims_[i].name;
   }
-  throw std::invalid_argument("mesh has no dimension '" + printable(name) + "' (dimensions: " + names + ")");
+  bad_argument("mesh dimension", name, "is unknown (dimensions: " + names + ")");
 }
 
 std::string Mesh::describe() const {
@@ -69,8 +69,8 @@ bool Box::empty() const {
 Box whole_box(const Shape& global) { return {Shape(global.size(), 0), global}; }
 
 Range chunk(std::uint64_t n, std::uint64_t parts, std::uint64_t index) {
-  if (parts == 0) throw std::invalid_argument("chunk: 0 parts");
-  if (index >= parts) throw std::invalid_argument("chunk: piece " + std::to_string(index) + " of " + std::to_string(parts));
+  LAYERINIT_EXPECTS(parts > 0, "chunk: 0 parts");
+  LAYERINIT_EXPECTS(index < parts, "chunk: piece " + std::to_string(index) + " of " + std::to_string(parts));
   const std::uint64_t each = n / parts + (n % parts != 0);  // ceil without overflow
   // index * each may pass n (an empty piece) but never 2^64: index < parts and each <= n / parts + 1.
   const std::uint64_t begin = index * each;
@@ -79,8 +79,8 @@ Range chunk(std::uint64_t n, std::uint64_t parts, std::uint64_t index) {
 }
 
 Box split_box(const Box& box, std::size_t dim, std::uint64_t parts, std::uint64_t index) {
-  if (dim >= box.shape.size())
-    throw std::invalid_argument("Shard(" + std::to_string(dim) + ") of a tensor of rank " + std::to_string(box.shape.size()));
+  LAYERINIT_EXPECTS(dim < box.shape.size(),
+                    "Shard(" + std::to_string(dim) + ") of a tensor of rank " + std::to_string(box.shape.size()));
   const Range r = chunk(box.shape[dim], parts, index);
   Box out = box;
   out.offset[dim] += r.offset;
@@ -89,9 +89,8 @@ Box split_box(const Box& box, std::size_t dim, std::uint64_t parts, std::uint64_
 }
 
 Box local_box(const Shape& global, const Mesh& mesh, std::span<const Placement> placements, std::uint64_t rank) {
-  if (placements.size() != mesh.dims().size())
-    throw std::invalid_argument(std::to_string(placements.size()) + " placements for a mesh of " +
-                                std::to_string(mesh.dims().size()) + " dimensions");
+  LAYERINIT_EXPECTS(placements.size() == mesh.dims().size(), std::to_string(placements.size()) + " placements for a mesh of " +
+                                                                 std::to_string(mesh.dims().size()) + " dimensions");
   const std::vector<std::uint64_t> c = mesh.coords(rank);
   Box b = whole_box(global);
   for (std::size_t i = 0; i < placements.size(); ++i)

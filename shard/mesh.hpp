@@ -29,7 +29,7 @@ struct MeshDim {
 class LAYERINIT_API Mesh {
  public:
   Mesh() = default;  // one rank, no dimensions
-  // Throws std::invalid_argument for a size of 0, an empty or repeated name; std::overflow_error when
+  // A size of 0, an empty or repeated name is misuse (layerinit::logic_error); std::overflow_error when
   // the number of ranks exceeds 2^64 - 1.
   explicit Mesh(std::vector<MeshDim> dims);
 
@@ -37,7 +37,8 @@ class LAYERINIT_API Mesh {
   std::uint64_t size() const noexcept { return size_; }  // ranks
   // Coordinates of `rank`, one per dimension; throws std::out_of_range for rank >= size().
   std::vector<std::uint64_t> coords(std::uint64_t rank) const;
-  // The rank at `coords`; throws std::out_of_range for a wrong count or a coordinate past its size.
+  // The rank at `coords`; throws std::out_of_range for a coordinate past its size (a wrong count is
+  // misuse: layerinit::logic_error).
   std::uint64_t rank(std::span<const std::uint64_t> coords) const;
   // Index of the dimension called `name`; throws std::invalid_argument listing the names.
   std::size_t dim_index(std::string_view name) const;
@@ -74,8 +75,8 @@ LAYERINIT_API Box whole_box(const Shape& global);  // offset 0, the global shape
 // Piece `index` of `parts` of n elements, as torch.chunk and DTensor's Shard split a dimension: every
 // piece holds ceil(n / parts) elements but the trailing ones, which hold fewer or none. An empty piece
 // sits at offset n (DTensor's _local_shard_size_and_offset): n = 10 over 4 is 3, 3, 3, 1 at 0, 3, 6,
-// 9; n = 3 over 4 is 1, 1, 1, 0 at 0, 1, 2, 3. Throws std::invalid_argument for parts == 0 or index
-// >= parts.
+// 9; n = 3 over 4 is 1, 1, 1, 0 at 0, 1, 2, 3. parts == 0 or index >= parts is misuse
+// (layerinit::logic_error).
 struct Range {
   std::uint64_t offset = 0, size = 0;
   bool operator==(const Range&) const = default;
@@ -84,14 +85,14 @@ LAYERINIT_API Range chunk(std::uint64_t n, std::uint64_t parts, std::uint64_t in
 
 // `box` with its dimension `dim` split into `parts` pieces and piece `index` kept (chunk() of the
 // box's extent, offset from the box's own offset): DTensor's Shard(dim) applied to a local tensor.
-// Throws std::invalid_argument for a dim past the box's rank.
+// A dim past the box's rank is misuse (layerinit::logic_error).
 LAYERINIT_API Box split_box(const Box& box, std::size_t dim, std::uint64_t parts, std::uint64_t index);
 
 // The piece `rank` holds of a tensor of shape `global` with one placement per mesh dimension, split
 // in mesh order (DTensor's compute_local_shape_and_global_offset): with [Shard(0), Shard(0)] the first
-// mesh dimension splits dimension 0, the second splits that piece again. Throws std::invalid_argument
-// for a wrong number of placements or a Shard past the tensor's rank, std::out_of_range for a rank
-// outside the mesh.
+// mesh dimension splits dimension 0, the second splits that piece again. A wrong number of placements
+// or a Shard past the tensor's rank is misuse (layerinit::logic_error); a rank outside the mesh throws
+// std::out_of_range.
 LAYERINIT_API Box local_box(const Shape& global, const Mesh& mesh, std::span<const Placement> placements, std::uint64_t rank);
 
 }  // namespace layerinit

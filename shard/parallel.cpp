@@ -5,7 +5,7 @@
 #include <map>
 #include <stdexcept>
 
-#include <layerinit/core/text.hpp>
+#include <layerinit/core/errors.hpp>
 
 namespace layerinit {
 
@@ -124,14 +124,13 @@ ParallelDegrees parallel_degrees(std::span<const std::pair<std::string, std::uin
   ParallelDegrees d;
   std::vector<std::string_view> seen;
   for (const auto& [k, v] : named) {
-    if (std::find(seen.begin(), seen.end(), k) != seen.end())
-      throw std::invalid_argument("mesh dimension '" + printable(k) + "' appears twice");
+    if (std::find(seen.begin(), seen.end(), k) != seen.end()) bad_argument("mesh dimension", k, "appears twice");
     seen.push_back(k);
     if (k == "tp") d.tp = v;
     else if (k == "pp") d.pp = v;
     else if (k == "ep") d.ep = v;
     else if (k == "fsdp") d.fsdp = v;
-    else throw std::invalid_argument("unknown mesh dimension '" + printable(k) + "' (valid: tp, pp, ep, fsdp)");
+    else bad_argument("mesh dimension", k, "is unknown (valid: tp, pp, ep, fsdp)");
   }
   return d;
 }
@@ -143,40 +142,37 @@ ParallelPlan ParallelPlan::checked(const ModelSpec& spec, ParallelDegrees degree
   try {
     plan.emplace(spec, degrees);
   } catch (const std::overflow_error&) {
-    throw std::invalid_argument(f + "tp x " + f + "pp x " + f + "ep x " + f + "fsdp overflows 64 bits");
+    bad_argument(f + "tp x " + f + "pp x " + f + "ep x " + f + "fsdp", "overflows 64 bits");
   }
   if (rank && *rank >= plan->ranks())
-    throw std::invalid_argument(f + "rank " + std::to_string(*rank) + " is outside the mesh of " + std::to_string(plan->ranks()) +
-                                (plan->ranks() == 1 ? " rank" : " ranks") + " (" + plan->mesh().describe() + ": ranks 0-" +
-                                std::to_string(plan->ranks() - 1) + ")");
+    bad_argument(f + "rank", *rank,
+                 "is outside the mesh of " + std::to_string(plan->ranks()) + (plan->ranks() == 1 ? " rank" : " ranks") + " (" +
+                     plan->mesh().describe() + ": ranks 0-" + std::to_string(plan->ranks() - 1) + ")");
   return std::move(*plan);
 }
 
 ParallelPlan::ParallelPlan(const ModelSpec& spec, ParallelDegrees d) : d_(d) {
   for (auto [name, v] : {std::pair{"tp", d.tp}, {"pp", d.pp}, {"ep", d.ep}, {"fsdp", d.fsdp}})
-    if (v == 0) throw std::invalid_argument(std::string(name) + " must be at least 1");
+    if (v == 0) bad_argument(name, v, "must be at least 1");
   mesh_ = Mesh({{"pp", d.pp}, {"fsdp", d.fsdp}, {"ep", d.ep}, {"tp", d.tp}});
   num_layers_ = spec.num_layers;
   num_experts_ = spec.hyper.num_experts;
   tied_ = spec.hyper.tie_word_embeddings;
-  std::string model = "'";  // (not "'" + string: GCC 12 warns -Wrestrict falsely)
-  model += printable(spec.name);
-  model += "'";
+  const std::string model = quote(spec.name);
 
   // Stages split the repeated block; layers before it (DeepSeek-V3's dense ones) go with stage 0.
   if (d.pp > 1 && d.pp > spec.num_layers)
-    throw std::invalid_argument(
-        "pp " + std::to_string(d.pp) + " needs at least " + std::to_string(d.pp) + " layers" +
-        (spec.first_layer ? " in the repeated block" : "") + "; " + model + " has " + std::to_string(spec.num_layers) +
-        (spec.first_layer ? " there (layers " + std::to_string(spec.first_layer) + "-" +
-                                std::to_string(spec.first_layer + spec.num_layers - 1) + "; the " +
-                                std::to_string(spec.first_layer) + " before it go with stage 0)"
-                          : ""));
+    bad_argument("pp", d.pp,
+                 "needs at least " + std::to_string(d.pp) + " layers" + (spec.first_layer ? " in the repeated block" : "") +
+                     "; " + model + " has " + std::to_string(spec.num_layers) +
+                     (spec.first_layer ? " there (layers " + std::to_string(spec.first_layer) + "-" +
+                                             std::to_string(spec.first_layer + spec.num_layers - 1) + "; the " +
+                                             std::to_string(spec.first_layer) + " before it go with stage 0)"
+                                       : ""));
   if (d.ep > 1) {
-    if (num_experts_ == 0) throw std::invalid_argument("ep " + std::to_string(d.ep) + ": " + model + " has no experts");
+    if (num_experts_ == 0) bad_argument("ep", d.ep, ": " + model + " has no experts");
     if (num_experts_ % d.ep != 0)
-      throw std::invalid_argument("ep " + std::to_string(d.ep) + " does not divide the " + std::to_string(num_experts_) +
-                                  " experts of " + model);
+      bad_argument("ep", d.ep, "does not divide the " + std::to_string(num_experts_) + " experts of " + model);
   }
   const TpRules rules = tp_rules(spec);
   const std::span<const TensorSpec> lists[3] = {spec.pre, spec.layer.tensors, spec.post};
@@ -196,15 +192,13 @@ ParallelPlan::ParallelPlan(const ModelSpec& spec, ParallelDegrees d) : d_(d) {
       heads = heads || (r == TpRule::column && head_dim > 0 && (out == h.num_heads * head_dim || out == h.num_kv_heads * head_dim));
     }
   if (d.tp > 1) {
-    if (!any)
-      throw std::invalid_argument("tp " + std::to_string(d.tp) + ": no tensor of " + model +
-                                  " has a tensor-parallel rule (docs/sharding.md lists the rules)");
+    if (!any) bad_argument("tp", d.tp, ": no tensor of " + model + " has a tensor-parallel rule (docs/sharding.md lists the rules)");
     if (heads && (h.num_heads == 0 || h.num_heads % d.tp != 0))
-      throw std::invalid_argument("tp " + std::to_string(d.tp) + " does not divide the " + std::to_string(h.num_heads) +
-                                  " attention heads of " + model);
+      bad_argument("tp", d.tp, "does not divide the " + std::to_string(h.num_heads) + " attention heads of " + model);
     if (heads && (h.num_kv_heads == 0 || h.num_kv_heads % d.tp != 0))
-      throw std::invalid_argument("tp " + std::to_string(d.tp) + " does not divide the " + std::to_string(h.num_kv_heads) +
-                                  " key/value heads of " + model + " (each rank needs whole heads)");
+      bad_argument("tp", d.tp,
+                   "does not divide the " + std::to_string(h.num_kv_heads) + " key/value heads of " + model +
+                       " (each rank needs whole heads)");
   }
 }
 

@@ -4,6 +4,7 @@
 #include <map>
 #include <stdexcept>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/init/engine.hpp>
 #include <layerinit/shard/box_fill.hpp>
 
@@ -11,8 +12,9 @@ namespace layerinit {
 
 RankPlan::RankPlan(const Builder& b, const ParallelPlan& plan, std::uint64_t rank) : b_(&b), plan_(&plan), rank_(rank) {
   if (rank >= plan.ranks())
-    throw std::invalid_argument("rank " + std::to_string(rank) + " is outside the mesh of " + std::to_string(plan.ranks()) +
-                                " ranks (" + plan.mesh().describe() + ")");
+    bad_argument("rank", rank,
+                 "is outside the mesh of " + std::to_string(plan.ranks()) + (plan.ranks() == 1 ? " rank" : " ranks") + " (" +
+                     plan.mesh().describe() + ")");
   coords_ = plan.coords(rank);
   layers_ = plan.stage_layers(coords_.pp);
   if (layers_.size > 0) {
@@ -60,9 +62,10 @@ void RankPlan::plan_stacked(const std::vector<PlannedTensor>& planned) {
     } else {
       const StackedPiece& p = stacked_[seen.piece];
       const std::size_t skip = p.fused ? 2 : 1;
-      if (!std::equal(box.shape.begin(), box.shape.end(), p.box.shape.begin() + skip) ||
-          !std::equal(box.offset.begin(), box.offset.end(), p.box.offset.begin() + skip))
-        throw std::logic_error("rank " + std::to_string(rank_) + " holds unequal pieces of the experts of " + p.name);
+      // The plan gives every expert of a block one box: else the plan is wrong (a bug, not input).
+      LAYERINIT_EXPECTS(std::equal(box.shape.begin(), box.shape.end(), p.box.shape.begin() + skip) &&
+                            std::equal(box.offset.begin(), box.offset.end(), p.box.offset.begin() + skip),
+                        "rank " + std::to_string(rank_) + " holds unequal pieces of the experts of " + p.name);
     }
     seen.lo = std::min(seen.lo, e);
     seen.hi = std::max(seen.hi, e);
@@ -73,8 +76,8 @@ void RankPlan::plan_stacked(const std::vector<PlannedTensor>& planned) {
   for (const auto& [buf, seen] : by_buffer) {
     StackedPiece& p = stacked_[seen.piece];
     if (!p.fused) continue;
-    if (seen.hi - seen.lo + 1 != seen.count)
-      throw std::logic_error("rank " + std::to_string(rank_) + " holds experts of " + p.name + " that are not one block");
+    LAYERINIT_EXPECTS(seen.hi - seen.lo + 1 == seen.count,
+                      "rank " + std::to_string(rank_) + " holds experts of " + p.name + " that are not one block");
     p.experts = seen.count;
     p.box.offset[1] = seen.lo;
     p.box.shape[1] = seen.count;

@@ -3,9 +3,14 @@
 #include <regex>
 #include <stdexcept>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
 
 namespace layerinit {
+
+namespace {
+constexpr std::size_t kMaxNameInMessage = 200;  // an unknown name in not_found()'s line
+}  // namespace
 
 TensorIndex::TensorIndex(const Builder& builder) : builder_(builder) {
   const ModelSpec& s = builder.spec();
@@ -52,10 +57,11 @@ std::optional<std::size_t> TensorIndex::stacked_buffer(std::string_view name) co
 
 Composite TensorIndex::assemble(std::span<const std::string> templates, std::span<const StackAxis> stack, std::size_t dim,
                                 std::span<const RowPermutation> rows, std::uint64_t groups, std::string_view what) const {
-  if (templates.empty()) throw std::invalid_argument(std::string(what) + ": no tensors");
-  if (!rows.empty() && rows.size() != templates.size())
-    throw std::invalid_argument(std::string(what) + ": " + std::to_string(rows.size()) + " row permutations for " +
-                                std::to_string(templates.size()) + " tensors");
+  if (templates.empty()) bad_argument(what, ": no tensors");
+  // The Python binding checks the two counts against each other first: a C++ caller's mismatch is misuse.
+  LAYERINIT_EXPECTS(rows.empty() || rows.size() == templates.size(),
+                    std::string(what) + ": " + std::to_string(rows.size()) + " row permutations for " +
+                        std::to_string(templates.size()) + " tensors");
   std::uint64_t positions = 1;
   for (const StackAxis& a : stack) positions = checked_mul(positions, a.size, "stack positions");
   std::vector<CompositePart> parts(templates.size());
@@ -66,13 +72,12 @@ Composite TensorIndex::assemble(std::span<const std::string> templates, std::spa
     for (std::size_t i = 0; i < templates.size(); ++i) {
       const std::string name = expand_template(templates[i], names);
       const std::optional<PlannedTensor> p = planned(name);
-      if (!p) throw std::invalid_argument(not_found(name));
+      if (!p) refuse_unknown(name);
       CompositePart& part = parts[i];
       if (!first) first = p;
       if (p->dtype != first->dtype)
-        throw std::invalid_argument(std::string(what) + " needs one dtype: '" + printable(first->name) + "' is " +
-                                    std::string(dtype_name(first->dtype)) + ", '" + printable(p->name) + "' " +
-                                    std::string(dtype_name(p->dtype)));
+        bad_argument(what, "needs one dtype: " + quote(first->name) + " is " + std::string(dtype_name(first->dtype)) + ", " +
+                               quote(p->name) + " " + std::string(dtype_name(p->dtype)));
       if (flat == 0) {
         part.name = templates[i];
         part.shape = p->shape;
@@ -81,9 +86,8 @@ Composite TensorIndex::assemble(std::span<const std::string> templates, std::spa
         part.source = whole_box(p->memory_shape);
         if (!rows.empty()) part.rows = rows[i];
       } else if (p->shape != part.shape || p->transposed != part.transposed) {
-        throw std::invalid_argument(std::string(what) + ": '" + printable(p->name) + "' is " + shape_string(p->shape) +
-                                    (p->transposed ? " (stored transposed)" : "") + ", its position 0 " +
-                                    shape_string(part.shape) + (part.transposed ? " (stored transposed)" : ""));
+        bad_argument(what, ": " + quote(p->name) + " is " + shape_string(p->shape) + (p->transposed ? " (stored transposed)" : "") +
+                               ", its position 0 " + shape_string(part.shape) + (part.transposed ? " (stored transposed)" : ""));
       }
       if (!part.fills.empty() && part.fills.back().fill == p->fill) {
         ++part.fills.back().count;
@@ -101,10 +105,10 @@ Composite TensorIndex::assemble(std::span<const std::string> templates, std::spa
 
 Composite TensorIndex::stacked(std::size_t b, std::uint64_t first, std::uint64_t count) const {
   const ModelSpec& s = builder_.spec();
-  if (b >= stacked_.buffers.size()) throw std::out_of_range("stacked buffer " + std::to_string(b) + " of " + std::to_string(stacked_.buffers.size()));
-  if (first > s.num_layers || count > s.num_layers - first || count == 0)
-    throw std::out_of_range("layers " + std::to_string(first) + " .. " + std::to_string(first + count) + " of " +
-                            std::to_string(s.num_layers));
+  // composite() and fill_jobs() ask only for buffers and layers there are (fill_jobs checks the box first).
+  LAYERINIT_EXPECTS(b < stacked_.buffers.size(), "stacked buffer " + std::to_string(b) + " of " + std::to_string(stacked_.buffers.size()));
+  LAYERINIT_EXPECTS(first <= s.num_layers && count <= s.num_layers - first && count > 0,
+                    "layers " + std::to_string(first) + " .. " + std::to_string(first + count) + " of " + std::to_string(s.num_layers));
   const StackedBuffer& buf = stacked_.buffers[b];
   const TensorSpec& t0 = s.layer.tensors[buf.first];
   std::string name = escape_template(s.layer_prefix) + "{0}.";
@@ -116,21 +120,20 @@ Composite TensorIndex::stacked(std::size_t b, std::uint64_t first, std::uint64_t
   } else {
     name += escape_template(t0.name);
   }
-  return assemble(std::vector<std::string>{name}, axes, 0, {}, 1, "stacked tensor '" + printable(buf.name) + "'");
+  return assemble(std::vector<std::string>{name}, axes, 0, {}, 1, "stacked tensor " + quote(buf.name));
 }
 
 Composite TensorIndex::composite(std::string_view name) const {
   if (const auto b = stacked_buffer(name)) return stacked(*b, 0, builder_.spec().num_layers);
   if (const auto p = planned(name)) return whole_tensor(*p);
-  throw std::invalid_argument(not_found(name));
+  refuse_unknown(name);
 }
 
 void TensorIndex::fill_jobs(std::string_view name, const Box& box, const Region& dst, DType have,
                             std::vector<FillJob>& out) const {
   auto check_dtype = [&](const std::string& what, DType planned) {
     if (planned != have)
-      throw std::invalid_argument("tensor '" + printable(what) + "' is planned as " + std::string(dtype_name(planned)) +
-                                  " but the array is " + std::string(dtype_name(have)));
+      bad_argument("tensor", what, "is planned as " + std::string(dtype_name(planned)) + " but the array is " + std::string(dtype_name(have)));
   };
   if (const auto b = stacked_buffer(name)) {
     // Only the layers in the box: [count, ...] from its first layer, the box moved to match.
@@ -140,8 +143,9 @@ void TensorIndex::fill_jobs(std::string_view name, const Box& box, const Region&
     for (std::size_t d = 0; inside && d < global.size(); ++d)
       inside = box.offset[d] <= global[d] && box.shape[d] <= global[d] - box.offset[d];
     if (!inside)
-      throw std::invalid_argument("tensor '" + printable(name) + "': a piece of shape " + shape_string(box.shape) + " at " +
-                                  shape_string(box.offset) + " does not lie inside its shape " + shape_string(global));
+      bad_argument("tensor", name,
+                   ": a piece of shape " + shape_string(box.shape) + " at " + shape_string(box.offset) +
+                       " does not lie inside its shape " + shape_string(global));
     if (box.empty()) {
       check_dtype(std::string(name), builder_.plan_layer(0)[stacked_.buffers[*b].first].dtype);
       return;
@@ -154,7 +158,7 @@ void TensorIndex::fill_jobs(std::string_view name, const Box& box, const Region&
     return;
   }
   const auto p = planned(name);
-  if (!p) throw std::invalid_argument(not_found(name));
+  if (!p) refuse_unknown(name);
   check_dtype(p->name, p->dtype);
   region_fill_jobs(*p, box, dst, builder_.options().seed, out);
 }
@@ -165,7 +169,7 @@ std::optional<Composite> TensorIndex::hf_fused_experts(std::string_view name, co
   if (!std::regex_match(name.begin(), name.end(), m, fused) || shape.size() != 3) return std::nullopt;
   const std::string base = m[1].str();
   const bool gate_up = m[3].str() == "gate_up_proj";
-  const std::string what = "parameter '" + printable(name) + "' of shape " + shape_string(shape);
+  const std::string what = "parameter " + quote(name) + " of shape " + shape_string(shape);
   struct Names {
     const char *gate, *up, *down;
   };
@@ -181,17 +185,24 @@ std::optional<Composite> TensorIndex::hf_fused_experts(std::string_view name, co
         c = assemble(templates, std::vector<StackAxis>{{shape[0], 0}}, 0, {}, 1, what);
       } catch (const std::invalid_argument& e) {
         if (std::string_view(e.what()).starts_with(what)) throw;
-        throw std::invalid_argument(what + ": " + e.what());
+        bad_argument(what, std::string(": ") + e.what());
       }
       if (c.shape != shape)
-        throw std::invalid_argument(what + ": its experts' " + (gate_up ? kinds[0] + " and " + kinds[1] : kinds[0]) + " make " +
-                                    shape_string(c.shape));
+        bad_argument(what, ": its experts' " + (gate_up ? kinds[0] + " and " + kinds[1] : kinds[0]) + " make " + shape_string(c.shape));
       return c;
     }
   return std::nullopt;
 }
 
 std::string TensorIndex::not_found(std::string_view name) const {
+  return "tensor " + quote(name, kMaxNameInMessage) + " " + not_in(name);
+}
+
+void TensorIndex::refuse_unknown(std::string_view name) const {
+  bad_argument("tensor", printable(name, kMaxNameInMessage), not_in(name));  // not_found()'s line
+}
+
+std::string TensorIndex::not_in(std::string_view name) const {
   const ModelSpec& s = builder_.spec();
   const auto dot = name.rfind('.');
   const std::string_view tail = dot == std::string_view::npos ? name : name.substr(dot);
@@ -208,7 +219,7 @@ std::string TensorIndex::not_found(std::string_view name) const {
     for (const auto& t : s.layer.tensors) consider(s.canonical_name(0, t));
   }
   for (const auto& t : s.post) consider(t.name);
-  return "tensor '" + printable(name, 200) + "' is not in " + printable(s.name) + (out.empty() ? "" : " (tensors such as " + out + ")");
+  return "is not in " + printable(s.name) + (out.empty() ? "" : " (tensors such as " + out + ")");
 }
 
 }  // namespace layerinit

@@ -43,7 +43,8 @@ class LAYERINIT_API TensorIndex {
   // Stacked buffer `b` ([L, ...] or fused experts [L, E, ...]) of layers first .. first + count - 1
   // (0-based in the repeated block), each slice its own tensor with its own fill, as a composite
   // whose stack axes are [count] or [count, E]. Throws std::invalid_argument when the buffer's
-  // tensors do not share one dtype, naming two that differ; std::out_of_range past the layers.
+  // tensors do not share one dtype, naming two that differ; a buffer or layers past the plan's are
+  // misuse (layerinit::logic_error).
   Composite stacked(std::size_t b, std::uint64_t first, std::uint64_t count) const;
   // Tensors named by `templates` ("{k}": stack axis k's index, as CompositePart::name has it) at every
   // position of `stack`, concatenated along dimension `dim` of their stored shapes, each with its row
@@ -76,6 +77,8 @@ class LAYERINIT_API TensorIndex {
   std::string not_found(std::string_view name) const;
 
  private:
+  std::string not_in(std::string_view name) const;          // not_found()'s line after the name
+  [[noreturn]] void refuse_unknown(std::string_view name) const;  // bad_argument: not_found()'s line
   const Builder& builder_;
   StackedLayout stacked_;
   std::unordered_map<std::string, std::size_t> pre_, post_, layer_, buffers_;  // name -> index

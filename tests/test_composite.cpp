@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/kernels/fill_grid.hpp>
 #include <layerinit/shard/box_fill.hpp>
@@ -217,7 +218,7 @@ TEST(Composite, RegionJobsBreakRunsOnlyWhereTheStridesDo) {
   // Extents of 1 never break density, whatever their stride.
   EXPECT_EQ(count(Box{{2, 0, 0}, {1, 5, 8}}, {999, 8, 1}), 1u);
   EXPECT_THROW(count(all, {80, 16, 2}), std::invalid_argument);  // last dimension not contiguous
-  EXPECT_THROW(count(all, {8, 1}), std::invalid_argument);       // stride count
+  EXPECT_THROW(count(all, {8, 1}), layerinit::logic_error);      // stride count: misuse
   EXPECT_THROW(count(Box{{0, 0, 4}, {6, 5, 5}}, {}), std::invalid_argument);  // outside
 }
 
@@ -427,7 +428,7 @@ TEST(Composite, BadDescriptionsAreOneLineErrors) {
        "the head size must be even"},
       {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"rows\":\"rope_interleave(8)\"}]"),
        "4 rows are not whole heads of 8"},
-      {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"rows\":\"swap\"}]"), "unknown row permutation 'swap'"},
+      {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"rows\":\"swap\"}]"), "row permutation 'swap' is unknown"},
       {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"from\":[1,0]}]"), "lies outside the stored [4, 3]"},
       {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"colour\":1}]"), "parts[1].colour: unknown key"},
       {with("\"fill\":\"normal(0,0.02)\"}]", "\"fill\":\"normal(0,0.02)\",\"fill\":\"normal(0,1)\"}]"), "parts[1].fill: duplicate key"},

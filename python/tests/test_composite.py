@@ -129,7 +129,7 @@ def test_text_form_and_its_errors():
         assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="is not in llama-tiny"):
         plan.composite(["model.layers.{0}.self_attn.q_proj.weight"], stack=[5])
-    with pytest.raises(ValueError, match="unknown row permutation 'swap'"):
+    with pytest.raises(ValueError, match="row permutation 'swap' is unknown"):
         plan.composite(["model.norm.weight"], rows=["swap"])
     with pytest.raises(ValueError, match="rows has 2 entries for 1 names"):
         plan.composite(["model.norm.weight"], rows=[None, None])
