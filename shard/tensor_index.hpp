@@ -75,10 +75,10 @@ class LAYERINIT_API TensorIndex {
 
   // "tensor 'x' is not in <spec> (tensors such as a, b, c)": the names sharing its last component.
   std::string not_found(std::string_view name) const;
+  [[noreturn]] void refuse_unknown(std::string_view name) const;  // bad_argument: not_found()'s line
 
  private:
-  std::string not_in(std::string_view name) const;          // not_found()'s line after the name
-  [[noreturn]] void refuse_unknown(std::string_view name) const;  // bad_argument: not_found()'s line
+  std::string not_in(std::string_view name) const;  // not_found()'s line after the name
   const Builder& builder_;
   StackedLayout stacked_;
   std::unordered_map<std::string, std::size_t> pre_, post_, layer_, buffers_;  // name -> index

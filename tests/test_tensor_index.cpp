@@ -141,6 +141,12 @@ TEST(TensorIndex, LookupIsIndependentOfTheLayerCount) {
     const std::string miss = index.not_found("model.layers.0.self_attn.qq_proj.weight");
     EXPECT_EQ(miss.find("tensor 'model.layers.0.self_attn.qq_proj.weight' is not in llama-tiny (tensors such as "), 0u) << miss;
     EXPECT_THROW(index.composite("nope"), std::invalid_argument);
+    try {
+      index.refuse_unknown("model.layers.0.self_attn.qq_proj.weight");
+      ADD_FAILURE() << "refuse_unknown returned";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), miss);  // the same line, as a ValueError in Python
+    }
   }
 }
 

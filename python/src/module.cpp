@@ -305,7 +305,7 @@ class Plan {
   // The planned tensor of a canonical (not stacked) name, in any layout: its fill and logical shape.
   PlannedTensor planned(const std::string& name) const {
     if (auto p = index_->planned(name)) return *std::move(p);
-    throw std::invalid_argument(index_->not_found(name));
+    index_->refuse_unknown(name);
   }
 
   const ModelSpec& spec() const { return spec_; }
