@@ -1,7 +1,6 @@
 #include <layerinit/shard/parallel.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <map>
 #include <stdexcept>
 
@@ -107,19 +106,6 @@ TpRules tp_rules(const ModelSpec& spec) {
   return r;
 }
 
-std::optional<std::uint64_t> expert_of(std::string_view relative_name) {
-  constexpr std::string_view key = "experts.";
-  for (std::size_t at = relative_name.find(key); at != std::string_view::npos; at = relative_name.find(key, at + 1)) {
-    if (at != 0 && relative_name[at - 1] != '.') continue;
-    const char* b = relative_name.data() + at + key.size();
-    const char* e = relative_name.data() + relative_name.size();
-    std::uint64_t v = 0;
-    const auto [p, ec] = std::from_chars(b, e, v);
-    if (ec == std::errc() && p != b && (p == e || *p == '.')) return v;
-  }
-  return std::nullopt;
-}
-
 ParallelDegrees parallel_degrees(std::span<const std::pair<std::string, std::uint64_t>> named) {
   ParallelDegrees d;
   std::vector<std::string_view> seen;
@@ -156,7 +142,10 @@ ParallelPlan::ParallelPlan(const ModelSpec& spec, ParallelDegrees d) : d_(d) {
     if (v == 0) bad_argument(name, v, "must be at least 1");
   mesh_ = Mesh({{"pp", d.pp}, {"fsdp", d.fsdp}, {"ep", d.ep}, {"tp", d.tp}});
   num_layers_ = spec.num_layers;
-  num_experts_ = spec.hyper.num_experts;
+  // Experts are the layer tensors under the spec's expert prefix (split_expert_name), never guessed
+  // from names.
+  expert_prefix_ = spec.layer.expert_prefix;
+  num_experts_ = num_experts(spec.layer);
   tied_ = spec.hyper.tie_word_embeddings;
   const std::string model = quote(spec.name);
 
@@ -170,7 +159,10 @@ ParallelPlan::ParallelPlan(const ModelSpec& spec, ParallelDegrees d) : d_(d) {
                                              std::to_string(spec.first_layer) + " before it go with stage 0)"
                                        : ""));
   if (d.ep > 1) {
-    if (num_experts_ == 0) bad_argument("ep", d.ep, ": " + model + " has no experts");
+    if (num_experts_ == 0 && spec.hyper.num_experts == 0) bad_argument("ep", d.ep, ": " + model + " has no experts");
+    if (num_experts_ == 0)
+      bad_argument("ep", d.ep, ": the " + std::to_string(spec.hyper.num_experts) + " experts of " + model +
+                                   " are not tensors of their own (no layer.expert_prefix; gpt-oss keeps them in one [E, ...] tensor)");
     if (num_experts_ % d.ep != 0)
       bad_argument("ep", d.ep, "does not divide the " + std::to_string(num_experts_) + " experts of " + model);
   }
@@ -239,10 +231,11 @@ bool ParallelPlan::holds(const TensorSpec& t, TensorPlace where, const Coords& c
       return c.pp == d_.pp - 1;
     case TensorPlace::Kind::layer: {
       if (stage_of_layer(where.layer) != c.pp) return false;
-      const auto e = expert_of(t.name);
-      if (!e || d_.ep == 1) return true;
+      if (d_.ep == 1 || expert_prefix_.empty()) return true;
+      const auto e = split_layer_name(expert_prefix_, t.name);
+      if (!e) return true;  // shared by all experts: the router, shared experts
       const Range mine = chunk(num_experts_, d_.ep, c.ep);
-      return *e >= mine.offset && *e < mine.offset + mine.size;
+      return e->layer >= mine.offset && e->layer < mine.offset + mine.size;
     }
   }
   return false;

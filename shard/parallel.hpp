@@ -39,10 +39,6 @@ enum class TpRule : std::uint8_t {
 };
 LAYERINIT_API std::string_view tp_rule_name(TpRule r);  // "replicate", "column", "row", "vocab"
 
-// The expert a layer tensor belongs to ("block_sparse_moe.experts.3.w1.weight" -> 3), from its name
-// relative to the layer; nothing for a tensor shared by all experts.
-LAYERINIT_API std::optional<std::uint64_t> expert_of(std::string_view relative_name);
-
 // Where a tensor of a model sits: before the layers, in layer `layer`, or after them.
 struct TensorPlace {
   enum class Kind : std::uint8_t { pre, layer, post } kind = Kind::pre;
@@ -111,6 +107,7 @@ class LAYERINIT_API ParallelPlan {
  private:
   ParallelDegrees d_;
   std::uint64_t num_layers_ = 0, num_experts_ = 0;
+  std::string expert_prefix_;  // ModelSpec::layer.expert_prefix
   bool tied_ = false;  // the token embedding is also the output layer
   Mesh mesh_;
   std::unordered_map<std::string, TpRule> split_[3];  // by TensorPlace::Kind: the tensors tp splits, by name

@@ -348,13 +348,27 @@ TEST(Shard, BiasesFollowTheirMaps) {
   EXPECT_EQ(tp_rule_name(TpRule::vocab), "vocab");
 }
 
-TEST(Shard, ExpertIndexComesFromTheName) {
-  EXPECT_EQ(expert_of("block_sparse_moe.experts.3.w1.weight"), 3u);
-  EXPECT_EQ(expert_of("experts.12.w2.weight"), 12u);
-  EXPECT_EQ(expert_of("block_sparse_moe.gate.weight"), std::nullopt);
-  EXPECT_EQ(expert_of("mlp.experts.w1.weight"), std::nullopt);    // no index
-  EXPECT_EQ(expert_of("mlp.myexperts.3.w1.weight"), std::nullopt);  // another word
-  EXPECT_EQ(expert_of("mlp.experts.3x.w1"), std::nullopt);
+// An expert is a layer tensor under the spec's expert prefix, not any name with "experts.<n>." in it.
+TEST(Shard, ExpertsAreTheTensorsUnderTheExpertPrefix) {
+  const ModelSpec mix = make_preset("mixtral-tiny");  // 4 experts under "block_sparse_moe.experts."
+  const ParallelPlan p(mix, {.ep = 2});
+  using K = TensorPlace::Kind;
+  auto tensor = [](std::string name) { return TensorSpec{std::move(name), {4, 4}, TensorRole::linear_weight}; };
+  EXPECT_TRUE(p.holds(tensor("block_sparse_moe.experts.3.w1.weight"), {K::layer, 0}, {0, 0, 1, 0}));
+  EXPECT_FALSE(p.holds(tensor("block_sparse_moe.experts.3.w1.weight"), {K::layer, 0}, {0, 0, 0, 0}));
+  // Not under the prefix: on every ep rank.
+  for (const char* n : {"block_sparse_moe.gate.weight", "mlp.experts.3.w1.weight", "block_sparse_moe.experts.w1.weight"})
+    EXPECT_TRUE(p.holds(tensor(n), {K::layer, 0}, {0, 0, 0, 0}) && p.holds(tensor(n), {K::layer, 0}, {0, 0, 1, 0})) << n;
+  // A spec whose experts live in one tensor (no expert prefix) cannot be split by ep, and says so.
+  ModelSpec fused = mix;
+  fused.layer.expert_prefix.clear();
+  try {
+    ParallelPlan(fused, {.ep = 2});
+    ADD_FAILURE() << "ep 2 accepted without per-expert tensors";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "ep 2: the 4 experts of 'mixtral-tiny' are not tensors of their own (no layer.expert_prefix; "
+                                      "gpt-oss keeps them in one [E, ...] tensor)");
+  }
 }
 
 TEST(Shard, PipelineStagesAreContiguousWithTheLongerStagesFirst) {

@@ -91,12 +91,16 @@ std::uint64_t replicas(const ParallelPlan& plan, const ModelSpec& spec, const st
   for (const auto& [list, kind] : {std::pair{&spec.pre, K::pre}, {&spec.post, K::post}})
     for (const TensorSpec& t : *list)
       if (t.name == name) rule = plan.tp_rule(t, {kind, 0});
+  bool expert = false;
   for (std::uint64_t i = 0; i < spec.num_layers; ++i)
     for (const TensorSpec& t : spec.layer.tensors)
-      if (spec.canonical_name(i, t) == name) rule = plan.tp_rule(t, {K::layer, i});
+      if (spec.canonical_name(i, t) == name) {
+        rule = plan.tp_rule(t, {K::layer, i});
+        expert = split_expert_name(spec.layer, t.name).has_value();
+      }
   std::uint64_t n = 1;
   if (rule == TpRule::replicate) n *= d.tp;
-  if (!expert_of(name)) n *= d.ep;
+  if (!expert) n *= d.ep;
   if (tied_embedding && d.pp > 1) n *= 2;  // the last stage's replica of the output layer
   return n;
 }
