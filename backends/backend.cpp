@@ -48,7 +48,7 @@ void read_on_host(backend& be, const void* data, std::uint64_t bytes, std::span<
 }
 
 std::uint64_t hash_bytes(backend& be, const void* data, std::uint64_t bytes) {
-  if (be.kind() == BackendKind::dry) throw std::logic_error("hash_bytes: the dry backend holds no bytes");
+  LAYERINIT_EXPECTS(be.kind() != BackendKind::dry, "hash_bytes: the dry backend holds no bytes");
   if (be.memory().kind() == MemoryKind::host) return content_hash(data, bytes);
   std::vector<unsigned char> staging(std::min<std::uint64_t>(bytes, 64ull << 20));
   ContentHash h;

@@ -234,9 +234,8 @@ class cuda_resource final : public memory_resource {
 
   void* do_reserve(std::size_t bytes, const AllocTag& tag) override {
     (void)tag;
-    if (granularity_ == 0)
-      throw std::logic_error("memory resource '" + label_ + "' cannot reserve address space "
-                             "(no CUDA virtual memory management on this device or driver)");
+    LAYERINIT_EXPECTS(granularity_ != 0, "memory resource '" + label_ + "' cannot reserve address space "
+                                         "(no CUDA virtual memory management on this device or driver)");
     const std::size_t g = granularity_;
     LAYERINIT_EXPECTS(bytes <= SIZE_MAX - g, "reserve: size too large");
     const std::size_t size = std::max<std::size_t>(1, (bytes + g - 1) / g) * g;

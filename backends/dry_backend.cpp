@@ -34,7 +34,7 @@ class dry_backend final : public backend {
   void fill(std::span<const FillJob>) override {}
   void copy(void*, const void*, std::size_t) override {}
   void copy_to_host(void*, const void*, std::size_t) override {
-    throw std::logic_error("the dry backend holds no bytes to copy");
+    LAYERINIT_FAIL("the dry backend holds no bytes to copy");
   }
   void synchronize() override {}
 

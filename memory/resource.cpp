@@ -13,10 +13,10 @@
 namespace layerinit {
 
 void* memory_resource::do_reserve(std::size_t, const AllocTag&) {
-  throw std::logic_error("memory resource '" + name() + "' cannot reserve address space");
+  LAYERINIT_FAIL("memory resource '" + name() + "' cannot reserve address space (ask supports_reserve() first)");
 }
 void memory_resource::do_commit(void*, std::size_t, std::size_t) {
-  throw std::logic_error("memory resource '" + name() + "' cannot commit reserved memory");
+  LAYERINIT_FAIL("memory resource '" + name() + "' cannot commit reserved memory (ask supports_reserve() first)");
 }
 void memory_resource::do_release(void*, std::size_t) noexcept {}
 

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include <layerinit/core/errors.hpp>
+
 namespace layerinit {
 
 Storage Storage::allocate(memory_resource& mr, std::size_t bytes, const AllocTag& tag) {
@@ -33,7 +35,7 @@ Storage& Storage::operator=(Storage&& o) noexcept {
 }
 
 void Storage::commit(std::size_t offset, std::size_t bytes) {
-  if (!reserved_) throw std::logic_error("Storage::commit on a plain allocation");
+  LAYERINIT_EXPECTS(reserved_, "Storage::commit on a plain allocation");
   if (offset > bytes_ || bytes > bytes_ - offset) throw std::out_of_range("Storage::commit past the reservation");
   mr_->commit(data_, offset, bytes);
 }

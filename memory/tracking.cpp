@@ -118,7 +118,7 @@ void tracking_resource::push_scope() {
 
 MemoryStats tracking_resource::pop_scope() {
   std::lock_guard lock(mu_);
-  if (scopes_.empty()) throw std::logic_error("tracking_resource::pop_scope without push_scope");
+  LAYERINIT_EXPECTS(!scopes_.empty(), "tracking_resource::pop_scope without push_scope");
   MemoryStats s = scopes_.back();
   scopes_.pop_back();
   return s;
