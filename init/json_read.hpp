@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,18 @@ class JsonReader {
   double to_double(const json& v, const std::string& path) const;  // finite
   bool to_bool(const json& v, const std::string& path) const;
   std::string to_string(const json& v, const std::string& path, bool nonempty) const;
+
+  // A string field read by `parse` (a role, a dtype, a fill, a row permutation): parse's
+  // std::invalid_argument becomes this reader's error after the field's path.
+  template <class Parse>
+  auto parsed(const json& v, const std::string& path, Parse parse) const {
+    const std::string text = to_string(v, path, false);
+    try {
+      return parse(text);
+    } catch (const std::invalid_argument& e) {
+      fail(path, e.what());
+    }
+  }
 
  private:
   [[noreturn]] void malformed(std::string_view text, std::size_t pos, const std::string& why) const;

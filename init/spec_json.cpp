@@ -98,12 +98,7 @@ Shape parse_shape(const json& j, const std::string& path) {
 }
 
 TensorRole parse_role_at(const json& v, const std::string& path) {
-  const std::string role = r.to_string(v, path, false);
-  try {
-    return parse_role(role);
-  } catch (const std::invalid_argument& e) {
-    r.fail(path, e.what());
-  }
+  return r.parsed(v, path, [](const std::string& t) { return parse_role(t); });
 }
 
 TensorSpec parse_tensor(const json& j, const std::string& path) {
@@ -293,13 +288,8 @@ ModelDescription description_from_json(std::string_view text) {
     ParameterDescription p;
     p.name = r.to_string(r.require(j, path, "name"), join(path, "name"), true);
     p.shape = parse_shape(r.require(j, path, "shape"), join(path, "shape"));
-    if (const json* v = find(j, "module")) {
-      try {
-        p.module = parse_module_kind(r.to_string(*v, join(path, "module"), false));
-      } catch (const std::invalid_argument& e) {
-        r.fail(join(path, "module"), e.what());
-      }
-    }
+    if (const json* v = find(j, "module"))
+      p.module = r.parsed(*v, join(path, "module"), [](const std::string& t) { return parse_module_kind(t); });
     if (const json* v = find(j, "fan_in")) p.fan_in = r.to_uint(*v, join(path, "fan_in"), false);
     if (const json* v = find(j, "fan_out")) p.fan_out = r.to_uint(*v, join(path, "fan_out"), false);
     if (const json* v = find(j, "storage")) {
@@ -313,12 +303,11 @@ ModelDescription description_from_json(std::string_view text) {
     if (const json* v = find(j, "init")) {
       // Also the CLI's grammar, exactly ("normal(0, 0.123456789)"): what a caller's Fill.text writes.
       if (v->is_string()) {
-        try {
-          p.init = ::layerinit::parse_fill(v->get_ref<const std::string&>());
-          validate_fill(*p.init);
-        } catch (const std::invalid_argument& e) {
-          r.fail(join(path, "init"), e.what());
-        }
+        p.init = r.parsed(*v, join(path, "init"), [](const std::string& t) {
+          FillSpec f = ::layerinit::parse_fill(t);
+          validate_fill(f);
+          return f;
+        });
       } else {
         p.init = parse_fill(*v, join(path, "init"));
       }

@@ -514,19 +514,8 @@ Shape shape_of(const json& j, const std::string& path) {
   return s;
 }
 
-// A string field read by `parse` (a dtype, fill or row permutation): its error after the field's path.
-template <class Parse>
-auto parsed(const json& j, const std::string& path, Parse parse) {
-  const std::string text = reader.to_string(j, path, false);
-  try {
-    return parse(text);
-  } catch (const std::invalid_argument& e) {
-    reader.fail(path, e.what());
-  }
-}
-
 FillSpec fill_of(const json& j, const std::string& path) {
-  return parsed(j, path, [](const std::string& t) { return parse_fill(t); });
+  return reader.parsed(j, path, [](const std::string& t) { return parse_fill(t); });
 }
 
 }  // namespace
@@ -580,7 +569,7 @@ Composite composite_from_text(std::string_view text) {
                 "version " + std::to_string(version) + " (this layerinit reads version " + std::to_string(kVersion) + ")");
   reader.check_object(o, "", {"layerinit_composite", "dtype", "shape", "stack", "parts"});
   Composite c;
-  c.dtype = parsed(reader.require(o, "", "dtype"), "dtype", [](const std::string& t) { return parse_dtype(t); });
+  c.dtype = reader.parsed(reader.require(o, "", "dtype"), "dtype", [](const std::string& t) { return parse_dtype(t); });
   c.shape = shape_of(reader.require(o, "", "shape"), "shape");
   if (const json* stack = find(o, "stack")) {
     if (!stack->is_array()) reader.fail("stack", "must be an array of {\"size\", \"first\"} objects");
@@ -611,7 +600,7 @@ Composite composite_from_text(std::string_view text) {
     p.at = shape_of(reader.require(j, path, "at"), join(path, "at"));
     if (const json* t = find(j, "transposed")) p.transposed = reader.to_bool(*t, join(path, "transposed"));
     if (const json* r = find(j, "rows"))
-      p.rows = parsed(*r, join(path, "rows"), [](const std::string& t) { return parse_row_permutation(t); });
+      p.rows = reader.parsed(*r, join(path, "rows"), [](const std::string& t) { return parse_row_permutation(t); });
     const Shape stored = p.stored_shape();
     p.source.offset = Shape(stored.size(), 0);
     p.source.shape = stored;
