@@ -180,8 +180,9 @@ ParallelPlan::ParallelPlan(const ModelSpec& spec, ParallelDegrees d) : d_(d) {
       if (r == TpRule::replicate) continue;
       any = true;
       split_[k].emplace(lists[k][j].name, r);
-      const std::uint64_t out = lists[k][j].transposable || lists[k][j].shape.size() == 1 ? lists[k][j].shape[0] : lists[k][j].shape.back();
-      heads = heads || (r == TpRule::column && head_dim > 0 && (out == h.num_heads * head_dim || out == h.num_kv_heads * head_dim));
+      if (r != TpRule::column || head_dim == 0) continue;
+      const std::uint64_t out = lists[k][j].shape[logical_dim(r, lists[k][j])];
+      heads = heads || out == h.num_heads * head_dim || out == h.num_kv_heads * head_dim;
     }
   if (d.tp > 1) {
     if (!any) bad_argument("tp", d.tp, ": no tensor of " + model + " has a tensor-parallel rule (docs/sharding.md lists the rules)");
