@@ -3,7 +3,6 @@
 #include <stdexcept>
 
 #include <layerinit/core/errors.hpp>
-#include <layerinit/core/text.hpp>
 #include <layerinit/dtypes/dtype.hpp>
 #include <layerinit/init/spec.hpp>
 #include <layerinit/kernels/fill.hpp>
@@ -23,8 +22,8 @@ std::string name(Option o, OptionNames n) { return n == OptionNames::cli ? o.cli
 
 // One override as its caller wrote it: the flag's PATTERN=VALUE, or the mapping's item by its key.
 std::string name(Option o, OptionNames n, const std::pair<std::string, std::string>& item) {
-  if (n == OptionNames::cli) return std::string(o.cli) + " '" + printable(item.first + "=" + item.second) + "'";
-  return std::string(o.python) + "['" + printable(item.first) + "']";
+  if (n == OptionNames::cli) return std::string(o.cli) + " " + quote(item.first + "=" + item.second);
+  return std::string(o.python) + "[" + quote(item.first) + "]";
 }
 
 // f(), its std::invalid_argument starting with the option's name.
