@@ -1,4 +1,4 @@
-"""The Mistral-shaped Equinox model sharded over 8 devices (8 host devices here) with FSDP- and
+"""The Mistral-shaped Equinox model sharded over 8 devices (8 GPUs, else 8 host devices) with FSDP- and
 TP-style PartitionSpecs: every device makes only its own pieces, inside jax.jit or eagerly, and the
 global arrays are those of a one-device init.
 
@@ -18,7 +18,8 @@ import layerinit.jax  # noqa: E402
 from mistral_equinox import RULES, Config, Mistral  # noqa: E402
 
 # [docs:sharded]
-mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("fsdp", "tp"))
+devices = jax.devices() if jax.device_count() >= 8 else jax.devices("cpu")  # 8 GPUs, else 8 host devices
+mesh = Mesh(np.array(devices[:8]).reshape(2, 4), ("fsdp", "tp"))
 
 
 def spec(name: str) -> P:

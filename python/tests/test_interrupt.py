@@ -30,11 +30,12 @@ def test_a_build_that_cannot_fit_is_refused_at_once():
 
 
 def test_the_preflight_is_the_clis(monkeypatch, cli):
-    # The same numbers as `layerinit build`, against the same (test hook's) available memory.
+    # The same numbers as `layerinit build` on the same device (the CLI's default, auto, is the GPU where
+    # there is one), against the same (test hook's) available memory.
     monkeypatch.setenv("LAYERINIT_TEST_AVAILABLE_MEMORY", "64MiB")
     with pytest.raises(MemoryError) as e:
         layerinit.build("gpt2", dtype="fp32")
-    r = subprocess.run([cli, "build", "--preset", "gpt2", "--dtype", "fp32"], capture_output=True, text=True,
+    r = subprocess.run([cli, "build", "--preset", "gpt2", "--dtype", "fp32", "--backend", "cpu"], capture_output=True, text=True,
                        env={**os.environ, "LAYERINIT_TEST_AVAILABLE_MEMORY": "64MiB"})
     assert r.returncode == 2
     assert r.stderr == f"layerinit: error: {e.value}; --no-memory-check to go ahead anyway\n"
