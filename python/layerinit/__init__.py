@@ -26,6 +26,7 @@ the C++ exception's type translated by the binding, its attributes the C++ objec
 from __future__ import annotations
 
 import json
+import math
 import numbers
 import os
 from collections.abc import Mapping, Sequence
@@ -83,9 +84,13 @@ def _int(arg: str, v: Any, lo: int = 0, hi: int = _MAX_U64) -> int:
     span = f"[{lo}, 2**64)" if hi == _MAX_U64 else f"[{lo}, {hi}]"
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise ValueError(f"{arg} must be an integer in {span}, got {type(v).__name__} {_show(v)}")
-    if not lo <= int(v) <= hi:
-        raise ValueError(f"{arg} must be in {span}, got {int(v)}")
-    return int(v)
+    try:  # a registered numbers.Integral whose __int__ raises
+        n = int(v)
+    except Exception as e:
+        raise ValueError(f"{arg}: int() of the {type(v).__name__} raised {type(e).__name__}: {e}") from e
+    if not lo <= n <= hi:
+        raise ValueError(f"{arg} must be in {span}, got {n}")
+    return n
 
 
 def _str(arg: str, v: Any) -> str:
@@ -105,20 +110,91 @@ def _bool(arg: str, v: Any) -> bool:
     return v
 
 
+def _seq(arg: str, v: Any, what: str = "a sequence") -> list[Any]:
+    """The items of a sequence argument (a tuple, a list, a torch.Size, a NumPy array; not a str,
+    bytes or mapping); ValueError naming it, also when iterating it raises."""
+    if isinstance(v, (str, bytes, Mapping)) or not hasattr(v, "__iter__") or not hasattr(v, "__len__"):
+        raise ValueError(f"{arg} must be {what}, got {type(v).__name__} {_show(v)}")
+    try:
+        return list(v)
+    except Exception as e:
+        raise ValueError(f"{arg}: iterating the {type(v).__name__} raised {type(e).__name__}: {e}") from e
+
+
 def _ints(arg: str, v: Any, lo: int = 0) -> list[int]:
     """A sequence of integers in [lo, 2**64) (a tuple, a list, a torch.Size, a NumPy array): a shape or an offset."""
-    if isinstance(v, (str, bytes, Mapping)) or not hasattr(v, "__iter__") or not hasattr(v, "__len__"):
-        raise ValueError(f"{arg} must be a sequence of integers, got {type(v).__name__} {_show(v)}")
-    return [_int(f"{arg}[{i}]", d, lo) for i, d in enumerate(v)]
+    return [_int(f"{arg}[{i}]", d, lo) for i, d in enumerate(_seq(arg, v, "a sequence of integers"))]
+
+
+def _shape(arg: str, v: Any) -> list[int]:
+    """A shape: integers whose product (the element count) fits in 64 bits, as the library counts."""
+    dims = _ints(arg, v)
+    if math.prod(dims) > _MAX_U64:
+        raise ValueError(f"{arg} {tuple(dims)} has more than 2**64 elements")
+    return dims
+
+
+def _items(arg: str, v: Any) -> list[tuple[Any, Any]]:
+    """The (key, value) pairs of a mapping argument; ValueError naming it when it is not a mapping or
+    reading it raises (an items() of its own)."""
+    if not isinstance(v, Mapping):
+        raise ValueError(f"{arg} must be a mapping, got {type(v).__name__} {_show(v)}")
+    try:
+        return list(v.items())
+    except Exception as e:
+        raise ValueError(f"{arg}: reading the {type(v).__name__} raised {type(e).__name__}: {e}") from e
 
 
 def _str_map(arg: str, v: Any, value: Any) -> dict[str, Any]:
     """A mapping with str keys, each value checked by `value(argument name, value)`."""
     if v is None:
         return {}
-    if not isinstance(v, Mapping):
-        raise ValueError(f"{arg} must be a mapping, got {type(v).__name__} {_show(v)}")
-    return {_str(f"{arg} key {_show(k)}", k): value(f"{arg}[{k!r}]", x) for k, x in v.items()}
+    return {_str(f"{arg} key {_show(k)}", k): value(f"{arg}[{k!r}]", x) for k, x in _items(arg, v)}
+
+
+# The C++ JSON reader's nesting limit (init/json_read.hpp, kDefaultMaxDepth): a dict nested deeper is
+# refused here, before json.dumps recurses through it.
+_MAX_JSON_DEPTH = 64
+
+
+def _json_value(arg: str, v: Any, depth: int = 1, path: str = "") -> Any:
+    """A JSON document given as Python objects (a spec or config.json dict), as dicts, lists and
+    scalars: str keys only (json.dumps would turn 5 into "5" silently), at most _MAX_JSON_DEPTH
+    levels of objects and arrays; ValueError naming the argument and where."""
+    if isinstance(v, Mapping) or (isinstance(v, (list, tuple))):
+        where = arg + (path if len(path) <= 60 else "..." + path[-57:])
+        if depth > _MAX_JSON_DEPTH:
+            raise ValueError(f"{arg}: nested deeper than {_MAX_JSON_DEPTH} levels (objects and arrays)")
+        if isinstance(v, Mapping):
+            out = {}
+            for k, x in _items(where, v):
+                if not isinstance(k, str):
+                    raise ValueError(f"{where}: key {_show(k)} ({type(k).__name__}) is not a str")
+                out[k] = _json_value(arg, x, depth + 1, f"{path}[{k!r}]")
+            return out
+        return [_json_value(arg, x, depth + 1, f"{path}[{i}]") for i, x in enumerate(v)]
+    return v
+
+
+def _json_text(arg: str, v: Any) -> str:
+    """_json_value of `v` as JSON text; ValueError naming the argument for what JSON cannot hold."""
+    value = _json_value(arg, v)
+    try:
+        return _str(arg, json.dumps(value))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{arg}: the dict is not JSON: {e}") from None
+
+
+def _fspath(arg: str, v: Any) -> str:
+    """A path argument (a str or an os.PathLike) as a str; ValueError naming it, also when its
+    __fspath__ raises or returns bytes."""
+    try:
+        text = os.fspath(v)
+    except Exception as e:
+        raise ValueError(f"{arg}: os.fspath of the {type(v).__name__} raised {type(e).__name__}: {e}") from e
+    if not isinstance(text, str):
+        raise ValueError(f"{arg} must be a path as str, got {type(text).__name__}")
+    return _str(arg, text)
 
 
 def _mesh(mesh: Any) -> Optional[dict[str, int]]:
@@ -182,13 +258,9 @@ def hf_spec(config: Any) -> Spec:
     holding one. layerinit's C++ reader maps it (docs/spec.md); ValueError names the field, or the
     supported model_types."""
     if isinstance(config, (str, os.PathLike)):
-        return _core.Spec.from_hf_config_path(_str("config", os.fspath(config)))
+        return _core.Spec.from_hf_config_path(_fspath("config", config))
     if isinstance(config, Mapping):
-        try:
-            text = json.dumps(dict(config))
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"config: the dict is not JSON: {e}") from None
-        return _core.Spec.from_hf_config(_str("config", text))
+        return _core.Spec.from_hf_config(_json_text("config", config))
     to_json = getattr(config, "to_json_string", None)
     if callable(to_json):
         return _core.Spec.from_hf_config(_str("config", to_json(use_diff=False)))
@@ -204,18 +276,12 @@ def spec(model: ModelLike) -> Spec:
     if isinstance(model, _core.Spec):
         return model
     if isinstance(model, Mapping):
-        if "model_type" in model:
-            return hf_spec(model)
-        try:
-            text = json.dumps(model)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"model: the spec dict is not JSON: {e}") from None
-        return _core.Spec.from_json(_str("model", text))
+        value = _json_value("model", model)
+        if "model_type" in value:
+            return hf_spec(value)
+        return _core.Spec.from_json(_json_text("model", value))
     if isinstance(model, (str, os.PathLike)):
-        text = os.fspath(model)
-        if not isinstance(text, str):
-            raise ValueError(f"model must be a preset name or a spec file path as str, got {type(text).__name__}")
-        text = _str("model", text)
+        text = _fspath("model", model)
         if os.path.isdir(text):
             return hf_spec(text)
         if text in _core.preset_names():
@@ -344,14 +410,13 @@ def _plan_composite(
             names = [names]
         else:
             return _core.Plan._composite(self, _str("names", names))
-    if isinstance(names, bytes) or not isinstance(names, Sequence):
-        raise ValueError(f"names must be a str or a sequence of str, got {type(names).__name__} {_show(names)}")
-    templates = [_str(f"names[{i}]", n) for i, n in enumerate(names)]
+    templates = [_str(f"names[{i}]", n) for i, n in enumerate(_seq("names", names, "a str or a sequence of str"))]
     sizes = _ints("stack", stack, 1)
     firsts = [0] * len(sizes) if first is None else _ints("first", first)
     if len(firsts) != len(sizes):
         raise ValueError(f"first has {len(firsts)} entries for {len(sizes)} stack axes")
-    perms: list[Optional[str]] = [None] * len(templates) if rows is None else list(rows)
+    perms: list[Optional[str]] = [None] * len(templates) if rows is None else _seq("rows", rows, "a sequence of "
+                                                                                   "None or str")
     if len(perms) != len(templates):
         raise ValueError(f"rows has {len(perms)} entries for {len(templates)} names")
     perms = [None if r is None else _str(f"rows[{i}]", r) for i, r in enumerate(perms)]
@@ -363,7 +428,7 @@ def _plan_fused_experts(self: Plan, name: str, shape: Sequence[int]) -> Optional
     """transformers 5's fused experts parameter ``...mlp.experts.gate_up_proj`` ``[E, 2F, H]`` (gate
     and up of each expert) or ``...mlp.experts.down_proj`` ``[E, H, F]`` as a :class:`Composite` of
     the plan's per-expert tensors; None for other names. ValueError when ``shape`` is not theirs."""
-    return _core.Plan._fused_experts(self, _str("name", name), _ints("shape", shape))
+    return _core.Plan._fused_experts(self, _str("name", name), _shape("shape", shape))
 
 
 def _plan_fill_of(self: Plan, name: str) -> Fill:
@@ -376,6 +441,19 @@ def _plan_logical_shape(self: Plan, name: str) -> list[int]:
     return list(_core.Plan._logical_shape(self, _str("name", name)))
 
 
+_core_tensor_name = _core.Composite.tensor_name
+
+
+def _composite_tensor_name(self: Composite, part: int, index: Sequence[int] = ()) -> str:
+    """The name of part ``part``'s tensor at stack position ``index`` (one entry per stack axis)."""
+    p = _int("part", part, 0, len(self.parts) - 1)
+    idx = _ints("index", index)
+    if len(idx) != len(self.stack) or any(i >= size for i, (size, _) in zip(idx, self.stack)):
+        raise ValueError(f"index {tuple(idx)} is not a position of the stack axes {[size for size, _ in self.stack]}")
+    return _core_tensor_name(self, p, idx)
+
+
+Composite.tensor_name = _composite_tensor_name  # type: ignore[method-assign]
 Plan.fill = _plan_fill  # type: ignore[method-assign]
 Plan.fill_of = _plan_fill_of  # type: ignore[attr-defined]
 Plan.logical_shape = _plan_logical_shape  # type: ignore[attr-defined]
@@ -480,7 +558,7 @@ def fill_(
         _str("name", name),
         _fill(fill),
         seed,
-        None if global_shape is None else _ints("global_shape", global_shape),
+        None if global_shape is None else _shape("global_shape", global_shape),
         off,
         _bool("transposed", transposed),
         want,

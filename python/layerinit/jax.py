@@ -25,7 +25,8 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
-from . import Fill, FillLike, ModelLike, Plan, Spec, _core, _describe, plan
+from . import (Fill, FillLike, ModelLike, Plan, Spec, _bool, _core, _describe, _items, _json_value, _seq, _show, _str,
+               _str_map, plan)
 
 __all__ = ["ROLES", "build", "init", "spec_of"]
 
@@ -191,6 +192,26 @@ def _sharding_for(sharding: ShardingLike, name: str, leaf: Any, mesh: Any, given
     if s is not None and not isinstance(s, Sharding):
         raise ValueError(f"'{name}': sharding must be a jax.sharding.Sharding or a PartitionSpec, got {type(s).__name__}")
     return s
+
+
+def _sharding_arg(sharding: Any, pytree: bool) -> Any:
+    """The sharding argument checked: a glob mapping's keys are str; for :func:`build` (no `pytree`)
+    anything but a Sharding, a PartitionSpec, a mapping or a function is a ValueError naming it."""
+    if sharding is None or isinstance(sharding, (Sharding, PartitionSpec)):
+        return sharding
+    if isinstance(sharding, Mapping) and all(_is_sharding(v) for _, v in _items("sharding", sharding)):
+        return _str_map("sharding", sharding, lambda a, x: x)
+    if not pytree and not isinstance(sharding, Mapping) and not callable(sharding):
+        raise ValueError(f"sharding must be a Sharding, a PartitionSpec, a mapping of name globs to them or a "
+                         f"function of the name, got {type(sharding).__name__} {_show(sharding)}")
+    return sharding
+
+
+def _mesh_arg(mesh: Any) -> Any:
+    kinds = tuple(k for k in (getattr(jax.sharding, "Mesh", None), getattr(jax.sharding, "AbstractMesh", None)) if k)
+    if mesh is not None and not isinstance(mesh, kinds):
+        raise ValueError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__} {_show(mesh)}")
+    return mesh
 
 
 def _sharding_leaves(sharding: ShardingLike, treedef: Any, count: int) -> list[Any]:
@@ -446,9 +467,10 @@ def _rules(rules: Optional[Mapping[str, Any]]) -> list[_Rule]:
     from . import _fill
 
     out = []
-    for pattern, value in (rules or {}).items():
-        r = _Rule(str(pattern))
-        spec_ = dict(value) if isinstance(value, Mapping) else {"role" if value in ROLES else "fill": value}
+    for pattern, value in _str_map("rules", rules, lambda a, x: x).items():
+        r = _Rule(pattern)
+        spec_ = dict(_items(f"rules[{pattern!r}]", value)) if isinstance(value, Mapping) else {
+            "role" if isinstance(value, str) and value in ROLES else "fill": value}
         unknown = set(spec_) - {"role", "fill", "fan_in", "fan_out", "orientation"}
         if unknown:
             raise ValueError(f"rule '{pattern}': unknown key {sorted(unknown)[0]!r} (valid: role, fill, fan_in, fan_out, "
@@ -491,6 +513,11 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
     each slice became, every check done. The leaves' description (their modules, rules, slices) goes
     to the library, which decides roles, layers and orientation by the rules every adapter shares;
     with `recipe`, it refuses what that recipe needs and the description does not tell."""
+    if stacked is not None:
+        stacked = [_str(f"stacked[{i}]", p) for i, p in enumerate(
+            [stacked] if isinstance(stacked, str) else _seq("stacked", stacked, "a path prefix or a sequence of them"))]
+    hyper = _json_value("hyper", _str_map("hyper", hyper, lambda a, x: x))
+    strict = _bool("strict", strict)
     flat, treedef, leaves = _leaves(tree, dtype)
     _stacking(leaves, stacked)
     rs = _rules(rules)
@@ -600,6 +627,7 @@ def init(
     recipe before anything is built.
     """
     seed = _check_seed(seed)
+    sharding, mesh = _sharding_arg(sharding, True), _mesh_arg(mesh)
     flat, treedef, leaves, s, described = _model(tree, rules, stacked, dtype, hyper, strict, recipe)
     given = _sharding_leaves(sharding, treedef, len(flat))
     for lf in leaves:
@@ -656,6 +684,7 @@ def build(
     - ``dtype``, ``seed``, ``recipe``, ``overrides``: as :func:`layerinit.build`.
     """
     seed = _check_seed(seed)
+    sharding, mesh = _sharding_arg(sharding, False), _mesh_arg(mesh)
     p = plan(model, dtype=dtype, recipe=recipe, layout=layout, orientation=orientation, experts=experts,
               overrides=overrides)
     arrays = []

@@ -13,12 +13,12 @@ import math
 import re
 import warnings
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any, Optional, Union
 
 import torch
 
-from . import Composite, ModelLike, Plan, _core, _describe, hf_spec, plan, spec as _spec
+from . import Composite, ModelLike, Plan, _core, _describe, _int, _items, _show, _str, hf_spec, plan, spec as _spec
 
 __all__ = ["init_", "hf_spec", "module_spec", "tensor_map", "torchtitan_spec"]
 
@@ -85,6 +85,37 @@ def _description(module: torch.nn.Module, skip: Callable[[str], bool], name: str
     return {"name": name, "parameters": params}
 
 
+def _module(arg: str, v: Any) -> torch.nn.Module:
+    if not isinstance(v, torch.nn.Module):
+        raise ValueError(f"{arg} must be a torch.nn.Module, got {type(v).__name__} {_show(v)}")
+    return v
+
+
+def _name_map(v: Any) -> Optional[NameMap]:
+    """name_map as init_ reads it: None, a function of the name, or a dict copy of a mapping with str keys."""
+    if v is None or callable(v):
+        return v
+    if not isinstance(v, Mapping):
+        raise ValueError(f"name_map must be a mapping or a function of the parameter name, got {type(v).__name__} "
+                         f"{_show(v)}")
+    return {_str(f"name_map key {_show(k)}", k): x for k, x in _items("name_map", v)}
+
+
+def _device(v: Any) -> Optional[torch.device]:
+    """init_'s device=: None, or a CPU or CUDA device (cuda:0: layerinit's CUDA backend uses that one)."""
+    if v is None:
+        return None
+    if not isinstance(v, (str, torch.device)):
+        raise ValueError(f"device must be a str or torch.device like 'cpu' or 'cuda', got {type(v).__name__} {_show(v)}")
+    try:
+        d = torch.device(v)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device {v!r} is not a device torch knows") from None
+    if d.type not in ("cpu", "cuda") or (d.type == "cuda" and d.index not in (None, 0)):
+        raise ValueError(f"device {v!r}: layerinit fills CPU and CUDA (cuda:0) memory")
+    return d
+
+
 def _listed(names: list[str], limit: int = 5) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
@@ -105,7 +136,10 @@ def module_spec(module: torch.nn.Module, *, name: str = "module", recipe: Option
       depends on a role or layer the module does not tell, or that it has no rule for.
     - ``skip``: names left out. A 0-d parameter is a ValueError naming it.
     """
-    s, _ = _describe(_description(module, skip, name), recipe=recipe, overrides=overrides)
+    _module("module", module)
+    if not callable(skip):
+        raise ValueError(f"skip must be a function of the parameter name, got {type(skip).__name__} {_show(skip)}")
+    s, _ = _describe(_description(module, skip, _str("name", name)), recipe=recipe, overrides=overrides)
     return json.loads(s.to_json())
 
 
@@ -497,16 +531,20 @@ def _materialize(module: torch.nn.Module, device: Optional[Union[str, torch.devi
     groups: dict[int, list[str]] = {}
     for n, p in module.named_parameters(remove_duplicate=False):
         groups.setdefault(id(p), []).append(n)
-    if device is None:
-        device = "cpu"
-        DTensor = _dtensor_type()
-        for _, t in tensors:
-            if DTensor is not None and isinstance(t, DTensor):
-                device = t.device_mesh.device_type
-                break
-    module.to_empty(device=device)
+    module.to_empty(device=_materialized_on(module, device))
     _retie(module, [g for g in groups.values() if len(g) > 1])
     return True
+
+
+def _materialized_on(module: torch.nn.Module, device: Optional[Union[str, torch.device]]) -> torch.device:
+    """Where _materialize puts a meta module: `device`, else a DTensor's mesh device type, else the CPU."""
+    if device is not None:
+        return torch.device(device)
+    DTensor = _dtensor_type()
+    for t in list(module.parameters()) + list(module.buffers()):
+        if DTensor is not None and isinstance(t, DTensor):
+            return torch.device(t.device_mesh.device_type)
+    return torch.device("cpu")
 
 
 def _run_on_plain_buffers(mod: torch.nn.Module, code: Callable[[], None]) -> None:
@@ -536,8 +574,10 @@ def _run_on_plain_buffers(mod: torch.nn.Module, code: Callable[[], None]) -> Non
 
 def _compute_buffers(module: torch.nn.Module, meta: set[str]) -> list[str]:
     """Computes the buffers in `meta` (those no spec names, on the meta device before to_empty) with
-    the model's own code: torchtitan's `_init_self_buffers` of the module that owns them,
-    transformers' `_init_weights` (rotary inv_freq); returns the ones no code computes."""
+    the model's own code: torchtitan's `_init_self_buffers` of the module that owns them, the
+    module's own `reset_running_stats` (BatchNorm's running mean, variance and batch count, as a new
+    module holds them), transformers' `_init_weights` (rotary inv_freq); returns the ones no code
+    computes."""
     hf_init = getattr(module, "_init_weights", None)  # transformers' PreTrainedModel
     left = []
     for mname, mod in module.named_modules():
@@ -549,6 +589,8 @@ def _compute_buffers(module: torch.nn.Module, meta: set[str]) -> list[str]:
         base = getattr(type(mod), "_init_self_buffers", None)
         if callable(titan) and getattr(base, "__qualname__", "") != "Module._init_self_buffers":  # not the no-op
             _run_on_plain_buffers(mod, lambda: titan(buffer_device=None))
+        elif callable(getattr(mod, "reset_running_stats", None)):
+            _run_on_plain_buffers(mod, mod.reset_running_stats)
         elif hf_init is not None:
             _run_on_plain_buffers(mod, lambda: hf_init(mod))
         else:
@@ -557,12 +599,92 @@ def _compute_buffers(module: torch.nn.Module, meta: set[str]) -> list[str]:
 
 
 def _materialize_and_compute(module: torch.nn.Module, device: Optional[Union[str, torch.device]],
-                             meta_buffers: set[str]) -> None:
+                             meta_buffers: set[str], skipped: list[str]) -> None:
+    """Materializes a meta module and computes its buffers; warns naming what to_empty left
+    uninitialized: buffers no code computes, and the meta parameters in `skipped` (name_map None)."""
     if _materialize(module, device):
         left = _compute_buffers(module, meta_buffers)
         if left:
             warnings.warn(f"buffers left uninitialized after to_empty (no spec names them and the model has no code "
                           f"for them): {sorted(left)}; compute them with the model's own code", stacklevel=4)
+        if skipped:
+            warnings.warn(f"parameters skipped with name_map (None) hold uninitialized memory after to_empty: "
+                          f"{sorted(skipped)}; set them yourself", stacklevel=4)
+
+
+def _meta_params(module: torch.nn.Module, filled: Container[str]) -> list[str]:
+    """The meta parameters init_ does not fill (skipped by name_map): to_empty leaves them uninitialized."""
+    return [n for n, p in module.named_parameters() if p.is_meta and n not in filled]
+
+
+def _layout_problem(shape: tuple[int, ...], strides: tuple[int, ...]) -> Optional[str]:
+    """Why a tensor of this shape and these strides cannot be filled in place, or None: its last
+    dimension must be contiguous (the library's strided fill) and no two elements may share memory
+    (an expanded tensor's stride 0, an as_strided overlap: the fills would overwrite each other)."""
+    dims = sorted((st, sz) for sz, st in zip(shape, strides) if sz > 1)
+    if not dims:
+        return None
+    if dims[0][0] == 0:
+        return f"is expanded (strides {tuple(strides)}): its elements share memory"
+    if shape[-1] > 1 and strides[-1] != 1:
+        return f"is not contiguous in its last dimension (strides {tuple(strides)}): fill a contiguous tensor"
+    span = 0  # the furthest element offset the smaller strides reach
+    for st, sz in dims:
+        if st <= span:
+            return f"overlaps itself (strides {tuple(strides)} of shape {tuple(shape)})"
+        span += st * (sz - 1)
+    return None
+
+
+def _check_targets(targets: list[tuple[str, torch.Tensor]], composites: dict[str, Composite],
+                   spmd: dict[str, Any], device: Optional[torch.device], module: torch.nn.Module) -> None:
+    """Every check init_ can refuse a parameter (or buffer) for, done on all of them before anything
+    is materialized or written: its dtype, its DTensor placements, the memory its fill writes (the
+    local shard's layout, as to_empty will make it for a meta tensor; its device), and that no two
+    of them that hold different values share memory (tied parameters are one Parameter, filled once).
+    ValueError listing them."""
+    problems: list[str] = []
+    regions = []  # (storage, first byte, past the last byte, name, what is written there)
+    meta_device: Optional[torch.device] = None  # where to_empty will put the meta tensors
+    for n, t in targets:
+        if t.dtype not in _DTYPES:
+            problems.append(f"{n} is {t.dtype} (layerinit fills float32, float16 and bfloat16)")
+            continue
+        try:
+            local, off = (t.data, spmd[n][0][0]) if n in spmd else _local(t)[:2]
+        except ValueError as e:
+            problems.append(f"{n}: {e}")
+            continue
+        if local.numel() == 0:
+            continue
+        if local.is_meta:
+            meta_device = where = meta_device or _materialized_on(module, device)
+            layout = torch.empty_like(local)  # on the meta device: the strides to_empty gives it
+        else:
+            where, layout = local.device, local
+        if where.type not in ("cpu", "cuda") or (where.type == "cuda" and where.index not in (None, 0)):
+            problems.append(f"{n} is on {where}: layerinit fills CPU and CUDA (cuda:0) memory")
+            continue
+        why = _layout_problem(tuple(layout.shape), tuple(layout.stride()))
+        if why is not None:
+            problems.append(f"{n} {why}")
+            continue
+        if not local.is_meta:  # to_empty gives each meta tensor memory of its own
+            size = local.element_size()
+            start = local.storage_offset() * size
+            end = start + (sum((d - 1) * st for d, st in zip(local.shape, local.stride())) + 1) * size
+            what = (composites[n], tuple(off), local.data_ptr(), tuple(local.shape), tuple(local.stride()))
+            regions.append(((local.device, local.untyped_storage().data_ptr()), start, end, n, what))
+    if problems:
+        raise ValueError(f"{len(problems)} parameter(s) layerinit cannot fill in place: {_listed(problems)}")
+    regions.sort(key=lambda r: (str(r[0][0]), r[0][1], r[1]))
+    widest = None  # of the regions so far in this storage, the one reaching furthest
+    for r in regions:
+        if widest is not None and widest[0] == r[0] and r[1] < widest[2] and widest[4] != r[4]:
+            raise ValueError(f"parameters {widest[3]} and {r[3]} share memory but hold different tensors: filling one "
+                             f"overwrites the other; tie them (one Parameter) or give each its own storage")
+        if widest is None or widest[0] != r[0] or r[2] > widest[2]:
+            widest = r
 
 
 # ---- init_ ----
@@ -609,6 +731,11 @@ def _prepare(module: torch.nn.Module, recipe: str, seed: int, name_map: Optional
     skip: Callable[[str], bool] = lambda n: False  # noqa: E731
     if name_map is not None:
         skip = (lambda n: name_map(n) is None) if callable(name_map) else (lambda n: n in name_map and name_map[n] is None)
+    # A parameter's dtype first: the rules that describe it say "no rule" of an int32 index table.
+    bad = [f"{n} ({p.dtype})" for n, p in module.named_parameters() if not skip(n) and p.dtype not in _DTYPES]
+    if bad:
+        raise ValueError(f"{len(bad)} parameter(s) of a dtype layerinit does not fill (float32, float16, bfloat16): "
+                         f"{_listed(bad)}; skip them with name_map= (None)")
     makers: Optional[dict[str, Maker]] = None
     if spec is not None:
         s = _spec(spec)
@@ -620,7 +747,8 @@ def _prepare(module: torch.nn.Module, recipe: str, seed: int, name_map: Optional
     else:
         description = _description(module, skip, type(module).__name__)
         if not description["parameters"]:  # nothing to fill
-            _materialize_and_compute(module, device, {n for n, b in module.named_buffers() if b.is_meta})
+            _materialize_and_compute(module, device, {n for n, b in module.named_buffers() if b.is_meta},
+                                     _meta_params(module, ()))
             return None
         s, _ = _describe(description, recipe=recipe, overrides=overrides)
     plans: dict[str, Plan] = {}
@@ -703,10 +831,18 @@ def init_(
       a module whose parameters, buffers, submodules and config are the same (names, global shapes,
       dtypes, ties, types), only fills. With name_map or spec it prepares every call.
 
-    Raises ValueError, before anything is materialized or written, for a parameter without a
-    tensor (listing them), a shape the spec does not have, a dtype other than float32, float16 and
-    bfloat16, a 0-d parameter, an unknown recipe or preset.
+    Every parameter is checked before any is materialized or written. Raises ValueError for a
+    parameter without a tensor (listing them), a shape the spec does not have, a dtype other than
+    float32, float16 and bfloat16, a 0-d parameter, an unknown recipe or preset, a local tensor that
+    cannot be filled in place (not contiguous in its last dimension, expanded, overlapping itself, a
+    Partial DTensor, a device other than the CPU and cuda:0), two parameters sharing memory that hold
+    different tensors (naming both), and any argument of the wrong type or value (naming it).
     """
+    _module("module", module)
+    name_map = _name_map(name_map)
+    device = _device(device)
+    recipe = _str("recipe", recipe)
+    seed = _int("seed", seed)
     key = _cache_key(module, recipe, seed, name_map, spec, overrides)
     cached = _PREPARED.get(module)
     if key is not None and cached is not None and cached[0] == key:
@@ -721,7 +857,9 @@ def init_(
     # spmd_types shards: their place, and their annotations, which to_empty drops with the Parameter.
     spmd = {n: (_spmd_box(t), {a: getattr(t, a) for a in _SPMD_ATTRS if hasattr(t, a)}) for n, t in entries}
     spmd = {n: v for n, v in spmd.items() if v[0] is not None}
-    _materialize_and_compute(module, device, {n for n, b in module.named_buffers() if b.is_meta and n not in makers})
+    _check_targets([(n, t) for n, t in entries if n in composites], composites, spmd, device, module)
+    _materialize_and_compute(module, device, {n for n, b in module.named_buffers() if b.is_meta and n not in makers},
+                             _meta_params(module, composites))
     current = dict(module.named_parameters())
     current.update(dict(module.named_buffers()))
     for n, (_, attrs) in spmd.items():

@@ -448,6 +448,12 @@ void translate_errors(const std::exception_ptr& p, void*) {
     raise_typed(error_types.refused, e.what(), {{"needed", nb::int_(e.needed())}, {"available", nb::int_(e.available())}});
   } catch (const cuda_error& e) {
     raise_typed(error_types.cuda, e.what(), {{"call", nb::str(e.call().c_str())}});
+  } catch (const std::out_of_range& e) {
+    // The library's out-of-range and overflow errors are bad input too (a part index, a shape of
+    // 2^80 elements): ValueError as every other, not nanobind's IndexError and OverflowError.
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::overflow_error& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
   }
 }
 

@@ -2,6 +2,8 @@
 ValueError line naming the argument; 0-d and empty arrays fill as arrays; a spec of 2^40 layers is
 planned and looked up without memory growing with its depth."""
 import math
+import numbers
+import os
 import subprocess
 import sys
 import textwrap
@@ -169,6 +171,110 @@ def test_bad_plan_and_spec_arguments():
     one_line_value_error(lambda: p.composite(["model.norm.weight"], stack=[0]), "stack[0]")
     one_line_value_error(lambda: p.fused_experts("x", 3), "shape")
 
+
+
+# ---- hostile use: every bad argument is one ValueError naming it ----
+
+
+class Boom(Exception):
+    pass
+
+
+class IntegralWhoseIntRaises:
+    def __int__(self):
+        raise Boom("no int")
+
+    __index__ = __int__
+
+
+numbers.Integral.register(IntegralWhoseIntRaises)
+
+
+class MappingWhoseItemsRaise(dict):
+    def items(self):
+        raise Boom("no items")
+
+
+class PathWhoseFspathRaises(os.PathLike):
+    def __fspath__(self):
+        raise Boom("no path")
+
+
+def nested(depth):
+    d = top = {}
+    for _ in range(depth):
+        d["a"] = {}
+        d = d["a"]
+    return top
+
+
+def lt():
+    return pytest.importorskip("layerinit.torch")
+
+
+def lj():
+    return pytest.importorskip("layerinit.jax")
+
+
+def eqx_tree():
+    import jax
+
+    eqx = pytest.importorskip("equinox")
+    return eqx.filter_eval_shape(eqx.nn.Linear, 4, 4, key=jax.random.PRNGKey(0))
+
+
+def meta_linear():
+    with torch.device("meta"):
+        return torch.nn.Linear(4, 4)
+
+
+def pspec():
+    from jax.sharding import PartitionSpec
+
+    return PartitionSpec()
+
+
+PLAN = layerinit.plan("llama-tiny")
+
+# (case, call, the argument its message names): each raised TypeError, AttributeError, OverflowError,
+# IndexError, RecursionError or the object's own exception, or was accepted.
+HOSTILE = [
+    ("init_ None", lambda: lt().init_(None), "module"),
+    ("module_spec None", lambda: lt().module_spec(None), "module"),
+    ("composite rows=5", lambda: PLAN.composite("model.norm.weight", rows=5), "rows"),
+    ("init_ name_map=5", lambda: lt().init_(torch.nn.Linear(4, 4), name_map=5), "name_map"),
+    ("fill_ 2^80 elements", lambda: layerinit.fill_(np.zeros((2, 2), np.float32), "w", "constant(1)",
+                                                    global_shape=(2**40, 2**40)), "global_shape"),
+    ("tensor_name part", lambda: PLAN.composite("model.norm.weight").tensor_name(5, []), "part"),
+    ("tensor_name index", lambda: PLAN.composite([NAME.replace("1", "{0}")], stack=[2]).tensor_name(0, [2]), "index"),
+    ("jax rules='x'", lambda: lj().init(eqx_tree(), rules="x"), "rules"),
+    ("jax stacked=5", lambda: lj().init(eqx_tree(), stacked=5), "stacked"),
+    ("jax hyper=5", lambda: lj().init(eqx_tree(), hyper=5), "hyper"),
+    ("jax mesh=5", lambda: lj().init(eqx_tree(), mesh=5), "mesh"),
+    ("jax sharding {5: P()}", lambda: lj().init(eqx_tree(), sharding={5: pspec()}), "sharding"),
+    ("spec nested 100k deep", lambda: layerinit.spec(nested(100_000)), "model"),
+    ("hf_spec nested 100k deep", lambda: layerinit.hf_spec({"model_type": "llama", "x": nested(100_000)}), "config"),
+    ("init_ meta device='tpu'", lambda: lt().init_(meta_linear(), device="tpu", recipe="pytorch-default"), "device"),
+    ("seed __int__ raises", lambda: layerinit.plan("llama-tiny", seed=IntegralWhoseIntRaises()), "seed"),
+    ("overrides items() raises", lambda: layerinit.plan("llama-tiny", overrides=MappingWhoseItemsRaise(a=1)),
+     "overrides"),
+    ("mesh items() raises", lambda: layerinit.build("llama-tiny", mesh=MappingWhoseItemsRaise(tp=1)), "mesh"),
+    ("name_map items() raises", lambda: lt().init_(torch.nn.Linear(4, 4), name_map=MappingWhoseItemsRaise(a=None)),
+     "name_map"),
+    ("spec __fspath__ raises", lambda: layerinit.spec(PathWhoseFspathRaises()), "model"),
+    ("hf_spec __fspath__ raises", lambda: layerinit.hf_spec(PathWhoseFspathRaises()), "config"),
+    # accepted silently: json.dumps made the key "5", and the device and sharding went unread
+    ("hf_spec int key", lambda: layerinit.hf_spec({"model_type": "llama", 5: 1}), "config"),
+    ("spec int key", lambda: layerinit.spec({"name": "x", "hyper": {5: 1}}), "model"),
+    ("init_ cpu device=5", lambda: lt().init_(torch.nn.Linear(4, 4), device=5, recipe="pytorch-default"), "device"),
+    ("jax.build sharding=5", lambda: lj().build("llama-tiny", sharding=5), "sharding"),
+]
+
+
+@pytest.mark.parametrize("call, argument", [c[1:] for c in HOSTILE], ids=[c[0] for c in HOSTILE])
+def test_hostile_arguments_are_one_value_error_naming_the_argument(call, argument):
+    msg = one_line_value_error(call, argument)
+    assert len(msg) < 400, msg
 
 
 def test_cpp_errors_arrive_as_python_types_with_their_numbers(monkeypatch):

@@ -310,3 +310,117 @@ def test_a_second_init_with_an_override_differing_past_six_digits_prepares_again
     lt.init_(m, recipe="pytorch-default", overrides={"weight": b})
     want = layerinit.fill_(np.empty((8, 8), np.float32), "weight", b, seed=0)
     assert np.array_equal(m.weight.detach().numpy(), want)
+
+
+# ---- Hostile use: every parameter checked before anything is written ----
+
+
+def two_linears(device=None):
+    with torch.device(device or "cpu"):
+        return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+
+
+@pytest.mark.parametrize("layout, why", [
+    (lambda: torch.zeros(4, 4).t(), r"1.weight is not contiguous in its last dimension \(strides \(1, 4\)\)"),
+    (lambda: torch.zeros(1, 4).expand(4, 4), r"1.weight is expanded \(strides \(0, 1\)\): its elements share memory"),
+    (lambda: torch.zeros(8).as_strided((4, 4), (1, 1)), r"1.weight overlaps itself \(strides \(1, 1\) of shape \(4, 4\)\)"),
+], ids=["transposed", "expanded", "overlapping"])
+def test_a_later_parameter_of_a_layout_not_filled_in_place_is_refused_before_anything_is_written(layout, why):
+    """An expanded parameter was filled (its rows overwriting each other) and a transposed one refused
+    by the library without its name; the check now names it before 0.weight is touched."""
+    m = two_linears()
+    m[1].weight = torch.nn.Parameter(layout())
+    before = m[0].weight.detach().clone()
+    with pytest.raises(ValueError, match=r"^1 parameter\(s\) layerinit cannot fill in place: " + why):
+        lt.init_(m, recipe="pytorch-default")
+    assert same(m[0].weight.detach(), before)
+
+
+@pytest.fixture
+def one_rank_mesh():
+    dist = pytest.importorskip("torch.distributed")
+    from torch.distributed.device_mesh import DeviceMesh
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield DeviceMesh("cpu", [0])
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_partial_dtensor_is_refused_before_the_module_is_materialized(one_rank_mesh):
+    """A Partial DTensor on the meta device was refused after to_empty had given every parameter
+    new, uninitialized memory."""
+    from torch.distributed.tensor import DTensor, Partial
+
+    m = two_linears("meta")
+    m[1].weight = torch.nn.Parameter(DTensor.from_local(torch.zeros(4, 4, device="meta"), one_rank_mesh, [Partial()]))
+    with pytest.raises(ValueError, match=r"^1 parameter\(s\) layerinit cannot fill in place: 1.weight: DTensor placement "
+                                         r"P\(sum\) is not filled in place \(Shard and Replicate are\)$"):
+        lt.init_(m, recipe="pytorch-default")
+    assert all(p.is_meta for p in m.parameters())
+
+
+def test_parameters_sharing_memory_with_different_values_are_refused_naming_both():
+    """Two Parameters over one storage held one tensor's values; a tie (one Parameter) is filled once."""
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4, bias=False), torch.nn.Linear(4, 4, bias=False))
+    storage = torch.zeros(4, 8)
+    m[0].weight = torch.nn.Parameter(storage[:, :4])
+    m[1].weight = torch.nn.Parameter(storage[:, 2:6])  # columns 2, 3 are 0.weight's too
+    with pytest.raises(ValueError, match=r"^parameters 0.weight and 1.weight share memory but hold different tensors"):
+        lt.init_(m, recipe="pytorch-default")
+    assert torch.all(storage == 0)
+    m[1].weight = torch.nn.Parameter(torch.zeros(4, 8)[:, 4:])
+    lt.init_(m, recipe="pytorch-default")  # a storage of its own
+    m[1].weight = m[0].weight  # tied: one Parameter, filled once
+    lt.init_(m, recipe="pytorch-default")
+    assert m[1].weight is m[0].weight
+
+
+def test_rows_of_one_storage_apart_are_filled():
+    """Parameters made from disjoint rows of one tensor hold different tensors without overlapping."""
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4, bias=False), torch.nn.Linear(4, 4, bias=False))
+    storage = torch.zeros(8, 4)
+    m[0].weight, m[1].weight = torch.nn.Parameter(storage[:4]), torch.nn.Parameter(storage[4:])
+    lt.init_(m, recipe="pytorch-default", seed=3)
+    ref = two_linears()
+    lt.init_(ref, recipe="pytorch-default", seed=3)
+    assert same(storage[:4], ref[0].weight.detach()) and same(storage[4:], ref[1].weight.detach())
+
+
+def test_meta_memory_init_leaves_unfilled_is_reset_or_named():
+    """BatchNorm's running statistics on the meta device were left as to_empty's garbage
+    (num_batches_tracked 1.4e14) with a warning; a parameter skipped with name_map None held
+    uninitialized memory without a word."""
+    with torch.device("meta"):
+        m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing left uninitialized: no warning
+        lt.init_(m, recipe="pytorch-default")
+    fresh = torch.nn.BatchNorm1d(4)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        assert torch.equal(getattr(m[1], name), getattr(fresh, name)), name
+    m = two_linears("meta")
+    with pytest.warns(UserWarning, match=r"^parameters skipped with name_map \(None\) hold uninitialized memory after "
+                                         r"to_empty: \['1.bias', '1.weight'\]; set them yourself$"):
+        lt.init_(m, recipe="pytorch-default", name_map={"1.weight": None, "1.bias": None})
+    m = two_linears("meta")
+    with pytest.warns(UserWarning, match=r"\['0.bias', '0.weight', '1.bias', '1.weight'\]"):  # nothing left to fill
+        lt.init_(m, recipe="pytorch-default", name_map=lambda n: None)
+
+
+def test_an_integer_parameter_no_rule_covers_gets_the_dtype_message():
+    """An int32 parameter the module does not describe (role other) was refused with "no rule for"."""
+    class WithTable(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.table = torch.nn.Parameter(torch.zeros(4, dtype=torch.int32), requires_grad=False)
+
+    with pytest.raises(ValueError, match=r"^1 parameter\(s\) of a dtype layerinit does not fill \(float32, float16, "
+                                         r"bfloat16\): table \(torch.int32\); skip them with name_map= \(None\)$"):
+        lt.init_(WithTable())
