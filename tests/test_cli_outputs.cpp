@@ -136,10 +136,14 @@ TEST_F(Cli, KilledMidWriteLeavesNoTargetAndTheOldFileIntact) {
       } else {
         EXPECT_FALSE(fs::exists(target));
       }
-      // A killed process cannot remove its temporary: it is the only other thing there.
-      auto t = find_temporary(target);
-      ASSERT_TRUE(t.has_value());
-      fs::remove_all(t->first);
+      // A killed process cannot remove its temporary: it is the only other thing there, until the
+      // next emit to the same target (with --force over the old checkpoint, else without) removes it.
+      ASSERT_TRUE(find_temporary(target).has_value());
+      std::vector<std::string> later{"emit", "--preset", "gpt2-tiny", "--format", format, "-o", target.string()};
+      if (old) later.push_back("--force");
+      const Result again = run(later);
+      ASSERT_EQ(again.code(), 0) << again.how() << "\nstderr: " << again.err;
+      EXPECT_FALSE(find_temporary(target).has_value()) << "the killed emit's temporary is still there";
       std::vector<std::string> expected{"big.json"};
       for (const char* f : {"hdf5", "safetensors"})
         if (fs::exists(dir / (std::string("m.") + f))) expected.push_back(std::string("m.") + f);
