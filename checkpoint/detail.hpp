@@ -146,13 +146,14 @@ TargetRules target_rules(CheckpointFormat f);
 // The lifecycle both formats share. A format's constructor calls admit() (preflight against the
 // planned bytes, then the dataset list), prepares what it needs, then create_temp() (the temporary
 // beside the target, then the format's files in it). write(): order checked, any failure aborts;
-// commit(): every dataset complete, the format's finish(), publish(); abort(): idempotent, closes
-// the format's handles and removes the temporary. A format supplies only its steps. Its destructor
+// commit(): every dataset complete, the format's finish(), the caller's before_publish, publish();
+// abort(): idempotent, closes the format's handles and removes the temporary. A format supplies
+// only its steps. Its destructor
 // must call abort(): the base's cannot reach the format's release().
 class WriterBase : public CheckpointWriter {
  public:
   void write(std::size_t dataset, std::uint64_t first, const void* bytes, std::uint64_t n) final;
-  void commit() final;
+  void commit(const BeforePublish& before_publish = {}) final;
   void abort() noexcept final;
   const std::vector<DatasetSpec>& datasets() const final { return d_; }
   const fs::path& target() const final { return target_; }

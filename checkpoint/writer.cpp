@@ -313,11 +313,12 @@ void WriterBase::write(std::size_t i, std::uint64_t first, const void* bytes, st
   if (progress_.complete(i)) guarded([&] { dataset_complete(i); });
 }
 
-void WriterBase::commit() {
+void WriterBase::commit(const BeforePublish& before_publish) {
   require_open();
   guarded([&] {
     progress_.check_complete(target_);
     finish();
+    if (before_publish) before_publish(tmp_->path());
     publish(*tmp_);
   });
   state_ = State::committed;

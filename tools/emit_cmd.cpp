@@ -131,13 +131,55 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
   // What the report and messages name: the rank's file, or the checkpoint.
   const std::string written =
       rank ? (std::filesystem::path(ea.output) / rank_file_name(rank->rank(), plan->ranks())).string() : ea.output;
+  bool line_ended = !tty;  // the progress line, ended before anything else is printed
+  auto end_line = [&] {
+    if (!line_ended) std::fprintf(stderr, "\n");
+    line_ended = true;
+  };
+  // The report, on stdout; check_stdout throws when any of it was lost.
+  auto report = [&](const EmitResult& r, std::uint64_t peak, std::uint64_t peak_rank) {
+    end_line();
+    begin_stdout();
+    if (ea.report == "json") {
+      nlohmann::ordered_json out = report_header(*spec, opts, *recipe, args.layout_text(), *be);
+      if (rank) add_rank_json(out, *plan, rank->rank());
+      if (job) out["processes"] = job->size();
+      out["format"] = format_name(format);
+      out["output"] = escape_non_utf8(written);
+      out["parameters"] = rank ? plan_rank(*rank, TrainingSetup::mixed).parameters : spec->parameter_count();
+      if (!rank) out["buffers"] = spec->buffer_count();
+      out["tensors"] = tensors_json(r.tensors);
+      out["total_bytes"] = r.weight_bytes;
+      out["peak_bytes"] = peak;
+      if (job) out["peak_rank"] = peak_rank;
+      out["file_bytes"] = r.file_bytes;
+      out["wall_seconds"] = r.seconds;
+      // Replace (never throw on) any other invalid UTF-8: the report is all that is left to do.
+      std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    } else if (job) {
+      std::printf("%s: wrote %s (%s on disk) with %llu processes in %.2f s; peak %s (rank %llu, the largest)\n",
+                  printable(written).c_str(),
+                  format_bytes(r.weight_bytes).c_str(), format_bytes(r.file_bytes).c_str(),
+                  static_cast<unsigned long long>(job->size()), r.seconds, format_bytes(peak).c_str(),
+                  static_cast<unsigned long long>(peak_rank));
+    } else {
+      std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", printable(written).c_str(),
+                  format_bytes(r.weight_bytes).c_str(), format_bytes(r.file_bytes).c_str(), r.seconds,
+                  format_bytes(peak).c_str());
+    }
+    check_stdout();
+  };
+  // One process: the report is written, and its write checked, before the checkpoint is renamed into
+  // place, so a report that cannot be written publishes nothing (exit 1, the target as it was). Under
+  // MPI rank 0 reports the job's peak, known only once every rank is done: after publishing.
+  if (!job) eo.before_publish = [&](const EmitResult& r) { report(r, tracker->stats().peak_bytes, 0); };
   EmitResult r;
   try {
     r = rank ? emit_rank(*rank, *be, ea.output, eo)
         : job ? emit_parallel(*builder, *be, ea.output, eo, *job)
               : emit_checkpoint(*builder, *be, ea.output, eo);
   } catch (...) {
-    if (tty) std::fprintf(stderr, "\n");
+    end_line();
     if (g_cancel.load()) {
       if (!job || job->rank() == 0)
         std::fprintf(stderr, "layerinit: interrupted; %s was left as it was\n", printable(written).c_str());
@@ -145,44 +187,15 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     }
     throw;
   }
-  if (tty) std::fprintf(stderr, "\n");
+  if (!job) return 0;  // reported before publishing
+  end_line();
   // The job's peak is its largest rank's (a rank may write nothing: one file goes to one rank).
   std::uint64_t peak = tracker->stats().peak_bytes, peak_rank = 0;
-  if (job) {
-    const std::vector<std::string> peaks = job->gather(std::to_string(peak), 0);
-    for (std::size_t k = 0; k < peaks.size(); ++k)
-      if (const std::uint64_t p = std::stoull(peaks[k]); p > peak || k == 0) peak = p, peak_rank = k;
-  }
-  if (job && job->rank() != 0) return 0;  // rank 0 reports the checkpoint
-
-  begin_stdout();
-  if (ea.report == "json") {
-    nlohmann::ordered_json out = report_header(*spec, opts, *recipe, args.layout_text(), *be);
-    if (rank) add_rank_json(out, *plan, rank->rank());
-    if (job) out["processes"] = job->size();
-    out["format"] = format_name(format);
-    out["output"] = escape_non_utf8(written);
-    out["parameters"] = rank ? plan_rank(*rank, TrainingSetup::mixed).parameters : spec->parameter_count();
-    if (!rank) out["buffers"] = spec->buffer_count();
-    out["tensors"] = tensors_json(r.tensors);
-    out["total_bytes"] = r.weight_bytes;
-    out["peak_bytes"] = peak;
-    if (job) out["peak_rank"] = peak_rank;
-    out["file_bytes"] = r.file_bytes;
-    out["wall_seconds"] = r.seconds;
-    // The checkpoint is published by now: replace (never throw on) any other invalid UTF-8.
-    std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
-  } else if (job) {
-    std::printf("%s: wrote %s (%s on disk) with %llu processes in %.2f s; peak %s (rank %llu, the largest)\n",
-                printable(written).c_str(),
-                format_bytes(r.weight_bytes).c_str(), format_bytes(r.file_bytes).c_str(),
-                static_cast<unsigned long long>(job->size()), r.seconds, format_bytes(peak).c_str(),
-                static_cast<unsigned long long>(peak_rank));
-  } else {
-    std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", printable(written).c_str(), format_bytes(r.weight_bytes).c_str(),
-                format_bytes(r.file_bytes).c_str(), r.seconds, format_bytes(peak).c_str());
-  }
-  check_stdout();
+  const std::vector<std::string> peaks = job->gather(std::to_string(peak), 0);
+  for (std::size_t k = 0; k < peaks.size(); ++k)
+    if (const std::uint64_t p = std::stoull(peaks[k]); p > peak || k == 0) peak = p, peak_rank = k;
+  if (job->rank() != 0) return 0;  // rank 0 reports the checkpoint
+  report(r, peak, peak_rank);
   return 0;
 }
 
