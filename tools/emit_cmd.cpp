@@ -1,4 +1,6 @@
 // layerinit emit: build layer by layer and stream into an HDF5 file or a safetensors directory.
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -25,7 +27,23 @@ namespace layerinit::cli {
 namespace {
 
 std::atomic<bool> g_cancel{false};
-extern "C" void on_signal(int) { g_cancel.store(true); }
+std::atomic<bool> g_later{false};  // interrupt_later() was called
+std::atomic<bool> g_silent{false};  // interrupts_quiet() was called
+static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler reads these");
+
+// Only async-signal-safe calls: write(2) and _exit(2).
+extern "C" void on_signal(int) {
+  if (g_later.load()) {
+    g_cancel.store(true);
+    return;
+  }
+  if (!g_silent.load()) {
+    static const char line[] = "layerinit: interrupted\n";
+    const ssize_t n = ::write(STDERR_FILENO, line, sizeof line - 1);
+    (void)n;
+  }
+  ::_exit(130);
+}
 
 // A progress line on a terminal, redrawn in place: layers, bytes, rate, ETA.
 void draw(const EmitProgress& p) {
@@ -43,6 +61,25 @@ void draw(const EmitProgress& p) {
 }  // namespace
 
 std::atomic<bool>& emit_cancel() { return g_cancel; }
+
+void install_interrupt_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigset_t ours;
+  sigemptyset(&ours);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    sigaction(sig, &sa, nullptr);
+    sigaddset(&ours, sig);
+  }
+  // A blocked signal survives exec, blocked: a launcher that starts us so would have its Ctrl-C or
+  // kill wait until exit. Handled now, they may arrive (one already pending arrives here).
+  pthread_sigmask(SIG_UNBLOCK, &ours, nullptr);
+}
+
+void interrupts_quiet() { g_silent.store(true); }
+
+void interrupt_later() { g_later.store(true); }
 
 int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, MpiJob* job) {
   // Under MPI every rank does the work below, and a failure on any of them (a bad flag is the same
@@ -94,13 +131,6 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     // emit_checkpoint fills it in.
     eo.cancel = &g_cancel;
     if (tty) eo.progress = draw;
-
-    // Ctrl-C or a polite kill: stop at the next part, remove the temporary file, leave the target as it was.
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGHUP, &sa, nullptr);
 
     be = make_backend(args.backend, args.threads);
     tracker.emplace(be->memory());
@@ -173,6 +203,9 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
   // place, so a report that cannot be written publishes nothing (exit 1, the target as it was). Under
   // MPI rank 0 reports the job's peak, known only once every rank is done: after publishing.
   if (!job) eo.before_publish = [&](const EmitResult& r) { report(r, tracker->stats().peak_bytes, 0); };
+  // From here on a signal stops the emit at its next part (or before it publishes), which removes the
+  // temporary; until here nothing was written, and a signal ended the process at once.
+  interrupt_later();
   EmitResult r;
   try {
     r = rank ? emit_rank(*rank, *be, ea.output, eo)
