@@ -68,6 +68,7 @@ struct SpawnOptions {
   // Sent to the child, blocked, just before exec (a blocked signal stays pending across exec): it
   // arrives at the program's first unblocking, before any of its work. 0: none.
   int pending_signal = 0;
+  int ignored_signal = 0;  // SIG_IGN in the child (as nohup leaves SIGHUP). 0: none
 };
 
 struct Child {
@@ -155,7 +156,9 @@ inline Child spawn_command(const std::vector<std::string>& argv_in, const SpawnO
     if (so.uid >= 0 && (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(so.uid)) != 0 ||
                         ::setuid(static_cast<uid_t>(so.uid)) != 0))
       ::_exit(126);
+    if (so.ignored_signal) ::signal(so.ignored_signal, SIG_IGN);
     if (so.pending_signal) {
+      ::signal(so.pending_signal, SIG_DFL);  // as a user's shell leaves it, whatever this test inherited
       sigset_t blocked;
       sigemptyset(&blocked);
       sigaddset(&blocked, so.pending_signal);

@@ -262,6 +262,22 @@ TEST_F(Cli, AnInterruptAtAnyMomentIsExit130OrSuccess) {
   EXPECT_GT(interrupted, 0);  // at 0 ms the signal comes before the emit is done
 }
 
+// Handled from the first step for every command, SIGHUP would override what `nohup` asked for: a
+// hangup that was ignored when layerinit started stays ignored.
+TEST_F(Cli, AHangupIgnoredByNohupStaysIgnored) {
+  TempDir dir;
+  const fs::path target = dir / "m.h5";
+  SpawnOptions so;
+  so.ignored_signal = SIGHUP;
+  Child c = spawn({"emit", "--preset", "llama-tiny", "--backend", "cpu", "-o", target.string()}, so);
+  for (int i = 0; i < 60'000 && !catches(c.pid, SIGTERM); ++i) ::usleep(100);
+  ::kill(c.pid, SIGHUP);
+  const Result r = finish(c);
+  EXPECT_EQ(r.code(), 0) << r.how() << "\nstderr: " << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"m.h5"});
+}
+
 TEST_F(Cli, ForceRefusesWhatLayerinitDidNotWrite) {
   TempDir dir;
   // Things layerinit did not write, beside outputs it did.

@@ -33,7 +33,8 @@ class MpiJob;
 // this process is a rank of (emit_parallel), or null; only rank 0 prints the report.
 int emit_command(const ModelArgs& args, const EmitArgs& emit, bool format_given, MpiJob* job = nullptr);
 // SIGINT, SIGTERM and SIGHUP, handled from main's first step on, for every command (and unblocked,
-// should the process have been started with them blocked). Until interrupt_later() nothing needs
+// should the process have been started with them blocked; a SIGHUP ignored by nohup stays ignored).
+// Until interrupt_later() nothing needs
 // removing: a signal prints "layerinit: interrupted" (unless interrupts_quiet()) and exits 130 at
 // once. After it, the signal only sets emit_cancel(): emit stops at its next part (and, under MPI,
 // stops waiting for the other ranks) or before it publishes, removes its temporary, prints its own

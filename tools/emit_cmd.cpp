@@ -69,6 +69,9 @@ void install_interrupt_handlers() {
   sigset_t ours;
   sigemptyset(&ours);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction was {};
+    // `nohup layerinit ...` asks that a hangup be ignored: kept so.
+    if (sig == SIGHUP && sigaction(sig, nullptr, &was) == 0 && was.sa_handler == SIG_IGN) continue;
     sigaction(sig, &sa, nullptr);
     sigaddset(&ours, sig);
   }
