@@ -61,8 +61,8 @@ struct EmitOptions {
   // emit_checkpoint and emit_rank: runs once every byte is written and synced, just before the rename
   // that publishes, with the result as returned (file_bytes: the staged files'). What the caller
   // promised besides the checkpoint goes here (the CLI's report): a throw, or a cancel set by then,
-  // stops the emit with the temporary removed and the target as it was. emit_parallel does not take
-  // it (misuse).
+  // stops the emit with the temporary removed and the target as it was. emit_parallel with more than
+  // one process does not take it (misuse: rank 0 publishes while the others wait).
   std::function<void(const EmitResult&)> before_publish;
   std::uint64_t staging_bytes = 64ull << 20;          // host buffer for device-resident parts
 };

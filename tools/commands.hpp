@@ -34,11 +34,10 @@ class MpiJob;
 int emit_command(const ModelArgs& args, const EmitArgs& emit, bool format_given, MpiJob* job = nullptr);
 // SIGINT, SIGTERM and SIGHUP, handled from main's first step on, for every command (and unblocked,
 // should the process have been started with them blocked; a SIGHUP ignored by nohup stays ignored).
-// Until interrupt_later() nothing needs
-// removing: a signal prints "layerinit: interrupted" (unless interrupts_quiet()) and exits 130 at
-// once. After it, the signal only sets emit_cancel(): emit stops at its next part (and, under MPI,
-// stops waiting for the other ranks) or before it publishes, removes its temporary, prints its own
-// line and exits 130.
+// Until interrupt_later() nothing needs removing: a signal prints "layerinit: interrupted" (unless
+// interrupts_quiet()) and exits 130 at once. After it, the signal only sets emit_cancel(): emit
+// stops at its next part (and, under MPI, stops waiting for the other ranks) or before it
+// publishes, removes its temporary, prints its own line and exits 130.
 void install_interrupt_handlers();
 void interrupts_quiet();  // an MPI rank other than 0: no line
 void interrupt_later();   // emit, before its first file
