@@ -63,25 +63,28 @@ std::optional<nlohmann::json> safetensors_metadata(const fs::path& file) noexcep
 // entries that appear meanwhile are removed too. false when something is left; never throws.
 bool remove_tree(const fs::path& p) noexcept;
 
-// A temporary directory holds this file while its process works in it, locked (flock) for as long
+// A staging directory holds this file while its process works in it, locked (flock) for as long
 // as the TempPath lives: a directory with the file unlocked was left by a process that died.
 inline constexpr const char* kStagingMarker = ".layerinit-staging";
 
 // Removes what an earlier write to `target` left when its process was killed: the directories beside
-// it named ".<name>.tmp-XXXXXX" (a safetensors writer's, a parallel emit's staging) or
-// "<name>.ranks-XXXXXX" (a parallel HDF5 emit's rank files) that hold kStagingMarker and whose lock
-// no process holds. Nothing else is touched: not a directory without the marker (not layerinit's,
-// or a published rank directory), not one in use. Never throws.
+// it named ".<name>.tmp-XXXXXX" (any writer's staging: an HDF5 or .safetensors file's, a safetensors
+// directory, a parallel emit's) or "<name>.ranks-XXXXXX" (a parallel HDF5 emit's rank files) that
+// hold kStagingMarker and whose lock no process holds. Nothing else is touched: not a directory
+// without the marker (not layerinit's, or a published rank directory), not one in use. Never throws.
 void remove_stale_staging(const fs::path& target) noexcept;
 
-// A temporary file or directory beside the target: "<dir>/.<name>.tmp-XXXXXX". Removed by remove()
-// or the destructor unless released by publish() or keep(). A directory holds kStagingMarker, locked
-// until it is published, kept or removed.
+// A temporary file or directory staged beside the target in a marked directory
+// "<dir>/.<name>.tmp-XXXXXX": a directory target is that directory, a file target the file <name>
+// inside it. Removed by remove() or the destructor unless released by publish() or keep(). The
+// directory holds kStagingMarker, locked until it is published, kept or removed, so whatever a
+// killed process left is found by remove_stale_staging, files and directories alike.
 class TempPath {
  public:
   TempPath(const fs::path& target, bool directory);
-  // "<dir>/<name_template>" with the template's trailing XXXXXX made unique (mkdtemp, mkostemp);
-  // errors name `shown` (empty: the template's path).
+  // The staging directory "<dir>/<name_template>" with the template's trailing XXXXXX made unique
+  // (mkdtemp); a file is created in it named as `shown`'s file. Errors name `shown` (empty: the
+  // template's path).
   TempPath(const fs::path& dir, const std::string& name_template, bool directory, const fs::path& shown = {});
   ~TempPath() {
     remove();
@@ -91,22 +94,23 @@ class TempPath {
   TempPath& operator=(const TempPath&) = delete;
   const fs::path& path() const { return path_; }
   void remove() noexcept;
-  // fsyncs and renames the temporary onto `target` (replacing it only if overwrite), then fsyncs
-  // the parent directory. Afterwards nothing is left to remove.
+  // fsyncs and renames the temporary onto `target` (replacing it only if overwrite), removes a
+  // file's staging directory, then fsyncs the parent directory. Afterwards nothing is left to remove.
   void publish(const fs::path& target, bool overwrite);
   // Takes the marker out of a directory about to become part of a checkpoint (a parallel HDF5
   // emit's rank directory, before its master is published): from here on no later emit takes it
   // for stale staging. It is still removed by remove() or the destructor.
   void unmark() noexcept;
   // Keeps the path where it is, with nothing left to remove (a parallel HDF5 checkpoint's rank
-  // directory, once its master is published).
+  // directory, once its master is published). Directories only.
   void keep() noexcept {
     unmark();
     live_ = false;
   }
 
  private:
-  fs::path path_;
+  fs::path path_;   // the directory, or the file in it
+  fs::path stage_;  // the marked staging directory
   bool directory_;
   bool live_ = false;
   int lock_fd_ = -1;  // the marker's, while marked
@@ -142,13 +146,14 @@ TargetRules target_rules(CheckpointFormat f);
 // The lifecycle both formats share. A format's constructor calls admit() (preflight against the
 // planned bytes, then the dataset list), prepares what it needs, then create_temp() (the temporary
 // beside the target, then the format's files in it). write(): order checked, any failure aborts;
-// commit(): every dataset complete, the format's finish(), publish(); abort(): idempotent, closes
-// the format's handles and removes the temporary. A format supplies only its steps. Its destructor
+// commit(): every dataset complete, the format's finish(), the caller's before_publish, publish();
+// abort(): idempotent, closes the format's handles and removes the temporary. A format supplies
+// only its steps. Its destructor
 // must call abort(): the base's cannot reach the format's release().
 class WriterBase : public CheckpointWriter {
  public:
   void write(std::size_t dataset, std::uint64_t first, const void* bytes, std::uint64_t n) final;
-  void commit() final;
+  void commit(const BeforePublish& before_publish = {}) final;
   void abort() noexcept final;
   const std::vector<DatasetSpec>& datasets() const final { return d_; }
   const fs::path& target() const final { return target_; }

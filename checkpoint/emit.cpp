@@ -162,9 +162,7 @@ EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem:
   EmitResult result;
   result.tensors = feed.reports();
   for (const auto& t : result.tensors) result.weight_bytes += t.bytes;
-  writer->commit();
-  result.file_bytes = detail::disk_bytes(writer->target());  // the normalized path: "out/" names the directory
-  result.seconds = detail::seconds_since(t0);
+  writer->commit(detail::before_publish(opts, result, t0));
   return result;
 }
 
@@ -298,14 +296,12 @@ EmitResult emit_rank(const RankPlan& r, backend& be, const std::filesystem::path
       d.reports[k].hash = feed.digest(k);
       d.reports[k].layer_hashes = feed.slice_hashes(k);
     }
-    writer->commit();
-    result.file_bytes = detail::disk_bytes(writer->target());
+    result.tensors = std::move(d.reports);
+    writer->commit(detail::before_publish(opts, result, t0));
   } catch (...) {
     if (made_dir) ::rmdir(target_dir.c_str());  // only if still empty: other ranks may be writing there
     throw;
   }
-  result.tensors = std::move(d.reports);
-  result.seconds = detail::seconds_since(t0);
   return result;
 }
 

@@ -46,6 +46,8 @@ LAYERINIT_API bool hf_loadable(const BuildOptions& opts);
 // when hf_loadable(opts); nothing for other layouts and for families without one (MLPs, custom specs).
 LAYERINIT_API std::optional<std::string> hf_config_for(const ModelSpec& spec, const BuildOptions& opts);
 
+struct EmitResult;
+
 struct EmitOptions {
   CheckpointFormat format = CheckpointFormat::hdf5;
   // writer.config_json only when hf_loadable(the builder's options): else emit_checkpoint throws
@@ -56,6 +58,12 @@ struct EmitOptions {
   CheckpointMetadata meta;
   std::function<void(const EmitProgress&)> progress;  // after each part
   const std::atomic<bool>* cancel = nullptr;          // set (e.g. by a signal handler) to stop
+  // emit_checkpoint and emit_rank: runs once every byte is written and synced, just before the rename
+  // that publishes, with the result as returned (file_bytes: the staged files'). What the caller
+  // promised besides the checkpoint goes here (the CLI's report): a throw, or a cancel set by then,
+  // stops the emit with the temporary removed and the target as it was. emit_parallel with more than
+  // one process does not take it (misuse: rank 0 publishes while the others wait).
+  std::function<void(const EmitResult&)> before_publish;
   std::uint64_t staging_bytes = 64ull << 20;          // host buffer for device-resident parts
 };
 

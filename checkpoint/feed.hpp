@@ -20,8 +20,7 @@
 
 namespace layerinit::detail {
 
-// Runs after the commit, so it never throws: a failure here must not report a published checkpoint
-// as failed (0 when the size cannot be read).
+// Never throws: a size that cannot be read is no failure of the checkpoint (0 then).
 inline std::uint64_t disk_bytes(const std::filesystem::path& target) noexcept {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -151,6 +150,19 @@ inline std::function<void()> cancellation(const EmitOptions& opts) {
   if (!opts.cancel) return {};
   return [c = opts.cancel] {
     if (c->load()) throw error("interrupted");
+  };
+}
+
+// The writer's before_publish of an emit: completes `result` from the staged files (file_bytes, what
+// the rename will not change) and the time so far, then stops on a cancel that came meanwhile and
+// runs the caller's opts.before_publish: the last moment a failure leaves the target as it was.
+inline CheckpointWriter::BeforePublish before_publish(const EmitOptions& opts, EmitResult& result,
+                                                      std::chrono::steady_clock::time_point t0) {
+  return [&opts, &result, t0](const std::filesystem::path& staged) {
+    result.file_bytes = disk_bytes(staged);
+    result.seconds = seconds_since(t0);
+    if (const auto stop = cancellation(opts)) stop();
+    if (opts.before_publish) opts.before_publish(result);
   };
 }
 

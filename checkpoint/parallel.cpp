@@ -588,6 +588,8 @@ EmitResult emit_parallel(const Builder& b, backend& be, const fs::path& target, 
   LAYERINIT_EXPECTS(c.size() > 0 && c.rank() < c.size(),
                     "emit: rank " + std::to_string(c.rank()) + " of a group of " + std::to_string(c.size()));
   if (c.size() == 1) return emit_checkpoint(b, be, target, opts);
+  // Rank 0 publishes while the others wait for it: nothing of the caller's may run in between.
+  LAYERINIT_EXPECTS(!opts.before_publish, "emit_parallel: before_publish is taken by emit_checkpoint and emit_rank only");
   const auto t0 = std::chrono::steady_clock::now();
   // Before anything is written: each rank's own checks, then one output on every rank (a rank given
   // another seed, model, format or target would publish a mix, or wait in another protocol).

@@ -139,47 +139,42 @@ TempPath::TempPath(const fs::path& dir, const std::string& name_template, bool d
     : directory_(directory) {
   std::string tmpl = (dir / name_template).string();
   const fs::path target = shown.empty() ? dir / name_template : shown;  // for messages
-  // mkdtemp and mkostemp create 0700 and 0600; the result gets the mode any new file or directory
-  // gets under the user's umask, as if created with open(0666) or mkdir(0777).
+  // mkdtemp creates 0700; the result gets the mode any new file or directory gets under the user's
+  // umask, as if created with open(0666) or mkdir(0777).
   const mode_t mask = current_umask();
-  if (directory) {
-    if (::mkdtemp(tmpl.data()) == nullptr) fail("cannot create a temporary directory beside", target, errno);
-    ::chmod(tmpl.c_str(), 0777 & ~mask);
-    // The marker is locked under another name, then renamed: a cleaner never sees it unlocked.
-    const fs::path dir_path = tmpl, fresh = dir_path / ".layerinit-staging-new";
-    lock_fd_ = ::open(fresh.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666 & ~mask);
-    if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX) != 0 || ::rename(fresh.c_str(), (dir_path / kStagingMarker).c_str()) != 0) {
-      const int e = errno;
-      if (lock_fd_ >= 0) ::close(lock_fd_);
-      lock_fd_ = -1;
-      remove_tree(dir_path);
-      fail("cannot create a temporary directory beside", target, e);
-    }
-  } else {
-    int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
-    if (fd < 0) fail("cannot create a temporary file beside", target, errno);
-    ::fchmod(fd, 0666 & ~mask);
-    ::close(fd);
+  const char* what = directory ? "cannot create a temporary directory beside" : "cannot create a temporary file beside";
+  if (::mkdtemp(tmpl.data()) == nullptr) fail(what, target, errno);
+  ::chmod(tmpl.c_str(), 0777 & ~mask);
+  // A file is staged in a marked directory too: a killed writer's file is then found and removed
+  // the way its directories are (remove_stale_staging), one mechanism for both.
+  // The marker is locked under another name, then renamed: a cleaner never sees it unlocked.
+  stage_ = tmpl;
+  path_ = directory ? stage_ : stage_ / (shown.empty() ? fs::path(name_template) : shown).filename();
+  const fs::path fresh = stage_ / ".layerinit-staging-new";
+  lock_fd_ = ::open(fresh.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666 & ~mask);
+  int fd = -1;
+  if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX) != 0 || ::rename(fresh.c_str(), (stage_ / kStagingMarker).c_str()) != 0 ||
+      (!directory && (fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666 & ~mask)) < 0)) {
+    const int e = errno;
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    lock_fd_ = -1;
+    remove_tree(stage_);
+    fail(what, target, e);
   }
-  path_ = tmpl;
+  if (fd >= 0) ::close(fd);
   live_ = true;
 }
 
 void TempPath::remove() noexcept {
   if (!live_) return;
   unmark();  // first: its descriptor may be the last one the removal needs
-  if (directory_) {
-    remove_tree(path_);
-  } else {
-    std::error_code ec;
-    fs::remove(path_, ec);
-  }
+  remove_tree(stage_);
   live_ = false;
 }
 
 void TempPath::unmark() noexcept {
   if (lock_fd_ < 0) return;
-  ::unlink((path_ / kStagingMarker).c_str());
+  ::unlink((stage_ / kStagingMarker).c_str());
   ::close(lock_fd_);
   lock_fd_ = -1;
 }
@@ -233,7 +228,7 @@ void fsync_path(const fs::path& p, bool directory) {
 }
 
 void TempPath::publish(const fs::path& target, bool overwrite) {
-  unmark();  // published, it is a checkpoint, not staging
+  if (directory_) unmark();  // published, it is a checkpoint, not staging
   if (directory_) {
     for (const auto& e : fs::directory_iterator(path_)) fsync_path(e.path(), false);
   }
@@ -264,6 +259,10 @@ void TempPath::publish(const fs::path& target, bool overwrite) {
     }
   } else if (::rename(path_.c_str(), target.c_str()) != 0) {
     fail("cannot rename the temporary into", target, errno);
+  }
+  if (!directory_) {  // the file is out: its staging directory holds only the marker
+    unmark();
+    remove_tree(stage_);
   }
   live_ = false;
   fsync_path(target.parent_path(), true);
@@ -314,11 +313,12 @@ void WriterBase::write(std::size_t i, std::uint64_t first, const void* bytes, st
   if (progress_.complete(i)) guarded([&] { dataset_complete(i); });
 }
 
-void WriterBase::commit() {
+void WriterBase::commit(const BeforePublish& before_publish) {
   require_open();
   guarded([&] {
     progress_.check_complete(target_);
     finish();
+    if (before_publish) before_publish(tmp_->path());
     publish(*tmp_);
   });
   state_ = State::committed;

@@ -101,9 +101,13 @@ class LAYERINIT_API CheckpointWriter {
                      std::uint64_t n_elements) = 0;
   void write(std::string_view name, std::uint64_t first_element, const void* bytes, std::uint64_t n_elements);
 
-  // Checks every dataset is complete, flushes, fsyncs and renames into place. Throws on failure,
-  // leaving the target as it was.
-  virtual void commit() = 0;
+  // Runs when every byte is written and synced, just before the rename, with the staged path (the
+  // temporary file or directory that becomes the target): what must succeed for the checkpoint to
+  // be published (emit's report). A throw aborts the writer like any failure.
+  using BeforePublish = std::function<void(const std::filesystem::path& staged)>;
+  // Checks every dataset is complete, flushes, fsyncs, runs before_publish, and renames into place.
+  // Throws on failure, leaving the target as it was.
+  virtual void commit(const BeforePublish& before_publish = {}) = 0;
   // Removes the temporary files; the target keeps what it held. Idempotent; commit() after it throws.
   virtual void abort() noexcept = 0;
 

@@ -65,6 +65,10 @@ struct SpawnOptions {
   rlim_t max_address_space = RLIM_INFINITY;  // RLIMIT_AS: a runaway allocation fails instead of eating the machine
   unsigned alarm_s = 0;                  // SIGALRM (kept across exec) ends a child that runs this long
   std::map<std::string, std::string> env;  // set in the child's environment (replacing inherited values)
+  // Sent to the child, blocked, just before exec (a blocked signal stays pending across exec): it
+  // arrives at the program's first unblocking, before any of its work. 0: none.
+  int pending_signal = 0;
+  int ignored_signal = 0;  // SIG_IGN in the child (as nohup leaves SIGHUP). 0: none
 };
 
 struct Child {
@@ -152,6 +156,14 @@ inline Child spawn_command(const std::vector<std::string>& argv_in, const SpawnO
     if (so.uid >= 0 && (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(so.uid)) != 0 ||
                         ::setuid(static_cast<uid_t>(so.uid)) != 0))
       ::_exit(126);
+    if (so.ignored_signal) ::signal(so.ignored_signal, SIG_IGN);
+    if (so.pending_signal) {
+      ::signal(so.pending_signal, SIG_DFL);  // as a user's shell leaves it, whatever this test inherited
+      sigset_t blocked;
+      sigemptyset(&blocked);
+      sigaddset(&blocked, so.pending_signal);
+      if (::sigprocmask(SIG_BLOCK, &blocked, nullptr) != 0 || ::kill(::getpid(), so.pending_signal) != 0) ::_exit(126);
+    }
     ::execvpe(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }

@@ -452,6 +452,49 @@ TEST(CheckpointHdf5, KilledMidWayLeavesTheOldFileIntact) {
     if (e != "model.h5") EXPECT_EQ(e.rfind(".model.h5.tmp-", 0), 0u) << e;
 }
 
+// A killed writer's temporary (250-430 MB of a real model) is removed by the next writer of the same
+// target, with or without overwrite, as a safetensors writer's staging is; a file of that name that is
+// not layerinit's staging (no locked marker around it) is left alone.
+TEST(CheckpointHdf5, ALaterWriterRemovesWhatAKilledOneLeft) {
+  TempDir dir;
+  const fs::path out = dir.path() / "model.h5";
+  Fixture fx;
+  layerinit::testing::write_file(dir.path() / ".model.h5.tmp-Foreig", "someone's own");
+  auto killed = [&](bool overwrite) {
+    const int st = in_child([&] {
+      WriterOptions o;
+      o.overwrite = overwrite;
+      auto w = open_hdf5_writer(out, fx.specs(), test_meta(), o);
+      write_all(*w, 0, fx.pat.data(), 30000, 10000);
+      ::kill(::getpid(), SIGKILL);
+      return 0;
+    });
+    ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  };
+  auto temporaries = [&] {
+    std::vector<std::string> v;
+    for (const auto& e : dir.entries())
+      if (e.rfind(".model.h5.tmp-", 0) == 0 && e != ".model.h5.tmp-Foreig") v.push_back(e);
+    return v;
+  };
+  for (bool overwrite : {false, true}) {
+    SCOPED_TRACE(overwrite ? "over an old file, with overwrite" : "no target yet");
+    killed(overwrite);
+    const std::vector<std::string> stale = temporaries();
+    ASSERT_EQ(stale.size(), 1u);
+    WriterOptions o;
+    o.overwrite = overwrite;
+    auto w = open_hdf5_writer(out, fx.specs(), test_meta(), o);
+    const std::vector<std::string> now = temporaries();  // its own only
+    ASSERT_EQ(now.size(), 1u);
+    EXPECT_NE(now[0], stale[0]);
+    fx.write(*w);
+    w->commit();
+    EXPECT_EQ(dir.entries(), (std::vector<std::string>{".model.h5.tmp-Foreig", "model.h5"}));
+    EXPECT_EQ(read_native_float(out, "model.norm.weight"), fx.f32);
+  }
+}
+
 TEST(CheckpointHdf5, FullFilesystemFailsClearlyAndLeavesNothing) {
   TempDir dir;
   const fs::path out = dir.path() / "model.h5";

@@ -98,6 +98,44 @@ TEST_F(Cli, FailedWritesToStdoutAreExitOneWithOneLine) {
   }
 }
 
+// `emit --force --report json -o fr.h5 >/dev/full` exited 1 with fr.h5 replaced. The report is part of
+// what emit promises: written and its write checked before the rename, so a lost report publishes
+// nothing and the old checkpoint stays.
+TEST_F(Cli, AReportThatCannotBeWrittenPublishesNothing) {
+  if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full";
+  TempDir dir;
+  for (const char* format : {"hdf5", "safetensors"}) {
+    for (const bool json_report : {true, false}) {
+      for (const bool old : {true, false}) {
+        SCOPED_TRACE(std::string(format) + (json_report ? ", --report json" : ", text report") +
+                     (old ? ", over an old checkpoint" : ", new target"));
+        const fs::path target = dir / "fr";
+        std::string before;
+        if (old) {
+          ASSERT_EQ(run({"emit", "--preset", "gpt2-tiny", "--format", format, "-o", target.string()}).code(), 0);
+          before = slurp(std::string(format) == "hdf5" ? target : target / "model.safetensors");
+        }
+        std::vector<std::string> args{"emit", "--preset", "llama-tiny", "--backend", "cpu", "--format", format,
+                                      "--force", "-o", target.string()};
+        if (json_report) args.insert(args.end(), {"--report", "json"});
+        SpawnOptions so;
+        so.stdout_file = "/dev/full";
+        const Result r = run(args, so);
+        EXPECT_EQ(r.code(), 1) << r.how() << "\nstderr: " << r.err;
+        expect_one_error_line(r, "stdout");
+        EXPECT_NE(r.err.find("cannot write to standard output: No space left on device"), std::string::npos) << r.err;
+        if (old) {
+          EXPECT_EQ(slurp(std::string(format) == "hdf5" ? target : target / "model.safetensors"), before);
+          EXPECT_EQ(dir.entries(), std::vector<std::string>{"fr"});  // no temporary either
+        } else {
+          EXPECT_EQ(dir.entries(), std::vector<std::string>{});
+        }
+        fs::remove_all(target);
+      }
+    }
+  }
+}
+
 TEST_F(Cli, EnvironmentFailureAtOpenIsExitOne) {
   // Each shard is open from the start: 34 shards of llama-tiny under 16 descriptors fail to open,
   // an environment failure (exit 1), not bad input.

@@ -136,10 +136,14 @@ TEST_F(Cli, KilledMidWriteLeavesNoTargetAndTheOldFileIntact) {
       } else {
         EXPECT_FALSE(fs::exists(target));
       }
-      // A killed process cannot remove its temporary: it is the only other thing there.
-      auto t = find_temporary(target);
-      ASSERT_TRUE(t.has_value());
-      fs::remove_all(t->first);
+      // A killed process cannot remove its temporary: it is the only other thing there, until the
+      // next emit to the same target (with --force over the old checkpoint, else without) removes it.
+      ASSERT_TRUE(find_temporary(target).has_value());
+      std::vector<std::string> later{"emit", "--preset", "gpt2-tiny", "--format", format, "-o", target.string()};
+      if (old) later.push_back("--force");
+      const Result again = run(later);
+      ASSERT_EQ(again.code(), 0) << again.how() << "\nstderr: " << again.err;
+      EXPECT_FALSE(find_temporary(target).has_value()) << "the killed emit's temporary is still there";
       std::vector<std::string> expected{"big.json"};
       for (const char* f : {"hdf5", "safetensors"})
         if (fs::exists(dir / (std::string("m.") + f))) expected.push_back(std::string("m.") + f);
@@ -185,6 +189,93 @@ TEST_F(Cli, InterruptExits130RemovesTheTemporaryAndKeepsTheTarget) {
     }
     fs::remove_all(target);
   }
+}
+
+// A signal in the first 5-90 ms (before emit installed its handlers) killed the process silently
+// (status 143 for SIGTERM, no line). The handlers come first in main, for every command: a signal
+// that is already there when the program starts (sent blocked before exec, so it arrives at the
+// program's very first step) is exit 130 and one line, and nothing is written.
+TEST_F(Cli, AnInterruptBeforeAnyWorkIsExit130AndOneLine) {
+  TempDir dir;
+  const std::string h5 = (dir / "m.h5").string(), st = (dir / "m").string();
+  const std::vector<std::vector<std::string>> commands = {
+      {"emit", "--preset", "llama-tiny", "--backend", "cpu", "--report", "json", "-o", h5},
+      {"emit", "--preset", "llama-tiny", "--backend", "cpu", "--format", "safetensors", "-o", st},
+      {"build", "--preset", "llama-tiny", "--backend", "cpu", "--trace", (dir / "t.csv").string()},
+      {"plan", "--preset", "llama-tiny"},
+  };
+  for (const auto& args : commands) {
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      SCOPED_TRACE(joined(args) + " with " + strsignal(sig) + " pending");
+      SpawnOptions so;
+      so.pending_signal = sig;
+      const Result r = run(args, so);
+      EXPECT_EQ(r.code(), 130) << r.how() << "\nstderr: " << r.err;
+      EXPECT_EQ(r.err, "layerinit: interrupted\n");
+      EXPECT_EQ(r.out, "");
+      EXPECT_EQ(dir.entries(), std::vector<std::string>{});
+    }
+  }
+}
+
+// Whether the process `pid` catches `sig` (SigCgt of /proc/PID/status): false once it has exited.
+bool catches(pid_t pid, int sig) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (sig - 1)) & 1;
+  return false;
+}
+
+// Whenever SIGTERM comes once the program runs its own code (the dynamic loader before main is the
+// system's: the test waits until the handler is there, sending at once or up to 90 ms later), the
+// outcome is exit 130 with one line and nothing left, or (too late to stop) a published checkpoint
+// and exit 0: never a silent death.
+TEST_F(Cli, AnInterruptAtAnyMomentIsExit130OrSuccess) {
+  TempDir dir;
+  int interrupted = 0;
+  for (const char* format : {"hdf5", "safetensors"}) {
+    for (const int delay_ms : {0, 0, 1, 2, 5, 10, 20, 35, 50, 90}) {
+      SCOPED_TRACE(std::string(format) + ", SIGTERM after " + std::to_string(delay_ms) + " ms");
+      const fs::path target = dir / "m";
+      Child c = spawn({"emit", "--preset", "llama-tiny", "--backend", "cpu", "--format", format, "--report", "json",
+                       "-o", target.string()});
+      for (int i = 0; i < 60'000 && !catches(c.pid, SIGTERM); ++i) ::usleep(100);
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      ::kill(c.pid, SIGTERM);
+      const Result r = finish(c);
+      ASSERT_TRUE(r.exited()) << r.how() << "\nstderr: " << r.err;
+      if (r.code() == 130) {
+        ++interrupted;
+        EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+        EXPECT_EQ(r.err.rfind("layerinit: interrupted", 0), 0u) << r.err;
+        EXPECT_EQ(r.out, "");
+        EXPECT_EQ(dir.entries(), std::vector<std::string>{});
+      } else {
+        EXPECT_EQ(r.code(), 0) << r.err;
+        EXPECT_EQ(r.err, "");
+        EXPECT_EQ(json::parse(r.out)["output"], target.string());
+        EXPECT_EQ(dir.entries(), std::vector<std::string>{"m"});
+      }
+      fs::remove_all(target);
+    }
+  }
+  EXPECT_GT(interrupted, 0);  // at 0 ms the signal comes before the emit is done
+}
+
+// Handled from the first step for every command, SIGHUP would override what `nohup` asked for: a
+// hangup that was ignored when layerinit started stays ignored.
+TEST_F(Cli, AHangupIgnoredByNohupStaysIgnored) {
+  TempDir dir;
+  const fs::path target = dir / "m.h5";
+  SpawnOptions so;
+  so.ignored_signal = SIGHUP;
+  Child c = spawn({"emit", "--preset", "llama-tiny", "--backend", "cpu", "-o", target.string()}, so);
+  for (int i = 0; i < 60'000 && !catches(c.pid, SIGTERM); ++i) ::usleep(100);
+  ::kill(c.pid, SIGHUP);
+  const Result r = finish(c);
+  EXPECT_EQ(r.code(), 0) << r.how() << "\nstderr: " << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"m.h5"});
 }
 
 TEST_F(Cli, ForceRefusesWhatLayerinitDidNotWrite) {

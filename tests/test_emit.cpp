@@ -386,6 +386,51 @@ TEST(Emit, CancellationLeavesNoTargetAndNoTemporary) {
   }
 }
 
+// opts.before_publish runs once the checkpoint is complete, before it is published: it gets the result
+// as returned (file_bytes those of the file or directory about to appear) while the target still holds
+// the old checkpoint, and when it throws nothing is published and no temporary is left.
+TEST(Emit, BeforePublishRunsBeforeTheRenameAndItsFailurePublishesNothing) {
+  auto be = make_host_backend(2);
+  const ModelSpec spec = make_preset("gpt2-tiny");
+  for (CheckpointFormat f : {CheckpointFormat::hdf5, CheckpointFormat::safetensors}) {
+    SCOPED_TRACE(format_name(f));
+    TempDir dir;
+    const fs::path target = dir.path() / (f == CheckpointFormat::hdf5 ? "m.h5" : "m");
+    tracking_resource tracker(be->memory());
+    EmitOptions first;
+    first.format = f;
+    emit_checkpoint(Builder(spec, make_recipe("hf"), opts(Layout::stacked), *be, tracker), *be, target, first);
+    const std::string before = slurp(data_file(target, f));
+    const Builder b(spec, make_recipe("hf"), opts(Layout::per_layer), *be, tracker);
+    EmitOptions eo;
+    eo.format = f;
+    eo.writer.overwrite = true;
+    int calls = 0;
+    EmitResult seen;
+    eo.before_publish = [&](const EmitResult& r) {
+      ++calls;
+      seen = r;
+      EXPECT_EQ(slurp(data_file(target, f)), before) << "published before the caller's step";
+      throw std::runtime_error("cannot write to standard output: No space left on device");
+    };
+    try {
+      emit_checkpoint(b, *be, target, eo);
+      ADD_FAILURE() << "published although before_publish failed";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), "cannot write to standard output: No space left on device");
+    }
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(slurp(data_file(target, f)), before);
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{target.filename().string()});
+    eo.before_publish = [&](const EmitResult& r) { seen = r; };
+    const EmitResult r = emit_checkpoint(b, *be, target, eo);
+    EXPECT_EQ(seen.file_bytes, r.file_bytes);
+    EXPECT_EQ(r.file_bytes, fs::file_size(data_file(target, f)));  // the one file: no config.json asked for
+    EXPECT_EQ(seen.tensors.size(), r.tensors.size());
+    EXPECT_NE(slurp(data_file(target, f)), before);
+  }
+}
+
 TEST(Emit, ExistingTargetWithoutOverwriteIsARefusalAndUntouched) {
   auto be = make_host_backend(2);
   const ModelSpec spec = make_preset("llama-tiny");

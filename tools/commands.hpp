@@ -32,8 +32,15 @@ class MpiJob;
 // format_given: --format was on the command line (emit --rank asks for it by name). job: the MPI job
 // this process is a rank of (emit_parallel), or null; only rank 0 prints the report.
 int emit_command(const ModelArgs& args, const EmitArgs& emit, bool format_given, MpiJob* job = nullptr);
-// Set by emit's SIGINT, SIGTERM and SIGHUP handlers: stop at the next part (and, under MPI, stop
-// waiting for the other ranks).
+// SIGINT, SIGTERM and SIGHUP, handled from main's first step on, for every command (and unblocked,
+// should the process have been started with them blocked; a SIGHUP ignored by nohup stays ignored).
+// Until interrupt_later() nothing needs removing: a signal prints "layerinit: interrupted" (unless
+// interrupts_quiet()) and exits 130 at once. After it, the signal only sets emit_cancel(): emit
+// stops at its next part (and, under MPI, stops waiting for the other ranks) or before it
+// publishes, removes its temporary, prints its own line and exits 130.
+void install_interrupt_handlers();
+void interrupts_quiet();  // an MPI rank other than 0: no line
+void interrupt_later();   // emit, before its first file
 std::atomic<bool>& emit_cancel();
 
 }  // namespace layerinit::cli

@@ -1,4 +1,6 @@
 // layerinit emit: build layer by layer and stream into an HDF5 file or a safetensors directory.
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -25,7 +27,23 @@ namespace layerinit::cli {
 namespace {
 
 std::atomic<bool> g_cancel{false};
-extern "C" void on_signal(int) { g_cancel.store(true); }
+std::atomic<bool> g_later{false};  // interrupt_later() was called
+std::atomic<bool> g_silent{false};  // interrupts_quiet() was called
+static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler reads these");
+
+// Only async-signal-safe calls: write(2) and _exit(2).
+extern "C" void on_signal(int) {
+  if (g_later.load()) {
+    g_cancel.store(true);
+    return;
+  }
+  if (!g_silent.load()) {
+    static const char line[] = "layerinit: interrupted\n";
+    const ssize_t n = ::write(STDERR_FILENO, line, sizeof line - 1);
+    (void)n;
+  }
+  ::_exit(130);
+}
 
 // A progress line on a terminal, redrawn in place: layers, bytes, rate, ETA.
 void draw(const EmitProgress& p) {
@@ -43,6 +61,28 @@ void draw(const EmitProgress& p) {
 }  // namespace
 
 std::atomic<bool>& emit_cancel() { return g_cancel; }
+
+void install_interrupt_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigset_t ours;
+  sigemptyset(&ours);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction was {};
+    // `nohup layerinit ...` asks that a hangup be ignored: kept so.
+    if (sig == SIGHUP && sigaction(sig, nullptr, &was) == 0 && was.sa_handler == SIG_IGN) continue;
+    sigaction(sig, &sa, nullptr);
+    sigaddset(&ours, sig);
+  }
+  // A blocked signal survives exec, blocked: a launcher that starts us so would have its Ctrl-C or
+  // kill wait until exit. Handled now, they may arrive (one already pending arrives here).
+  pthread_sigmask(SIG_UNBLOCK, &ours, nullptr);
+}
+
+void interrupts_quiet() { g_silent.store(true); }
+
+void interrupt_later() { g_later.store(true); }
 
 int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, MpiJob* job) {
   // Under MPI every rank does the work below, and a failure on any of them (a bad flag is the same
@@ -95,13 +135,6 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     eo.cancel = &g_cancel;
     if (tty) eo.progress = draw;
 
-    // Ctrl-C or a polite kill: stop at the next part, remove the temporary file, leave the target as it was.
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGHUP, &sa, nullptr);
-
     be = make_backend(args.backend, args.threads);
     tracker.emplace(be->memory());
     builder.emplace(*spec, *recipe, opts, *be, *tracker);
@@ -131,13 +164,58 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
   // What the report and messages name: the rank's file, or the checkpoint.
   const std::string written =
       rank ? (std::filesystem::path(ea.output) / rank_file_name(rank->rank(), plan->ranks())).string() : ea.output;
+  bool line_ended = !tty;  // the progress line, ended before anything else is printed
+  auto end_line = [&] {
+    if (!line_ended) std::fprintf(stderr, "\n");
+    line_ended = true;
+  };
+  // The report, on stdout; check_stdout throws when any of it was lost.
+  auto report = [&](const EmitResult& r, std::uint64_t peak, std::uint64_t peak_rank) {
+    end_line();
+    begin_stdout();
+    if (ea.report == "json") {
+      nlohmann::ordered_json out = report_header(*spec, opts, *recipe, args.layout_text(), *be);
+      if (rank) add_rank_json(out, *plan, rank->rank());
+      if (job) out["processes"] = job->size();
+      out["format"] = format_name(format);
+      out["output"] = escape_non_utf8(written);
+      out["parameters"] = rank ? plan_rank(*rank, TrainingSetup::mixed).parameters : spec->parameter_count();
+      if (!rank) out["buffers"] = spec->buffer_count();
+      out["tensors"] = tensors_json(r.tensors);
+      out["total_bytes"] = r.weight_bytes;
+      out["peak_bytes"] = peak;
+      if (job) out["peak_rank"] = peak_rank;
+      out["file_bytes"] = r.file_bytes;
+      out["wall_seconds"] = r.seconds;
+      // Replace (never throw on) any other invalid UTF-8: the report is all that is left to do.
+      std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    } else if (job) {
+      std::printf("%s: wrote %s (%s on disk) with %llu processes in %.2f s; peak %s (rank %llu, the largest)\n",
+                  printable(written).c_str(),
+                  format_bytes(r.weight_bytes).c_str(), format_bytes(r.file_bytes).c_str(),
+                  static_cast<unsigned long long>(job->size()), r.seconds, format_bytes(peak).c_str(),
+                  static_cast<unsigned long long>(peak_rank));
+    } else {
+      std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", printable(written).c_str(),
+                  format_bytes(r.weight_bytes).c_str(), format_bytes(r.file_bytes).c_str(), r.seconds,
+                  format_bytes(peak).c_str());
+    }
+    check_stdout();
+  };
+  // One process: the report is written, and its write checked, before the checkpoint is renamed into
+  // place, so a report that cannot be written publishes nothing (exit 1, the target as it was). Under
+  // MPI rank 0 reports the job's peak, known only once every rank is done: after publishing.
+  if (!job) eo.before_publish = [&](const EmitResult& r) { report(r, tracker->stats().peak_bytes, 0); };
+  // From here on a signal stops the emit at its next part (or before it publishes), which removes the
+  // temporary; until here nothing was written, and a signal ended the process at once.
+  interrupt_later();
   EmitResult r;
   try {
     r = rank ? emit_rank(*rank, *be, ea.output, eo)
         : job ? emit_parallel(*builder, *be, ea.output, eo, *job)
               : emit_checkpoint(*builder, *be, ea.output, eo);
   } catch (...) {
-    if (tty) std::fprintf(stderr, "\n");
+    end_line();
     if (g_cancel.load()) {
       if (!job || job->rank() == 0)
         std::fprintf(stderr, "layerinit: interrupted; %s was left as it was\n", printable(written).c_str());
@@ -145,44 +223,15 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     }
     throw;
   }
-  if (tty) std::fprintf(stderr, "\n");
+  if (!job) return 0;  // reported before publishing
+  end_line();
   // The job's peak is its largest rank's (a rank may write nothing: one file goes to one rank).
   std::uint64_t peak = tracker->stats().peak_bytes, peak_rank = 0;
-  if (job) {
-    const std::vector<std::string> peaks = job->gather(std::to_string(peak), 0);
-    for (std::size_t k = 0; k < peaks.size(); ++k)
-      if (const std::uint64_t p = std::stoull(peaks[k]); p > peak || k == 0) peak = p, peak_rank = k;
-  }
-  if (job && job->rank() != 0) return 0;  // rank 0 reports the checkpoint
-
-  begin_stdout();
-  if (ea.report == "json") {
-    nlohmann::ordered_json out = report_header(*spec, opts, *recipe, args.layout_text(), *be);
-    if (rank) add_rank_json(out, *plan, rank->rank());
-    if (job) out["processes"] = job->size();
-    out["format"] = format_name(format);
-    out["output"] = escape_non_utf8(written);
-    out["parameters"] = rank ? plan_rank(*rank, TrainingSetup::mixed).parameters : spec->parameter_count();
-    if (!rank) out["buffers"] = spec->buffer_count();
-    out["tensors"] = tensors_json(r.tensors);
-    out["total_bytes"] = r.weight_bytes;
-    out["peak_bytes"] = peak;
-    if (job) out["peak_rank"] = peak_rank;
-    out["file_bytes"] = r.file_bytes;
-    out["wall_seconds"] = r.seconds;
-    // The checkpoint is published by now: replace (never throw on) any other invalid UTF-8.
-    std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
-  } else if (job) {
-    std::printf("%s: wrote %s (%s on disk) with %llu processes in %.2f s; peak %s (rank %llu, the largest)\n",
-                printable(written).c_str(),
-                format_bytes(r.weight_bytes).c_str(), format_bytes(r.file_bytes).c_str(),
-                static_cast<unsigned long long>(job->size()), r.seconds, format_bytes(peak).c_str(),
-                static_cast<unsigned long long>(peak_rank));
-  } else {
-    std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", printable(written).c_str(), format_bytes(r.weight_bytes).c_str(),
-                format_bytes(r.file_bytes).c_str(), r.seconds, format_bytes(peak).c_str());
-  }
-  check_stdout();
+  const std::vector<std::string> peaks = job->gather(std::to_string(peak), 0);
+  for (std::size_t k = 0; k < peaks.size(); ++k)
+    if (const std::uint64_t p = std::stoull(peaks[k]); p > peak || k == 0) peak = p, peak_rank = k;
+  if (job->rank() != 0) return 0;  // rank 0 reports the checkpoint
+  report(r, peak, peak_rank);
   return 0;
 }
 

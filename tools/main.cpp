@@ -126,6 +126,8 @@ int help_written(int rc) {
 int main(int argc, char** argv) {
   using namespace layerinit;
   using namespace layerinit::cli;
+  // First, before any work: every interruption is exit 130 and one line, never a silent death.
+  install_interrupt_handlers();
   // Past `ulimit -f` the default SIGXFSZ kills the process mid-write, leaving the temporary behind;
   // ignored, the write fails with EFBIG and takes the normal cleanup path (one line, exit 1).
   std::signal(SIGXFSZ, SIG_IGN);
@@ -180,6 +182,7 @@ int main(int argc, char** argv) {
   const std::optional<Launch> launch = mpi_launch();
   const bool mpi_job = launch && launch->size != 1;  // size 0: a PMIx launcher, size known after MPI_Init
   g_quiet = mpi_job && launch->rank != 0;
+  if (g_quiet) interrupts_quiet();
   try {
     app.parse(argc, argv);
     if (*build) return build_command(build_args, build_report, build_trace, build_force);

@@ -49,6 +49,7 @@ void MemoryTrace::attach(tracking_resource& tracker, std::string path, bool forc
     if (err == ENOENT || err == ENOTDIR || err == ELOOP || err == ENAMETOOLONG) throw std::invalid_argument(what);
     throw std::runtime_error(what);
   }
+  detail::remove_stale_staging(target_);  // what a killed build left, as emit does
   tmp_ = std::make_unique<detail::TempPath>(target_, false);
   tracker_ = &tracker;
   tracker.set_listener([this](const MemoryEvent& e) {
