@@ -25,16 +25,19 @@ struct Fd {
 
 std::string read_input_file(const std::string& path, std::string_view what) {
   auto unreadable = [&](int err) { bad_argument(what, path, std::string("cannot be read: ") + std::strerror(err)); };
-  // O_NONBLOCK: opening a FIFO's read end would otherwise wait for a writer, forever.
+  // Not opened at all when the path names something else: opening a device can act (a watchdog, a
+  // tape). A path that cannot be stat'ed is left to open(), whose errno says why.
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) bad_argument(what, path, "is not a regular file");
+  // O_NONBLOCK: opening a FIFO's read end (one put there since stat) would wait for a writer, forever.
   const Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
   if (f.fd < 0) unreadable(errno);
-  struct stat st{};
   if (::fstat(f.fd, &st) != 0) unreadable(errno);
-  // The descriptor's own file, not the path's (which may have changed since): a FIFO, a device
-  // (/dev/zero never ends) or a directory is refused before a byte is read.
+  // The descriptor's own file decides: a FIFO, a device (/dev/zero never ends) or a directory is
+  // refused before a byte is read.
   if (!S_ISREG(st.st_mode)) bad_argument(what, path, "is not a regular file");
   if (static_cast<std::uint64_t>(st.st_size) > kMaxInputFileBytes) bad_argument(what, path, "is larger than 16 MiB");
-  // Blocking reads again (a regular file on a network file system may honour O_NONBLOCK with EAGAIN).
+  // Blocking reads again: O_NONBLOCK was for the open (a read could end in EAGAIN, on a locked file).
   const int flags = ::fcntl(f.fd, F_GETFL);
   if (flags < 0 || ::fcntl(f.fd, F_SETFL, flags & ~O_NONBLOCK) != 0) unreadable(errno);
   // One byte past the cap tells a file that grew after fstat from one at the cap.

@@ -18,7 +18,8 @@ inline constexpr std::size_t kMaxInputFileBytes = 16u << 20;
 //   "cannot be read: <the OS's reason>"  (missing, no permission, an I/O error),
 //   "is not a regular file"              (a FIFO, a device such as /dev/zero, a directory, a socket),
 //   "is larger than 16 MiB"              (more than kMaxInputFileBytes).
-// Nothing blocks: a FIFO is opened without waiting for a writer and refused; at most
+// Nothing blocks: what is not a regular file is not opened (opening a device can act), and a FIFO
+// put in a file's place meanwhile is opened without waiting for a writer and refused; at most
 // kMaxInputFileBytes + 1 bytes are read, so a file that grows while read is refused too.
 LAYERINIT_API std::string read_input_file(const std::string& path, std::string_view what);
 

@@ -74,11 +74,9 @@ TEST(InputFile, RefusesWhatIsNotARegularFile) {
   std::memcpy(addr.sun_path, sock.c_str(), sock.size() + 1);
   ASSERT_EQ(::bind(s, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
   for (const std::string path : {(dir / "fifo").string(), (dir / "fifo_link").string(), std::string("/dev/zero"),
-                                 std::string("/dev/null"), dir.path().string()}) {
+                                 std::string("/dev/null"), dir.path().string(), sock}) {
     EXPECT_EQ(outcome(path), "spec file '" + path + "' is not a regular file");
   }
-  // A socket cannot be opened at all: the OS's reason.
-  EXPECT_EQ(outcome(sock), "spec file '" + sock + "' cannot be read: No such device or address");
   ::close(s);
 }
 
