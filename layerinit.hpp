@@ -5,6 +5,7 @@
 #include <layerinit/config.hpp>
 #include <layerinit/core/bytes.hpp>
 #include <layerinit/core/errors.hpp>
+#include <layerinit/core/input_file.hpp>
 #include <layerinit/core/shape.hpp>
 #include <layerinit/dtypes/dtype.hpp>
 #include <layerinit/kernels/fill.hpp>

@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <set>
 
 #include <layerinit/core/errors.hpp>
+#include <layerinit/core/input_file.hpp>
 #include <layerinit/init/families.hpp>
 #include <layerinit/init/spec_json.hpp>
 
@@ -20,8 +20,6 @@ namespace layerinit {
 namespace {
 
 const JsonReader r("config.json");
-
-constexpr std::size_t kMaxConfigBytes = 16u << 20;  // a config.json is a few KiB
 
 // The numbers every decoder config has, as its config class defaults them. nullopt: the class
 // default is None, which the model derives (kv heads = heads, head_dim = hidden / heads).
@@ -462,15 +460,7 @@ ModelSpec load_hf_config(const std::string& path) {
   std::error_code ec;
   fs::path file = path;
   if (fs::is_directory(file, ec)) file /= "config.json";
-  std::ifstream in(file, std::ios::binary);
-  if (!in) bad_argument("Hugging Face config", file.string(), "cannot be read");
-  // At most one byte past the cap: /dev/zero or a huge file is refused without reading it whole.
-  std::string text(kMaxConfigBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) bad_argument("Hugging Face config", file.string(), "cannot be read");
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxConfigBytes)
-    bad_argument("Hugging Face config", file.string(), "is larger than 16 MiB");
+  const std::string text = read_input_file(file.string(), "Hugging Face config");
   // Named as the model's directory ("Qwen3-8B/config.json") or the file ("qwen3-8b.json").
   std::string name = file.stem().string();
   if (file.filename() == "config.json") {

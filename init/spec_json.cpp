@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <layerinit/core/errors.hpp>
+#include <layerinit/core/input_file.hpp>
 
 #include "json_read.hpp"
 
@@ -318,6 +319,8 @@ ModelDescription description_from_json(std::string_view text) {
   }
   return d;
 }
+
+ModelSpec load_spec_file(const std::string& path) { return spec_from_json(read_input_file(path, "spec file")); }
 
 std::string spec_to_json(const ModelSpec& s) {
   ojson j = ojson::object();

@@ -27,6 +27,9 @@ class LAYERINIT_API spec_error : public std::invalid_argument {
 };
 
 LAYERINIT_API ModelSpec spec_from_json(std::string_view text);
+// The spec file at `path` (read_input_file, core/input_file.hpp: a regular file of at most 16 MiB):
+// std::invalid_argument "spec file '<path>' ..." when it cannot be read, else spec_from_json's errors.
+LAYERINIT_API ModelSpec load_spec_file(const std::string& path);
 LAYERINIT_API std::string spec_to_json(const ModelSpec& spec);  // spec_from_json(spec_to_json(s)) == s
 
 // A model description (init/describe.hpp) from JSON (docs/spec.md, "Descriptions"): {"name",

@@ -6,6 +6,7 @@
 //   - --help lists every flag; --version.
 // Skips (GTEST_SKIP) when the binary was not built (LAYERINIT_BUILD_TOOLS=OFF).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -131,7 +132,9 @@ TEST_F(Cli, BadInputIsOneLineExitTwoAndNothingWritten) {
       {"bad memory size", {"plan", "--preset", "llama-tiny", "--gpu-mem", "80 gigs"}, {"byte size '80 gigs' cannot be read"}},
       {"negative memory size", {"plan", "--preset", "llama-tiny", "--gpu-mem", "-80GiB"}, {"'-80GiB'"}},
       {"missing spec file", {"emit", "--spec", (dir / "nope.json").string(), "-o", target},
-       {"cannot read spec file", "nope.json"}},
+       {"spec file '" + (dir / "nope.json").string() + "' cannot be read: No such file or directory"}},
+      {"missing config.json", {"emit", "--hf-config", dir.path().string(), "-o", target},
+       {"Hugging Face config '" + (dir / "config.json").string() + "' cannot be read: No such file or directory"}},
       {"no model", {"emit", "-o", target}, {"--preset or --spec"}},
       {"no output", {"emit", "--preset", "llama-tiny"}, {"-o PATH is required"}},
       {"unknown flag", {"emit", "--preset", "llama-tiny", "--fast", "-o", target}, {"--fast"}},
@@ -212,7 +215,8 @@ TEST_F(Cli, HugeLayerCountsAndSpecFilesAreRefusedQuickly) {
        {"not enough space for", "needs 8.02 TiB"}},
       {{"emit", "--spec", huge, "--backend", "cpu", "--no-memory-check", "--layout", "stacked", "-o", target.string()},
        {"not enough space for", "needs 7.68 TiB"}},
-      {{"plan", "--spec", "/dev/zero"}, {"spec file '/dev/zero' is larger than 16 MiB"}},
+      {{"plan", "--spec", "/dev/zero"}, {"spec file '/dev/zero' is not a regular file"}},
+      {{"plan", "--hf-config", "/dev/zero"}, {"Hugging Face config '/dev/zero' is not a regular file"}},
       {{"emit", "--spec", past_cap, "-o", target.string()}, {"spec file '" + past_cap + "' is larger than 16 MiB"}},
   };
   SpawnOptions so;
@@ -237,6 +241,39 @@ TEST_F(Cli, HugeLayerCountsAndSpecFilesAreRefusedQuickly) {
   // The cap itself is allowed.
   const Result ok = run({"plan", "--spec", at_cap}, so);
   EXPECT_EQ(ok.code(), 0) << ok.how() << " " << ok.err;
+}
+
+// A FIFO as --spec or --hf-config (the file, or a directory's config.json) waited for a writer forever:
+// only regular files are read, a FIFO is refused at once. SIGALRM ends a run that hangs.
+TEST_F(Cli, InputFilesThatAreNotRegularFilesAreRefused) {
+  TempDir dir;
+  fs::create_directories(dir / "model");
+  const std::string fifo = (dir / "spec.json").string(), config = (dir / "model" / "config.json").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  ASSERT_EQ(::mkfifo(config.c_str(), 0644), 0);
+  const std::string target = (dir / "out.h5").string();
+  struct Case {
+    std::vector<std::string> args;
+    std::string line;
+  };
+  const std::vector<Case> cases = {
+      {{"plan", "--spec", fifo}, "spec file '" + fifo + "' is not a regular file"},
+      {{"emit", "--spec", fifo, "-o", target}, "spec file '" + fifo + "' is not a regular file"},
+      {{"build", "--hf-config", config, "--backend", "cpu"}, "Hugging Face config '" + config + "' is not a regular file"},
+      {{"plan", "--hf-config", (dir / "model").string()}, "Hugging Face config '" + config + "' is not a regular file"},
+      {{"plan", "--spec", dir.path().string()}, "spec file '" + dir.path().string() + "' is not a regular file"},
+  };
+  const std::vector<std::string> before = dir.entries();
+  SpawnOptions so;
+  so.alarm_s = 10;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(joined(c.args));
+    const Result r = run(c.args, so);
+    EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << r.err;
+    EXPECT_EQ(r.err, "layerinit: error: " + c.line + "\n");
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_EQ(dir.entries(), before) << "something was written";
+  }
 }
 
 // Every integer option reads decimal digits only: CLI11 read "010" as octal 8, "0x10" as 16, "-1"

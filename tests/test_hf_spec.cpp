@@ -4,12 +4,16 @@
 // transformers 5.23's num_parameters() on the meta device; tests/test_hf_load.cpp checks them live
 // where transformers is installed.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <layerinit/checkpoint/hf_config.hpp>
 #include <layerinit/init/hf_spec.hpp>
@@ -269,13 +273,46 @@ TEST(HfSpec, LoadsAFileOrADirectory) {
     load_hf_config((dir / "nothing").string());
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "Hugging Face config '" + (dir / "nothing").string() + "' cannot be read");
+    EXPECT_EQ(std::string(e.what()),
+              "Hugging Face config '" + (dir / "nothing").string() + "' cannot be read: No such file or directory");
   }
   try {
     load_hf_config(dir.path().string());  // a directory without config.json
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "Hugging Face config '" + (dir / "config.json").string() + "' cannot be read");
+    EXPECT_EQ(std::string(e.what()),
+              "Hugging Face config '" + (dir / "config.json").string() + "' cannot be read: No such file or directory");
+  }
+}
+
+// A FIFO waited for a writer forever (as the file, or as a directory's config.json), and /dev/zero was
+// read to the 16 MiB cap: only a regular file is read. Each call runs in a child that SIGALRM ends,
+// so a regression fails instead of hanging the test.
+TEST(HfSpec, ReadsRegularFilesOnly) {
+  TempDir dir;
+  fs::create_directories(dir / "model");
+  ASSERT_EQ(::mkfifo((dir / "config.fifo").c_str(), 0644), 0);
+  ASSERT_EQ(::mkfifo((dir / "model" / "config.json").c_str(), 0644), 0);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {(dir / "config.fifo").string(), (dir / "config.fifo").string()},
+      {(dir / "model").string(), (dir / "model" / "config.json").string()},
+      {"/dev/zero", "/dev/zero"},
+  };
+  for (const auto& [path, file] : cases) {
+    SCOPED_TRACE(path);
+    const auto r = layerinit::testing::in_child_with_message([&](std::string& msg) {
+      ::alarm(10);
+      try {
+        load_hf_config(path);
+      } catch (const std::invalid_argument& e) {
+        msg = e.what();
+        return 0;
+      }
+      return 1;
+    });
+    ASSERT_TRUE(WIFEXITED(r.status)) << "ended by signal " << WTERMSIG(r.status) << " (SIGALRM 14: it hung)";
+    EXPECT_EQ(WEXITSTATUS(r.status), 0);
+    EXPECT_EQ(r.message, "Hugging Face config '" + file + "' is not a regular file");
   }
 }
 

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "test_util.hpp"
+
 using namespace layerinit;
 
 namespace {
@@ -104,6 +106,29 @@ TEST(SpecJson, RoundTripEveryPreset) {
 }
 
 // rope_scaling is written only when set (Llama 3.1), as config.json's object, and read back.
+// load_spec_file: the file through read_input_file (core/input_file.hpp), then spec_from_json.
+TEST(SpecJson, LoadSpecFile) {
+  layerinit::testing::TempDir dir;
+  const ModelSpec m = make_preset("llama-tiny");
+  layerinit::testing::write_file(dir / "tiny.json", spec_to_json(m));
+  EXPECT_EQ(load_spec_file((dir / "tiny.json").string()), m);
+  const std::string missing = (dir / "nope.json").string();
+  try {
+    load_spec_file(missing);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "spec file '" + missing + "' cannot be read: No such file or directory");
+  }
+  try {
+    load_spec_file("/dev/zero");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "spec file '/dev/zero' is not a regular file");
+  }
+  layerinit::testing::write_file(dir / "bad.json", "{");
+  EXPECT_THROW(load_spec_file((dir / "bad.json").string()), spec_error);
+}
+
 TEST(SpecJson, RopeScalingRoundTrips) {
   const ModelSpec m = make_preset("llama-3.1-405b");
   const std::string text = spec_to_json(m);

@@ -2,7 +2,6 @@
 
 #include <charconv>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <utility>
 
@@ -146,15 +145,7 @@ ModelSpec ModelArgs::load_spec() const {
     throw usage_error("a model is required: --preset or --spec, or --hf-config");
   if (!preset.empty()) return make_preset(preset);
   if (!hf_config.empty()) return load_hf_config(hf_config);
-  std::ifstream in(spec_file, std::ios::binary);
-  if (!in) throw usage_error("cannot read spec file '" + spec_file + "'");
-  // At most one byte past the cap: /dev/zero or a huge file is refused without reading it whole.
-  std::string text(kMaxSpecFileBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) throw usage_error("cannot read spec file '" + spec_file + "'");
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxSpecFileBytes) throw usage_error("spec file '" + spec_file + "' is larger than 16 MiB");
-  return spec_from_json(text);
+  return load_spec_file(spec_file);
 }
 
 namespace {

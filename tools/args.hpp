@@ -25,9 +25,6 @@ struct usage_error : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// A spec file is JSON of a few KiB; larger ones (or /dev/zero) are refused before they are read whole.
-inline constexpr std::size_t kMaxSpecFileBytes = 16u << 20;
-
 // Flags every model-building subcommand takes.
 struct ModelArgs {
   std::string preset;

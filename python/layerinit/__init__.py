@@ -287,13 +287,9 @@ def spec(model: ModelLike) -> Spec:
         if text in _core.preset_names():
             return _core.Spec.preset(text)
         if text.endswith(".json") or os.sep in text:
-            try:
-                with open(text, encoding="utf-8") as f:
-                    return _core.Spec.from_json(f.read())
-            except OSError as e:
-                raise ValueError(f"cannot read spec file '{text}': {e.strerror}") from e
-            except UnicodeDecodeError as e:
-                raise ValueError(f"spec file '{text}' is not UTF-8 text: {e.reason} at byte {e.start}") from None
+            # The library's reader, as the CLI's --spec: a regular file of at most 16 MiB (a FIFO or
+            # /dev/zero is refused at once), errors naming the OS's reason.
+            return _core.Spec.from_json_file(text)
         return _core.Spec.preset(text)  # ValueError listing the presets
     raise ValueError(f"model must be a preset name, a spec file path, a spec dict or a Spec, got {type(model).__name__}")
 

@@ -502,6 +502,8 @@ NB_MODULE(_core, m) {
   nb::class_<Spec>(m, "Spec", "A model spec: a preset or a JSON spec (docs/spec.md).")
       .def_static("preset", [](const std::string& name) { return Spec{make_preset(name)}; }, "name"_a)
       .def_static("from_json", [](const std::string& text) { return Spec{spec_from_json(text)}; }, "text"_a)
+      .def_static("from_json_file", [](const std::string& path) { return Spec{load_spec_file(path)}; }, "path"_a,
+                  "The spec file at `path`, read as the CLI's --spec reads it (a regular file, at most 16 MiB).")
       .def_static("from_hf_config", [](const std::string& text, const std::string& name) { return Spec{spec_from_hf_config(text, name)}; },
                   "text"_a, "name"_a = "", "A Hugging Face config.json's spec (its text); ValueError naming the field.")
       .def_static("from_hf_config_path", [](const std::string& path) { return Spec{load_hf_config(path)}; }, "path"_a,

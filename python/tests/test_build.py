@@ -133,7 +133,7 @@ def test_spec_dict_and_file(tmp_path):
         (dict(model="llama-tiny", mesh={"tp": 3}, rank=0), "tp"),
         (dict(model="llama-tiny", seed=-1), "seed"),
         (dict(model={"name": "x", "pre": [{"name": "a", "shape": [0]}]}), "spec"),
-        (dict(model="/nonexistent/spec.json"), "cannot read spec file"),
+        (dict(model="/nonexistent/spec.json"), "spec file '/nonexistent/spec.json' cannot be read: No such file"),
     ],
 )
 def test_bad_input_raises_value_error(kwargs, message):
