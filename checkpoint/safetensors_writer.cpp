@@ -54,6 +54,8 @@ std::string safetensors_file_ownership(const fs::path& p) {
   return "it is not a safetensors file layerinit wrote (no format_version and library_version in its __metadata__)";
 }
 
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;  // the format's limit (safetensors' MAX_HEADER_SIZE)
+
 struct Shard {
   std::string file;                 // "model.safetensors" or "model-00001-of-00003.safetensors"
   std::vector<std::size_t> tensors;
@@ -141,6 +143,14 @@ class SafetensorsWriter final : public detail::WriterBase {
     for (std::size_t k = 0; k < shards_.size(); ++k) {
       Shard& s = shards_[k];
       if (single_file_) s.file = target_.filename().string();
+      // Refused from the names before the JSON is built: an entry is its quoted name and at least
+      // 48 bytes of dtype, shape and offsets ({"dtype":"F32","shape":[1],"data_offsets":[0,4]},).
+      std::uint64_t least = 0;
+      for (auto t : s.tensors) least += d_[t].name.size() + 2 + 48;
+      if (least > kMaxHeaderBytes)
+        throw checkpoint_error("checkpoint: " + shown(s).string() + ": safetensors header of at least " +
+                               std::to_string(least) + " bytes (" + std::to_string(s.tensors.size()) +
+                               " tensors) exceeds the format's " + std::to_string(kMaxHeaderBytes));
       nlohmann::ordered_json h;
       nlohmann::ordered_json md;
       md["format"] = "pt";
@@ -155,9 +165,9 @@ class SafetensorsWriter final : public detail::WriterBase {
       }
       std::string json = h.dump();
       json.append((8 - json.size() % 8) % 8, ' ');
-      if (json.size() > 100'000'000)
+      if (json.size() > kMaxHeaderBytes)
         throw checkpoint_error("checkpoint: " + shown(s).string() + ": safetensors header of " +
-                               std::to_string(json.size()) + " bytes exceeds the format's 100000000");
+                               std::to_string(json.size()) + " bytes exceeds the format's " + std::to_string(kMaxHeaderBytes));
       std::string header(8, '\0');
       std::uint64_t len = json.size();
       for (int b = 0; b < 8; ++b) header[b] = static_cast<char>((len >> (8 * b)) & 0xff);
@@ -268,7 +278,7 @@ std::optional<nlohmann::json> safetensors_metadata(const fs::path& p) noexcept {
     for (int b = 7; b >= 0; --b) n = (n << 8) | len[b];
     std::error_code ec;
     const std::uint64_t size = fs::file_size(p, ec);
-    if (ec || n > size - 8 || n > 100'000'000) return std::nullopt;  // the format's own limit on a header
+    if (ec || n > size - 8 || n > kMaxHeaderBytes) return std::nullopt;  // the format's own limit on a header
     std::string header(static_cast<std::size_t>(n), '\0');
     if (!in.read(header.data(), static_cast<std::streamsize>(n))) return std::nullopt;
     auto j = nlohmann::json::parse(header, nullptr, false);

@@ -57,6 +57,12 @@ class Config {
     }
     return v;
   }
+  // The key a config gives `key` under: an alias of it when the config uses that, for messages.
+  std::string given(const char* key) const {
+    for (const auto& [alias, canonical] : aliases_)
+      if (canonical == key && find(doc_, alias.c_str()) && !find(doc_, key)) return alias;
+    return key;
+  }
   // A positive integer; absent: `def`.
   std::uint64_t count(const char* key, std::uint64_t def) const {
     const json* v = get(key);
@@ -197,9 +203,15 @@ void deepseek_moe(const Config& c, const Defaults& d, DecoderLayout& l, std::uin
 
 using Reader = ModelSpec (*)(const Config&, const Defaults&, std::string name);
 
-ModelSpec decoder(const Config& c, const Defaults& d, std::string name, Hyper h, const DecoderLayout& l) {
+// `experts` and `dense` name the config's fields that set Hyper.num_experts and the dense layers, for
+// a refusal of their counts: they are checked before any tensor is made (2^40 experts would fill the
+// memory with tensor records).
+ModelSpec decoder(const Config& c, const Defaults& d, std::string name, Hyper h, const DecoderLayout& l,
+                  const char* experts = "num_experts", const char* dense = "first_k_dense_replace") {
   h.bias = l.qkv_bias;
   check_hyper(h);
+  if (const auto p = decoder_size_problem(h, l, c.layers(d)))
+    r.fail(c.given(p->field == "num_experts" ? experts : dense), p->message);
   return decoder_spec(std::move(name), c.model_type(), h, l, c.layers(d));
 }
 
@@ -227,7 +239,7 @@ ModelSpec read_mixtral(const Config& c, const Defaults& d, std::string name) {
   read_experts(c, h, "num_local_experts", 8, 2);
   DecoderLayout l;
   l.moe = MoeKind::mixtral;
-  return decoder(c, d, std::move(name), h, l);
+  return decoder(c, d, std::move(name), h, l, "num_local_experts");
 }
 
 // Gemma 2 and 3: four norms a layer, all stored as offsets from one; Gemma 3 adds q/k norms.
@@ -261,24 +273,34 @@ ModelSpec read_qwen3_moe(const Config& c, const Defaults& d, std::string name) {
     if (!v->is_array()) r.fail("mlp_only_layers", "must be an array of layer indices");
     for (std::size_t i = 0; i < v->size(); ++i) dense_only.insert(r.to_uint((*v)[i], at("mlp_only_layers", i), false));
   }
-  std::vector<bool> moe(L);
-  for (std::uint64_t i = 0; i < L; ++i) moe[i] = !dense_only.count(i) && h.num_experts > 0 && (i + 1) % step == 0;
+  // From the counts, not a flag per layer (num_hidden_layers may be 2^62): the first layer i with
+  // (i + 1) % step == 0 outside mlp_only_layers, and whether a dense layer follows it.
+  std::uint64_t first_moe = L;
+  if (h.num_experts > 0)
+    for (std::uint64_t i = step - 1; i < L; i += step) {
+      if (!dense_only.count(i)) {
+        first_moe = i;
+        break;
+      }
+      if (L - 1 - i < step) break;  // i + step would pass the last layer (or wrap)
+    }
   DecoderLayout l;
   l.qkv_bias = l.o_bias = c.flag("attention_bias", false);
   l.qk_norm = QkNorm::head;
-  const auto first_moe = static_cast<std::uint64_t>(std::find(moe.begin(), moe.end(), true) - moe.begin());
   if (first_moe == L) {  // no experts anywhere: a dense model
     h.num_experts = h.experts_per_token = 0;
     return decoder(c, d, std::move(name), h, l);
   }
-  if (std::find(moe.begin() + static_cast<std::ptrdiff_t>(first_moe), moe.end(), false) != moe.end())
-    r.fail(dense_only.empty() ? "decoder_sparse_step" : "mlp_only_layers",
-           "dense layers between MoE layers are not supported (layerinit repeats one kind of layer; dense layers may "
-           "only come first)");
+  const bool dense_after = (step > 1 && first_moe + 1 < L) ||
+                           std::any_of(dense_only.begin(), dense_only.end(), [&](std::uint64_t i) { return i > first_moe && i < L; });
+  const char* dense_key = dense_only.empty() ? "decoder_sparse_step" : "mlp_only_layers";
+  if (dense_after)
+    r.fail(dense_key, "dense layers between MoE layers are not supported (layerinit repeats one kind of layer; dense layers may "
+                      "only come first)");
   l.moe = MoeKind::routed;
   l.moe_intermediate_size = c.count("moe_intermediate_size", 768);
   l.dense_layers = first_moe;
-  return decoder(c, d, std::move(name), h, l);
+  return decoder(c, d, std::move(name), h, l, "num_local_experts", dense_key);
 }
 
 // Olmo2: q/k norms over all heads, and norms after attention and the MLP instead of before.
@@ -308,7 +330,7 @@ ModelSpec read_glm4_moe(const Config& c, const Defaults& d, std::string name) {
   l.qkv_bias = c.flag("attention_bias", false);
   if (c.flag("use_qk_norm", false)) l.qk_norm = QkNorm::head;
   deepseek_moe(c, d, l, 1408, 1);
-  return decoder(c, d, std::move(name), h, l);
+  return decoder(c, d, std::move(name), h, l, "n_routed_experts");
 }
 
 ModelSpec read_gpt_oss(const Config& c, const Defaults& d, std::string name) {
@@ -318,7 +340,7 @@ ModelSpec read_gpt_oss(const Config& c, const Defaults& d, std::string name) {
   l.qkv_bias = l.o_bias = c.flag("attention_bias", true);
   l.sinks = true;
   l.moe = MoeKind::gpt_oss;
-  return decoder(c, d, std::move(name), h, l);
+  return decoder(c, d, std::move(name), h, l, "num_local_experts");
 }
 
 // DeepSeek-V3 (and Kimi K2, which is one): multi-head latent attention; attention_bias on q_a_proj,
@@ -339,7 +361,7 @@ ModelSpec read_deepseek_v3(const Config& c, const Defaults& d, std::string name)
   deepseek_moe(c, d, l, 2048, 3);
   // A query head's width.
   h.head_dim = checked_add(x.qk_nope_head_dim, x.qk_rope_head_dim, "qk_nope_head_dim + qk_rope_head_dim");
-  return decoder(c, d, std::move(name), h, l);
+  return decoder(c, d, std::move(name), h, l, "n_routed_experts");
 }
 
 // GPT-2 under its own names (n_embd, n_layer, ...; transformers maps hidden_size and the like to them).

@@ -398,3 +398,41 @@ TEST(HfSpec, ParametersAndBuffersApart) {
   EXPECT_EQ(d.element_count(), 671'026'419'200ULL);
   EXPECT_EQ(make_preset("llama-3-8b").buffer_count(), 0u);
 }
+
+// A few bytes of config.json must not make 2^40 tensor records: each count that multiplies the
+// tensors a spec lists (experts, dense layers) is refused from the counts, naming the field, before
+// any tensor is made. gpt-oss keeps its experts in fused [E, ...] tensors: no records per expert.
+TEST(HfSpec, CountsThatMultiplyTensorsAreRefusedBeforeTheTensorsAreMade) {
+  const std::string small =
+      R"("hidden_size": 8, "num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 4, "vocab_size": 16, )";
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"model_type": "mixtral", )" + small + R"("num_local_experts": 1099511627776})",
+       "config.json: num_local_experts: 1099511627776 experts make 3298534883335 tensors in a layer; a spec lists at most 262144"},
+      {R"({"model_type": "mixtral", )" + small + R"("num_experts": 4294967296})",
+       "config.json: num_experts: 4294967296 experts make 12884901895 tensors in a layer; a spec lists at most 262144"},
+      {R"({"model_type": "deepseek_v3", )" + small + R"("n_routed_experts": 4294967296})",
+       "config.json: n_routed_experts: 4294967296 experts make 12884901902 tensors in a layer; a spec lists at most 262144"},
+      {R"({"model_type": "kimi_k2", )" + small + R"("num_local_experts": 4294967296})",
+       "config.json: num_local_experts: 4294967296 experts make 12884901902 tensors in a layer; a spec lists at most 262144"},
+      {R"({"model_type": "glm4_moe", )" + small + R"("n_routed_experts": 4294967296})",
+       "config.json: n_routed_experts: 4294967296 experts make 12884901899 tensors in a layer; a spec lists at most 262144"},
+      {R"({"model_type": "qwen3_moe", )" + small + R"("num_experts": 4294967296})",
+       "config.json: num_experts: 4294967296 experts make 12884901897 tensors in a layer; a spec lists at most 262144"},
+      {R"({"model_type": "qwen3_moe", )" + small + R"("num_local_experts": 1099511627776})",
+       "config.json: num_local_experts: 1099511627776 experts make 3298534883337 tensors in a layer; a spec lists at most 262144"},
+      // Dense layers before the MoE layers are listed one by one too.
+      {R"({"model_type": "deepseek_v3", )" + small + R"("num_hidden_layers": 9223372036854775807, "first_k_dense_replace": 4611686018427387904})",
+       "config.json: first_k_dense_replace: 4611686018427387904 dense layers before the MoE layers of 9223372036854775807 make "
+       "2^64 or more tensors; a spec lists at most 262144"},
+      {R"({"model_type": "qwen3_moe", )" + small + R"("num_hidden_layers": 4611686018427387904, "decoder_sparse_step": 4611686018427387904})",
+       "config.json: decoder_sparse_step: 4611686018427387903 dense layers before the MoE layers of 4611686018427387904 make "
+       "2^64 or more tensors; a spec lists at most 262144"},
+  };
+  for (const auto& [config, message] : cases) EXPECT_EQ(refusal(config), message) << config;
+  // The largest count that fits is made: 2 layers' worth of router and experts.
+  const ModelSpec m = spec_from_hf_config(R"({"model_type": "mixtral", )" + small + R"("num_local_experts": 87000})");
+  EXPECT_EQ(m.layer.tensors.size(), 4u + 1 + 3 * 87000 + 2);
+  const ModelSpec g = spec_from_hf_config(R"({"model_type": "gpt_oss", )" + small + R"("head_dim": 4, "num_local_experts": 1099511627776})");
+  EXPECT_EQ(g.hyper.num_experts, 1099511627776u);
+  EXPECT_EQ(g.layer.tensors.size(), 17u);
+}
