@@ -35,12 +35,26 @@ struct Defaults {
   double rope_theta;  // the default rope_parameters' (full attention's, for Gemma 3)
 };
 
+// What a family's config class validates of the attention numbers (transformers 5.24,
+// models/<type>/configuration_<type>.py): a checkpoint of numbers it refuses would not load.
+struct AttentionChecks {
+  // The config class whose validate_architecture raises when num_attention_heads does not divide
+  // hidden_size, whatever head_dim is (LlamaConfig, Gemma2Config, Gemma3TextConfig); nullptr: none.
+  const char* heads_divide_hidden = nullptr;
+  // head_dim: null is hidden_size // num_attention_heads: the class declares `head_dim: int | None`
+  // and derives it (Llama, Mistral, Mixtral) or sets it itself (DeepseekV3Config.__post_init__).
+  // Elsewhere null fails @strict's `head_dim: int` (Gemma 2 and 3, Qwen3, gpt-oss), or is kept as
+  // an attribute the attention's getattr(config, "head_dim", ...) reads as None (the rest).
+  bool null_head_dim = false;
+};
+
 // A config.json object read field by field. Aliases are transformers' attribute_map: a config may
 // give "num_experts" for Mixtral's num_local_experts.
 class Config {
  public:
-  Config(const json& doc, std::string model_type, std::vector<std::pair<std::string, std::string>> aliases)
-      : doc_(doc), model_type_(std::move(model_type)), aliases_(std::move(aliases)) {}
+  Config(const json& doc, std::string model_type, std::vector<std::pair<std::string, std::string>> aliases,
+         AttentionChecks checks)
+      : doc_(doc), model_type_(std::move(model_type)), aliases_(std::move(aliases)), checks_(checks) {}
 
   const std::string& model_type() const { return model_type_; }
 
@@ -103,6 +117,7 @@ class Config {
   const json& doc_;
   std::string model_type_;
   std::vector<std::pair<std::string, std::string>> aliases_;  // alias, canonical
+  AttentionChecks checks_;
 };
 
 // Llama 3.1's scaling ("rope_type": "llama3"), from rope_parameters or rope_scaling (`path`).
@@ -154,6 +169,9 @@ Hyper Config::hyper(const Defaults& d) const {
   h.intermediate_size = count("intermediate_size", d.intermediate_size);
   h.num_heads = count("num_attention_heads", d.num_attention_heads);
   h.num_kv_heads = derived("num_key_value_heads", d.num_key_value_heads);
+  if (const json* v = get("head_dim"); v && v->is_null() && !checks_.null_head_dim)
+    r.fail("head_dim", "null is not a head width for " + model_type_ + " (transformers derives a null head_dim for llama, "
+                       "mistral and mixtral only): give the width or leave head_dim out");
   h.head_dim = derived("head_dim", d.head_dim);
   h.max_position_embeddings = count("max_position_embeddings", d.max_position_embeddings);
   // _init_weights: `self.config.initializer_range or 0.02`.
@@ -161,6 +179,9 @@ Hyper Config::hyper(const Defaults& d) const {
   if (h.initializer_range == 0) h.initializer_range = 0.02;
   h.norm_eps = real("rms_norm_eps", d.rms_norm_eps);
   h.tie_word_embeddings = flag("tie_word_embeddings", d.tie_word_embeddings);
+  if (checks_.heads_divide_hidden && h.hidden_size % h.num_heads != 0)
+    r.fail("num_attention_heads", std::to_string(h.num_heads) + " does not divide hidden_size " + std::to_string(h.hidden_size) +
+                                      " (transformers' " + checks_.heads_divide_hidden + ".validate_architecture refuses it)");
   // transformers' `hidden_size // num_attention_heads`, rounded down: Glm4MoeConfig's own defaults,
   // 4096 and 96 heads, make heads of 42.
   if (h.head_dim == 0) h.head_dim = h.hidden_size / h.num_heads;
@@ -196,6 +217,12 @@ void deepseek_moe(const Config& c, const Defaults& d, DecoderLayout& l, std::uin
   l.moe = MoeKind::routed;
   l.moe_intermediate_size = c.count("moe_intermediate_size", width);
   l.shared_experts = c.count0("n_shared_experts", 1);
+  // DeepseekV3MoE and Glm4MoeMoE make shared_experts of width moe_intermediate_size * n_shared_experts
+  // whatever it is: at 0, gate_proj, up_proj and down_proj of zero elements, which layerinit cannot
+  // write (every dimension is positive), and without them transformers reports them missing.
+  if (l.shared_experts == 0)
+    r.fail("n_shared_experts", "0 is not supported: transformers still makes mlp.shared_experts, with tensors of zero elements "
+                               "that layerinit does not write");
   l.correction_bias = true;
   l.dense_layers = c.count0("first_k_dense_replace", dense);
   if (l.dense_layers >= c.layers(d)) r.fail("first_k_dense_replace", "must leave at least one MoE layer");
@@ -391,6 +418,7 @@ struct Family {
   Defaults defaults;
   std::vector<std::pair<std::string, std::string>> aliases;  // attribute_map: alias, canonical
   Reader read;
+  AttentionChecks checks = {};
 };
 
 // Defaults: each configuration_<type>.py's class fields (transformers 5.23).
@@ -398,9 +426,11 @@ const std::vector<Family>& families() {
   using std::nullopt;
   static const std::vector<Family> all = {
       {"deepseek_v3", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4},
-       {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3},
-      {"gemma2", "Gemma2ForCausalLM", {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6, true, 1e4}, {}, read_gemma},
-      {"gemma3_text", "Gemma3ForCausalLM", {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6, true, 1e6}, {}, read_gemma},
+       {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3, {nullptr, true}},
+      {"gemma2", "Gemma2ForCausalLM", {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6, true, 1e4}, {}, read_gemma,
+       {"Gemma2Config", false}},
+      {"gemma3_text", "Gemma3ForCausalLM", {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6, true, 1e6}, {}, read_gemma,
+       {"Gemma3TextConfig", false}},
       {"glm4_moe", "Glm4MoeForCausalLM", {151552, 4096, 10944, 46, 96, 8, nullopt, 131072, 1e-5, false, 1e4},
        {{"num_local_experts", "n_routed_experts"}}, read_glm4_moe},
       {"gpt2", "GPT2LMHeadModel", {}, {{"hidden_size", "n_embd"}, {"max_position_embeddings", "n_positions"},
@@ -409,11 +439,13 @@ const std::vector<Family>& families() {
        {{"num_experts", "num_local_experts"}}, read_gpt_oss},
       // Kimi K2 is DeepSeek-V3's architecture under its own model_type (its remote code's DeepseekV3Config).
       {"kimi_k2", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4},
-       {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3},
-      {"llama", "LlamaForCausalLM", {32000, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-6, false, 1e4}, {}, read_llama},
-      {"mistral", "MistralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-6, false, 1e4}, {}, read_mistral},
+       {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3, {nullptr, true}},
+      {"llama", "LlamaForCausalLM", {32000, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-6, false, 1e4}, {}, read_llama,
+       {"LlamaConfig", true}},
+      {"mistral", "MistralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-6, false, 1e4}, {}, read_mistral,
+       {nullptr, true}},
       {"mixtral", "MixtralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-5, false, 1e6},
-       {{"num_experts", "num_local_experts"}}, read_mixtral},
+       {{"num_experts", "num_local_experts"}}, read_mixtral, {nullptr, true}},
       {"olmo2", "Olmo2ForCausalLM", {50304, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-5, false, 1e4}, {}, read_olmo2},
       {"phi3", "Phi3ForCausalLM", {32064, 3072, 8192, 32, 32, nullopt, nullopt, 4096, 1e-5, false, 1e4}, {}, read_phi3},
       {"qwen2", "Qwen2ForCausalLM", {151936, 4096, 22016, 32, 32, 32, nullopt, 32768, 1e-6, false, 1e4}, {}, read_qwen2},
@@ -423,6 +455,21 @@ const std::vector<Family>& families() {
       {"smollm3", "SmolLM3ForCausalLM", {128256, 2048, 11008, 36, 16, 4, nullopt, 32768, 1e-6, true, 2e6}, {}, read_llama},
   };
   return all;
+}
+
+// PreTrainedConfig.validate_layer_type (transformers/configuration_utils.py): a layer_types or
+// mlp_layer_types list has one entry per layer. The entries' names are not checked here: no family
+// read here makes other tensors for any of them.
+void check_layer_types(const json& doc, std::uint64_t layers) {
+  for (const char* key : {"layer_types", "mlp_layer_types"}) {
+    const json* v = find(doc, key);
+    if (!v || v->is_null()) continue;
+    if (!v->is_array()) r.fail(key, "must be an array of layer types, one per layer");
+    for (std::size_t i = 0; i < v->size(); ++i) (void)r.to_string((*v)[i], at(key, i), false);
+    if (v->size() != layers)
+      r.fail(key, "has " + std::to_string(v->size()) + " entries for " + std::to_string(layers) +
+                      " layers (num_hidden_layers); transformers' validate_layer_type wants one per layer");
+  }
 }
 
 std::string supported() {
@@ -463,10 +510,11 @@ ModelSpec spec_from_hf_config(std::string_view text, std::string name) {
   if (name.empty())
     if (const json* n = find(doc, "_name_or_path"); n && n->is_string()) name = n->get<std::string>();
   if (name.empty()) name = type;
-  const Config config(doc, type, family->aliases);
+  const Config config(doc, type, family->aliases, family->checks);
   ModelSpec m;
   try {
     m = family->read(config, family->defaults, std::move(name));
+    check_layer_types(doc, m.total_layers());
     m.validate();
   } catch (const spec_error&) {
     throw;
