@@ -477,7 +477,7 @@ TEST(CheckpointSafetensors, ConfigJsonForEachFamily) {
   }
 }
 
-// A header past the format's 100,000,000 bytes is refused from its names before its JSON is built
+// A header past the format's 100,000,000 bytes is refused from its computed size before its JSON is built
 // (a config of 87,000 experts a layer and enough layers would otherwise build it, then refuse it).
 TEST(Safetensors, AHeaderTooLargeIsRefusedBeforeItIsBuilt) {
   TempDir dir;
@@ -488,7 +488,7 @@ TEST(Safetensors, AHeaderTooLargeIsRefusedBeforeItIsBuilt) {
     FAIL() << "accepted";
   } catch (const checkpoint_error& e) {
     EXPECT_EQ(std::string(e.what()), "checkpoint: " + (dir.path() / "s" / "model.safetensors").string() +
-                                         ": safetensors header of at least 101005243 bytes (101 tensors) exceeds the "
+                                         ": safetensors header of 101005993 bytes (101 tensors) exceeds the "
                                          "format's 100000000");
   }
   EXPECT_FALSE(fs::exists(dir.path() / "s"));
