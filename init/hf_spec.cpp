@@ -480,6 +480,23 @@ std::string supported() {
 
 }  // namespace
 
+std::optional<DType> hf_config_dtype(const ModelSpec& spec) {
+  if (spec.hf_config.empty()) return std::nullopt;
+  const json doc = r.parse(spec.hf_config);
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    const json* v = find(doc, key);
+    if (!v || v->is_null()) continue;
+    const std::string name = r.to_string(*v, key, false);
+    if (name == "float32") return DType::f32;
+    if (name == "float16") return DType::f16;
+    if (name == "bfloat16") return DType::bf16;
+    r.fail(key, quote(name) + " is not a dtype layerinit writes (float32, float16, bfloat16): give the dtype to write");
+  }
+  return std::nullopt;
+}
+
+DType default_dtype(const ModelSpec& spec) { return hf_config_dtype(spec).value_or(DType::bf16); }
+
 std::vector<std::string> hf_model_types() {
   std::vector<std::string> out;
   for (const auto& f : families()) out.emplace_back(f.model_type);
@@ -526,23 +543,6 @@ ModelSpec spec_from_hf_config(std::string_view text, std::string name) {
   m.hf_config = std::string(text);
   return m;
 }
-
-std::optional<DType> hf_config_dtype(const ModelSpec& spec) {
-  if (spec.hf_config.empty()) return std::nullopt;
-  const json doc = r.parse(spec.hf_config);
-  for (const char* key : {"dtype", "torch_dtype"}) {
-    const json* v = find(doc, key);
-    if (!v || v->is_null()) continue;
-    const std::string name = r.to_string(*v, key, false);
-    if (name == "float32") return DType::f32;
-    if (name == "float16") return DType::f16;
-    if (name == "bfloat16") return DType::bf16;
-    r.fail(key, quote(name) + " is not a dtype layerinit writes (float32, float16, bfloat16): give the dtype to write");
-  }
-  return std::nullopt;
-}
-
-DType default_dtype(const ModelSpec& spec) { return hf_config_dtype(spec).value_or(DType::bf16); }
 
 ModelSpec load_hf_config(const std::string& path) {
   namespace fs = std::filesystem;
