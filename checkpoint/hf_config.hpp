@@ -14,7 +14,9 @@ namespace layerinit {
 // specs have none: their checkpoints hold weights only.
 LAYERINIT_API bool has_config_json(const ModelSpec& spec);
 
-// The spec's config.json: spec.hf_config as it is (the config the user described, byte for byte),
+// The spec's config.json: spec.hf_config as it is (the config the user described, byte for byte;
+// when it declares a "dtype" or "torch_dtype" other than `dtype`, re-serialized with those keys
+// saying `dtype`, the file's, since transformers loads the weights as that),
 // else one written from spec.family, spec.hyper and the layer count, with transformers 5's
 // rope_parameters and the rope_theta / rope_scaling older releases read. Throws
 // std::invalid_argument for a spec without one (naming the supported families) and for a

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <layerinit/core/errors.hpp>
+
 #include "detail.hpp"
 
 namespace layerinit {
@@ -53,6 +55,8 @@ std::string safetensors_file_ownership(const fs::path& p) {
   if (written_by_layerinit(p)) return {};
   return "it is not a safetensors file layerinit wrote (no format_version and library_version in its __metadata__)";
 }
+
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;  // the format's limit (safetensors' MAX_HEADER_SIZE)
 
 struct Shard {
   std::string file;                 // "model.safetensors" or "model-00001-of-00003.safetensors"
@@ -141,23 +145,32 @@ class SafetensorsWriter final : public detail::WriterBase {
     for (std::size_t k = 0; k < shards_.size(); ++k) {
       Shard& s = shards_[k];
       if (single_file_) s.file = target_.filename().string();
-      nlohmann::ordered_json h;
       nlohmann::ordered_json md;
       md["format"] = "pt";
       for (const auto& [key, v] : detail::metadata_pairs(meta)) md[key] = v;
-      h["__metadata__"] = std::move(md);
-      for (auto t : s.tensors) {
+      auto entry = [&](std::size_t t) {
         const std::uint64_t bytes = numel(d_[t].shape) * dtype_size(d_[t].dtype);
-        detail::append_member(h, d_[t].name,
-                              {{"dtype", st_dtype(d_[t].dtype)},
-                               {"shape", d_[t].shape},
-                               {"data_offsets", {offset_[t], offset_[t] + bytes}}});
-      }
+        return nlohmann::ordered_json{
+            {"dtype", st_dtype(d_[t].dtype)}, {"shape", d_[t].shape}, {"data_offsets", {offset_[t], offset_[t] + bytes}}};
+      };
+      // The header's size, entry by entry, before the header is built: {"__metadata__":{...},"name":{...},...}
+      // (compact, as dump() writes it), so a header past the limit never takes its size in memory.
+      std::uint64_t size = 2 + nlohmann::json("__metadata__").dump().size() + 1 + md.dump().size();
+      for (auto t : s.tensors) size += 1 + nlohmann::json(d_[t].name).dump().size() + 1 + entry(t).dump().size();
+      if (size > kMaxHeaderBytes)
+        throw checkpoint_error("checkpoint: " + shown(s).string() + ": safetensors header of " + std::to_string(size) +
+                               " bytes (" + std::to_string(s.tensors.size()) + " tensors) exceeds the format's " +
+                               std::to_string(kMaxHeaderBytes));
+      nlohmann::ordered_json h;
+      h["__metadata__"] = std::move(md);
+      for (auto t : s.tensors) detail::append_member(h, d_[t].name, entry(t));
       std::string json = h.dump();
       json.append((8 - json.size() % 8) % 8, ' ');
-      if (json.size() > 100'000'000)
-        throw checkpoint_error("checkpoint: " + shown(s).string() + ": safetensors header of " +
-                               std::to_string(json.size()) + " bytes exceeds the format's 100000000");
+      LAYERINIT_EXPECTS(json.size() - size < 8, "safetensors header size computed before it was built");
+      if (json.size() > kMaxHeaderBytes)  // the padding
+        throw checkpoint_error("checkpoint: " + shown(s).string() + ": safetensors header of " + std::to_string(json.size()) +
+                               " bytes (" + std::to_string(s.tensors.size()) + " tensors) exceeds the format's " +
+                               std::to_string(kMaxHeaderBytes));
       std::string header(8, '\0');
       std::uint64_t len = json.size();
       for (int b = 0; b < 8; ++b) header[b] = static_cast<char>((len >> (8 * b)) & 0xff);
@@ -268,7 +281,7 @@ std::optional<nlohmann::json> safetensors_metadata(const fs::path& p) noexcept {
     for (int b = 7; b >= 0; --b) n = (n << 8) | len[b];
     std::error_code ec;
     const std::uint64_t size = fs::file_size(p, ec);
-    if (ec || n > size - 8 || n > 100'000'000) return std::nullopt;  // the format's own limit on a header
+    if (ec || n > size - 8 || n > kMaxHeaderBytes) return std::nullopt;  // the format's own limit on a header
     std::string header(static_cast<std::size_t>(n), '\0');
     if (!in.read(header.data(), static_cast<std::streamsize>(n))) return std::nullopt;
     auto j = nlohmann::json::parse(header, nullptr, false);

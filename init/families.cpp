@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include <layerinit/core/shape.hpp>
+
 #include <layerinit/core/errors.hpp>
 
 namespace layerinit {
@@ -217,12 +219,41 @@ ModelSpec mlp_spec(std::string name, const std::vector<std::uint64_t>& widths, b
   return m;
 }
 
+std::optional<HyperProblem> decoder_size_problem(const Hyper& hyper, const DecoderLayout& l, std::uint64_t num_hidden_layers) {
+  Hyper h = hyper;
+  if (h.num_kv_heads == 0) h.num_kv_heads = h.num_heads;
+  if (h.head_dim == 0 && h.num_heads > 0) h.head_dim = h.hidden_size / h.num_heads;
+  // The layer written with 0 and 1 experts: what an expert adds, from the one writer that lists
+  // them, without making E of them.
+  auto tensors = [&](std::uint64_t experts, bool dense) {
+    Hyper p = h;
+    p.num_experts = experts;
+    std::vector<TensorSpec> ts;
+    LayerWriter(p, l).write(ts, "", dense);
+    return static_cast<std::uint64_t>(ts.size());
+  };
+  const std::uint64_t base = tensors(0, false), per_expert = l.moe == MoeKind::none ? 0 : tensors(1, false) - base;
+  const std::uint64_t layer = saturating_add(base, saturating_mul(h.num_experts, per_expert));
+  const std::string most = "; a spec lists at most " + std::to_string(kMaxSpecTensors);
+  auto n = [](std::uint64_t v) { return v == UINT64_MAX ? std::string("2^64 or more") : std::to_string(v); };  // saturated
+  if (layer > kMaxSpecTensors)
+    return HyperProblem{"num_experts", std::to_string(h.num_experts) + " experts make " + n(layer) +
+                                           " tensors in a layer" + most};
+  const std::uint64_t dense = l.dense_layers > 0 ? saturating_mul(l.dense_layers, tensors(0, true)) : 0;
+  if (saturating_add(saturating_add(dense, layer), 3) > kMaxSpecTensors)  // 3: embedding, final norm, lm_head
+    return HyperProblem{"dense_layers", std::to_string(l.dense_layers) + " dense layers before the MoE layers of " +
+                                            std::to_string(num_hidden_layers) + " make " + n(dense) +
+                                            " tensors" + most};
+  return std::nullopt;
+}
+
 ModelSpec decoder_spec(std::string name, std::string family, const Hyper& hyper, const DecoderLayout& l,
                        std::uint64_t num_hidden_layers) {
   Hyper h = hyper;
   if (l.latent)  // a query head's width
     h.head_dim = add(l.latent->qk_nope_head_dim, l.latent->qk_rope_head_dim);
   h = attention_defaults(name, h);
+  if (const auto p = decoder_size_problem(h, l, num_hidden_layers)) bad_argument("model", name, ": " + p->field + " " + p->message);
   require(h.intermediate_size > 0 || (l.moe != MoeKind::none && l.moe_intermediate_size > 0 && l.dense_layers == 0), name,
           "intermediate_size must be positive");
   if (l.latent) {

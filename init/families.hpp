@@ -82,6 +82,12 @@ struct DecoderLayout {
 LAYERINIT_API ModelSpec decoder_spec(std::string name, std::string family, const Hyper& h, const DecoderLayout& layout,
                                      std::uint64_t num_hidden_layers);
 
+// Whether decoder_spec's tensors would fit a spec (kMaxSpecTensors), from the counts alone, before
+// any is made: "num_experts" when one layer's experts are too many, "dense_layers" when the dense
+// layers listed before the MoE layers are. decoder_spec refuses the same (std::invalid_argument).
+LAYERINIT_API std::optional<HyperProblem> decoder_size_problem(const Hyper& h, const DecoderLayout& layout,
+                                                               std::uint64_t num_hidden_layers);
+
 // Llama / Mistral: decoder_spec with Llama's layout, plus q/k/v biases when Hyper.bias (Qwen2).
 LAYERINIT_API ModelSpec llama_spec(std::string name, const Hyper& h, std::uint64_t num_layers, std::string family = "llama");
 

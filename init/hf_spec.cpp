@@ -33,12 +33,26 @@ struct Defaults {
   double rope_theta;  // the default rope_parameters' (full attention's, for Gemma 3)
 };
 
+// What a family's config class validates of the attention numbers (transformers 5.24,
+// models/<type>/configuration_<type>.py): a checkpoint of numbers it refuses would not load.
+struct AttentionChecks {
+  // The config class whose validate_architecture raises when num_attention_heads does not divide
+  // hidden_size, whatever head_dim is (LlamaConfig, Gemma2Config, Gemma3TextConfig); nullptr: none.
+  const char* heads_divide_hidden = nullptr;
+  // head_dim: null is hidden_size // num_attention_heads: the class declares `head_dim: int | None`
+  // and derives it (Llama, Mistral, Mixtral) or sets it itself (DeepseekV3Config.__post_init__).
+  // Elsewhere null fails @strict's `head_dim: int` (Gemma 2 and 3, Qwen3, gpt-oss), or is kept as
+  // an attribute the attention's getattr(config, "head_dim", ...) reads as None (the rest).
+  bool null_head_dim = false;
+};
+
 // A config.json object read field by field. Aliases are transformers' attribute_map: a config may
 // give "num_experts" for Mixtral's num_local_experts.
 class Config {
  public:
-  Config(const json& doc, std::string model_type, std::vector<std::pair<std::string, std::string>> aliases)
-      : doc_(doc), model_type_(std::move(model_type)), aliases_(std::move(aliases)) {}
+  Config(const json& doc, std::string model_type, std::vector<std::pair<std::string, std::string>> aliases,
+         AttentionChecks checks)
+      : doc_(doc), model_type_(std::move(model_type)), aliases_(std::move(aliases)), checks_(checks) {}
 
   const std::string& model_type() const { return model_type_; }
 
@@ -54,6 +68,12 @@ class Config {
       }
     }
     return v;
+  }
+  // The key a config gives `key` under: an alias of it when the config uses that, for messages.
+  std::string given(const char* key) const {
+    for (const auto& [alias, canonical] : aliases_)
+      if (canonical == key && find(doc_, alias.c_str()) && !find(doc_, key)) return alias;
+    return key;
   }
   // A positive integer; absent: `def`.
   std::uint64_t count(const char* key, std::uint64_t def) const {
@@ -95,6 +115,7 @@ class Config {
   const json& doc_;
   std::string model_type_;
   std::vector<std::pair<std::string, std::string>> aliases_;  // alias, canonical
+  AttentionChecks checks_;
 };
 
 // Llama 3.1's scaling ("rope_type": "llama3"), from rope_parameters or rope_scaling (`path`).
@@ -146,6 +167,9 @@ Hyper Config::hyper(const Defaults& d) const {
   h.intermediate_size = count("intermediate_size", d.intermediate_size);
   h.num_heads = count("num_attention_heads", d.num_attention_heads);
   h.num_kv_heads = derived("num_key_value_heads", d.num_key_value_heads);
+  if (const json* v = get("head_dim"); v && v->is_null() && !checks_.null_head_dim)
+    r.fail("head_dim", "null is not a head width for " + model_type_ + " (transformers derives a null head_dim for llama, "
+                       "mistral and mixtral only): give the width or leave head_dim out");
   h.head_dim = derived("head_dim", d.head_dim);
   h.max_position_embeddings = count("max_position_embeddings", d.max_position_embeddings);
   // _init_weights: `self.config.initializer_range or 0.02`.
@@ -153,6 +177,9 @@ Hyper Config::hyper(const Defaults& d) const {
   if (h.initializer_range == 0) h.initializer_range = 0.02;
   h.norm_eps = real("rms_norm_eps", d.rms_norm_eps);
   h.tie_word_embeddings = flag("tie_word_embeddings", d.tie_word_embeddings);
+  if (checks_.heads_divide_hidden && h.hidden_size % h.num_heads != 0)
+    r.fail("num_attention_heads", std::to_string(h.num_heads) + " does not divide hidden_size " + std::to_string(h.hidden_size) +
+                                      " (transformers' " + checks_.heads_divide_hidden + ".validate_architecture refuses it)");
   // transformers' `hidden_size // num_attention_heads`, rounded down: Glm4MoeConfig's own defaults,
   // 4096 and 96 heads, make heads of 42.
   if (h.head_dim == 0) h.head_dim = h.hidden_size / h.num_heads;
@@ -188,6 +215,12 @@ void deepseek_moe(const Config& c, const Defaults& d, DecoderLayout& l, std::uin
   l.moe = MoeKind::routed;
   l.moe_intermediate_size = c.count("moe_intermediate_size", width);
   l.shared_experts = c.count0("n_shared_experts", 1);
+  // DeepseekV3MoE and Glm4MoeMoE make shared_experts of width moe_intermediate_size * n_shared_experts
+  // whatever it is: at 0, gate_proj, up_proj and down_proj of zero elements, which layerinit cannot
+  // write (every dimension is positive), and without them transformers reports them missing.
+  if (l.shared_experts == 0)
+    r.fail("n_shared_experts", "0 is not supported: transformers still makes mlp.shared_experts, with tensors of zero elements "
+                               "that layerinit does not write");
   l.correction_bias = true;
   l.dense_layers = c.count0("first_k_dense_replace", dense);
   if (l.dense_layers >= c.layers(d)) r.fail("first_k_dense_replace", "must leave at least one MoE layer");
@@ -195,9 +228,15 @@ void deepseek_moe(const Config& c, const Defaults& d, DecoderLayout& l, std::uin
 
 using Reader = ModelSpec (*)(const Config&, const Defaults&, std::string name);
 
-ModelSpec decoder(const Config& c, const Defaults& d, std::string name, Hyper h, const DecoderLayout& l) {
+// `experts` and `dense` name the config's fields that set Hyper.num_experts and the dense layers, for
+// a refusal of their counts: they are checked before any tensor is made (2^40 experts would fill the
+// memory with tensor records).
+ModelSpec decoder(const Config& c, const Defaults& d, std::string name, Hyper h, const DecoderLayout& l,
+                  const char* experts = "num_experts", const char* dense = "first_k_dense_replace") {
   h.bias = l.qkv_bias;
   check_hyper(h);
+  if (const auto p = decoder_size_problem(h, l, c.layers(d)))
+    r.fail(c.given(p->field == "num_experts" ? experts : dense), p->message);
   return decoder_spec(std::move(name), c.model_type(), h, l, c.layers(d));
 }
 
@@ -225,7 +264,7 @@ ModelSpec read_mixtral(const Config& c, const Defaults& d, std::string name) {
   read_experts(c, h, "num_local_experts", 8, 2);
   DecoderLayout l;
   l.moe = MoeKind::mixtral;
-  return decoder(c, d, std::move(name), h, l);
+  return decoder(c, d, std::move(name), h, l, "num_local_experts");
 }
 
 // Gemma 2 and 3: four norms a layer, all stored as offsets from one; Gemma 3 adds q/k norms.
@@ -259,24 +298,34 @@ ModelSpec read_qwen3_moe(const Config& c, const Defaults& d, std::string name) {
     if (!v->is_array()) r.fail("mlp_only_layers", "must be an array of layer indices");
     for (std::size_t i = 0; i < v->size(); ++i) dense_only.insert(r.to_uint((*v)[i], at("mlp_only_layers", i), false));
   }
-  std::vector<bool> moe(L);
-  for (std::uint64_t i = 0; i < L; ++i) moe[i] = !dense_only.count(i) && h.num_experts > 0 && (i + 1) % step == 0;
+  // From the counts, not a flag per layer (num_hidden_layers may be 2^62): the first layer i with
+  // (i + 1) % step == 0 outside mlp_only_layers, and whether a dense layer follows it.
+  std::uint64_t first_moe = L;
+  if (h.num_experts > 0)
+    for (std::uint64_t i = step - 1; i < L; i += step) {
+      if (!dense_only.count(i)) {
+        first_moe = i;
+        break;
+      }
+      if (L - 1 - i < step) break;  // i + step would pass the last layer (or wrap)
+    }
   DecoderLayout l;
   l.qkv_bias = l.o_bias = c.flag("attention_bias", false);
   l.qk_norm = QkNorm::head;
-  const auto first_moe = static_cast<std::uint64_t>(std::find(moe.begin(), moe.end(), true) - moe.begin());
   if (first_moe == L) {  // no experts anywhere: a dense model
     h.num_experts = h.experts_per_token = 0;
     return decoder(c, d, std::move(name), h, l);
   }
-  if (std::find(moe.begin() + static_cast<std::ptrdiff_t>(first_moe), moe.end(), false) != moe.end())
-    r.fail(dense_only.empty() ? "decoder_sparse_step" : "mlp_only_layers",
-           "dense layers between MoE layers are not supported (layerinit repeats one kind of layer; dense layers may "
-           "only come first)");
+  const bool dense_after = (step > 1 && first_moe + 1 < L) ||
+                           std::any_of(dense_only.begin(), dense_only.end(), [&](std::uint64_t i) { return i > first_moe && i < L; });
+  const char* dense_key = dense_only.empty() ? "decoder_sparse_step" : "mlp_only_layers";
+  if (dense_after)
+    r.fail(dense_key, "dense layers between MoE layers are not supported (layerinit repeats one kind of layer; dense layers may "
+                      "only come first)");
   l.moe = MoeKind::routed;
   l.moe_intermediate_size = c.count("moe_intermediate_size", 768);
   l.dense_layers = first_moe;
-  return decoder(c, d, std::move(name), h, l);
+  return decoder(c, d, std::move(name), h, l, "num_local_experts", dense_key);
 }
 
 // Olmo2: q/k norms over all heads, and norms after attention and the MLP instead of before.
@@ -306,7 +355,7 @@ ModelSpec read_glm4_moe(const Config& c, const Defaults& d, std::string name) {
   l.qkv_bias = c.flag("attention_bias", false);
   if (c.flag("use_qk_norm", false)) l.qk_norm = QkNorm::head;
   deepseek_moe(c, d, l, 1408, 1);
-  return decoder(c, d, std::move(name), h, l);
+  return decoder(c, d, std::move(name), h, l, "n_routed_experts");
 }
 
 ModelSpec read_gpt_oss(const Config& c, const Defaults& d, std::string name) {
@@ -316,7 +365,7 @@ ModelSpec read_gpt_oss(const Config& c, const Defaults& d, std::string name) {
   l.qkv_bias = l.o_bias = c.flag("attention_bias", true);
   l.sinks = true;
   l.moe = MoeKind::gpt_oss;
-  return decoder(c, d, std::move(name), h, l);
+  return decoder(c, d, std::move(name), h, l, "num_local_experts");
 }
 
 // DeepSeek-V3 (and Kimi K2, which is one): multi-head latent attention; attention_bias on q_a_proj,
@@ -337,7 +386,7 @@ ModelSpec read_deepseek_v3(const Config& c, const Defaults& d, std::string name)
   deepseek_moe(c, d, l, 2048, 3);
   // A query head's width.
   h.head_dim = checked_add(x.qk_nope_head_dim, x.qk_rope_head_dim, "qk_nope_head_dim + qk_rope_head_dim");
-  return decoder(c, d, std::move(name), h, l);
+  return decoder(c, d, std::move(name), h, l, "n_routed_experts");
 }
 
 // GPT-2 under its own names (n_embd, n_layer, ...; transformers maps hidden_size and the like to them).
@@ -367,6 +416,7 @@ struct Family {
   Defaults defaults;
   std::vector<std::pair<std::string, std::string>> aliases;  // attribute_map: alias, canonical
   Reader read;
+  AttentionChecks checks = {};
 };
 
 // Defaults: each configuration_<type>.py's class fields (transformers 5.23).
@@ -374,9 +424,11 @@ const std::vector<Family>& families() {
   using std::nullopt;
   static const std::vector<Family> all = {
       {"deepseek_v3", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4},
-       {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3},
-      {"gemma2", "Gemma2ForCausalLM", {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6, true, 1e4}, {}, read_gemma},
-      {"gemma3_text", "Gemma3ForCausalLM", {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6, true, 1e6}, {}, read_gemma},
+       {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3, {nullptr, true}},
+      {"gemma2", "Gemma2ForCausalLM", {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6, true, 1e4}, {}, read_gemma,
+       {"Gemma2Config", false}},
+      {"gemma3_text", "Gemma3ForCausalLM", {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6, true, 1e6}, {}, read_gemma,
+       {"Gemma3TextConfig", false}},
       {"glm4_moe", "Glm4MoeForCausalLM", {151552, 4096, 10944, 46, 96, 8, nullopt, 131072, 1e-5, false, 1e4},
        {{"num_local_experts", "n_routed_experts"}}, read_glm4_moe},
       {"gpt2", "GPT2LMHeadModel", {}, {{"hidden_size", "n_embd"}, {"max_position_embeddings", "n_positions"},
@@ -385,11 +437,13 @@ const std::vector<Family>& families() {
        {{"num_experts", "num_local_experts"}}, read_gpt_oss},
       // Kimi K2 is DeepSeek-V3's architecture under its own model_type (its remote code's DeepseekV3Config).
       {"kimi_k2", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4},
-       {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3},
-      {"llama", "LlamaForCausalLM", {32000, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-6, false, 1e4}, {}, read_llama},
-      {"mistral", "MistralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-6, false, 1e4}, {}, read_mistral},
+       {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3, {nullptr, true}},
+      {"llama", "LlamaForCausalLM", {32000, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-6, false, 1e4}, {}, read_llama,
+       {"LlamaConfig", true}},
+      {"mistral", "MistralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-6, false, 1e4}, {}, read_mistral,
+       {nullptr, true}},
       {"mixtral", "MixtralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-5, false, 1e6},
-       {{"num_experts", "num_local_experts"}}, read_mixtral},
+       {{"num_experts", "num_local_experts"}}, read_mixtral, {nullptr, true}},
       {"olmo2", "Olmo2ForCausalLM", {50304, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-5, false, 1e4}, {}, read_olmo2},
       {"phi3", "Phi3ForCausalLM", {32064, 3072, 8192, 32, 32, nullopt, nullopt, 4096, 1e-5, false, 1e4}, {}, read_phi3},
       {"qwen2", "Qwen2ForCausalLM", {151936, 4096, 22016, 32, 32, 32, nullopt, 32768, 1e-6, false, 1e4}, {}, read_qwen2},
@@ -401,6 +455,21 @@ const std::vector<Family>& families() {
   return all;
 }
 
+// PreTrainedConfig.validate_layer_type (transformers/configuration_utils.py): a layer_types or
+// mlp_layer_types list has one entry per layer. The entries' names are not checked here: no family
+// read here makes other tensors for any of them.
+void check_layer_types(const json& doc, std::uint64_t layers) {
+  for (const char* key : {"layer_types", "mlp_layer_types"}) {
+    const json* v = find(doc, key);
+    if (!v || v->is_null()) continue;
+    if (!v->is_array()) r.fail(key, "must be an array of layer types, one per layer");
+    for (std::size_t i = 0; i < v->size(); ++i) (void)r.to_string((*v)[i], at(key, i), false);
+    if (v->size() != layers)
+      r.fail(key, "has " + std::to_string(v->size()) + " entries for " + std::to_string(layers) +
+                      " layers (num_hidden_layers); transformers' validate_layer_type wants one per layer");
+  }
+}
+
 std::string supported() {
   std::string s;
   for (const auto& t : hf_model_types()) s += (s.empty() ? "" : ", ") + t;
@@ -408,6 +477,23 @@ std::string supported() {
 }
 
 }  // namespace
+
+std::optional<DType> hf_config_dtype(const ModelSpec& spec) {
+  if (spec.hf_config.empty()) return std::nullopt;
+  const json doc = r.parse(spec.hf_config);
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    const json* v = find(doc, key);
+    if (!v || v->is_null()) continue;
+    const std::string name = r.to_string(*v, key, false);
+    if (name == "float32") return DType::f32;
+    if (name == "float16") return DType::f16;
+    if (name == "bfloat16") return DType::bf16;
+    r.fail(key, quote(name) + " is not a dtype layerinit writes (float32, float16, bfloat16): give the dtype to write");
+  }
+  return std::nullopt;
+}
+
+DType default_dtype(const ModelSpec& spec) { return hf_config_dtype(spec).value_or(DType::bf16); }
 
 std::vector<std::string> hf_model_types() {
   std::vector<std::string> out;
@@ -439,10 +525,11 @@ ModelSpec spec_from_hf_config(std::string_view text, std::string name) {
   if (name.empty())
     if (const json* n = find(doc, "_name_or_path"); n && n->is_string()) name = n->get<std::string>();
   if (name.empty()) name = type;
-  const Config config(doc, type, family->aliases);
+  const Config config(doc, type, family->aliases, family->checks);
   ModelSpec m;
   try {
     m = family->read(config, family->defaults, std::move(name));
+    check_layer_types(doc, m.total_layers());
     m.validate();
   } catch (const spec_error&) {
     throw;

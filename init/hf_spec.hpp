@@ -1,11 +1,13 @@
 // A Hugging Face config.json as a model spec: the tensors transformers' *ForCausalLM builds from it.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <layerinit/core/api.hpp>
+#include <layerinit/dtypes/dtype.hpp>
 #include <layerinit/init/spec.hpp>
 
 namespace layerinit {
@@ -25,6 +27,17 @@ LAYERINIT_API ModelSpec spec_from_hf_config(std::string_view config_json, std::s
 // "Hugging Face config '<file>' ..." for a file that cannot be read (the OS's reason), is not a
 // regular file or is above 16 MiB.
 LAYERINIT_API ModelSpec load_hf_config(const std::string& path);
+
+// The dtype the spec's config.json declares, as transformers reads it (PreTrainedConfig.__init__ in
+// configuration_utils.py: "dtype", else the older "torch_dtype"; null is absent): float32, float16
+// and bfloat16 are fp32, fp16 and bf16. nullopt for a spec without a config.json or a config that
+// declares none. Throws spec_error naming the field for any other value (float64, int8, ...):
+// layerinit writes none of them, so a build must be given its dtype.
+LAYERINIT_API std::optional<DType> hf_config_dtype(const ModelSpec& spec);
+
+// The dtype a build of `spec` takes when it is given none (the CLI without --dtype, Python's
+// dtype=None): its config's (hf_config_dtype), else bf16.
+LAYERINIT_API DType default_dtype(const ModelSpec& spec);
 
 // The model_types spec_from_hf_config reads, sorted.
 LAYERINIT_API std::vector<std::string> hf_model_types();

@@ -240,6 +240,8 @@ void ModelSpec::validate() const {
   if (name.empty()) bad_argument("model spec", ": name is empty");
   if (const char* why = name_problem(name)) fail(why);
   if (pre.empty() && post.empty() && (num_layers == 0 || layer.tensors.empty())) fail("has no tensors");
+  if (const std::uint64_t listed = pre.size() + layer.tensors.size() + post.size(); listed > kMaxSpecTensors)
+    fail("lists " + std::to_string(listed) + " tensors; a spec lists at most " + std::to_string(kMaxSpecTensors));
   if (num_layers > 0 && layer.tensors.empty())
     fail("num_layers is " + std::to_string(num_layers) + " but the layer has no tensors");
   if (num_layers > 0 && layer_prefix.empty()) fail("layer prefix is empty");

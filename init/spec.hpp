@@ -109,6 +109,11 @@ struct HyperProblem {
 };
 LAYERINIT_API std::optional<HyperProblem> hyper_problem(const Hyper& h);
 
+// The most tensors a spec lists (pre, one repeated layer and post; the repeats are not listed). Kimi
+// K2 lists about 1,200 a layer (384 experts of three); a config whose counts would list more (2^40
+// experts) is refused from the counts, before its tensors are made (decoder_size_problem).
+inline constexpr std::uint64_t kMaxSpecTensors = 1u << 18;
+
 struct LAYERINIT_API ModelSpec {
   std::string name;     // preset name or the spec's own
   std::string family;   // "mlp", "custom", or the Hugging Face model_type of the family (hf_model_types())

@@ -476,3 +476,20 @@ TEST(CheckpointSafetensors, ConfigJsonForEachFamily) {
                                      "mixtral, qwen2, gemma2, gpt2); a spec read from a config.json carries its own");
   }
 }
+
+// A header past the format's 100,000,000 bytes is refused from its computed size before its JSON is built
+// (a config of 87,000 experts a layer and enough layers would otherwise build it, then refuse it).
+TEST(Safetensors, AHeaderTooLargeIsRefusedBeforeItIsBuilt) {
+  TempDir dir;
+  std::vector<DatasetSpec> specs;
+  for (int i = 0; i < 101; ++i) specs.push_back({std::to_string(i) + std::string(1'000'000, 'w'), {1}, DType::f32});
+  try {
+    open_safetensors_writer(dir.path() / "s", specs, test_meta(), {});
+    FAIL() << "accepted";
+  } catch (const checkpoint_error& e) {
+    EXPECT_EQ(std::string(e.what()), "checkpoint: " + (dir.path() / "s" / "model.safetensors").string() +
+                                         ": safetensors header of 101005993 bytes (101 tensors) exceeds the "
+                                         "format's 100000000");
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "s"));
+}

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -22,6 +23,7 @@
 
 #include <layerinit/config.hpp>
 #include "cli_runner.hpp"
+#include "safetensors_reader.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -188,6 +190,15 @@ TEST_F(Cli, HugeLayerCountsAndSpecFilesAreRefusedQuickly) {
   const std::string at_cap = (dir / "at_cap.json").string(), past_cap = (dir / "past_cap.json").string();
   write_file(at_cap, small + std::string((16u << 20) - small.size(), ' '));
   write_file(past_cap, small + std::string((16u << 20) + 1 - small.size(), ' '));
+  // A few bytes of config.json with 2^40 or 2^32 experts: refused from the counts, the field named.
+  auto hf = [&](const std::string& type, const std::string& key, const std::string& experts) {
+    const std::string f = (dir / (type + ".json")).string();
+    write_file(f, R"({"model_type": ")" + type + R"(", ")" + key + R"(": )" + experts + "}");
+    return f;
+  };
+  const std::string mixtral = hf("mixtral", "num_local_experts", "1099511627776"),
+                    deepseek = hf("deepseek_v3", "n_routed_experts", "4294967296"),
+                    qwen3_moe = hf("qwen3_moe", "num_experts", "4294967296"), glm = hf("glm4_moe", "n_routed_experts", "4294967296");
   const std::vector<std::string> before = dir.entries();
   const fs::path target = dir / "out";
   struct Case {
@@ -217,6 +228,12 @@ TEST_F(Cli, HugeLayerCountsAndSpecFilesAreRefusedQuickly) {
        {"not enough space for", "needs 7.68 TiB"}},
       {{"plan", "--spec", "/dev/zero"}, {"spec file '/dev/zero' is not a regular file"}},
       {{"plan", "--hf-config", "/dev/zero"}, {"Hugging Face config '/dev/zero' is not a regular file"}},
+      {{"plan", "--hf-config", mixtral}, {"config.json: num_local_experts: 1099511627776 experts make", "at most 262144"}},
+      {{"emit", "--hf-config", mixtral, "--format", "safetensors", "-o", target.string()},
+       {"config.json: num_local_experts: 1099511627776 experts make"}},
+      {{"plan", "--hf-config", deepseek}, {"config.json: n_routed_experts: 4294967296 experts make"}},
+      {{"plan", "--hf-config", qwen3_moe}, {"config.json: num_experts: 4294967296 experts make"}},
+      {{"plan", "--hf-config", glm}, {"config.json: n_routed_experts: 4294967296 experts make"}},
       {{"emit", "--spec", past_cap, "-o", target.string()}, {"spec file '" + past_cap + "' is larger than 16 MiB"}},
   };
   SpawnOptions so;
@@ -518,4 +535,61 @@ TEST_F(Cli, Version) {
   EXPECT_EQ(r.code(), 0);
   EXPECT_EQ(r.out, std::string("layerinit ") + LAYERINIT_VERSION + "\n");
   EXPECT_TRUE(r.err.empty());
+}
+
+// emit --hf-config writes the dtype the config declares (dtype, else torch_dtype) unless --dtype
+// says otherwise; then it says so, and the config.json it writes declares the file's dtype, since
+// transformers loads the weights as config.json says. A dtype layerinit does not write needs --dtype.
+TEST_F(Cli, EmitHfConfigWritesTheConfigsDtype) {
+  TempDir dir;
+  const std::string tiny = slurp(fs::path(LAYERINIT_SOURCE_DIR) / "tests" / "hf_configs" / "tiny" / "llama.json");
+  auto config = [&](const std::string& name, const std::string& field) {
+    json j = json::parse(tiny);
+    j.update(json::parse(field));
+    write_file((dir / name).string(), j.dump(2));
+    return (dir / name).string();
+  };
+  const std::string f32 = config("f32.json", R"({"torch_dtype": "float32"})"),
+                    f16 = config("f16.json", R"({"dtype": "float16", "torch_dtype": "float32"})"),
+                    f64 = config("f64.json", R"({"torch_dtype": "float64"})");
+  auto dtypes = [](const fs::path& file) {  // the safetensors header's dtypes
+    std::set<std::string> out;
+    for (const auto& [name, t] : parse_safetensors(file).tensors) out.insert(t.dtype);
+    return out;
+  };
+  const Result a = run({"emit", "--hf-config", f32, "--backend", "cpu", "--format", "safetensors", "-o", (dir / "a").string()});
+  ASSERT_EQ(a.code(), 0) << a.err;
+  EXPECT_EQ(a.err, "");
+  EXPECT_EQ(dtypes(dir / "a" / "model.safetensors"), std::set<std::string>{"F32"});
+  EXPECT_EQ(slurp(dir / "a" / "config.json"), slurp(f32));  // the user's file as it is
+  // dtype wins over torch_dtype, as in transformers.
+  const Result b = run({"emit", "--hf-config", f16, "--backend", "cpu", "--format", "safetensors", "-o", (dir / "b").string()});
+  ASSERT_EQ(b.code(), 0) << b.err;
+  EXPECT_EQ(dtypes(dir / "b" / "model.safetensors"), std::set<std::string>{"F16"});
+  // An explicit --dtype: the weights are bf16, and so says the config.json written, both keys.
+  const Result c = run({"emit", "--hf-config", f16, "--dtype", "bf16", "--backend", "cpu", "--format", "safetensors", "-o",
+                        (dir / "c").string()});
+  ASSERT_EQ(c.code(), 0) << c.err;
+  EXPECT_EQ(c.err, "layerinit: note: the config declares another dtype than --dtype bf16; the config.json written beside the "
+                   "weights declares theirs\n");
+  EXPECT_EQ(dtypes(dir / "c" / "model.safetensors"), std::set<std::string>{"BF16"});
+  json written = json::parse(slurp(dir / "c" / "config.json")), given = json::parse(slurp(f16));
+  EXPECT_EQ(written["dtype"], "bfloat16");
+  EXPECT_EQ(written["torch_dtype"], "bfloat16");
+  written.erase("dtype"), written.erase("torch_dtype"), given.erase("dtype"), given.erase("torch_dtype");
+  EXPECT_EQ(written, given);  // nothing else changes
+  // float64: refused without --dtype (exit 2, the field named), written with it.
+  const Result d = run({"emit", "--hf-config", f64, "--backend", "cpu", "--format", "safetensors", "-o", (dir / "d").string()});
+  EXPECT_EQ(d.code(), 2);
+  EXPECT_EQ(d.err, "layerinit: error: config.json: torch_dtype: 'float64' is not a dtype layerinit writes (float32, float16, "
+                   "bfloat16): give the dtype to write (--dtype)\n");
+  EXPECT_FALSE(fs::exists(dir / "d"));
+  const Result e = run({"emit", "--hf-config", f64, "--dtype", "fp32", "--backend", "cpu", "--format", "safetensors", "-o",
+                        (dir / "e").string()});
+  ASSERT_EQ(e.code(), 0) << e.err;
+  EXPECT_EQ(json::parse(slurp(dir / "e" / "config.json"))["torch_dtype"], "float32");
+  // plan takes the same default.
+  const Result p = run({"plan", "--hf-config", f32, "--json"});
+  ASSERT_EQ(p.code(), 0) << p.err;
+  EXPECT_EQ(json::parse(p.out)["dtype"], "fp32");
 }

@@ -180,8 +180,9 @@ TEST(HfSpec, FieldsTheFamiliesRead) {
       "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10})");
   EXPECT_EQ(l.hyper.num_kv_heads, 2u);
   EXPECT_EQ(l.hyper.head_dim, 8u);
-  // Heads that do not divide the width: transformers' hidden_size // heads, rounded down.
-  const ModelSpec r = spec_from_hf_config(R"({"model_type": "llama", "hidden_size": 10, "num_attention_heads": 4,
+  // Heads that do not divide the width: transformers' hidden_size // heads, rounded down, where the
+  // config class allows it (MistralConfig has no validate_architecture; LlamaConfig's refuses it).
+  const ModelSpec r = spec_from_hf_config(R"({"model_type": "mistral", "hidden_size": 10, "num_key_value_heads": 4, "num_attention_heads": 4,
       "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10})");
   EXPECT_EQ(find(r.layer.tensors, "self_attn.q_proj.weight")->shape, (Shape{8, 10}));
   // Llama's attention_bias: q, k, v and o; mlp_bias: gate, up and down.
@@ -248,7 +249,7 @@ TEST(HfSpec, EveryProblemIsOneLineNamingTheField) {
       {R"({"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})",
        "config.json: rope_scaling: missing key 'low_freq_factor'"},
       // Products past 64 bits: refused, not wrapped into small shapes.
-      {R"({"model_type": "llama", "num_attention_heads": 4294967296, "head_dim": 4294967296})",
+      {R"({"model_type": "mistral", "num_attention_heads": 4294967296, "num_key_value_heads": 1, "head_dim": 4294967296})",
        "config.json: a layer dimension overflows 64 bits"},
       {R"({"model_type": "llama", "vocab_size": 18446744073709551615, "hidden_size": 4096})",
        "config.json: model 'llama': pre tensor 0 'model.embed_tokens.weight': shape [18446744073709551615, 4096]: element "
@@ -434,4 +435,95 @@ TEST(HfSpec, ParametersAndBuffersApart) {
   EXPECT_EQ(d.buffer_count(), 14'848u);
   EXPECT_EQ(d.element_count(), 671'026'419'200ULL);
   EXPECT_EQ(make_preset("llama-3-8b").buffer_count(), 0u);
+}
+
+// A few bytes of config.json must not make 2^40 tensor records: each count that multiplies the
+// tensors a spec lists (experts, dense layers) is refused from the counts, naming the field, before
+// any tensor is made. gpt-oss keeps its experts in fused [E, ...] tensors: no records per expert.
+TEST(HfSpec, CountsThatMultiplyTensorsAreRefusedBeforeTheTensorsAreMade) {
+  const std::string small =
+      R"("hidden_size": 8, "num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 4, "vocab_size": 16, )";
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"model_type": "mixtral", )" + small + R"("num_local_experts": 1099511627776})",
+       "config.json: num_local_experts: 1099511627776 experts make 3298534883335 tensors in a layer; a spec lists at most 262144"},
+      {R"({"model_type": "mixtral", )" + small + R"("num_experts": 4294967296})",
+       "config.json: num_experts: 4294967296 experts make 12884901895 tensors in a layer; a spec lists at most 262144"},
+      {R"({"model_type": "deepseek_v3", )" + small + R"("n_routed_experts": 4294967296})",
+       "config.json: n_routed_experts: 4294967296 experts make 12884901902 tensors in a layer; a spec lists at most 262144"},
+      {R"({"model_type": "kimi_k2", )" + small + R"("num_local_experts": 4294967296})",
+       "config.json: num_local_experts: 4294967296 experts make 12884901902 tensors in a layer; a spec lists at most 262144"},
+      {R"({"model_type": "glm4_moe", )" + small + R"("n_routed_experts": 4294967296})",
+       "config.json: n_routed_experts: 4294967296 experts make 12884901899 tensors in a layer; a spec lists at most 262144"},
+      {R"({"model_type": "qwen3_moe", )" + small + R"("num_experts": 4294967296})",
+       "config.json: num_experts: 4294967296 experts make 12884901897 tensors in a layer; a spec lists at most 262144"},
+      {R"({"model_type": "qwen3_moe", )" + small + R"("num_local_experts": 1099511627776})",
+       "config.json: num_local_experts: 1099511627776 experts make 3298534883337 tensors in a layer; a spec lists at most 262144"},
+      // Dense layers before the MoE layers are listed one by one too.
+      {R"({"model_type": "deepseek_v3", )" + small + R"("num_hidden_layers": 9223372036854775807, "first_k_dense_replace": 4611686018427387904})",
+       "config.json: first_k_dense_replace: 4611686018427387904 dense layers before the MoE layers of 9223372036854775807 make "
+       "2^64 or more tensors; a spec lists at most 262144"},
+      {R"({"model_type": "qwen3_moe", )" + small + R"("num_hidden_layers": 4611686018427387904, "decoder_sparse_step": 4611686018427387904})",
+       "config.json: decoder_sparse_step: 4611686018427387903 dense layers before the MoE layers of 4611686018427387904 make "
+       "2^64 or more tensors; a spec lists at most 262144"},
+  };
+  for (const auto& [config, message] : cases) EXPECT_EQ(refusal(config), message) << config;
+  // The largest count that fits is made: 2 layers' worth of router and experts.
+  const ModelSpec m = spec_from_hf_config(R"({"model_type": "mixtral", )" + small + R"("num_local_experts": 87000})");
+  EXPECT_EQ(m.layer.tensors.size(), 4u + 1 + 3 * 87000 + 2);
+  const ModelSpec g = spec_from_hf_config(R"({"model_type": "gpt_oss", )" + small + R"("head_dim": 4, "num_local_experts": 1099511627776})");
+  EXPECT_EQ(g.hyper.num_experts, 1099511627776u);
+  EXPECT_EQ(g.layer.tensors.size(), 17u);
+}
+
+// What transformers' config classes refuse (transformers 5.24) is refused here too, with exit 2 from
+// the CLI, rather than written as a checkpoint transformers cannot load: heads that do not divide
+// hidden_size where validate_architecture says so (LlamaConfig, Gemma2Config, Gemma3TextConfig, even
+// with a head_dim), head_dim null where the class does not derive it, and layer_types or
+// mlp_layer_types of another length than num_hidden_layers (PreTrainedConfig.validate_layer_type).
+TEST(HfSpec, WhatTransformersConfigClassesRefuse) {
+  const std::string dims = R"("intermediate_size": 8, "num_hidden_layers": 2, "vocab_size": 10)";
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"model_type": "llama", "hidden_size": 10, "num_attention_heads": 4, )" + dims + "}",
+       "config.json: num_attention_heads: 4 does not divide hidden_size 10 (transformers' LlamaConfig.validate_architecture "
+       "refuses it)"},
+      {R"({"model_type": "llama", "hidden_size": 10, "num_attention_heads": 4, "head_dim": 8, )" + dims + "}",
+       "config.json: num_attention_heads: 4 does not divide hidden_size 10 (transformers' LlamaConfig.validate_architecture "
+       "refuses it)"},
+      {R"({"model_type": "gemma2", "hidden_size": 10, "num_attention_heads": 4, "num_key_value_heads": 4, )" + dims + "}",
+       "config.json: num_attention_heads: 4 does not divide hidden_size 10 (transformers' Gemma2Config.validate_architecture "
+       "refuses it)"},
+      {R"({"model_type": "gemma3_text", "hidden_size": 10, "num_attention_heads": 4, "num_key_value_heads": 4, )" + dims + "}",
+       "config.json: num_attention_heads: 4 does not divide hidden_size 10 (transformers' Gemma3TextConfig.validate_architecture "
+       "refuses it)"},
+      {R"({"model_type": "gemma2", "head_dim": null, "hidden_size": 16, "num_attention_heads": 4, )" + dims + "}",
+       "config.json: head_dim: null is not a head width for gemma2 (transformers derives a null head_dim for llama, mistral "
+       "and mixtral only): give the width or leave head_dim out"},
+      {R"({"model_type": "qwen2", "head_dim": null, "hidden_size": 16, "num_attention_heads": 4, )" + dims + "}",
+       "config.json: head_dim: null is not a head width for qwen2 (transformers derives a null head_dim for llama, mistral "
+       "and mixtral only): give the width or leave head_dim out"},
+      {R"({"model_type": "llama", "layer_types": ["full_attention"], "hidden_size": 16, "num_attention_heads": 4, )" + dims + "}",
+       "config.json: layer_types: has 1 entries for 2 layers (num_hidden_layers); transformers' validate_layer_type wants one "
+       "per layer"},
+      {R"({"model_type": "gpt2", "n_layer": 3, "mlp_layer_types": ["dense", "dense"]})",
+       "config.json: mlp_layer_types: has 2 entries for 3 layers (num_hidden_layers); transformers' validate_layer_type wants "
+       "one per layer"},
+      {R"({"model_type": "qwen2", "layer_types": "full_attention"})",
+       "config.json: layer_types: must be an array of layer types, one per layer"},
+      {R"({"model_type": "qwen2", "num_hidden_layers": 1, "layer_types": [1]})", "config.json: layer_types[0]: must be a string"},
+      // Glm4MoeMoE makes shared_experts of width 0 (zero-element tensors): refused rather than written without them.
+      {R"({"model_type": "glm4_moe", "n_shared_experts": 0})",
+       "config.json: n_shared_experts: 0 is not supported: transformers still makes mlp.shared_experts, with tensors of zero "
+       "elements that layerinit does not write"},
+      {R"({"model_type": "deepseek_v3", "n_shared_experts": 0})",
+       "config.json: n_shared_experts: 0 is not supported: transformers still makes mlp.shared_experts, with tensors of zero "
+       "elements that layerinit does not write"},
+  };
+  for (const auto& [config, message] : cases) EXPECT_EQ(refusal(config), message) << config;
+  // What they accept: head_dim null in Llama's family (hidden // heads) and DeepSeek-V3's (its own),
+  // and layer_types of the right length.
+  EXPECT_EQ(spec_from_hf_config(R"({"model_type": "llama", "head_dim": null, "hidden_size": 16, "num_attention_heads": 4, )" +
+                                dims + "}").hyper.head_dim, 4u);
+  EXPECT_NO_THROW(spec_from_hf_config(R"({"model_type": "deepseek_v3", "head_dim": null})"));
+  EXPECT_NO_THROW(spec_from_hf_config(R"({"model_type": "qwen2", "layer_types": ["full_attention", "sliding_attention"], )" +
+                                      dims + "}"));
 }

@@ -189,6 +189,24 @@ TEST(Spec, EmptyLayers) {
   EXPECT_EQ(message(m), "(valid)");  // layers alone are a model
 }
 
+// A spec lists at most kMaxSpecTensors tensors (pre, one layer, post; the layer's repeats are not
+// listed): the records of a spec no real model needs are refused, whatever made them.
+TEST(Spec, ListsAtMostKMaxSpecTensors) {
+  ModelSpec m = small();
+  m.pre.clear();
+  m.post.clear();
+  const TensorSpec w = m.layer.tensors.front();
+  m.layer.tensors.clear();
+  for (std::uint64_t i = 0; i < kMaxSpecTensors; ++i) {
+    m.layer.tensors.push_back(w);
+    m.layer.tensors.back().name = "w" + std::to_string(i);
+  }
+  EXPECT_EQ(message(m), "(valid)");
+  m.post.push_back(w);
+  m.post.back().name = "head";
+  EXPECT_EQ(message(m), "model 'small': lists 262145 tensors; a spec lists at most 262144");
+}
+
 // One check of the architecture numbers serves presets, ModelSpec::validate and JSON specs.
 TEST(Spec, HyperProblemNamesTheFirstInconsistentField) {
   Hyper h;

@@ -68,7 +68,8 @@ void ModelArgs::add_model_flags(CLI::App& app) {
 }
 
 void ModelArgs::add_build_flags(CLI::App& app, bool allow_restack) {
-  app.add_option("--dtype", dtype, "Element type: fp32, fp16, bf16")->capture_default_str();
+  app.add_option("--dtype", dtype,
+                 "Element type: fp32, fp16, bf16 (default: a Hugging Face config's dtype, float32/float16/bfloat16, else bf16)");
   app.add_option("--dtype-override", dtype_overrides,
                  "PATTERN=DTYPE: dtype of tensors whose canonical name matches the glob, e.g. '*norm*=fp32' (repeatable)");
   app.add_option("--recipe", recipe, "Init recipe, NAME or NAME:KEY=VALUE,... (" + [] {
@@ -172,7 +173,17 @@ OptionsText ModelArgs::options_text() const {
 
 Recipe ModelArgs::load_recipe() const { return checked_recipe(options_text(), OptionNames::cli); }
 
-BuildOptions ModelArgs::build_options() const { return checked_build_options(options_text(), OptionNames::cli); }
+BuildOptions ModelArgs::build_options(const ModelSpec& spec) const {
+  OptionsText t = options_text();
+  if (t.dtype.empty()) {
+    try {
+      t.dtype = dtype_name(default_dtype(spec));
+    } catch (const std::invalid_argument& e) {  // a dtype layerinit does not write: the flag chooses one
+      throw usage_error(std::string(e.what()) + " (--dtype)");
+    }
+  }
+  return checked_build_options(t, OptionNames::cli);
+}
 
 namespace {
 // Whether a glob matches a canonical name of the spec. Layer names are prefix + i + "." + relative;

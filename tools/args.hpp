@@ -30,7 +30,7 @@ struct ModelArgs {
   std::string preset;
   std::string spec_file;
   std::string hf_config;  // a Hugging Face config.json, or a directory holding one
-  std::string dtype = "bf16";
+  std::string dtype;  // --dtype; empty: the model's (default_dtype: its config.json's, else bf16)
   std::vector<std::string> dtype_overrides;  // PATTERN=DTYPE
   std::string recipe = "hf";
   std::vector<std::string> init_overrides;   // PATTERN=FILL
@@ -62,7 +62,8 @@ struct ModelArgs {
   // its last '=' (neither a dtype nor a fill has one), or a usage_error naming the flag.
   OptionsText options_text() const;
   Recipe load_recipe() const;          // checked_recipe: --recipe and --init-override
-  BuildOptions build_options() const;  // checked_build_options; restack builds per-layer
+  // checked_build_options for `spec` (without --dtype, default_dtype(spec)); restack builds per-layer.
+  BuildOptions build_options(const ModelSpec& spec) const;
   // Each --init-override / --dtype-override pattern that matches no tensor of `spec`: a warning line
   // on stderr (unless !warn: the MPI ranks but rank 0), or with --strict a usage_error naming the first.
   void check_overrides(const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts, bool warn = true) const;

@@ -100,7 +100,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   if (!report.empty() && report != "json") throw usage_error("unknown report format '" + report + "' (valid: json)");
   const ModelSpec spec = args.load_spec();
   const Recipe recipe = args.load_recipe();
-  const BuildOptions opts = args.build_options();
+  const BuildOptions opts = args.build_options(spec);
   args.check_overrides(spec, recipe, opts);
   if (args.sharded()) return build_rank_command(args, spec, recipe, opts, report, trace_file, force);
   auto be = make_backend(args.backend, args.threads);

@@ -105,7 +105,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     format = parse_checkpoint_format(ea.format);
     spec.emplace(args.load_spec());
     recipe.emplace(args.load_recipe());
-    opts = args.build_options();
+    opts = args.build_options(*spec);
     args.check_overrides(*spec, *recipe, opts, !job || job->rank() == 0);
 
     if (args.sharded()) {
@@ -129,7 +129,13 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
       if (eo.writer.max_shard_size == 0) throw usage_error("--max-shard-size must be positive");
     }
     if (!plan && format == CheckpointFormat::safetensors)
-      if (auto config = hf_config_for(*spec, opts)) eo.writer.config_json = std::move(*config);
+      if (auto config = hf_config_for(*spec, opts)) {
+        // --dtype other than the config's: config.json says the file's dtype, and the user hears of it.
+        if (!spec->hf_config.empty() && *config != spec->hf_config && (!job || job->rank() == 0))
+          std::fprintf(stderr, "layerinit: note: the config declares another dtype than --dtype %s; the config.json written "
+                       "beside the weights declares theirs\n", std::string(dtype_name(opts.dtype)).c_str());
+        eo.writer.config_json = std::move(*config);
+      }
     // The file's metadata (dtype, seed, recipe, layout, orientation, model spec) is the builder's:
     // emit_checkpoint fills it in.
     eo.cancel = &g_cancel;

@@ -133,7 +133,7 @@ nlohmann::ordered_json parallel_json(const ParallelPlan& plan, const ParallelRep
 int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   const ModelSpec spec = args.load_spec();
   const Recipe recipe = args.load_recipe();
-  const BuildOptions opts = args.build_options();
+  const BuildOptions opts = args.build_options(spec);
   args.check_overrides(spec, recipe, opts);
   const TrainingSetup setup = parse_training_setup(pa.training);
   const std::optional<std::uint64_t> gpu_mem = pa.gpu_mem.empty() ? std::nullopt : std::optional(parse_byte_size(pa.gpu_mem));

@@ -329,7 +329,7 @@ def _describe(description: Mapping[str, Any], *, recipe: Optional[str] = None,
 def plan(
     model: ModelLike,
     *,
-    dtype: str = "bf16",
+    dtype: Optional[str] = None,
     seed: int = 0,
     recipe: str = "hf",
     layout: str = "per-layer",
@@ -349,7 +349,8 @@ def plan(
     seed = _int("seed", seed)
     fills = _overrides("overrides", overrides, lambda a, f: _fill_text(f, a))
     dtypes = _overrides("dtype_overrides", dtype_overrides, _str)
-    return _core.Plan(spec(model), _str("recipe", recipe), fills, _str("dtype", dtype), dtypes, seed,
+    d = None if dtype is None else _str("dtype", dtype)  # None: the model's (a Hugging Face config's dtype, else bf16)
+    return _core.Plan(spec(model), _str("recipe", recipe), fills, d, dtypes, seed,
                       _str("layout", layout), _str("orientation", orientation), _str("experts", experts))
 
 
@@ -464,7 +465,7 @@ Composite.parts = property(  # type: ignore[attr-defined]
 def build(
     model: ModelLike,
     *,
-    dtype: str = "bf16",
+    dtype: Optional[str] = None,
     seed: int = 0,
     recipe: str = "hf",
     layout: str = "per-layer",
@@ -483,7 +484,9 @@ def build(
     and every array taken from it (``torch.from_dlpack(a)``, ``numpy.asarray(a)``, ...) are gone.
 
     - ``model``: a preset name, a JSON spec path, a spec dict or a :class:`Spec`.
-    - ``dtype``: ``"bf16"``, ``"fp16"`` or ``"fp32"``; ``recipe``: a name of :func:`recipe_names`,
+    - ``dtype``: ``"bf16"``, ``"fp16"`` or ``"fp32"``; None (the default): a Hugging Face config's
+      ``dtype`` (else ``torch_dtype``; float32, float16, bfloat16), else ``"bf16"``, as the CLI
+      without ``--dtype``; ValueError names the field when the config's is another. ``recipe``: a name of :func:`recipe_names`,
       with parameters as ``"mup:base_width=256"``; ``seed``: 0 .. 2**64 - 1.
     - ``layout``: ``"per-layer"`` (one array per tensor) or ``"stacked"`` (one ``[L, ...]`` array per
       layer parameter; MoE experts ``[L, E, ...]`` unless ``experts="per-expert"``).

@@ -252,11 +252,14 @@ class Plan {
  public:
   // The arguments of layerinit.plan as text (fills as Fill.text), read by the library as the CLI's
   // flags are (init/options.hpp).
-  Plan(const Spec& s, const std::string& recipe, const TextPairs& overrides, const std::string& dtype,
+  // dtype nullopt: the spec's default_dtype (its Hugging Face config's dtype, else bf16), as the CLI
+  // without --dtype.
+  Plan(const Spec& s, const std::string& recipe, const TextPairs& overrides, const std::optional<std::string>& dtype,
        const TextPairs& dtype_overrides, std::uint64_t seed, const std::string& layout, const std::string& orientation,
        const std::string& experts)
       : spec_(s.spec) {
-    const OptionsText text{dtype, dtype_overrides, recipe, overrides, seed, layout, orientation, experts};
+    const OptionsText text{dtype ? *dtype : std::string(dtype_name(default_dtype(s.spec))), dtype_overrides, recipe, overrides,
+                           seed, layout, orientation, experts};
     recipe_ = checked_recipe(text, OptionNames::python);
     opts_ = checked_build_options(text, OptionNames::python);
     spec_.validate();
@@ -569,9 +572,9 @@ NB_MODULE(_core, m) {
   "ValueError listing the parameters whose fill it cannot tell.");
 
   nb::class_<Plan>(m, "Plan", "What a build makes: every tensor's name, shape, dtype and fill, without memory.")
-      .def(nb::init<const Spec&, const std::string&, const TextPairs&, const std::string&, const TextPairs&,
+      .def(nb::init<const Spec&, const std::string&, const TextPairs&, const std::optional<std::string>&, const TextPairs&,
                     std::uint64_t, const std::string&, const std::string&, const std::string&>(),
-           "spec"_a, "recipe"_a, "overrides"_a, "dtype"_a, "dtype_overrides"_a, "seed"_a, "layout"_a, "orientation"_a,
+           "spec"_a, "recipe"_a, "overrides"_a, "dtype"_a.none(), "dtype_overrides"_a, "seed"_a, "layout"_a, "orientation"_a,
            "experts"_a)
       .def("tensors", &Plan::tensors, "[(name, memory shape, dtype, kind, layer)] in file order")
       .def("_fill_of", [](const Plan& p, const std::string& name) { return p.planned(name).fill; }, "name"_a)

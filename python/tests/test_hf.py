@@ -127,3 +127,30 @@ def test_the_package_keeps_no_config_mapping():
         for field in ("num_attention_heads", "num_key_value_heads", "rms_norm_eps", "n_embd", "num_local_experts",
                       "n_routed_experts"):
             assert field not in text, f"{src.name} reads {field}"
+
+
+def test_counts_that_multiply_tensors_are_refused_before_the_tensors_are_made():
+    # 2^40 experts: one ValueError naming the field, not a spec of 3 * 2^40 tensors (memory exhausted).
+    with pytest.raises(ValueError, match=r"config.json: num_local_experts: 1099511627776 experts make 3298534883335 tensors "
+                                         r"in a layer; a spec lists at most 262144"):
+        layerinit.hf_spec({"model_type": "mixtral", "num_local_experts": 2**40, "hidden_size": 8, "num_attention_heads": 2,
+                           "num_key_value_heads": 2, "intermediate_size": 4, "vocab_size": 16})
+    for model_type, key in [("deepseek_v3", "n_routed_experts"), ("glm4_moe", "n_routed_experts"),
+                            ("qwen3_moe", "num_experts")]:
+        with pytest.raises(ValueError, match=rf"config.json: {key}: 4294967296 experts make"):
+            layerinit.hf_spec({"model_type": model_type, key: 2**32})
+
+
+def test_plan_and_build_take_the_configs_dtype():
+    # dtype=None (the default) is the config's dtype, else torch_dtype, else bf16: the CLI's rule, in the library.
+    d = config_dict("llama")
+    dtypes = lambda p: {t[2] for t in p.tensors()}  # noqa: E731
+    assert dtypes(layerinit.plan(d)) == {"bf16"}
+    assert dtypes(layerinit.plan(dict(d, torch_dtype="float32"))) == {"fp32"}
+    assert dtypes(layerinit.plan(dict(d, dtype="float16", torch_dtype="float32"))) == {"fp16"}
+    assert dtypes(layerinit.plan(dict(d, torch_dtype="float32"), dtype="bf16")) == {"bf16"}
+    assert {a.dtype for a in layerinit.build(dict(d, torch_dtype="float32")).values()} == {"fp32"}
+    with pytest.raises(ValueError, match=r"config.json: torch_dtype: 'float64' is not a dtype layerinit writes "
+                                         r"\(float32, float16, bfloat16\): give the dtype to write"):
+        layerinit.plan(dict(d, torch_dtype="float64"))
+    assert dtypes(layerinit.plan(dict(d, torch_dtype="float64"), dtype="fp16")) == {"fp16"}
