@@ -661,7 +661,7 @@ def init(
 def build(
     model: ModelLike,
     *,
-    dtype: str = "bf16",
+    dtype: Optional[str] = None,
     seed: int = 0,
     recipe: str = "hf",
     sharding: ShardingLike = None,
@@ -681,7 +681,8 @@ def build(
       value wherever it is stored.
     - ``layout``: ``"per-layer"``, or ``"stacked"`` for ``[L, ...]`` arrays that ``jax.lax.scan`` runs
       over (MoE experts ``[L, E, ...]``, or ``[L, ...]`` per expert with ``experts="per-expert"``).
-    - ``dtype``, ``seed``, ``recipe``, ``overrides``: as :func:`layerinit.build`.
+    - ``dtype``, ``seed``, ``recipe``, ``overrides``: as :func:`layerinit.build` (``dtype=None``: the
+      model's, a Hugging Face config's ``dtype``/``torch_dtype``, else bf16).
     """
     seed = _check_seed(seed)
     sharding, mesh = _sharding_arg(sharding, False), _mesh_arg(mesh)

@@ -154,3 +154,12 @@ def test_plan_and_build_take_the_configs_dtype():
                                          r"\(float32, float16, bfloat16\): give the dtype to write"):
         layerinit.plan(dict(d, torch_dtype="float64"))
     assert dtypes(layerinit.plan(dict(d, torch_dtype="float64"), dtype="fp16")) == {"fp16"}
+
+
+def test_jax_build_takes_the_configs_dtype():
+    # layerinit.jax.build's dtype=None is layerinit.build's rule: the config's dtype, else bf16.
+    import layerinit.jax
+    d = dict(config_dict("llama"), torch_dtype="float32")
+    assert {str(a.dtype) for a in layerinit.jax.build(d).values()} == {"float32"}
+    assert {str(a.dtype) for a in layerinit.jax.build(d, dtype="bf16").values()} == {"bfloat16"}
+    assert {str(a.dtype) for a in layerinit.jax.build(config_dict("llama")).values()} == {"bfloat16"}
