@@ -139,6 +139,7 @@ struct Chunking {
   std::uint64_t k = 0;         // rows of dimension p per chunk
   std::uint64_t inner = 1;     // elements per row of dimension p
   std::uint64_t blocks = 0;    // chunks along dimension p
+  bool empty = false;          // zero elements: a contiguous dataset of no bytes, no chunks
   std::uint64_t chunk_elements() const { return k * inner; }
   std::uint64_t count() const {
     std::uint64_t outer = 1;
@@ -152,6 +153,12 @@ Chunking choose_chunking(const DatasetSpec& d, std::uint64_t max_chunk_bytes) {
   const std::uint64_t es = dtype_size(d.dtype);
   Chunking c;
   c.shape.assign(d.shape.begin(), d.shape.end());
+  // A zero dimension (torch makes such tensors): nothing to cut, and HDF5 refuses a chunk dimension of 0.
+  if (std::find(d.shape.begin(), d.shape.end(), 0) != d.shape.end()) {
+    c.empty = true;
+    c.k = 1;
+    return c;
+  }
   // s: first dimension of the slab (0 when the whole tensor is one slab).
   std::size_t s = 0;
   if (d.slab_elements != 0) {
@@ -265,9 +272,11 @@ class Hdf5Writer final : public detail::WriterBase {
       const int rank = static_cast<int>(d.ch.shape.size());
       Hid space(H5Screate_simple(rank, d.ch.shape.data(), nullptr), H5Sclose);
       Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-      H5Pset_chunk(dcpl.get(), rank, d.ch.chunk.data());
-      H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
-      H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_INCR);
+      if (!d.ch.empty) {  // else the default: contiguous, of no bytes
+        H5Pset_chunk(dcpl.get(), rank, d.ch.chunk.data());
+        H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+        H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_INCR);
+      }
       Hid type = file_type(d_[i].dtype);
       Hid id(H5Dcreate2(file_.get(), d_[i].name.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(), dapl_.get()),
              H5Dclose);

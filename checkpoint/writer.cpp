@@ -346,8 +346,7 @@ void validate_datasets(const std::vector<DatasetSpec>& d) {
       bad_argument("checkpoint dataset name", s.name, "is not allowed (no '/', not __metadata__)");
     if (!names.insert(s.name).second) bad_argument("checkpoint dataset name", s.name, "is given twice");
     if (s.shape.empty()) bad_argument("checkpoint dataset", s.name, "has rank 0, which is not supported");
-    for (auto x : s.shape)
-      if (x == 0) bad_argument("checkpoint dataset", s.name, "has a zero dimension in " + shape_string(s.shape));
+    // A zero dimension is allowed: a tensor of zero elements, as torch, safetensors and HDF5 have them.
     if (s.slab_elements != 0) {
       std::uint64_t p = 1;
       bool ok = false;

@@ -160,7 +160,10 @@ class LayerWriter {
           c.buffer = true;
           ts.push_back(c);
         }
-        if (l_.shared_experts > 0) swiglu(ts, p + "mlp.shared_experts.", mul(ff, l_.shared_experts), false);
+        // DeepseekV3MoE and Glm4MoeMoE make shared_experts of width moe_intermediate_size *
+        // n_shared_experts even at 0: tensors of zero elements, which a checkpoint must hold to load.
+        if (l_.shared_experts_always || l_.shared_experts > 0)
+          swiglu(ts, p + "mlp.shared_experts.", mul(ff, l_.shared_experts), false);
         break;
       }
       case MoeKind::gpt_oss: {
@@ -265,7 +268,7 @@ ModelSpec decoder_spec(std::string name, std::string family, const Hyper& hyper,
     require(h.num_experts > 0, name, "num_experts must be positive");
     require(l.dense_layers < num_hidden_layers, name, "the dense layers must leave at least one MoE layer");
   } else {
-    require(l.dense_layers == 0 && l.shared_experts == 0 && !l.correction_bias, name, "dense layers, shared experts and a "
+    require(l.dense_layers == 0 && l.shared_experts == 0 && !l.shared_experts_always && !l.correction_bias, name, "dense layers, shared experts and a "
             "correction bias need experts");
   }
   ModelSpec m;

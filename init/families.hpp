@@ -69,6 +69,7 @@ struct DecoderLayout {
   MoeKind moe = MoeKind::none;
   std::uint64_t moe_intermediate_size = 0;  // an expert's width; 0: Hyper.intermediate_size
   std::uint64_t shared_experts = 0;         // mlp.shared_experts, a SwiGLU of shared_experts x the expert width
+  bool shared_experts_always = false;       // ...made even at 0 shared experts, of zero elements (DeepseekV3MoE)
   bool correction_bias = false;             // mlp.gate.e_score_correction_bias [E]: a buffer, zero
   // Layers before the MoE layers with a dense SwiGLU of Hyper.intermediate_size
   // (first_k_dense_replace): in `pre` under their canonical names, the spec's first_layer.

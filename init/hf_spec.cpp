@@ -216,11 +216,8 @@ void deepseek_moe(const Config& c, const Defaults& d, DecoderLayout& l, std::uin
   l.moe_intermediate_size = c.count("moe_intermediate_size", width);
   l.shared_experts = c.count0("n_shared_experts", 1);
   // DeepseekV3MoE and Glm4MoeMoE make shared_experts of width moe_intermediate_size * n_shared_experts
-  // whatever it is: at 0, gate_proj, up_proj and down_proj of zero elements, which layerinit cannot
-  // write (every dimension is positive), and without them transformers reports them missing.
-  if (l.shared_experts == 0)
-    r.fail("n_shared_experts", "0 is not supported: transformers still makes mlp.shared_experts, with tensors of zero elements "
-                               "that layerinit does not write");
+  // whatever it is: at 0, gate_proj, up_proj and down_proj of zero elements, made here too.
+  l.shared_experts_always = true;
   l.correction_bias = true;
   l.dense_layers = c.count0("first_k_dense_replace", dense);
   if (l.dense_layers >= c.layers(d)) r.fail("first_k_dense_replace", "must leave at least one MoE layer");

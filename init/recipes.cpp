@@ -410,6 +410,9 @@ FillSpec Recipe::rule_for(const TensorContext& c) const {
   for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it)
     if (name_matches(it->first, c.canonical_name)) return it->second;
   if (c.tensor.init) return *c.tensor.init;
+  // A tensor of zero elements has no values to draw: its rule is moot, and a fan of zero would make
+  // it infinite (1 / sqrt(0)). Every recipe gives it zeros.
+  if (numel(c.tensor.shape) == 0) return FillSpec::constant(0.0);
   if (!rule_) bad_argument("recipe", name_, "has no rule for tensor " + quote(c.canonical_name));
   if (c.tensor.role == TensorRole::embedding && c.model.hyper.tie_word_embeddings && tied_is_head_) {
     // A token embedding tied to the head is one tensor with the head's rule: the frameworks

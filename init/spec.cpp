@@ -184,11 +184,14 @@ namespace {
 // What is wrong with one tensor on its own, or nullopt.
 std::optional<std::string> tensor_problem(const TensorSpec& t) {
   if (t.shape.empty()) return "shape is empty (scalars are written as [1])";
-  for (std::size_t i = 0; i < t.shape.size(); ++i)
-    if (t.shape[i] == 0) return "shape " + shape_string(t.shape) + ": dimension " + std::to_string(i) + " is zero";
+  // A zero dimension is allowed (a tensor of zero elements, as torch makes them), but the other
+  // dimensions' product must fit as if it were not there: strides, slabs and stacked shapes use it.
+  Shape nonzero;
+  for (auto d : t.shape)
+    if (d != 0) nonzero.push_back(d);
   std::uint64_t n = 0;
   try {
-    n = numel(t.shape);
+    n = numel(nonzero);
   } catch (const std::overflow_error&) {
     return "shape " + shape_string(t.shape) + ": element count overflows 64 bits";
   }

@@ -83,16 +83,19 @@ ojson fill_to_json(const FillSpec& f) {
 
 // ---- tensors ----
 
-// A non-empty array of positive integers whose product fits 64 bits.
+// A non-empty array of non-negative integers whose product (zeros aside) fits 64 bits. A dimension may be zero, as
+// in torch: transformers makes such tensors (DeepseekV3MoE's shared experts at n_shared_experts 0).
 Shape parse_shape(const json& j, const std::string& path) {
   const json& shape = j;
-  if (!shape.is_array() || shape.empty()) r.fail(path, "must be a non-empty array of positive integers");
+  if (!shape.is_array() || shape.empty()) r.fail(path, "must be a non-empty array of non-negative integers");
   Shape out;
   std::uint64_t n = 1;
   for (std::size_t i = 0; i < shape.size(); ++i) {
-    const std::uint64_t d = r.to_uint(shape[i], at(path, i), true);
-    if (n > std::numeric_limits<std::uint64_t>::max() / d) r.fail(path, "element count overflows 64 bits");
-    n *= d;
+    const std::uint64_t d = r.to_uint(shape[i], at(path, i), false);
+    if (d != 0) {  // zero dimensions aside, as ModelSpec::validate counts
+      if (n > std::numeric_limits<std::uint64_t>::max() / d) r.fail(path, "element count overflows 64 bits");
+      n *= d;
+    }
     out.push_back(d);
   }
   return out;

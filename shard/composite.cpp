@@ -182,8 +182,8 @@ void Composite::validate() const {
     if (stack[k].first > std::numeric_limits<std::uint64_t>::max() - stack[k].size)
       fail("stack axis " + std::to_string(k) + ": first " + std::to_string(stack[k].first) + " + size overflows 64 bits");
   }
-  for (std::uint64_t d : shape)
-    if (d == 0) fail("shape " + shape_string(shape) + " has a dimension of 0");
+  // A zero dimension is allowed: a tensor of zero elements (DeepseekV3MoE's shared experts at
+  // n_shared_experts 0), made of parts of zero elements, with nothing to fill.
   try {
     (void)numel(shape);
   } catch (const std::overflow_error&) {
@@ -202,8 +202,6 @@ void Composite::validate() const {
     auto bad = [&](const std::string& why) { fail(label + ": " + why); };
     if (p.dtype != dtype)
       bad("dtype " + std::string(dtype_name(p.dtype)) + " in a composite of " + std::string(dtype_name(dtype)));
-    for (std::uint64_t d : p.shape)
-      if (d == 0) bad("shape " + shape_string(p.shape) + " has a dimension of 0");
     try {
       (void)numel(p.shape);
     } catch (const std::overflow_error&) {
@@ -215,7 +213,7 @@ void Composite::validate() const {
     if (p.source.offset.size() != r || p.source.shape.size() != r)
       bad("its box has rank " + std::to_string(p.source.shape.size()) + " for a stored tensor of rank " + std::to_string(r));
     for (std::size_t d = 0; d < r; ++d) {
-      if (p.source.shape[d] == 0) bad("its box " + shape_string(p.source.shape) + " is empty");
+      if (p.source.shape[d] == 0 && stored[d] != 0) bad("its box " + shape_string(p.source.shape) + " is empty");
       if (p.source.offset[d] > stored[d] || p.source.shape[d] > stored[d] - p.source.offset[d])
         bad("its box at " + shape_string(p.source.offset) + " of " + shape_string(p.source.shape) + " lies outside the stored " +
             shape_string(stored));

@@ -200,6 +200,21 @@ TEST(Composite, BoxFillJobsFillTheOneElementOfA0DTensor) {
   check_all_boxes(c, 9);
 }
 
+// A tensor of zero elements (DeepseekV3MoE's shared experts at n_shared_experts 0, [0, 64]) is a
+// composite too, of parts of zero elements, and its fill writes nothing.
+TEST(Composite, ZeroElementTensorsAreCompositesWithNothingToFill) {
+  const Composite c = whole_tensor(tensor("w", {0, 64}, DType::bf16, FillSpec::constant(0.0)));
+  EXPECT_EQ(c.shape, (Shape{0, 64}));
+  EXPECT_EQ(composite_from_text(composite_to_text(c)).shape, (Shape{0, 64}));
+  const Composite two = concatenate(std::vector{tensor("a", {0, 64}, DType::bf16, kNormal), tensor("b", {0, 64}, DType::bf16, kNormal)}, 0);
+  EXPECT_EQ(two.shape, (Shape{0, 64}));
+  std::vector<FillJob> jobs;
+  float sentinel = 7.f;
+  box_fill_jobs(tensor("w", {0, 64}, DType::f32, FillSpec::constant(1.0)), whole_box({0, 64}), &sentinel, 4, jobs);
+  run(jobs, Runner::host);
+  EXPECT_EQ(sentinel, 7.f);
+}
+
 TEST(Composite, RegionJobsBreakRunsOnlyWhereTheStridesDo) {
   const PlannedTensor p = tensor("w", {6, 5, 8}, DType::bf16, kNormal);
   std::vector<std::uint16_t> buf(1000);

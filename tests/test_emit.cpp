@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include <layerinit/checkpoint/emit.hpp>
+#include <layerinit/init/hf_spec.hpp>
 #include <layerinit/plan/plan.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
@@ -241,6 +242,19 @@ INSTANTIATE_TEST_SUITE_P(Presets, EmitEqualsBuild, ::testing::ValuesIn(all_cases
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return s;
                          });
+
+// GLM-4.5 with n_shared_experts 0: transformers' Glm4MoeMoE still makes mlp.shared_experts, of
+// zero elements ([0, 64], [0, 64], [64, 0]); both formats hold them, per layer and stacked ([2, 0, 64]).
+TEST(Emit, ZeroElementTensors) {
+  auto config = nlohmann::json::parse(slurp(fs::path(LAYERINIT_SOURCE_DIR) / "tests/hf_configs/tiny/glm4_moe.json"));
+  config["n_shared_experts"] = 0;
+  const ModelSpec spec = spec_from_hf_config(config.dump());
+  for (CheckpointFormat f : {CheckpointFormat::hdf5, CheckpointFormat::safetensors})
+    for (Layout l : {Layout::per_layer, Layout::stacked}) {
+      SCOPED_TRACE(case_name({"glm4_moe", f, l}));
+      check_emit_equals_build(spec, opts(l), f);
+    }
+}
 
 TEST(Emit, OtherDTypesOrientationAndOverrides) {
   // fp16 with fp32 norms, [in, out] storage: the file holds the build's bytes in both layouts.

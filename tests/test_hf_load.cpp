@@ -40,6 +40,16 @@ std::string hf_python() {
   return python;
 }
 
+// tiny/glm4_moe.json with n_shared_experts 0, written into `dir`: Glm4MoeMoE still makes
+// mlp.shared_experts, of zero elements, which the checkpoint must hold to load without missing keys.
+fs::path glm4_moe_without_shared_experts(const fs::path& dir) {
+  auto config = nlohmann::json::parse(slurp(kConfigs / "tiny" / "glm4_moe.json"));
+  config["n_shared_experts"] = 0;
+  const fs::path f = dir / "glm4_moe-no-shared.json";
+  std::ofstream(f) << config.dump(2);
+  return f;
+}
+
 std::vector<fs::path> configs(const fs::path& dir) {
   std::vector<fs::path> out;
   for (const auto& e : fs::directory_iterator(dir))
@@ -106,6 +116,7 @@ TEST(HuggingFace, TransformersLoadsEmittedModelsWithTheSameValues) {
     emit("--hf-config " + f.string(), out.string());
     EXPECT_EQ(slurp(out / "config.json"), slurp(f)) << "emit --hf-config writes the user's config.json as it is";
   }
+  emit("--hf-config " + glm4_moe_without_shared_experts(dir.path()).string(), (dir / "hf-glm4_moe-no-shared").string());
   const std::string check = python + " " + LAYERINIT_SOURCE_DIR + "/tests/readers/hf_load.py" + dirs;
   EXPECT_EQ(std::system(check.c_str()), 0) << check;
 }
@@ -135,6 +146,8 @@ TEST(HuggingFace, EveryPresetAndConfigMatchesTransformersOnTheMetaDevice) {
   EXPECT_EQ(count, 18);
   for (const auto* sub : {"", "tiny"})
     for (const auto& f : configs(kConfigs / sub)) add(layerinit::load_hf_config(f.string()), f, std::string(sub) + f.stem().string());
+  const fs::path no_shared = glm4_moe_without_shared_experts(dir.path());
+  add(layerinit::load_hf_config(no_shared.string()), no_shared, "glm4_moe-no-shared");
   const std::string check = python + " " + LAYERINIT_SOURCE_DIR + "/tests/readers/hf_meta.py" + pairs;
   EXPECT_EQ(std::system(check.c_str()), 0) << check;
 

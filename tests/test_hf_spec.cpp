@@ -406,6 +406,21 @@ TEST(HfSpec, FamilyTensors) {
   EXPECT_TRUE(find(z.layer.tensors, "mlp.gate.e_score_correction_bias")->buffer);
   EXPECT_EQ(shape(z, "mlp.shared_experts.down_proj.weight"), (Shape{64, 32}));
   EXPECT_EQ(z.buffer_count(), 2u * 4u);
+  // n_shared_experts 0: Glm4MoeMoE and DeepseekV3MoE still make mlp.shared_experts, of width
+  // moe_intermediate_size * 0: tensors of zero elements, which a checkpoint must hold for it to load
+  // without missing keys. Qwen3-MoE has no shared experts at all.
+  for (const char* family : {"glm4_moe", "deepseek_v3"}) {
+    std::string config = slurp(kConfigs / "tiny" / (std::string(family) + ".json"));
+    const std::string one = "\"n_shared_experts\": 1";
+    ASSERT_NE(config.find(one), std::string::npos) << family;
+    config.replace(config.find(one), one.size(), "\"n_shared_experts\": 0");
+    const ModelSpec e = spec_from_hf_config(config);  // hidden 64, moe_intermediate_size 32
+    EXPECT_EQ(shape(e, "mlp.shared_experts.gate_proj.weight"), (Shape{0, 64})) << family;
+    EXPECT_EQ(shape(e, "mlp.shared_experts.up_proj.weight"), (Shape{0, 64})) << family;
+    EXPECT_EQ(shape(e, "mlp.shared_experts.down_proj.weight"), (Shape{64, 0})) << family;
+    EXPECT_EQ(shape(e, "mlp.experts.0.down_proj.weight"), (Shape{64, 32})) << family;
+  }
+  EXPECT_EQ(find(m.layer.tensors, "mlp.shared_experts.down_proj.weight"), nullptr);
 
   // gpt-oss: sinks, q/k/v/o biases, a router with a bias, and fused expert tensors [E, in, out] with
   // biases, as its checkpoints hold them (not per expert: no expert prefix).
@@ -510,13 +525,6 @@ TEST(HfSpec, WhatTransformersConfigClassesRefuse) {
       {R"({"model_type": "qwen2", "layer_types": "full_attention"})",
        "config.json: layer_types: must be an array of layer types, one per layer"},
       {R"({"model_type": "qwen2", "num_hidden_layers": 1, "layer_types": [1]})", "config.json: layer_types[0]: must be a string"},
-      // Glm4MoeMoE makes shared_experts of width 0 (zero-element tensors): refused rather than written without them.
-      {R"({"model_type": "glm4_moe", "n_shared_experts": 0})",
-       "config.json: n_shared_experts: 0 is not supported: transformers still makes mlp.shared_experts, with tensors of zero "
-       "elements that layerinit does not write"},
-      {R"({"model_type": "deepseek_v3", "n_shared_experts": 0})",
-       "config.json: n_shared_experts: 0 is not supported: transformers still makes mlp.shared_experts, with tensors of zero "
-       "elements that layerinit does not write"},
   };
   for (const auto& [config, message] : cases) EXPECT_EQ(refusal(config), message) << config;
   // What they accept: head_dim null in Llama's family (hidden // heads) and DeepSeek-V3's (its own),

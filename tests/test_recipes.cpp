@@ -107,6 +107,23 @@ TEST(Recipes, EveryRecipeCoversEveryFamilysTensors) {
   }
 }
 
+// A tensor of zero elements (glm4_moe's shared experts at n_shared_experts 0: [0, 64] and [64, 0])
+// has no values to draw: constant(0) in every recipe, where a fan of 0 would give 1 / sqrt(0); an
+// override still wins.
+TEST(Recipes, ZeroElementTensorsGetZeros) {
+  const ModelSpec m = spec_from_hf_config(R"({"model_type": "glm4_moe", "n_shared_experts": 0, "hidden_size": 64,
+      "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 16, "num_hidden_layers": 2, "first_k_dense_replace": 1})");
+  for (const auto& rn : recipe_names()) {
+    SCOPED_TRACE(rn);
+    expect_all_valid(make_recipe(rn), m);
+    EXPECT_EQ(fill(make_recipe(rn), m, "mlp.shared_experts.down_proj.weight", 0), zero);
+    EXPECT_EQ(fill(make_recipe(rn), m, "mlp.shared_experts.up_proj.weight", 0), zero);
+  }
+  Recipe r = make_recipe("pytorch-default");
+  r.add_override("*.shared_experts.*", FillSpec::constant(2.0));
+  EXPECT_EQ(fill(r, m, "mlp.shared_experts.down_proj.weight", 0), FillSpec::constant(2.0));
+}
+
 // GptOssPreTrainedModel._init_weights: sinks and the router's bias normal(0, r), the experts' biases zero.
 TEST(Recipes, HfGptOss) {
   const Recipe r = make_recipe("hf");

@@ -100,9 +100,14 @@ TEST(Spec, ValidateMessages) {
   m.name = "";
   EXPECT_EQ(message(m), "model spec: name is empty");
 
+  // A zero dimension is a tensor of zero elements, as torch makes them (DeepseekV3MoE's shared
+  // experts at n_shared_experts 0): valid.
   m = small();
   m.layer.tensors[0].shape = {4, 0};
-  EXPECT_EQ(message(m), "model 'small': layer tensor 0 'w.weight': shape [4, 0]: dimension 1 is zero");
+  EXPECT_NO_THROW(m.validate());
+  m.layer.tensors[0].shape = {1ULL << 40, 0, 1ULL << 40};  // the other dimensions' product must still fit
+  EXPECT_EQ(message(m),
+            "model 'small': layer tensor 0 'w.weight': shape [1099511627776, 0, 1099511627776]: element count overflows 64 bits");
 
   m = small();
   m.pre[0].shape = {};

@@ -95,6 +95,24 @@ TEST(SpecJson, Defaults) {
   EXPECT_EQ(spec_from_json(spec_to_json(u)), u);
 }
 
+// A zero dimension is a tensor of zero elements, as torch makes them (DeepseekV3MoE's shared experts
+// at n_shared_experts 0): read, and written back, as any shape. The other dimensions' product must
+// still fit 64 bits (strides and slabs use it).
+TEST(SpecJson, ZeroDimensions) {
+  const ModelSpec m = spec_from_json(R"({"name": "z", "post": [{"name": "w", "shape": [0, 64]},
+      {"name": "v", "shape": [64, 0, 4]}]})");
+  EXPECT_EQ(m.post[0].shape, (Shape{0, 64}));
+  EXPECT_EQ(m.post[1].shape, (Shape{64, 0, 4}));
+  EXPECT_EQ(m.parameter_count(), 0u);
+  EXPECT_EQ(spec_from_json(spec_to_json(m)), m);
+  try {
+    spec_from_json(R"({"name": "z", "post": [{"name": "w", "shape": [64, 0, 4294967296, 4294967296]}]})");
+    ADD_FAILURE() << "not refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "spec: post[0].shape: element count overflows 64 bits");
+  }
+}
+
 TEST(SpecJson, RoundTripEveryPreset) {
   for (const auto& name : preset_names()) {
     const ModelSpec m = make_preset(name);
@@ -163,14 +181,13 @@ TEST(SpecJson, RoundTripExtremes) {
 
 TEST(SpecJson, ErrorMessages) {
   const std::pair<std::string, std::string> cases[] = {
-      {edit("[256, 64]", "[256, 0]"), "spec: layer.tensors[1].shape[1]: must be a positive integer"},
-      {edit("[256, 64]", "[256, -64]"), "spec: layer.tensors[1].shape[1]: must be a positive integer"},
-      {edit("[256, 64]", "[256, 6.5]"), "spec: layer.tensors[1].shape[1]: must be a positive integer"},
-      {edit("[256, 64]", "[256, \"64\"]"), "spec: layer.tensors[1].shape[1]: must be a positive integer"},
+      {edit("[256, 64]", "[256, -64]"), "spec: layer.tensors[1].shape[1]: must be a non-negative integer"},
+      {edit("[256, 64]", "[256, 6.5]"), "spec: layer.tensors[1].shape[1]: must be a non-negative integer"},
+      {edit("[256, 64]", "[256, \"64\"]"), "spec: layer.tensors[1].shape[1]: must be a non-negative integer"},
       {edit("[256, 64]", "[256, 18446744073709551616]"),
-       "spec: layer.tensors[1].shape[1]: must be a positive integer below 2^64"},
+       "spec: layer.tensors[1].shape[1]: must be a non-negative integer below 2^64"},
       {edit("[256, 64]", "[4294967296, 4294967296]"), "spec: layer.tensors[1].shape: element count overflows 64 bits"},
-      {edit("[256, 64]", "[]"), "spec: layer.tensors[1].shape: must be a non-empty array of positive integers"},
+      {edit("[256, 64]", "[]"), "spec: layer.tensors[1].shape: must be a non-empty array of non-negative integers"},
       {edit("\"shape\": [64]", "\"shpe\": [64]"),
        "spec: layer.tensors[0].shpe: unknown key (valid: name, shape, role, fan_in, fan_out, transposable, init, buffer, tp_replicated)"},
       {edit("\"name\": \"norm.weight\", \"shape\": [64], ", ""), "spec: layer.tensors[0]: missing key 'name'"},

@@ -132,7 +132,7 @@ def test_spec_dict_and_file(tmp_path):
         (dict(model="llama-tiny", mesh={"xp": 2}, rank=0), "mesh dimension 'xp' is unknown"),
         (dict(model="llama-tiny", mesh={"tp": 3}, rank=0), "tp"),
         (dict(model="llama-tiny", seed=-1), "seed"),
-        (dict(model={"name": "x", "pre": [{"name": "a", "shape": [0]}]}), "spec"),
+        (dict(model={"name": "x", "pre": [{"name": "a", "shape": [-1]}]}), "shape\\[0\\]: must be a non-negative integer"),
         (dict(model="/nonexistent/spec.json"), "spec file '/nonexistent/spec.json' cannot be read: No such file"),
     ],
 )
@@ -140,6 +140,13 @@ def test_bad_input_raises_value_error(kwargs, message):
     model = kwargs.pop("model")
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         layerinit.build(model, **kwargs)
+
+
+def test_a_zero_dimension_is_a_tensor_of_zero_elements():
+    # As torch makes them (DeepseekV3MoE's shared experts at n_shared_experts 0): no values, any recipe.
+    for recipe in ("hf", "pytorch-default", "flax"):
+        a = layerinit.build({"name": "x", "pre": [{"name": "a", "shape": [4, 0], "role": "linear_weight"}]}, recipe=recipe)["a"]
+        assert np.asarray(a).shape == (4, 0) and torch.from_dlpack(a).shape == (4, 0)
 
 
 def test_overrides_apply_in_the_mappings_order():

@@ -281,7 +281,7 @@ def test_cpp_errors_arrive_as_python_types_with_their_numbers(monkeypatch):
     # The binding translates each C++ exception type (python/src/module.cpp): the attributes are the C++
     # object's, so nobody edits a message to tell its parts apart.
     with pytest.raises(layerinit.SpecError) as e:
-        layerinit.spec({"name": "bad", "pre": [{"name": "w", "shape": [0], "role": "other"}]})
+        layerinit.spec({"name": "bad", "pre": [{"name": "w", "shape": [-1], "role": "other"}]})
     assert isinstance(e.value, ValueError)
     assert e.value.source == "spec" and str(e.value) == f"spec: {e.value.reason}" and "shape" in e.value.reason
     with pytest.raises(layerinit.SpecError) as e:

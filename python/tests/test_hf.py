@@ -163,3 +163,23 @@ def test_jax_build_takes_the_configs_dtype():
     assert {str(a.dtype) for a in layerinit.jax.build(d).values()} == {"float32"}
     assert {str(a.dtype) for a in layerinit.jax.build(d, dtype="bf16").values()} == {"bfloat16"}
     assert {str(a.dtype) for a in layerinit.jax.build(config_dict("llama")).values()} == {"bfloat16"}
+
+
+def test_no_shared_experts_are_the_zero_element_tensors_transformers_makes():
+    # n_shared_experts 0: Glm4MoeMoE still makes mlp.shared_experts of width moe_intermediate_size * 0.
+    d = dict(config_dict("glm4_moe"), n_shared_experts=0)
+    want = {f"model.layers.{i}.mlp.shared_experts.{w}.weight": s for i in (1, 2)
+            for w, s in [("gate_proj", [0, 64]), ("up_proj", [0, 64]), ("down_proj", [64, 0])]}
+    assert {t[0]: t[1] for t in layerinit.plan(d).tensors() if ".shared_experts." in t[0]} == want
+    built = layerinit.build(d)
+    assert {k: list(a.shape) for k, a in built.items() if ".shared_experts." in k} == want
+    from layerinit.jax import build as jax_build
+    assert {k: list(a.shape) for k, a in jax_build(d).items() if ".shared_experts." in k} == \
+        {k: s[::-1] for k, s in want.items()}  # in-out by default
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config("glm4_moe", n_shared_experts=0)).to(torch.bfloat16)
+    lt.init_(model, seed=9)
+    state = model.state_dict()
+    assert {k: list(state[k].shape) for k in want} == want
+    assert torch.equal(bits(state["model.embed_tokens.weight"]),
+                       bits(torch.from_dlpack(layerinit.build(d, seed=9)["model.embed_tokens.weight"])))
