@@ -15,5 +15,5 @@ ${CXX:-clang++} -std=c++20 -O1 -g -ffp-contract=off -fsanitize=fuzzer,address,un
   "$root/tests/fuzz/fuzz_spec_json.cpp" "$root/init/spec_json.cpp" "$root/init/json_read.cpp" "$root/init/spec.cpp" \
   "$root/init/describe.cpp" "$root/init/recipes.cpp" \
   "$root/kernels/fill.cpp" "$root/kernels/quantile_tables.cpp" "$root/dtypes/dtype.cpp" "$root/core/shape.cpp" "$root/core/text.cpp" \
-  "$root/core/errors.cpp" "$root/core/bytes.cpp" -o "$out"
+  "$root/core/errors.cpp" "$root/core/bytes.cpp" "$root/core/input_file.cpp" -o "$out"
 echo "built $out"
