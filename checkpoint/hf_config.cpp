@@ -19,14 +19,13 @@ bool generated_family(const std::string& fam) {
   return false;
 }
 
-const char* torch_name(DType dtype) { return dtype == DType::bf16 ? "bfloat16" : dtype == DType::f16 ? "float16" : "float32"; }
-
 // The user's config.json, refused when it describes quantized weights. Byte for byte, unless it
 // declares a dtype other than the file's: transformers loads the weights as config.json's "dtype"
 // (else "torch_dtype") says, so a float32 config over bf16 weights would load them as float32
 // without a word. Then each of the two keys it has says the file's dtype.
 std::string checked_hf_config(const ModelSpec& spec, DType dtype) {
-  const auto j = nlohmann::json::parse(spec.hf_config, nullptr, /*allow_exceptions=*/false);
+  // Ordered: a rewritten config keeps the user's order of keys.
+  auto j = nlohmann::ordered_json::parse(spec.hf_config, nullptr, /*allow_exceptions=*/false);
   if (j.is_object() && j.contains("quantization_config") && !j["quantization_config"].is_null()) {
     const auto& q = j["quantization_config"];
     const std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
@@ -36,14 +35,14 @@ std::string checked_hf_config(const ModelSpec& spec, DType dtype) {
                                     " describes quantized weights, and layerinit writes fp32/fp16/bf16 ones that transformers "
                                     "would load as quantized: remove quantization_config from the config");
   }
+  const std::string file_dtype(torch_dtype_name(dtype));
   bool differs = false;
   for (const char* key : {"dtype", "torch_dtype"})
-    differs = differs || (j.is_object() && j.contains(key) && !j[key].is_null() && j[key] != torch_name(dtype));
-  if (!differs) return spec.hf_config;
-  auto o = nlohmann::ordered_json::parse(spec.hf_config);  // the user's order of keys
-  for (const char* key : {"dtype", "torch_dtype"})
-    if (o.contains(key) && !o[key].is_null()) o[key] = torch_name(dtype);
-  return o.dump(2) + "\n";
+    if (j.is_object() && j.contains(key) && !j[key].is_null() && j[key] != file_dtype) {
+      j[key] = file_dtype;
+      differs = true;
+    }
+  return differs ? j.dump(2) + "\n" : spec.hf_config;
 }
 
 }  // namespace
@@ -139,7 +138,7 @@ std::string config_json(const ModelSpec& spec, DType dtype) {
       j["eos_token_id"] = h.vocab_size - 1;
     }
   }
-  j["torch_dtype"] = torch_name(dtype);
+  j["torch_dtype"] = torch_dtype_name(dtype);
   return j.dump(2) + "\n";
 }
 

@@ -22,6 +22,16 @@ std::string_view dtype_name(DType t) {
   LAYERINIT_FAIL("dtype_name: invalid DType tag " + std::to_string(static_cast<int>(t)));
 }
 
+std::string_view torch_dtype_name(DType t) {
+  return t == DType::bf16 ? "bfloat16" : t == DType::f16 ? "float16" : "float32";
+}
+
+std::optional<DType> dtype_from_torch_name(std::string_view s) {
+  for (DType t : all_dtypes)
+    if (torch_dtype_name(t) == s) return t;
+  return std::nullopt;
+}
+
 std::size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
 
 std::string dtype_names() { return "fp32, fp16, bf16"; }

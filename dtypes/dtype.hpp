@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,10 @@ LAYERINIT_API std::size_t dtype_size(DType t);           // bytes per element
 // "unknown dtype 'x' (valid: fp32, fp16, bf16)".
 LAYERINIT_API DType parse_dtype(std::string_view s);
 LAYERINIT_API std::string dtype_names();                 // "fp32, fp16, bf16"
+// torch's names, as a Hugging Face config.json's "dtype"/"torch_dtype" gives them: "float32",
+// "float16", "bfloat16"; the reverse is nullopt for any other name.
+LAYERINIT_API std::string_view torch_dtype_name(DType t);
+LAYERINIT_API std::optional<DType> dtype_from_torch_name(std::string_view s);
 
 // Host conversions between float and the raw bits of the 16-bit types (Eigen's half and bfloat16:
 // round to nearest even, NaN kept quiet). dtypes/round.hpp converts whole arrays the same way.

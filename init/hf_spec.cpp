@@ -482,9 +482,7 @@ std::optional<DType> hf_config_dtype(const ModelSpec& spec) {
     const json* v = find(doc, key);
     if (!v || v->is_null()) continue;
     const std::string name = r.to_string(*v, key, false);
-    if (name == "float32") return DType::f32;
-    if (name == "float16") return DType::f16;
-    if (name == "bfloat16") return DType::bf16;
+    if (const auto t = dtype_from_torch_name(name)) return *t;
     r.fail(key, quote(name) + " is not a dtype layerinit writes (float32, float16, bfloat16): give the dtype to write");
   }
   return std::nullopt;

@@ -131,6 +131,16 @@ TEST(DTypes, NamesSizesAndParsing) {
   EXPECT_EQ(static_cast<int>(DType::bf16), 2);
 }
 
+// torch's names, as config.json's dtype/torch_dtype: exactly these three, both ways.
+TEST(DTypes, TorchNames) {
+  EXPECT_EQ(torch_dtype_name(DType::f32), "float32");
+  EXPECT_EQ(torch_dtype_name(DType::f16), "float16");
+  EXPECT_EQ(torch_dtype_name(DType::bf16), "bfloat16");
+  for (DType t : all_dtypes) EXPECT_EQ(dtype_from_torch_name(torch_dtype_name(t)), t);
+  for (const char* s : {"bf16", "fp32", "half", "float64", "int8", "", "Float32"})
+    EXPECT_EQ(dtype_from_torch_name(s), std::nullopt) << s;
+}
+
 TEST(DTypes, UnknownNameThrowsWithValidNames) {
   for (const char* s : {"fp8", "", "FP16", "float64", "bf16 "}) {
     try {
