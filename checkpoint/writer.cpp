@@ -228,8 +228,8 @@ void fsync_path(const fs::path& p, bool directory) {
 }
 
 void TempPath::publish(const fs::path& target, bool overwrite) {
-  if (directory_) unmark();  // published, it is a checkpoint, not staging
   if (directory_) {
+    unmark();  // published, it is a checkpoint, not staging
     for (const auto& e : fs::directory_iterator(path_)) fsync_path(e.path(), false);
   }
   fsync_path(path_, directory_);

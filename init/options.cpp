@@ -4,7 +4,9 @@
 
 #include <layerinit/core/errors.hpp>
 #include <layerinit/dtypes/dtype.hpp>
+#include <layerinit/init/hf_spec.hpp>
 #include <layerinit/init/spec.hpp>
+#include <layerinit/init/spec_json.hpp>
 #include <layerinit/kernels/fill.hpp>
 
 namespace layerinit {
@@ -56,9 +58,17 @@ Recipe checked_recipe(const OptionsText& text, OptionNames names) {
   return r;
 }
 
-BuildOptions checked_build_options(const OptionsText& text, OptionNames names) {
+BuildOptions checked_build_options(const OptionsText& text, OptionNames names, const ModelSpec& spec) {
   BuildOptions o;
-  o.dtype = named(name(kDtype, names), [&] { return parse_dtype(text.dtype); });
+  if (text.dtype) {
+    o.dtype = named(name(kDtype, names), [&] { return parse_dtype(*text.dtype); });
+  } else {
+    try {
+      o.dtype = default_dtype(spec);
+    } catch (const spec_error& e) {  // a config's dtype layerinit does not write: the option chooses one
+      throw spec_error(e.source(), e.reason() + " (" + name(kDtype, names) + ")");
+    }
+  }
   for (const auto& d : text.dtype_overrides) {
     const std::string option = name(kDtypeOverride, names, d);
     check_pattern(option, d.first);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,7 +23,7 @@ enum class OptionNames { cli, python };
 // The options as given, each with its default. Overrides are (name glob, value) in the order given:
 // the last match wins, so a Python dict passes its items in its own order.
 struct OptionsText {
-  std::string dtype = "bf16";                                        // fp32, fp16, bf16 (parse_dtype's spellings)
+  std::optional<std::string> dtype;  // fp32, fp16, bf16 (parse_dtype's spellings); nullopt: the model's (default_dtype)
   std::vector<std::pair<std::string, std::string>> dtype_overrides;  // (glob, dtype)
   std::string recipe = "hf";                                         // NAME or NAME:KEY=VALUE,... (make_recipe)
   std::vector<std::pair<std::string, std::string>> init_overrides;   // (glob, fill in parse_fill's grammar)
@@ -36,8 +37,9 @@ struct OptionsText {
 // checked when it is planned). An empty glob is refused: it matches no tensor.
 LAYERINIT_API Recipe checked_recipe(const OptionsText& text, OptionNames names);
 
-// dtype, dtype overrides, seed, layout, orientation and experts as BuildOptions. An empty glob is
-// refused.
-LAYERINIT_API BuildOptions checked_build_options(const OptionsText& text, OptionNames names);
+// dtype, dtype overrides, seed, layout, orientation and experts as BuildOptions for `spec`: without a
+// dtype, default_dtype(spec) (init/hf_spec.hpp), its refusal of a config's dtype ending with the
+// option to give instead. An empty glob is refused.
+LAYERINIT_API BuildOptions checked_build_options(const OptionsText& text, OptionNames names, const ModelSpec& spec);
 
 }  // namespace layerinit

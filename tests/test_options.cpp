@@ -7,11 +7,19 @@
 #include <string>
 #include <vector>
 
+#include <layerinit/init/hf_spec.hpp>
 #include <layerinit/init/options.hpp>
+#include <layerinit/init/presets.hpp>
 
 using namespace layerinit;
 
 namespace {
+
+// A model without a config.json: its dtype, when none is given, is bf16.
+const ModelSpec& plain() {
+  static const ModelSpec s = make_preset("llama-tiny");
+  return s;
+}
 
 // The message of f's std::invalid_argument, or "accepted".
 std::string refusal(const std::function<void()>& f) {
@@ -36,7 +44,7 @@ TEST(Options, GoodTextGivesTheBuildOptionsAndRecipe) {
   t.orientation = "in-out";
   t.experts = "per-expert";
   for (OptionNames n : {OptionNames::cli, OptionNames::python}) {
-    const BuildOptions o = checked_build_options(t, n);
+    const BuildOptions o = checked_build_options(t, n, plain());
     EXPECT_EQ(o.dtype, DType::f16);
     ASSERT_EQ(o.dtype_overrides.size(), 2u);
     EXPECT_EQ(o.dtype_overrides[0].pattern, "*norm*");
@@ -63,7 +71,7 @@ TEST(Options, GoodTextGivesTheBuildOptionsAndRecipe) {
 }
 
 TEST(Options, DefaultsAreBuildOptionsDefaults) {
-  const BuildOptions o = checked_build_options(OptionsText{}, OptionNames::cli);
+  const BuildOptions o = checked_build_options(OptionsText{}, OptionNames::cli, plain());
   const BuildOptions d;
   EXPECT_EQ(o.dtype, d.dtype);
   EXPECT_TRUE(o.dtype_overrides.empty());
@@ -113,7 +121,7 @@ TEST(Options, EachBadValueIsRefusedNamingTheOption) {
     c.set(t);
     for (const auto& [names, prefix] : {std::pair{OptionNames::cli, c.cli}, std::pair{OptionNames::python, c.python}}) {
       const std::string m = refusal([&] {
-        (void)checked_build_options(t, names);
+        (void)checked_build_options(t, names, plain());
         (void)checked_recipe(t, names);
       });
       SCOPED_TRACE(m);
@@ -131,5 +139,25 @@ TEST(Options, EachFunctionReadsItsOwnFields) {
   EXPECT_EQ(refusal([&] { (void)checked_recipe(bad_build, OptionNames::cli); }), "accepted");
   OptionsText bad_recipe;
   bad_recipe.recipe = "lecun";
-  EXPECT_EQ(refusal([&] { (void)checked_build_options(bad_recipe, OptionNames::cli); }), "accepted");
+  EXPECT_EQ(refusal([&] { (void)checked_build_options(bad_recipe, OptionNames::cli, plain()); }), "accepted");
+}
+
+// Without a dtype, the model's: a Hugging Face config's dtype (else torch_dtype), else bf16; a config's
+// dtype layerinit does not write is refused, ending with the option that would choose one.
+TEST(Options, WithoutADtypeTheModelsIsTaken) {
+  const auto config = [](const std::string& dtype) {
+    return spec_from_hf_config(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, )"
+                               R"("num_attention_heads": 4, "vocab_size": 256)" + dtype + "}");
+  };
+  EXPECT_EQ(checked_build_options(OptionsText{}, OptionNames::cli, config("")).dtype, DType::bf16);
+  EXPECT_EQ(checked_build_options(OptionsText{}, OptionNames::cli, config(R"(, "torch_dtype": "float32")")).dtype, DType::f32);
+  EXPECT_EQ(checked_build_options(OptionsText{}, OptionNames::python, config(R"(, "dtype": "float16", "torch_dtype": "float32")")).dtype,
+            DType::f16);
+  OptionsText given;
+  given.dtype = "bf16";
+  EXPECT_EQ(checked_build_options(given, OptionNames::cli, config(R"(, "torch_dtype": "float64")")).dtype, DType::bf16);
+  for (const auto& [names, option] : {std::pair{OptionNames::cli, "--dtype"}, std::pair{OptionNames::python, "dtype"}})
+    EXPECT_EQ(refusal([&] { (void)checked_build_options(OptionsText{}, names, config(R"(, "torch_dtype": "float64")")); }),
+              std::string("config.json: torch_dtype: 'float64' is not a dtype layerinit writes (float32, float16, bfloat16): "
+                          "give the dtype to write (") + option + ")");
 }

@@ -160,7 +160,7 @@ std::pair<std::string, std::string> split_assignment(const std::string& s, const
 
 OptionsText ModelArgs::options_text() const {
   OptionsText t;
-  t.dtype = dtype;
+  if (!dtype.empty()) t.dtype = dtype;
   for (const auto& s : dtype_overrides) t.dtype_overrides.push_back(split_assignment(s, "--dtype-override", "DTYPE"));
   t.recipe = recipe;
   for (const auto& s : init_overrides) t.init_overrides.push_back(split_assignment(s, "--init-override", "FILL"));
@@ -174,15 +174,7 @@ OptionsText ModelArgs::options_text() const {
 Recipe ModelArgs::load_recipe() const { return checked_recipe(options_text(), OptionNames::cli); }
 
 BuildOptions ModelArgs::build_options(const ModelSpec& spec) const {
-  OptionsText t = options_text();
-  if (t.dtype.empty()) {
-    try {
-      t.dtype = dtype_name(default_dtype(spec));
-    } catch (const std::invalid_argument& e) {  // a dtype layerinit does not write: the flag chooses one
-      throw usage_error(std::string(e.what()) + " (--dtype)");
-    }
-  }
-  return checked_build_options(t, OptionNames::cli);
+  return checked_build_options(options_text(), OptionNames::cli, spec);
 }
 
 namespace {

@@ -62,7 +62,7 @@ struct ModelArgs {
   // its last '=' (neither a dtype nor a fill has one), or a usage_error naming the flag.
   OptionsText options_text() const;
   Recipe load_recipe() const;          // checked_recipe: --recipe and --init-override
-  // checked_build_options for `spec` (without --dtype, default_dtype(spec)); restack builds per-layer.
+  // checked_build_options for `spec` (without --dtype, the model's dtype); restack builds per-layer.
   BuildOptions build_options(const ModelSpec& spec) const;
   // Each --init-override / --dtype-override pattern that matches no tensor of `spec`: a warning line
   // on stderr (unless !warn: the MPI ranks but rank 0), or with --strict a usage_error naming the first.

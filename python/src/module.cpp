@@ -258,10 +258,9 @@ class Plan {
        const TextPairs& dtype_overrides, std::uint64_t seed, const std::string& layout, const std::string& orientation,
        const std::string& experts)
       : spec_(s.spec) {
-    const OptionsText text{dtype ? *dtype : std::string(dtype_name(default_dtype(s.spec))), dtype_overrides, recipe, overrides,
-                           seed, layout, orientation, experts};
+    const OptionsText text{dtype, dtype_overrides, recipe, overrides, seed, layout, orientation, experts};
     recipe_ = checked_recipe(text, OptionNames::python);
-    opts_ = checked_build_options(text, OptionNames::python);
+    opts_ = checked_build_options(text, OptionNames::python, s.spec);
     spec_.validate();
     builder_.emplace(spec_, recipe_, opts_, *host_context().be, *host_context().tracker);
     index_.emplace(*builder_);
