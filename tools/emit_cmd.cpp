@@ -1,6 +1,4 @@
 // layerinit emit: build layer by layer and stream into an HDF5 file or a safetensors directory.
-#include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -26,25 +24,6 @@ namespace layerinit::cli {
 
 namespace {
 
-std::atomic<bool> g_cancel{false};
-std::atomic<bool> g_later{false};  // interrupt_later() was called
-std::atomic<bool> g_silent{false};  // interrupts_quiet() was called
-static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler reads these");
-
-// Only async-signal-safe calls: write(2) and _exit(2).
-extern "C" void on_signal(int) {
-  if (g_later.load()) {
-    g_cancel.store(true);
-    return;
-  }
-  if (!g_silent.load()) {
-    static const char line[] = "layerinit: interrupted\n";
-    const ssize_t n = ::write(STDERR_FILENO, line, sizeof line - 1);
-    (void)n;
-  }
-  ::_exit(130);
-}
-
 // A progress line on a terminal, redrawn in place: layers, bytes, rate, ETA.
 void draw(const EmitProgress& p) {
   const double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1.0;
@@ -60,29 +39,6 @@ void draw(const EmitProgress& p) {
 
 }  // namespace
 
-std::atomic<bool>& emit_cancel() { return g_cancel; }
-
-void install_interrupt_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigset_t ours;
-  sigemptyset(&ours);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
-    struct sigaction was {};
-    // `nohup layerinit ...` asks that a hangup be ignored: kept so.
-    if (sig == SIGHUP && sigaction(sig, nullptr, &was) == 0 && was.sa_handler == SIG_IGN) continue;
-    sigaction(sig, &sa, nullptr);
-    sigaddset(&ours, sig);
-  }
-  // A blocked signal survives exec, blocked: a launcher that starts us so would have its Ctrl-C or
-  // kill wait until exit. Handled now, they may arrive (one already pending arrives here).
-  pthread_sigmask(SIG_UNBLOCK, &ours, nullptr);
-}
-
-void interrupts_quiet() { g_silent.store(true); }
-
-void interrupt_later() { g_later.store(true); }
 
 int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, MpiJob* job) {
   // Under MPI every rank does the work below, and a failure on any of them (a bad flag is the same
@@ -138,7 +94,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
       }
     // The file's metadata (dtype, seed, recipe, layout, orientation, model spec) is the builder's:
     // emit_checkpoint fills it in.
-    eo.cancel = &g_cancel;
+    eo.cancel = &emit_cancel();
     if (tty) eo.progress = draw;
 
     be = make_backend(args.backend, args.threads);
@@ -222,7 +178,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
               : emit_checkpoint(*builder, *be, ea.output, eo);
   } catch (...) {
     end_line();
-    if (g_cancel.load()) {
+    if (emit_cancel().load()) {
       if (!job || job->rank() == 0)
         std::fprintf(stderr, "layerinit: interrupted; %s was left as it was\n", printable(written).c_str());
       std::_Exit(130);  // tools/ only: the library never exits; no MPI_Finalize with peers gone
