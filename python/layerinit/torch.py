@@ -111,9 +111,14 @@ def _device(v: Any) -> Optional[torch.device]:
         d = torch.device(v)
     except (RuntimeError, ValueError):
         raise ValueError(f"device {v!r} is not a device torch knows") from None
-    if d.type not in ("cpu", "cuda") or (d.type == "cuda" and d.index not in (None, 0)):
+    if not _fillable(d):
         raise ValueError(f"device {v!r}: layerinit fills CPU and CUDA (cuda:0) memory")
     return d
+
+
+def _fillable(d: torch.device) -> bool:
+    """Memory layerinit fills: the CPU's, and cuda:0's (the binding's CUDA backend uses that one)."""
+    return d.type == "cpu" or (d.type == "cuda" and d.index in (None, 0))
 
 
 def _listed(names: list[str], limit: int = 5) -> str:
@@ -662,7 +667,7 @@ def _check_targets(targets: list[tuple[str, torch.Tensor]], composites: dict[str
             layout = torch.empty_like(local)  # on the meta device: the strides to_empty gives it
         else:
             where, layout = local.device, local
-        if where.type not in ("cpu", "cuda") or (where.type == "cuda" and where.index not in (None, 0)):
+        if not _fillable(where):
             problems.append(f"{n} is on {where}: layerinit fills CPU and CUDA (cuda:0) memory")
             continue
         why = _layout_problem(tuple(layout.shape), tuple(layout.stride()))
