@@ -13,7 +13,8 @@ pytest.importorskip("flax")
 EXAMPLES = ROOT / "examples" / "jax"
 
 
-@pytest.mark.parametrize("name", ["mlp_equinox.py", "mistral_equinox.py", "nnx_stacked.py", "sharded.py"])
+@pytest.mark.parametrize("name", ["mlp_equinox.py", "mistral_equinox.py", "nnx_stacked.py", "linen_transformer.py",
+                                  "sharded.py"])
 def test_example_runs(name):
     r = subprocess.run([sys.executable, name], cwd=EXAMPLES, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"examples/jax/{name}:\n{r.stderr[-3000:]}"
