@@ -16,6 +16,7 @@ import fnmatch
 import json
 import re
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -89,6 +90,27 @@ class _Array:
     local: tuple[int, ...] = ()
     table: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     pieces: bool = False  # made piece by piece inside shard_map
+    old: Any = None  # the array it replaces in place (init's donate=True), or None
+
+
+# Each device's ordinal as XLA hands it to a handler (its execution context's DeviceOrdinal): learned
+# from the probe handler, since it is not a documented property of a jax Device (a CPU device passes
+# its global id, 2048 and up on a second process; a GPU its local index).
+_ORDINALS: dict[Any, int] = {}
+
+
+def _learn_ordinals(devices: Any) -> None:
+    todo = [d for d in devices if d not in _ORDINALS]
+    for platform in sorted({d.platform for d in todo}):
+        ds = [d for d in todo if d.platform == platform]
+        mesh = jax.sharding.Mesh(np.array(ds), ("d",))
+        call = jax.ffi.ffi_call("layerinit_ordinal", jax.ShapeDtypeStruct((1,), jax.numpy.int32),
+                                vmap_method="sequential")
+        probe = jax.shard_map(lambda: call(), mesh=mesh, in_specs=(), out_specs=PartitionSpec("d"), check_vma=False)
+        # Compiled, then run: now, also while the caller's jit traces init (ensure_compile_time_eval
+        # would run the body once, on one device).
+        ordinals = np.asarray(jax.jit(probe).lower().compile()())
+        _ORDINALS.update(zip(ds, (int(o) for o in ordinals)))
 
 
 def _place(a: _Array) -> None:
@@ -111,6 +133,7 @@ def _place(a: _Array) -> None:
         raise ValueError(f"'{a.name}': {sh.spec} cannot split {a.shape}: {e}") from None
     rows = []
     me = jax.process_index()
+    _learn_ordinals([d for d in pieces if d.process_index == me])
     for device, index in pieces.items():
         offset = []
         for d, n in enumerate(a.shape):
@@ -122,34 +145,95 @@ def _place(a: _Array) -> None:
                 raise ValueError(f"'{a.name}': the piece of {device} is {index}, not of the shard shape {a.local}")
             offset.append(start)
         if device.process_index == me:
-            rows.append([device.local_hardware_id, *offset])
+            rows.append([_ORDINALS[device], *offset])
     a.table = np.asarray(rows, np.int64).reshape(-1)
 
 
-def _fill(a: _Array, seed: int) -> jax.Array:
-    """The traced FFI call that makes `a` (inside shard_map when it is sharded)."""
+def _fill(a: _Array, seed: int, old: Any = None) -> jax.Array:
+    """The traced FFI call that makes `a` (inside shard_map when it is sharded); with `old` (the array
+    it replaces, donated), the output is that buffer."""
     call = jax.ffi.ffi_call(_TARGET, jax.ShapeDtypeStruct(a.local, _jnp_dtype(a.dtype)),
-                            vmap_method="sequential")  # a batch of inits is the same init again
+                            vmap_method="sequential",  # a batch of inits is the same init again
+                            input_output_aliases={0: 0} if old is not None else None)
+    # The u64 seed's bits as an i64: MLIR's integer attributes take at most 2^63 - 1 from Python.
+    bits = np.int64(seed - 2**64 if seed >= 2**63 else seed)
 
-    def make() -> jax.Array:
-        return call(seed=np.uint64(seed), param=a.param, table=a.table)
+    def make(*old_piece: jax.Array) -> jax.Array:
+        return call(*(o.reshape(a.local) for o in old_piece), seed=bits, param=a.param, table=a.table)
 
+    operands = () if old is None else (old,)
     if not a.pieces:
-        return make()
+        return make(*operands)
     assert isinstance(a.sharding, NamedSharding)
-    return jax.shard_map(make, mesh=a.sharding.mesh, in_specs=(), out_specs=a.sharding.spec, check_vma=False)()
+    return jax.shard_map(make, mesh=a.sharding.mesh, in_specs=(a.sharding.spec,) * len(operands),
+                         out_specs=a.sharding.spec, check_vma=False)(*operands)
+
+
+def _tracing() -> bool:
+    """Whether a caller's transformation (jit, shard_map, ...) is tracing us: a new array is then a tracer."""
+    return isinstance(jax.numpy.zeros((), jax.numpy.int8), jax.core.Tracer)
 
 
 def _make(arrays: Sequence[_Array], seed: int) -> list[jax.Array]:
-    """Every array in one XLA program (or in the caller's, under jit): XLA allocates each output once."""
-    _xla()
+    """Every array in one XLA program (or in the caller's, under jit): XLA allocates each output once,
+    or reuses the donated array it replaces (`_Array.old`)."""
+    xla = _xla()
     for a in arrays:
         _place(a)
+    olds = [a.old for a in arrays]
+    fn = lambda olds: [_fill(a, seed, old) for a, old in zip(arrays, olds)]  # noqa: E731
     shardings = [a.sharding for a in arrays]
-    fn = lambda: [_fill(a, seed) for a in arrays]  # noqa: E731
-    if any(s is not None for s in shardings):
-        return jax.jit(fn, out_shardings=shardings)()
-    return jax.jit(fn)()
+    kwargs: dict[str, Any] = {"out_shardings": shardings} if any(s is not None for s in shardings) else {}
+    if _tracing():
+        return jax.jit(fn, **kwargs)(olds)  # part of the caller's program: XLA reuses what the caller donated
+    donate = any(o is not None for o in olds)
+    compiled = jax.jit(fn, donate_argnums=(0,) if donate else (), **kwargs).lower(olds).compile()
+    return _interruptible(lambda: compiled(olds), xla)
+
+
+def _interruptible(run: Callable[[], list[jax.Array]], xla: Any) -> list[jax.Array]:
+    """`run()`, which blocks in XLA, made interruptible: on the main thread it runs on a helper thread
+    while the main thread waits in short, interruptible steps; a KeyboardInterrupt cancels the fills
+    (each handler call after it fails at once), waits for XLA to stop, frees every array made, and is
+    raised again. Elsewhere (no signal reaches other threads) it runs directly."""
+    if threading.current_thread() is not threading.main_thread():
+        return run()
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["out"] = run()
+        except BaseException as e:  # noqa: BLE001 (re-raised on the main thread)
+            box["err"] = e
+
+    t = threading.Thread(target=work, name="layerinit-fill", daemon=True)
+    t.start()
+    try:
+        while t.is_alive():
+            t.join(0.05)
+    except KeyboardInterrupt:
+        xla.cancel_fills(True)
+        try:
+            t.join()
+            for x in box.get("out") or []:
+                x.delete()
+        finally:
+            xla.cancel_fills(False)
+        raise
+    if "err" in box:
+        raise box["err"]
+    return box["out"]
+
+
+def _outside_shard_map(fn: str) -> None:
+    """Refuses a call traced inside the caller's jax.shard_map (manual mesh axes): there each leaf is a
+    device's piece, whose place in the whole tensor init cannot know."""
+    manual = tuple(getattr(jax.sharding.get_abstract_mesh(), "manual_axes", ()) or ())
+    if manual:
+        raise ValueError(
+            f"layerinit.jax.{fn} runs inside jax.shard_map (manual mesh axes {', '.join(map(repr, manual))}), where a "
+            f"leaf's shape is one device's piece and not the tensor's: call layerinit.jax.{fn} outside shard_map with "
+            "sharding=NamedSharding(mesh, spec) (each device still makes only its own piece) and pass the arrays in")
 
 
 def _check_seed(seed: int) -> int:
@@ -594,6 +678,7 @@ def init(
     mesh: Optional[jax.sharding.Mesh] = None,
     hyper: Optional[Mapping[str, Any]] = None,
     strict: bool = False,
+    donate: bool = False,
 ) -> Any:
     """Returns `tree` with every float array leaf made and filled by layerinit, on its device(s).
 
@@ -622,16 +707,28 @@ def init(
       sharding=)``, an array's). A PartitionSpec needs ``mesh`` (or ``jax.set_mesh``). Each device makes
       only its pieces.
 
-    Works eagerly and under ``jax.jit``. Raises ValueError naming the leaf (an integer or complex leaf, a
-    shape its module does not store, a leaf without a role, a sharding whose pieces are not boxes) or the
-    recipe before anything is built.
+    - ``donate``: re-initialize the tree's arrays in place: each new array is written into the buffer
+      of the array it replaces (same shape, dtype and sharding, else a ValueError naming the leaf), so
+      the peak stays at the weights, and the old arrays are deleted, as ``jax.jit(donate_argnums=...)``
+      does. Under the caller's ``jax.jit``, XLA reuses the buffers the caller donates.
+
+    Works eagerly and under ``jax.jit``, not inside ``jax.shard_map`` (a ValueError says what to call).
+    Eagerly, Ctrl-C stops it after the array being filled and frees what was made. Raises ValueError
+    naming the leaf (an integer or complex leaf, a shape its module does not store, a leaf without a
+    role, a sharding whose pieces are not boxes, a deleted array) or the recipe before anything is built.
     """
     seed = _check_seed(seed)
+    donate = _bool("donate", donate)
+    _outside_shard_map("init")
     sharding, mesh = _sharding_arg(sharding, True), _mesh_arg(mesh)
     flat, treedef, leaves, s, described = _model(tree, rules, stacked, dtype, hyper, strict, recipe)
     given = _sharding_leaves(sharding, treedef, len(flat))
     for lf in leaves:
+        if isinstance(lf.leaf, jax.Array) and not isinstance(lf.leaf, jax.core.Tracer) and lf.leaf.is_deleted():
+            raise ValueError(f"leaf '{lf.name}' is a deleted array (donated to a jitted call or .delete()d): pass the "
+                             "tree of shapes (jax.eval_shape, eqx.filter_eval_shape, nnx.eval_shape) or live arrays")
         lf.sharding = _sharding_for(sharding, lf.name, lf.leaf, mesh, given[lf.index])
+    olds = _donated(leaves) if donate else {}
     arrays = []
     plans: dict[str, Plan] = {}
     for lf in leaves:
@@ -646,7 +743,7 @@ def init(
             param = plans[orientation]._leaf(_template(lf), [size for _, size in lf.lead], list(stored), lf.dtype).text
         except ValueError as e:
             raise ValueError(f"leaf '{lf.name}': {e}") from None
-        arrays.append(_Array(lf.name, stored, lf.dtype, param, lf.sharding))
+        arrays.append(_Array(lf.name, stored, lf.dtype, param, lf.sharding, old=olds.get(lf.index)))
     made = iter(_make(arrays, seed) if arrays else [])
     out = list(flat)
     for lf in leaves:
@@ -655,7 +752,35 @@ def init(
         else:
             a = next(made)
             out[lf.index] = a.reshape(()) if not lf.shape else a
+    for old in olds.values():  # those no output reused (zero-size): every donated array is consumed
+        if not isinstance(old, jax.core.Tracer) and not old.is_deleted():
+            old.delete()
     return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def _donated(leaves: list[_Leaf]) -> dict[int, Any]:
+    """The arrays donate=True writes the new ones into, by leaf index: each must be a live array of the
+    shape, dtype and sharding its replacement has, held by one leaf only."""
+    out: dict[int, Any] = {}
+    seen: dict[int, str] = {}
+    for lf in leaves:
+        x = lf.leaf
+        if not isinstance(x, jax.Array):
+            continue  # a ShapeDtypeStruct: nothing to reuse
+        if id(x) in seen:
+            raise ValueError(f"donate=True: leaves '{seen[id(x)]}' and '{lf.name}' are one array, which can be "
+                             "reused for one of them only")
+        seen[id(x)] = lf.name
+        made = jax.numpy.dtype(_jnp_dtype(lf.dtype))
+        if x.dtype != made:
+            raise ValueError(f"donate=True: leaf '{lf.name}' is {x.dtype.name} but is made {made.name}, so its buffer "
+                             "cannot be reused: leave dtype at the leaf's own, or init without donate")
+        if not isinstance(x, jax.core.Tracer) and lf.sharding is not None and \
+                not x.sharding.is_equivalent_to(lf.sharding, x.ndim):
+            raise ValueError(f"donate=True: leaf '{lf.name}' lies on {x.sharding} but is made on {lf.sharding}, so its "
+                             "buffer cannot be reused: leave its sharding, or init without donate")
+        out[lf.index] = x
+    return out
 
 
 def build(
@@ -685,6 +810,7 @@ def build(
       model's, a Hugging Face config's ``dtype``/``torch_dtype``, else bf16).
     """
     seed = _check_seed(seed)
+    _outside_shard_map("build")
     sharding, mesh = _sharding_arg(sharding, False), _mesh_arg(mesh)
     p = plan(model, dtype=dtype, recipe=recipe, layout=layout, orientation=orientation, experts=experts,
               overrides=overrides)

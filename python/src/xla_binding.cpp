@@ -31,13 +31,20 @@ void define_xla(nb::module_& m) {
     // (name, capsule, platform) for jax.ffi.register_ffi_target(name, capsule, platform=..., api_version=1)
     nb::list out;
     out.append(nb::make_tuple("layerinit_fill", handler(LayerinitFillHost), "cpu"));
+    out.append(nb::make_tuple("layerinit_ordinal", handler(LayerinitOrdinalHost), "cpu"));
 #if LAYERINIT_HAS_CUDA
     out.append(nb::make_tuple("layerinit_fill", handler(LayerinitFillCuda), "CUDA"));
+    out.append(nb::make_tuple("layerinit_ordinal", handler(LayerinitOrdinalCuda), "CUDA"));
 #endif
     out.append(nb::make_tuple("layerinit_fill_grid", handler(LayerinitFillGrid), "cpu"));
     return out;
   }, "[(target name, handler capsule, platform)]");
 
+  m.def("cancel_fills", &cancel_fills, "on"_a,
+        "While on, every fill handler call fails with 'interrupted' (layerinit.jax's Ctrl-C).");
+  m.def("interrupt_after", &interrupt_after, "n"_a,
+        "Test hook: after n more filled arrays the handler raises SIGINT and waits until the fills are cancelled; "
+        "n < 0: off.");
   m.def("record_writes", &record_writes, "on"_a, "Test hook: record every output buffer the handlers write.");
   m.def("take_writes", [] {
     std::vector<std::tuple<std::string, std::uintptr_t, std::uint64_t>> out;

@@ -1,16 +1,23 @@
 // The XLA FFI fill handlers (docs/python.md, "JAX"): each writes one device's piece of a parameter
 // straight into the output buffer XLA allocated for it. Registered from Python with
-// jax.ffi.register_ffi_target (api_version 1, the typed FFI) through layerinit._xla's capsules.
+// jax.ffi.register_ffi_target (api_version 1, the typed FFI) through layerinit._core.xla's capsules.
 //
-// Attributes, the same on every device: `seed` (u64), `param` (the parameter's composite text,
+// Attributes, the same on every device: `seed` (i64: the u64 seed's bits, since an MLIR integer
+// attribute from Python takes at most 2^63 - 1), `param` (the parameter's composite text,
 // shard/composite.hpp) and `table` (i64[]: per device of this process, its ordinal and its piece's
 // offset). The device's ordinal comes from XLA's execution context, so one SPMD program inside
-// jax.shard_map serves every device and no operand has to be read back from device memory.
+// jax.shard_map serves every device and no operand has to be read back from device memory. Which
+// number XLA passes as the ordinal differs by platform (a CPU device's global id, a GPU's local
+// index), so layerinit.jax learns it per device with the `layerinit_ordinal` probe handler.
+// An optional operand is the array being re-initialized, aliased to the output (donation): it is
+// overwritten, never read.
 #pragma once
 
 #include <exception>
 #include <stdexcept>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <xla/ffi/api/ffi.h>
@@ -23,8 +30,10 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(LayerinitFillHost);  // platform "cpu": the host 
 // platform "cpu": the CUDA handler's path with the kernel's grid simulated on the host
 // (kernels/fill_grid.hpp), so the tests run the CUDA handler's logic without a GPU.
 XLA_FFI_DECLARE_HANDLER_SYMBOL(LayerinitFillGrid);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(LayerinitOrdinalHost);  // the probe: writes the ordinal into an s32[1]
 #if LAYERINIT_HAS_CUDA
 XLA_FFI_DECLARE_HANDLER_SYMBOL(LayerinitFillCuda);  // platform "CUDA": enqueued on XLA's stream
+XLA_FFI_DECLARE_HANDLER_SYMBOL(LayerinitOrdinalCuda);
 #endif
 
 namespace layerinit::jax {
@@ -34,12 +43,13 @@ namespace ffi = ::xla::ffi;
 // Runs `fill(jobs)` with this call's jobs (xla_piece.hpp's piece_jobs); a C++ exception becomes the
 // error XLA raises in Python (an XlaRuntimeError with the message).
 template <class Fill>
-ffi::Error fill_piece(std::int32_t ordinal, std::uint64_t seed, std::string_view param,
+ffi::Error fill_piece(std::int32_t ordinal, std::int64_t seed_bits, std::string_view param,
                       ffi::Span<const std::int64_t> table, ffi::AnyBuffer out, Fill&& fill) {
+  if (fills_cancelled()) return ffi::Error(ffi::ErrorCode::kCancelled, "layerinit: interrupted");
   try {
     PieceCall c;
     c.param = param;
-    c.seed = seed;
+    c.seed = static_cast<std::uint64_t>(seed_bits);
     c.table = std::span<const std::int64_t>(table.begin(), table.size());
     c.ordinal = ordinal;
     const auto dims = out.dimensions();
@@ -53,6 +63,7 @@ ffi::Error fill_piece(std::int32_t ordinal, std::uint64_t seed, std::string_view
     c.dst = out.untyped_data();
     const std::vector<FillJob> jobs = piece_jobs(c);
     if (!jobs.empty()) fill(jobs);
+    after_fill();
     return ffi::Error::Success();
   } catch (const std::invalid_argument& e) {
     return ffi::Error::InvalidArgument(std::string("layerinit: ") + e.what());
@@ -61,14 +72,15 @@ ffi::Error fill_piece(std::int32_t ordinal, std::uint64_t seed, std::string_view
   }
 }
 
-// The handler's bindings: what XLA passes, by name.
-inline auto fill_binding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::DeviceOrdinal>()
-      .Attr<std::uint64_t>("seed")
-      .Attr<std::string_view>("param")
-      .Attr<ffi::Span<const std::int64_t>>("table")
-      .Ret<ffi::AnyBuffer>();
+// The handler's bindings after its context: what XLA passes, by name.
+template <class Binding>
+auto fill_binding(Binding&& b) {
+  return std::move(b)
+      .template OptionalArg<ffi::AnyBuffer>()  // the donated array the output aliases; not read
+      .template Attr<std::int64_t>("seed")
+      .template Attr<std::string_view>("param")
+      .template Attr<ffi::Span<const std::int64_t>>("table")
+      .template Ret<ffi::AnyBuffer>();
 }
 
 }  // namespace layerinit::jax

@@ -1,6 +1,10 @@
 #include "xla_piece.hpp"
 
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <mutex>
+#include <thread>
 #include <stdexcept>
 #include <utility>
 
@@ -13,7 +17,22 @@ namespace {
 std::mutex writes_mu;
 bool writes_on = false;
 std::vector<Written> writes;
+std::atomic<bool> cancelled{false};
+std::atomic<std::int64_t> interrupt_countdown{-1};
 }  // namespace
+
+void cancel_fills(bool on) { cancelled.store(on); }
+bool fills_cancelled() { return cancelled.load(); }
+
+void interrupt_after(std::int64_t n) { interrupt_countdown.store(n); }
+
+void after_fill() {
+  if (interrupt_countdown.load() < 0 || interrupt_countdown.fetch_sub(1) != 1) return;
+  std::raise(SIGINT);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!cancelled.load() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
 
 void record_writes(bool on) {
   std::lock_guard lock(writes_mu);

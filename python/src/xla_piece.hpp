@@ -41,4 +41,15 @@ struct Written {
 void record_writes(bool on);
 std::vector<Written> take_writes();  // what was recorded since the last call
 
+// Cancellation (layerinit.jax's Ctrl-C): while set, every handler call fails at once with
+// "interrupted", so an eager init stops after the array being filled. Process-wide: a Ctrl-C stops
+// every layerinit fill in flight.
+void cancel_fills(bool on);
+bool fills_cancelled();
+
+// Test hook: after `n` more filled arrays, the handler raises SIGINT and then waits (at most 30 s)
+// until the fills are cancelled, so a test interrupts an init at a known array. n < 0: off.
+void interrupt_after(std::int64_t n);
+void after_fill();  // the handler's call after each filled array
+
 }  // namespace layerinit::jax
