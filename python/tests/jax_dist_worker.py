@@ -47,7 +47,7 @@ from mistral_equinox import RULES, Config, Mistral  # noqa: E402
 # 4), 24 / 12 = 2, 12 layers over 2, 3 or 4 processes.
 CONFIG = Config(vocab=192, dim=48, layers=12, heads=4, kv_heads=2, hidden=96)
 SEED = 7
-CASES = ("split", "layers", "fsdp_tp", "replicated", "mixed", "jit", "nnx")
+CASES = ("split", "layers", "fsdp_tp", "replicated", "mixed", "jit", "donate", "nnx")
 
 
 class Block(nnx.Module):
@@ -104,9 +104,9 @@ def spec(case, name, ndim):
     (Equinox) or [L, in, out] (NNX), norms [L, D], embeddings and the head 2-D, the last norm 1-D."""
     if case == "split":        # one axis over every device of every process: 3- and 2-row pieces of wk, wv
         return {3: P(None, "x", None), 2: P(None, "x")}.get(ndim, P("x"))
-    if case == "layers":       # the process axis splits the stacked layer axis
+    if case == "layers":       # the process axis, last process first, splits the stacked layer axis
         return {3: P("proc", None, "local"), 2: P(None, "local")}.get(ndim, P())
-    if case in ("fsdp_tp", "jit", "nnx"):  # sharded.py's FSDP x TP: "fsdp" spans the processes
+    if case in ("fsdp_tp", "jit", "donate", "nnx"):  # sharded.py's FSDP x TP: "fsdp" spans the processes
         if name.endswith(("wq.weight", "wk.weight", "wv.weight", "w1.weight", "w3.weight", "up.kernel")):
             return P(None, "tp", "fsdp")
         if name.endswith(("wo.weight", "w2.weight", "down.kernel")):
@@ -128,7 +128,7 @@ def mesh(case, n):
     if case == "split":
         return Mesh(devices.reshape(-1), ("x",))
     if case == "layers":
-        return Mesh(devices, ("proc", "local"))
+        return Mesh(devices[::-1], ("proc", "local"))
     if case == "replicated":
         return Mesh(devices, ("dp", "tp"))
     if case == "mixed":
@@ -149,6 +149,12 @@ def make(case, n):
     if case == "jit":
         sh = shardings_of(case, m, abstract_eqx())
         return jax.jit(lambda: init_eqx(sh), out_shardings=sh)()
+    if case == "donate":  # made with another seed, then re-initialized in place, each leaf on its own sharding
+        first = layerinit.jax.init(abstract_eqx(), seed=SEED + 1, recipe="torchtitan", rules=RULES,
+                                   dtype=jnp.bfloat16, sharding=shardings_of(case, m, abstract_eqx()))
+        again = layerinit.jax.init(first, seed=SEED, recipe="torchtitan", rules=RULES, donate=True)
+        assert all(x.is_deleted() for _, x in arrays(first))
+        return again
     shapes = {name: x.shape for name, x in leaves(abstract_nnx() if case == "nnx" else abstract_eqx())}
     return (init_nnx if case == "nnx" else init_eqx)(lambda name: by_name(name, shapes[name]))
 

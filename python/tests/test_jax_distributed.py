@@ -1,6 +1,7 @@
 """layerinit.jax.init on every process of a multi-process JAX run (jax.distributed.initialize, a localhost
 coordinator): 2 and 3 processes of 4 CPU devices each, meshes that split across the processes, that
-replicate across them, 2-D and transposed ones, eagerly and under jax.jit. Each process's shards equal the
+replicate across them, 2-D and transposed ones, eagerly, under jax.jit and re-initialized in place
+(donate=True). Each process's shards equal the
 same model made whole in one process, bitwise, and together the processes' shards cover every element
 (python/tests/jax_dist_worker.py does the work).
 
@@ -89,10 +90,10 @@ def test_every_process_makes_its_shards_of_the_one_process_init(n, reference, tm
                                             f"{device} differs from the one-process init")
             seen = covered.setdefault((case, name), np.zeros(whole.shape[:-1], np.int32))
             seen[tuple(slice(lo, hi) for lo, hi in bounds)] += 1
-    assert cases == {"split", "layers", "fsdp_tp", "replicated", "mixed", "jit", "nnx"}
+    assert cases == {"split", "layers", "fsdp_tp", "replicated", "mixed", "jit", "donate", "nnx"}
     for (case, name), seen in covered.items():
         assert seen.min() > 0, f"{n} processes, case {case}: elements of {name} that no process made"
     # Replicated across the processes ("dp" left out): every element once per process; split: once.
     assert np.all(covered["replicated", "layers.attention.wq.weight"] == n)
     assert np.all(covered["split", "layers.attention.wk.weight"] == 1)
-    assert {pid: out.count("shards (") for pid, (_, out, _) in enumerate(outs)} == {p: 7 for p in range(n)}
+    assert {pid: out.count("shards (") for pid, (_, out, _) in enumerate(outs)} == {p: 8 for p in range(n)}
