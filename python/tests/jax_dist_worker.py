@@ -186,9 +186,11 @@ def main():
     if n > 1:
         jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=n, process_id=pid)
     try:
-        jax.devices()
-    except RuntimeError as e:
-        print(f"process {pid}: no {PLATFORM} platform: {e}", flush=True)
+        platform = jax.devices()[0].platform
+    except Exception as e:  # noqa: BLE001 (RuntimeError, or jax's AssertionError without a plugin for it)
+        platform = f"none ({type(e).__name__}: {e})"
+    if platform != {"cuda": "gpu"}.get(PLATFORM, PLATFORM):
+        print(f"process {pid}: no {PLATFORM} platform for JAX: {platform}", flush=True)
         sys.exit(77)
     out = []
     try:
