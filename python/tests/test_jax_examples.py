@@ -24,8 +24,8 @@ def test_multihost_runs_as_two_local_processes():
                        timeout=600)
     assert r.returncode == 0, f"examples/jax/multihost.py --local 2:\n{r.stdout[-3000:]}{r.stderr[-3000:]}"
     for pid in (0, 1):
-        assert (f"[{pid}] process {pid} of 2: 4 of 8 devices, 48 pieces equal to the one-device init; wq (2, 64, 64) in "
-                "pieces (2, 16, 32); logits (8, 256)") in r.stdout, r.stdout
+        assert (f"[{pid}] process {pid} of 2: 4 of 8 devices, 48 pieces equal to the one-device init; "
+                "wq (2, 64, 64) in pieces (2, 16, 32); logits (8, 256)") in r.stdout, r.stdout
 
 
 def test_the_7b_shape_is_planned(cli, tmp_path):
