@@ -14,6 +14,7 @@ its slowest process's.
 
     python bench/jax/multiprocess_bench.py                  # the 1b config, 8 devices, 2 processes
     python bench/jax/multiprocess_bench.py --config tiny    # a quick check
+    python bench/jax/multiprocess_bench.py --out bench/results/jax-multiprocess-DATE.csv   # and the raw rows
 """
 from __future__ import annotations
 
@@ -100,6 +101,7 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=8, help="host devices in all (default 8)")
     ap.add_argument("--processes", type=int, default=2, help="processes of the multi-process run (default 2)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", help="also write every process's row (with the 1-minute load average) to this CSV")
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -111,6 +113,14 @@ def main() -> None:
     load = os.getloadavg()[0]
     one = run(1, a.devices, a.config, a.repeats)
     many = run(a.processes, a.devices, a.config, a.repeats)
+    if a.out:
+        import csv
+
+        with open(a.out, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=[*one[0], "load"])
+            w.writeheader()
+            for r in one + many:
+                w.writerow({**r, "seconds": " ".join(f"{x:.4f}" for x in r["seconds"]), "load": load})
     gib = 2.0**30
     r0 = one[0]
     print(f"Mistral-shaped Equinox model, config {a.config}: {r0['parameters']:,} parameters in bf16, mesh (fsdp, tp) "
