@@ -6,6 +6,9 @@ three ways, each in its own process (so each peak RSS is its own), and prints th
               outputs layerinit's FFI handler fills in place, in bf16 from the start
   equinox     the model's own __init__ (eqx.filter_vmap over the layers' keys, fp32), then cast to bf16
   normal      jax.random.normal(key, shape, dtype=bf16) for every leaf, under jax.jit
+  reinit      layerinit.jax.init of the model made by layerinit, again (a re-init of a live model: the
+              new arrays beside the old until they are dropped); the time is the second init's
+  donate      the same with donate=True: the new arrays written into the old ones' buffers
 
 Peak RSS is the process's (getrusage), baseline its RSS after the imports and a first jit, just before
 the model is made; "over the weights" is (peak - baseline) / the weights' bytes - 1. Where JAX's default
@@ -30,7 +33,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "jax"))
 
-METHODS = ("layerinit", "equinox", "normal")
+METHODS = ("layerinit", "equinox", "normal", "reinit", "donate")
 
 
 def rss_bytes() -> int:
@@ -53,8 +56,12 @@ def one(method: str, config: str) -> dict:
     on_gpu = device.platform == "gpu"
     base = device.memory_stats()["bytes_in_use"] if on_gpu else rss_bytes()
     t0 = time.perf_counter()
-    if method == "layerinit":
+    if method in ("layerinit", "reinit", "donate"):
         model = layerinit.jax.init(abstract, seed=0, recipe="torchtitan", rules=RULES, dtype=jnp.bfloat16)
+        if method != "layerinit":
+            jax.block_until_ready(model)
+            t0 = time.perf_counter()
+            model = layerinit.jax.init(model, seed=1, recipe="torchtitan", rules=RULES, donate=method == "donate")
     elif method == "equinox":
         model = Mistral(c, jax.random.key(0))
         model = jax.tree_util.tree_map(lambda x: x.astype(jnp.bfloat16) if eqx.is_inexact_array(x) else x, model)

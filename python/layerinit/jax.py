@@ -758,6 +758,13 @@ def init(
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
+def _same_sharding(x: jax.Array, sharding: Sharding) -> bool:
+    try:
+        return bool(x.sharding.is_equivalent_to(sharding, x.ndim))
+    except Exception:  # a sharding that does not fit the array's rank is not its own
+        return False
+
+
 def _donated(leaves: list[_Leaf]) -> dict[int, Any]:
     """The arrays donate=True writes the new ones into, by leaf index: each must be a live array of the
     shape, dtype and sharding its replacement has, held by one leaf only."""
@@ -775,8 +782,7 @@ def _donated(leaves: list[_Leaf]) -> dict[int, Any]:
         if x.dtype != made:
             raise ValueError(f"donate=True: leaf '{lf.name}' is {x.dtype.name} but is made {made.name}, so its buffer "
                              "cannot be reused: leave dtype at the leaf's own, or init without donate")
-        if not isinstance(x, jax.core.Tracer) and lf.sharding is not None and \
-                not x.sharding.is_equivalent_to(lf.sharding, x.ndim):
+        if not isinstance(x, jax.core.Tracer) and lf.sharding is not None and not _same_sharding(x, lf.sharding):
             raise ValueError(f"donate=True: leaf '{lf.name}' lies on {x.sharding} but is made on {lf.sharding}, so its "
                              "buffer cannot be reused: leave its sharding, or init without donate")
         out[lf.index] = x

@@ -19,19 +19,35 @@ bool writes_on = false;
 std::vector<Written> writes;
 std::atomic<bool> cancelled{false};
 std::atomic<std::int64_t> interrupt_countdown{-1};
-}  // namespace
+std::atomic<bool> interrupted{false};  // the hook raised its SIGINT
 
-void cancel_fills(bool on) { cancelled.store(on); }
-bool fills_cancelled() { return cancelled.load(); }
-
-void interrupt_after(std::int64_t n) { interrupt_countdown.store(n); }
-
-void after_fill() {
-  if (interrupt_countdown.load() < 0 || interrupt_countdown.fetch_sub(1) != 1) return;
-  std::raise(SIGINT);
+void wait_for_cancel() {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!cancelled.load() && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+}  // namespace
+
+void cancel_fills(bool on) {
+  if (!on) interrupted.store(false);
+  cancelled.store(on);
+}
+
+bool fills_cancelled() {
+  if (interrupted.load()) wait_for_cancel();  // the hook's: no fill starts after its signal
+  return cancelled.load();
+}
+
+void interrupt_after(std::int64_t n) {
+  interrupted.store(false);
+  interrupt_countdown.store(n);
+}
+
+void after_fill() {
+  if (interrupt_countdown.load() < 0 || interrupt_countdown.fetch_sub(1) != 1) return;
+  interrupted.store(true);
+  std::raise(SIGINT);
+  wait_for_cancel();
 }
 
 void record_writes(bool on) {

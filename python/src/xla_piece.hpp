@@ -47,8 +47,9 @@ std::vector<Written> take_writes();  // what was recorded since the last call
 void cancel_fills(bool on);
 bool fills_cancelled();
 
-// Test hook: after `n` more filled arrays, the handler raises SIGINT and then waits (at most 30 s)
-// until the fills are cancelled, so a test interrupts an init at a known array. n < 0: off.
+// Test hook: after `n` more filled arrays, the handler raises SIGINT and then it and every handler
+// call after it wait (at most 30 s) until the fills are cancelled, so a test interrupts an init
+// after a known number of arrays (plus those XLA was filling beside it). n < 0: off.
 void interrupt_after(std::int64_t n);
 void after_fill();  // the handler's call after each filled array
 
