@@ -1,5 +1,5 @@
-"""examples/jax: each example runs (its asserts are the test), and the 7B shape of the Mistral-shaped
-Equinox model is planned from its spec without building it."""
+"""examples/jax: each example runs (its asserts are the test; multihost.py as 2 local processes), and the
+7B shape of the Mistral-shaped Equinox model is planned from its spec without building it."""
 import re
 import subprocess
 import sys
@@ -18,6 +18,15 @@ EXAMPLES = ROOT / "examples" / "jax"
 def test_example_runs(name):
     r = subprocess.run([sys.executable, name], cwd=EXAMPLES, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"examples/jax/{name}:\n{r.stderr[-3000:]}"
+
+
+def test_multihost_runs_as_two_local_processes():
+    r = subprocess.run([sys.executable, "multihost.py", "--local", "2"], cwd=EXAMPLES, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, f"examples/jax/multihost.py --local 2:\n{r.stdout[-3000:]}{r.stderr[-3000:]}"
+    for pid in (0, 1):
+        assert (f"[{pid}] process {pid} of 2: 4 of 8 devices, 48 pieces equal to the one-device init; "
+                "wq (2, 64, 64) in pieces (2, 16, 32); logits (8, 256)") in r.stdout, r.stdout
 
 
 def test_the_7b_shape_is_planned(cli, tmp_path):
