@@ -1,6 +1,8 @@
 """layerinit.jax.init's life cycle (issue 28): every u64 seed, re-initialization in place of a donated
 tree (the new arrays are the old buffers), deleted leaves and calls inside the caller's shard_map
 refused, and Ctrl-C stopping an eager init and freeing what it made."""
+import signal
+
 import numpy as np
 import pytest
 
@@ -122,6 +124,8 @@ def test_ctrl_c_stops_the_init_and_frees_what_it_made():
     """The handler raises SIGINT after its 3rd array (a test hook) and holds every later call: init
     raises KeyboardInterrupt with no array of it alive, before it filled them all."""
     many = {f"l{i}": jax.ShapeDtypeStruct((128, 128), jnp.float32) for i in range(12)}
+    # Python's own SIGINT handler, also where the suite runs with SIGINT ignored (a shell's background job).
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     ljax.init(many, rules=RULES)  # compiled once: the interrupted call runs the same program
     xla = ljax._xla()
     before = {id(x) for x in jax.live_arrays()}
@@ -134,6 +138,7 @@ def test_ctrl_c_stops_the_init_and_frees_what_it_made():
     finally:
         xla.interrupt_after(-1)
         xla.record_writes(False)
+        signal.signal(signal.SIGINT, handler)
     assert 3 <= written < len(many)
     assert [x for x in jax.live_arrays() if id(x) not in before] == []
     again = ljax.init(many, rules=RULES)  # nothing left cancelled
