@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,19 @@ def create(c: Config, seed: int = 0):
 
     abstract = eqx.filter_eval_shape(Mistral, c, jax.random.key(0))  # shapes only, no memory
     return layerinit.jax.init(abstract, seed=seed, recipe="torchtitan", rules=RULES, dtype=jnp.bfloat16)
+# [end]
+
+
+# [docs:spec]
+def spec(name: str) -> P:
+    """Megatron's tensor parallelism on "tp", FSDP's Shard(0)-style split of the rest on "fsdp"."""
+    if name.endswith(("wq.weight", "wk.weight", "wv.weight", "w1.weight", "w3.weight")):
+        return P(None, "tp", "fsdp")  # [L, out, in]: column-parallel
+    if name.endswith(("wo.weight", "w2.weight")):
+        return P(None, "fsdp", "tp")  # [L, out, in]: row-parallel
+    if name in ("tok_embeddings.weight", "output.weight"):
+        return P("tp", "fsdp")        # vocab-parallel
+    return P()                        # norms: replicated
 # [end]
 
 

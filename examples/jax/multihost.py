@@ -68,7 +68,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import layerinit.jax  # noqa: E402
-from mistral_equinox import RULES, Config, Mistral  # noqa: E402
+from mistral_equinox import RULES, Config, Mistral, spec  # noqa: E402
 
 # The forward pass's collectives between processes' CPU devices (GPUs use NCCL; this changes nothing there).
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -78,18 +78,6 @@ jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id
 # A global mesh of every process's devices: "fsdp" spans the processes, "tp" each one's own devices.
 devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
 mesh = Mesh(np.array(devices).reshape(jax.process_count(), -1), ("fsdp", "tp"))
-
-
-def spec(name: str) -> P:
-    """Megatron's tensor parallelism within a process, FSDP's split of the rest across processes."""
-    if name.endswith(("wq.weight", "wk.weight", "wv.weight", "w1.weight", "w3.weight")):
-        return P(None, "tp", "fsdp")  # [L, out, in]: column-parallel
-    if name.endswith(("wo.weight", "w2.weight")):
-        return P(None, "fsdp", "tp")  # [L, out, in]: row-parallel
-    if name in ("tok_embeddings.weight", "output.weight"):
-        return P("tp", "fsdp")        # vocab-parallel
-    return P()                        # norms: replicated
-
 
 config = Config()
 abstract = eqx.filter_eval_shape(Mistral, config, jax.random.key(0))

@@ -16,23 +16,11 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import layerinit.jax  # noqa: E402
-from mistral_equinox import RULES, Config, Mistral  # noqa: E402
+from mistral_equinox import RULES, Config, Mistral, spec  # noqa: E402
 
 # [docs:sharded]
 devices = jax.devices() if jax.device_count() >= 8 else jax.devices("cpu")  # 8 GPUs, else 8 host devices
 mesh = Mesh(np.array(devices[:8]).reshape(2, 4), ("fsdp", "tp"))
-
-
-def spec(name: str) -> P:
-    """Megatron's tensor parallelism on "tp", FSDP's Shard(0)-style split of the rest on "fsdp"."""
-    if name.endswith(("wq.weight", "wk.weight", "wv.weight", "w1.weight", "w3.weight")):
-        return P(None, "tp", "fsdp")  # [L, out, in]: column-parallel
-    if name.endswith(("wo.weight", "w2.weight")):
-        return P(None, "fsdp", "tp")  # [L, out, in]: row-parallel
-    if name in ("tok_embeddings.weight", "output.weight"):
-        return P("tp", "fsdp")        # vocab-parallel
-    return P()                        # norms: replicated
-
 
 config = Config()
 abstract = eqx.filter_eval_shape(Mistral, config, jax.random.key(0))
