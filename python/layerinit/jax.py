@@ -95,7 +95,7 @@ class _Array:
 
 # Each device's ordinal as XLA hands it to a handler (its execution context's DeviceOrdinal): learned
 # from the probe handler, since it is not a documented property of a jax Device (a CPU device passes
-# its global id, 2048 and up on a second process; a GPU its local index).
+# its global id, 2048 and up on a second process, where its local_hardware_id is 0).
 _ORDINALS: dict[Any, int] = {}
 
 

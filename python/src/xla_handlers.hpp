@@ -7,8 +7,8 @@
 // shard/composite.hpp) and `table` (i64[]: per device of this process, its ordinal and its piece's
 // offset). The device's ordinal comes from XLA's execution context, so one SPMD program inside
 // jax.shard_map serves every device and no operand has to be read back from device memory. Which
-// number XLA passes as the ordinal differs by platform (a CPU device's global id, a GPU's local
-// index), so layerinit.jax learns it per device with the `layerinit_ordinal` probe handler.
+// number XLA passes as the ordinal is not documented (a CPU device passes its global id, 2048 and up
+// on a second process), so layerinit.jax learns it per device with the `layerinit_ordinal` probe.
 // An optional operand is the array being re-initialized, aliased to the output (donation): it is
 // overwritten, never read.
 #pragma once
