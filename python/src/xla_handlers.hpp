@@ -14,8 +14,8 @@
 #pragma once
 
 #include <exception>
-#include <stdexcept>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
