@@ -1,0 +1,85 @@
+// Checkpoint readers: the tensors of a checkpoint on disk, read back element range by element range,
+// whoever wrote it (layerinit's writers, transformers' save_pretrained, a converter). What `verify`
+// reads (checkpoint/verify.hpp).
+//
+// Use:
+//   auto r = open_checkpoint_reader("out/");            // a safetensors file or directory, an HDF5 file,
+//   for (std::size_t k = 0; k < r->tensors().size(); ++k)   // or a directory of emit --rank files
+//     r->read(k, first, n, buffer);                     // raw little-endian elements [first, first + n)
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <layerinit/checkpoint/writer.hpp>
+#include <layerinit/core/api.hpp>
+#include <layerinit/core/shape.hpp>
+#include <layerinit/dtypes/dtype.hpp>
+
+namespace layerinit {
+
+// A path that is not a checkpoint this reader understands, or a file that breaks its format's rules
+// (a truncated file, a header whose offsets leave the data, an index naming a missing shard): bad
+// input (the CLI's exit 2). what() is one line naming the file and the rule.
+class LAYERINIT_API checkpoint_invalid : public checkpoint_refused {
+ public:
+  using checkpoint_refused::checkpoint_refused;
+};
+
+// One tensor as the checkpoint stores it.
+struct StoredTensor {
+  std::string name;
+  Shape shape;                 // as stored, row-major (a rank's piece: its own shape)
+  std::optional<DType> dtype;  // nullopt: a dtype layerinit does not make (F64, I64, F8_E4M3, ...)
+  std::string dtype_text;      // as the file names it: safetensors "BF16", "F64"; HDF5 "bf16", "f64", "i32", ...
+  std::string file;            // the file that holds it, relative to the checkpoint path ("" for a single file)
+  // A rank's piece (a directory of emit --rank files): the whole tensor's shape and where the piece
+  // sits in it, from the file's "layerinit.shards". Empty for a whole tensor.
+  Shape global_shape, offset;
+  std::uint64_t bytes() const;  // numel(shape) * its element size (dtype_text's; 0 when unknown)
+};
+
+class LAYERINIT_API CheckpointReader {
+ public:
+  virtual ~CheckpointReader() = default;
+  CheckpointReader() = default;
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  // "safetensors", "hdf5" or "rank files".
+  virtual std::string_view format() const = 0;
+  // The tensors in file order (shards in index order; rank files in rank order, each in its order).
+  // Names are unique except in rank files, where each piece of a tensor has its name.
+  virtual const std::vector<StoredTensor>& tensors() const = 0;
+  // The checkpoint's string metadata: safetensors __metadata__ (of the first file; "format" "pt"
+  // included), HDF5 root string attributes. layerinit's keys are CheckpointMetadata's
+  // (docs/checkpoint.md); empty when the writer left none.
+  virtual const std::map<std::string, std::string>& metadata() const = 0;
+  // Copies elements [first, first + n) of tensors()[k], row-major, as raw little-endian values of its
+  // stored dtype, to `out` (n * element size bytes). A range outside the tensor or a tensor of
+  // unknown element size is misuse (layerinit::logic_error); a read that fails is checkpoint_error
+  // naming the file, a file found broken checkpoint_invalid.
+  virtual void read(std::size_t k, std::uint64_t first, std::uint64_t n, void* out) = 0;
+};
+
+// Opens `path`:
+// - a .safetensors file;
+// - a directory holding model.safetensors, or model.safetensors.index.json and the shards it names
+//   (a Hugging Face checkpoint, layerinit's emit, save_pretrained), config.json ignored;
+// - a directory of emit --rank files, rank-RRRRR-of-NNNNN.safetensors (all of one mesh);
+// - an HDF5 file (layerinit's, or a parallel emit's master over its rank directory: HDF5 reads the
+//   virtual datasets; a master whose layerinit.rank_files directory is gone is checkpoint_invalid,
+//   since HDF5 would read zeros for it).
+// Everything about the layout is checked here, before any tensor is read: headers parse, offsets tile
+// the data and stay inside the file, an index names only shards that exist and tensors they hold.
+// Throws checkpoint_invalid for what is not such a checkpoint (naming the path and why), checkpoint_error
+// for an I/O failure.
+LAYERINIT_API std::unique_ptr<CheckpointReader> open_checkpoint_reader(const std::filesystem::path& path);
+
+}  // namespace layerinit
