@@ -111,6 +111,16 @@ CheckpointMetadata builder_metadata(const Builder& b, const CheckpointMetadata& 
   from_builder(meta.orientation, "orientation", std::string(orientation_name(bo.orientation)), true);
   from_builder(meta.model_spec, "model_spec", spec_to_json(b.spec()), false);
   from_builder(meta.init_overrides, "init_overrides", b.recipe().overrides_text(), true);
+  // What else decides the bytes, so that verify can make them again from the file alone.
+  std::string dtypes;
+  if (!bo.dtype_overrides.empty()) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& o : bo.dtype_overrides) a.push_back({o.pattern, std::string(dtype_name(o.dtype))});
+    dtypes = a.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  from_builder(meta.dtype_overrides, "dtype_overrides", dtypes, true);
+  const bool expert_buffers = bo.layout == Layout::stacked && num_experts(b.spec().layer) > 0;
+  from_builder(meta.experts, "experts", expert_buffers ? std::string(expert_layout_name(bo.experts)) : std::string(), true);
   return meta;
 }
 

@@ -373,6 +373,8 @@ std::vector<std::pair<std::string, std::string>> metadata_pairs(const Checkpoint
       {"orientation", m.orientation},
       {"model_spec", m.model_spec}};
   if (!m.init_overrides.empty()) v.emplace_back("init_overrides", m.init_overrides);
+  if (!m.dtype_overrides.empty()) v.emplace_back("dtype_overrides", m.dtype_overrides);
+  if (!m.experts.empty()) v.emplace_back("experts", m.experts);
   for (const auto& [k, val] : m.extra) {
     for (const auto& kv : v)
       if (kv.first == k) bad_argument("checkpoint metadata key", k, "is given twice");

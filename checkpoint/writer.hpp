@@ -68,6 +68,11 @@ struct CheckpointMetadata {
   std::string orientation;           // "out-in" or "in-out"
   std::string model_spec;            // the model spec as JSON
   std::string init_overrides;        // Recipe::overrides_text(); the key is written only when not empty
+  // [["PATTERN","DTYPE"], ...] of the build's dtype overrides, in order; written only when not empty
+  std::string dtype_overrides;
+  // "stacked" or "per-expert": how a stacked layout holds MoE experts; written only when not empty
+  // (emit: a stacked layout of a model with experts)
+  std::string experts;
   std::map<std::string, std::string> extra;  // more keys; may not shadow the ones above
 };
 
