@@ -8,6 +8,8 @@ the same bytes as ``layerinit emit`` writes (docs/python.md).
   :class:`Array` objects that ``torch.from_dlpack``, ``jax.numpy.from_dlpack`` and
   ``numpy.from_dlpack`` take without a copy.
 - :func:`fill_` writes one tensor's values (or a piece's) into any writable DLPack array in place.
+- :func:`verify` says whether a checkpoint, a ``state_dict`` or a dict of arrays holds the init it
+  claims, and what a converter did to each tensor that differs.
 - :mod:`layerinit.torch` fills a ``torch.nn.Module`` (meta device, tied weights, DTensor shards),
   :mod:`layerinit.jax` builds ``jax.Array`` objects shard by shard.
 
@@ -30,6 +32,7 @@ import math
 import numbers
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from . import _core
@@ -47,6 +50,7 @@ __all__ = [
     "Plan",
     "Spec",
     "SpecError",
+    "VerifyReport",
     "__version__",
     "build",
     "cuda_available",
@@ -59,6 +63,7 @@ __all__ = [
     "recipe_names",
     "reset_peak",
     "spec",
+    "verify",
 ]
 
 Spec = _core.Spec
@@ -587,3 +592,171 @@ def memory_stats(device: str = "cpu") -> dict[str, int]:
 def reset_peak(device: str = "cpu") -> None:
     """Resets ``memory_stats(device)["peak_bytes"]`` to the bytes in use now."""
     _core.reset_peak(_str("device", device))
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What :func:`verify` found: ``ok`` when every tensor of the model is there with the init's
+    bits and nothing else is. ``tensors`` lists each tensor as a dict, the model's in its order, then
+    the unexpected ones: name, status (``"equal"``, ``"differs"``, ``"missing"``, ``"unexpected"``),
+    expected and stored ``{"shape", "dtype"}``, elements, differing, first_difference (index,
+    coords, expected, stored and their bits), diagnosis (kind, text, and tensor, heads, seed,
+    offset, index, dtype where they apply): the JSON ``layerinit verify --report json`` prints
+    (docs/checkpoint.md). ``str(report)`` is the CLI's text: a line per tensor that is not equal,
+    then the counts."""
+
+    ok: bool
+    equal: int
+    differs: int
+    missing: int
+    unexpected: int
+    bytes_read: int
+    seconds: float
+    tensors: list[dict[str, Any]] = field(repr=False)
+    _json: str = field(repr=False, compare=False)
+    _text: str = field(repr=False, compare=False)
+
+    def __str__(self) -> str:
+        return self._text
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as the JSON object: ok, the counts, bytes_read, seconds, tensors (a new copy)."""
+        return json.loads(self._json)
+
+    def tensor(self, name: str) -> dict[str, Any]:
+        """The entry of tensor ``name``; KeyError when the report has none."""
+        for t in self.tensors:
+            if t["name"] == name:
+                return t
+        raise KeyError(name)
+
+
+# Element types by their safetensors names: what a checkpoint of the same tensors would say.
+_SAFETENSORS_DTYPES = {
+    "float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64", "int64": "I64", "int32": "I32",
+    "int16": "I16", "int8": "I8", "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL",
+    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
+}
+
+
+def _stored_tensors(source: Mapping[str, Any]) -> tuple[list[tuple[str, str, list[int], int]], list[Any], list[str]]:
+    """The tensors of a dict source as (name, dtype, shape, element size), a function per tensor giving its
+    bytes (a NumPy uint8 array, made only when the library asks for it: a CUDA tensor is copied to the
+    host then), and the names that are another entry's memory (a tied parameter's second name)."""
+    try:
+        import numpy as np
+    except ImportError as e:
+        raise ValueError("verify of a dict of arrays needs numpy") from e
+    tensors, getters, aliases = [], [], []
+    seen: dict[Any, str] = {}
+    for name, v in _items("source", source):
+        arg = f"source[{_show(name)}]"
+        name = _str(f"source key {_show(name)}", name)
+        mod = type(v).__module__.split(".")[0]
+        if mod == "torch":
+            import torch
+
+            if not isinstance(v, torch.Tensor):
+                raise ValueError(f"{arg} must be an array, got {type(v).__name__}")
+            if type(v).__name__ == "DTensor" or hasattr(v, "full_tensor"):
+                raise ValueError(f"{arg} is a DTensor: pass its full_tensor() (on every rank) or a dict of the local "
+                                 "shards verified against a rank's pieces")
+            if v.layout != torch.strided or v.is_meta:
+                raise ValueError(f"{arg} holds no dense values (layout {v.layout}, device {v.device})")
+            dtype = str(v.dtype).removeprefix("torch.")
+            shape, esize = list(v.shape), v.element_size()
+            if v.numel():  # ties: one tensor under two names, as state_dict() gives them
+                key = (v.device, v.data_ptr(), tuple(v.shape), v.stride(), v.dtype)
+                if key in seen:
+                    aliases.append(name)
+                seen.setdefault(key, name)
+
+            def get(t: Any = v) -> Any:
+                t = t.detach().resolve_conj().resolve_neg()
+                if t.device.type != "cpu":
+                    t = t.to("cpu")
+                return t.contiguous().reshape(-1).view(torch.uint8).numpy()
+        else:
+            if mod in ("jax", "jaxlib"):
+                a = v  # copied to the host when the library asks for it
+                dt, shape = np.dtype(v.dtype), list(v.shape)
+            elif isinstance(v, np.ndarray):
+                a, dt, shape = v, v.dtype, list(v.shape)
+            elif isinstance(v, Array):
+                if v.device != "cpu":
+                    raise ValueError(f"{arg} is a layerinit.Array on {v.device}: take it with torch.from_dlpack")
+                a = v._numpy_view()  # bf16 as uint16
+                dt, shape = a.dtype, list(v.shape)
+            else:
+                raise ValueError(f"{arg} must be a torch tensor, a NumPy or JAX array, got {type(v).__name__}")
+            if dt.kind == "O" or dt.fields is not None:
+                raise ValueError(f"{arg} of dtype {dt} holds no numbers")
+            dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[v.dtype] if isinstance(v, Array) else dt.name
+            esize = dt.itemsize
+
+            def get(a: Any = a) -> Any:
+                h = np.asarray(a)
+                if h.dtype.byteorder == ">":
+                    h = h.astype(h.dtype.newbyteorder("<"))
+                return np.ascontiguousarray(h).reshape(-1).view(np.uint8)
+        tensors.append((name, _SAFETENSORS_DTYPES.get(dtype, dtype), shape, esize))
+        getters.append(get)
+    return tensors, getters, aliases
+
+
+def verify(
+    source: Union[str, "os.PathLike[str]", Mapping[str, Any]],
+    model: Optional[ModelLike] = None,
+    *,
+    dtype: Optional[str] = None,
+    seed: Optional[int] = None,
+    recipe: Optional[str] = None,
+    layout: Optional[str] = None,
+    orientation: Optional[str] = None,
+    experts: Optional[str] = None,
+    overrides: Optional[Mapping[str, FillLike]] = None,
+    dtype_overrides: Optional[Mapping[str, str]] = None,
+    threads: int = 0,
+    diagnose: bool = True,
+) -> VerifyReport:
+    """Compares ``source`` with the init of ``model`` made with these options, tensor by tensor,
+    and for each tensor that differs says what was done to it (``layerinit verify``, docs/checkpoint.md).
+
+    - ``source``: a checkpoint's path (a safetensors file or directory, save_pretrained's included,
+      an HDF5 file, a directory of ``emit --rank`` files), or a mapping of names to arrays: a
+      ``state_dict`` (CPU or CUDA tensors; a CUDA tensor is copied to the host one at a time, when it
+      is compared), NumPy arrays (bfloat16 through ml_dtypes), JAX arrays. A torch tensor that is
+      another entry's memory (a tied parameter's second name) and that the model does not have is
+      left out, as ``save_pretrained`` leaves it out.
+    - ``model`` and the options as :func:`build` takes them. Each left None comes from the
+      checkpoint's metadata when layerinit wrote it, else is build's default (the model's dtype,
+      seed 0, recipe "hf", per-layer, out-in, stacked experts).
+
+    Returns a :class:`VerifyReport`; a checkpoint that differs is a report, not an error. Raises
+    ValueError for no model and no metadata naming one (``model``), a checkpoint or dict that is not
+    of the model at all (fewer than half of its tensors there by name and size), a path that is not a
+    checkpoint, and a bad argument (naming it); OSError when reading the checkpoint fails.
+    """
+    m = None if model is None else spec(model)
+    args = dict(
+        dtype=None if dtype is None else _str("dtype", dtype),
+        seed=None if seed is None else _int("seed", seed),
+        recipe=None if recipe is None else _str("recipe", recipe),
+        layout=None if layout is None else _str("layout", layout),
+        orientation=None if orientation is None else _str("orientation", orientation),
+        experts=None if experts is None else _str("experts", experts),
+        overrides=None if overrides is None else _overrides("overrides", overrides, lambda a, f: _fill_text(f, a)),
+        dtype_overrides=None if dtype_overrides is None else _overrides("dtype_overrides", dtype_overrides, _str),
+        threads=_int("threads", threads, 0, _MAX_THREADS),
+        diagnose=_bool("diagnose", diagnose),
+    )
+    if isinstance(source, Mapping):
+        tensors, getters, aliases = _stored_tensors(source)
+        report, text = _core.verify_tensors(tensors, lambda k: getters[k](), aliases, m, **args)
+    elif isinstance(source, (str, os.PathLike)):
+        report, text = _core.verify_path(_fspath("source", source), m, **args)
+    else:
+        raise ValueError(f"source must be a checkpoint's path or a mapping of names to arrays, got {type(source).__name__}")
+    j = json.loads(report)
+    return VerifyReport(j["ok"], j["equal"], j["differs"], j["missing"], j["unexpected"], j["bytes_read"], j["seconds"],
+                        j["tensors"], report, text)

@@ -13,10 +13,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -24,6 +27,7 @@
 #include <layerinit/config.hpp>
 #include <layerinit/core/errors.hpp>
 #include <layerinit/checkpoint/emit.hpp>
+#include <layerinit/checkpoint/verify.hpp>
 #include <layerinit/core/text.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/init/describe.hpp>
@@ -400,6 +404,155 @@ nb::dict build(const Plan& plan, const std::string& device, const std::optional<
   return out;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Verify: a checkpoint, or tensors Python holds, compared with the init they claim (checkpoint/verify.hpp).
+
+// A tensor Python hands over: name, dtype as safetensors names it ("BF16", "F64"), shape, element size.
+using PyStored = std::tuple<std::string, std::string, std::vector<std::uint64_t>, std::uint64_t>;
+
+// The bytes of the tensors Python holds, one tensor at a time: get(k) returns an object of the buffer
+// protocol holding tensor k's raw bytes, C-contiguous (layerinit.verify makes it when asked: a CUDA
+// tensor is copied to the host only then). verify reads a tensor's chunks in order, then the next
+// tensor's, so the last one is kept (its buffer held) until another is asked for.
+class PyTensorBytes {
+ public:
+  // Tensor k is get(index[k]), named names[k], of bytes[k] bytes.
+  PyTensorBytes(nb::object get, std::vector<std::size_t> index, std::vector<std::string> names, std::vector<std::uint64_t> bytes)
+      : get_(std::move(get)), index_(std::move(index)), names_(std::move(names)), bytes_(std::move(bytes)) {}
+  PyTensorBytes(const PyTensorBytes&) = delete;
+  PyTensorBytes& operator=(const PyTensorBytes&) = delete;
+  ~PyTensorBytes() { release(); }  // the GIL held: made and destroyed where the binding holds it
+
+  // Bytes [first, first + n) of tensor k. Called with the GIL released, from verify's reading thread
+  // or its own; takes the GIL to ask Python for a tensor's bytes.
+  void read(std::size_t k, std::uint64_t first, std::uint64_t n, void* out) {
+    std::lock_guard lock(mu_);
+    if (!held_ || k != k_) {
+      nb::gil_scoped_acquire gil;
+      release();
+      nb::object obj = get_(index_[k]);
+      if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_ND | PyBUF_C_CONTIGUOUS) != 0) {
+        PyErr_Clear();
+        bad_argument("source[" + quote(names_[k], 80) + "]", "gave no C-contiguous buffer of its bytes (a " +
+                                                                 nb::cast<std::string>(nb::str(obj.type().attr("__name__"))) + ")");
+      }
+      held_ = true;
+      k_ = k;
+      if (static_cast<std::uint64_t>(view_.len) != bytes_[k])
+        bad_argument("source[" + quote(names_[k], 80) + "]", "gave " + std::to_string(view_.len) + " bytes for a tensor of " +
+                                                                 std::to_string(bytes_[k]));
+    }
+    std::memcpy(out, static_cast<const unsigned char*>(view_.buf) + first, n);
+  }
+
+ private:
+  void release() {
+    if (held_) PyBuffer_Release(&view_);
+    held_ = false;
+  }
+  nb::object get_;
+  std::vector<std::size_t> index_;
+  std::vector<std::string> names_;
+  std::vector<std::uint64_t> bytes_;
+  std::mutex mu_;
+  Py_buffer view_{};
+  bool held_ = false;
+  std::size_t k_ = 0;
+};
+
+// The options of layerinit.verify: each None comes from the checkpoint's metadata when layerinit wrote
+// it, else build's default (the CLI's verify reads its flags the same way).
+struct VerifyArgs {
+  std::optional<std::string> dtype, recipe, layout, orientation, experts;
+  std::optional<std::uint64_t> seed;
+  std::optional<TextPairs> overrides, dtype_overrides;
+};
+
+// (report JSON, report text) of a checkpoint whose metadata is `meta` against `model` (else the model
+// `meta` names): reader(builder) gives the checkpoint once the model and options are known.
+std::pair<std::string, std::string> verify_with(const std::map<std::string, std::string>& meta, const std::string& shown,
+                                                const std::function<CheckpointReader&(const Builder&)>& reader,
+                                                const std::optional<Spec>& model, const VerifyArgs& a, int threads, bool diagnose) {
+  const std::optional<CheckpointClaim> claim = claim_from_metadata(meta);
+  if (!model && !claim)
+    bad_argument("model", "is needed: " + shown + " has no layerinit metadata (model_spec) to say which model it holds; give the "
+                          "model and the options it was made with");
+  const ModelSpec spec = model ? model->spec : claim->spec;
+  OptionsText text = claim ? claim->options : OptionsText{};
+  if (a.dtype) text.dtype = a.dtype;
+  if (a.dtype_overrides) text.dtype_overrides = *a.dtype_overrides;
+  if (a.recipe) text.recipe = *a.recipe;
+  if (a.overrides) text.init_overrides = *a.overrides;
+  if (a.seed) text.seed = *a.seed;
+  if (a.layout) text.layout = *a.layout;
+  if (a.orientation) text.orientation = *a.orientation;
+  if (a.experts) text.experts = *a.experts;
+  const Recipe recipe = checked_recipe(text, OptionNames::python);
+  const BuildOptions opts = checked_build_options(text, OptionNames::python, spec);
+  spec.validate();
+  // The values are made on the host, beside the stored ones: a host backend, on the host tracker.
+  std::unique_ptr<backend> be = make_host_backend(threads);
+  const Builder builder(spec, recipe, opts, *be, *host_context().tracker);
+  CheckpointReader& r = reader(builder);
+  check_same_model(spec, builder, r, shown);
+  VerifyOptions vo;
+  vo.diagnose = diagnose;
+  // The seed the metadata says, when another is asked for: diagnosis tries it.
+  if (claim && claim->options.seed != opts.seed) vo.seeds.push_back(claim->options.seed);
+  // Ctrl-C between chunks: KeyboardInterrupt, as build's.
+  vo.progress = [](const VerifyProgress&) {
+    nb::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+  };
+  VerifyReport report;
+  {
+    nb::gil_scoped_release release;
+    report = verify_checkpoint(builder, r, vo);
+  }
+  return {verify_report_json(report), verify_report_text(report)};
+}
+
+// Tensors Python holds; `aliases` name those that are another entry's memory (a tied parameter's
+// second name in a state_dict): each the model does not have is left out, as save_pretrained and
+// safetensors leave a tie's second name out of the file.
+std::pair<std::string, std::string> verify_tensors(const std::vector<PyStored>& tensors, nb::object get,
+                                                   const std::vector<std::string>& aliases, const std::optional<Spec>& model,
+                                                   const VerifyArgs& a, int threads, bool diagnose) {
+  std::unique_ptr<CheckpointReader> r;
+  std::optional<PyTensorBytes> source;
+  auto reader = [&](const Builder& b) -> CheckpointReader& {
+    std::set<std::string, std::less<>> expected, alias(aliases.begin(), aliases.end());
+    for_each_dataset(b, [&](DatasetSpec d, Part::Kind, std::optional<std::uint64_t>) { expected.insert(d.name); });
+    std::vector<StoredTensor> stored;
+    std::vector<std::string> names;
+    std::vector<std::uint64_t> bytes, esizes;
+    for (const auto& [name, dtype, shape, esize] : tensors) {
+      if (alias.count(name) && !expected.count(name)) continue;
+      StoredTensor& s = stored.emplace_back();
+      s.name = name;
+      s.shape = Shape(shape.begin(), shape.end());
+      s.dtype_text = dtype;
+      if (dtype == "F32") s.dtype = DType::f32;
+      else if (dtype == "F16") s.dtype = DType::f16;
+      else if (dtype == "BF16") s.dtype = DType::bf16;
+      names.push_back(name);
+      bytes.push_back(numel(s.shape) * esize);
+      esizes.push_back(esize);
+    }
+    // get(k) is asked by the index in `tensors`: keep each kept tensor's.
+    std::vector<std::size_t> index;
+    for (std::size_t k = 0; k < tensors.size(); ++k)
+      if (!alias.count(std::get<0>(tensors[k])) || expected.count(std::get<0>(tensors[k]))) index.push_back(k);
+    source.emplace(get, std::move(index), std::move(names), std::move(bytes));
+    r = callback_reader("state dict", std::move(stored), {},
+                        [&source, esizes = std::move(esizes)](std::size_t k, std::uint64_t first, std::uint64_t n, void* out) {
+                          source->read(k, first * esizes[k], n * esizes[k], out);
+                        });
+    return *r;
+  };
+  return verify_with({}, "the state dict", reader, model, a, threads, diagnose);
+}
+
 nb::dict stats_dict(const MemoryStats& s) {
   nb::dict d;
   d["current_bytes"] = s.current_bytes;
@@ -450,6 +603,11 @@ void translate_errors(const std::exception_ptr& p, void*) {
     raise_typed(error_types.refused, e.what(), {{"needed", nb::int_(e.needed())}, {"available", nb::int_(e.available())}});
   } catch (const cuda_error& e) {
     raise_typed(error_types.cuda, e.what(), {{"call", nb::str(e.call().c_str())}});
+  } catch (const checkpoint_refused& e) {
+    // A path that is not a checkpoint, or one broken or not of the model (verify): bad input.
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const checkpoint_error& e) {
+    PyErr_SetString(PyExc_OSError, e.what());  // reading a checkpoint failed
   } catch (const std::out_of_range& e) {
     // The library's out-of-range and overflow errors are bad input too (a part index, a shape of
     // 2^80 elements): ValueError as every other, not nanobind's IndexError and OverflowError.
@@ -717,6 +875,21 @@ NB_MODULE(_core, m) {
         if (a.global_shape != a.tensor.view.shape) s += ", piece at " + shape_text(a.offset) + " of " + shape_text(a.global_shape);
         return s + ", " + (a.ctx->device_type == kDLCPU ? "cpu" : "cuda:0") + ")";
       });
+
+  m.def("verify_tensors", [](const std::vector<PyStored>& tensors, nb::object get, const std::vector<std::string>& aliases,
+                             const std::optional<Spec>& model,
+                             const std::optional<std::string>& dtype, std::optional<std::uint64_t> seed,
+                             const std::optional<std::string>& recipe, const std::optional<std::string>& layout,
+                             const std::optional<std::string>& orientation, const std::optional<std::string>& experts,
+                             const std::optional<TextPairs>& overrides, const std::optional<TextPairs>& dtype_overrides,
+                             int threads, bool diagnose) {
+    return verify_tensors(tensors, std::move(get), aliases, model, {dtype, recipe, layout, orientation, experts, seed, overrides, dtype_overrides},
+                          threads, diagnose);
+  }, "tensors"_a, "get"_a, "aliases"_a, "model"_a.none(), "dtype"_a.none(), "seed"_a.none(), "recipe"_a.none(), "layout"_a.none(),
+  "orientation"_a.none(), "experts"_a.none(), "overrides"_a.none(), "dtype_overrides"_a.none(), "threads"_a = 0,
+  "diagnose"_a = true,
+  "(report JSON, report text) of tensors [(name, safetensors dtype, shape, element size)] whose bytes get(k) gives "
+  "(a C-contiguous buffer), against `model` and the options (None: build's default).");
 
   m.def("memory_stats", [](const std::string& device) { return stats_dict(context_for(device).tracker->stats()); },
         "device"_a = "cpu");
