@@ -496,18 +496,8 @@ class Verifier {
 
   Diagnosis diagnose(const Expected& e, const StoredTensor& s, const Bytes& have, const Bytes& want, std::uint64_t have_hash,
                      std::string_view self) {
-    const std::uint64_t esize = element_size(s), n = numel(s.shape);
-    const bool f64 = is_f64(s);
-    // Every element the same bits.
-    if (n > 0) {
-      bool constant = true;
-      for (std::uint64_t i = 1; i < n && constant; ++i) constant = std::memcmp(have.data(), have.data() + i * esize, esize) == 0;
-      if (constant) {
-        const double v = value_of(bits_at(have.data(), 0, esize), s.dtype, f64);
-        if (v == 0 && !std::signbit(v)) return make("zeros", "every element is 0");
-        return make("constant", "every element is " + number(v));
-      }
-    }
+    const std::uint64_t n = numel(s.shape);
+    if (auto d = constant_diagnosis(s, have)) return *d;
     // Another tensor's bytes: swapped, or tied to it.
     if (const auto [a, z] = by_hash_.equal_range(have_hash); a != z)
       for (auto it = a; it != z; ++it)
@@ -537,6 +527,17 @@ class Verifier {
     if (s.shape != e.shape) text += " (stored " + shape_string(s.shape) + " where " + shape_string(e.shape) + " was expected)";
     else if (s.dtype != e.dtype) text += " (stored as " + s.dtype_text + " where " + std::string(dtype_name(e.dtype)) + " was expected)";
     return make("none", text);
+  }
+
+  // Every element the same bits.
+  static std::optional<Diagnosis> constant_diagnosis(const StoredTensor& s, const Bytes& have) {
+    const std::uint64_t esize = element_size(s), n = numel(s.shape);
+    if (n == 0 || esize == 0) return std::nullopt;
+    for (std::uint64_t i = 1; i < n; ++i)
+      if (std::memcmp(have.data(), have.data() + i * esize, esize) != 0) return std::nullopt;
+    const double v = value_of(bits_at(have.data(), 0, esize), s.dtype, is_f64(s));
+    if (v == 0 && !std::signbit(v)) return make("zeros", "every element is 0");
+    return make("constant", "every element is " + number(v));
   }
 
   // Stored in another dtype: the expected values exactly, or rounded to it, or the init made in it.
@@ -681,6 +682,11 @@ class Verifier {
     if (!esize || !s.dtype) return;
     const Bytes have = stored_bytes(u.stored.front());
     u.stored_hash = content_hash(have.data(), have.size());
+    // A constant matches every constant tensor of its size (norms): say what it is instead.
+    if (auto d = constant_diagnosis(s, have)) {
+      u.check.diagnosis = *d;
+      return;
+    }
     for (auto [a, z] = by_hash_.equal_range(*u.stored_hash); a != z; ++a) {
       Work& m = *a->second;
       if (m.expected->bytes() != have.size()) continue;
