@@ -158,6 +158,9 @@ std::uint64_t element_size(const StoredTensor& s) {
   if (t == "bool" || t == "u8" || t == "i8" || t.rfind("f8", 0) == 0) return 1;
   return 0;
 }
+// The stored dtype as reports name it: layerinit's name ("bf16") for its own dtypes, else the file's.
+std::string stored_dtype_name(const StoredTensor& s) { return s.dtype ? std::string(dtype_name(*s.dtype)) : s.dtype_text; }
+
 bool is_f64(const StoredTensor& s) {
   return !s.dtype && (s.dtype_text == "F64" || s.dtype_text == "f64" || s.dtype_text == "float64");
 }
@@ -270,7 +273,7 @@ class Verifier {
       w.check.name = stored[k].name;
       w.check.status = CheckStatus::unexpected;
       w.check.stored_shape = stored[k].global_shape.empty() ? stored[k].shape : stored[k].global_shape;
-      w.check.stored_dtype = stored[k].dtype_text;
+      w.check.stored_dtype = stored_dtype_name(stored[k]);
       w.check.file = stored[k].file;
       w.stored.push_back(k);
     }
@@ -313,7 +316,7 @@ class Verifier {
       return;
     }
     const StoredTensor& first = stored[w.stored.front()];
-    w.check.stored_dtype = first.dtype_text;
+    w.check.stored_dtype = stored_dtype_name(first);
     w.check.file = first.file;
     if (!first.global_shape.empty()) return compare_pieces(w);
     w.check.stored_shape = first.shape;
@@ -379,7 +382,7 @@ class Verifier {
       if (s.global_shape != e.shape || s.dtype != e.dtype || s.offset.size() != e.shape.size() ||
           s.shape.size() != e.shape.size()) {
         w.check.stored_shape = s.global_shape;
-        w.check.stored_dtype = s.dtype_text;
+        w.check.stored_dtype = stored_dtype_name(s);
         w.check.status = CheckStatus::differs;
         return;
       }
@@ -525,7 +528,7 @@ class Verifier {
     }
     std::string text = "no known transformation gives the stored values";
     if (s.shape != e.shape) text += " (stored " + shape_string(s.shape) + " where " + shape_string(e.shape) + " was expected)";
-    else if (s.dtype != e.dtype) text += " (stored as " + s.dtype_text + " where " + std::string(dtype_name(e.dtype)) + " was expected)";
+    else if (s.dtype != e.dtype) text += " (stored as " + stored_dtype_name(s) + " where " + std::string(dtype_name(e.dtype)) + " was expected)";
     return make("none", text);
   }
 
@@ -548,12 +551,12 @@ class Verifier {
     bool exact = true;
     for (std::uint64_t i = 0; i < n && exact; ++i)
       exact = value_of(bits_at(have.data(), i, hs), s.dtype, f64) == value_of(bits_at(want.data(), i, ws), e.dtype, false);
-    if (exact) return make("converted", "the expected " + from + " values exactly, stored as " + s.dtype_text);
+    if (exact) return make("converted", "the expected " + from + " values exactly, stored as " + stored_dtype_name(s));
     if (s.dtype) {
       bool rounded = true;
       for (std::uint64_t i = 0; i < n && rounded; ++i)
         rounded = bits_of(static_cast<float>(value_of(bits_at(want.data(), i, ws), e.dtype, false)), *s.dtype) == bits_at(have.data(), i, hs);
-      if (rounded) return make("rounded", "the expected " + from + " values rounded to " + s.dtype_text);
+      if (rounded) return make("rounded", "the expected " + from + " values rounded to " + stored_dtype_name(s));
       if (expected_bytes(e, std::nullopt, *s.dtype) == have) {
         Diagnosis d = make("other_dtype", "the init made in " + std::string(dtype_name(*s.dtype)) + " (the stored dtype), not " + from);
         d.dtype = *s.dtype;
