@@ -973,14 +973,12 @@ std::string verify_report_text(const VerifyReport& report, bool all) {
         break;
       case CheckStatus::differs:
         line += " " + shape_string(t.expected_shape) + " " + t.expected_dtype;
-        // Values compared (a first difference), else stored in another shape or dtype. Not the dtype
-        // texts: a file spells the stored one its way ("BF16" for bf16).
-        if (t.first_difference)
+        if (t.stored_shape != t.expected_shape || t.stored_dtype != t.expected_dtype)
+          line += ": stored " + shape_string(t.stored_shape) + " " + printable(t.stored_dtype, 20);
+        else if (t.first_difference)
           line += ": " + std::to_string(t.differing) + " of " + std::to_string(t.elements) + " elements differ, first " +
                   shape_string(t.first_difference->coords) + ": " + number(t.first_difference->stored) + " stored, " +
                   number(t.first_difference->expected) + " expected";
-        else
-          line += ": stored " + shape_string(t.stored_shape) + " " + printable(t.stored_dtype, 20);
         break;
     }
     if (t.diagnosis) line += "; " + printable(t.diagnosis->text, 400);
