@@ -84,11 +84,11 @@ def test_one_element_changed_is_found_with_its_index_and_values():
     bits = lambda x: "0x%04x" % (x.view(torch.int16).item() & 0xFFFF)  # noqa: E731
     assert t["status"] == "differs" and t["elements"] == 4096 and t["differing"] == 1
     assert t["expected"] == {"shape": [64, 64], "dtype": "bf16"}
-    assert t["stored"] == {"shape": [64, 64], "dtype": "BF16", "file": ""}
+    assert t["stored"] == {"shape": [64, 64], "dtype": "bf16", "file": ""}
     assert t["first_difference"] == {"index": 66, "coords": [1, 2], "expected": before, "stored": changed[1, 2].item(),
                                       "expected_bits": bits(sd[Q][1, 2]), "stored_bits": bits(changed[1, 2])}
     assert t["diagnosis"] == {"kind": "none", "text": "no known transformation gives the stored values"}
-    # The text says the values differ (the stored dtype is spelled "BF16", as in a safetensors file).
+    # The text says how many values differ.
     assert str(r).splitlines()[0].startswith(
         f"differs    {Q} [64, 64] bf16: 1 of 4096 elements differ, first [1, 2]: ")
     # as_dict is the JSON object, a new copy each time.
@@ -206,10 +206,10 @@ def test_converted_rounded_and_other_dtype():
     bf16, fp32 = state_dict("bf16"), state_dict("fp32")
     # bf16 values widened to fp32: each exactly.
     d = diagnosis(verify(dict(bf16, **{Q: bf16[Q].float()})), Q)
-    assert d == {"kind": "converted", "text": "the expected bf16 values exactly, stored as F32"}
+    assert d == {"kind": "converted", "text": "the expected bf16 values exactly, stored as fp32"}
     # fp32 values rounded to bf16, checked as fp32.
     d = diagnosis(verify(dict(fp32, **{Q: fp32[Q].to(torch.bfloat16)}), dtype="fp32"), Q)
-    assert d == {"kind": "rounded", "text": "the expected fp32 values rounded to BF16"}
+    assert d == {"kind": "rounded", "text": "the expected fp32 values rounded to bf16"}
     # The fp32 init cast to bf16, checked as bf16: layerinit's bf16 values are their own, not fp32's rounded.
     r = verify({k: t.to(torch.bfloat16) for k, t in fp32.items()})
     assert diagnosis(r, Q) == {"kind": "other_dtype", "text": "the init made in fp32, then cast to bf16", "dtype": "fp32"}
