@@ -255,6 +255,8 @@ def test_errors_name_the_argument():
         layerinit.verify(42, PRESET)
     with pytest.raises(ValueError, match=r"^source\['x'\] must be a torch tensor, a NumPy or JAX array, got list"):
         layerinit.verify({"x": [1.0]}, PRESET)
+    with pytest.raises(ValueError, match=r"^source key 5 must be a str, got int 5"):
+        layerinit.verify({5: sd[Q]}, PRESET)
     with pytest.raises(ValueError, match=r"^source\['x'\] holds no dense values"):
         layerinit.verify({"x": torch.empty(3, device="meta")}, PRESET)
     with pytest.raises(ValueError, match=r"^seed must be an integer"):
@@ -286,6 +288,48 @@ def test_an_exception_of_the_source_reaches_the_caller():
 
     with pytest.raises(Boom):
         _core.verify_tensors(tensors, get, [], layerinit.spec(PRESET), "bf16", None, None, None, None, None, None, None)
+
+
+def test_a_dtensor_is_refused_naming_what_to_pass():
+    dist = pytest.importorskip("torch.distributed")
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Replicate
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        sd = state_dict()
+        sd[Q] = DTensor.from_local(sd[Q], DeviceMesh("cpu", [0]), [Replicate()])
+        with pytest.raises(ValueError, match=rf"^source\['{Q}'\] is a DTensor: pass its full_tensor\(\)"):
+            verify(sd)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ctrl_c_while_verifying_raises_keyboard_interrupt():
+    import os
+    import signal
+
+    from layerinit import _core
+
+    sd = state_dict()
+    names = list(sd)
+    tensors = [(k, "BF16", list(t.shape), 2) for k, t in sd.items()]
+
+    def get(k):
+        if k == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+        return sd[names[k]].view(torch.int16).numpy()
+
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _core.verify_tensors(tensors, get, [], layerinit.spec(PRESET), "bf16", None, None, None, None, None, None,
+                                 None, threads=1)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert verify(sd, threads=1).ok  # and the next one runs
 
 
 # --- transformers and torchtitan ---------------------------------------------------------------
@@ -333,3 +377,4 @@ def test_torchtitan_to_hf_of_a_model_filled_by_init_verifies():
     wrong = dict(hf, **{q: hf_unpermute(hf[q], n_heads, dim, hf[q].shape[1])})
     d = diagnosis(layerinit.verify(wrong, spec, recipe="torchtitan", seed=5, dtype="fp32"), q)
     assert d["kind"] == "rope_unpermute" and d["heads"] == n_heads
+
