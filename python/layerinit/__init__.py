@@ -659,8 +659,7 @@ def _stored_tensors(source: Mapping[str, Any]) -> tuple[list[tuple[str, str, lis
             if not isinstance(v, torch.Tensor):
                 raise ValueError(f"{arg} must be an array, got {type(v).__name__}")
             if type(v).__name__ == "DTensor" or hasattr(v, "full_tensor"):
-                raise ValueError(f"{arg} is a DTensor: pass its full_tensor() (on every rank) or a dict of the local "
-                                 "shards verified against a rank's pieces")
+                raise ValueError(f"{arg} is a DTensor: pass its full_tensor() (a collective: call it on every rank)")
             if v.layout != torch.strided or v.is_meta:
                 raise ValueError(f"{arg} holds no dense values (layout {v.layout}, device {v.device})")
             dtype = str(v.dtype).removeprefix("torch.")
@@ -727,7 +726,7 @@ def verify(
       ``state_dict`` (CPU or CUDA tensors; a CUDA tensor is copied to the host one at a time, when it
       is compared), NumPy arrays (bfloat16 through ml_dtypes), JAX arrays. A torch tensor that is
       another entry's memory (a tied parameter's second name) and that the model does not have is
-      left out, as ``save_pretrained`` leaves it out.
+      left out, as ``save_pretrained`` leaves it out. A DTensor is refused: pass its ``full_tensor()``.
     - ``model`` and the options as :func:`build` takes them. Each left None comes from the
       checkpoint's metadata when layerinit wrote it, else is build's default (the model's dtype,
       seed 0, recipe "hf", per-layer, out-in, stacked experts).
