@@ -143,7 +143,13 @@ class Hdf5Reader final : public CheckpointReader {
  private:
   void open() {
     file_ = Hid(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    if (!file_.valid()) hdf5_fail("cannot open", path_);
+    if (!file_.valid()) {
+      // The file has HDF5's signature and could be opened for reading: a cut file is the file's
+      // fault; anything else (a lock the filesystem refuses, ...) the environment's.
+      const std::string why = detail::hdf5_reason();
+      if (why.find("truncated file") != std::string::npos) invalid(path_, "a cut HDF5 file (" + why + ")");
+      throw checkpoint_error("checkpoint: cannot open " + printable(path_.string()) + ": " + why);
+    }
     // A virtual dataset's sources are named relative to the master's directory. HDF5 1.10.8 searches
     // it anyway (after HDF5_VDS_PREFIX and this prefix, before the working directory); the prefix
     // names it rather than rely on that search order.

@@ -663,12 +663,12 @@ TEST(CheckpointReader, AnHDF5DtypeAttributeMustMatchTheType) {
 }
 
 // A checkpoint of more shards than the process may open files: a few stay open at a time. Run in a
-// child with RLIMIT_NOFILE 32 (and 200 shards), reading every tensor twice in shard order and once
+// child with RLIMIT_NOFILE 32 (and 60 shards), reading every tensor twice in shard order and once
 // backwards.
 TEST(CheckpointReader, ManyShardsTakeAFewDescriptors) {
   TempDir dir;
   std::vector<DatasetSpec> d;
-  for (int i = 0; i < 200; ++i) d.push_back({"t" + std::to_string(1000 + i), {3}, DType::f32, 0});
+  for (int i = 0; i < 60; ++i) d.push_back({"t" + std::to_string(1000 + i), {3}, DType::f32, 0});
   WriterOptions opts;
   opts.max_shard_size = 12;  // one tensor per shard
   const auto written = write_checkpoint(CheckpointFormat::safetensors, dir / "ckpt", d, {}, opts);
@@ -677,7 +677,7 @@ TEST(CheckpointReader, ManyShardsTakeAFewDescriptors) {
     if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) return 3;
     try {
       const auto r = open_checkpoint_reader(dir / "ckpt");
-      if (r->tensors().size() != 200 || r->tensors().back().file != "model-00200-of-00200.safetensors") return 4;
+      if (r->tensors().size() != 60 || r->tensors().back().file != "model-00060-of-00060.safetensors") return 4;
       for (int pass = 0; pass < 2; ++pass)
         if (read_by_name(*r) != written) return 5;
       for (std::size_t k = r->tensors().size(); k-- > 0;)
@@ -690,4 +690,33 @@ TEST(CheckpointReader, ManyShardsTakeAFewDescriptors) {
   });
   EXPECT_TRUE(WIFEXITED(out.status));
   EXPECT_EQ(WEXITSTATUS(out.status), 0) << out.message;
+}
+
+// A cut HDF5 file is a broken checkpoint, not an environment failure.
+TEST(CheckpointReader, ACutHDF5FileIsRefused) {
+  TempDir dir;
+  const fs::path p = dir / "x.h5";
+  write_checkpoint(CheckpointFormat::hdf5, p, kDatasets, test_meta(), {});
+  const std::uint64_t size = fs::file_size(p);
+  fs::resize_file(p, size / 2);
+  // HDF5's own words after "eof = N" vary with its version.
+  const std::string m = refusal(p);
+  EXPECT_TRUE(m.starts_with("checkpoint: " + p.string() + ": a cut HDF5 file (truncated file: eof = " + std::to_string(size / 2)))
+      << m;
+}
+
+// A file cut after it was opened: the read says so, naming the file.
+TEST(CheckpointReader, AFileCutAfterOpeningFailsTheRead) {
+  TempDir dir;
+  write_checkpoint(CheckpointFormat::safetensors, dir / "c", kDatasets, {}, {});
+  const fs::path f = dir / "c" / "model.safetensors";
+  const auto r = open_checkpoint_reader(dir / "c");
+  fs::resize_file(f, fs::file_size(f) - 1);
+  std::string buf(r->tensors().back().bytes(), '\0');
+  try {
+    r->read(r->tensors().size() - 1, 0, numel(r->tensors().back().shape), buf.data());
+    ADD_FAILURE() << "no error";
+  } catch (const checkpoint_invalid& e) {
+    EXPECT_EQ(std::string(e.what()), "checkpoint: " + f.string() + ": ends inside tensor 'a.four' (cut since it was opened?)");
+  }
 }
