@@ -82,7 +82,8 @@ struct Subject {
       s.name = h.name;
       s.shape = h.shape;
       if (h.dtype_text.empty()) s.dtype = h.dtype;
-      s.dtype_text = h.dtype_text.empty() ? std::string(dtype_name(h.dtype)) : h.dtype_text;
+      // As a safetensors header spells them.
+      s.dtype_text = !h.dtype_text.empty() ? h.dtype_text : h.dtype == DType::bf16 ? "BF16" : h.dtype == DType::f16 ? "F16" : "F32";
       s.global_shape = h.global_shape;
       s.offset = h.offset;
       stored.push_back(std::move(s));
