@@ -470,12 +470,14 @@ struct VerifyArgs {
 
 // (report JSON, report text) of a checkpoint whose metadata is `meta` against `model` (else the model
 // `meta` names): reader(builder) gives the checkpoint once the model and options are known.
+// `shown` names the source in check_same_model's refusal (quoted there), `said` in this one's ("checkpoint
+// 'out/'", "the state dict").
 std::pair<std::string, std::string> verify_with(const std::map<std::string, std::string>& meta, const std::string& shown,
-                                                const std::function<CheckpointReader&(const Builder&)>& reader,
+                                                const std::string& said, const std::function<CheckpointReader&(const Builder&)>& reader,
                                                 const std::optional<Spec>& model, const VerifyArgs& a, int threads, bool diagnose) {
   const std::optional<CheckpointClaim> claim = claim_from_metadata(meta);
   if (!model && !claim)
-    bad_argument("model", "is needed: " + shown + " has no layerinit metadata (model_spec) to say which model it holds; give the "
+    bad_argument("model", "is needed: " + said + " has no layerinit metadata (model_spec) to say which model it holds; give the "
                           "model and the options it was made with");
   const ModelSpec spec = model ? model->spec : claim->spec;
   OptionsText text = claim ? claim->options : OptionsText{};
@@ -550,7 +552,15 @@ std::pair<std::string, std::string> verify_tensors(const std::vector<PyStored>& 
                         });
     return *r;
   };
-  return verify_with({}, "the state dict", reader, model, a, threads, diagnose);
+  return verify_with({}, "the state dict", "the state dict", reader, model, a, threads, diagnose);
+}
+
+// A checkpoint on disk (checkpoint/reader.hpp: safetensors, HDF5, emit --rank files).
+std::pair<std::string, std::string> verify_path(const std::string& path, const std::optional<Spec>& model, const VerifyArgs& a,
+                                                int threads, bool diagnose) {
+  const std::unique_ptr<CheckpointReader> r = open_checkpoint_reader(path);
+  return verify_with(r->metadata(), path, "checkpoint " + quote(path, 200), [&](const Builder&) -> CheckpointReader& { return *r; },
+                     model, a, threads, diagnose);
 }
 
 nb::dict stats_dict(const MemoryStats& s) {
@@ -890,6 +900,18 @@ NB_MODULE(_core, m) {
   "diagnose"_a = true,
   "(report JSON, report text) of tensors [(name, safetensors dtype, shape, element size)] whose bytes get(k) gives "
   "(a C-contiguous buffer), against `model` and the options (None: build's default).");
+
+  m.def("verify_path", [](const std::string& path, const std::optional<Spec>& model, const std::optional<std::string>& dtype,
+                          std::optional<std::uint64_t> seed, const std::optional<std::string>& recipe,
+                          const std::optional<std::string>& layout, const std::optional<std::string>& orientation,
+                          const std::optional<std::string>& experts, const std::optional<TextPairs>& overrides,
+                          const std::optional<TextPairs>& dtype_overrides, int threads, bool diagnose) {
+    return verify_path(path, model, {dtype, recipe, layout, orientation, experts, seed, overrides, dtype_overrides}, threads, diagnose);
+  }, "path"_a, "model"_a.none(), "dtype"_a.none(), "seed"_a.none(), "recipe"_a.none(), "layout"_a.none(),
+  "orientation"_a.none(), "experts"_a.none(), "overrides"_a.none(), "dtype_overrides"_a.none(), "threads"_a = 0,
+  "diagnose"_a = true,
+  "(report JSON, report text) of the checkpoint at `path` against `model` (None: the one its metadata names) and the "
+  "options (None: its metadata's, else build's default).");
 
   m.def("memory_stats", [](const std::string& device) { return stats_dict(context_for(device).tracker->stats()); },
         "device"_a = "cpu");

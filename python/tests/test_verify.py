@@ -255,6 +255,20 @@ def test_errors_name_the_argument():
         layerinit.verify(42, PRESET)
     with pytest.raises(ValueError, match=r"^source\['x'\] must be a torch tensor, a NumPy or JAX array, got list"):
         layerinit.verify({"x": [1.0]}, PRESET)
+    class ItemsRaise(dict):
+        def items(self):
+            raise KeyError("no items")
+
+    with pytest.raises(ValueError, match=r"^source: reading the ItemsRaise raised KeyError"):
+        layerinit.verify(ItemsRaise(), PRESET)
+    with pytest.raises(ValueError, match=r"^overrides must be a mapping"):
+        layerinit.verify(sd, PRESET, overrides=5)
+    with pytest.raises(ValueError, match=r"^threads must be in \[0, 4096\]"):
+        layerinit.verify(sd, PRESET, threads=5000)
+    with pytest.raises(ValueError, match=r"^diagnose must be True or False"):
+        layerinit.verify(sd, PRESET, diagnose=1)
+    with pytest.raises(ValueError, match=r"^source\['x'\] of dtype object holds no numbers"):
+        layerinit.verify({"x": np.array([None])}, PRESET)
     with pytest.raises(ValueError, match=r"^source key 5 must be a str, got int 5"):
         layerinit.verify({5: sd[Q]}, PRESET)
     with pytest.raises(ValueError, match=r"^source\['x'\] holds no dense values"):
@@ -378,3 +392,64 @@ def test_torchtitan_to_hf_of_a_model_filled_by_init_verifies():
     d = diagnosis(layerinit.verify(wrong, spec, recipe="torchtitan", seed=5, dtype="fp32"), q)
     assert d["kind"] == "rope_unpermute" and d["heads"] == n_heads
 
+
+
+# --- checkpoints on disk ---------------------------------------------------------------------------
+
+
+def test_an_emitted_checkpoint_verifies_with_the_options_its_metadata_says(cli, tmp_path):
+    from conftest import run_cli
+
+    out = tmp_path / "out"
+    run_cli(cli, "emit", "--preset", PRESET, "--backend", "cpu", "--format", "safetensors", "--dtype", "fp32", "--seed", "4",
+            "-o", str(out))
+    r = layerinit.verify(out)  # model, dtype and seed from the metadata
+    assert r.ok and r.equal == 39, str(r)
+    assert r.bytes_read == sum(a.nbytes for a in layerinit.build(PRESET, dtype="fp32").values())
+    assert layerinit.verify(str(out), PRESET, dtype="fp32", seed=4).ok
+    # An option given wins over the metadata's: seed 0 is not what was made, and the metadata's seed is found.
+    r = layerinit.verify(out, seed=0)
+    assert not r.ok and diagnosis(r, Q) == {"kind": "other_seed", "text": "the init of seed 4, not 0", "seed": 4}
+    # A directory of emit --rank files: each tensor's pieces cover it; one rank's file gone leaves half uncovered.
+    ranks = tmp_path / "ranks"
+    for rank in ("0", "1"):
+        run_cli(cli, "emit", "--preset", PRESET, "--backend", "cpu", "--format", "safetensors", "--tp", "2", "--rank", rank,
+                "--seed", "4", "-o", str(ranks))
+    r = layerinit.verify(ranks)
+    assert r.ok and r.tensor(Q)["stored"]["pieces"] == 2, str(r)
+    (ranks / "rank-00001-of-00002.safetensors").unlink()
+    r = layerinit.verify(ranks)
+    assert (r.missing, r.equal) == (30, 9) and r.tensor(Q)["uncovered"] == 64 * 64 // 2
+    h5 = tmp_path / "out.h5"
+    run_cli(cli, "emit", "--preset", PRESET, "--backend", "cpu", "--format", "hdf5", "--seed", "4", "-o", str(h5))
+    assert layerinit.verify(h5).ok
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_save_pretrained_of_a_model_filled_by_init_verifies(family, tmp_path):
+    """The Hugging Face checkpoint with its config.json as the model (--hf-config): the config's dtype
+    is the init's; gemma2's tied head is not in the file, nor in the spec."""
+    transformers = pytest.importorskip("transformers")
+    import layerinit.torch as lt
+    from hf_configs import config
+
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config(family)).to(torch.float32)
+    lt.init_(model, seed=9)
+    model.save_pretrained(tmp_path)
+    r = layerinit.verify(tmp_path, tmp_path, seed=9)
+    assert r.ok, str(r)
+    assert all(t["expected"]["dtype"] == "fp32" for t in r.tensors)
+    # save_pretrained writes no layerinit metadata: the model must be given.
+    with pytest.raises(ValueError, match=rf"^model is needed: checkpoint '{tmp_path}' has no layerinit metadata"):
+        layerinit.verify(tmp_path)
+
+
+def test_a_path_that_is_not_a_checkpoint_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=str(tmp_path / "none")):
+        layerinit.verify(tmp_path / "none", PRESET)
+    (tmp_path / "x.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    with pytest.raises(ValueError):
+        layerinit.verify(tmp_path / "x.safetensors", PRESET)
+    with pytest.raises(ValueError, match=r"^source must be a checkpoint's path or a mapping of names to arrays, got bytes"):
+        layerinit.verify(b"out", PRESET)
