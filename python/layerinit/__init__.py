@@ -729,7 +729,9 @@ def verify(
       left out, as ``save_pretrained`` leaves it out. A DTensor is refused: pass its ``full_tensor()``.
     - ``model`` and the options as :func:`build` takes them. Each left None comes from the
       checkpoint's metadata when layerinit wrote it, else is build's default (the model's dtype,
-      seed 0, recipe "hf", per-layer, out-in, stacked experts).
+      seed 0, recipe "hf", per-layer, out-in, stacked experts); one given replaces the metadata's.
+    - ``threads``: host threads making the expected values (0: all cores). ``diagnose=False``: no
+      search for what was done to a tensor that differs (its status, counts and first difference only).
 
     Returns a :class:`VerifyReport`; a checkpoint that differs is a report, not an error. Raises
     ValueError for no model and no metadata naming one (``model``), a checkpoint or dict that is not
