@@ -500,6 +500,10 @@ class Verifier {
   Diagnosis diagnose(const Expected& e, const StoredTensor& s, const Bytes& have, const Bytes& want, std::uint64_t have_hash,
                      std::string_view self) {
     const std::uint64_t n = numel(s.shape);
+    // Another dtype first: a constant init (a norm's ones, a router bias's zeros) kept in fp32 by a
+    // converter is the expected values converted, not "every element is 1".
+    if (n == e.numel() && s.dtype != e.dtype)
+      if (auto d = dtype_diagnosis(e, s, have, want)) return *d;
     if (auto d = constant_diagnosis(s, have)) return *d;
     // Another tensor's bytes: swapped, or tied to it.
     if (const auto [a, z] = by_hash_.equal_range(have_hash); a != z)
@@ -510,11 +514,8 @@ class Verifier {
           return d;
         }
     if (n == e.numel()) {
-      if (s.dtype != e.dtype) {
-        if (auto d = dtype_diagnosis(e, s, have, want)) return *d;
-      } else if (s.shape == e.shape) {
+      if (s.dtype == e.dtype && s.shape == e.shape)
         if (auto d = rounding_diagnosis(e, have)) return *d;
-      }
       if (s.dtype == e.dtype) {
         if (auto d = transpose_diagnosis(e, s, have, want)) return *d;
         if (s.shape != e.shape && have == want)

@@ -204,9 +204,15 @@ def test_other_tensor_swapped_or_tied():
 
 def test_converted_rounded_and_other_dtype():
     bf16, fp32 = state_dict("bf16"), state_dict("fp32")
-    # bf16 values widened to fp32: each exactly.
-    d = diagnosis(verify(dict(bf16, **{Q: bf16[Q].float()})), Q)
-    assert d == {"kind": "converted", "text": "the expected bf16 values exactly, stored as fp32"}
+    # bf16 values widened to fp32: each exactly; a norm's ones too (a constant init is converted, not "every element is 1").
+    norm = "model.layers.0.input_layernorm.weight"
+    r = verify(dict(bf16, **{Q: bf16[Q].float(), norm: bf16[norm].float()}))
+    assert diagnosis(r, Q) == {"kind": "converted", "text": "the expected bf16 values exactly, stored as fp32"}
+    assert diagnosis(r, norm) == {"kind": "converted", "text": "the expected bf16 values exactly, stored as fp32"}
+    # Ones where the init is not a constant: a constant, whatever the dtype.
+    r = verify(dict(bf16, **{Q: torch.ones(64, 64), norm: torch.zeros(64)}))
+    assert diagnosis(r, Q) == {"kind": "constant", "text": "every element is 1"}
+    assert diagnosis(r, norm) == {"kind": "zeros", "text": "every element is 0"}
     # fp32 values rounded to bf16, checked as fp32.
     d = diagnosis(verify(dict(fp32, **{Q: fp32[Q].to(torch.bfloat16)}), dtype="fp32"), Q)
     assert d == {"kind": "rounded", "text": "the expected fp32 values rounded to bf16"}
