@@ -15,6 +15,7 @@
 #include <layerinit/checkpoint/verify.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/spec_json.hpp>
+#include "test_util.hpp"
 
 using namespace layerinit;
 
@@ -541,4 +542,55 @@ TEST(Verify, ReportJsonAndText) {
   EXPECT_TRUE(text.ends_with(std::to_string(r.tensors.size()) + " tensors: " + std::to_string(r.equal) +
                              " equal, 1 differs, " + std::to_string(r.missing) + " missing, 0 unexpected\n"))
       << text;
+}
+
+// Files as emit writes them, verified from their own metadata: the claim makes the builder.
+TEST(Verify, EmittedFilesVerifyFromTheirMetadata) {
+  layerinit::testing::TempDir dir;
+  auto be = make_host_backend(2);
+  struct Case {
+    const char* preset;
+    CheckpointFormat format;
+    Layout layout;
+    Orientation orientation;
+    std::uint64_t max_shard = 0;
+  };
+  int n = 0;
+  for (const Case& c : {Case{"llama-tiny", CheckpointFormat::safetensors, Layout::per_layer, Orientation::out_in, 100000},
+                        Case{"llama-tiny", CheckpointFormat::hdf5, Layout::per_layer, Orientation::in_out},
+                        Case{"mixtral-tiny", CheckpointFormat::hdf5, Layout::stacked, Orientation::out_in},
+                        Case{"mixtral-tiny", CheckpointFormat::safetensors, Layout::stacked, Orientation::in_out}}) {
+    SCOPED_TRACE(std::string(c.preset) + " " + std::string(format_name(c.format)) + " " + std::string(layout_name(c.layout)));
+    const ModelSpec spec = make_preset(c.preset);
+    BuildOptions o = options(DType::bf16, 99, c.layout);
+    o.orientation = c.orientation;
+    o.dtype_overrides = {{"*norm*", DType::f32}};
+    OptionsText text;
+    text.init_overrides = {{"*.o_proj.weight", "uniform(-0.5, 0.5)"}};
+    const Builder b(spec, checked_recipe(text, OptionNames::cli), o, *be, be->memory());
+    EmitOptions eo;
+    eo.format = c.format;
+    eo.writer.max_shard_size = c.max_shard;
+    const std::filesystem::path target = dir.path() / ("m" + std::to_string(n++) + (c.format == CheckpointFormat::hdf5 ? ".h5" : ""));
+    emit_checkpoint(b, *be, target, eo);
+
+    const auto r = open_checkpoint_reader(target);
+    const auto claim = claim_from_metadata(r->metadata());
+    ASSERT_TRUE(claim);
+    const Builder again(claim->spec, checked_recipe(claim->options, OptionNames::cli),
+                        checked_build_options(claim->options, OptionNames::cli, claim->spec), *be, be->memory());
+    check_same_model(again.spec(), again, *r, target.string());
+    const VerifyReport report = verify_checkpoint(again, *r);
+    EXPECT_TRUE(report.ok()) << verify_report_text(report);
+    EXPECT_EQ(report.equal, checkpoint_datasets(b).size());
+    // Without the dtype overrides the file declares, the norms are another dtype.
+    OptionsText plain = claim->options;
+    plain.dtype_overrides.clear();
+    const Builder without(claim->spec, checked_recipe(plain, OptionNames::cli), checked_build_options(plain, OptionNames::cli, claim->spec),
+                          *be, be->memory());
+    const VerifyReport wrong = verify_checkpoint(without, *r);
+    EXPECT_GT(wrong.differs, 0u);
+    for (const TensorCheck& t : wrong.tensors)
+      if (t.status != CheckStatus::equal) EXPECT_NE(t.name.find("norm"), std::string::npos) << t.name;
+  }
 }
