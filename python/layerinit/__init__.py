@@ -690,7 +690,9 @@ def _stored_tensors(source: Mapping[str, Any]) -> tuple[list[tuple[str, str, lis
                 raise ValueError(f"{arg} must be a torch tensor, a NumPy or JAX array, got {type(v).__name__}")
             if dt.kind == "O" or dt.fields is not None:
                 raise ValueError(f"{arg} of dtype {dt} holds no numbers")
-            dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[v.dtype] if isinstance(v, Array) else dt.name
+            dtype = dt.name
+            if isinstance(v, Array):
+                dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[v.dtype]
             esize = dt.itemsize
 
             def get(a: Any = a) -> Any:
@@ -757,7 +759,8 @@ def verify(
     elif isinstance(source, (str, os.PathLike)):
         report, text = _core.verify_path(_fspath("source", source), m, **args)
     else:
-        raise ValueError(f"source must be a checkpoint's path or a mapping of names to arrays, got {type(source).__name__}")
+        raise ValueError("source must be a checkpoint's path or a mapping of names to arrays, got "
+                         f"{type(source).__name__}")
     j = json.loads(report)
     return VerifyReport(j["ok"], j["equal"], j["differs"], j["missing"], j["unexpected"], j["bytes_read"], j["seconds"],
                         j["tensors"], report, text)
