@@ -32,3 +32,5 @@
 #include <layerinit/checkpoint/emit.hpp>
 #include <layerinit/checkpoint/hf_config.hpp>
 #include <layerinit/checkpoint/parallel.hpp>
+#include <layerinit/checkpoint/reader.hpp>
+#include <layerinit/checkpoint/verify.hpp>

@@ -158,6 +158,9 @@ std::uint64_t element_size(const StoredTensor& s) {
   if (t == "bool" || t == "u8" || t == "i8" || t.rfind("f8", 0) == 0) return 1;
   return 0;
 }
+// The stored dtype as reports name it: layerinit's name ("bf16") for its own dtypes, else the file's.
+std::string stored_dtype_name(const StoredTensor& s) { return s.dtype ? std::string(dtype_name(*s.dtype)) : s.dtype_text; }
+
 bool is_f64(const StoredTensor& s) {
   return !s.dtype && (s.dtype_text == "F64" || s.dtype_text == "f64" || s.dtype_text == "float64");
 }
@@ -270,7 +273,7 @@ class Verifier {
       w.check.name = stored[k].name;
       w.check.status = CheckStatus::unexpected;
       w.check.stored_shape = stored[k].global_shape.empty() ? stored[k].shape : stored[k].global_shape;
-      w.check.stored_dtype = stored[k].dtype_text;
+      w.check.stored_dtype = stored_dtype_name(stored[k]);
       w.check.file = stored[k].file;
       w.stored.push_back(k);
     }
@@ -313,7 +316,7 @@ class Verifier {
       return;
     }
     const StoredTensor& first = stored[w.stored.front()];
-    w.check.stored_dtype = first.dtype_text;
+    w.check.stored_dtype = stored_dtype_name(first);
     w.check.file = first.file;
     if (!first.global_shape.empty()) return compare_pieces(w);
     w.check.stored_shape = first.shape;
@@ -379,7 +382,7 @@ class Verifier {
       if (s.global_shape != e.shape || s.dtype != e.dtype || s.offset.size() != e.shape.size() ||
           s.shape.size() != e.shape.size()) {
         w.check.stored_shape = s.global_shape;
-        w.check.stored_dtype = s.dtype_text;
+        w.check.stored_dtype = stored_dtype_name(s);
         w.check.status = CheckStatus::differs;
         return;
       }
@@ -496,18 +499,8 @@ class Verifier {
 
   Diagnosis diagnose(const Expected& e, const StoredTensor& s, const Bytes& have, const Bytes& want, std::uint64_t have_hash,
                      std::string_view self) {
-    const std::uint64_t esize = element_size(s), n = numel(s.shape);
-    const bool f64 = is_f64(s);
-    // Every element the same bits.
-    if (n > 0) {
-      bool constant = true;
-      for (std::uint64_t i = 1; i < n && constant; ++i) constant = std::memcmp(have.data(), have.data() + i * esize, esize) == 0;
-      if (constant) {
-        const double v = value_of(bits_at(have.data(), 0, esize), s.dtype, f64);
-        if (v == 0 && !std::signbit(v)) return make("zeros", "every element is 0");
-        return make("constant", "every element is " + number(v));
-      }
-    }
+    const std::uint64_t n = numel(s.shape);
+    if (auto d = constant_diagnosis(s, have)) return *d;
     // Another tensor's bytes: swapped, or tied to it.
     if (const auto [a, z] = by_hash_.equal_range(have_hash); a != z)
       for (auto it = a; it != z; ++it)
@@ -535,8 +528,19 @@ class Verifier {
     }
     std::string text = "no known transformation gives the stored values";
     if (s.shape != e.shape) text += " (stored " + shape_string(s.shape) + " where " + shape_string(e.shape) + " was expected)";
-    else if (s.dtype != e.dtype) text += " (stored as " + s.dtype_text + " where " + std::string(dtype_name(e.dtype)) + " was expected)";
+    else if (s.dtype != e.dtype) text += " (stored as " + stored_dtype_name(s) + " where " + std::string(dtype_name(e.dtype)) + " was expected)";
     return make("none", text);
+  }
+
+  // Every element the same bits.
+  static std::optional<Diagnosis> constant_diagnosis(const StoredTensor& s, const Bytes& have) {
+    const std::uint64_t esize = element_size(s), n = numel(s.shape);
+    if (n == 0 || esize == 0) return std::nullopt;
+    for (std::uint64_t i = 1; i < n; ++i)
+      if (std::memcmp(have.data(), have.data() + i * esize, esize) != 0) return std::nullopt;
+    const double v = value_of(bits_at(have.data(), 0, esize), s.dtype, is_f64(s));
+    if (v == 0 && !std::signbit(v)) return make("zeros", "every element is 0");
+    return make("constant", "every element is " + number(v));
   }
 
   // Stored in another dtype: the expected values exactly, or rounded to it, or the init made in it.
@@ -547,12 +551,12 @@ class Verifier {
     bool exact = true;
     for (std::uint64_t i = 0; i < n && exact; ++i)
       exact = value_of(bits_at(have.data(), i, hs), s.dtype, f64) == value_of(bits_at(want.data(), i, ws), e.dtype, false);
-    if (exact) return make("converted", "the expected " + from + " values exactly, stored as " + s.dtype_text);
+    if (exact) return make("converted", "the expected " + from + " values exactly, stored as " + stored_dtype_name(s));
     if (s.dtype) {
       bool rounded = true;
       for (std::uint64_t i = 0; i < n && rounded; ++i)
         rounded = bits_of(static_cast<float>(value_of(bits_at(want.data(), i, ws), e.dtype, false)), *s.dtype) == bits_at(have.data(), i, hs);
-      if (rounded) return make("rounded", "the expected " + from + " values rounded to " + s.dtype_text);
+      if (rounded) return make("rounded", "the expected " + from + " values rounded to " + stored_dtype_name(s));
       if (expected_bytes(e, std::nullopt, *s.dtype) == have) {
         Diagnosis d = make("other_dtype", "the init made in " + std::string(dtype_name(*s.dtype)) + " (the stored dtype), not " + from);
         d.dtype = *s.dtype;
@@ -681,6 +685,11 @@ class Verifier {
     if (!esize || !s.dtype) return;
     const Bytes have = stored_bytes(u.stored.front());
     u.stored_hash = content_hash(have.data(), have.size());
+    // A constant matches every constant tensor of its size (norms): say what it is instead.
+    if (auto d = constant_diagnosis(s, have)) {
+      u.check.diagnosis = *d;
+      return;
+    }
     for (auto [a, z] = by_hash_.equal_range(*u.stored_hash); a != z; ++a) {
       Work& m = *a->second;
       if (m.expected->bytes() != have.size()) continue;

@@ -77,7 +77,7 @@ struct TensorCheck {
   std::string name;
   CheckStatus status = CheckStatus::equal;
   Shape expected_shape, stored_shape;      // empty when missing (expected) or unexpected (stored)
-  std::string expected_dtype, stored_dtype;  // "bf16"...; the stored one as the file names it
+  std::string expected_dtype, stored_dtype;  // "bf16", ...; a stored dtype layerinit does not make as the file names it ("F64")
   std::string file;                        // where it is stored ("" single file; a rank file's name for pieces)
   std::uint64_t pieces = 0;                // rank files: the pieces read for it
   std::uint64_t elements = 0;              // elements compared
