@@ -6,6 +6,7 @@
 #include <optional>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -13,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <layerinit/checkpoint/reader.hpp>
 #include <layerinit/checkpoint/writer.hpp>
 
 namespace layerinit::detail {
@@ -249,5 +251,16 @@ std::vector<std::pair<std::string, std::string>> metadata_pairs(const Checkpoint
 void full_pwrite(int fd, const void* p, std::uint64_t n, std::uint64_t offset, const fs::path& shown);
 void fsync_path(const fs::path& p, bool directory);  // throws on failure
 void write_small_file(const fs::path& p, const std::string& text, const fs::path& shown);
+
+// The readers' (reader.cpp, reader_hdf5.cpp).
+// throws checkpoint_invalid("checkpoint: <file>: <rule>")
+[[noreturn]] void invalid(const fs::path& file, const std::string& rule);
+// `what` of `path` failed with `err`: checkpoint_invalid when the path names nothing usable (ENOENT,
+// ENOTDIR, ELOOP, ENAMETOOLONG), else fail() (the environment).
+[[noreturn]] void open_failed(const std::string& what, const fs::path& path, int err);
+// Bytes per element of a StoredTensor::dtype_text; 0 when unknown.
+std::uint64_t element_size(std::string_view dtype_text);
+bool is_hdf5_file(const fs::path& p) noexcept;
+std::unique_ptr<CheckpointReader> open_hdf5_reader(const fs::path& p);
 
 }  // namespace layerinit::detail

@@ -6,6 +6,8 @@
 //   auto r = open_checkpoint_reader("out/");            // a safetensors file or directory, an HDF5 file,
 //   for (std::size_t k = 0; k < r->tensors().size(); ++k)   // or a directory of emit --rank files
 //     r->read(k, first, n, buffer);                     // raw little-endian elements [first, first + n)
+// A reader's calls are not to be made concurrently (it keeps files and an HDF5 dataset open between
+// reads, and HDF5 is not thread-safe): one reader per thread.
 #pragma once
 
 #include <cstdint>
@@ -33,11 +35,14 @@ class LAYERINIT_API checkpoint_invalid : public checkpoint_refused {
 };
 
 // One tensor as the checkpoint stores it.
-struct StoredTensor {
-  std::string name;
-  Shape shape;                 // as stored, row-major (a rank's piece: its own shape)
+struct LAYERINIT_API StoredTensor {
+  std::string name;            // HDF5: a dataset in a group is "group/name"
+  Shape shape;                 // as stored, row-major (a rank's piece: its own shape); [] for a 0-d tensor
   std::optional<DType> dtype;  // nullopt: a dtype layerinit does not make (F64, I64, F8_E4M3, ...)
-  std::string dtype_text;      // as the file names it: safetensors "BF16", "F64"; HDF5 "bf16", "f64", "i32", ...
+  // As the file names it: safetensors "BF16", "F64"; HDF5 layerinit's names for its dtypes ("bf16",
+  // "fp16", "fp32": IEEE f32, a 2-byte float of 8 exponent bits, of 5), else "f64", "i32", "u8", ...
+  // from the HDF5 type ("compound", "string", ...: no element size).
+  std::string dtype_text;
   std::string file;            // the file that holds it, relative to the checkpoint path ("" for a single file)
   // A rank's piece (a directory of emit --rank files): the whole tensor's shape and where the piece
   // sits in it, from the file's "layerinit.shards". Empty for a whole tensor.
@@ -54,12 +59,16 @@ class LAYERINIT_API CheckpointReader {
 
   // "safetensors", "hdf5" or "rank files".
   virtual std::string_view format() const = 0;
-  // The tensors in file order (shards in index order; rank files in rank order, each in its order).
-  // Names are unique except in rank files, where each piece of a tensor has its name.
+  // The tensors in file order: safetensors by data_offsets (header order among equal offsets),
+  // shards in the order of their file names, rank files in rank order; HDF5 by name (the order HDF5
+  // keeps; layerinit's files track no creation order). Names are unique except in rank files, where
+  // each piece of a tensor has its name.
   virtual const std::vector<StoredTensor>& tensors() const = 0;
   // The checkpoint's string metadata: safetensors __metadata__ (of the first file; "format" "pt"
   // included), HDF5 root string attributes. layerinit's keys are CheckpointMetadata's
-  // (docs/checkpoint.md); empty when the writer left none.
+  // (docs/checkpoint.md); empty when the writer left none. Rank files: without each rank's own keys,
+  // layerinit.shards and layerinit.mesh (its "rank" differs from file to file); every file's other
+  // keys must equal the first's, and its mesh degrees too, or open_checkpoint_reader refuses them.
   virtual const std::map<std::string, std::string>& metadata() const = 0;
   // Copies elements [first, first + n) of tensors()[k], row-major, as raw little-endian values of its
   // stored dtype, to `out` (n * element size bytes). A range outside the tensor or a tensor of
@@ -72,14 +81,27 @@ class LAYERINIT_API CheckpointReader {
 // - a .safetensors file;
 // - a directory holding model.safetensors, or model.safetensors.index.json and the shards it names
 //   (a Hugging Face checkpoint, layerinit's emit, save_pretrained), config.json ignored;
-// - a directory of emit --rank files, rank-RRRRR-of-NNNNN.safetensors (all of one mesh);
+// - a directory of emit --rank files, rank-RRRRR-of-NNNNN.safetensors (all of one mesh: one N, one
+//   layerinit.mesh; a missing rank is no error here, its pieces are simply absent);
 // - an HDF5 file (layerinit's, or a parallel emit's master over its rank directory: HDF5 reads the
 //   virtual datasets; a master whose layerinit.rank_files directory is gone is checkpoint_invalid,
 //   since HDF5 would read zeros for it).
+// A directory's model.safetensors.index.json comes first, then model.safetensors, then rank files;
+// other files (config.json, ...) are ignored, and a directory of both a model and rank files is refused.
+// A file that is not HDF5 is read as safetensors when named .safetensors or when its header looks
+// like one.
 // Everything about the layout is checked here, before any tensor is read: headers parse, offsets tile
 // the data and stay inside the file, an index names only shards that exist and tensors they hold.
-// Throws checkpoint_invalid for what is not such a checkpoint (naming the path and why), checkpoint_error
-// for an I/O failure.
+// safetensors is held to its own reader's rules (safetensors' Metadata::validate): a header of at most
+// 100,000,000 bytes, each tensor's bytes exactly its shape's (for a dtype of known size), the tensors
+// tiling the data with no overlap, no gap and nothing after the last. An index's weight_map must
+// match its shards exactly: a tensor a shard holds that the index does not put there (unnamed, or
+// named in another shard) is refused, so is a name it puts in a shard that does not hold it. An HDF5
+// file's `dtype` attribute (bf16, fp16, fp32) must match its type; a virtual dataset's every source
+// file must exist.
+// Throws checkpoint_invalid for what is not such a checkpoint (naming the path and why: "checkpoint:
+// <file>: <rule>", a path that does not exist "checkpoint: cannot open <path>: No such file or
+// directory"), checkpoint_error for an I/O failure, std::invalid_argument for an empty path.
 LAYERINIT_API std::unique_ptr<CheckpointReader> open_checkpoint_reader(const std::filesystem::path& path);
 
 }  // namespace layerinit

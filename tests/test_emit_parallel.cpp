@@ -29,77 +29,17 @@
 #include <layerinit/init/presets.hpp>
 #include <layerinit/plan/plan.hpp>
 #include "hdf5_reader.hpp"
+#include "thread_collective.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using namespace layerinit;
 using layerinit::testing::slurp;
 using layerinit::testing::TempDir;
+using layerinit::testing::ThreadCollective;
+using layerinit::testing::ThreadGroup;
 
 namespace {
-
-// Ranks as threads: every collective is one exchange, where each rank leaves its text and waits
-// until all have. leave() breaks the group, as a rank that died: waits throw, as MpiJob's do when
-// the launcher tears the job down.
-class ThreadGroup {
- public:
-  explicit ThreadGroup(std::uint64_t n) : n_(n), slots_(n) {}
-  std::vector<std::string> exchange(std::uint64_t rank, const std::string& mine) {
-    std::unique_lock lk(m_);
-    if (broken_) throw error("interrupted");
-    const std::uint64_t gen = generation_;
-    slots_[rank] = mine;
-    if (++arrived_ == n_) {
-      result_ = slots_;
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lk, [&] { return generation_ != gen || broken_; });
-      if (generation_ == gen) throw error("interrupted");
-    }
-    return result_;
-  }
-  void leave() {
-    std::lock_guard lk(m_);
-    broken_ = true;
-    cv_.notify_all();
-  }
-  // Runs in rank 0 as it gathers the ranks' reports: after every rank wrote and agreed, before rank 0
-  // publishes.
-  std::function<void()> before_gather;
-  std::uint64_t size() const { return n_; }
-
- private:
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::uint64_t n_, arrived_ = 0, generation_ = 0;
-  bool broken_ = false;
-  std::vector<std::string> slots_, result_;
-};
-
-class ThreadCollective final : public Collective {
- public:
-  ThreadCollective(ThreadGroup& g, std::uint64_t rank) : g_(g), rank_(rank) {}
-  std::uint64_t rank() const override { return rank_; }
-  std::uint64_t size() const override { return g_.size(); }
-  std::optional<std::uint64_t> first_failure(bool ok) override {
-    const auto all = g_.exchange(rank_, ok ? "" : "failed");
-    for (std::uint64_t r = 0; r < all.size(); ++r)
-      if (!all[r].empty()) return r;
-    return std::nullopt;
-  }
-  std::string broadcast(const std::string& text, std::uint64_t root) override { return g_.exchange(rank_, text).at(root); }
-  std::vector<std::string> gather(const std::string& text, std::uint64_t root) override {
-    if (rank_ == 0 && g_.before_gather) g_.before_gather();
-    auto all = g_.exchange(rank_, text);
-    return rank_ == root ? all : std::vector<std::string>{};
-  }
-
- private:
-  ThreadGroup& g_;
-  std::uint64_t rank_;
-};
 
 struct Job {
   ModelSpec spec;

@@ -1,0 +1,292 @@
+// The HDF5 checkpoint reader: every dataset of the file (root and groups), raw bytes in the file's
+// own type, element ranges as hyperslab selections; a parallel emit's master reads through its
+// virtual datasets' rank files.
+#include <hdf5.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <set>
+
+#include <layerinit/checkpoint/reader.hpp>
+#include <layerinit/core/errors.hpp>
+#include <layerinit/core/text.hpp>
+
+#include "detail.hpp"
+#include "hdf5_detail.hpp"
+
+namespace layerinit {
+namespace {
+
+namespace fs = std::filesystem;
+using detail::Hid;
+using detail::invalid;
+using detail::QuietErrors;
+
+[[noreturn]] void hdf5_fail(const std::string& what, const fs::path& p) {
+  throw checkpoint_error("checkpoint: " + what + " " + printable(p.string()) + ": " + detail::hdf5_reason());
+}
+
+// A string attribute (variable or fixed length, one value); nullopt for any other.
+std::optional<std::string> string_attribute(hid_t obj, const char* name) {
+  Hid a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  if (!a.valid()) return std::nullopt;
+  Hid type(H5Aget_type(a.get()), H5Tclose);
+  Hid space(H5Aget_space(a.get()), H5Sclose);
+  if (!type.valid() || !space.valid() || H5Tget_class(type.get()) != H5T_STRING || H5Sget_simple_extent_npoints(space.get()) != 1)
+    return std::nullopt;
+  if (H5Tis_variable_str(type.get()) > 0) {
+    Hid mem(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
+    char* p = nullptr;
+    if (H5Aread(a.get(), mem.get(), &p) < 0) return std::nullopt;
+    std::string s = p ? p : "";
+    H5free_memory(p);
+    return s;
+  }
+  const std::size_t size = H5Tget_size(type.get());
+  std::string s(size, '\0');
+  if (size > 0 && H5Aread(a.get(), type.get(), s.data()) < 0) return std::nullopt;
+  s.erase(std::find(s.begin(), s.end(), '\0'), s.end());  // null-terminated or -padded
+  return s;
+}
+
+herr_t collect_root_attribute(hid_t loc, const char* name, const H5A_info_t*, void* out) {
+  if (auto v = string_attribute(loc, name)) (*static_cast<std::map<std::string, std::string>*>(out))[name] = std::move(*v);
+  return 0;
+}
+
+herr_t collect_link(hid_t, const char* name, const H5L_info_t* info, void* out) {
+  if (info->type == H5L_TYPE_HARD) static_cast<std::vector<std::string>*>(out)->push_back(name);
+  return 0;
+}
+
+// The stored type in words ("f64", "i32", "compound"), and the dtype when it is one layerinit makes:
+// IEEE f32, a 2-byte float of 8 exponent bits (bf16, as hdf5_writer.cpp declares it) or of 5 (f16).
+std::pair<std::optional<DType>, std::string> type_of(hid_t t) {
+  const std::size_t size = H5Tget_size(t);
+  switch (H5Tget_class(t)) {
+    case H5T_FLOAT: {
+      std::size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+      H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize);
+      if (size == 2 && esize == 8 && msize == 7) return {DType::bf16, "bf16"};
+      if (size == 2 && esize == 5 && msize == 10) return {DType::f16, "fp16"};
+      if (size == 4 && esize == 8 && msize == 23) return {DType::f32, "fp32"};
+      return {std::nullopt, std::string(1, 'f') += std::to_string(size * 8)};
+    }
+    case H5T_INTEGER:
+      return {std::nullopt, std::string(1, H5Tget_sign(t) == H5T_SGN_NONE ? 'u' : 'i') += std::to_string(size * 8)};
+    case H5T_STRING: return {std::nullopt, "string"};
+    case H5T_BITFIELD: return {std::nullopt, "bitfield"};
+    case H5T_OPAQUE: return {std::nullopt, "opaque"};
+    case H5T_COMPOUND: return {std::nullopt, "compound"};
+    case H5T_REFERENCE: return {std::nullopt, "reference"};
+    case H5T_ENUM: return {std::nullopt, "enum"};
+    case H5T_VLEN: return {std::nullopt, "vlen"};
+    case H5T_ARRAY: return {std::nullopt, "array"};
+    default: return {std::nullopt, "unknown"};
+  }
+}
+
+class Hdf5Reader final : public CheckpointReader {
+ public:
+  explicit Hdf5Reader(const fs::path& path) : path_(path) {
+    QuietErrors quiet;
+    try {
+      open();
+    } catch (...) {
+      H5Eclear2(H5E_DEFAULT);
+      throw;
+    }
+  }
+
+  std::string_view format() const override { return "hdf5"; }
+  const std::vector<StoredTensor>& tensors() const override { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const override { return metadata_; }
+
+  void read(std::size_t k, std::uint64_t first, std::uint64_t n, void* out) override {
+    LAYERINIT_EXPECTS(k < tensors_.size(), "checkpoint read: tensor index out of range");
+    const StoredTensor& t = tensors_[k];
+    LAYERINIT_EXPECTS(detail::element_size(t.dtype_text) > 0,
+                      "checkpoint read: tensor " + quote(t.name) + " has dtype " + quote(t.dtype_text) + ", of no known element size");
+    const std::uint64_t count = numel(t.shape);
+    LAYERINIT_EXPECTS(first <= count && n <= count - first, "checkpoint read: elements [" + std::to_string(first) + ", +" +
+                                                                 std::to_string(n) + ") leave tensor " + quote(t.name) +
+                                                                 " of " + std::to_string(count));
+    if (n == 0) return;
+    QuietErrors quiet;
+    if (open_ != k) {
+      open_ = tensors_.size();
+      ds_ = Hid(H5Dopen2(file_.get(), t.name.c_str(), dapl_.get()), H5Dclose);
+      if (!ds_.valid()) hdf5_fail("cannot open dataset " + quote(t.name) + " in", path_);
+      Hid type(H5Dget_type(ds_.get()), H5Tclose);
+      mem_type_ = Hid(H5Tcopy(type.get()), H5Tclose);
+      if (!mem_type_.valid() || (H5Tget_size(type.get()) > 1 && H5Tset_order(mem_type_.get(), H5T_ORDER_LE) < 0))
+        hdf5_fail("cannot read dataset " + quote(t.name) + " in", path_);
+      space_ = Hid(H5Dget_space(ds_.get()), H5Sclose);
+      if (!space_.valid()) hdf5_fail("cannot read dataset " + quote(t.name) + " in", path_);
+      open_ = k;
+    }
+    herr_t rc = 0;
+    if (t.shape.empty()) {  // a scalar: its one element
+      rc = H5Dread(ds_.get(), mem_type_.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out);
+    } else {
+      select(t.shape, first, n);
+      const hsize_t mem_n = n;
+      Hid mem(H5Screate_simple(1, &mem_n, nullptr), H5Sclose);
+      rc = mem.valid() ? H5Dread(ds_.get(), mem_type_.get(), mem.get(), space_.get(), H5P_DEFAULT, out) : -1;
+    }
+    if (rc < 0) hdf5_fail("cannot read dataset " + quote(t.name) + " in", path_);
+  }
+
+ private:
+  void open() {
+    file_ = Hid(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    if (!file_.valid()) {
+      // The file has HDF5's signature and could be opened for reading: a cut file is the file's
+      // fault; anything else (a lock the filesystem refuses, ...) the environment's.
+      const std::string why = detail::hdf5_reason();
+      if (why.find("truncated file") != std::string::npos) invalid(path_, "a cut HDF5 file (" + why + ")");
+      throw checkpoint_error("checkpoint: cannot open " + printable(path_.string()) + ": " + why);
+    }
+    // A virtual dataset's sources are named relative to the master's directory. HDF5 1.10.8 searches
+    // it anyway (after HDF5_VDS_PREFIX and this prefix, before the working directory); the prefix
+    // names it rather than rely on that search order.
+    const fs::path dir = fs::absolute(path_).parent_path();
+    dapl_ = Hid(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
+    if (!dapl_.valid() || H5Pset_virtual_prefix(dapl_.get(), dir.c_str()) < 0) hdf5_fail("cannot open", path_);
+    hsize_t idx = 0;
+    if (H5Aiterate2(file_.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, collect_root_attribute, &metadata_) < 0)
+      hdf5_fail("cannot read the attributes of", path_);
+    // HDF5 reads a virtual dataset's missing source as its fill value (zeros), no error.
+    if (auto it = metadata_.find(detail::kRankFilesAttribute); it != metadata_.end()) {
+      struct stat st {};
+      if (::stat((dir / it->second).c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        invalid(path_, "its rank directory " + quote(it->second) +
+                           " (layerinit.rank_files) is missing: its datasets would read as zeros");
+    }
+    std::vector<std::string> names;
+    if (H5Lvisit(file_.get(), H5_INDEX_NAME, H5_ITER_INC, collect_link, &names) < 0) hdf5_fail("cannot read", path_);
+    std::set<std::string> sources_seen;
+    for (const std::string& name : names) {
+      Hid obj(H5Oopen(file_.get(), name.c_str(), H5P_DEFAULT), H5Oclose);
+      if (!obj.valid()) hdf5_fail("cannot open " + quote(name) + " in", path_);
+      if (H5Iget_type(obj.get()) != H5I_DATASET) continue;
+      StoredTensor t;
+      t.name = name;
+      Hid type(H5Dget_type(obj.get()), H5Tclose), space(H5Dget_space(obj.get()), H5Sclose),
+          dcpl(H5Dget_create_plist(obj.get()), H5Pclose);
+      if (!type.valid() || !space.valid() || !dcpl.valid()) hdf5_fail("cannot read dataset " + quote(name) + " in", path_);
+      switch (H5Sget_simple_extent_type(space.get())) {
+        case H5S_SCALAR: break;
+        case H5S_NULL: t.shape = {0}; break;  // no elements
+        default: {
+          std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(0, H5Sget_simple_extent_ndims(space.get()))));
+          H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+          t.shape.assign(dims.begin(), dims.end());
+        }
+      }
+      auto [dtype, text] = type_of(type.get());
+      t.dtype = dtype;
+      t.dtype_text = text;
+      if (auto said = string_attribute(obj.get(), "dtype"); said && (*said == "bf16" || *said == "fp16" || *said == "fp32")) {
+        if (*said != text)
+          invalid(path_, "dataset " + quote(name) + ": its dtype attribute says " + *said + ", but its HDF5 type is " + text);
+      }
+      if (H5Pget_layout(dcpl.get()) == H5D_VIRTUAL) {
+        std::size_t count = 0;
+        if (H5Pget_virtual_count(dcpl.get(), &count) < 0) hdf5_fail("cannot read dataset " + quote(name) + " in", path_);
+        for (std::size_t i = 0; i < count; ++i) {
+          const ssize_t len = H5Pget_virtual_filename(dcpl.get(), i, nullptr, 0);
+          if (len < 0) hdf5_fail("cannot read dataset " + quote(name) + " in", path_);
+          std::string src(static_cast<std::size_t>(len) + 1, '\0');
+          H5Pget_virtual_filename(dcpl.get(), i, src.data(), src.size());
+          src.resize(static_cast<std::size_t>(len));
+          if (src == "." || !sources_seen.insert(src).second) continue;  // "." is the file itself
+          const fs::path p = fs::path(src).is_absolute() ? fs::path(src) : dir / src;
+          struct stat st {};
+          if (::stat(p.c_str(), &st) != 0)
+            invalid(path_, "dataset " + quote(name) + " reads from " + quote(src) + ", which is missing: it would read as zeros");
+        }
+      }
+      tensors_.push_back(std::move(t));
+    }
+  }
+
+  // Selects elements [first, first + n) (row-major) of the dataspace as at most 2 * rank boxes: up
+  // from the innermost dimension to align `first`, then down to cover the rest. HDF5 reads a
+  // selection in row-major order, so the boxes fill the 1-D memory space in order.
+  void select(const Shape& shape, std::uint64_t first, std::uint64_t n) {
+    const std::size_t r = shape.size();
+    std::vector<std::uint64_t> stride(r + 1, 1);  // stride[i]: elements per step of dimension i; stride[-1] the whole
+    for (std::size_t i = r; i-- > 0;) stride[i] = stride[i + 1] * shape[i];
+    // stride[i + 1] is dimension i's; stride[0] the tensor's.
+    bool any = false;
+    auto box = [&](std::uint64_t at, std::size_t dim, std::uint64_t rows) {
+      std::vector<hsize_t> start(r), count(r);
+      for (std::size_t i = 0; i < r; ++i) {
+        start[i] = (at / stride[i + 1]) % shape[i];
+        count[i] = i < dim ? 1 : i == dim ? rows : shape[i];
+      }
+      if (H5Sselect_hyperslab(space_.get(), any ? H5S_SELECT_OR : H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0)
+        hdf5_fail("cannot select in", path_);
+      any = true;
+    };
+    std::uint64_t a = first;
+    const std::uint64_t b = first + n;
+    std::size_t dim = r - 1;
+    // Up: at dimension dim, `a` is a multiple of its step; whole rows up to the next multiple of
+    // the step of dimension dim - 1 (for dimension 0, the end of the tensor).
+    for (;;) {
+      const std::uint64_t step = stride[dim + 1], outer = stride[dim];
+      const std::uint64_t next = (a / outer + (a % outer != 0)) * outer;
+      if (next > b) break;
+      if (next > a) box(a, dim, (next - a) / step);
+      a = next;
+      if (dim == 0 || a == b) break;
+      --dim;
+    }
+    // Down: what is left lies inside one row of dimension dim - 1.
+    for (std::size_t d = dim; a < b; ++d) {
+      const std::uint64_t step = stride[d + 1];
+      const std::uint64_t rows = (b - a) / step;
+      if (rows > 0) box(a, d, rows);
+      a += rows * step;
+    }
+  }
+
+  fs::path path_;
+  Hid file_, dapl_;
+  std::vector<StoredTensor> tensors_;
+  std::map<std::string, std::string> metadata_;
+  // The dataset last read, kept open: a tensor is read range after range.
+  std::size_t open_ = static_cast<std::size_t>(-1);
+  Hid ds_, mem_type_, space_;
+};
+
+}  // namespace
+
+namespace detail {
+
+bool is_hdf5_file(const fs::path& p) noexcept {
+  QuietErrors quiet;
+#if H5_VERSION_GE(1, 12, 0)
+  const htri_t r = H5Fis_accessible(p.c_str(), H5P_DEFAULT);
+#else
+  const htri_t r = H5Fis_hdf5(p.c_str());
+#endif
+  H5Eclear2(H5E_DEFAULT);
+  return r > 0;
+}
+
+std::unique_ptr<CheckpointReader> open_hdf5_reader(const fs::path& p) {
+  // As the writers: HDF5's own cleanup at exit is not needed (hdf5_writer.cpp, open_hdf5).
+  static const bool no_atexit = [] { return H5dont_atexit() >= 0; }();
+  (void)no_atexit;
+  return std::make_unique<Hdf5Reader>(p);
+}
+
+}  // namespace detail
+
+}  // namespace layerinit
