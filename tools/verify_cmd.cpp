@@ -18,8 +18,12 @@ namespace layerinit::cli {
 
 namespace {
 
-// A progress line on a terminal, redrawn in place: tensors, bytes, rate, ETA.
+// A progress line on a terminal, redrawn in place: tensors, bytes, rate, ETA. Called after every
+// chunk and tensor (tens of thousands for a MoE model): redrawn at most every 0.1 s, and at the end.
 void draw(const VerifyProgress& p) {
+  static double drawn = -1;
+  if (p.seconds - drawn < 0.1 && p.tensors_done != p.tensors_total) return;
+  drawn = p.seconds;
   const double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1.0;
   const double rate = p.seconds > 0 ? static_cast<double>(p.bytes_done) / p.seconds : 0.0;
   const double eta = rate > 0 ? static_cast<double>(p.bytes_total - p.bytes_done) / rate : 0.0;
