@@ -1,9 +1,10 @@
-// The subcommands main() runs: build, plan and emit.
+// The subcommands main() runs: build, plan, emit and verify.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "args.hpp"
 
@@ -32,6 +33,17 @@ class MpiJob;
 // format_given: --format was on the command line (emit --rank asks for it by name). job: the MPI job
 // this process is a rank of (emit_parallel), or null; only rank 0 prints the report.
 int emit_command(const ModelArgs& args, const EmitArgs& emit, bool format_given, MpiJob* job = nullptr);
+struct VerifyArgs {
+  std::string path;
+  std::string report;
+  bool all = false;          // every tensor in the text report, equal ones too
+  bool no_diagnose = false;  // skip looking for what a difference is
+  std::vector<std::uint64_t> seed_guesses;  // --seed-guess: seeds "other_seed" tries besides 0..1023
+};
+// `app` is verify's subcommand: which build flags were given (each one not given comes from the
+// checkpoint's metadata, else emit's default). Returns 0 when every tensor is equal, else 1.
+int verify_command(const ModelArgs& args, const VerifyArgs& verify, const CLI::App& app);
+
 // SIGINT, SIGTERM and SIGHUP, handled from main's first step on, for every command (and unblocked,
 // should the process have been started with them blocked; a SIGHUP ignored by nohup stays ignored).
 // Until interrupt_later() nothing needs removing: a signal prints "layerinit: interrupted" (unless

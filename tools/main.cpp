@@ -1,4 +1,4 @@
-// layerinit: build, plan and emit model parameters layer by layer.
+// layerinit: build, plan, emit and verify model parameters layer by layer.
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <unistd.h>
@@ -178,6 +178,30 @@ int main(int argc, char** argv) {
   emit->add_option("--report", emit_opts.report, "Print a machine-readable report: json (hashes equal build's)");
   emit->add_option("--max-shard-size", emit_opts.max_shard_size, "safetensors: shard above this size (e.g. 5GB)");
 
+  ModelArgs verify_args;
+  VerifyArgs verify_opts;
+  auto* verify = app.add_subcommand("verify", "Check that a checkpoint holds the init it claims, tensor by tensor, streamed "
+                                              "(exit 0: every tensor equal, 1: something differs or is missing)");
+  verify->add_option("path", verify_opts.path,
+                     "A safetensors file or directory (sharded, with its index), an HDF5 file, or a directory of emit --rank "
+                     "files")->required();
+  verify_args.add_model_flags(*verify);
+  verify_args.add_build_flags(*verify, false);
+  // The values are made again on the host, beside the file's: --threads, but no --backend.
+  add_decimal_option(*verify, "--threads", verify_args.threads, 0, 4096, "Host threads (0 = all cores)");
+  verify->add_option("--report", verify_opts.report, "Print a machine-readable report: json");
+  verify->add_flag("--all", verify_opts.all, "List every tensor, the equal ones too (text report)");
+  verify->add_flag("--no-diagnose", verify_opts.no_diagnose,
+                   "Do not look for the transformation behind a difference (transposed, permuted, another seed, ...)");
+  verify->add_option_function<std::vector<std::string>>(
+            "--seed-guess",
+            [&verify_opts](const std::vector<std::string>& v) {
+              for (const auto& s : v)
+                verify_opts.seed_guesses.push_back(parse_decimal(s, "--seed-guess", 0, std::numeric_limits<std::uint64_t>::max()));
+            },
+            "A seed the file may have been made with, tried besides 0..1023 when values differ (repeatable)")
+      ->type_name("UINT");
+
   check_stdout_open();
   const std::optional<Launch> launch = mpi_launch();
   const bool mpi_job = launch && launch->size != 1;  // size 0: a PMIx launcher, size known after MPI_Init
@@ -196,6 +220,7 @@ int main(int argc, char** argv) {
       return emit_under_mpi(argc, argv, emit_args, emit_opts, emit_format->count() > 0);
     }
     if (*emit) return emit_command(emit_args, emit_opts, emit_format->count() > 0);
+    if (*verify) return verify_command(verify_args, verify_opts, *verify);
   } catch (const CLI::CallForHelp& e) {
     begin_stdout();
     return help_written(app.exit(e));

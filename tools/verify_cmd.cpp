@@ -1,0 +1,120 @@
+// layerinit verify: is a checkpoint the init it claims? (checkpoint/verify.hpp, docs/checkpoint.md "Verify")
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <optional>
+
+#include <layerinit/backends/backend.hpp>
+#include <layerinit/checkpoint/reader.hpp>
+#include <layerinit/checkpoint/verify.hpp>
+#include <layerinit/core/bytes.hpp>
+#include <layerinit/core/text.hpp>
+#include <layerinit/memory/tracking.hpp>
+#include "commands.hpp"
+#include "report.hpp"
+
+namespace layerinit::cli {
+
+namespace {
+
+// A progress line on a terminal, redrawn in place: tensors, bytes, rate, ETA. Called after every
+// chunk and tensor (tens of thousands for a MoE model): redrawn at most every 0.1 s, and at the end.
+void draw(const VerifyProgress& p) {
+  static double drawn = -1;
+  if (p.seconds - drawn < 0.1 && p.tensors_done != p.tensors_total) return;
+  drawn = p.seconds;
+  const double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1.0;
+  const double rate = p.seconds > 0 ? static_cast<double>(p.bytes_done) / p.seconds : 0.0;
+  const double eta = rate > 0 ? static_cast<double>(p.bytes_total - p.bytes_done) / rate : 0.0;
+  const int width = 30, filled = static_cast<int>(frac * width);
+  std::fprintf(stderr, "\r[%.*s%*s] tensors %llu/%llu  %.2f/%.2f GiB  %.0f MiB/s  ETA %.0f s ", filled,
+               "##############################", width - filled, "", (unsigned long long)p.tensors_done,
+               (unsigned long long)p.tensors_total, static_cast<double>(p.bytes_done) / (1u << 30),
+               static_cast<double>(p.bytes_total) / (1u << 30), rate / (1u << 20), eta);
+  std::fflush(stderr);
+}
+
+bool given(const CLI::App& app, const char* flag) { return app.get_option(flag)->count() > 0; }
+
+nlohmann::ordered_json pairs_json(const std::vector<std::pair<std::string, std::string>>& v) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& [pattern, value] : v) out.push_back({pattern, value});
+  return out;
+}
+
+}  // namespace
+
+int verify_command(const ModelArgs& args, const VerifyArgs& va, const CLI::App& app) {
+  if (!va.report.empty() && va.report != "json") throw usage_error("unknown report format '" + va.report + "' (valid: json)");
+  const std::string shown = printable(va.path);
+  const std::unique_ptr<CheckpointReader> reader = open_checkpoint_reader(va.path);
+  const std::optional<CheckpointClaim> claim = claim_from_metadata(reader->metadata());
+
+  // The model: the flags', else the one the checkpoint says it holds.
+  const bool model_flags = given(app, "--preset") || given(app, "--spec") || given(app, "--hf-config");
+  if (!model_flags && !claim)
+    throw usage_error(shown + " has no layerinit metadata (model_spec): give the model it should hold (--preset, --spec or "
+                      "--hf-config) and the options it was made with");
+  const ModelSpec spec = model_flags ? args.load_spec() : claim->spec;
+
+  // Each build option: the flag when given, else the checkpoint's (when layerinit wrote it), else emit's default.
+  OptionsText text = claim ? claim->options : OptionsText{};
+  const OptionsText flags = args.options_text();
+  if (given(app, "--dtype")) text.dtype = flags.dtype;
+  if (given(app, "--dtype-override")) text.dtype_overrides = flags.dtype_overrides;
+  if (given(app, "--recipe")) text.recipe = flags.recipe;
+  if (given(app, "--init-override")) text.init_overrides = flags.init_overrides;
+  if (given(app, "--seed")) text.seed = flags.seed;
+  if (given(app, "--layout")) text.layout = flags.layout;
+  if (given(app, "--orientation")) text.orientation = flags.orientation;
+  if (given(app, "--experts")) text.experts = flags.experts;
+  const Recipe recipe = checked_recipe(text, OptionNames::cli);
+  const BuildOptions opts = checked_build_options(text, OptionNames::cli, spec);
+  args.check_overrides(spec, recipe, opts);
+
+  // verify fills on the host (the stored values are there): the CPU backend, whatever else the machine has.
+  const std::unique_ptr<backend> be = make_backend("cpu", args.threads);
+  tracking_resource tracker(be->memory());
+  const Builder builder(spec, recipe, opts, *be, tracker);
+  check_same_model(spec, builder, *reader, va.path);
+
+  VerifyOptions vo;
+  vo.diagnose = !va.no_diagnose;
+  vo.seeds = va.seed_guesses;
+  // The seed the checkpoint says it was made with, when the flags ask for another: diagnosis tries it.
+  if (claim && claim->options.seed != opts.seed) vo.seeds.push_back(claim->options.seed);
+  // A signal ends the process at once (exit 130, "layerinit: interrupted"): verify writes nothing.
+  const bool tty = isatty(STDERR_FILENO);
+  if (tty) vo.progress = draw;
+  const VerifyReport report = verify_checkpoint(builder, *reader, vo);
+  if (tty) std::fprintf(stderr, "\n");
+
+  const char* source = model_flags ? "flags" : "metadata";
+  begin_stdout();
+  if (va.report == "json") {
+    nlohmann::ordered_json out{{"path", escape_non_utf8(va.path)}, {"format", std::string(reader->format())}, {"source", source}};
+    // model, dtype, seed, recipe, layout, orientation, experts, backend ("cpu (N threads)") as build's and emit's.
+    const nlohmann::ordered_json header =
+        report_header(spec, opts, recipe, opts.layout == Layout::stacked ? "stacked" : "per-layer", *be);
+    for (const auto& [key, value] : header.items()) out[key] = value;
+    out["dtype_overrides"] = pairs_json(text.dtype_overrides);
+    out["init_overrides"] = pairs_json(text.init_overrides);
+    // The tensor fields are the library's (verify_report_json), as layerinit.verify gives them.
+    const nlohmann::ordered_json fields = nlohmann::ordered_json::parse(verify_report_json(report));
+    for (const auto& [key, value] : fields.items()) out[key] = value;
+    std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+  } else {
+    std::printf("%s: %s of %s (from %s), %s, seed %llu, recipe %s, layout %s, orientation %s\n", shown.c_str(),
+                std::string(reader->format()).c_str(), printable(spec.name).c_str(),
+                model_flags ? "the flags" : "its metadata", std::string(dtype_name(opts.dtype)).c_str(),
+                static_cast<unsigned long long>(opts.seed), printable(recipe.name()).c_str(),
+                opts.layout == Layout::stacked ? "stacked" : "per-layer", std::string(orientation_name(opts.orientation)).c_str());
+    std::fputs(verify_report_text(report, va.all).c_str(), stdout);
+    std::printf("read %s in %.2f s\n", format_bytes_short(report.bytes_read).c_str(), report.seconds);
+  }
+  check_stdout();
+  return report.ok() ? 0 : 1;
+}
+
+}  // namespace layerinit::cli
