@@ -719,9 +719,10 @@ def verify(
     dtype_overrides: Optional[Mapping[str, str]] = None,
     threads: int = 0,
     diagnose: bool = True,
+    seed_guesses: Sequence[int] = (),
 ) -> VerifyReport:
     """Compares ``source`` with the init of ``model`` made with these options, tensor by tensor,
-    and for each tensor that differs says what was done to it (``layerinit verify``, docs/checkpoint.md).
+    and for each tensor that differs says what was done to it (``layerinit verify``, docs/checkpoint.md "Verify").
 
     - ``source``: a checkpoint's path (a safetensors file or directory, save_pretrained's included,
       an HDF5 file, a directory of ``emit --rank`` files), or a mapping of names to arrays: a
@@ -734,6 +735,8 @@ def verify(
       seed 0, recipe "hf", per-layer, out-in, stacked experts); one given replaces the metadata's.
     - ``threads``: host threads making the expected values (0: all cores). ``diagnose=False``: no
       search for what was done to a tensor that differs (its status, counts and first difference only).
+      ``seed_guesses``: seeds the ``other_seed`` diagnosis tries besides 0..1023 and the metadata's
+      (the CLI's ``--seed-guess``).
 
     Returns a :class:`VerifyReport`; a checkpoint that differs is a report, not an error. Raises
     ValueError for no model and no metadata naming one (``model``), a checkpoint or dict that is not
@@ -752,6 +755,7 @@ def verify(
         dtype_overrides=None if dtype_overrides is None else _overrides("dtype_overrides", dtype_overrides, _str),
         threads=_int("threads", threads, 0, _MAX_THREADS),
         diagnose=_bool("diagnose", diagnose),
+        seed_guesses=_ints("seed_guesses", seed_guesses),
     )
     if isinstance(source, Mapping):
         tensors, getters, aliases = _stored_tensors(source)

@@ -466,6 +466,7 @@ struct VerifyArgs {
   std::optional<std::string> dtype, recipe, layout, orientation, experts;
   std::optional<std::uint64_t> seed;
   std::optional<TextPairs> overrides, dtype_overrides;
+  std::vector<std::uint64_t> seed_guesses;  // seeds "other_seed" tries besides 0..1023 (the CLI's --seed-guess)
 };
 
 // (report JSON, report text) of a checkpoint whose metadata is `meta` against `model` (else the model
@@ -499,6 +500,7 @@ std::pair<std::string, std::string> verify_with(const std::map<std::string, std:
   check_same_model(spec, builder, r, shown);
   VerifyOptions vo;
   vo.diagnose = diagnose;
+  vo.seeds = a.seed_guesses;
   // The seed the metadata says, when another is asked for: diagnosis tries it.
   if (claim && claim->options.seed != opts.seed) vo.seeds.push_back(claim->options.seed);
   // Ctrl-C between chunks: KeyboardInterrupt, as build's.
@@ -892,12 +894,12 @@ NB_MODULE(_core, m) {
                              const std::optional<std::string>& recipe, const std::optional<std::string>& layout,
                              const std::optional<std::string>& orientation, const std::optional<std::string>& experts,
                              const std::optional<TextPairs>& overrides, const std::optional<TextPairs>& dtype_overrides,
-                             int threads, bool diagnose) {
-    return verify_tensors(tensors, std::move(get), aliases, model, {dtype, recipe, layout, orientation, experts, seed, overrides, dtype_overrides},
-                          threads, diagnose);
+                             int threads, bool diagnose, const std::vector<std::uint64_t>& seed_guesses) {
+    return verify_tensors(tensors, std::move(get), aliases, model,
+                          {dtype, recipe, layout, orientation, experts, seed, overrides, dtype_overrides, seed_guesses}, threads, diagnose);
   }, "tensors"_a, "get"_a, "aliases"_a, "model"_a.none(), "dtype"_a.none(), "seed"_a.none(), "recipe"_a.none(), "layout"_a.none(),
   "orientation"_a.none(), "experts"_a.none(), "overrides"_a.none(), "dtype_overrides"_a.none(), "threads"_a = 0,
-  "diagnose"_a = true,
+  "diagnose"_a = true, "seed_guesses"_a = std::vector<std::uint64_t>{},
   "(report JSON, report text) of tensors [(name, safetensors dtype, shape, element size)] whose bytes get(k) gives "
   "(a C-contiguous buffer), against `model` and the options (None: build's default).");
 
@@ -905,11 +907,13 @@ NB_MODULE(_core, m) {
                           std::optional<std::uint64_t> seed, const std::optional<std::string>& recipe,
                           const std::optional<std::string>& layout, const std::optional<std::string>& orientation,
                           const std::optional<std::string>& experts, const std::optional<TextPairs>& overrides,
-                          const std::optional<TextPairs>& dtype_overrides, int threads, bool diagnose) {
-    return verify_path(path, model, {dtype, recipe, layout, orientation, experts, seed, overrides, dtype_overrides}, threads, diagnose);
+                          const std::optional<TextPairs>& dtype_overrides, int threads, bool diagnose,
+                          const std::vector<std::uint64_t>& seed_guesses) {
+    return verify_path(path, model, {dtype, recipe, layout, orientation, experts, seed, overrides, dtype_overrides, seed_guesses},
+                       threads, diagnose);
   }, "path"_a, "model"_a.none(), "dtype"_a.none(), "seed"_a.none(), "recipe"_a.none(), "layout"_a.none(),
   "orientation"_a.none(), "experts"_a.none(), "overrides"_a.none(), "dtype_overrides"_a.none(), "threads"_a = 0,
-  "diagnose"_a = true,
+  "diagnose"_a = true, "seed_guesses"_a = std::vector<std::uint64_t>{},
   "(report JSON, report text) of the checkpoint at `path` against `model` (None: the one its metadata names) and the "
   "options (None: its metadata's, else build's default).");
 

@@ -230,6 +230,11 @@ def test_other_seed():
     assert not r.ok and r.differs == 30 and r.equal == 9  # the norms are constant(1) whatever the seed
     assert diagnosis(r, Q) == {"kind": "other_seed", "text": "the init of seed 7, not 0", "seed": 7}
     assert all(t["diagnosis"]["seed"] == 7 for t in r.tensors if t["status"] == "differs")
+    # A seed outside 0..1023 is found when guessed.
+    far = state_dict(seed=5000)
+    assert diagnosis(verify(far), Q)["kind"] == "none"
+    assert diagnosis(verify(far, seed_guesses=[9, 5000]), Q) == {"kind": "other_seed", "text": "the init of seed 5000, not 0",
+                                                                "seed": 5000}
 
 
 def test_diagnose_false_leaves_the_differences_undiagnosed():
@@ -272,6 +277,8 @@ def test_errors_name_the_argument():
         layerinit.verify(sd, PRESET, overrides=5)
     with pytest.raises(ValueError, match=r"^threads must be in \[0, 4096\]"):
         layerinit.verify(sd, PRESET, threads=5000)
+    with pytest.raises(ValueError, match=r"^seed_guesses\[0\] must be an integer"):
+        layerinit.verify(sd, PRESET, seed_guesses=["1"])
     with pytest.raises(ValueError, match=r"^diagnose must be True or False"):
         layerinit.verify(sd, PRESET, diagnose=1)
     with pytest.raises(ValueError, match=r"^source\['x'\] of dtype object holds no numbers"):
