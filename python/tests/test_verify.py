@@ -4,6 +4,7 @@ transformation to a real built tensor: transformers' and torchtitan's RoPE permu
 or gate_up, stacked layers, a rename, a swap, a tie kept, a cast, another seed. transformers'
 save_pretrained and torchtitan's to_hf of models filled by layerinit.torch.init_ verify."""
 import json
+import subprocess
 
 import numpy as np
 import pytest
@@ -463,7 +464,7 @@ def test_an_emitted_checkpoint_verifies_with_the_options_its_metadata_says(cli, 
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma2", "gpt2", "mixtral"])
-def test_save_pretrained_of_a_model_filled_by_init_verifies(family, tmp_path):
+def test_save_pretrained_of_a_model_filled_by_init_verifies(family, tmp_path, cli):
     """The Hugging Face checkpoint with its config.json as the model (--hf-config): the config's dtype
     is the init's; gemma2's and gpt2's tied heads are not in the file, nor in the spec; gpt2's Conv1D
     weights are stored [in, out]; transformers 5 saves Mixtral's fused experts one tensor each."""
@@ -477,6 +478,10 @@ def test_save_pretrained_of_a_model_filled_by_init_verifies(family, tmp_path):
     model.save_pretrained(tmp_path)
     r = layerinit.verify(tmp_path, tmp_path, seed=9)
     assert r.ok, str(r)
+    # The command line, as the issue asks: --hf-config names the model.
+    out = subprocess.run([cli, "verify", str(tmp_path), "--hf-config", str(tmp_path), "--seed", "9"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines()[-2] == f"{len(r.tensors)} tensors: {len(r.tensors)} equal, 0 differ, 0 missing, 0 unexpected"
     assert all(t["expected"]["dtype"] == "fp32" for t in r.tensors)
     # save_pretrained writes no layerinit metadata: the model must be given.
     with pytest.raises(ValueError, match=rf"^model is needed: checkpoint '{tmp_path}' has no layerinit metadata"):
