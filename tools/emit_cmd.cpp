@@ -24,18 +24,7 @@ namespace layerinit::cli {
 
 namespace {
 
-// A progress line on a terminal, redrawn in place: layers, bytes, rate, ETA.
-void draw(const EmitProgress& p) {
-  const double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1.0;
-  const double rate = p.seconds > 0 ? static_cast<double>(p.bytes_done) / p.seconds : 0.0;
-  const double eta = rate > 0 ? static_cast<double>(p.bytes_total - p.bytes_done) / rate : 0.0;
-  const int width = 30, filled = static_cast<int>(frac * width);
-  std::fprintf(stderr, "\r[%.*s%*s] layers %llu/%llu  %.2f/%.2f GiB  %.0f MiB/s  ETA %.0f s ", filled,
-               "##############################", width - filled, "", (unsigned long long)p.layers_done,
-               (unsigned long long)p.layers_total, static_cast<double>(p.bytes_done) / (1u << 30),
-               static_cast<double>(p.bytes_total) / (1u << 30), rate / (1u << 20), eta);
-  std::fflush(stderr);
-}
+void draw(const EmitProgress& p) { draw_progress("layers", p.layers_done, p.layers_total, p.bytes_done, p.bytes_total, p.seconds); }
 
 }  // namespace
 

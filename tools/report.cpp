@@ -102,4 +102,16 @@ std::string hex64(std::uint64_t h) {
   return buf;
 }
 
+void draw_progress(const char* unit, std::uint64_t done, std::uint64_t total, std::uint64_t bytes_done, std::uint64_t bytes_total,
+                   double seconds) {
+  const double frac = bytes_total ? static_cast<double>(bytes_done) / static_cast<double>(bytes_total) : 1.0;
+  const double rate = seconds > 0 ? static_cast<double>(bytes_done) / seconds : 0.0;
+  const double eta = rate > 0 ? static_cast<double>(bytes_total - bytes_done) / rate : 0.0;
+  const int width = 30, filled = static_cast<int>(frac * width);
+  std::fprintf(stderr, "\r[%.*s%*s] %s %llu/%llu  %.2f/%.2f GiB  %.0f MiB/s  ETA %.0f s ", filled, "##############################",
+               width - filled, "", unit, static_cast<unsigned long long>(done), static_cast<unsigned long long>(total),
+               static_cast<double>(bytes_done) / (1u << 30), static_cast<double>(bytes_total) / (1u << 30), rate / (1u << 20), eta);
+  std::fflush(stderr);
+}
+
 }  // namespace layerinit::cli

@@ -34,6 +34,11 @@ void add_rank_json(nlohmann::ordered_json& out, const ParallelPlan& plan, std::u
 nlohmann::ordered_json report_header(const ModelSpec& spec, const BuildOptions& opts, const Recipe& recipe,
                                      const std::string& layout, const backend& be);
 
+// A progress line on stderr (a terminal), redrawn in place: "[####   ] layers 3/32  1.20/13.49 GiB
+// 512 MiB/s  ETA 24 s", `unit` naming what is counted.
+void draw_progress(const char* unit, std::uint64_t done, std::uint64_t total, std::uint64_t bytes_done, std::uint64_t bytes_total,
+                   double seconds);
+
 // Reports and tables go to stdout. begin_stdout() before writing one, check_stdout() after: it throws
 // std::runtime_error "cannot write to standard output: <reason>" (exit 1) when any of it was lost to a
 // full disk, a closed pipe or another write error, so a lost report never passes as success.

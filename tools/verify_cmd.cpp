@@ -18,21 +18,13 @@ namespace layerinit::cli {
 
 namespace {
 
-// A progress line on a terminal, redrawn in place: tensors, bytes, rate, ETA. Called after every
+// The progress line (draw_progress) of tensors. Called after every
 // chunk and tensor (tens of thousands for a MoE model): redrawn at most every 0.1 s, and at the end.
 void draw(const VerifyProgress& p) {
   static double drawn = -1;
   if (p.seconds - drawn < 0.1 && p.tensors_done != p.tensors_total) return;
   drawn = p.seconds;
-  const double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1.0;
-  const double rate = p.seconds > 0 ? static_cast<double>(p.bytes_done) / p.seconds : 0.0;
-  const double eta = rate > 0 ? static_cast<double>(p.bytes_total - p.bytes_done) / rate : 0.0;
-  const int width = 30, filled = static_cast<int>(frac * width);
-  std::fprintf(stderr, "\r[%.*s%*s] tensors %llu/%llu  %.2f/%.2f GiB  %.0f MiB/s  ETA %.0f s ", filled,
-               "##############################", width - filled, "", (unsigned long long)p.tensors_done,
-               (unsigned long long)p.tensors_total, static_cast<double>(p.bytes_done) / (1u << 30),
-               static_cast<double>(p.bytes_total) / (1u << 30), rate / (1u << 20), eta);
-  std::fflush(stderr);
+  draw_progress("tensors", p.tensors_done, p.tensors_total, p.bytes_done, p.bytes_total, p.seconds);
 }
 
 bool given(const CLI::App& app, const char* flag) { return app.get_option(flag)->count() > 0; }
