@@ -26,6 +26,14 @@ static_assert(std::endian::native == std::endian::little, "checkpoint readers as
 
 namespace fs = std::filesystem;
 
+std::string_view safetensors_dtype_name(DType t) { return t == DType::bf16 ? "BF16" : t == DType::f16 ? "F16" : "F32"; }
+
+std::optional<DType> dtype_from_safetensors_name(std::string_view s) {
+  for (const DType t : all_dtypes)
+    if (s == safetensors_dtype_name(t)) return t;
+  return std::nullopt;
+}
+
 std::uint64_t StoredTensor::bytes() const {
   const std::uint64_t es = detail::element_size(dtype_text);
   return es == 0 ? 0 : saturating_mul(numel(shape), es);
@@ -282,9 +290,7 @@ class SafetensorsReader final : public CheckpointReader {
       t.name = std::move(e.name);
       t.shape = std::move(e.shape);
       t.dtype_text = e.dtype;
-      if (e.dtype == "BF16") t.dtype = DType::bf16;
-      else if (e.dtype == "F16") t.dtype = DType::f16;
-      else if (e.dtype == "F32") t.dtype = DType::f32;
+      t.dtype = dtype_from_safetensors_name(e.dtype);
       t.file = rel;
       tensors_.push_back(std::move(t));
       file_of_.push_back(fi);

@@ -77,6 +77,11 @@ class LAYERINIT_API CheckpointReader {
   virtual void read(std::size_t k, std::uint64_t first, std::uint64_t n, void* out) = 0;
 };
 
+// safetensors' names of layerinit's dtypes ("BF16", "F16", "F32"), both ways: the writer writes
+// them, the reader and the Python package's verify read them (nullopt: a dtype layerinit does not make).
+LAYERINIT_API std::string_view safetensors_dtype_name(DType t);
+LAYERINIT_API std::optional<DType> dtype_from_safetensors_name(std::string_view s);
+
 // Opens `path`:
 // - a .safetensors file;
 // - a directory holding model.safetensors, or model.safetensors.index.json and the shards it names

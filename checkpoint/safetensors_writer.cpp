@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <layerinit/checkpoint/reader.hpp>
 #include <layerinit/core/errors.hpp>
 
 #include "detail.hpp"
@@ -24,8 +25,6 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "checkpoint writers assume a little-endian host");
 
 namespace fs = std::filesystem;
-
-const char* st_dtype(DType t) { return t == DType::bf16 ? "BF16" : t == DType::f16 ? "F16" : "F32"; }
 
 // Whether a .safetensors file's header carries the __metadata__ keys every layerinit file has.
 bool written_by_layerinit(const fs::path& p) {
@@ -151,7 +150,7 @@ class SafetensorsWriter final : public detail::WriterBase {
       auto entry = [&](std::size_t t) {
         const std::uint64_t bytes = numel(d_[t].shape) * dtype_size(d_[t].dtype);
         return nlohmann::ordered_json{
-            {"dtype", st_dtype(d_[t].dtype)}, {"shape", d_[t].shape}, {"data_offsets", {offset_[t], offset_[t] + bytes}}};
+            {"dtype", std::string(safetensors_dtype_name(d_[t].dtype))}, {"shape", d_[t].shape}, {"data_offsets", {offset_[t], offset_[t] + bytes}}};
       };
       // The header's size, entry by entry, before the header is built: {"__metadata__":{...},"name":{...},...}
       // (compact, as dump() writes it), so a header past the limit never takes its size in memory.

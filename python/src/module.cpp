@@ -536,9 +536,7 @@ std::pair<std::string, std::string> verify_tensors(const std::vector<PyStored>& 
       s.name = name;
       s.shape = Shape(shape.begin(), shape.end());
       s.dtype_text = dtype;
-      if (dtype == "F32") s.dtype = DType::f32;
-      else if (dtype == "F16") s.dtype = DType::f16;
-      else if (dtype == "BF16") s.dtype = DType::bf16;
+      s.dtype = dtype_from_safetensors_name(dtype);
       names.push_back(name);
       bytes.push_back(numel(s.shape) * esize);
       esizes.push_back(esize);
