@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <layerinit/backends/content_hash.hpp>
+#include <layerinit/checkpoint/detail.hpp>
 #include <layerinit/checkpoint/emit.hpp>
 #include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
@@ -144,25 +145,14 @@ void generate_box(backend& be, const Expected& e, const Box& box, unsigned char*
   fill_now(be, jobs);
 }
 
-// Element size of a stored dtype by its name (safetensors' or HDF5's spelling); 0 when unknown.
-std::uint64_t element_size(const StoredTensor& s) {
-  if (s.dtype) return dtype_size(*s.dtype);
-  std::string t;
-  for (char c : s.dtype_text) t += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (const char* p : {"f64", "i64", "u64", "float64", "int64", "uint64"})
-    if (t == p) return 8;
-  for (const char* p : {"f32", "i32", "u32", "int32", "uint32"})
-    if (t == p) return 4;
-  for (const char* p : {"f16", "bf16", "i16", "u16", "int16", "uint16"})
-    if (t == p) return 2;
-  if (t == "bool" || t == "u8" || t == "i8" || t.rfind("f8", 0) == 0) return 1;
-  return 0;
-}
+// Element size of a stored tensor: its dtype's, else as the reader names it (0 when unknown).
+std::uint64_t element_size(const StoredTensor& s) { return s.dtype ? dtype_size(*s.dtype) : detail::element_size(s.dtype_text); }
+
 // The stored dtype as reports name it: layerinit's name ("bf16") for its own dtypes, else the file's.
 std::string stored_dtype_name(const StoredTensor& s) { return s.dtype ? std::string(dtype_name(*s.dtype)) : s.dtype_text; }
 
 bool is_f64(const StoredTensor& s) {
-  return !s.dtype && (s.dtype_text == "F64" || s.dtype_text == "f64" || s.dtype_text == "float64");
+  return !s.dtype && (s.dtype_text == "F64" || s.dtype_text == "f64");  // safetensors' and the HDF5 reader's names
 }
 
 std::uint64_t bits_at(const unsigned char* p, std::uint64_t i, std::uint64_t esize) {
