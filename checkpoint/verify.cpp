@@ -1,6 +1,7 @@
 #include <layerinit/checkpoint/verify.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -213,6 +214,14 @@ std::string number(double v) {
 
 std::string heads_text(std::uint64_t h) { return std::to_string(h) + (h == 1 ? " head" : " heads"); }
 
+
+// A metadata seed: decimal digits of a value below 2^64, nothing else.
+std::optional<std::uint64_t> seed_of(std::string_view s) {
+  std::uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
 
 // What verify knows of a tensor while it works.
 struct Work {
@@ -648,6 +657,9 @@ class Verifier {
   std::optional<Diagnosis> seed_diagnosis(const Expected& e, const Bytes& have) {
     std::vector<std::uint64_t> seeds = found_seeds_;
     seeds.insert(seeds.end(), opts_.seeds.begin(), opts_.seeds.end());
+    // The seed the checkpoint says it was made with, when it was compared with another.
+    if (const auto it = r_.metadata().find("seed"); it != r_.metadata().end())
+      if (const auto claimed = seed_of(it->second)) seeds.push_back(*claimed);
     for (std::uint64_t s = 0; s < 1024; ++s) seeds.push_back(s);
     for (std::uint64_t s : {1234ull, 12345ull, 1337ull, 31337ull, 3407ull, 2024ull, 2025ull, 2026ull, 0xffffffffull, ~0ull}) seeds.push_back(s);
     std::erase(seeds, seed_);
@@ -848,21 +860,27 @@ std::optional<CheckpointClaim> claim_from_metadata(const std::map<std::string, s
   c.options.dtype_overrides = pairs("dtype_overrides");
   if (const std::string r = get("recipe"); !r.empty()) c.options.recipe = r;
   if (const std::string s = get("seed"); !s.empty()) {
-    std::uint64_t v = 0;
-    bool ok = s.size() <= 20;
-    for (char ch : s) ok = ok && ch >= '0' && ch <= '9';
-    if (ok)
-      for (char ch : s) {
-        if (v > (~0ull - static_cast<std::uint64_t>(ch - '0')) / 10) ok = false;
-        v = v * 10 + static_cast<std::uint64_t>(ch - '0');
-      }
-    if (!ok) throw checkpoint_invalid("checkpoint metadata seed " + quote(s, 40) + " is not a number from 0 to 2^64 - 1");
-    c.options.seed = v;
+    const auto seed = seed_of(s);
+    if (!seed) throw checkpoint_invalid("checkpoint metadata seed " + quote(s, 40) + " is not a number from 0 to 2^64 - 1");
+    c.options.seed = *seed;
   }
   if (const std::string l = get("layout"); !l.empty()) c.options.layout = l;
   if (const std::string o = get("orientation"); !o.empty()) c.options.orientation = o;
   if (const std::string x = get("experts"); !x.empty()) c.options.experts = x;
   return c;
+}
+
+OptionsText claimed_options(const std::optional<CheckpointClaim>& claim, const GivenOptions& given) {
+  OptionsText text = claim ? claim->options : OptionsText{};
+  if (given.dtype) text.dtype = given.dtype;
+  if (given.dtype_overrides) text.dtype_overrides = *given.dtype_overrides;
+  if (given.recipe) text.recipe = *given.recipe;
+  if (given.init_overrides) text.init_overrides = *given.init_overrides;
+  if (given.seed) text.seed = *given.seed;
+  if (given.layout) text.layout = *given.layout;
+  if (given.orientation) text.orientation = *given.orientation;
+  if (given.experts) text.experts = *given.experts;
+  return text;
 }
 
 void check_same_model(const ModelSpec& spec, const Builder& b, const CheckpointReader& r, std::string_view shown) {

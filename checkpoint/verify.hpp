@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <layerinit/checkpoint/reader.hpp>
@@ -106,7 +107,8 @@ struct VerifyOptions {
   const std::atomic<bool>* cancel = nullptr;            // set (a signal handler) to stop: throws layerinit::error("interrupted")
   std::uint64_t chunk_bytes = 64ull << 20;              // of each side, per read
   bool diagnose = true;                                 // look for the transformation behind each difference
-  // Seeds "other_seed" tries besides 0..1023 (the metadata's, the user's guesses).
+  // Seeds "other_seed" tries besides 0..1023, a few favourites and the checkpoint metadata's seed
+  // (the user's guesses).
   std::vector<std::uint64_t> seeds;
 };
 
@@ -133,6 +135,17 @@ struct CheckpointClaim {
   OptionsText options;
 };
 LAYERINIT_API std::optional<CheckpointClaim> claim_from_metadata(const std::map<std::string, std::string>& meta);
+
+// The options a caller was given, each nullopt when it was not (the CLI's flags, layerinit.verify's
+// arguments left None).
+struct GivenOptions {
+  std::optional<std::string> dtype, recipe, layout, orientation, experts;
+  std::optional<std::uint64_t> seed;
+  std::optional<std::vector<std::pair<std::string, std::string>>> init_overrides, dtype_overrides;
+};
+// What verify compares with: each option given, else the claim's (a checkpoint layerinit wrote), else
+// OptionsText's default (emit's and build's).
+LAYERINIT_API OptionsText claimed_options(const std::optional<CheckpointClaim>& claim, const GivenOptions& given);
 
 // Refuses (std::invalid_argument, one line) a checkpoint that is not of `spec` at all, before any
 // tensor is compared: its metadata names another model spec, or fewer than half of the model's

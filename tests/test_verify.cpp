@@ -378,6 +378,9 @@ TEST(Verify, AnotherSeed) {
   VerifyOptions guess;
   guess.seeds = {5000};
   EXPECT_EQ(check(seed0.verify(t, guess), kQ).diagnosis->seed, 5000u);
+  // So does the seed the checkpoint's metadata names.
+  const auto claimed = Subject::reader(t, {{"seed", "5000"}});
+  EXPECT_EQ(check(verify_checkpoint(seed0.b, *claimed), kQ).diagnosis->seed, 5000u);
 }
 
 TEST(Verify, ZerosConstantsAndNoise) {
@@ -503,7 +506,22 @@ TEST(Verify, ClaimFromEmitMetadata) {
   EXPECT_EQ(back.seed, o.seed);
   EXPECT_EQ(back.experts, o.experts);
   EXPECT_EQ(checked_recipe(claim->options, OptionNames::cli).overrides_text(), b.recipe().overrides_text());
-  // No model_spec: not layerinit's. A broken one is refused naming the key.
+  // What verify compares with: the options given, else the claim's, else the defaults.
+  GivenOptions given;
+  given.seed = 3;
+  given.dtype_overrides = std::vector<std::pair<std::string, std::string>>{};
+  const OptionsText merged = claimed_options(claim, given);
+  EXPECT_EQ(merged.seed, 3u);
+  EXPECT_TRUE(merged.dtype_overrides.empty());
+  EXPECT_EQ(merged.dtype, "fp16");
+  EXPECT_EQ(merged.experts, "per-expert");
+  EXPECT_EQ(merged.init_overrides, claim->options.init_overrides);
+  const OptionsText defaults = claimed_options(std::nullopt, given);
+  EXPECT_EQ(defaults.seed, 3u);
+  EXPECT_EQ(defaults.dtype, std::nullopt);
+  EXPECT_EQ(defaults.recipe, "hf");
+  EXPECT_EQ(defaults.layout, "per-layer");
+    // No model_spec: not layerinit's. A broken one is refused naming the key.
   EXPECT_FALSE(claim_from_metadata({{"format", "pt"}}));
   try {
     claim_from_metadata({{"model_spec", "{}"}, {"seed", "12x"}});

@@ -27,7 +27,7 @@ void draw(const VerifyProgress& p) {
   draw_progress("tensors", p.tensors_done, p.tensors_total, p.bytes_done, p.bytes_total, p.seconds);
 }
 
-bool given(const CLI::App& app, const char* flag) { return app.get_option(flag)->count() > 0; }
+bool given_flag(const CLI::App& app, const char* flag) { return app.get_option(flag)->count() > 0; }
 
 nlohmann::ordered_json pairs_json(const std::vector<std::pair<std::string, std::string>>& v) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
@@ -44,23 +44,24 @@ int verify_command(const ModelArgs& args, const VerifyArgs& va, const CLI::App& 
   const std::optional<CheckpointClaim> claim = claim_from_metadata(reader->metadata());
 
   // The model: the flags', else the one the checkpoint says it holds.
-  const bool model_flags = given(app, "--preset") || given(app, "--spec") || given(app, "--hf-config");
+  const bool model_flags = given_flag(app, "--preset") || given_flag(app, "--spec") || given_flag(app, "--hf-config");
   if (!model_flags && !claim)
     throw usage_error(shown + " has no layerinit metadata (model_spec): give the model it should hold (--preset, --spec or "
                       "--hf-config) and the options it was made with");
   const ModelSpec spec = model_flags ? args.load_spec() : claim->spec;
 
   // Each build option: the flag when given, else the checkpoint's (when layerinit wrote it), else emit's default.
-  OptionsText text = claim ? claim->options : OptionsText{};
   const OptionsText flags = args.options_text();
-  if (given(app, "--dtype")) text.dtype = flags.dtype;
-  if (given(app, "--dtype-override")) text.dtype_overrides = flags.dtype_overrides;
-  if (given(app, "--recipe")) text.recipe = flags.recipe;
-  if (given(app, "--init-override")) text.init_overrides = flags.init_overrides;
-  if (given(app, "--seed")) text.seed = flags.seed;
-  if (given(app, "--layout")) text.layout = flags.layout;
-  if (given(app, "--orientation")) text.orientation = flags.orientation;
-  if (given(app, "--experts")) text.experts = flags.experts;
+  GivenOptions given;
+  if (given_flag(app, "--dtype")) given.dtype = flags.dtype;
+  if (given_flag(app, "--dtype-override")) given.dtype_overrides = flags.dtype_overrides;
+  if (given_flag(app, "--recipe")) given.recipe = flags.recipe;
+  if (given_flag(app, "--init-override")) given.init_overrides = flags.init_overrides;
+  if (given_flag(app, "--seed")) given.seed = flags.seed;
+  if (given_flag(app, "--layout")) given.layout = flags.layout;
+  if (given_flag(app, "--orientation")) given.orientation = flags.orientation;
+  if (given_flag(app, "--experts")) given.experts = flags.experts;
+  const OptionsText text = claimed_options(claim, given);
   const Recipe recipe = checked_recipe(text, OptionNames::cli);
   const BuildOptions opts = checked_build_options(text, OptionNames::cli, spec);
   args.check_overrides(spec, recipe, opts);
@@ -74,8 +75,6 @@ int verify_command(const ModelArgs& args, const VerifyArgs& va, const CLI::App& 
   VerifyOptions vo;
   vo.diagnose = !va.no_diagnose;
   vo.seeds = va.seed_guesses;
-  // The seed the checkpoint says it was made with, when the flags ask for another: diagnosis tries it.
-  if (claim && claim->options.seed != opts.seed) vo.seeds.push_back(claim->options.seed);
   // A signal ends the process at once (exit 130, "layerinit: interrupted"): verify writes nothing.
   const bool tty = isatty(STDERR_FILENO);
   if (tty) vo.progress = draw;

@@ -461,12 +461,10 @@ class PyTensorBytes {
 };
 
 // The options of layerinit.verify: each None comes from the checkpoint's metadata when layerinit wrote
-// it, else build's default (the CLI's verify reads its flags the same way).
+// it, else build's default (claimed_options, as the CLI's verify).
 struct VerifyArgs {
-  std::optional<std::string> dtype, recipe, layout, orientation, experts;
-  std::optional<std::uint64_t> seed;
-  std::optional<TextPairs> overrides, dtype_overrides;
-  std::vector<std::uint64_t> seed_guesses;  // seeds "other_seed" tries besides 0..1023 (the CLI's --seed-guess)
+  GivenOptions given;
+  std::vector<std::uint64_t> seed_guesses;  // seeds "other_seed" tries besides its own (the CLI's --seed-guess)
 };
 
 // (report JSON, report text) of a checkpoint whose metadata is `meta` against `model` (else the model
@@ -481,15 +479,7 @@ std::pair<std::string, std::string> verify_with(const std::map<std::string, std:
     bad_argument("model", "is needed: " + said + " has no layerinit metadata (model_spec) to say which model it holds; give the "
                           "model and the options it was made with");
   const ModelSpec spec = model ? model->spec : claim->spec;
-  OptionsText text = claim ? claim->options : OptionsText{};
-  if (a.dtype) text.dtype = a.dtype;
-  if (a.dtype_overrides) text.dtype_overrides = *a.dtype_overrides;
-  if (a.recipe) text.recipe = *a.recipe;
-  if (a.overrides) text.init_overrides = *a.overrides;
-  if (a.seed) text.seed = *a.seed;
-  if (a.layout) text.layout = *a.layout;
-  if (a.orientation) text.orientation = *a.orientation;
-  if (a.experts) text.experts = *a.experts;
+  const OptionsText text = claimed_options(claim, a.given);
   const Recipe recipe = checked_recipe(text, OptionNames::python);
   const BuildOptions opts = checked_build_options(text, OptionNames::python, spec);
   spec.validate();
@@ -501,8 +491,6 @@ std::pair<std::string, std::string> verify_with(const std::map<std::string, std:
   VerifyOptions vo;
   vo.diagnose = diagnose;
   vo.seeds = a.seed_guesses;
-  // The seed the metadata says, when another is asked for: diagnosis tries it.
-  if (claim && claim->options.seed != opts.seed) vo.seeds.push_back(claim->options.seed);
   // Ctrl-C between chunks: KeyboardInterrupt, as build's.
   vo.progress = [](const VerifyProgress&) {
     nb::gil_scoped_acquire gil;
@@ -894,7 +882,7 @@ NB_MODULE(_core, m) {
                              const std::optional<TextPairs>& overrides, const std::optional<TextPairs>& dtype_overrides,
                              int threads, bool diagnose, const std::vector<std::uint64_t>& seed_guesses) {
     return verify_tensors(tensors, std::move(get), aliases, model,
-                          {dtype, recipe, layout, orientation, experts, seed, overrides, dtype_overrides, seed_guesses}, threads, diagnose);
+                          {{dtype, recipe, layout, orientation, experts, seed, overrides, dtype_overrides}, seed_guesses}, threads, diagnose);
   }, "tensors"_a, "get"_a, "aliases"_a, "model"_a.none(), "dtype"_a.none(), "seed"_a.none(), "recipe"_a.none(), "layout"_a.none(),
   "orientation"_a.none(), "experts"_a.none(), "overrides"_a.none(), "dtype_overrides"_a.none(), "threads"_a = 0,
   "diagnose"_a = true, "seed_guesses"_a = std::vector<std::uint64_t>{},
@@ -907,7 +895,7 @@ NB_MODULE(_core, m) {
                           const std::optional<std::string>& experts, const std::optional<TextPairs>& overrides,
                           const std::optional<TextPairs>& dtype_overrides, int threads, bool diagnose,
                           const std::vector<std::uint64_t>& seed_guesses) {
-    return verify_path(path, model, {dtype, recipe, layout, orientation, experts, seed, overrides, dtype_overrides, seed_guesses},
+    return verify_path(path, model, {{dtype, recipe, layout, orientation, experts, seed, overrides, dtype_overrides}, seed_guesses},
                        threads, diagnose);
   }, "path"_a, "model"_a.none(), "dtype"_a.none(), "seed"_a.none(), "recipe"_a.none(), "layout"_a.none(),
   "orientation"_a.none(), "experts"_a.none(), "overrides"_a.none(), "dtype_overrides"_a.none(), "threads"_a = 0,
