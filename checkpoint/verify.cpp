@@ -52,7 +52,8 @@ struct Expected {
 
 std::vector<Expected> expected_tensors(const Builder& b) {
   std::vector<Expected> out;
-  std::unordered_map<std::string_view, std::size_t> buffer_at;  // stacked buffer name -> out index
+  // Stacked buffer name (a view of the walk's layout, alive for the whole walk) -> index in `out`.
+  std::unordered_map<std::string_view, std::size_t> buffer_at;
   auto whole = [&](const PlannedTensor& p) {
     Expected& e = out.emplace_back();
     e.name = p.name;
@@ -83,7 +84,6 @@ std::vector<Expected> expected_tensors(const Builder& b) {
       if (slice < e.slices.size()) e.slices[slice] = s.tensors[j];
     }
   });
-  // Names point into `out`'s strings only after it stops growing: the map above keyed the walk's.
   return out;
 }
 
@@ -433,12 +433,6 @@ class Verifier {
   }
 
   // --- Diagnosis --------------------------------------------------------------------------------
-
-  const Expected* expected_named(std::string_view name) const {
-    for (const Expected& e : expected_)
-      if (e.name == name) return &e;
-    return nullptr;
-  }
 
   Bytes expected_bytes(const Expected& e, std::optional<std::uint64_t> seed = std::nullopt, std::optional<DType> dtype = std::nullopt) {
     Bytes out(e.numel() * dtype_size(dtype.value_or(e.dtype)));
