@@ -5,7 +5,7 @@
 //   - memory: the preflight refuses before allocating (exit 2), a failed allocation is the
 //     out-of-memory line, and peak resident memory of emit (ru_maxrss, measured from outside) stays
 //     within baseline + the largest part + the writer's 64 MiB chunk staging + 32 MiB slack, for a
-//     model 17x its largest part.
+//     model 17x its largest part; verify of what it wrote within baseline + three of its chunks + 32 MiB.
 // Skips (GTEST_SKIP) when the binary was not built (LAYERINIT_BUILD_TOOLS=OFF).
 #include <unistd.h>
 
@@ -316,6 +316,16 @@ TEST_F(Cli, EmitPeakResidentMemoryStaysWithinItsBound) {
     EXPECT_LE(rss, bound) << "max RSS " << rss << " bytes";
     // A build of the whole model would hold every weight: the bound is below that.
     EXPECT_LT(bound, weights);
+    // verify holds three chunks (stored, next stored, expected), each at most 64 MiB and at most the
+    // tensor: here at most the largest part each.
+    const Result v = run({"verify", target.string(), "--threads", "2"});
+    ASSERT_EQ(v.code(), 0) << v.how() << " " << v.err;
+    const std::uint64_t verify_rss = static_cast<std::uint64_t>(v.maxrss_kb) * 1024;
+    const std::uint64_t verify_bound = static_cast<std::uint64_t>(base.maxrss_kb) * 1024 + 3 * part + slack;
+    std::printf("verify %-11s max RSS %.1f MiB <= bound %.1f MiB (baseline + 3 x part + slack 32)\n", format,
+                verify_rss / 1048576.0, verify_bound / 1048576.0);
+    EXPECT_LE(verify_rss, verify_bound) << "max RSS " << verify_rss << " bytes";
+    EXPECT_LT(verify_bound, weights);
     fs::remove_all(target);
   }
 }
