@@ -120,8 +120,8 @@ LAYERINIT_API std::unique_ptr<CheckpointReader> callback_reader(std::string form
                                                                 std::map<std::string, std::string> metadata, TensorReadFn read);
 
 // Compares every tensor of `r` with what `b` makes (b's spec, recipe, options and seed; its backend
-// fills on the host: a backend whose memory is not host memory is misuse). Memory: two chunks of
-// opts.chunk_bytes, plus, for each tensor that differs and is diagnosed, that tensor twice (stored
+// fills on the host: a backend whose memory is not host memory is misuse). Memory: three chunks
+// (stored, the next stored, expected) of at most opts.chunk_bytes, plus, for each tensor that differs and is diagnosed, that tensor twice (stored
 // and expected) and its row hashes. A stored tensor of a dtype layerinit does not make is read only to
 // be diagnosed. Throws what the reader throws; the checkpoint is never written.
 LAYERINIT_API VerifyReport verify_checkpoint(const Builder& b, CheckpointReader& r, const VerifyOptions& opts = {});
