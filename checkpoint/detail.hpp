@@ -242,8 +242,8 @@ PlannedRun safetensors_planned_run(const DatasetSpec& each, std::uint64_t count,
 std::uint64_t safetensors_planned_fixed(std::uint64_t meta_bytes, std::uint64_t datasets, std::uint64_t max_shard_size,
                                         std::uint64_t config_bytes);
 
-// Names unique, non-empty, without '/'; rank >= 1, dims > 0; slab_elements a suffix product or 0.
-void validate_datasets(const std::vector<DatasetSpec>& d);
+// Names unique, non-empty, not __metadata__, without '/' in HDF5; rank >= 1, dims > 0; slab_elements a suffix product or 0.
+void validate_datasets(const std::vector<DatasetSpec>& d, CheckpointFormat f);
 // The metadata as ordered key/value pairs (fixed keys first, then extra); library_version filled.
 std::vector<std::pair<std::string, std::string>> metadata_pairs(const CheckpointMetadata& m);
 

@@ -321,7 +321,7 @@ void check_hdf5_options(const fs::path& target, const WriterOptions& opts) {
 std::unique_ptr<CheckpointWriter> open_hdf5_writer(const std::filesystem::path& target,
                                                    std::vector<DatasetSpec> datasets,
                                                    const CheckpointMetadata& meta, const WriterOptions& opts) {
-  detail::validate_datasets(datasets);
+  detail::validate_datasets(datasets, CheckpointFormat::hdf5);
   const std::uint64_t planned = planned_bytes(CheckpointFormat::hdf5, datasets, meta, opts);
   return detail::open_hdf5(target, planned, [&] { return std::move(datasets); }, meta, opts);
 }

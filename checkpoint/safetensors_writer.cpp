@@ -241,7 +241,7 @@ std::unique_ptr<CheckpointWriter> open_safetensors_writer(const std::filesystem:
                                                           std::vector<DatasetSpec> datasets,
                                                           const CheckpointMetadata& meta,
                                                           const WriterOptions& opts) {
-  detail::validate_datasets(datasets);
+  detail::validate_datasets(datasets, CheckpointFormat::safetensors);
   const std::uint64_t planned = planned_bytes(CheckpointFormat::safetensors, datasets, meta, opts);
   return detail::open_safetensors(target, false, planned, [&] { return std::move(datasets); }, meta, opts);
 }
@@ -249,7 +249,7 @@ std::unique_ptr<CheckpointWriter> open_safetensors_writer(const std::filesystem:
 std::unique_ptr<CheckpointWriter> open_safetensors_file_writer(const std::filesystem::path& file,
                                                                std::vector<DatasetSpec> datasets,
                                                                const CheckpointMetadata& meta, const WriterOptions& opts) {
-  detail::validate_datasets(datasets);
+  detail::validate_datasets(datasets, CheckpointFormat::safetensors);
   const std::uint64_t planned = planned_bytes(CheckpointFormat::safetensors, datasets, meta, opts);
   return detail::open_safetensors(file, true, planned, [&] { return std::move(datasets); }, meta, opts);
 }

@@ -338,12 +338,14 @@ void Progress::check_complete(const fs::path& target) const {
                              std::to_string(written_[i]) + " of " + std::to_string(numel_[i]) + " elements written");
 }
 
-void validate_datasets(const std::vector<DatasetSpec>& d) {
+void validate_datasets(const std::vector<DatasetSpec>& d, CheckpointFormat f) {
   std::set<std::string_view> names;
   for (const auto& s : d) {
     if (s.name.empty()) bad_argument("checkpoint dataset name", "is empty");
-    if (s.name.find('/') != std::string::npos || s.name == "__metadata__")
-      bad_argument("checkpoint dataset name", s.name, "is not allowed (no '/', not __metadata__)");
+    if (s.name == "__metadata__") bad_argument("checkpoint dataset name", s.name, "is not allowed (safetensors' header key)");
+    // HDF5 reads '/' as a path of groups; a safetensors key is any string (DM-Haiku's "mlp/~/linear_0.w").
+    if (f == CheckpointFormat::hdf5 && s.name.find('/') != std::string::npos)
+      bad_argument("checkpoint dataset name", s.name, "is not allowed in HDF5 (no '/': HDF5 reads it as groups); write safetensors");
     if (!names.insert(s.name).second) bad_argument("checkpoint dataset name", s.name, "is given twice");
     if (s.shape.empty()) bad_argument("checkpoint dataset", s.name, "has rank 0, which is not supported");
     // A zero dimension is allowed: a tensor of zero elements, as torch, safetensors and HDF5 have them.
@@ -459,7 +461,7 @@ std::unique_ptr<CheckpointWriter> open_checkpoint_writer(CheckpointFormat f, con
                                                          const CheckpointMetadata& meta, const WriterOptions& opts) {
   const detail::DatasetSource validated = [&] {
     std::vector<DatasetSpec> d = datasets();
-    detail::validate_datasets(d);
+    detail::validate_datasets(d, f);
     return d;
   };
   if (f == CheckpointFormat::hdf5) return detail::open_hdf5(target, planned, validated, meta, opts);

@@ -160,6 +160,27 @@ TEST(CheckpointSafetensors, StackedTensorsGetOneSlicePerWrite) {
   EXPECT_EQ(f.tensors[specs[1].name].bytes, bytes_of(b.data(), b.size() * 2));
 }
 
+TEST(CheckpointSafetensors, AKeyMayHoldSlashesWhereHdf5RefusesThem) {
+  // DM-Haiku's names ("mlp/~/linear_0.w") are module paths: a safetensors key is any string.
+  TempDir dir;
+  std::vector<DatasetSpec> specs = {{"mlp/~/linear_0.w", {2, 3}, DType::f32, 0}};
+  auto w = open_safetensors_writer(dir.path() / "s", specs, test_meta(), {});
+  const float v[6] = {1, 2, 3, 4, 5, 6};
+  w->write(0, 0, v, 6);
+  w->commit();
+  EXPECT_EQ(parse_safetensors(dir.path() / "s" / "model.safetensors").tensors["mlp/~/linear_0.w"].bytes, bytes_of(v, sizeof v));
+  try {
+    open_hdf5_writer(dir.path() / "h.h5", specs, test_meta(), {});
+    FAIL() << "HDF5 accepted a '/' in a dataset name";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "checkpoint dataset name 'mlp/~/linear_0.w' is not allowed in HDF5 (no '/': HDF5 reads it as "
+                           "groups); write safetensors");
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "h.h5"));
+  EXPECT_THROW(open_safetensors_writer(dir.path() / "m", {{"__metadata__", {1}, DType::f32, 0}}, test_meta(), {}),
+               std::invalid_argument);
+}
+
 TEST(CheckpointSafetensors, ShardsAtTheSizeLimitWithAnIndex) {
   TempDir dir;
   const fs::path out = dir.path() / "sharded";

@@ -12,7 +12,7 @@ scipy_stats = pytest.importorskip("scipy.stats")
 import jax.numpy as jnp  # noqa: E402
 
 import layerinit.jax as ljax  # noqa: E402
-from test_jax_init import bits, emit, nothing_built  # noqa: E402,F401  (nothing_built: a fixture)
+from test_jax_init import bits, emit  # noqa: E402
 
 MHA_SCALE = 0.5  # the models' attention: hk.MultiHeadAttention(w_init=VarianceScaling(MHA_SCALE))
 RECIPE = f"haiku:mha_w_init_scale={MHA_SCALE}"
@@ -148,7 +148,8 @@ def test_haikus_names_make_the_spec():
     conv_spec = json.loads(ljax.spec_of(shapes("conv")[2]).to_json())
     by = {t["name"]: t for t in conv_spec["pre"]}
     assert by["conv2_d.w"]["shape"] == [3, 3, 3, 6] and by["conv2_d.w"]["fan_in"] == 27  # Conv's prod(w[:-1])
-    assert by["batch_norm/~/mean_ema.average"]["init"] == "constant(0)" and by["batch_norm/~/mean_ema.average"]["buffer"]
+    ema = by["batch_norm/~/mean_ema.average"]
+    assert ema["init"] == {"constant": {"value": 0.0}} and ema["buffer"] and ema["role"] == "other"
 
 
 def ks_agrees(a, b, alpha):
@@ -178,7 +179,7 @@ def test_the_haiku_recipe_draws_what_haikus_init_draws():
     assert not ks_agrees(np.random.default_rng(0).normal(0, 1, e.size), e, alpha)
 
 
-def test_multi_head_attention_needs_its_scale(nothing_built):
+def test_multi_head_attention_needs_its_scale():
     """Haiku's MultiHeadAttention has no default w_init: the recipe is told it, or refuses."""
     _, _, tree = shapes("transformer")
     with pytest.raises(ValueError, match=r"recipe 'haiku' cannot tell the fill of 12 parameter\(s\): no rule for: "
@@ -188,7 +189,7 @@ def test_multi_head_attention_needs_its_scale(nothing_built):
     assert abs(float(np.asarray(made["block_2/multi_head_attention/value.w"]).std()) - 0.01) < 0.002
 
 
-def test_other_recipes_refuse_what_haikus_names_do_not_tell(nothing_built):
+def test_other_recipes_refuse_what_haikus_names_do_not_tell():
     _, _, tree = shapes("transformer")
     with pytest.raises(ValueError, match=r"recipe 'torchtitan' .*linear maps whose names do not say .*block/linear\.w.*"
                                          r"modules Haiku numbers as repeats .*block/multi_head_attention/linear\.w.*"
@@ -213,7 +214,7 @@ def test_a_stack_is_read_from_its_module_or_told():
     assert not np.array_equal(w[0], w[1])  # each layer its own tensor
 
 
-def test_state_counters(nothing_built):
+def test_state_counters():
     """BatchNorm's moving averages start at 0 (batch_norm.py: warmup 0); a bare ExponentialMovingAverage's
     counter starts at -warmup_length, which the tree does not say: a rule tells it."""
     def f(x):
