@@ -204,7 +204,7 @@ class Reader {
       case ModuleKind::linear:
         if (bias) {
           r.role = TensorRole::linear_bias;
-        } else if (haiku_ && owner_short == "linear" && haiku_base(parent) == "multi_head_attention") {
+        } else if (haiku_ && owner_short == "linear" && (haiku_base(parent) == "multi_head_attention" || mha_signature(owner))) {
           r.role = TensorRole::output_weight;  // attention.py: the final projection is hk.Linear(name="linear")
         } else if (const auto role = map_role(owner_short, parent, in_layer)) {
           r.role = *role;
@@ -260,6 +260,15 @@ class Reader {
     std::string out(s);
     for (char& c : out) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
     return out;
+  }
+  // Beside a Haiku module path ".../attention/linear", its siblings query, key and value: a
+  // MultiHeadAttention under a name of its user's (attention.py names its Linears so).
+  bool mha_signature(std::string_view owner) const {
+    const std::size_t slash = owner.rfind('/');
+    if (slash == std::string_view::npos) return false;
+    for (const char* sibling : {"query", "key", "value"})
+      if (!attrs_.count(std::string(owner.substr(0, slash + 1)) + sibling)) return false;
+    return true;
   }
   bool haiku_ = false;
   std::map<std::string, std::set<std::string>, std::less<>> attrs_;  // module path -> its parameters' names

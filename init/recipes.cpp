@@ -375,6 +375,26 @@ bool is_haiku_mha_projection(std::string_view name) {
   }
 }
 
+// A module whose Linears are query, key, value and linear is a MultiHeadAttention under a name of
+// its user's (hk.MultiHeadAttention(name="attention")): those four are its signature, found among
+// the spec's tensors beside this one ("block/attention/query.w" beside "block/attention/key.w", ...).
+bool has_haiku_mha_signature(const TensorContext& c) {
+  const std::string& n = c.tensor.name;
+  const std::size_t slash = n.rfind('/'), dot = n.rfind('.');
+  if (slash == std::string::npos || dot == std::string::npos || dot < slash) return false;
+  constexpr std::string_view four[] = {"query", "key", "value", "linear"};
+  if (std::find(std::begin(four), std::end(four), std::string_view(n).substr(slash + 1, dot - slash - 1)) == std::end(four))
+    return false;
+  for (const std::string_view sibling : four) {
+    const std::string want = n.substr(0, slash + 1) + std::string(sibling) + n.substr(dot);
+    bool found = false;
+    for (const auto* list : {&c.model.pre, &c.model.layer.tensors, &c.model.post})
+      for (const auto& t : *list) found = found || t.name == want;
+    if (!found) return false;
+  }
+  return true;
+}
+
 FillSpec haiku_rule(const TensorContext& c, const RecipeParams& p) {
   if (auto n = norm_rule(c)) return *n;
   switch (c.tensor.role) {
@@ -385,7 +405,7 @@ FillSpec haiku_rule(const TensorContext& c, const RecipeParams& p) {
     case TensorRole::output_weight:
     case TensorRole::router_weight:
     case TensorRole::head_weight: {
-      if (is_haiku_mha_projection(c.canonical_name)) {
+      if (is_haiku_mha_projection(c.canonical_name) || has_haiku_mha_signature(c)) {
         const double scale = p.at("mha_w_init_scale");  // 0: not given
         if (scale == 0)
           no_rule("haiku", c,

@@ -271,6 +271,15 @@ TEST(Describe, HaikusNames) {
   ASSERT_NE(ema, nullptr);
   EXPECT_EQ(ema->init, FillSpec::constant(0));  // moving_averages.py: zeros
   EXPECT_TRUE(ema->buffer);
+  // A MultiHeadAttention under its user's name: its linear beside query, key and value.
+  ModelDescription renamed;
+  renamed.naming = Naming::haiku;
+  for (const char* n : {"attention/query.w", "attention/key.w", "attention/value.w", "attention/linear.w", "attn/query.w",
+                        "attn/linear.w"})
+    renamed.parameters.push_back(param(n, {8, 8}));
+  const DescribedModel r = describe(renamed);
+  EXPECT_EQ(of(r, "attention/linear.w").role, TensorRole::output_weight);
+  EXPECT_FALSE(of(r, "attn/linear.w").role_known);  // no key, no value: a Linear named linear
   // The same names without naming haiku: Haiku's w, b and embeddings say nothing.
   ModelDescription generic = haiku_model(true);
   generic.naming = Naming::generic;

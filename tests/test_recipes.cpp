@@ -360,6 +360,14 @@ TEST(Recipes, HaikuDefaults) {
   for (const char* n : {"multi_head_attention_x/query.w", "my_multi_head_attention/key.w", "multi_head_attention_/value.w",
                         "multi_head_attention/value_proj.w"})
     EXPECT_EQ(fill(r, m, n), tn_in64) << n;
+  // A MultiHeadAttention under its user's name has the signature of its four Linears; three are not it.
+  ModelSpec renamed = m;
+  for (const char* n : {"attention/query.w", "attention/key.w", "attention/value.w", "attention/linear.w", "attn/query.w",
+                        "attn/key.w", "attn/linear.w"})
+    renamed.post.push_back(haiku_tensor(n, {64, 64}, TensorRole::linear_weight, 64, 64));
+  for (const char* n : {"attention/query.w", "attention/linear.w"})
+    EXPECT_NE(error_of([&] { fill(r, renamed, n); }).find("mha_w_init_scale"), std::string::npos) << n;
+  for (const char* n : {"attn/query.w", "attn/linear.w"}) EXPECT_EQ(fill(r, renamed, n), tn_in64) << n;
   // Haiku ties by reusing Embed's matrix: a tied embedding keeps the embedding's rule.
   ModelSpec tied = m;
   tied.hyper.tie_word_embeddings = true;

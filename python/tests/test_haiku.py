@@ -245,3 +245,21 @@ def test_donate_consumes_the_state_too():
     new_params, new_state = ljax.init((params, state), seed=4, recipe="haiku", donate=True)
     assert params["conv2_d"]["w"].is_deleted() and counter.is_deleted()  # nothing of the old tree is left
     assert int(new_state["batch_norm/~/mean_ema"]["counter"]) == 0 and new_params["conv2_d"]["w"].shape == (3, 3, 3, 6)
+
+
+def test_a_multi_head_attention_under_its_users_name():
+    """hk.MultiHeadAttention(name="attention") was filled as four plain Linears (1 / sqrt(fan_in)), where
+    Haiku draws them with the w_init the model gives: its four Linears are its signature."""
+    def f(x):
+        return hk.MultiHeadAttention(4, 16, w_init=hk.initializers.VarianceScaling(MHA_SCALE), name="attention")(x, x, x)
+    t = hk.transform(f)
+    x = jnp.ones((2, 8, 64))
+    tree = jax.eval_shape(t.init, jax.random.key(0), x)
+    with pytest.raises(ValueError, match=r"no rule for: attention/key\.w .*mha_w_init_scale"):
+        ljax.init(tree, recipe="haiku")
+    made = ljax.init(tree, recipe=RECIPE)
+    for name in ("query", "key", "value", "linear"):
+        std = float(np.asarray(made[f"attention/{name}"]["w"]).std())  # [64, 64]
+        assert abs(std - np.sqrt(MHA_SCALE / 64)) < 0.004, (name, std)  # VarianceScaling's, not 0.88 / 8
+    roles = {t["name"]: t["role"] for t in json.loads(ljax.spec_of(tree).to_json())["pre"]}
+    assert roles["attention/linear.w"] == "output_weight" and roles["attention/query.w"] == "linear_weight"
