@@ -9,11 +9,15 @@ node counts, three ways, each in its own process (so each peak is its own), and 
               recipe="haiku:mha_w_init_scale=0.5"): the parameters made from their shapes alone
 
 The parameters are the same at every node count (7.3 MiB at the defaults); what t.init computes grows as
-N^2. Baseline is the process's resident memory after the imports and a first jit, just before the call;
+N^2. `--batch-norm`: the model with an hk.BatchNorm before its head, whose state t.init updates from the
+activations, so that XLA cannot drop the forward from jax.jit(t.init) (without it, it does: no parameter
+depends on an activation).
+
+Baseline is the process's resident memory after the imports and a first jit, just before the call;
 peak its resident high-water mark during the call (VmHWM, reset at the start through
 /proc/self/clear_refs); the call's seconds include the compilations it does; load is the 1-minute load
-average after the run (the machine's other work slows the seconds, not the memory). A method whose next node count
-would need more than --cap-gib (its last measured growth scaled by N^2) is not run there.
+average after the run (the machine's other work slows the seconds, not the memory). A method whose
+next node count would need more than --cap-gib (its last measured growth scaled by N^2) is not run there.
 
     python bench/jax/haiku_graph_bench.py                          # N = 32, 64, 128, 256
     python bench/jax/haiku_graph_bench.py --nodes 32,64 --methods layerinit,haiku
@@ -32,13 +36,14 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "jax"))
 METHODS = ("haiku", "haiku-jit", "layerinit")
 
 
-def one(method: str, nodes: int, loop: bool) -> dict:
+def one(method: str, nodes: int, loop: bool, batch_norm: bool) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from graph_transformer_haiku import MHA_SCALE, Config, PeakMemory, nodes_input, transformed, tree_bytes
+    from graph_transformer_haiku import (MHA_SCALE, Config, PeakMemory, initial_state, nodes_input, transformed,
+                                         tree_bytes)
 
-    c = Config(loop=loop)
+    c = Config(loop=loop, batch_norm=batch_norm)
     t = transformed(c)
     key, x = jax.random.key(0), nodes_input(nodes, c)
     jax.jit(lambda v: v + 1)(jnp.zeros(())).block_until_ready()  # the backend up and one program compiled
@@ -46,16 +51,18 @@ def one(method: str, nodes: int, loop: bool) -> dict:
         import layerinit.jax
     with PeakMemory() as mem:
         if method == "haiku":
-            params = t.init(key, x)
+            params, state = t.init(key, x)
         elif method == "haiku-jit":
-            params = jax.jit(t.init)(key, x)
+            params, state = jax.jit(t.init)(key, x)
         elif method == "layerinit":
-            shapes = jax.eval_shape(t.init, key, x)
+            shapes, state_shapes = jax.eval_shape(t.init, key, x)
             params = layerinit.jax.init(shapes, seed=0, recipe=f"haiku:mha_w_init_scale={MHA_SCALE}")
+            state = initial_state(state_shapes)
         else:
             raise SystemExit(f"unknown method {method} (valid: {', '.join(METHODS)})")
-        jax.block_until_ready(params)
-    return {"method": method, "nodes": nodes, "loop": loop, "parameters": sum(p.size for p in jax.tree.leaves(params)),
+        jax.block_until_ready((params, state))
+    return {"method": method, "nodes": nodes, "loop": loop, "batch_norm": batch_norm,
+            "parameters": sum(p.size for p in jax.tree.leaves(params)),
             "parameter_bytes": tree_bytes(params), "seconds": mem.seconds, "baseline_bytes": mem.baseline,
             "peak_bytes": mem.peak, "exact_peak": mem.exact}
 
@@ -65,6 +72,7 @@ def main() -> None:
     ap.add_argument("--nodes", default="32,64,128,256", help="node counts, comma-separated, ascending")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--loop", action="store_true", help="the model's layers as a Python loop, not hk.layer_stack")
+    ap.add_argument("--batch-norm", action="store_true", help="the model with an hk.BatchNorm (state) before its head")
     ap.add_argument("--cap-gib", type=float, default=10.0,
                     help="skip a method where its growth, scaled by N^2 from its last point, would pass this")
     ap.add_argument("--out", help="also write every row to this CSV")
@@ -81,7 +89,7 @@ def main() -> None:
         if m not in METHODS:
             ap.error(f"--methods: unknown method '{m}' (valid: {', '.join(METHODS)})")
     if a.one:
-        print(json.dumps(one(a.one, counts[0], a.loop)))
+        print(json.dumps(one(a.one, counts[0], a.loop, a.batch_norm)))
         return
     gib, mib = 2.0**30, 2.0**20
     rows, skipped = [], []
@@ -94,7 +102,8 @@ def main() -> None:
                     skipped.append(f"{m} from N = {n} on (N^2 from N = {last['nodes']}: {predicted / gib:.1f} GiB "
                                    f"> the cap {a.cap_gib:g} GiB)")
                     break
-            cmd = [sys.executable, __file__, "--one", m, "--nodes", str(n)] + (["--loop"] if a.loop else [])
+            cmd = ([sys.executable, __file__, "--one", m, "--nodes", str(n)] + (["--loop"] if a.loop else [])
+                   + (["--batch-norm"] if a.batch_norm else []))
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 raise SystemExit(f"{m} at {n} nodes failed:\n{r.stderr[-3000:]}")
@@ -106,7 +115,8 @@ def main() -> None:
     if not rows:
         return
     r0 = rows[0]
-    print(f"Haiku graph Transformer{' (layers as a Python loop)' if a.loop else ' (hk.layer_stack)'}: "
+    print(f"Haiku graph Transformer ({'layers as a Python loop' if a.loop else 'hk.layer_stack'}"
+          f"{', hk.BatchNorm before the head' if a.batch_norm else ''}): "
           f"{r0['parameters']:,} parameters, {r0['parameter_bytes'] / mib:.2f} MiB fp32; host resident memory"
           f"{'' if all(r['exact_peak'] for r in rows) else ' (maxrss where VmHWM could not be reset)'}")
     print(f"{'method':10} {'nodes':>6} {'seconds':>8} {'baseline MiB':>13} {'peak MiB':>9} {'peak - baseline MiB':>20} "

@@ -6,7 +6,7 @@ N = 414 nodes that is 4.1 GiB for one tensor (t.init's growth, measured up to N 
 about 4.6 GiB; docs/benchmarks.md) while the parameters are 7.3 MiB, and they do not even depend on N.
 layerinit makes them from their shapes alone:
 
-    shapes = jax.eval_shape(t.init, key, x)                                   # shapes only, no memory
+    shapes, state = jax.eval_shape(t.init, key, x)                            # shapes only, no memory
     params = layerinit.jax.init(shapes, recipe="haiku:mha_w_init_scale=0.5")  # Haiku's own distributions
 
 The model, per layer (hk.layer_stack, one scan over the layers): an outer product of two node projections
@@ -14,7 +14,10 @@ makes the pair representation [N, N, outer^2] -> hk.Linear to [N, N, pair], plus
 node projections, a pair MLP; an attention bias [N, N, heads] from the pair tensor weights an average of
 the nodes' values (pair-weighted averaging); hk.MultiHeadAttention over the nodes (w_init
 hk.initializers.VarianceScaling(0.5), which Haiku requires to be given); hk.LayerNorm; an MLP. A readout
-head gives each node `classes` logits. `--loop` makes the layers a Python loop instead (a module per layer).
+head gives each node `classes` logits. `--loop` makes the layers a Python loop instead (a module per layer);
+`--batch-norm` puts an hk.BatchNorm before the head (hk.transform_with_state): its moving averages, which
+t.init updates from the activations, keep the forward inside jax.jit(t.init) (see the bench), and the
+state starts at what Haiku's modules create before their first update, zeros.
 
 The script: the shapes at --nodes (default 414) with jax.eval_shape; the parameters from layerinit
 (asserting that the process's peak resident memory grew by at most the parameters' bytes plus a fixed
@@ -56,6 +59,7 @@ class Config:
     layers: int = 4
     classes: int = 10
     loop: bool = False  # the layers as a Python loop instead of hk.layer_stack
+    batch_norm: bool = False  # hk.BatchNorm before the head: a model with state (hk.transform_with_state)
 
 
 # [docs:haiku]
@@ -84,7 +88,9 @@ def block(x: jax.Array, c: Config) -> jax.Array:
     return x + hk.Linear(c.dim, name="mlp_out")(jax.nn.gelu(hk.Linear(4 * c.dim, name="mlp_in")(m)))
 
 
-def transformed(c: Config) -> hk.Transformed:
+def transformed(c: Config) -> hk.TransformedWithState:
+    """The model; its init and apply take and return state (empty without --batch-norm), as Haiku's
+    hk.transform_with_state makes them."""
     def forward(nodes: jax.Array) -> jax.Array:  # [N, features] -> [N, classes]
         x = hk.Linear(c.dim, name="embed")(nodes)
         if c.loop:
@@ -93,11 +99,20 @@ def transformed(c: Config) -> hk.Transformed:
                     x = block(x, c)
         else:
             x = hk.layer_stack(c.layers, name="layers")(lambda x: block(x, c))(x)
-        x = hk.LayerNorm(-1, create_scale=True, create_offset=True, name="ln_out")(x)
+        if c.batch_norm:
+            x = hk.BatchNorm(create_scale=True, create_offset=True, decay_rate=0.9, name="bn_out")(x, is_training=True)
+        else:
+            x = hk.LayerNorm(-1, create_scale=True, create_offset=True, name="ln_out")(x)
         return hk.Linear(c.classes, name="head")(x)
 
-    return hk.transform(forward)
+    return hk.transform_with_state(forward)
 # [end]
+
+
+def initial_state(state_shapes: object) -> object:
+    """Haiku's state as its modules create it before their first update (hk.BatchNorm's moving
+    averages and their counter: zeros); t.init's state has that first update, from the activations."""
+    return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), state_shapes)
 
 
 def nodes_input(n: int, c: Config) -> jax.Array:
@@ -156,7 +171,7 @@ def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
 def check_against_haiku(params: dict, t: hk.Transformed, c: Config) -> None:
     """Every leaf against Haiku's own init of the model on a 4-node graph (the same shapes: they do not
     depend on N): constants exactly, the rest by the KS test at level 1e-6."""
-    own = jax.jit(t.init)(jax.random.key(0), nodes_input(4, c))
+    own, _ = jax.jit(t.init)(jax.random.key(0), nodes_input(4, c))
     flat_own = dict(jax.tree_util.tree_leaves_with_path(own))
     assert len(flat_own) == len(jax.tree_util.tree_leaves(params))
     for path, leaf in jax.tree_util.tree_leaves_with_path(params):
@@ -177,6 +192,7 @@ def main() -> None:
         if v.type in ("int", int):
             ap.add_argument(f"--{k}", type=int, default=v.default, help=f"default {v.default}")
     ap.add_argument("--loop", action="store_true", help="the layers as a Python loop instead of hk.layer_stack")
+    ap.add_argument("--batch-norm", action="store_true", help="an hk.BatchNorm (state) before the head")
     ap.add_argument("--haiku-init", action="store_true", help="run Haiku's own t.init at --nodes instead")
     a = ap.parse_args()
     for k in ("nodes", "apply_nodes"):
@@ -192,22 +208,23 @@ def main() -> None:
     key = jax.random.key(0)
     x = nodes_input(a.nodes, c)
     jax.jit(lambda v: v + 1)(jnp.zeros(())).block_until_ready()  # the backend up before the baseline
-    shapes = jax.eval_shape(t.init, key, x)  # the parameters' shapes: the forward traced, nothing computed
+    shapes, state_shapes = jax.eval_shape(t.init, key, x)  # the forward traced, nothing computed
     count, nbytes = sum(s.size for s in jax.tree_util.tree_leaves(shapes)), tree_bytes(shapes)
     outer = a.nodes**2 * c.outer**2 * 4
-    print(f"{a.nodes} nodes, {c.layers} layers{' (a Python loop)' if c.loop else ''}: {count:,} parameters, "
+    variant = "".join([" (a Python loop)" if c.loop else "", ", batch norm" if c.batch_norm else ""])
+    print(f"{a.nodes} nodes, {c.layers} layers{variant}: {count:,} parameters, "
           f"{nbytes / 2**20:.1f} MiB; t.init's forward makes [N, N, outer^2] = [{a.nodes}, {a.nodes}, "
           f"{c.outer**2}] fp32 = {outer / 2**30:.2f} GiB in each layer (and more beside it)")
     # XLA's own count of what one compiled forward pass at --nodes needs beside its inputs and outputs
     # (compiled, not run); t.init runs that forward, eagerly.
-    stats = jax.jit(t.apply).lower(shapes, None, x).compile().memory_analysis()
+    stats = jax.jit(t.apply).lower(shapes, state_shapes, None, x).compile().memory_analysis()
     if stats is not None:
         print(f"XLA's count for one compiled forward pass at {a.nodes} nodes: "
               f"{stats.temp_size_in_bytes / 2**30:.2f} GiB of temporaries")
 
     if a.haiku_init:
         with PeakMemory() as mem:
-            params = jax.block_until_ready(t.init(key, x))
+            params, state = jax.block_until_ready(t.init(key, x))
         print(f"Haiku's t.init: {mem.seconds:.1f} s, resident memory {mem.baseline / 2**30:.2f} GiB before, "
               f"peak {mem.peak / 2**30:.2f} GiB: +{mem.growth / 2**30:.2f} GiB for {nbytes / 2**20:.1f} MiB of "
               f"parameters")
@@ -216,7 +233,8 @@ def main() -> None:
     # [docs:haiku-init]
     with PeakMemory() as mem:
         params = layerinit.jax.init(shapes, seed=0, recipe=f"haiku:mha_w_init_scale={MHA_SCALE}")
-        jax.block_until_ready(params)
+        state = initial_state(state_shapes)
+        jax.block_until_ready((params, state))
     # [end]
     print(f"layerinit: {mem.seconds:.1f} s, resident memory {mem.baseline / 2**30:.2f} GiB before, peak "
           f"{mem.peak / 2**30:.2f} GiB: +{mem.growth / 2**20:.0f} MiB ({'VmHWM' if mem.exact else 'maxrss'})")
@@ -226,7 +244,7 @@ def main() -> None:
     assert mem.growth <= nbytes + ALLOWANCE, (mem.growth, nbytes, ALLOWANCE)
 
     check_against_haiku(params, t, c)
-    logits = jax.jit(t.apply)(params, None, nodes_input(a.apply_nodes, c))
+    logits, _ = jax.jit(t.apply)(params, state, None, nodes_input(a.apply_nodes, c))
     assert logits.shape == (a.apply_nodes, c.classes) and bool(jnp.isfinite(logits).all()), logits
     print(f"every leaf distributed as Haiku's own init; t.apply on {a.apply_nodes} nodes: logits {logits.shape}")
 

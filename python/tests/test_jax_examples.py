@@ -21,7 +21,7 @@ def test_example_runs(name):
     assert r.returncode == 0, f"examples/jax/{name}:\n{r.stderr[-3000:]}"
 
 
-@pytest.mark.parametrize("flags", [[], ["--loop"]], ids=["layer_stack", "loop"])
+@pytest.mark.parametrize("flags", [[], ["--loop"], ["--batch-norm"]], ids=["layer_stack", "loop", "batch_norm"])
 def test_haiku_graph_transformer_runs(flags):
     """Issue 30: the parameters at 414 nodes, where Haiku's own t.init would need GBs; the example asserts
     its peak memory, each leaf's distribution against Haiku's init, and t.apply's output."""
