@@ -70,6 +70,42 @@ std::optional<std::pair<std::string, std::uint64_t>> layer_of(std::string_view n
   }
 }
 
+// A Haiku module's name without Haiku's instance suffix (haiku/_src/module.py unique_and_canonical_name:
+// the second Linear of a scope is linear_1): what names its class. "conv2_d_1" -> "conv2_d".
+std::string_view haiku_base(std::string_view module) {
+  const std::size_t us = module.rfind('_');
+  if (us == std::string_view::npos || us + 1 == module.size()) return module;
+  return module.find_first_not_of("0123456789", us + 1) == std::string_view::npos ? module.substr(0, us) : module;
+}
+
+// A Haiku name's module components: its module path split at '/' (and at the '.' a stacked slice's
+// index sits between), Haiku's constructor marker "~" dropped: "mlp/~/linear_0.w" -> mlp, linear_0.
+std::vector<std::string_view> haiku_modules(std::string_view owner) {
+  std::vector<std::string_view> out;
+  for (std::size_t start = 0; start <= owner.size();) {
+    const std::size_t end = std::min(owner.find('/', start), owner.find('.', start));
+    const std::string_view c = owner.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+    if (!c.empty() && c != "~") out.push_back(c);
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+// A Haiku name with every module's instance suffix dropped: the modules a loop made (block,
+// block_1, ...) share it.
+std::string haiku_unnumbered(std::string_view name) {
+  std::string out;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t end = name.find_first_of("/.", start);
+    out += haiku_base(name.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+    if (end == std::string_view::npos) return out;
+    out += name[end];
+    start = end + 1;
+  }
+}
+
 // What one parameter's own module and names say.
 struct Reading {
   TensorRole role = TensorRole::other;
@@ -78,11 +114,13 @@ struct Reading {
   Shape logical;
   std::uint64_t fan_in = 0, fan_out = 0;
   bool transposable = false;
+  std::optional<FillSpec> init;  // what the framework always makes it (Haiku's moving-average state)
+  bool buffer = false;
 };
 
 class Reader {
  public:
-  explicit Reader(const ModelDescription& d) {
+  explicit Reader(const ModelDescription& d) : haiku_(d.naming == Naming::haiku) {
     for (const auto& p : d.parameters) {
       const auto parts = split_dots(p.name);
       const std::string owner = parts.size() > 1 ? std::string(p.name.substr(0, p.name.size() - parts.back().size() - 1)) : "";
@@ -107,9 +145,14 @@ class Reader {
   Reading read(const ParameterDescription& p, bool in_layer) const {
     const auto parts = split_dots(p.name);
     const std::string_view attr = parts.back();
-    const std::string_view owner_short = parts.size() > 1 ? parts[parts.size() - 2] : std::string_view{};
-    const std::string parent = parts.size() > 2 ? join_parts(parts, parts.size() - 2) : "";
+    std::string_view owner_short = parts.size() > 1 ? parts[parts.size() - 2] : std::string_view{};
+    std::string parent = parts.size() > 2 ? join_parts(parts, parts.size() - 2) : "";
     const std::string owner = parts.size() > 1 ? join_parts(parts, parts.size() - 1) : "";
+    if (haiku_) {  // "block/multi_head_attention/query.w": module query, parent multi_head_attention
+      const auto modules = haiku_modules(owner);
+      owner_short = modules.empty() ? std::string_view{} : modules.back();
+      parent = modules.size() > 1 ? std::string(modules[modules.size() - 2]) : "";
+    }
     const auto owner_has = [&](const char* a) { auto it = attrs_.find(owner); return it != attrs_.end() && it->second.count(a); };
     Reading r;
     r.logical = p.shape;
@@ -120,6 +163,34 @@ class Reader {
     // "embedding"; normalization.py LayerNorm, RMSNorm, GroupNorm: "scale", "bias") where no module
     // says more: a linen tree is plain dicts.
     const bool kernel = attr == "kernel" && p.shape.size() >= 2;
+    // Haiku's names (haiku/_src/basic.py Linear: w [in, out], b; conv.py ConvND: w [..., in, out], b;
+    // embed.py Embed: embeddings; layer_norm.py, rms_norm.py, batch_norm.py, group_norm.py: scale,
+    // offset, which no other Haiku module has; moving_averages.py: hidden and average made zeros).
+    bool haiku_w = false;
+    if (haiku_ && kind == ModuleKind::unknown) {
+      const std::string_view base = haiku_base(owner_short);
+      if (attr == "w" && p.shape.size() >= 2) {
+        if (p.shape.size() == 2 || base.find("conv") != std::string_view::npos) {
+          kind = ModuleKind::linear;
+          haiku_w = true;
+        } else if (!p.role && !p.init) {
+          bad_argument("parameter", p.name,
+                       "is " + shape_string(p.shape) + ": a Haiku w is a Linear's [in, out] or, in a module named conv*, a "
+                       "ConvND's [..., in, out]; a leading layer axis (hk.layer_stack) is read from a __layer_stack_* "
+                       "module or given as stacked=, else describe it with a role and fans");
+        }
+      } else if (attr == "b" && owner_has("w")) {
+        kind = ModuleKind::linear;
+      } else if (attr == "embeddings") {
+        kind = ModuleKind::embedding;
+      } else if (attr == "scale" || attr == "offset") {
+        kind = ModuleKind::norm;
+      } else if ((attr == "hidden" || attr == "average") &&
+                 (base.ends_with("_ema") || base == "exponential_moving_average")) {
+        r.init = FillSpec::constant(0.0);
+        r.buffer = true;
+      }
+    }
     if (kind == ModuleKind::unknown) {
       const std::string lower = ascii_lower(owner_short);
       if (kernel || (attr == "bias" && owner_has("kernel"))) kind = ModuleKind::linear;
@@ -128,11 +199,13 @@ class Reader {
                (attr == "weight" || attr == "scale" || attr == "bias" || attr == "offset"))
         kind = ModuleKind::norm;
     }
-    const bool bias = attr == "bias" || attr == "offset";
+    const bool bias = attr == "bias" || attr == "offset" || (haiku_ && attr == "b");
     switch (kind) {
       case ModuleKind::linear:
         if (bias) {
           r.role = TensorRole::linear_bias;
+        } else if (haiku_ && owner_short == "linear" && haiku_base(parent) == "multi_head_attention") {
+          r.role = TensorRole::output_weight;  // attention.py: the final projection is hk.Linear(name="linear")
         } else if (const auto role = map_role(owner_short, parent, in_layer)) {
           r.role = *role;
         } else {
@@ -159,13 +232,16 @@ class Reader {
       r.role_known = true;
     }
     if (is_map_role(r.role) && p.shape.size() == 2) {
-      const WeightStorage s = p.storage != WeightStorage::unknown ? p.storage : kernel ? WeightStorage::in_out : WeightStorage::out_in;
+      const WeightStorage s = p.storage != WeightStorage::unknown ? p.storage
+                              : kernel || haiku_w                  ? WeightStorage::in_out
+                                                                   : WeightStorage::out_in;
       r.stored_in_out = s == WeightStorage::in_out;
       if (r.stored_in_out) r.logical = Shape{p.shape[1], p.shape[0]};
       r.transposable = true;
-    } else if (is_map_role(r.role) && kernel && p.shape.size() > 2) {
+    } else if (is_map_role(r.role) && (kernel || haiku_w) && p.shape.size() > 2) {
       // An n-D kernel [..., in, out] (Conv): jax.nn.initializers' _compute_fans with in_axis -2,
-      // out_axis -1, as Flax's variance_scaling reads it.
+      // out_axis -1, as Flax's variance_scaling reads it; Haiku's ConvND draws with fan_in
+      // prod(w_shape[:-1]) (conv.py), the same number.
       std::uint64_t window = 1;
       for (std::size_t i = 0; i + 2 < p.shape.size(); ++i) window *= p.shape[i];
       if (r.fan_in == 0) r.fan_in = window * p.shape[p.shape.size() - 2];
@@ -185,6 +261,7 @@ class Reader {
     for (char& c : out) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
     return out;
   }
+  bool haiku_ = false;
   std::map<std::string, std::set<std::string>, std::less<>> attrs_;  // module path -> its parameters' names
   std::set<std::string> with_experts_;                               // module paths with an "experts" child
 };
@@ -215,6 +292,14 @@ std::string_view module_kind_name(ModuleKind k) {
     case ModuleKind::unknown: break;
   }
   return "unknown";
+}
+
+std::string_view naming_name(Naming n) { return n == Naming::haiku ? "haiku" : "generic"; }
+
+Naming parse_naming(std::string_view s) {
+  for (auto n : {Naming::generic, Naming::haiku})
+    if (s == naming_name(n)) return n;
+  bad_argument("naming", s, "is unknown (valid: generic, haiku)");
 }
 
 ModuleKind parse_module_kind(std::string_view s) {
@@ -256,6 +341,17 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
     ++counts[where[i]->first];
     numbered[where[i]->first].insert(where[i]->second);
   }
+  // Haiku numbers a module made again in the same scope (block, block_1, ...; layer_norm, layer_norm_1
+  // twice per block): a loop's layers, or not, and in what order, the names do not tell.
+  std::vector<bool> repeated(d.parameters.size(), false);
+  if (d.naming == Naming::haiku) {
+    std::map<std::string, std::vector<std::size_t>> by_name;
+    for (std::size_t i = 0; i < d.parameters.size(); ++i)
+      if (group_of(i) == i && !where[i]) by_name[haiku_unnumbered(d.parameters[i].name)].push_back(i);
+    for (const auto& [_, is] : by_name)
+      if (is.size() > 1)
+        for (const std::size_t i : is) repeated[i] = true;
+  }
   std::optional<std::string> prefix;
   for (const auto& p : order)
     if (!prefix || counts[p] > counts[*prefix]) prefix = p;
@@ -272,6 +368,25 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
     const std::size_t g = group_of(i);
     const auto& w = where[g];
     readings.push_back(reader.read(d.parameters[i], w && prefix && w->first == *prefix));
+  }
+  // A bias no module gave fans has those of the map weight beside it (Haiku's w, Flax's kernel): the
+  // recipes that draw biases (PyTorch's and Equinox's 1/sqrt(fan_in)) read its map's fan_in.
+  std::unordered_map<std::string, std::size_t> map_weight;  // module path -> its weight's reading
+  auto owner_of = [&](std::size_t i) {
+    const std::string& n = d.parameters[i].name;
+    const std::size_t dot = n.rfind('.');
+    return std::pair{dot == std::string::npos ? std::string() : n.substr(0, dot), dot == std::string::npos ? n : n.substr(dot + 1)};
+  };
+  for (std::size_t i = 0; i < readings.size(); ++i)
+    if (const auto [owner, attr] = owner_of(i); is_map_role(readings[i].role) && (attr == "w" || attr == "kernel" || attr == "weight"))
+      map_weight.emplace(owner, i);
+  for (std::size_t i = 0; i < readings.size(); ++i) {
+    Reading& r = readings[i];
+    const auto it = map_weight.find(owner_of(i).first);
+    if (r.role != TensorRole::linear_bias || r.fan_in != 0 || it == map_weight.end()) continue;
+    const Reading& m = readings[it->second];
+    r.fan_in = m.fan_in ? m.fan_in : m.logical.size() >= 2 ? numel(Shape(m.logical.begin() + 1, m.logical.end())) : 0;
+    r.fan_out = m.fan_out ? m.fan_out : m.logical.empty() ? 0 : m.logical[0];
   }
   std::vector<TensorSpec> tensors;
   std::vector<std::size_t> tensor_of(d.parameters.size());
@@ -290,8 +405,8 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
       t.fan_in = r.fan_in;
       t.fan_out = r.fan_out;
       t.transposable = r.transposable;
-      t.init = p.init;
-      t.buffer = p.buffer;
+      t.init = p.init ? p.init : r.init;
+      t.buffer = p.buffer || r.buffer;
       t.tp_replicated = p.tp_replicated;
       tensor_of[i] = tensors.size();
       tensor_index[p.name] = tensors.size();
@@ -389,7 +504,8 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
     dp.role_known = r.role_known;
     const auto& w = where[group_of(i)];
     if (w && prefix && w->first == *prefix) dp.layer = w->second;
-    dp.depth_known = !w || (prefix && w->first == *prefix);  // a top-level number ("0.weight") too is no layer
+    // A top-level number ("0.weight") too is no layer.
+    dp.depth_known = (!w && !repeated[group_of(i)]) || (prefix && w && w->first == *prefix);
     dp.logical = t.shape;
     dp.fan_in = t.fan_in;
     dp.fan_out = t.fan_out;
@@ -401,7 +517,8 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
 
   // The refusal: each tensor whose fill under the recipe depends on what the description does not
   // tell, found by asking the recipe with each possibility.
-  std::vector<std::string> lacking, roles, depths;
+  std::vector<std::string> lacking, roles, depths, repeats;
+  std::string lacking_why;  // the recipe's own words for the first it has no rule for
   std::set<std::string> asked;
   auto context = [&](const TensorSpec& t, const std::string& name, std::optional<std::uint64_t> layer) {
     return TensorContext{m, t, layer, name};
@@ -413,6 +530,10 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
     const std::string base = outcome(*recipe, context(t, dp.tensor, layer));
     if (base.starts_with("error: ")) {
       lacking.push_back(dp.tensor + " (role " + std::string(role_name(t.role)) + ")");
+      // A recipe that says why (no_rule's reason, between the role and "; give it ...") is quoted.
+      const std::string marker = "(role " + std::string(role_name(t.role)) + "): ";
+      if (const std::size_t at = base.find(marker); at != std::string::npos && lacking_why.empty())
+        lacking_why = base.substr(at + marker.size(), base.rfind("; give it") - at - marker.size());
       continue;
     }
     if (!dp.role_known) {
@@ -426,23 +547,26 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
       }
     }
     if (!dp.depth_known && outcome(*recipe, context(t, dp.tensor, 0)) != outcome(*recipe, context(t, dp.tensor, 1)))
-      depths.push_back(dp.tensor);
+      (repeated[group_of(index.at(dp.name))] ? repeats : depths).push_back(dp.tensor);
   }
-  if (lacking.empty() && roles.empty() && depths.empty()) return out;
+  if (lacking.empty() && roles.empty() && depths.empty() && repeats.empty()) return out;
   std::string why;
   auto add = [&](const std::vector<std::string>& names, const std::string& what) {
     if (!names.empty()) why += (why.empty() ? "" : "; ") + what + ": " + listed(names);
   };
   add(lacking, "no rule for");
+  if (!lacking_why.empty()) why += " (" + lacking_why + ")";
   add(roles, "linear maps whose names do not say input, output projection, head or router");
   add(depths, "numbered outside the model's layers (" + (prefix ? *prefix : std::string("none found")) +
                   "), so their layer is unknown");
+  add(repeats, "modules Haiku numbers as repeats (block, block_1, ...) outside a layer stack, so their layer is unknown");
   bad_argument("recipe", recipe->name(),
-               "cannot tell the fill of " + std::to_string(lacking.size() + roles.size() + depths.size()) +
+               "cannot tell the fill of " + std::to_string(lacking.size() + roles.size() + depths.size() + repeats.size()) +
                    " parameter(s): " + why +
                    "; tell it per name with a role or a fill (layerinit.jax: rules=; layerinit.torch: "
                    "overrides= or spec=), or name the maps as the recipe's sources do (output projections "
-                   "wo, w2, o_proj, down_proj, c_proj; the head lm_head, output)");
+                   "wo, w2, o_proj, down_proj, c_proj; the head lm_head, output)" +
+                   (repeats.empty() ? "" : ", or make the layers with hk.layer_stack"));
 }
 
 }  // namespace layerinit

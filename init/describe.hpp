@@ -43,9 +43,17 @@ struct ParameterDescription {
   bool tp_replicated = false;  // TensorSpec::tp_replicated: a fused map tensor parallelism keeps whole
 };
 
+// Whose names a description's parameters carry, beyond the names every framework shares.
+// haiku: DM-Haiku's `module/path.param` (hk.transform's params and state dicts: "mlp/~/linear_0.w"),
+// read by Haiku's conventions (docs/spec.md, "Haiku's names").
+enum class Naming : std::uint8_t { generic, haiku };
+LAYERINIT_API std::string_view naming_name(Naming n);
+LAYERINIT_API Naming parse_naming(std::string_view s);  // throws std::invalid_argument listing valid names
+
 struct ModelDescription {
   std::string name = "model";
   std::string family = "custom";
+  Naming naming = Naming::generic;
   Hyper hyper;                // what recipes read; hidden_size defaults to the token embedding's width
   bool hyper_hidden = false;  // hyper.hidden_size was given (else taken from the embedding)
   std::vector<ParameterDescription> parameters;
@@ -80,6 +88,11 @@ struct DescribedModel {
 //   [out, in]. Every 2-D map weight is transposable; an n-D kernel's fans are Flax's
 //   (flax/linen/initializers via jax.nn.initializers._compute_fans: in = prod(shape[:-1]),
 //   out = shape[-1] * prod(shape[:-2])).
+// - Haiku's names (naming haiku): module paths split at '/', Haiku's instance suffix `_N` dropped
+//   where a module's kind is read; `w` a map weight [in, out] (Linear) or [..., in, out] (ConvND, in
+//   a module named conv*), `b` its bias, `embeddings` an embedding, `scale`/`offset` a norm's,
+//   MultiHeadAttention's `linear` its output projection, a moving average's `hidden`/`average` state
+//   zeros; modules repeated under Haiku's numbering (block, block_1, ...) have no known layer.
 // - Layers: the first decimal component of a name numbers its layer; the prefix before it that
 //   holds the most parameters, numbered 0..n-1, is the model's layers; the longest run of identical
 //   last layers is the repeated block, earlier layers `pre` tensors under their names.

@@ -274,9 +274,11 @@ ModelSpec spec_from_json(std::string_view text) {
 
 ModelDescription description_from_json(std::string_view text) {
   const json doc = r.parse(text);
-  r.check_object(doc, "", {"name", "family", "hyper", "parameters"});
+  r.check_object(doc, "", {"name", "family", "naming", "hyper", "parameters"});
   ModelDescription d;
   if (const json* v = find(doc, "name")) d.name = r.to_string(*v, "name", true);
+  if (const json* v = find(doc, "naming"))
+    d.naming = r.parsed(*v, "naming", [](const std::string& t) { return parse_naming(t); });
   if (const json* v = find(doc, "family")) d.family = r.to_string(*v, "family", true);
   if (const json* v = find(doc, "hyper")) {
     d.hyper = parse_hyper(*v, "hyper");

@@ -219,4 +219,96 @@ TEST(Describe, ReadFromJsonWithErrorsNamingTheField) {
   EXPECT_EQ(error(R"({"name": "m"})"), "spec: top level: missing key 'parameters'");
 }
 
+// Haiku's names (naming haiku): a params dict of an hk.transform as layerinit.jax describes it.
+ModelDescription haiku_model(bool stacked) {
+  ModelDescription d;
+  d.naming = Naming::haiku;
+  const std::string stack = "__layer_stack_no_per_layer.";
+  for (int l = 0; l < 2; ++l) {
+    // Stacked: slice l of hk.layer_stack's leaves; a loop: Haiku's block, block_1.
+    const std::string b = stacked ? stack + std::to_string(l) + ".block/" : l ? "block_1/" : "block/";
+    d.parameters.push_back(param(b + "layer_norm.offset", {8}));
+    d.parameters.push_back(param(b + "layer_norm.scale", {8}));
+    d.parameters.push_back(param(b + "linear.b", {32}));
+    d.parameters.push_back(param(b + "linear.w", {8, 32}));  // [in, out]
+    d.parameters.push_back(param(b + "multi_head_attention/linear.w", {8, 8}));
+    d.parameters.push_back(param(b + "multi_head_attention/query.w", {8, 8}));
+  }
+  d.parameters.push_back(param("conv2_d_1.w", {3, 3, 4, 6}));
+  d.parameters.push_back(param("batch_norm.scale", {1, 1, 6}));
+  d.parameters.push_back(param("batch_norm/~/mean_ema.average", {1, 1, 6}));
+  d.parameters.push_back(param("embed.embeddings", {50, 8}));
+  d.parameters.push_back(param("head.w", {8, 50}));
+  return d;
+}
+
+TEST(Describe, HaikusNames) {
+  const DescribedModel m = describe(haiku_model(true));
+  EXPECT_EQ(m.spec.layer_prefix, "__layer_stack_no_per_layer.");
+  EXPECT_EQ(m.spec.num_layers, 2u);
+  const auto& w = of(m, "__layer_stack_no_per_layer.1.block/linear.w");
+  EXPECT_EQ(w.role, TensorRole::linear_weight);
+  EXPECT_FALSE(w.role_known);  // a Linear's own name says nothing
+  EXPECT_TRUE(w.stored_in_out);
+  EXPECT_EQ(w.logical, (Shape{32, 8}));
+  EXPECT_EQ(w.layer, 1u);
+  const auto& b = of(m, "__layer_stack_no_per_layer.1.block/linear.b");
+  EXPECT_EQ(b.role, TensorRole::linear_bias);
+  EXPECT_EQ(b.fan_in, 8u);  // its w's
+  EXPECT_EQ(of(m, "__layer_stack_no_per_layer.0.block/multi_head_attention/linear.w").role, TensorRole::output_weight);
+  EXPECT_EQ(of(m, "__layer_stack_no_per_layer.0.block/multi_head_attention/query.w").role, TensorRole::linear_weight);
+  EXPECT_EQ(of(m, "__layer_stack_no_per_layer.0.block/layer_norm.offset").role, TensorRole::norm_bias);
+  EXPECT_EQ(of(m, "batch_norm.scale").role, TensorRole::norm_weight);  // [1, 1, C]: BatchNorm's own shape
+  const auto& conv = of(m, "conv2_d_1.w");
+  EXPECT_EQ(conv.role, TensorRole::linear_weight);
+  EXPECT_EQ(conv.logical, (Shape{3, 3, 4, 6}));
+  EXPECT_EQ(conv.fan_in, 36u);  // conv.py: prod(w_shape[:-1])
+  EXPECT_EQ(of(m, "embed.embeddings").role, TensorRole::embedding);
+  EXPECT_EQ(of(m, "head.w").role, TensorRole::head_weight);
+  const TensorSpec* ema = nullptr;
+  for (const auto& t : m.spec.post)
+    if (t.name == "batch_norm/~/mean_ema.average") ema = &t;
+  ASSERT_NE(ema, nullptr);
+  EXPECT_EQ(ema->init, FillSpec::constant(0));  // moving_averages.py: zeros
+  EXPECT_TRUE(ema->buffer);
+  // The same names without naming haiku: Haiku's w, b and embeddings say nothing.
+  ModelDescription generic = haiku_model(true);
+  generic.naming = Naming::generic;
+  EXPECT_EQ(of(describe(generic), "head.w").role, TensorRole::other);
+}
+
+TEST(Describe, HaikusRepeatedModulesHaveNoKnownLayer) {
+  const DescribedModel m = describe(haiku_model(false));
+  EXPECT_FALSE(of(m, "block_1/multi_head_attention/linear.w").depth_known);
+  EXPECT_FALSE(of(m, "block/linear.w").depth_known);
+  EXPECT_TRUE(of(m, "head.w").depth_known);  // once: outside any layer
+  const std::string why = refusal(haiku_model(false), "torchtitan");
+  EXPECT_NE(why.find("modules Haiku numbers as repeats (block, block_1, ...) outside a layer stack, so their layer is "
+                     "unknown: block/multi_head_attention/linear.w, block_1/multi_head_attention/linear.w"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("or make the layers with hk.layer_stack"), std::string::npos) << why;
+  // Stacked, the layers are known and the output projections' depth too: only the unnamed maps are asked.
+  const std::string stacked = refusal(haiku_model(true), "torchtitan");
+  EXPECT_EQ(stacked.find("repeats"), std::string::npos) << stacked;
+  EXPECT_NE(stacked.find("linear maps whose names do not say"), std::string::npos) << stacked;
+}
+
+TEST(Describe, AHaikuWeightOfAnotherRankIsRefused) {
+  ModelDescription d;
+  d.naming = Naming::haiku;
+  d.parameters.push_back(param("layers/linear.w", {4, 8, 8}));  // a named hk.layer_stack, not told
+  try {
+    describe(d);
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("parameter 'layers/linear.w' is [4, 8, 8]: a Haiku w is a Linear's [in, out]", 0), 0u)
+        << e.what();
+  }
+  d.parameters[0].role = TensorRole::linear_weight;  // a caller's rule says what it is
+  EXPECT_NO_THROW(describe(d));
+  EXPECT_EQ(description_from_json(R"({"naming": "haiku", "parameters": []})").naming, Naming::haiku);
+  EXPECT_THROW(description_from_json(R"({"naming": "torch", "parameters": []})"), spec_error);
+}
+
 }  // namespace

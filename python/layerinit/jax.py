@@ -332,10 +332,47 @@ class _Leaf:
     lead: list[tuple[int, int]] = field(default_factory=list)  # stacked axes: (prefix length, size)
     names: list[str] = field(default_factory=list)              # canonical names, one per slice
     sharding: Optional[Sharding] = None
+    seps: list[str] = field(default_factory=list)  # between parts: "." (Haiku: "/" inside a module path)
 
     @property
     def name(self) -> str:
-        return ".".join(self.parts)
+        return _joined(self.parts, self.seps, {})
+
+
+def _joined(parts: Sequence[str], seps: Sequence[str], at: Mapping[int, list[str]]) -> str:
+    """`parts` joined by `seps` ("." where none is given), with the texts `at[p]` (stacked axes'
+    indices) between parts[p - 1] and parts[p], each as a component of its own: "blocks.3.attn.wq.weight",
+    "__layer_stack_no_per_layer.3.block/linear.w"."""
+    out = ""
+    for i, part in enumerate(parts):
+        if i in at:
+            out += ("." if i else "") + ".".join(at[i]) + "."
+        elif i:
+            out += seps[i - 1] if i - 1 < len(seps) else "."
+        out += part
+    return out
+
+
+# hk.layer_stack's module when it is given no name (haiku/_src/layer_stack.py): its leaves have a
+# leading layer axis.
+_HAIKU_STACK = re.compile(r"__layer_stack_(no|with)_per_layer(_[0-9]+)?")
+
+
+def _is_haiku_dict(x: Any) -> bool:
+    """A Haiku params or state dict (hk.transform's init): {module path: {name: array}}."""
+    return isinstance(x, Mapping) and all(
+        isinstance(k, str) and isinstance(v, Mapping) and
+        all(isinstance(n, str) and hasattr(a, "shape") and hasattr(a, "dtype") for n, a in v.items())
+        for k, v in x.items())
+
+
+def _haiku_tree(tree: Any) -> bool:
+    """Whether `tree` is what a Haiku init returns: params, or (params, state) of transform_with_state."""
+    if "haiku" not in sys.modules:
+        return False
+    if isinstance(tree, (tuple, list)):
+        return len(tree) > 0 and all(_is_haiku_dict(t) for t in tree) and any(len(t) for t in tree)
+    return _is_haiku_dict(tree) and len(tree) > 0
 
 
 def _key_part(k: Any) -> str:
@@ -415,52 +452,92 @@ def _is_rng_state(var: Any) -> bool:
     return flax is not None and isinstance(var, flax.RngState)
 
 
-def _leaves(tree: Any, dtype: Any) -> tuple[list[Any], Any, list[_Leaf]]:
-    """The flattened tree, its structure, and its float array leaves with names and owners."""
+def _leaves(tree: Any, dtype: Any, haiku: bool = False) -> tuple[list[Any], Any, list[_Leaf], list[_Leaf]]:
+    """The flattened tree, its structure, its float array leaves with names and owners, and its
+    integer leaves (made only as constants). A Haiku leaf is named "module/path.name", without the
+    index of (params, state)."""
     flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
     out: list[_Leaf] = []
+    integers: list[_Leaf] = []
     flax = sys.modules.get("flax.nnx")
     for i, (path, leaf) in enumerate(flat):
         if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
             continue  # Python numbers, strings, functions: kept as they are
-        objs = [tree]  # the nodes above the leaf (not the leaf: an NNX Variable's .value warns)
-        for k in path[:-1]:
-            objs.append(_child(objs[-1], k) if objs[-1] is not None else None)
-        objs.append(leaf)
         parts = [_key_part(k) for k in path]
-        owner, attr = (objs[-2], parts[-1]) if len(path) >= 1 else (None, "")
-        if flax is not None and len(path) >= 2 and isinstance(objs[-2], flax.Variable) and parts[-1] == "value":
-            if _is_rng_state(objs[-2]):
-                continue  # NNX's random streams are state, not parameters
-            parts = parts[:-1]
-            owner, attr = objs[-3], parts[-1]
-        name = ".".join(parts) or "<root>"
+        seps: list[str] = []
+        owner, attr = None, ""
+        if haiku:
+            modules = parts[-2].split("/")
+            parts, seps = [*modules, parts[-1]], ["/"] * (len(modules) - 1) + ["."]
+        else:
+            objs = [tree]  # the nodes above the leaf (not the leaf: an NNX Variable's .value warns)
+            for k in path[:-1]:
+                objs.append(_child(objs[-1], k) if objs[-1] is not None else None)
+            objs.append(leaf)
+            owner, attr = (objs[-2], parts[-1]) if len(path) >= 1 else (None, "")
+            if flax is not None and len(path) >= 2 and isinstance(objs[-2], flax.Variable) and parts[-1] == "value":
+                if _is_rng_state(objs[-2]):
+                    continue  # NNX's random streams are state, not parameters
+                parts = parts[:-1]
+                owner, attr = objs[-3], parts[-1]
+        lf = _Leaf(i, parts, leaf, tuple(int(n) for n in leaf.shape), "", seps=seps)
+        name = lf.name or "<root>"
+        if jax.numpy.issubdtype(leaf.dtype, jax.numpy.integer):
+            integers.append(lf)  # a counter, a step: a rule's constant or Haiku's, else refused (_integers)
+            continue
         if dtype is None:
-            d = _dtype_name(leaf.dtype, f"leaf '{name}'")
+            lf.dtype = _dtype_name(leaf.dtype, f"leaf '{name}'")
         else:
             if not jax.numpy.issubdtype(leaf.dtype, jax.numpy.floating):
                 _dtype_name(leaf.dtype, f"leaf '{name}'")  # names the leaf's dtype
-            d = _dtype_name(dtype, "dtype")
-        lf = _Leaf(i, parts, leaf, tuple(int(n) for n in leaf.shape), d)
+            lf.dtype = _dtype_name(dtype, "dtype")
         info = _owner_info(owner, attr) if owner is not None else None
         if info is not None:
             lf.module, lf.expected, lf.storage, lf.fan_in, lf.fan_out, lf.owner = info
         out.append(lf)
-    return [leaf for _, leaf in flat], treedef, out
+    return [leaf for _, leaf in flat], treedef, out, integers
 
 
-def _stacking(leaves: list[_Leaf], stacked: Union[str, Sequence[str], None]) -> None:
+def _integers(integers: list[_Leaf], rules: list[_Rule], haiku: bool) -> dict[int, Any]:
+    """The value of each integer leaf, by leaf index: the constant of the last rule matching its name,
+    else, in a Haiku state, 0 for the counter of a BatchNorm's moving averages (batch_norm.py makes
+    them mean_ema and var_ema, warmup 0). Raises ValueError naming any other: its value is no
+    distribution's to draw."""
+    out: dict[int, Any] = {}
+    for lf in integers:
+        value = None
+        if haiku and lf.parts[-1] == "counter" and len(lf.parts) >= 2 and lf.parts[-2] in ("mean_ema", "var_ema"):
+            value = 0
+        for r in rules:
+            if fnmatch.fnmatchcase(lf.name, r.pattern):
+                r.used = True
+                c = float(r.fill.text[len("constant("):-1]) if r.fill is not None and r.fill.kind == "constant" else None
+                if c is None or c != int(c):
+                    raise ValueError(f"leaf '{lf.name}' is {jax.numpy.dtype(lf.leaf.dtype).name}: a rule gives an integer "
+                                     f"leaf an integer constant (\"constant(0)\"), not {r.fill or r.role}")
+                value = int(c)
+        if value is None:
+            raise ValueError(f"leaf '{lf.name}' is {jax.numpy.dtype(lf.leaf.dtype).name}: layerinit fills float32, float16 "
+                             f"and bfloat16 arrays, and makes an integer leaf only as a rule's constant "
+                             f"(rules={{{lf.name!r}: \"constant(0)\"}})")
+        out[lf.index] = value
+    return out
+
+
+def _stacking(leaves: list[_Leaf], stacked: Union[str, Sequence[str], None], haiku: bool = False) -> None:
     """Sets each leaf's stacked axes: (length of the path prefix after which the index goes, size).
 
-    With `stacked` given, every leaf under one of those path prefixes has one leading axis per prefix.
-    Otherwise an axis is found from the modules: a leaf with more leading dimensions than its module
-    stores (filter_vmap, nnx.vmap) is stacked at the highest node under which every such leaf has the
-    same leading size, and every leaf under that node has the axis too.
+    With `stacked` given, every leaf under one of those path prefixes has one leading axis per prefix
+    (a Haiku module path's own components too: "transformer/layers"). Otherwise an axis is found from
+    the modules: a leaf with more leading dimensions than its module stores (filter_vmap, nnx.vmap) is
+    stacked at the highest node under which every such leaf has the same leading size, and every leaf
+    under that node has the axis too; in a Haiku tree, every leaf under an unnamed hk.layer_stack
+    (a __layer_stack_* module) has one.
     """
     if stacked is not None:
         prefixes = [stacked] if isinstance(stacked, str) else list(stacked)
         for p in prefixes:
-            pp = p.split(".")
+            pp = re.split(r"[./]", p) if haiku else p.split(".")
             under = [lf for lf in leaves if lf.parts[:len(pp)] == pp and len(lf.parts) > len(pp)]
             if not under:
                 raise ValueError(f"stacked: no leaf lies under '{p}' (leaves: {_some(lf.name for lf in leaves)})")
@@ -472,6 +549,13 @@ def _stacking(leaves: list[_Leaf], stacked: Union[str, Sequence[str], None]) -> 
                 if len(lf.shape) <= a:
                     raise ValueError(f"leaf '{lf.name}' of shape {lf.shape} has no stacked axis {a} for '{'.'.join(lf.parts[:p])}'")
                 lf.lead[a] = (p, lf.shape[a])
+        for p in prefixes:  # one size per prefix: its slices are one list of layers
+            pp = re.split(r"[./]", p) if haiku else p.split(".")
+            sizes = {lf.lead[[q for q, _ in lf.lead].index(len(pp))][1] for lf in leaves if lf.parts[:len(pp)] == pp
+                     and len(lf.parts) > len(pp)}
+            if len(sizes) > 1:
+                raise ValueError(f"stacked: the leaves under '{p}' have leading axes of sizes {sorted(sizes)}, not one "
+                                 "number of layers")
     else:
         owned = [lf for lf in leaves if lf.expected is not None]
         extra: dict[int, tuple[int, ...]] = {}
@@ -491,12 +575,20 @@ def _stacking(leaves: list[_Leaf], stacked: Union[str, Sequence[str], None]) -> 
                         break
                 nodes[tuple(lf.parts[:p])] = (a, size)
                 lo = p
+        if haiku:
+            for lf in leaves:
+                marks = [p for p in range(1, len(lf.parts)) if _HAIKU_STACK.fullmatch(lf.parts[p - 1])]
+                for a, p in enumerate(marks):
+                    if len(lf.shape) <= a:
+                        raise ValueError(f"leaf '{lf.name}' lies under the hk.layer_stack '{_joined(lf.parts[:p], lf.seps, {})}' "
+                                         f"but is {lf.shape}, without a layer axis")
+                    nodes.setdefault(tuple(lf.parts[:p]), (a, lf.shape[a]))
         for lf in leaves:
             for node, (a, size) in sorted(nodes.items(), key=lambda kv: kv[1][0]):
                 if tuple(lf.parts[:len(node)]) == node and len(lf.parts) > len(node):
                     if len(lf.shape) <= a or lf.shape[a] != size:
-                        raise ValueError(f"leaf '{lf.name}' lies under the stacked '{'.'.join(node)}' ({size} slices) "
-                                         f"but is {lf.shape}")
+                        raise ValueError(f"leaf '{lf.name}' lies under the stacked '{_joined(node, lf.seps, {})}' ({size} "
+                                         f"slices) but is {lf.shape}")
                     lf.lead.append((len(node), size))
     for lf in leaves:
         if lf.expected is not None and len(lf.shape) - len(lf.lead) != len(lf.expected):
@@ -505,27 +597,27 @@ def _stacking(leaves: list[_Leaf], stacked: Union[str, Sequence[str], None]) -> 
         lf.names = _canonical_names(lf)
 
 
+def _indexed(lf: _Leaf, parts: Sequence[str], texts: Sequence[str]) -> str:
+    """`parts` with stacked axis a's text texts[a] as a component after its node (equal nodes, one
+    vmapped twice, outer then inner)."""
+    at: dict[int, list[str]] = {}
+    for (p, _), text in zip(lf.lead, texts):
+        at.setdefault(p, []).append(text)
+    return _joined(parts, lf.seps, at)
+
+
 def _canonical_names(lf: _Leaf) -> list[str]:
-    """Slice names, row-major: slice l of blocks.attn.wq.weight is blocks.{l}.attn.wq.weight."""
-    names = []
+    """Slice names, row-major: slice l of blocks.attn.wq.weight is blocks.{l}.attn.wq.weight, of
+    Haiku's __layer_stack_no_per_layer/block/linear.w __layer_stack_no_per_layer.{l}.block/linear.w."""
     sizes = [size for _, size in lf.lead]
-    for index in np.ndindex(*sizes) if sizes else [()]:
-        parts = list(lf.parts)
-        # Innermost axis first: the positions of the outer ones stay valid (and equal positions, a
-        # node vmapped twice, read outer then inner).
-        for a in reversed(range(len(lf.lead))):
-            parts.insert(lf.lead[a][0], str(index[a]))
-        names.append(".".join(parts))
-    return names
+    return [_indexed(lf, lf.parts, [str(i) for i in index]) for index in (np.ndindex(*sizes) if sizes else [()])]
 
 
 def _template(lf: _Leaf) -> str:
     """The slices' name template (shard/composite.hpp): "{a}" where stacked axis a's index goes,
     braces of the path itself doubled."""
     parts = [p.replace("{", "{{").replace("}", "}}") for p in lf.parts]
-    for a in reversed(range(len(lf.lead))):
-        parts.insert(lf.lead[a][0], "{" + str(a) + "}")
-    return ".".join(parts)
+    return _indexed(lf, parts, ["{" + str(a) + "}" for a in range(len(lf.lead))])
 
 
 def _some(names: Any, n: int = 8) -> str:
@@ -590,21 +682,34 @@ def _glob_escape(name: str) -> str:
 # ---------------------------------------------------------------------------------------------------
 # The public functions.
 
+@dataclass
+class _Model:
+    flat: list[Any]
+    treedef: Any
+    leaves: list[_Leaf]
+    spec: Optional[Spec]                  # None: no float leaf
+    described: dict[str, dict[str, Any]]  # what each slice became, by canonical name
+    integers: list[_Leaf]
+    constants: dict[int, int]             # each integer leaf's value, by leaf index
+
+
 def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Sequence[str], None], dtype: Any,
-           hyper: Optional[Mapping[str, Any]], strict: bool, recipe: Optional[str] = None
-           ) -> tuple[list[Any], Any, list[_Leaf], Optional[Spec], dict[str, dict[str, Any]]]:
-    """The tree's leaves, the layerinit spec of its canonical tensors (None: no float leaf) and what
-    each slice became, every check done. The leaves' description (their modules, rules, slices) goes
-    to the library, which decides roles, layers and orientation by the rules every adapter shares;
-    with `recipe`, it refuses what that recipe needs and the description does not tell."""
+           hyper: Optional[Mapping[str, Any]], strict: bool, recipe: Optional[str] = None) -> _Model:
+    """The tree's leaves, the layerinit spec of its canonical tensors and what each slice became,
+    every check done. The leaves' description (their modules, rules, slices) goes to the library,
+    which decides roles, layers and orientation by the rules every adapter shares (Haiku's names
+    included, for a Haiku tree); with `recipe`, it refuses what that recipe needs and the description
+    does not tell."""
     if stacked is not None:
         stacked = [_str(f"stacked[{i}]", p) for i, p in enumerate(
             [stacked] if isinstance(stacked, str) else _seq("stacked", stacked, "a path prefix or a sequence of them"))]
     hyper = _json_value("hyper", _str_map("hyper", hyper, lambda a, x: x))
     strict = _bool("strict", strict)
-    flat, treedef, leaves = _leaves(tree, dtype)
-    _stacking(leaves, stacked)
+    haiku = _haiku_tree(tree)
+    flat, treedef, leaves, integers = _leaves(tree, dtype, haiku)
+    _stacking(leaves, stacked, haiku)
     rs = _rules(rules)
+    constants = _integers(integers, rs, haiku)
     params = []
     for lf in leaves:
         if 0 in lf.shape:
@@ -643,9 +748,12 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
                 raise ValueError(msg)
             warnings.warn(msg, stacklevel=3)
     if not params:
-        return flat, treedef, leaves, None, {}
-    s, described = _describe({"name": "jax-tree", "hyper": dict(hyper or {}), "parameters": params}, recipe=recipe)
-    return flat, treedef, leaves, s, {d["name"]: d for d in described}
+        return _Model(flat, treedef, leaves, None, {}, integers, constants)
+    description = {"name": "jax-tree", "hyper": dict(hyper or {}), "parameters": params}
+    if haiku:
+        description["naming"] = "haiku"
+    s, described = _describe(description, recipe=recipe)
+    return _Model(flat, treedef, leaves, s, {d["name"]: d for d in described}, integers, constants)
 
 
 def spec_of(
@@ -660,7 +768,7 @@ def spec_of(
     leaf (per slice of a stacked leaf) with its canonical name, logical shape, role and fans, rule fills
     as explicit inits. ``layerinit plan --spec`` and ``layerinit emit --spec`` of its JSON
     (``.to_json()``) plan and write the values :func:`init` makes. Arguments as :func:`init`'s."""
-    _, _, _, s, _ = _model(tree, rules, stacked, None, hyper, strict)
+    s = _model(tree, rules, stacked, None, hyper, strict).spec
     if s is None:
         raise ValueError("the tree has no float array leaf")
     return s
@@ -721,8 +829,11 @@ def init(
     donate = _bool("donate", donate)
     _outside_shard_map("init")
     sharding, mesh = _sharding_arg(sharding, True), _mesh_arg(mesh)
-    flat, treedef, leaves, s, described = _model(tree, rules, stacked, dtype, hyper, strict, recipe)
+    m = _model(tree, rules, stacked, dtype, hyper, strict, recipe)
+    flat, treedef, leaves, s, described = m.flat, m.treedef, m.leaves, m.spec, m.described
     given = _sharding_leaves(sharding, treedef, len(flat))
+    for lf in m.integers:
+        lf.sharding = _sharding_for(sharding, lf.name, lf.leaf, mesh, given[lf.index])
     for lf in leaves:
         if isinstance(lf.leaf, jax.Array) and not isinstance(lf.leaf, jax.core.Tracer) and lf.leaf.is_deleted():
             raise ValueError(f"leaf '{lf.name}' is a deleted array (donated to a jitted call or .delete()d): pass the "
@@ -746,6 +857,8 @@ def init(
         arrays.append(_Array(lf.name, stored, lf.dtype, param, lf.sharding, old=olds.get(lf.index)))
     made = iter(_make(arrays, seed) if arrays else [])
     out = list(flat)
+    for lf in m.integers:
+        out[lf.index] = jax.numpy.full(lf.shape, m.constants[lf.index], lf.leaf.dtype, device=lf.sharding)
     for lf in leaves:
         if 0 in lf.shape:
             out[lf.index] = jax.numpy.zeros(lf.shape, _jnp_dtype(lf.dtype), device=lf.sharding)
