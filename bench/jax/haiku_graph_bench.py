@@ -6,7 +6,8 @@ node counts, three ways, each in its own process (so each peak is its own), and 
   haiku       Haiku's own t.init(key, x), eagerly: it runs the forward function, the pair tensors included
   haiku-jit   jax.jit(t.init)(key, x): the same, compiled
   layerinit   jax.eval_shape(t.init, key, x) for the shapes, then layerinit.jax.init(shapes,
-              recipe="haiku:mha_w_init_scale=0.5"): the parameters made from their shapes alone
+              recipe="haiku:mha_w_init_scale=0.5", stacked="layers"): the parameters (and the state)
+              made from their shapes alone
 
 The parameters are the same at every node count (7.3 MiB at the defaults); what t.init computes grows as
 N^2. `--batch-norm`: the model with an hk.BatchNorm before its head, whose state t.init updates from the
@@ -40,24 +41,19 @@ def one(method: str, nodes: int, loop: bool, batch_norm: bool) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from graph_transformer_haiku import (MHA_SCALE, Config, PeakMemory, initial_state, nodes_input, transformed,
-                                         tree_bytes)
+    from graph_transformer_haiku import Config, PeakMemory, init_with_layerinit, nodes_input, transformed, tree_bytes
 
     c = Config(loop=loop, batch_norm=batch_norm)
     t = transformed(c)
     key, x = jax.random.key(0), nodes_input(nodes, c)
     jax.jit(lambda v: v + 1)(jnp.zeros(())).block_until_ready()  # the backend up and one program compiled
-    if method == "layerinit":
-        import layerinit.jax
     with PeakMemory() as mem:
         if method == "haiku":
             params, state = t.init(key, x)
         elif method == "haiku-jit":
             params, state = jax.jit(t.init)(key, x)
         elif method == "layerinit":
-            shapes, state_shapes = jax.eval_shape(t.init, key, x)
-            params = layerinit.jax.init(shapes, seed=0, recipe=f"haiku:mha_w_init_scale={MHA_SCALE}")
-            state = initial_state(state_shapes)
+            params, state = init_with_layerinit(jax.eval_shape(t.init, key, x), c)
         else:
             raise SystemExit(f"unknown method {method} (valid: {', '.join(METHODS)})")
         jax.block_until_ready((params, state))

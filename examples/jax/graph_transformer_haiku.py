@@ -6,8 +6,8 @@ N = 414 nodes that is 4.1 GiB for one tensor (t.init's growth, measured up to N 
 about 4.6 GiB; docs/benchmarks.md) while the parameters are 7.3 MiB, and they do not even depend on N.
 layerinit makes them from their shapes alone:
 
-    shapes, state = jax.eval_shape(t.init, key, x)                            # shapes only, no memory
-    params = layerinit.jax.init(shapes, recipe="haiku:mha_w_init_scale=0.5")  # Haiku's own distributions
+    abstract = jax.eval_shape(t.init, key, x)  # (params, state) of shapes: no memory
+    params, state = layerinit.jax.init(abstract, recipe="haiku:mha_w_init_scale=0.5", stacked="layers")
 
 The model, per layer (hk.layer_stack, one scan over the layers): an outer product of two node projections
 makes the pair representation [N, N, outer^2] -> hk.Linear to [N, N, pair], plus outer sums of two more
@@ -17,7 +17,8 @@ hk.initializers.VarianceScaling(0.5), which Haiku requires to be given); hk.Laye
 head gives each node `classes` logits. `--loop` makes the layers a Python loop instead (a module per layer);
 `--batch-norm` puts an hk.BatchNorm before the head (hk.transform_with_state): its moving averages, which
 t.init updates from the activations, keep the forward inside jax.jit(t.init) (see the bench), and the
-state starts at what Haiku's modules create before their first update, zeros.
+state starts at what Haiku's modules create before their first update (zeros, a counter 0), which
+layerinit.jax.init makes beside the parameters.
 
 The script: the shapes at --nodes (default 414) with jax.eval_shape; the parameters from layerinit
 (asserting that the process's peak resident memory grew by at most the parameters' bytes plus a fixed
@@ -41,6 +42,8 @@ import haiku as hk
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+import layerinit.jax
 
 #: hk.MultiHeadAttention's w_init is VarianceScaling(MHA_SCALE); the recipe is told the same scale.
 MHA_SCALE = 0.5
@@ -109,10 +112,13 @@ def transformed(c: Config) -> hk.TransformedWithState:
 # [end]
 
 
-def initial_state(state_shapes: object) -> object:
-    """Haiku's state as its modules create it before their first update (hk.BatchNorm's moving
-    averages and their counter: zeros); t.init's state has that first update, from the activations."""
-    return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), state_shapes)
+def init_with_layerinit(abstract: tuple, c: Config, seed: int = 0) -> tuple:
+    """(params, state) from the shapes of t.init's: Haiku's distributions (recipe "haiku"; its
+    hk.MultiHeadAttention has VarianceScaling(MHA_SCALE)); the state as Haiku's modules create it
+    before their first update (hk.BatchNorm's moving averages 0, their counters 0), where t.init's has
+    that first update, from the activations. The stack is named "layers", so layerinit is told."""
+    return layerinit.jax.init(abstract, seed=seed, recipe=f"haiku:mha_w_init_scale={MHA_SCALE}",
+                              stacked=None if c.loop else "layers")
 
 
 def nodes_input(n: int, c: Config) -> jax.Array:
@@ -202,13 +208,12 @@ def main() -> None:
     if c.dim % c.heads:
         ap.error(f"--dim {c.dim} is not a multiple of --heads {c.heads}")
 
-    import layerinit.jax
-
     t = transformed(c)
     key = jax.random.key(0)
     x = nodes_input(a.nodes, c)
     jax.jit(lambda v: v + 1)(jnp.zeros(())).block_until_ready()  # the backend up before the baseline
-    shapes, state_shapes = jax.eval_shape(t.init, key, x)  # the forward traced, nothing computed
+    abstract = jax.eval_shape(t.init, key, x)  # (params, state): the forward traced, nothing computed
+    shapes, state_shapes = abstract
     count, nbytes = sum(s.size for s in jax.tree_util.tree_leaves(shapes)), tree_bytes(shapes)
     outer = a.nodes**2 * c.outer**2 * 4
     variant = "".join([" (a Python loop)" if c.loop else "", ", batch norm" if c.batch_norm else ""])
@@ -230,17 +235,14 @@ def main() -> None:
               f"parameters")
         return
 
-    # [docs:haiku-init]
     with PeakMemory() as mem:
-        params = layerinit.jax.init(shapes, seed=0, recipe=f"haiku:mha_w_init_scale={MHA_SCALE}")
-        state = initial_state(state_shapes)
-        jax.block_until_ready((params, state))
-    # [end]
+        params, state = jax.block_until_ready(init_with_layerinit(abstract, c))
     print(f"layerinit: {mem.seconds:.1f} s, resident memory {mem.baseline / 2**30:.2f} GiB before, peak "
           f"{mem.peak / 2**30:.2f} GiB: +{mem.growth / 2**20:.0f} MiB ({'VmHWM' if mem.exact else 'maxrss'})")
-    assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(shapes)
+    assert jax.tree_util.tree_structure((params, state)) == jax.tree_util.tree_structure(abstract)
     assert all(p.shape == s.shape and p.dtype == s.dtype
-               for p, s in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(shapes)))
+               for p, s in zip(jax.tree_util.tree_leaves((params, state)), jax.tree_util.tree_leaves(abstract)))
+    assert all(not np.asarray(v).any() for v in jax.tree_util.tree_leaves(state))  # moving averages, counters 0
     assert mem.growth <= nbytes + ALLOWANCE, (mem.growth, nbytes, ALLOWANCE)
 
     check_against_haiku(params, t, c)
