@@ -1,6 +1,7 @@
 // Init recipes: the fill each tensor gets in the codebase a recipe is named after (docs/recipes.md).
 #include <layerinit/init/recipes.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -338,6 +339,70 @@ FillSpec mup_rule(const TensorContext& c, const RecipeParams& p) {
   }
 }
 
+// ---- haiku: DM-Haiku 0.0.17's own defaults (haiku/_src). hk.Linear (basic.py Linear.__call__): w
+// TruncatedNormal(stddev = 1 / sqrt(input_size)), b zeros; hk.ConvND (conv.py ConvND.__call__): w
+// TruncatedNormal(stddev = 1 / sqrt(prod(w_shape[:-1]))), the window times the in-channels per group,
+// which is the spec's fan_in, b zeros; hk.Embed (embed.py Embed.__init__): TruncatedNormal() =
+// stddev 1. TruncatedNormal (initializers.py) draws mean + stddev * Z, Z a standard normal cut at
+// lower = -2, upper = 2: trunc_normal_std(0, stddev, -2, 2). Norm scales ones, offsets zeros
+// (layer_norm.py LayerNorm, rms_norm.py RMSNorm, batch_norm.py BatchNorm, group_norm.py GroupNorm). ----
+
+// hk.MultiHeadAttention (attention.py) has no default w_init: it raises without one, and the
+// deprecated w_init_scale=S means VarianceScaling(S). Its projections are Linears named query, key,
+// value (_linear_projection) and linear (the final projection, hk.Linear's default name) right
+// inside the module, named multi_head_attention or multi_head_attention_<n> (Haiku's name for the
+// n-th further instance): "transformer/multi_head_attention_2/query.w".
+bool is_haiku_mha_module(std::string_view part) {
+  constexpr std::string_view base = "multi_head_attention";
+  if (!part.starts_with(base)) return false;
+  part.remove_prefix(base.size());
+  if (part.empty()) return true;
+  if (part.size() < 2 || part[0] != '_') return false;
+  for (char ch : part.substr(1))
+    if (ch < '0' || ch > '9') return false;
+  return true;
+}
+bool is_haiku_mha_projection(std::string_view name) {
+  std::string_view previous;
+  for (;;) {
+    const std::size_t end = name.find_first_of("./");
+    const std::string_view part = name.substr(0, end);
+    if ((part == "query" || part == "key" || part == "value" || part == "linear") && is_haiku_mha_module(previous))
+      return true;
+    if (end == std::string_view::npos) return false;
+    previous = part;
+    name.remove_prefix(end + 1);
+  }
+}
+
+FillSpec haiku_rule(const TensorContext& c, const RecipeParams& p) {
+  if (auto n = norm_rule(c)) return *n;
+  switch (c.tensor.role) {
+    case TensorRole::linear_bias: return FillSpec::constant(0.0);  // Linear's and ConvND's b_init, MHA's too
+    case TensorRole::embedding:
+    case TensorRole::position_embedding: return FillSpec::trunc_normal_std(0.0, 1.0, -2.0, 2.0);
+    case TensorRole::linear_weight:
+    case TensorRole::output_weight:
+    case TensorRole::router_weight:
+    case TensorRole::head_weight: {
+      if (is_haiku_mha_projection(c.canonical_name)) {
+        const double scale = p.at("mha_w_init_scale");  // 0: not given
+        if (scale == 0)
+          no_rule("haiku", c,
+                  "Haiku's MultiHeadAttention has no default w_init; give the scale of its VarianceScaling as recipe "
+                  "'haiku:mha_w_init_scale=S' (as MultiHeadAttention(w_init_scale=S)) or a fill for these names");
+        // initializers.py VarianceScaling(scale, "fan_in", "truncated_normal"): variance
+        // scale / max(1, fan_in), a TruncatedNormal (+-2) whose stddev is divided by
+        // .87962566103423978, the std of a standard normal cut at +-2.
+        const double s = std::sqrt(scale / std::max(1.0, fan_in("haiku", c))) / 0.87962566103423978;
+        return FillSpec::trunc_normal_std(0.0, s, -2.0, 2.0);
+      }
+      return FillSpec::trunc_normal_std(0.0, 1.0 / std::sqrt(fan_in("haiku", c)), -2.0, 2.0);
+    }
+    default: no_rule("haiku", c);
+  }
+}
+
 struct Param {
   const char* name;
   double default_value;
@@ -366,6 +431,8 @@ const std::vector<Entry>& recipes() {
       {"neox", neox_rule, {}},
       {"mpt", mpt_rule, {}},
       {"mup", mup_rule, {{"base_width", 0.0}}},
+      // Haiku ties by reusing Embed's matrix (Embed.embeddings): no head parameter, the embedding's rule stands.
+      {"haiku", haiku_rule, {{"mha_w_init_scale", 0.0}}, false},
   };
   return all;
 }

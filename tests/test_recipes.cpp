@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <span>
 #include <stdexcept>
@@ -64,7 +65,7 @@ TEST(Recipes, NamesAndUnknown) {
   EXPECT_EQ(recipe_names(), (std::vector<std::string>{"hf", "torchtitan", "megatron", "pytorch-default", "equinox",
                                                       "flax", "xavier-uniform", "kaiming-normal", "olmo-normal",
                                                       "olmo-llama", "olmo-llama-depth", "olmo-normalized", "neox", "mpt",
-                                                      "mup"}));
+                                                      "mup", "haiku"}));
   for (const auto& n : recipe_names()) EXPECT_EQ(make_recipe(n).name(), n);
   try {
     make_recipe("jax");
@@ -72,7 +73,7 @@ TEST(Recipes, NamesAndUnknown) {
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()), "recipe 'jax' is unknown (valid: hf, torchtitan, megatron, pytorch-default, "
                                      "equinox, flax, xavier-uniform, kaiming-normal, olmo-normal, olmo-llama, "
-                                     "olmo-llama-depth, olmo-normalized, neox, mpt, mup)");
+                                     "olmo-llama-depth, olmo-normalized, neox, mpt, mup, haiku)");
   }
 }
 
@@ -270,6 +271,150 @@ TEST(Recipes, Flax) {
   EXPECT_EQ(fill(r, m, "bias", 0), zero);
 }
 
+// ---- haiku: DM-Haiku 0.0.17's defaults (haiku/_src basic.py, conv.py, embed.py, attention.py) ----
+
+namespace {
+
+TensorSpec haiku_tensor(std::string name, Shape shape, TensorRole role, std::uint64_t fan_in = 0, std::uint64_t fan_out = 0) {
+  TensorSpec t;
+  t.name = std::move(name);
+  t.shape = std::move(shape);
+  t.role = role;
+  t.fan_in = fan_in;
+  t.fan_out = fan_out;
+  return t;
+}
+
+// Haiku's parameter names, with a hk.layer_stack'ed block (its canonical names as a description of a
+// Haiku model gives them). Shapes are [out, in] for 2-D maps, as every spec's; the conv kernel is
+// Haiku's [3, 3, in 8, out 32], its fan_in 3 * 3 * 8 given.
+ModelSpec haiku_spec() {
+  ModelSpec m;
+  m.name = "haiku-test";
+  m.family = "custom";
+  m.hyper.vocab_size = 512;
+  m.hyper.hidden_size = 64;
+  m.layer_prefix = "__layer_stack_no_per_layer.";
+  m.num_layers = 4;
+  m.pre = {haiku_tensor("embed/embeddings", {512, 64}, TensorRole::embedding),
+           haiku_tensor("pos_embed/embeddings", {128, 64}, TensorRole::position_embedding),
+           haiku_tensor("conv2_d.w", {3, 3, 8, 32}, TensorRole::linear_weight, 72, 32),
+           haiku_tensor("conv2_d.b", {32}, TensorRole::linear_bias, 72, 32)};
+  m.layer.tensors = {haiku_tensor("block/multi_head_attention/query.w", {64, 64}, TensorRole::linear_weight, 64, 64),
+                     haiku_tensor("block/multi_head_attention/query.b", {64}, TensorRole::linear_bias, 64, 64),
+                     haiku_tensor("block/multi_head_attention/linear.w", {64, 32}, TensorRole::output_weight, 32, 64),
+                     haiku_tensor("block/layer_norm.scale", {64}, TensorRole::norm_weight),
+                     haiku_tensor("block/layer_norm.offset", {64}, TensorRole::norm_bias),
+                     haiku_tensor("block/mlp/~/linear_0.w", {16, 64}, TensorRole::linear_weight, 64, 16),
+                     haiku_tensor("block/mlp/~/linear_0.b", {16}, TensorRole::linear_bias, 64, 16),
+                     haiku_tensor("block/mlp/~/linear_1.w", {64, 16}, TensorRole::output_weight, 16, 64)};
+  m.post = {haiku_tensor("transformer/multi_head_attention_2/query.w", {64, 64}, TensorRole::linear_weight, 64, 64),
+            haiku_tensor("transformer/multi_head_attention_2/value.w", {64, 64}, TensorRole::linear_weight, 64, 64),
+            haiku_tensor("multi_head_attention/key.w", {32, 64}, TensorRole::linear_weight, 64, 32),
+            haiku_tensor("block/multi_head_attention_1/linear.w", {64, 128}, TensorRole::output_weight, 128, 64),
+            haiku_tensor("block/linear.w", {16, 64}, TensorRole::linear_weight, 64, 16),
+            haiku_tensor("mlp/~/linear_0.w", {16, 64}, TensorRole::linear_weight),  // no fans: the shape's [out, in]
+            haiku_tensor("multi_head_attention_x/query.w", {16, 64}, TensorRole::linear_weight, 64, 16),
+            haiku_tensor("my_multi_head_attention/key.w", {16, 64}, TensorRole::linear_weight, 64, 16),
+            haiku_tensor("multi_head_attention_/value.w", {16, 64}, TensorRole::linear_weight, 64, 16),
+            haiku_tensor("multi_head_attention/value_proj.w", {16, 64}, TensorRole::linear_weight, 64, 16),
+            haiku_tensor("multi_head_attention/key.b", {32}, TensorRole::linear_bias, 64, 32),
+            haiku_tensor("moe/router.w", {8, 64}, TensorRole::router_weight, 64, 8),
+            haiku_tensor("rms_norm.scale", {64}, TensorRole::norm_weight),
+            haiku_tensor("head.w", {512, 64}, TensorRole::head_weight, 64, 512)};
+  return m;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+// Linear and ConvND: TruncatedNormal(stddev = 1 / sqrt(fan_in)) cut at +-2 (in std units), zero bias;
+// Embed: TruncatedNormal(stddev 1); norms ones and zeros.
+TEST(Recipes, HaikuDefaults) {
+  const Recipe r = make_recipe("haiku");
+  const ModelSpec m = haiku_spec();
+  const FillSpec tn_in64 = FillSpec::trunc_normal_std(0, 0.125, -2, 2);  // 1 / sqrt(64)
+  EXPECT_EQ(fill(r, m, "block/mlp/~/linear_0.w", 2), tn_in64);
+  EXPECT_EQ(fill(r, m, "block/mlp/~/linear_1.w", 2), FillSpec::trunc_normal_std(0, 0.25, -2, 2));  // output_weight, in 16
+  EXPECT_EQ(fill(r, m, "mlp/~/linear_0.w"), tn_in64);
+  EXPECT_EQ(fill(r, m, "block/linear.w"), tn_in64);
+  EXPECT_EQ(fill(r, m, "moe/router.w"), tn_in64);
+  EXPECT_EQ(fill(r, m, "head.w"), tn_in64);
+  EXPECT_EQ(fill(r, m, "conv2_d.w"), FillSpec::trunc_normal_std(0, 1 / std::sqrt(72.0), -2, 2));  // prod(w_shape[:-1])
+  EXPECT_EQ(fill(r, m, "conv2_d.b"), zero);
+  EXPECT_EQ(fill(r, m, "block/mlp/~/linear_0.b", 1), zero);
+  EXPECT_EQ(fill(r, m, "embed/embeddings"), FillSpec::trunc_normal_std(0, 1, -2, 2));
+  EXPECT_EQ(fill(r, m, "pos_embed/embeddings"), FillSpec::trunc_normal_std(0, 1, -2, 2));
+  EXPECT_EQ(fill(r, m, "block/layer_norm.scale", 0), one);
+  EXPECT_EQ(fill(r, m, "block/layer_norm.offset", 0), zero);
+  EXPECT_EQ(fill(r, m, "rms_norm.scale"), one);
+  // Not MultiHeadAttention's projections: a Linear outside it, or a module whose name only looks like it.
+  for (const char* n : {"multi_head_attention_x/query.w", "my_multi_head_attention/key.w", "multi_head_attention_/value.w",
+                        "multi_head_attention/value_proj.w"})
+    EXPECT_EQ(fill(r, m, n), tn_in64) << n;
+  // Haiku ties by reusing Embed's matrix: a tied embedding keeps the embedding's rule.
+  ModelSpec tied = m;
+  tied.hyper.tie_word_embeddings = true;
+  tied.post.pop_back();  // no head.w
+  EXPECT_EQ(fill(r, tied, "embed/embeddings"), FillSpec::trunc_normal_std(0, 1, -2, 2));
+  // Roles Haiku has no default for refuse.
+  ModelSpec other = m;
+  other.post.push_back(haiku_tensor("gate", {4}, TensorRole::other));
+  EXPECT_EQ(error_of([&] { fill(r, other, "gate"); }),
+            "recipe 'haiku': no rule for tensor 'gate' (role other); give it an init or an override");
+}
+
+// MultiHeadAttention has no default w_init (attention.py raises without one): its query, key, value
+// and final linear weights are refused unless mha_w_init_scale S gives VarianceScaling(S, "fan_in",
+// "truncated_normal"), stddev sqrt(S / fan_in) / .87962566103423978; its biases are zeros either way.
+TEST(Recipes, HaikuMultiHeadAttentionNeedsItsScale) {
+  const ModelSpec m = haiku_spec();
+  const Recipe r = make_recipe("haiku");
+  EXPECT_EQ(r.params().at("mha_w_init_scale"), 0.0);
+  const std::string why =
+      ": Haiku's MultiHeadAttention has no default w_init; give the scale of its VarianceScaling as recipe "
+      "'haiku:mha_w_init_scale=S' (as MultiHeadAttention(w_init_scale=S)) or a fill for these names; give it an init or "
+      "an override";
+  EXPECT_EQ(error_of([&] { fill(r, m, "transformer/multi_head_attention_2/query.w"); }),
+            "recipe 'haiku': no rule for tensor 'transformer/multi_head_attention_2/query.w' (role linear_weight)" + why);
+  EXPECT_EQ(error_of([&] { fill(r, m, "block/multi_head_attention/linear.w", 3); }),
+            "recipe 'haiku': no rule for tensor '__layer_stack_no_per_layer.3.block/multi_head_attention/linear.w' (role "
+            "output_weight)" + why);
+  for (const char* n : {"transformer/multi_head_attention_2/value.w", "multi_head_attention/key.w",
+                        "block/multi_head_attention_1/linear.w"})
+    EXPECT_THROW(fill(r, m, n), std::invalid_argument) << n;
+  EXPECT_EQ(fill(r, m, "multi_head_attention/key.b"), zero);
+  EXPECT_EQ(fill(r, m, "block/multi_head_attention/query.b", 1), zero);
+  Recipe overridden = r;  // an override for these names is the other way
+  overridden.add_override("*multi_head_attention*", FillSpec::normal(0, 0.01));
+  EXPECT_EQ(fill(overridden, m, "multi_head_attention/key.w"), FillSpec::normal(0, 0.01));
+
+  const Recipe s = make_recipe("haiku:mha_w_init_scale=2");
+  EXPECT_EQ(s.name(), "haiku:mha_w_init_scale=2");
+  const double c = 0.87962566103423978;
+  EXPECT_EQ(fill(s, m, "transformer/multi_head_attention_2/query.w"), FillSpec::trunc_normal_std(0, std::sqrt(2.0 / 64) / c, -2, 2));
+  EXPECT_EQ(fill(s, m, "multi_head_attention/key.w"), FillSpec::trunc_normal_std(0, std::sqrt(2.0 / 64) / c, -2, 2));
+  EXPECT_EQ(fill(s, m, "block/multi_head_attention/linear.w", 0), FillSpec::trunc_normal_std(0, std::sqrt(2.0 / 32) / c, -2, 2));
+  EXPECT_EQ(fill(s, m, "block/multi_head_attention_1/linear.w"), FillSpec::trunc_normal_std(0, std::sqrt(2.0 / 128) / c, -2, 2));
+  EXPECT_NEAR(fill(s, m, "multi_head_attention/key.w").std, 0.2009681, 1e-7);  // sqrt(2 / 64) / c, by hand
+  // The parameter changes nothing else.
+  EXPECT_EQ(fill(s, m, "block/linear.w"), FillSpec::trunc_normal_std(0, 0.125, -2, 2));
+  EXPECT_EQ(fill(s, m, "block/mlp/~/linear_1.w", 1), FillSpec::trunc_normal_std(0, 0.25, -2, 2));
+  EXPECT_EQ(fill(s, m, "multi_head_attention/key.b"), zero);
+  EXPECT_EQ(error_of([] { make_recipe("haiku:mha_w_init_scale=0"); }),
+            "recipe 'haiku': parameter mha_w_init_scale '0' must be a positive finite number");
+  EXPECT_EQ(error_of([] { make_recipe("haiku:scale=1"); }),
+            "recipe 'haiku': parameter 'scale' is unknown (valid: mha_w_init_scale; write name:key=value)");
+}
+
 TEST(Recipes, XavierAndKaiming) {
   const Recipe xr = make_recipe("xavier-uniform");
   const Recipe kr = make_recipe("kaiming-normal");
@@ -403,6 +548,10 @@ TEST(Recipes, ATiedEmbeddingGetsTheHeadsRuleInEveryRecipe) {
       EXPECT_EQ(fill(r, g, "transformer.wte.weight"), FillSpec::normal(0, 0.125));
       continue;
     }
+    if (name == "haiku") {  // tied by reusing Embed's matrix: the embedding's own rule, TruncatedNormal(1)
+      EXPECT_EQ(fill(r, g, "transformer.wte.weight"), FillSpec::trunc_normal_std(0, 1, -2, 2));
+      continue;
+    }
     EXPECT_EQ(fill(r, g, "transformer.wte.weight"), fill(r, untied, "lm_head.weight")) << name;
     differs += fill(r, untied, "transformer.wte.weight") != fill(r, untied, "lm_head.weight");
   }
@@ -462,7 +611,7 @@ TEST(Recipes, ParametersAfterAColon) {
   EXPECT_EQ(error("olmo-normal:std=0.02x"), "recipe 'olmo-normal': parameter std '0.02x' must be a positive finite number");
   EXPECT_EQ(error("olmo:std=1"), "recipe 'olmo' is unknown (valid: hf, torchtitan, megatron, pytorch-default, equinox, flax, "
                                  "xavier-uniform, kaiming-normal, olmo-normal, olmo-llama, olmo-llama-depth, "
-                                 "olmo-normalized, neox, mpt, mup)");
+                                 "olmo-normalized, neox, mpt, mup, haiku)");
 }
 
 // ---- OLMo-core (olmo_core/nn/transformer/init.py) ----
@@ -712,7 +861,8 @@ TEST(Recipes, EmittedModelsHoldEachRolesDistribution) {
   auto be = make_host_backend(2);
   layerinit::testing::TempDir dir("layerinit-recipe-stats");
   std::map<std::string, int> checked;  // recipe -> tensors with a random fill checked
-  for (const char* rn : {"olmo-normal", "olmo-llama", "olmo-llama-depth", "olmo-normalized", "neox", "mpt", "mup:base_width=16"}) {
+  for (const char* rn : {"olmo-normal", "olmo-llama", "olmo-llama-depth", "olmo-normalized", "neox", "mpt", "mup:base_width=16",
+                         "haiku"}) {
     for (const char* pn : {"deepseek-v3-tiny", "qwen2.5-tiny"}) {
       SCOPED_TRACE(std::string(rn) + " " + pn);
       const ModelSpec spec = make_preset(pn);
@@ -746,5 +896,5 @@ TEST(Recipes, EmittedModelsHoldEachRolesDistribution) {
     }
   }
   for (const auto& [rn, count] : checked) EXPECT_GE(count, 40) << rn;
-  EXPECT_EQ(checked.size(), 7u);
+  EXPECT_EQ(checked.size(), 8u);
 }

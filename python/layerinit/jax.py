@@ -865,7 +865,8 @@ def init(
         else:
             a = next(made)
             out[lf.index] = a.reshape(()) if not lf.shape else a
-    for old in olds.values():  # those no output reused (zero-size): every donated array is consumed
+    # Those no output reused (zero-size, integer): every donated array is consumed.
+    for old in [*olds.values(), *(lf.leaf for lf in m.integers if donate and isinstance(lf.leaf, jax.Array))]:
         if not isinstance(old, jax.core.Tracer) and not old.is_deleted():
             old.delete()
     return jax.tree_util.tree_unflatten(treedef, out)

@@ -235,3 +235,12 @@ def test_under_jit_equals_eager():
     jitted = leaves(jax.jit(lambda: ljax.init(tree, seed=2, recipe=RECIPE))())
     for name, a in eager.items():
         assert np.array_equal(np.asarray(a), np.asarray(jitted[name])), name
+
+
+def test_donate_consumes_the_state_too():
+    t, x = conv()
+    params, state = t.init(jax.random.key(0), x)
+    counter = state["batch_norm/~/mean_ema"]["counter"]
+    new_params, new_state = ljax.init((params, state), seed=4, recipe="haiku", donate=True)
+    assert params["conv2_d"]["w"].is_deleted() and counter.is_deleted()  # nothing of the old tree is left
+    assert int(new_state["batch_norm/~/mean_ema"]["counter"]) == 0 and new_params["conv2_d"]["w"].shape == (3, 3, 3, 6)
