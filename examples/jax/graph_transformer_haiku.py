@@ -80,8 +80,9 @@ def block(x: jax.Array, c: Config) -> jax.Array:
     pair = pair + hk.Linear(c.pair, name="pair_mlp_out")(jax.nn.gelu(hk.Linear(4 * c.pair, name="pair_mlp_in")(
         ln("ln_pair")(pair))))
     # Attention over the nodes, and an average of the nodes' values weighted by the pair tensor's bias.
-    mha = hk.MultiHeadAttention(c.heads, c.dim // c.heads, w_init=hk.initializers.VarianceScaling(MHA_SCALE),
-                                name="attention")
+    # Haiku's own module name, multi_head_attention: the haiku recipe finds the projections by it (a
+    # renamed one is read as plain Linears, TruncatedNormal(1 / sqrt(fan_in)), unless rules say otherwise).
+    mha = hk.MultiHeadAttention(c.heads, c.dim // c.heads, w_init=hk.initializers.VarianceScaling(MHA_SCALE))
     x = x + mha(h, h, h)
     bias = hk.Linear(c.heads, name="pair_bias")(ln("ln_bias")(pair))  # [N, N, heads]
     v = hk.Linear(c.dim, name="pwa_value")(h).reshape(n, c.heads, c.dim // c.heads)
