@@ -48,7 +48,8 @@ import layerinit.jax
 #: hk.MultiHeadAttention's w_init is VarianceScaling(MHA_SCALE); the recipe is told the same scale.
 MHA_SCALE = 0.5
 #: What layerinit's init may add to the process's peak resident memory beyond the parameters' bytes:
-#: the compiled fill program, XLA's buffers and threads (measured: 5-15 MiB). Independent of N.
+#: the compiled fill program, XLA's buffers and threads (measured: the whole call, parameters included,
+#: 6-15 MiB). Independent of N.
 ALLOWANCE = 256 * 2**20
 
 
@@ -202,8 +203,8 @@ def main() -> None:
     ap.add_argument("--batch-norm", action="store_true", help="an hk.BatchNorm (state) before the head")
     ap.add_argument("--haiku-init", action="store_true", help="run Haiku's own t.init at --nodes instead")
     a = ap.parse_args()
-    for k in ("nodes", "apply_nodes"):
-        if getattr(a, k) < 1:
+    for k, v in vars(a).items():
+        if type(v) is int and v < 1:
             ap.error(f"--{k.replace('_', '-')} must be at least 1")
     c = Config(**{k: getattr(a, k) for k in Config.__dataclass_fields__})
     if c.dim % c.heads:
