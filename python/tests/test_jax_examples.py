@@ -1,5 +1,6 @@
-"""examples/jax: each example runs (its asserts are the test; multihost.py as 2 local processes), and the
-7B shape of the Mistral-shaped Equinox model is planned from its spec without building it."""
+"""examples/jax: each example runs (its asserts are the test; multihost.py as 2 local processes; the Haiku
+example where dm-haiku is installed), and the 7B shape of the Mistral-shaped Equinox model is planned from its
+spec without building it."""
 import re
 import subprocess
 import sys
@@ -18,6 +19,18 @@ EXAMPLES = ROOT / "examples" / "jax"
 def test_example_runs(name):
     r = subprocess.run([sys.executable, name], cwd=EXAMPLES, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"examples/jax/{name}:\n{r.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize("flags", [[], ["--loop"], ["--batch-norm"]], ids=["layer_stack", "loop", "batch_norm"])
+def test_haiku_graph_transformer_runs(flags):
+    """Issue 30: the parameters at 414 nodes, where Haiku's own t.init would need GBs; the example asserts
+    its peak memory, each leaf's distribution against Haiku's init, and t.apply's output."""
+    pytest.importorskip("haiku")
+    r = subprocess.run([sys.executable, "graph_transformer_haiku.py", *flags], cwd=EXAMPLES, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, f"examples/jax/graph_transformer_haiku.py {' '.join(flags)}:\n{r.stderr[-3000:]}"
+    assert "414 nodes, 4 layers" in r.stdout and "1,900,842 parameters" in r.stdout, r.stdout
+    assert "t.apply on 64 nodes: logits (64, 10)" in r.stdout, r.stdout
 
 
 def test_multihost_runs_as_two_local_processes():
