@@ -116,6 +116,7 @@ struct Reading {
   bool transposable = false;
   std::optional<FillSpec> init;  // what the framework always makes it (Haiku's moving-average state)
   bool buffer = false;
+  std::string unknown_because;  // why no recipe can tell its values, where the framework says
 };
 
 class Reader {
@@ -187,8 +188,16 @@ class Reader {
         kind = ModuleKind::norm;
       } else if ((attr == "hidden" || attr == "average") &&
                  (base.ends_with("_ema") || base == "exponential_moving_average")) {
-        r.init = FillSpec::constant(0.0);
         r.buffer = true;
+        if (attr == "hidden") {
+          r.init = FillSpec::constant(0.0);
+        } else {
+          // hk.BatchNorm reads it before the EMA's initialize() runs, so t.init stores the example
+          // batch's statistics in it: values of the forward pass, which is not run here.
+          r.unknown_because = "Haiku's t.init stores the example input's statistics in a moving average's average, from "
+                              "the forward pass: say where it starts, e.g. constant(0) for a mean, constant(1) for a "
+                              "variance";
+        }
       }
     }
     if (kind == ModuleKind::unknown) {
@@ -539,10 +548,14 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
     const std::string base = outcome(*recipe, context(t, dp.tensor, layer));
     if (base.starts_with("error: ")) {
       lacking.push_back(dp.tensor + " (role " + std::string(role_name(t.role)) + ")");
-      // A recipe that says why (no_rule's reason, between the role and "; give it ...") is quoted.
+      // Why, where the framework or the recipe says (no_rule's reason, between the role and "; give
+      // it ..."), is quoted.
       const std::string marker = "(role " + std::string(role_name(t.role)) + "): ";
-      if (const std::size_t at = base.find(marker); at != std::string::npos && lacking_why.empty())
-        lacking_why = base.substr(at + marker.size(), base.rfind("; give it") - at - marker.size());
+      const std::string& because = readings[group_of(index.at(dp.name))].unknown_because;
+      if (const std::size_t at = base.find(marker); lacking_why.empty())
+        lacking_why = !because.empty()        ? because
+                      : at != std::string::npos ? base.substr(at + marker.size(), base.rfind("; give it") - at - marker.size())
+                                                : "";
       continue;
     }
     if (!dp.role_known) {

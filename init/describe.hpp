@@ -91,8 +91,8 @@ struct DescribedModel {
 // - Haiku's names (naming haiku): module paths split at '/', Haiku's instance suffix `_N` dropped
 //   where a module's kind is read; `w` a map weight [in, out] (Linear) or [..., in, out] (ConvND, in
 //   a module named conv*), `b` its bias, `embeddings` an embedding, `scale`/`offset` a norm's,
-//   MultiHeadAttention's `linear` its output projection, a moving average's `hidden`/`average` state
-//   zeros; modules repeated under Haiku's numbering (block, block_1, ...) have no known layer.
+//   MultiHeadAttention's `linear` (beside query, key, value) its output projection, a moving
+//   average's `hidden` state zeros and its `average` refused (t.init fills it from the forward pass); modules repeated under Haiku's numbering (block, block_1, ...) have no known layer.
 // - Layers: the first decimal component of a name numbers its layer; the prefix before it that
 //   holds the most parameters, numbered 0..n-1, is the model's layers; the longest run of identical
 //   last layers is the repeated block, earlier layers `pre` tensors under their names.

@@ -237,6 +237,7 @@ ModelDescription haiku_model(bool stacked) {
   d.parameters.push_back(param("conv2_d_1.w", {3, 3, 4, 6}));
   d.parameters.push_back(param("batch_norm.scale", {1, 1, 6}));
   d.parameters.push_back(param("batch_norm/~/mean_ema.average", {1, 1, 6}));
+  d.parameters.push_back(param("batch_norm/~/mean_ema.hidden", {1, 1, 6}));
   d.parameters.push_back(param("embed.embeddings", {50, 8}));
   d.parameters.push_back(param("head.w", {8, 50}));
   return d;
@@ -265,12 +266,20 @@ TEST(Describe, HaikusNames) {
   EXPECT_EQ(conv.fan_in, 36u);  // conv.py: prod(w_shape[:-1])
   EXPECT_EQ(of(m, "embed.embeddings").role, TensorRole::embedding);
   EXPECT_EQ(of(m, "head.w").role, TensorRole::head_weight);
-  const TensorSpec* ema = nullptr;
-  for (const auto& t : m.spec.post)
-    if (t.name == "batch_norm/~/mean_ema.average") ema = &t;
-  ASSERT_NE(ema, nullptr);
-  EXPECT_EQ(ema->init, FillSpec::constant(0));  // moving_averages.py: zeros
-  EXPECT_TRUE(ema->buffer);
+  std::map<std::string, const TensorSpec*> post;
+  for (const auto& t : m.spec.post) post[t.name] = &t;
+  const TensorSpec* hidden = post.at("batch_norm/~/mean_ema.hidden");
+  EXPECT_EQ(hidden->init, FillSpec::constant(0));  // moving_averages.py: zeros
+  EXPECT_TRUE(hidden->buffer);
+  // t.init stores the example's statistics in the average: no recipe can tell it, and the refusal says why.
+  const TensorSpec* average = post.at("batch_norm/~/mean_ema.average");
+  EXPECT_FALSE(average->init.has_value());
+  EXPECT_TRUE(average->buffer);
+  const std::string why = refusal(haiku_model(true), "pytorch-default");
+  EXPECT_NE(why.find("cannot tell the fill of 1 parameter(s): no rule for: batch_norm/~/mean_ema.average (role other) "
+                     "(Haiku's t.init stores the example input's statistics in a moving average's average"),
+            std::string::npos)
+      << why;
   // A MultiHeadAttention under its user's name: its linear beside query, key and value.
   ModelDescription renamed;
   renamed.naming = Naming::haiku;

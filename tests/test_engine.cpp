@@ -238,7 +238,7 @@ TEST(EmitRules, TheTargetIsCheckedBeforeTheDatasetListIsMade) {
                  checkpoint_error);
     EXPECT_FALSE(made);
     // The list the source makes is validated.
-    EXPECT_THROW(open_checkpoint_writer(f, dir / "free", 0, [] { return std::vector<DatasetSpec>{{"a/b", {1}, DType::f32, 0}}; }, {}, {}),
+    EXPECT_THROW(open_checkpoint_writer(f, dir / "free", 0, [] { return std::vector<DatasetSpec>{{"__metadata__", {1}, DType::f32, 0}}; }, {}, {}),
                  std::invalid_argument);
   }
   // An HDF5 file over a directory target, and a safetensors directory over a file: refused.

@@ -16,9 +16,10 @@ the nodes' values (pair-weighted averaging); hk.MultiHeadAttention over the node
 hk.initializers.VarianceScaling(0.5), which Haiku requires to be given); hk.LayerNorm; an MLP. A readout
 head gives each node `classes` logits. `--loop` makes the layers a Python loop instead (a module per layer);
 `--batch-norm` puts an hk.BatchNorm before the head (hk.transform_with_state): its moving averages, which
-t.init updates from the activations, keep the forward inside jax.jit(t.init) (see the bench), and the
-state starts at what Haiku's modules create before their first update (zeros, a counter 0), which
-layerinit.jax.init makes beside the parameters.
+t.init sets from the activations, keep the forward inside jax.jit(t.init) (see the bench). layerinit.jax.init
+makes the state beside the parameters as Haiku's modules create it (hidden zeros, counters 0), and the
+running statistics where the model says they start (STATE: mean 0, variance 1; t.init would store the
+example batch's there).
 
 The script: the shapes at --nodes (default 414) with jax.eval_shape; the parameters from layerinit
 (asserting that the process's peak resident memory grew by at most the parameters' bytes plus a fixed
@@ -114,13 +115,17 @@ def transformed(c: Config) -> hk.TransformedWithState:
 # [end]
 
 
+#: Where hk.BatchNorm's running statistics start (t.init stores the example batch's, from the forward).
+STATE = {"*mean_ema.average": "constant(0)", "*var_ema.average": "constant(1)"}
+
+
 def init_with_layerinit(abstract: tuple, c: Config, seed: int = 0) -> tuple:
     """(params, state) from the shapes of t.init's: Haiku's distributions (recipe "haiku"; its
     hk.MultiHeadAttention has VarianceScaling(MHA_SCALE)); the state as Haiku's modules create it
-    before their first update (hk.BatchNorm's moving averages 0, their counters 0), where t.init's has
-    that first update, from the activations. The stack is named "layers", so layerinit is told."""
+    (hk.BatchNorm's hidden averages 0, their counters 0), its running statistics at STATE. The stack
+    is named "layers", so layerinit is told."""
     return layerinit.jax.init(abstract, seed=seed, recipe=f"haiku:mha_w_init_scale={MHA_SCALE}",
-                              stacked=None if c.loop else "layers")
+                              stacked=None if c.loop else "layers", rules=STATE if c.batch_norm else None)
 
 
 def nodes_input(n: int, c: Config) -> jax.Array:
@@ -244,7 +249,9 @@ def main() -> None:
     assert jax.tree_util.tree_structure((params, state)) == jax.tree_util.tree_structure(abstract)
     assert all(p.shape == s.shape and p.dtype == s.dtype
                for p, s in zip(jax.tree_util.tree_leaves((params, state)), jax.tree_util.tree_leaves(abstract)))
-    assert all(not np.asarray(v).any() for v in jax.tree_util.tree_leaves(state))  # moving averages, counters 0
+    for module, s in state.items():  # hidden and counters 0; the running mean 0, the running variance 1
+        for name, v in s.items():
+            assert (np.asarray(v) == (name == "average" and module.endswith("var_ema"))).all(), (module, name)
     assert mem.growth <= nbytes + ALLOWANCE, (mem.growth, nbytes, ALLOWANCE)
 
     check_against_haiku(params, t, c)

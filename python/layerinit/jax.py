@@ -791,10 +791,13 @@ def init(
     """Returns `tree` with every float array leaf made and filled by layerinit, on its device(s).
 
     - ``tree``: a model pytree whose array leaves are ``jax.ShapeDtypeStruct`` (``eqx.filter_eval_shape``,
-      ``nnx.eval_shape``, ``jax.eval_shape`` of a Flax ``init``) or arrays to re-initialize. Each leaf's
+      ``nnx.eval_shape``, ``jax.eval_shape`` of a Flax or DM-Haiku ``init``) or arrays to re-initialize. Each leaf's
       name is its path, ``blocks.attn.wq.weight`` (NNX without the Variable's ``.value``), which is its
       tensor name in layerinit's value contract: ``layerinit emit`` of :func:`spec_of` writes the same bytes.
-      Other leaves (Python numbers, NNX random streams) are returned as they are.
+      Other leaves (Python numbers, NNX random streams) are returned as they are. A Haiku params dict
+      (or ``(params, state)``) has leaves ``module/path.param`` (``mlp/~/linear_0.w``), read by Haiku's
+      names (docs/python.md, "DM-Haiku"); an integer leaf is made only as a rule's integer constant
+      (``"constant(0)"``), or as the 0 Haiku starts BatchNorm's moving-average counters at.
     - Roles (what a recipe fills a tensor with) come from the owning module: Equinox ``nn.Linear`` (weight
       ``[out, in]``), ``nn.Embedding``, ``nn.LayerNorm``/``nn.RMSNorm``/``nn.GroupNorm``; Flax NNX ``Linear``
       (kernel ``[in, out]``), ``Embed``, ``LayerNorm``/``RMSNorm``/``GroupNorm``. Every leaf's shape is checked
@@ -806,8 +809,9 @@ def init(
       A rule that matches nothing warns (raises with ``strict=True``).
     - ``stacked``: path prefix(es) whose leaves carry a leading layer axis; by default found from the
       modules (``eqx.filter_vmap``, ``nnx.vmap``). Slice ``l`` of ``blocks.attn.wq.weight`` is the tensor
-      ``blocks.{l}.attn.wq.weight``, as if the blocks were a Python list.
-    - ``recipe``: a name of :func:`layerinit.recipe_names` (``"equinox"``, ``"flax"``, ``"torchtitan"``, ...);
+      ``blocks.{l}.attn.wq.weight``, as if the blocks were a Python list; an unnamed ``hk.layer_stack``
+      (its ``__layer_stack_*`` module) is found too, a named one is given (``stacked="layers"``).
+    - ``recipe``: a name of :func:`layerinit.recipe_names` (``"equinox"``, ``"flax"``, ``"haiku"``, ``"torchtitan"``, ...);
       ``hyper``: spec numbers recipes read (``initializer_range``, ``hidden_size``; docs/spec.md).
     - ``dtype``: every leaf's dtype (``"bf16"``, ``jnp.bfloat16``, ...); default: each leaf's own.
     - ``sharding``: a Sharding or PartitionSpec for every leaf, a mapping of name globs to them, a function

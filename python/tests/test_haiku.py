@@ -58,6 +58,9 @@ def conv():
 
 
 MODELS = {"mlp": mlp, "transformer": lambda: transformer(False), "stacked": lambda: transformer(True), "conv": conv}
+# Where BatchNorm's running statistics start: Haiku's t.init stores the example batch's in them (from the
+# forward pass, which layerinit does not run), so the model says.
+STATE = {"*mean_ema.average": "constant(0)", "*var_ema.average": "constant(1)"}
 
 
 def shapes(model):
@@ -82,11 +85,12 @@ def apply(t, tree, x):
 @pytest.mark.parametrize("model", list(MODELS))
 def test_every_leaf_is_the_emitted_tensor_and_apply_takes_the_tree(cli, tmp_path, model):
     t, x, tree = shapes(model)
-    made = ljax.init(tree, seed=5, recipe=RECIPE)
+    made = ljax.init(tree, seed=5, recipe=RECIPE, rules=STATE if model == "conv" else None)
     assert jax.tree_util.tree_structure(made) == jax.tree_util.tree_structure(tree)
     out = apply(t, made, x)
     assert np.isfinite(np.asarray(out)).all()
-    ref = emit(cli, tmp_path, ljax.spec_of(tree), "--recipe", RECIPE, "--seed", "5", "--dtype", "fp32")
+    spec = ljax.spec_of(tree, rules=STATE if model == "conv" else None)
+    ref = emit(cli, tmp_path, spec, "--recipe", RECIPE, "--seed", "5", "--dtype", "fp32")
     compared = 0
     for name, a in leaves(made).items():
         a = np.asarray(a)
@@ -148,8 +152,9 @@ def test_haikus_names_make_the_spec():
     conv_spec = json.loads(ljax.spec_of(shapes("conv")[2]).to_json())
     by = {t["name"]: t for t in conv_spec["pre"]}
     assert by["conv2_d.w"]["shape"] == [3, 3, 3, 6] and by["conv2_d.w"]["fan_in"] == 27  # Conv's prod(w[:-1])
-    ema = by["batch_norm/~/mean_ema.average"]
-    assert ema["init"] == {"constant": {"value": 0.0}} and ema["buffer"] and ema["role"] == "other"
+    hidden, average = by["batch_norm/~/mean_ema.hidden"], by["batch_norm/~/mean_ema.average"]
+    assert hidden["init"] == {"constant": {"value": 0.0}} and hidden["buffer"] and hidden["role"] == "other"
+    assert "init" not in average and average["buffer"]  # what t.init puts there is the forward's
 
 
 def ks_agrees(a, b, alpha):
@@ -157,26 +162,44 @@ def ks_agrees(a, b, alpha):
     return scipy_stats.ks_2samp(np.ravel(a), np.ravel(b)).pvalue > alpha
 
 
-def test_the_haiku_recipe_draws_what_haikus_init_draws():
+def wide(model):
+    """The models with enough elements per leaf for a KS test to tell a wrong std or cut."""
+    if model == "transformer":
+        return transformer(False, width=64, heads=4, layers=2, vocab=2048)
+    if model == "mlp":
+        return hk.transform(lambda x: hk.nets.MLP([256, 256, 64])(x)), jnp.ones((3, 128))
+    t, _ = conv()
+    return t, jnp.ones((2, 9, 9, 32))
+
+
+@pytest.mark.parametrize("model", ["transformer", "mlp", "conv"])
+def test_the_haiku_recipe_draws_what_haikus_init_draws(model):
     """Per leaf, layerinit's recipe="haiku" against Haiku's own t.init of the same model: constants
-    equal, every random leaf one KS test at a false-alarm rate of 1e-4 (Bonferroni over the leaves:
-    a wrong std or cut anywhere fails it, as the control below shows)."""
-    t, x = transformer(False, width=64, heads=4, layers=2, vocab=2048)
+    equal (zeros, ones, BatchNorm's state), every random leaf one KS test at a false-alarm rate of 1e-4
+    over the model's leaves (Bonferroni): a wrong std or cut anywhere fails it, as the control shows."""
+    t, x = wide(model)
     tree = jax.eval_shape(t.init, jax.random.key(0), x)
-    ours = leaves(ljax.init(tree, seed=1, recipe=f"haiku:mha_w_init_scale={MHA_SCALE}"))
+    ours = leaves(ljax.init(tree, seed=1, recipe=RECIPE, rules=STATE if model == "conv" else None))
     theirs = leaves(t.init(jax.random.key(1), x))
+    assert ours.keys() == theirs.keys()
+    for name in [n for n in theirs if n.endswith("_ema.average")]:  # the example batch's statistics, from the forward
+        assert np.array_equal(np.asarray(ours[name]), np.full(theirs[name].shape, name.startswith("batch_norm/~/var")))
+        del ours[name], theirs[name]
     random = [n for n in theirs if np.ptp(np.asarray(theirs[n])) > 0]
-    assert len(random) == 1 + 2 * 6 + 1  # embed, 2 x (query key value linear, 2 MLP linears), head
+    # embed, 2 x (query key value linear, 2 MLP linears), head; 3 linears; 2 conv kernels
+    assert len(random) == {"transformer": 1 + 2 * 6 + 1, "mlp": 3, "conv": 2}[model]
     alpha = 1e-4 / len(random)
     for name, a in theirs.items():
         if name not in random:
             assert np.array_equal(np.asarray(ours[name]), np.asarray(a)), name  # zeros and ones
+            assert ours[name].dtype == a.dtype, name
             continue
         assert ks_agrees(ours[name], a, alpha), name
-    # The control: the same test tells a 10% wider std or an uncut normal from Haiku's draws.
-    e = np.asarray(theirs["embed.embeddings"])  # [2048, 64]: TruncatedNormal(1), cut at 2 std
-    assert not ks_agrees(np.asarray(ours["embed.embeddings"]) * 1.1, e, alpha)
-    assert not ks_agrees(np.random.default_rng(0).normal(0, 1, e.size), e, alpha)
+    if model == "transformer":
+        # The control: the same test tells a 10% wider std or an uncut normal from Haiku's draws.
+        e = np.asarray(theirs["embed.embeddings"])  # [2048, 64]: TruncatedNormal(1), cut at 2 std
+        assert not ks_agrees(np.asarray(ours["embed.embeddings"]) * 1.1, e, alpha)
+        assert not ks_agrees(np.random.default_rng(0).normal(0, 1, e.size), e, alpha)
 
 
 def test_multi_head_attention_needs_its_scale():
@@ -214,6 +237,13 @@ def test_a_stack_is_read_from_its_module_or_told():
     assert not np.array_equal(w[0], w[1])  # each layer its own tensor
 
 
+def test_batch_norms_running_statistics_are_told():
+    _, _, tree = shapes("conv")
+    with pytest.raises(ValueError, match=r"no rule for: batch_norm/~/mean_ema\.average \(role other\), batch_norm/~/var_ema"
+                                         r"\.average \(role other\) \(Haiku's t\.init stores the example input's statistics"):
+        ljax.init(tree, recipe="haiku")
+
+
 def test_state_counters():
     """BatchNorm's moving averages start at 0 (batch_norm.py: warmup 0); a bare ExponentialMovingAverage's
     counter starts at -warmup_length, which the tree does not say: a rule tells it."""
@@ -224,7 +254,7 @@ def test_state_counters():
     tree = jax.eval_shape(t.init, jax.random.key(0), x)
     with pytest.raises(ValueError, match=r"leaf 'exponential_moving_average\.counter' is int32: .*constant"):
         ljax.init(tree, recipe="haiku")
-    params, state = ljax.init(tree, recipe="haiku", rules={"*.counter": "constant(-3)"})
+    params, state = ljax.init(tree, recipe="haiku", rules={"*.counter": "constant(-3)", "*.average": "constant(0)"})
     ema = state["exponential_moving_average"]
     assert int(ema["counter"]) == -3 and not np.asarray(ema["hidden"]).any() and not np.asarray(ema["average"]).any()
     assert int(t.init(jax.random.key(0), x)[1]["exponential_moving_average"]["counter"]) == -3  # Haiku's own
@@ -242,7 +272,7 @@ def test_donate_consumes_the_state_too():
     t, x = conv()
     params, state = t.init(jax.random.key(0), x)
     counter = state["batch_norm/~/mean_ema"]["counter"]
-    new_params, new_state = ljax.init((params, state), seed=4, recipe="haiku", donate=True)
+    new_params, new_state = ljax.init((params, state), seed=4, recipe="haiku", rules=STATE, donate=True)
     assert params["conv2_d"]["w"].is_deleted() and counter.is_deleted()  # nothing of the old tree is left
     assert int(new_state["batch_norm/~/mean_ema"]["counter"]) == 0 and new_params["conv2_d"]["w"].shape == (3, 3, 3, 6)
 
