@@ -166,7 +166,7 @@ class Reader {
     const bool kernel = attr == "kernel" && p.shape.size() >= 2;
     // Haiku's names (haiku/_src/basic.py Linear: w [in, out], b; conv.py ConvND: w [..., in, out], b;
     // embed.py Embed: embeddings; layer_norm.py, rms_norm.py, batch_norm.py, group_norm.py: scale,
-    // offset, which no other Haiku module has; moving_averages.py: hidden and average made zeros).
+    // offset, which no other Haiku module has; moving_averages.py: hidden made zeros, average below).
     bool haiku_w = false;
     if (haiku_ && kind == ModuleKind::unknown) {
       const std::string_view base = haiku_base(owner_short);

@@ -235,6 +235,11 @@ def test_a_stack_is_read_from_its_module_or_told():
     assert spec["layer"]["prefix"] == "layers." and spec["layer"]["count"] == 4
     w = np.asarray(made["layers/linear"]["w"])
     assert not np.array_equal(w[0], w[1])  # each layer its own tensor
+    # A stack's leaves are one list of layers: leading axes of two sizes are refused.
+    odd = {"layers/a": {"w": jax.ShapeDtypeStruct((4, 6, 6), jnp.float32)},
+           "layers/b": {"w": jax.ShapeDtypeStruct((3, 6, 6), jnp.float32)}}
+    with pytest.raises(ValueError, match=r"stacked: the leaves under 'layers' have leading axes of sizes \[3, 4\]"):
+        ljax.init(odd, recipe="haiku", stacked="layers")
 
 
 def test_batch_norms_running_statistics_are_told():
