@@ -124,12 +124,9 @@ def main() -> None:
     for s in skipped:
         print(f"not run: {s}")
     if a.out:
-        import csv
+        from init_bench import write_rows  # bench/jax, beside this file
 
-        with open(a.out, "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_rows(a.out, rows)
 
 
 if __name__ == "__main__":

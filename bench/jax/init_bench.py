@@ -121,12 +121,17 @@ def main() -> None:
         print(f"{r['method']:10} {r['seconds']:8.2f} {r['baseline_bytes'] / gib:13.3f} {r['peak_bytes'] / gib:9.3f} "
               f"{extra / gib:16.3f} {extra / r['weights_bytes'] - 1:+17.1%}")
     if a.out:
-        import csv
+        write_rows(a.out, rows)
 
-        with open(a.out, "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+
+def write_rows(path: str, rows: list[dict]) -> None:
+    """The raw rows as CSV, a column per key (bench/results)."""
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
 
 
 if __name__ == "__main__":
