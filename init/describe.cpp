@@ -12,6 +12,8 @@
 #include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
 
+#include "haiku_names.hpp"
+
 namespace layerinit {
 
 namespace {
@@ -70,42 +72,6 @@ std::optional<std::pair<std::string, std::uint64_t>> layer_of(std::string_view n
   }
 }
 
-// A Haiku module's name without Haiku's instance suffix (haiku/_src/module.py unique_and_canonical_name:
-// the second Linear of a scope is linear_1): what names its class. "conv2_d_1" -> "conv2_d".
-std::string_view haiku_base(std::string_view module) {
-  const std::size_t us = module.rfind('_');
-  if (us == std::string_view::npos || us + 1 == module.size()) return module;
-  return module.find_first_not_of("0123456789", us + 1) == std::string_view::npos ? module.substr(0, us) : module;
-}
-
-// A Haiku name's module components: its module path split at '/' (and at the '.' a stacked slice's
-// index sits between), Haiku's constructor marker "~" dropped: "mlp/~/linear_0.w" -> mlp, linear_0.
-std::vector<std::string_view> haiku_modules(std::string_view owner) {
-  std::vector<std::string_view> out;
-  for (std::size_t start = 0; start <= owner.size();) {
-    const std::size_t end = std::min(owner.find('/', start), owner.find('.', start));
-    const std::string_view c = owner.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
-    if (!c.empty() && c != "~") out.push_back(c);
-    if (end == std::string_view::npos) break;
-    start = end + 1;
-  }
-  return out;
-}
-
-// A Haiku name with every module's instance suffix dropped: the modules a loop made (block,
-// block_1, ...) share it.
-std::string haiku_unnumbered(std::string_view name) {
-  std::string out;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t end = name.find_first_of("/.", start);
-    out += haiku_base(name.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
-    if (end == std::string_view::npos) return out;
-    out += name[end];
-    start = end + 1;
-  }
-}
-
 // What one parameter's own module and names say.
 struct Reading {
   TensorRole role = TensorRole::other;
@@ -150,7 +116,7 @@ class Reader {
     std::string parent = parts.size() > 2 ? join_parts(parts, parts.size() - 2) : "";
     const std::string owner = parts.size() > 1 ? join_parts(parts, parts.size() - 1) : "";
     if (haiku_) {  // "block/multi_head_attention/query.w": module query, parent multi_head_attention
-      const auto modules = haiku_modules(owner);
+      const auto modules = haiku::modules(owner);
       owner_short = modules.empty() ? std::string_view{} : modules.back();
       parent = modules.size() > 1 ? std::string(modules[modules.size() - 2]) : "";
     }
@@ -169,7 +135,7 @@ class Reader {
     // offset, which no other Haiku module has; moving_averages.py: hidden made zeros, average below).
     bool haiku_w = false;
     if (haiku_ && kind == ModuleKind::unknown) {
-      const std::string_view base = haiku_base(owner_short);
+      const std::string_view base = haiku::base(owner_short);
       if (attr == "w" && p.shape.size() >= 2) {
         if (p.shape.size() == 2 || base.find("conv") != std::string_view::npos) {
           kind = ModuleKind::linear;
@@ -190,7 +156,7 @@ class Reader {
                  (base.ends_with("_ema") || base == "exponential_moving_average")) {
         r.buffer = true;
         if (attr == "hidden") {
-          r.init = FillSpec::constant(0.0);
+          r.init = framework_fill(p.name, Naming::haiku);
         } else {
           // hk.BatchNorm reads it before the EMA's initialize() runs, so t.init stores the example
           // batch's statistics in it: values of the forward pass, which is not run here.
@@ -213,7 +179,8 @@ class Reader {
       case ModuleKind::linear:
         if (bias) {
           r.role = TensorRole::linear_bias;
-        } else if (haiku_ && owner_short == "linear" && (haiku_base(parent) == "multi_head_attention" || mha_signature(owner))) {
+        } else if (haiku_ && owner_short == "linear" &&
+                   haiku::is_mha_linear(owner, [&](const std::string& m) { return attrs_.count(m) > 0; })) {
           r.role = TensorRole::output_weight;  // attention.py: the final projection is hk.Linear(name="linear")
         } else if (const auto role = map_role(owner_short, parent, in_layer)) {
           r.role = *role;
@@ -270,15 +237,6 @@ class Reader {
     for (char& c : out) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
     return out;
   }
-  // Beside a Haiku module path ".../attention/linear", its siblings query, key and value: a
-  // MultiHeadAttention under a name of its user's (attention.py names its Linears so).
-  bool mha_signature(std::string_view owner) const {
-    const std::size_t slash = owner.rfind('/');
-    if (slash == std::string_view::npos) return false;
-    for (const char* sibling : {"query", "key", "value"})
-      if (!attrs_.count(std::string(owner.substr(0, slash + 1)) + sibling)) return false;
-    return true;
-  }
   bool haiku_ = false;
   std::map<std::string, std::set<std::string>, std::less<>> attrs_;  // module path -> its parameters' names
   std::set<std::string> with_experts_;                               // module paths with an "experts" child
@@ -310,6 +268,18 @@ std::string_view module_kind_name(ModuleKind k) {
     case ModuleKind::unknown: break;
   }
   return "unknown";
+}
+
+std::optional<FillSpec> framework_fill(std::string_view name, Naming naming) {
+  const std::size_t dot = name.rfind('.');
+  if (naming != Naming::haiku || dot == std::string_view::npos) return std::nullopt;
+  const std::string_view attr = name.substr(dot + 1);
+  const auto modules = haiku::modules(name.substr(0, dot));
+  if (modules.empty()) return std::nullopt;
+  const std::string_view base = haiku::base(modules.back());
+  if (attr == "hidden" && (base.ends_with("_ema") || base == "exponential_moving_average")) return FillSpec::constant(0.0);
+  if (attr == "counter" && (modules.back() == "mean_ema" || modules.back() == "var_ema")) return FillSpec::constant(0.0);
+  return std::nullopt;
 }
 
 std::string_view naming_name(Naming n) { return n == Naming::haiku ? "haiku" : "generic"; }
@@ -365,7 +335,7 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
   if (d.naming == Naming::haiku) {
     std::map<std::string, std::vector<std::size_t>> by_name;
     for (std::size_t i = 0; i < d.parameters.size(); ++i)
-      if (group_of(i) == i && !where[i]) by_name[haiku_unnumbered(d.parameters[i].name)].push_back(i);
+      if (group_of(i) == i && !where[i]) by_name[haiku::unnumbered(d.parameters[i].name)].push_back(i);
     for (const auto& [_, is] : by_name)
       if (is.size() > 1)
         for (const std::size_t i : is) repeated[i] = true;

@@ -103,4 +103,10 @@ struct DescribedModel {
 // or that the recipe has no rule for.
 LAYERINIT_API DescribedModel describe(const ModelDescription& d, const Recipe* recipe = nullptr);
 
+// The value a framework always gives a leaf of this name, whatever the recipe (describe's `init` for
+// it; the JAX adapter's value for an integer state leaf): with naming haiku, a moving average's
+// `hidden` zeros (moving_averages.py) and the `counter` of hk.BatchNorm's `mean_ema` and `var_ema` 0
+// (batch_norm.py makes them with warmup 0). Nothing for any other name.
+LAYERINIT_API std::optional<FillSpec> framework_fill(std::string_view name, Naming naming);
+
 }  // namespace layerinit

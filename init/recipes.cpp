@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "haiku_names.hpp"
+
 namespace layerinit {
 
 namespace {
@@ -352,47 +354,20 @@ FillSpec mup_rule(const TensorContext& c, const RecipeParams& p) {
 // value (_linear_projection) and linear (the final projection, hk.Linear's default name) right
 // inside the module, named multi_head_attention or multi_head_attention_<n> (Haiku's name for the
 // n-th further instance): "transformer/multi_head_attention_2/query.w".
-bool is_haiku_mha_module(std::string_view part) {
-  constexpr std::string_view base = "multi_head_attention";
-  if (!part.starts_with(base)) return false;
-  part.remove_prefix(base.size());
-  if (part.empty()) return true;
-  if (part.size() < 2 || part[0] != '_') return false;
-  for (char ch : part.substr(1))
-    if (ch < '0' || ch > '9') return false;
-  return true;
-}
-bool is_haiku_mha_projection(std::string_view name) {
-  std::string_view previous;
-  for (;;) {
-    const std::size_t end = name.find_first_of("./");
-    const std::string_view part = name.substr(0, end);
-    if ((part == "query" || part == "key" || part == "value" || part == "linear") && is_haiku_mha_module(previous))
-      return true;
-    if (end == std::string_view::npos) return false;
-    previous = part;
-    name.remove_prefix(end + 1);
-  }
-}
-
-// A module whose Linears are query, key, value and linear is a MultiHeadAttention under a name of
-// its user's (hk.MultiHeadAttention(name="attention")): those four are its signature, found among
-// the spec's tensors beside this one ("block/attention/query.w" beside "block/attention/key.w", ...).
-bool has_haiku_mha_signature(const TensorContext& c) {
+// A MultiHeadAttention under a name of its user's (hk.MultiHeadAttention(name="attention")) is found
+// by its signature, the four Linears side by side among the spec's tensors ("block/attention/query.w"
+// beside "block/attention/key.w", ...).
+bool is_haiku_mha_projection(const TensorContext& c) {
   const std::string& n = c.tensor.name;
-  const std::size_t slash = n.rfind('/'), dot = n.rfind('.');
-  if (slash == std::string::npos || dot == std::string::npos || dot < slash) return false;
-  constexpr std::string_view four[] = {"query", "key", "value", "linear"};
-  if (std::find(std::begin(four), std::end(four), std::string_view(n).substr(slash + 1, dot - slash - 1)) == std::end(four))
-    return false;
-  for (const std::string_view sibling : four) {
-    const std::string want = n.substr(0, slash + 1) + std::string(sibling) + n.substr(dot);
-    bool found = false;
+  const std::size_t dot = n.rfind('.');
+  if (dot == std::string::npos) return false;
+  return haiku::is_mha_linear(std::string_view(n).substr(0, dot), [&](const std::string& module) {
+    const std::string want = module + n.substr(dot);
     for (const auto* list : {&c.model.pre, &c.model.layer.tensors, &c.model.post})
-      for (const auto& t : *list) found = found || t.name == want;
-    if (!found) return false;
-  }
-  return true;
+      for (const auto& t : *list)
+        if (t.name == want) return true;
+    return false;
+  });
 }
 
 FillSpec haiku_rule(const TensorContext& c, const RecipeParams& p) {
@@ -405,7 +380,7 @@ FillSpec haiku_rule(const TensorContext& c, const RecipeParams& p) {
     case TensorRole::output_weight:
     case TensorRole::router_weight:
     case TensorRole::head_weight: {
-      if (is_haiku_mha_projection(c.canonical_name) || has_haiku_mha_signature(c)) {
+      if (is_haiku_mha_projection(c)) {
         const double scale = p.at("mha_w_init_scale");  // 0: not given
         if (scale == 0)
           no_rule("haiku", c,

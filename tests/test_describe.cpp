@@ -312,6 +312,18 @@ TEST(Describe, HaikusRepeatedModulesHaveNoKnownLayer) {
   EXPECT_NE(stacked.find("linear maps whose names do not say"), std::string::npos) << stacked;
 }
 
+TEST(Describe, WhatAFrameworkAlwaysMakesALeaf) {
+  EXPECT_EQ(framework_fill("batch_norm/~/mean_ema.hidden", Naming::haiku), FillSpec::constant(0));
+  EXPECT_EQ(framework_fill("ema_2/~/exponential_moving_average_1.hidden", Naming::haiku), FillSpec::constant(0));
+  EXPECT_EQ(framework_fill("bn/~/var_ema.counter", Naming::haiku), FillSpec::constant(0));
+  // A bare moving average's counter starts at -warmup_length, which the name does not say; its average
+  // is the forward pass's.
+  EXPECT_FALSE(framework_fill("exponential_moving_average.counter", Naming::haiku));
+  EXPECT_FALSE(framework_fill("batch_norm/~/mean_ema.average", Naming::haiku));
+  EXPECT_FALSE(framework_fill("batch_norm/~/mean_ema.hidden", Naming::generic));
+  EXPECT_FALSE(framework_fill("hidden", Naming::haiku));
+}
+
 TEST(Describe, AHaikuWeightOfAnotherRankIsRefused) {
   ModelDescription d;
   d.naming = Naming::haiku;

@@ -498,20 +498,24 @@ def _leaves(tree: Any, dtype: Any, haiku: bool = False) -> tuple[list[Any], Any,
     return [leaf for _, leaf in flat], treedef, out, integers
 
 
+def _constant(fill: Optional[Fill]) -> Optional[float]:
+    """The value of a constant fill ("constant(-3)"), else None."""
+    return float(fill.text[len("constant("):-1]) if fill is not None and fill.kind == "constant" else None
+
+
 def _integers(integers: list[_Leaf], rules: list[_Rule], haiku: bool) -> dict[int, Any]:
     """The value of each integer leaf, by leaf index: the constant of the last rule matching its name,
-    else, in a Haiku state, 0 for the counter of a BatchNorm's moving averages (batch_norm.py makes
-    them mean_ema and var_ema, warmup 0). Raises ValueError naming any other: its value is no
-    distribution's to draw."""
+    else the one its framework always gives it (the library's framework_fill: a Haiku BatchNorm's
+    moving-average counters 0). Raises ValueError naming any other: its value is no distribution's to
+    draw."""
     out: dict[int, Any] = {}
     for lf in integers:
-        value = None
-        if haiku and lf.parts[-1] == "counter" and len(lf.parts) >= 2 and lf.parts[-2] in ("mean_ema", "var_ema"):
-            value = 0
+        known = _constant(_core.framework_fill(lf.name, "haiku" if haiku else "generic"))
+        value = None if known is None else int(known)
         for r in rules:
             if fnmatch.fnmatchcase(lf.name, r.pattern):
                 r.used = True
-                c = float(r.fill.text[len("constant("):-1]) if r.fill is not None and r.fill.kind == "constant" else None
+                c = _constant(r.fill)
                 if c is None or c != int(c):
                     raise ValueError(f"leaf '{lf.name}' is {jax.numpy.dtype(lf.leaf.dtype).name}: a rule gives an integer "
                                      f"leaf an integer constant (\"constant(0)\"), not {r.fill or r.role}")
@@ -551,8 +555,7 @@ def _stacking(leaves: list[_Leaf], stacked: Union[str, Sequence[str], None], hai
                 lf.lead[a] = (p, lf.shape[a])
         for p in prefixes:  # one size per prefix: its slices are one list of layers
             pp = re.split(r"[./]", p) if haiku else p.split(".")
-            sizes = {lf.lead[[q for q, _ in lf.lead].index(len(pp))][1] for lf in leaves if lf.parts[:len(pp)] == pp
-                     and len(lf.parts) > len(pp)}
+            sizes = {size for lf in leaves for q, size in lf.lead if q == len(pp) and lf.parts[:len(pp)] == pp}
             if len(sizes) > 1:
                 raise ValueError(f"stacked: the leaves under '{p}' have leading axes of sizes {sorted(sizes)}, not one "
                                  "number of layers")

@@ -726,6 +726,10 @@ NB_MODULE(_core, m) {
   "(Spec, [what each parameter became]) of a model description's JSON (init/describe.hpp); with `recipe`, "
   "ValueError listing the parameters whose fill it cannot tell.");
 
+  m.def("framework_fill", [](const std::string& name, const std::string& naming) {
+    return framework_fill(name, parse_naming(naming));
+  }, "name"_a, "naming"_a, "The Fill a framework always gives a leaf of this name (init/describe.hpp), or None.");
+
   nb::class_<Plan>(m, "Plan", "What a build makes: every tensor's name, shape, dtype and fill, without memory.")
       .def(nb::init<const Spec&, const std::string&, const TextPairs&, const std::optional<std::string>&, const TextPairs&,
                     std::uint64_t, const std::string&, const std::string&, const std::string&>(),
