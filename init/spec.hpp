@@ -41,6 +41,17 @@ enum class TensorRole : std::uint8_t {
 LAYERINIT_API std::string_view role_name(TensorRole r);
 LAYERINIT_API TensorRole parse_role(std::string_view s);  // throws std::invalid_argument listing valid names
 
+// A box of a tensor's logical shape that its framework gives a fill of its own: the padding row of an
+// embedding (nn.Embedding's padding_idx, transformers' _init_weights), a slice a model's init writes
+// apart. Its elements keep their index in the whole tensor, so outside every region the values are the
+// tensor's fill exactly as without regions.
+struct FillRegion {
+  Shape offset;  // one per logical dimension
+  Shape shape;
+  FillSpec fill;
+  bool operator==(const FillRegion&) const = default;
+};
+
 struct TensorSpec {
   std::string name;   // relative inside a LayerSpec, canonical in pre/post
   Shape shape;        // logical shape
@@ -58,6 +69,9 @@ struct TensorSpec {
   // fuses maps along its output (GPT-2's c_attn, Phi-3's qkv_proj and gate_up_proj), or a norm reads
   // its output whole (DeepSeek-V3's q_a_proj, kv_a_proj_with_mqa). docs/sharding.md has the rules.
   bool tp_replicated = false;
+  // Boxes with fills of their own, applied over the tensor's fill in order (a later one wins where
+  // they overlap); each lies inside the shape.
+  std::vector<FillRegion> regions;
   bool operator==(const TensorSpec&) const = default;
 };
 
