@@ -18,6 +18,7 @@
 #include <layerinit/init/options.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
+#include <layerinit/init/recorded.hpp>
 #include <layerinit/init/spec.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/shard/box_fill.hpp>

@@ -418,8 +418,15 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
       first.role = TensorRole::embedding;
       first.role_known = true;
       tied_embedding = true;
-    } else if (!r.role_known) {
-      continue;  // the group's other names tell its role
+    } else if (!r.role_known || (r.role == TensorRole::other && r.logical == t.shape)) {
+      continue;  // the group's other names tell its role (a raw parameter's name tells none)
+    } else if (t.role == TensorRole::other && r.logical == t.shape) {
+      t.role = r.role;  // a raw parameter tied to a map's: the map's
+      t.fan_in = r.fan_in;
+      t.fan_out = r.fan_out;
+      t.transposable = r.transposable;
+      first.role = r.role;
+      first.role_known = true;
     } else if (!first.role_known && is_map_role(r.role) && r.logical == t.shape) {
       t.role = r.role;
       first.role = r.role;

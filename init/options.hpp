@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -41,5 +42,9 @@ LAYERINIT_API Recipe checked_recipe(const OptionsText& text, OptionNames names);
 // dtype, default_dtype(spec) (init/hf_spec.hpp), its refusal of a config's dtype ending with the
 // option to give instead. An empty glob is refused.
 LAYERINIT_API BuildOptions checked_build_options(const OptionsText& text, OptionNames names, const ModelSpec& spec);
+
+// Whether a name glob (an override's) matches a canonical tensor name of `spec`, the layers' included
+// without listing every layer: what the CLI warns of (--strict: refuses) and the Python package too.
+LAYERINIT_API bool matches_some_tensor(const ModelSpec& spec, std::string_view pattern);
 
 }  // namespace layerinit

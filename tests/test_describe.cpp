@@ -161,6 +161,29 @@ TEST(Describe, TiesThatDisagreeOrNameNothingAreRefused) {
   EXPECT_THROW(describe(d), std::invalid_argument);
 }
 
+TEST(Describe, ARawParameterTiedToAMapsTakesItsRole) {
+  // BERT's cls.predictions.bias is cls.predictions.decoder.bias: the raw parameter's name tells no
+  // role (other), the decoder's Linear does; in either order the tensor is the map's bias.
+  for (bool raw_first : {true, false}) {
+    ModelDescription d;
+    ParameterDescription raw = param("cls.predictions.bias", {16});
+    ParameterDescription lin = param("cls.predictions.decoder.bias", {16}, ModuleKind::linear);
+    lin.fan_in = 8;
+    lin.fan_out = 16;
+    if (raw_first) {
+      lin.tied_to = raw.name;
+      d.parameters = {raw, lin};
+    } else {
+      raw.tied_to = lin.name;
+      d.parameters = {lin, raw};
+    }
+    const DescribedModel m = describe(d);
+    EXPECT_EQ(of(m, "cls.predictions.bias").role, TensorRole::linear_bias) << raw_first;
+    EXPECT_EQ(of(m, "cls.predictions.decoder.bias").tensor, of(m, "cls.predictions.bias").tensor);
+    EXPECT_EQ(of(m, "cls.predictions.bias").fan_in, 8u);
+  }
+}
+
 TEST(Describe, WhatARecipeNeedsAndTheDescriptionDoesNotTellIsRefused) {
   ModelDescription d = llama_like(2);
   d.parameters.push_back(param("layers.1.feed_forward.proj.weight", {16, 16}, ModuleKind::linear));

@@ -177,39 +177,6 @@ BuildOptions ModelArgs::build_options(const ModelSpec& spec) const {
   return checked_build_options(options_text(), OptionNames::cli, spec);
 }
 
-namespace {
-// Whether a glob matches a canonical name of the spec. Layer names are prefix + i + "." + relative;
-// a pattern without digits or bracket sets cannot tell two indices of the same length apart (only
-// '*' and '?' match a digit there), so it is tried on one index per length: 0, 10, 100, ... Other
-// patterns go through the indices until one matches.
-bool matches_some_tensor(const ModelSpec& spec, const std::string& pattern) {
-  for (const auto* list : {&spec.pre, &spec.post})
-    for (const auto& t : *list)
-      if (name_matches(pattern, t.name)) return true;
-  if (spec.layer.tensors.empty()) return false;
-  auto layer_matches = [&](std::uint64_t i) {
-    for (const auto& t : spec.layer.tensors)
-      if (name_matches(pattern, spec.canonical_name(i, t))) return true;
-    return false;
-  };
-  if (pattern.find_first_of("0123456789[") == std::string::npos) {
-    // One block layer per length of its number first_layer + i: the first, then the first with one
-    // more digit.
-    for (std::uint64_t i = 0; i < spec.num_layers;) {
-      if (layer_matches(i)) return true;
-      const std::uint64_t a = spec.first_layer + i;
-      if (a >= 10'000'000'000'000'000'000ULL) break;  // 20 digits: the last length
-      std::uint64_t p = 10;
-      while (p <= a) p *= 10;
-      i = p - spec.first_layer;
-    }
-    return false;
-  }
-  for (std::uint64_t i = 0; i < spec.num_layers; ++i)
-    if (layer_matches(i)) return true;
-  return false;
-}
-}  // namespace
 
 void ModelArgs::check_overrides(const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts, bool warn) const {
   auto check = [&](const char* flag, const std::string& pattern) {

@@ -31,6 +31,8 @@ import json
 import math
 import numbers
 import os
+import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
@@ -77,6 +79,19 @@ FillLike = Union[str, "_core.Fill"]
 
 _MAX_U64 = 2**64 - 1
 _MAX_THREADS = 4096  # the CLI's --threads bound: more threads than any host has cores only cost stacks
+
+
+# The modules that wrap another under a name of their own, which is no part of a tensor's name:
+# activation checkpointing's CheckpointWrapper (torch.distributed.algorithms._checkpoint),
+# torch.compile's OptimizedModule, FSDP1's FullyShardedDataParallel. DDP's and DataParallel's
+# `module.` is stripped where the wrapper is known to be one (a module), or where every key of a
+# state_dict starts with it.
+_WRAPPER_COMPONENTS = re.compile(r"(?<![^.])(_checkpoint_wrapped_module|_orig_mod|_fsdp_wrapped_module)\.")
+
+
+def _unwrapped(name: str) -> str:
+    """A parameter's or state_dict key's name without the components wrappers add."""
+    return _WRAPPER_COMPONENTS.sub("", name)
 
 
 def _show(v: Any) -> str:
@@ -342,6 +357,7 @@ def plan(
     experts: str = "stacked",
     overrides: Optional[Mapping[str, FillLike]] = None,
     dtype_overrides: Optional[Mapping[str, str]] = None,
+    strict: bool = False,
 ) -> Plan:
     """What :func:`build` would make, without memory: ``plan(...).tensors()`` lists (name, shape,
     dtype, kind, layer); ``plan(...).fill(name, array, offset)`` fills a piece of one tensor;
@@ -349,14 +365,40 @@ def plan(
 
     ``overrides`` maps name globs to fills (the CLI's ``--init-override``), ``dtype_overrides``
     name globs to dtypes (``--dtype-override``), each in the mapping's order: the last match wins. A
-    plan holds memory independent of the number of layers: names are looked up by their layer index.
+    glob that matches no tensor (a typo) is a warning, as the CLI's, or with ``strict=True`` a
+    ValueError naming it. A plan holds memory independent of the number of layers: names are looked
+    up by their layer index.
     """
+    s = spec(model)
+    p = _plan(s, dtype=dtype, seed=seed, recipe=recipe, layout=layout, orientation=orientation, experts=experts,
+              overrides=overrides, dtype_overrides=dtype_overrides)
+    _check_patterns(s, _overrides("overrides", overrides, _fill_text), _overrides("dtype_overrides", dtype_overrides, _str),
+                    _bool("strict", strict))
+    return p
+
+
+def _plan(s: Spec, *, dtype: Optional[str] = None, seed: int = 0, recipe: str = "hf", layout: str = "per-layer",
+          orientation: str = "out-in", experts: str = "stacked", overrides: Optional[Mapping[str, FillLike]] = None,
+          dtype_overrides: Optional[Mapping[str, str]] = None) -> Plan:
+    """plan() of a Spec without the check of its override globs (a caller that checks them once)."""
     seed = _int("seed", seed)
     fills = _overrides("overrides", overrides, lambda a, f: _fill_text(f, a))
     dtypes = _overrides("dtype_overrides", dtype_overrides, _str)
     d = None if dtype is None else _str("dtype", dtype)  # None: the model's (a Hugging Face config's dtype, else bf16)
-    return _core.Plan(spec(model), _str("recipe", recipe), fills, d, dtypes, seed,
+    return _core.Plan(s, _str("recipe", recipe), fills, d, dtypes, seed,
                       _str("layout", layout), _str("orientation", orientation), _str("experts", experts))
+
+
+def _check_patterns(s: Spec, fills: Sequence[tuple[str, str]], dtypes: Sequence[tuple[str, str]], strict: bool,
+                    stacklevel: int = 3) -> None:
+    """Each override glob that matches no tensor of `s` (a typo, most likely): a warning naming it, as the
+    CLI's, or with `strict` a ValueError naming the first."""
+    for arg, pairs in (("overrides", fills), ("dtype_overrides", dtypes)):
+        for pattern in s._unmatched([k for k, _ in pairs]):
+            what = f"{arg} pattern {pattern!r} matches no tensor of {s.name!r}"
+            if strict:
+                raise ValueError(what + " (strict=True)")
+            warnings.warn(what, stacklevel=stacklevel)
 
 
 def _target(array: Any) -> tuple[Any, Optional[str]]:
@@ -482,6 +524,7 @@ def build(
     overrides: Optional[Mapping[str, FillLike]] = None,
     dtype_overrides: Optional[Mapping[str, str]] = None,
     threads: int = 0,
+    strict: bool = False,
 ) -> dict[str, Array]:
     """Builds a model's tensors and returns them by name, in file order.
 
@@ -501,13 +544,14 @@ def build(
       "fsdp": F}`` (docs/sharding.md); each Array's ``global_shape`` and ``offset`` say where its
       piece sits.
     - ``threads``: host threads, 0 (all cores) .. 4096.
+    - ``overrides``, ``dtype_overrides``, ``strict``: as :func:`plan` takes them.
     """
     meshes = _mesh(mesh)
     r = None if rank is None else _int("rank", rank)
     t = _int("threads", threads, 0, _MAX_THREADS)
     dev = _str("device", device)
     p = plan(model, dtype=dtype, seed=seed, recipe=recipe, layout=layout, orientation=orientation, experts=experts,
-             overrides=overrides, dtype_overrides=dtype_overrides)
+             overrides=overrides, dtype_overrides=dtype_overrides, strict=strict)
     return p.build(dev, meshes, r, t)
 
 
@@ -759,6 +803,14 @@ def verify(
     )
     if isinstance(source, Mapping):
         tensors, getters, aliases = _stored_tensors(source)
+        # A wrapped model's state_dict: its tensors under the names the model has without the wrappers.
+        names = [_unwrapped(t[0]) for t in tensors]
+        if names and all(n.startswith("module.") for n in names):  # DistributedDataParallel's
+            names = [n[len("module."):] for n in names]
+        renamed = dict(zip((t[0] for t in tensors), names))
+        if len(set(names)) == len(names):
+            tensors = [(renamed[t[0]], *t[1:]) for t in tensors]
+            aliases = [renamed[a] for a in aliases]
         report, text = _core.verify_tensors(tensors, lambda k: getters[k](), aliases, m, **args)
     elif isinstance(source, (str, os.PathLike)):
         report, text = _core.verify_path(_fspath("source", source), m, **args)

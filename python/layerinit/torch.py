@@ -18,9 +18,10 @@ from typing import Any, Optional, Union
 
 import torch
 
-from . import Composite, ModelLike, Plan, _core, _describe, _int, _items, _show, _str, hf_spec, plan, spec as _spec
+from . import (Composite, ModelLike, Plan, _bool, _check_patterns, _core, _describe, _fill_text, _int, _items, _overrides,
+               _plan, _show, _str, _unwrapped, hf_spec, plan, spec as _spec)
 
-__all__ = ["init_", "hf_spec", "module_spec", "tensor_map", "torchtitan_spec"]
+__all__ = ["init_", "hf_spec", "make", "module_spec", "tensor_map", "torchtitan_spec"]
 
 NameMap = Union[Mapping[str, Any], Callable[[str], Any]]
 
@@ -28,6 +29,16 @@ _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 # ---- The description of any module: what its framework says, for the library to make a spec of ----
+
+
+def _tensor_name(module: torch.nn.Module, name: str) -> str:
+    """A parameter's name as a tensor's: without the components wrappers add (activation
+    checkpointing, torch.compile, FSDP1; DistributedDataParallel's and DataParallel's `module.`
+    when `module` is one), so wrapping a model never changes its values."""
+    n = _unwrapped(name)
+    if type(module).__name__ in ("DistributedDataParallel", "DataParallel") and n.startswith("module."):
+        n = n[len("module."):]
+    return n
 
 
 def _norm_like(mod: torch.nn.Module) -> bool:
@@ -46,9 +57,10 @@ def _description(module: torch.nn.Module, skip: Callable[[str], bool], name: str
     first: dict[int, str] = {}
     for mname, mod in module.named_modules(remove_duplicate=False):
         for pname, p in mod.named_parameters(recurse=False):
-            full = f"{mname}.{pname}" if mname else pname
-            if skip(full):
+            real = f"{mname}.{pname}" if mname else pname
+            if skip(real):
                 continue
+            full = _tensor_name(module, real)
             if p.dim() == 0:
                 if id(p) not in first:
                     scalars.append(full)
@@ -182,7 +194,7 @@ def _mapped(v: Any, name: str) -> Union[str, Maker]:
 
 
 def _makers(names: list[tuple[str, tuple[int, ...]]], p0: Plan, spec_names: set[str],
-            name_map: Optional[NameMap] = None) -> dict[str, Maker]:
+            name_map: Optional[NameMap] = None, rename: Callable[[str], str] = lambda n: n) -> dict[str, Maker]:
     """How each parameter (name, global shape) is made of p0's tensors: the name itself (after
     ``name_map``), Mixtral's ``block_sparse_moe`` under transformers 5's ``mlp``, transformers 5's
     fused experts (the library's Plan.fused_experts), or what ``name_map`` says. A name that
@@ -191,7 +203,7 @@ def _makers(names: list[tuple[str, tuple[int, ...]]], p0: Plan, spec_names: set[
     out: dict[str, Maker] = {}
     missing = []
     for name, shape in names:
-        target: Any = name
+        target: Any = rename(name)
         if name_map is not None:
             if callable(name_map):
                 target = name_map(name)
@@ -251,9 +263,6 @@ _TITAN_FAMILIES = {"llama3": "llama", "qwen3": "qwen3", "deepseek_v3": "deepseek
 _TITAN_ROPE_INTERLEAVED = frozenset({"llama3"})
 
 
-# Modules torchtitan wraps layers in (activation checkpointing, torch.compile): in parameter names,
-# not in state-dict keys.
-_WRAPPERS = re.compile(r"(?<![^.])(_checkpoint_wrapped_module|_orig_mod)\.")
 
 
 def _titan_class(module: torch.nn.Module) -> Optional[type]:
@@ -338,12 +347,12 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Maker]]:
     att = cfg.layers[-1].attention
     n_heads = att.n_heads
     n_kv = getattr(att, "n_kv_heads", None) or n_heads
-    modules = dict(model.named_modules())
+    modules = {_tensor_name(model, n): m for n, m in model.named_modules()}  # as _description names them
 
     def hf_name(name: str) -> tuple[str, Optional[str]]:
         """(Hugging Face name pattern formatted with the layer, the raw pattern) of a parameter, by
         its state-dict key as the adapters' to_hf finds it (the first integer is the layer)."""
-        key = _WRAPPERS.sub("", name)
+        key = _unwrapped(name)
         m = re.search(r"\d+", key)
         abstract = key if m is None else key[:m.start()] + "{}" + key[m.end():]
         pattern = to_hf.get(abstract)
@@ -692,6 +701,218 @@ def _check_targets(targets: list[tuple[str, torch.Tensor]], composites: dict[str
             widest = r
 
 
+# ---- The model's own init: its code run on meta tensors under the recorder (_torch_record) ----
+
+
+def _post_order(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """Every module once, children before their parent: the order their constructors finish in."""
+    out: list[torch.nn.Module] = []
+    seen: set[int] = set()
+
+    def visit(m: torch.nn.Module) -> None:
+        if id(m) in seen:
+            return
+        seen.add(id(m))
+        for c in m.children():
+            visit(c)
+        out.append(m)
+
+    visit(module)
+    return out
+
+
+def _is_transformers(module: torch.nn.Module) -> bool:
+    return any(c.__module__.startswith("transformers.") and c.__name__ == "PreTrainedModel" for c in type(module).__mro__)
+
+
+def _own_init_code(module: torch.nn.Module) -> list[tuple[str, Callable[[], Any]]]:
+    """The code that initializes `module`, in the order its framework runs it, each with a name for
+    messages: torchtitan's ``init_states`` (every module's ``param_init`` or ``reset_parameters``);
+    else each module's ``reset_parameters()`` (``_reset_parameters()``: nn.MultiheadAttention,
+    nn.Transformer), children first as their constructors run them, then transformers'
+    ``init_weights()`` (``_init_weights`` of every module, then the ties)."""
+    if _is_torchtitan(module) and callable(getattr(module, "init_states", None)):
+        return [("init_states", lambda: module.init_states(buffer_device=None))]
+    code: list[tuple[str, Callable[[], Any]]] = []
+    for m in _post_order(module):
+        for attr in ("reset_parameters", "_reset_parameters"):
+            fn = getattr(m, attr, None)
+            if callable(fn):
+                code.append((f"{type(m).__name__}.{attr}", fn))
+                break
+    if _is_transformers(module) and callable(getattr(module, "init_weights", None)):
+        code.append(("init_weights", module.init_weights))
+    return code
+
+
+def _record_own_init(module: torch.nn.Module, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Runs the module's own init code (_own_init_code) on meta stand-ins of its parameters and
+    buffers under the recorder and returns, for each parameter name in `names`, the library's replay
+    of it: fill, regions, copy_of (a name), refusal. Nothing of the module changes: its parameters,
+    buffers and submodules are put back as they were, whatever the code did.
+
+    Ties: kept while the code runs (a write through one name is a write through all), except for
+    frameworks whose init code ties them itself after initializing them apart (transformers'
+    init_weights, torchtitan's init_states), whose names run untied, as they do there."""
+    from . import _torch_record
+
+    retie = _is_transformers(module) or _is_torchtitan(module)
+    modules = list(module.modules())
+    saved = [(m, dict(m._parameters), dict(m._buffers), dict(m._modules)) for m in modules]
+    flags = [(m, m.__dict__["_is_hf_initialized"]) for m in modules if "_is_hf_initialized" in m.__dict__]
+    stand_in: dict[Any, torch.nn.Parameter] = {}
+    for mname, m in module.named_modules(remove_duplicate=False):
+        for attr, p in list(m._parameters.items()):
+            if p is None:
+                continue
+            key = f"{mname}.{attr}" if retie else id(p)
+            if key not in stand_in:
+                stand_in[key] = torch.nn.Parameter(torch.empty(_global_shape(p), dtype=p.dtype, device="meta"),
+                                                   requires_grad=p.requires_grad)
+            m._parameters[attr] = stand_in[key]
+        for attr, b in list(m._buffers.items()):  # plain meta tensors too: the code writes nothing real
+            if b is not None:
+                m._buffers[attr] = torch.empty(tuple(b.shape), dtype=b.dtype, device="meta")
+    for m, _ in flags:
+        del m.__dict__["_is_hf_initialized"]
+    final: dict[str, Any] = {}
+    try:
+        with _torch_record.recording() as rec:
+            for p in stand_in.values():
+                rec.root(p)
+            for _, code in _own_init_code(module):
+                code()
+            for n in names:
+                owner, _, attr = n.rpartition(".")
+                try:
+                    final[n] = (module.get_submodule(owner) if owner else module)._parameters.get(attr)
+                except AttributeError:
+                    final[n] = None
+    finally:
+        for m, params, buffers, children in saved:
+            m._parameters.clear()
+            m._parameters.update(params)
+            m._buffers.clear()
+            m._buffers.update(buffers)
+            m._modules.clear()
+            m._modules.update(children)
+        for m, v in flags:
+            m.__dict__["_is_hf_initialized"] = v
+    return _replayed(rec, final, names)
+
+
+def _replayed(rec: Any, final: dict[str, Any], names: list[str]) -> dict[str, dict[str, Any]]:
+    """The library's replay of a recording, for each parameter name: the tensor `final` says it
+    ended as (the whole of a recorded tensor, else refused), its fill, regions, copy_of (a name) and
+    refusal, and `tensor`, the name its values are recorded under (a tie's first)."""
+    root_name: dict[int, str] = {}
+    where: dict[str, Optional[int]] = {}
+    for n in names:
+        t = final[n]
+        b = rec.box(t) if isinstance(t, torch.Tensor) else None
+        whole = b is not None and b[0].shape == list(t.shape) and (t.numel() == 0 or (not any(b[1]) and b[2] == b[0].shape))
+        where[n] = b[0].index if whole else None
+        if whole:
+            root_name.setdefault(b[0].index, n)
+    replayed = rec.replay(root_name)
+    out: dict[str, dict[str, Any]] = {}
+    for n in names:
+        t, i = final[n], where[n]
+        if i is None:
+            why = ("removed by its init code" if not isinstance(t, torch.Tensor) else
+                   "made by its init code as part of a larger tensor")
+            out[n] = {"fill": None, "regions": [], "copy_of": None, "refusal": why}
+            continue
+        r = dict(replayed[i])
+        r["copy_of"] = None if r["copy_of"] is None else root_name.get(r["copy_of"])
+        r["data"] = None if r["data"] is None else rec.data[r["data"]]
+        r["tensor"] = root_name[i]
+        out[n] = r
+    return out
+
+
+def _own_inits(module: torch.nn.Module, entries: list[tuple[str, torch.Tensor]], makers: dict[str, "Maker"],
+               p0: Plan, overrides: Optional[Mapping[str, str]],
+               recorded: Optional[dict[str, dict[str, Any]]] = None
+               ) -> tuple[dict[str, tuple[Any, list[Any]]], dict[str, torch.Tensor]]:
+    """(The canonical tensors' inits (fill, regions) that make each parameter in `entries` what the
+    module's own init code makes it, the parameters its code computes without random numbers with
+    their values). `makers` is updated: a parameter that holds another's values (a tie made by
+    copy_) is made as that one, a computed one is not made by layerinit. ValueError listing every
+    parameter whose init no fill says (and no override covers), with what was seen and what would
+    tell it, before anything is written."""
+    names = [n for n, t in entries if isinstance(t, torch.nn.Parameter) and n in makers]
+    if recorded is None:
+        recorded = _record_own_init(module, names)
+    patterns = [] if overrides is None else [k for k in overrides]
+    inits: dict[str, tuple[Any, list[Any]]] = {}
+    computed: dict[str, torch.Tensor] = {}
+    refused: list[str] = []
+    for n in names:
+        r = recorded.get(n) or {"refusal": "not recorded", "fill": None, "regions": [], "copy_of": None}
+        c = makers[n](p0)
+        tensors = _composite_tensors(c)
+        if r["refusal"] and all(any(_core.name_matches(pat, t) for pat in patterns) for t in tensors):
+            continue  # an override fills it
+        if r["refusal"]:
+            refused.append(f"{n}: {r['refusal']}")
+            continue
+        if r["copy_of"] is not None and r["copy_of"] != n:
+            src = r["copy_of"]
+            if src not in makers or tuple(makers[src](p0).shape) != tuple(c.shape):
+                refused.append(f"{n}: a copy of {src}, which layerinit fills otherwise")
+            else:
+                makers[n] = makers[src]
+            continue
+        if r["copy_of"] is not None:
+            continue
+        if r.get("data") is not None:  # computed without random numbers: the code's own values, copied
+            computed[n] = r["data"]
+            continue
+        single = len(tensors) == 1 and not c.stack and _whole_part(c)
+        if r["regions"] and not single:
+            refused.append(f"{n}: boxes of it written apart ({len(r['regions'])}), in a parameter made of several "
+                           f"tensors ({_listed(tensors, 3)})")
+            continue
+        for t in tensors:
+            init = (r["fill"], r["regions"] if single else [])
+            if t in inits and inits[t] != init:
+                refused.append(f"{n}: its tensor {t} is also another parameter's, initialized otherwise")
+            inits[t] = init
+    if refused:
+        raise ValueError(
+            f"layerinit.torch.init_: the model's own init code gives {len(refused)} parameter(s) values no fill says: "
+            f"{'; '.join(refused[:8])}{f'; and {len(refused) - 8} more' if len(refused) > 8 else ''}. Tell each with "
+            f"overrides={{name glob: fill}} (e.g. {{{refused[0].split(':')[0]!r}: 'normal(0, 0.02)'}}), fill them all "
+            f"with a named recipe (recipe='pytorch-default', 'hf', ...), or, when its constructor initializes it, make "
+            f"the model under layerinit.torch.make(lambda: ...), which records the constructor")
+    for n in computed:
+        makers.pop(n)
+    return inits, computed
+
+
+def _composite_tensors(c: Composite) -> list[str]:
+    """The canonical tensors a composite's parts stand for, over its stack, in order, once each."""
+    sizes = [size for size, _ in c.stack]
+    out: dict[str, None] = {}
+    for p in range(len(c.parts)):
+        for flat in range(math.prod(sizes)):
+            idx, rest = [], flat
+            for size in reversed(sizes):
+                idx.append(rest % size)
+                rest //= size
+            out[c.tensor_name(p, list(reversed(idx)))] = None
+    return list(out)
+
+
+def _whole_part(c: Composite) -> bool:
+    """A composite that is one tensor whole, as stored (no transposition, permutation or box)."""
+    part = c.parts[0]
+    return (len(c.parts) == 1 and not part.get("transposed", False) and part.get("rows", "none") == "none"
+            and not any(part.get("from", [])) and list(part.get("size", part["shape"])) == list(part["shape"])
+            and tuple(part["shape"]) == tuple(c.shape))
+
+
 # ---- init_ ----
 
 
@@ -725,12 +946,12 @@ def _cache_key(module: torch.nn.Module, recipe: str, seed: int, name_map: Option
 
 # What init_ makes of a module before it writes anything: each filled name's Composite (of its dtype's
 # plan, its global shape), how each is made, and the plans by dtype.
-_Prepared = tuple[dict[str, Composite], dict[str, Maker], Callable[[torch.dtype], Plan]]
+_Prepared = tuple[dict[str, Composite], dict[str, Maker], Callable[[torch.dtype], Plan], dict[str, torch.Tensor]]
 
 
-def _prepare(module: torch.nn.Module, recipe: str, seed: int, name_map: Optional[NameMap], spec: Optional[ModelLike],
-             overrides: Optional[Mapping[str, str]],
-             device: Optional[Union[str, torch.device]]) -> Optional[_Prepared]:
+def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map: Optional[NameMap], spec: Optional[ModelLike],
+             overrides: Optional[Mapping[str, str]], device: Optional[Union[str, torch.device]], strict: bool = False,
+             recorded: Optional[dict[str, dict[str, Any]]] = None) -> Optional[_Prepared]:
     """init_'s checks and plans (ValueError before anything is written); None when the module has
     nothing to fill, after materializing it."""
     skip: Callable[[str], bool] = lambda n: False  # noqa: E731
@@ -747,9 +968,12 @@ def _prepare(module: torch.nn.Module, recipe: str, seed: int, name_map: Optional
     elif _is_torchtitan(module):
         titan_spec, makers = _titan(module)
         s = _spec(titan_spec)
-    elif getattr(module, "config", None) is not None and hasattr(module.config, "model_type"):
-        s = hf_spec(module.config)
-    else:
+        real = {_tensor_name(module, n): n for n, _ in list(module.named_parameters()) + list(module.named_buffers())}
+        makers = {real.get(k, k): v for k, v in makers.items()}  # by the names the module has, wrappers and all
+    elif getattr(module, "config", None) is not None and hasattr(module.config, "model_type") and (
+            recipe is not None or module.config.model_type in _core.hf_model_types()):
+        s = hf_spec(module.config)  # the family's tensors under their Hugging Face names, as emit writes them
+    else:  # the module's own names (a transformers family layerinit has no spec of, under its own init)
         description = _description(module, skip, type(module).__name__)
         if not description["parameters"]:  # nothing to fill
             _materialize_and_compute(module, device, {n for n, b in module.named_buffers() if b.is_meta},
@@ -761,10 +985,14 @@ def _prepare(module: torch.nn.Module, recipe: str, seed: int, name_map: Optional
     def plan_for(dtype: torch.dtype) -> Plan:
         key = _DTYPES[dtype]
         if key not in plans:
-            plans[key] = plan(s, dtype=key, seed=seed, recipe=recipe, overrides=overrides)
+            # The model's own init: every tensor filled has its recorded init, or an override.
+            plans[key] = _plan(s, dtype=key, seed=seed, recipe=recipe or "hf", overrides=overrides)
         return plans[key]
 
-    p0 = plan_for(torch.float32)
+    # The tensors and how each parameter is made of them; under the model's own init, before any
+    # fill is known (every tensor a placeholder constant, so no recipe rule is asked).
+    p0 = plan_for(torch.float32) if recipe is not None else _plan(s, dtype="fp32", recipe="hf",
+                                                                  overrides={"*": "constant(0)"})
     spec_names = {t[0] for t in p0.tensors()}
     params = list(module.named_parameters())  # tied parameters once, under their first name
     if makers is not None:
@@ -778,7 +1006,7 @@ def _prepare(module: torch.nn.Module, recipe: str, seed: int, name_map: Optional
         entries = [(n, t) for n, t in params + list(module.named_buffers()) if n in makers]
     else:
         def named(n: str) -> bool:  # a buffer the spec names, or a name_map dict maps to a tensor
-            if n in spec_names:
+            if _tensor_name(module, n) in spec_names:
                 return True
             if name_map is None or callable(name_map):
                 return False
@@ -787,32 +1015,52 @@ def _prepare(module: torch.nn.Module, recipe: str, seed: int, name_map: Optional
 
         buffers = [(n, b) for n, b in module.named_buffers() if named(n)]
         entries = params + buffers
-        makers = _makers([(n, _global_shape(t)) for n, t in entries], p0, spec_names, name_map)
+        makers = _makers([(n, _global_shape(t)) for n, t in entries], p0, spec_names, name_map,
+                         lambda n: _tensor_name(module, n))
     # Every check before anything is allocated or written: dtypes, then each parameter as a Composite
     # of its dtype's plan (its tensors, their fills in that dtype) of its global shape.
     bad = [f"{n} ({t.dtype})" for n, t in entries if n in makers and t.dtype not in _DTYPES]
     if bad:
         raise ValueError(f"{len(bad)} parameter(s) of a dtype layerinit does not fill (float32, float16, bfloat16): "
                          f"{_listed(bad)}; skip them with name_map= (None)")
+    computed: dict[str, torch.Tensor] = {}
+    if recipe is None:
+        inits, computed = _own_inits(module, entries, makers, p0, overrides, recorded)
+        s = s._with_inits(inits)
+    _check_patterns(s, _overrides("overrides", overrides, _fill_text), [], strict, stacklevel=5)
     composites = {n: _checked(n, _global_shape(t), makers[n](plan_for(t.dtype)), _DTYPES[t.dtype])
                   for n, t in entries if n in makers}
-    return composites, makers, plan_for
+    return composites, makers, plan_for, computed
 
 
 @torch.no_grad()
 def init_(
     module: torch.nn.Module,
     *,
-    recipe: str = "hf",
+    recipe: Optional[str] = None,
     seed: int = 0,
     name_map: Optional[NameMap] = None,
     spec: Optional[ModelLike] = None,
     device: Optional[Union[str, torch.device]] = None,
     overrides: Optional[Mapping[str, str]] = None,
+    strict: bool = False,
 ) -> torch.nn.Module:
-    """Fills every parameter of ``module`` in place, by its qualified name, with the values
-    ``layerinit emit --recipe RECIPE --seed SEED`` writes for it, in the parameter's own dtype
-    (float32, float16 or bfloat16). Returns the module.
+    """Fills every parameter of ``module`` in place, by its qualified name, in the parameter's own
+    dtype (float32, float16 or bfloat16), each element a pure function of (seed, tensor name, element
+    index, fill). Returns the module.
+
+    - Without ``recipe``: the module's own init. Its init code runs on meta stand-ins of its
+      parameters (no memory, the module untouched) under a recorder: each module's
+      ``reset_parameters()`` (``_reset_parameters()``), children first, then transformers'
+      ``init_weights()`` (its ``_init_weights`` and ties), or torchtitan's ``init_states()``; every
+      write it makes (``normal_``, ``uniform_`` as kaiming and xavier reduce to it, ``trunc_normal_``,
+      constants, a padding row, writes through views and copies between tensors) goes to the library,
+      which says what each parameter holds. What no fill says (``orthogonal_``, ``sparse_``, a
+      parameter its code never writes, values copied from data) is refused, all of it in one
+      ValueError naming each parameter and the op seen, before anything is written; ``overrides``
+      tell those. A model whose constructor alone initializes it: :func:`make`.
+    - ``recipe``: the values ``layerinit emit --recipe RECIPE --seed SEED`` writes for each tensor;
+      with ``spec`` and no recipe, the spec's values under recipe "hf" (``layerinit emit --spec``).
 
     - The tensors come from ``spec`` (a preset, a JSON spec path or dict, a :class:`layerinit.Spec`);
       without it, for a torchtitan llama3, qwen3 or deepseek_v3 model from :func:`torchtitan_spec`
@@ -846,25 +1094,33 @@ def init_(
     _module("module", module)
     name_map = _name_map(name_map)
     device = _device(device)
-    recipe = _str("recipe", recipe)
+    # A spec given names the values: its recipe's (hf unless told), as `layerinit emit --spec` writes them.
+    recipe = ("hf" if spec is not None else None) if recipe is None else _str("recipe", recipe)
     seed = _int("seed", seed)
-    key = _cache_key(module, recipe, seed, name_map, spec, overrides)
+    return _init(module, recipe, seed, name_map, spec, device, overrides, _bool("strict", strict))
+
+
+def _init(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map: Optional[NameMap],
+          spec: Optional[ModelLike], device: Optional[torch.device], overrides: Optional[Mapping[str, str]],
+          strict: bool, recorded: Optional[dict[str, dict[str, Any]]] = None) -> torch.nn.Module:
+    """init_ with its arguments checked; `recorded`: the own init already recorded (make)."""
+    key = None if recorded is not None else _cache_key(module, recipe, seed, name_map, spec, overrides)
     cached = _PREPARED.get(module)
     if key is not None and cached is not None and cached[0] == key:
         prepared = cached[1]
     else:
-        prepared = _prepare(module, recipe, seed, name_map, spec, overrides, device)
+        prepared = _prepare(module, recipe, seed, name_map, spec, overrides, device, strict, recorded)
         if prepared is None:  # nothing to fill: materialized
             return module
     hit = key is not None and cached is not None and cached[1] is prepared
-    composites, makers, plan_for = prepared
+    composites, makers, plan_for, computed = prepared
     entries = list(module.named_parameters()) + [(n, b) for n, b in module.named_buffers() if n in composites]
     # spmd_types shards: their place, and their annotations, which to_empty drops with the Parameter.
     spmd = {n: (_spmd_box(t), {a: getattr(t, a) for a in _SPMD_ATTRS if hasattr(t, a)}) for n, t in entries}
     spmd = {n: v for n, v in spmd.items() if v[0] is not None}
     _check_targets([(n, t) for n, t in entries if n in composites], composites, spmd, device, module)
     _materialize_and_compute(module, device, {n for n, b in module.named_buffers() if b.is_meta and n not in makers},
-                             _meta_params(module, composites))
+                             _meta_params(module, set(composites) | set(computed)))
     current = dict(module.named_parameters())
     current.update(dict(module.named_buffers()))
     for n, (_, attrs) in spmd.items():
@@ -886,8 +1142,46 @@ def init_(
         parts.append(c)
         offsets.append(list(loff))
     _core.fill_composites(arrays, parts, seed, offsets, True)  # every parameter in one call
+    for n, values in computed.items():  # what the model's code computes without random numbers, as it computes it
+        local, off, _ = _local(current[n])
+        local.copy_(values[tuple(slice(o, o + d) for o, d in zip(off, local.shape))])
     if key is not None and not hit:
         # Under the module as it is now: the model's own code may have made buffers nothing fills
         # in another dtype than on the meta device.
         _PREPARED[module] = (_cache_key(module, recipe, seed, name_map, spec, overrides), prepared)
     return module
+
+
+def make(build: Callable[[], torch.nn.Module], *, seed: int = 0, device: Optional[Union[str, torch.device]] = None,
+         name_map: Optional[NameMap] = None, spec: Optional[ModelLike] = None,
+         overrides: Optional[Mapping[str, str]] = None, strict: bool = False) -> torch.nn.Module:
+    """The model ``build()`` constructs, with its own init in layerinit's values, on ``device``
+    (default "cpu"): for a model whose constructor alone initializes it (Megatron-core's
+    ``init_method`` through ``_initialize_affine_weight_cpu``, nanoGPT's ``apply(_init_weights)``,
+    ``nn.Parameter(torch.ones(d))``).
+
+    ``build()`` runs on the meta device under the recorder :func:`init_` uses, so the construction
+    costs no parameter memory and every write its code makes is seen; then the model is materialized
+    and filled as :func:`init_` without a recipe fills it (same refusals, ``overrides`` to tell what
+    no fill says). A local shard a tensor-parallel framework marks as one (Megatron-core's
+    ``tensor_model_parallel``) is filled as its slice of the whole tensor. A transformers or
+    torchtitan model, whose top-level init does not run on the meta device, is constructed the same
+    way and then initialized as :func:`init_` initializes it (its ``init_weights`` / ``init_states``)."""
+    from . import _torch_record
+
+    if not callable(build):
+        raise ValueError(f"build must be a function that returns the model, got {type(build).__name__} {_show(build)}")
+    name_map = _name_map(name_map)
+    device = _device(device)
+    seed = _int("seed", seed)
+    strict = _bool("strict", strict)
+    with _torch_record.recording() as rec:
+        with torch.device("meta"):
+            model = build()
+        if not isinstance(model, torch.nn.Module):
+            raise ValueError(f"build() must return a torch.nn.Module, got {type(model).__name__} {_show(model)}")
+        names = [n for n, _ in model.named_parameters()]
+        final = {n: model.get_parameter(n) for n in names}
+    if _is_transformers(model) or _is_torchtitan(model):
+        return _init(model, None, seed, name_map, spec, device, overrides, strict)
+    return _init(model, None, seed, name_map, spec, device, overrides, strict, _replayed(rec, final, names))

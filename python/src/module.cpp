@@ -35,6 +35,7 @@
 #include <layerinit/init/options.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
+#include <layerinit/init/recorded.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/memory/tracking.hpp>
 #include <layerinit/shard/box_fill.hpp>
@@ -251,6 +252,8 @@ struct Spec {
 
 // (name glob, text) in the order of the Python mapping's items: the last match wins, as on the CLI.
 using TextPairs = std::vector<std::pair<std::string, std::string>>;
+// A fill region as Python gives it: (offset, shape, Fill).
+using RegionTuple = std::tuple<std::vector<std::uint64_t>, std::vector<std::uint64_t>, FillSpec>;
 
 class Plan {
  public:
@@ -667,29 +670,22 @@ NB_MODULE(_core, m) {
       .def_static("from_hf_config_path", [](const std::string& path) { return Spec{load_hf_config(path)}; }, "path"_a,
                   "The spec of the config.json at `path`, or in the directory `path`.")
       .def("to_json", [](const Spec& s) { return spec_to_json(s.spec); })
-      .def("_with_fills", [](const Spec& s, const std::map<std::string, FillSpec>& fills) {
-        // The spec with an explicit init for each named tensor (pre, post, or the layer of a one-layer
-        // block), so the spec alone (layerinit emit --spec) gives the values layerinit.jax.init makes.
-        Spec out = s;
-        for (const auto& [name, f] : fills) {
-          validate_fill(f);
-          bool found = false;
-          for (auto* list : {&out.spec.pre, &out.spec.post})
-            for (auto& t : *list)
-              if (t.name == name) {
-                t.init = f;
-                found = true;
-              }
-          if (out.spec.num_layers == 1)  // a block of one layer: its tensors' canonical names are unique
-            for (auto& t : out.spec.layer.tensors)
-              if (out.spec.canonical_name(0, t) == name) {
-                t.init = f;
-                found = true;
-              }
-          if (!found) bad_argument("tensor", name, "is not in " + quote(out.spec.name));
-        }
+      .def("_unmatched", [](const Spec& s, const std::vector<std::string>& patterns) {
+        std::vector<std::string> out;
+        for (const auto& p : patterns)
+          if (!matches_some_tensor(s.spec, p)) out.push_back(p);
         return out;
-      }, "fills"_a, "This spec with `fills` (canonical name -> Fill) as the named tensors' init (pre, post, a one-layer block).")
+      }, "patterns"_a, "The globs that match no tensor name of this spec (init/options.hpp matches_some_tensor).")
+      .def("_with_inits", [](const Spec& s, const std::map<std::string, std::pair<FillSpec, std::vector<RegionTuple>>>& inits) {
+        std::map<std::string, TensorInit, std::less<>> in;
+        for (const auto& [name, init] : inits) {
+          TensorInit t{init.first, {}};
+          for (const auto& [off, shape, fill] : init.second) t.regions.push_back({Shape(off.begin(), off.end()), Shape(shape.begin(), shape.end()), fill});
+          in.emplace(name, std::move(t));
+        }
+        return Spec{spec_with_inits(s.spec, in)};
+      }, "inits"_a, "This spec with `inits` (canonical name -> (Fill, [(offset, shape, Fill)])) as the named tensors' "
+                    "init and regions (init/recorded.hpp spec_with_inits: a block whose layers differ is listed layer by layer).")
       .def_prop_ro("name", [](const Spec& s) { return s.spec.name; })
       .def_prop_ro("family", [](const Spec& s) { return s.spec.family; })
       .def_prop_ro("num_layers", [](const Spec& s) { return s.spec.num_layers; })
@@ -725,6 +721,29 @@ NB_MODULE(_core, m) {
   }, "text"_a, "recipe"_a.none() = nb::none(), "overrides"_a = TextPairs{},
   "(Spec, [what each parameter became]) of a model description's JSON (init/describe.hpp); with `recipe`, "
   "ValueError listing the parameters whose fill it cannot tell.");
+
+  m.def("replay_init", [](const std::string& text) {
+    nb::list out;
+    for (const ReplayedTensor& t : replay_init(recorded_init_from_json(text))) {
+      nb::dict e;
+      e["fill"] = t.fill ? nb::cast(*t.fill) : nb::none();
+      nb::list regions;
+      for (const FillRegion& r : t.regions) regions.append(nb::make_tuple(as_vector(r.offset), as_vector(r.shape), r.fill));
+      e["regions"] = regions;
+      e["copy_of"] = t.copy_of ? nb::cast(*t.copy_of) : nb::none();
+      e["data"] = t.data ? nb::cast(*t.data) : nb::none();
+      e["refusal"] = t.refusal;
+      out.append(e);
+    }
+    return out;
+  }, "text"_a, "What each tensor of a recorded init (its JSON, init/recorded.hpp) holds at the end: [{fill (a Fill or "
+               "None), regions [(offset, shape, Fill)], copy_of (a tensor index or None), data (a data index or None), refusal "
+               "(why no fill: '' when one does)}].");
+
+  m.def("hf_model_types", &hf_model_types, "The Hugging Face model_types spec_from_hf_config reads (init/hf_spec.hpp).");
+
+  m.def("name_matches", [](const std::string& pattern, const std::string& name) { return name_matches(pattern, name); },
+        "pattern"_a, "name"_a, "Whether the glob matches the name as --init-override matches tensor names (core/text.hpp).");
 
   m.def("framework_fill", [](const std::string& name, const std::string& naming) {
     return framework_fill(name, parse_naming(naming));

@@ -248,9 +248,16 @@ def test_a_parameter_no_rule_covers_is_refused_listing_them():
     m = Scaled()
     with pytest.raises(ValueError, match=r"recipe 'hf' cannot tell the fill of 2 parameter\(s\): no rule for: "
                                          r"gain \(role other\), shift \(role other\); tell it per name"):
-        lt.init_(m)
-    lt.init_(m, overrides={"gain": "constant(2)", "shift": "constant(3)"})
+        lt.init_(m, recipe="hf")
+    lt.init_(m, recipe="hf", overrides={"gain": "constant(2)", "shift": "constant(3)"})
     assert torch.all(m.gain == 2) and torch.all(m.shift == 3)
+    # Under the module's own init its constructor alone sets them: no init code writes them.
+    with pytest.raises(ValueError, match=r"gives 2 parameter\(s\) values no fill says: gain: never written by its "
+                                         r"init code; shift: never written by its init code\. .* layerinit.torch.make"):
+        lt.init_(m)
+    assert torch.all(m.gain == 2) and torch.all(m.shift == 3)  # refused before anything was written
+    made = lt.make(Scaled, seed=1)
+    assert torch.all(made.gain == 1) and torch.all(made.shift == 0)
 
 
 def test_dtypes_are_checked_before_anything_is_written():
