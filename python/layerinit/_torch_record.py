@@ -320,6 +320,20 @@ class Recorder(TorchDispatchMode):
         elif func in (aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default):
             self.copy(o, a["self"])
             self.clamped(o, a)
+        elif func is aten.constant_pad_nd.default:  # nn.functional.pad: the input inside, `value` around it
+            pad, x = list(a["pad"]), a["self"]
+            value = _scalar(a.get("value", 0))
+            if value is None:
+                return self.add(o, "torch.constant_pad_nd by a tensor")
+            if any(pad):
+                self.add(o, "fill", [value])
+            inside, src = o, x
+            for i in range(len(pad) // 2):
+                d = o.dim() - 1 - i
+                lo, hi = pad[2 * i], pad[2 * i + 1]
+                inside = inside.narrow(d, max(lo, 0), o.shape[d] - max(lo, 0) - max(hi, 0))
+                src = src.narrow(d, max(-lo, 0), x.shape[d] - max(-lo, 0) - max(-hi, 0))  # a negative pad crops
+            self.copy(inside, src)
         else:
             self.add(o, f"torch.{_op_name(func)} of other values")
 

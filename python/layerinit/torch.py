@@ -1104,7 +1104,8 @@ def _init(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map: O
           spec: Optional[ModelLike], device: Optional[torch.device], overrides: Optional[Mapping[str, str]],
           strict: bool, recorded: Optional[dict[str, dict[str, Any]]] = None) -> torch.nn.Module:
     """init_ with its arguments checked; `recorded`: the own init already recorded (make)."""
-    key = None if recorded is not None else _cache_key(module, recipe, seed, name_map, spec, overrides)
+    # Not cached: a recording made by make(), or strict (its check of the override globs runs each call).
+    key = None if recorded is not None or strict else _cache_key(module, recipe, seed, name_map, spec, overrides)
     cached = _PREPARED.get(module)
     if key is not None and cached is not None and cached[0] == key:
         prepared = cached[1]
@@ -1169,8 +1170,9 @@ def make(build: Callable[[], torch.nn.Module], *, seed: int = 0, device: Optiona
     way and then initialized as :func:`init_` initializes it (its ``init_weights`` / ``init_states``)."""
     from . import _torch_record
 
-    if not callable(build):
-        raise ValueError(f"build must be a function that returns the model, got {type(build).__name__} {_show(build)}")
+    if not callable(build) or isinstance(build, torch.nn.Module):
+        raise ValueError(f"build must be a function that returns the model (make(lambda: Model(...))), got "
+                         f"{type(build).__name__} {_show(build)}")
     name_map = _name_map(name_map)
     device = _device(device)
     seed = _int("seed", seed)
