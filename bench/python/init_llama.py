@@ -15,8 +15,10 @@ Methods:
   nothing               the process baseline: the same imports (torch, transformers, layerinit), no model
   from-config           AutoModelForCausalLM.from_config(config, dtype=bf16): transformers' own init
   meta-init-weights     on the meta device, to_empty(cpu), then the model's own init_weights()
-  meta-layerinit        on the meta device, then layerinit.torch.init_ (to_empty, then every tensor
-                        filled in place with the values `layerinit emit` writes)
+  meta-layerinit        on the meta device, then layerinit.torch.init_ with no recipe: the model's own
+                        init recorded from its code (init_weights on meta stand-ins), then to_empty and
+                        every tensor filled in place; the recording is inside the time
+  meta-layerinit-hf     the same with recipe="hf" (no recording: the values `layerinit emit` writes)
 Prints one line: method,parameters,seconds (model creation only, after imports)[,weights_bytes,
 peak_bytes,free_before,free_after on the GPU]."""
 import sys
@@ -59,11 +61,18 @@ def meta_init_weights():
 
 def meta_layerinit():
     m = meta_model()
+    layerinit.torch.init_(m, seed=0, device=device)
+    return m
+
+
+def meta_layerinit_hf():
+    m = meta_model()
     layerinit.torch.init_(m, recipe="hf", seed=0, device=device)
     return m
 
 
-methods = {"from-config": from_config, "meta-init-weights": meta_init_weights, "meta-layerinit": meta_layerinit}
+methods = {"from-config": from_config, "meta-init-weights": meta_init_weights, "meta-layerinit": meta_layerinit,
+           "meta-layerinit-hf": meta_layerinit_hf}
 method = args[0] if args else ""
 if method == "nothing":
     print("nothing,0,0")
