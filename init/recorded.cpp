@@ -68,6 +68,61 @@ std::vector<Box> subtract(const Box& a, const Box& b) {
   return out;
 }
 
+// Row-major strides of a box's extents.
+Shape box_strides(const Box& b) {
+  Shape st(b.ext.size(), 1);
+  for (std::size_t d = b.ext.size(); d-- > 1;) st[d - 1] = st[d] * b.ext[d];
+  return st;
+}
+
+// Elements [start, start + count) of `outer` in its row-major order, as a box of the tensor, when they
+// are one: whole slabs of one dimension, at one place of the dimensions before it.
+std::optional<Box> run_box(const Box& outer, std::uint64_t start, std::uint64_t count) {
+  const Shape st = box_strides(outer);
+  for (std::size_t j = 0; j < st.size(); ++j) {
+    if (count % st[j] != 0 || start % st[j] != 0) continue;
+    const std::uint64_t first = (start / st[j]) % outer.ext[j], m = count / st[j];
+    if (first + m > outer.ext[j]) continue;
+    Box b = outer;
+    for (std::size_t d = 0; d < j; ++d) {
+      b.off[d] = outer.off[d] + (start / st[d]) % outer.ext[d];
+      b.ext[d] = 1;
+    }
+    b.off[j] = outer.off[j] + first;
+    b.ext[j] = m;
+    return b;
+  }
+  return std::nullopt;
+}
+
+// A box inside `outer` as runs of outer's row-major order: (start, length) each, in order; nothing
+// when it would be more than `limit` runs (a column of a tall matrix).
+std::optional<std::vector<std::pair<std::uint64_t, std::uint64_t>>> runs_of(const Box& outer, const Box& inner,
+                                                                            std::uint64_t limit) {
+  const Shape st = box_strides(outer);
+  const std::size_t n = inner.ext.size();
+  std::size_t k = n;  // dimensions after k are whole in `inner`
+  while (k > 0 && inner.ext[k - 1] == outer.ext[k - 1]) --k;
+  if (k == 0) return std::vector<std::pair<std::uint64_t, std::uint64_t>>{{0, count(inner)}};
+  const std::size_t partial = k - 1;  // the last partial dimension: one run per index of the ones before it
+  const std::uint64_t length = inner.ext[partial] * st[partial];
+  std::uint64_t runs = 1;
+  for (std::size_t d = 0; d < partial; ++d) runs *= inner.ext[d];
+  if (runs > limit) return std::nullopt;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+  Shape idx(partial, 0);
+  for (std::uint64_t r = 0; r < runs; ++r) {
+    std::uint64_t start = (inner.off[partial] - outer.off[partial]) * st[partial];
+    for (std::size_t d = 0; d < partial; ++d) start += (inner.off[d] - outer.off[d] + idx[d]) * st[d];
+    out.push_back({start, length});
+    for (std::size_t d = partial; d-- > 0;) {
+      if (++idx[d] < inner.ext[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
 std::string box_text(const Box& b) {
   std::string s;
   for (std::size_t d = 0; d < b.off.size(); ++d)
@@ -447,18 +502,33 @@ class Replay {
     const bool reshaped = !dims.empty() && dims[0].first == kNone;
     const bool same_rank = src.ext.size() == dst.ext.size() && !reshaped &&
                            std::all_of(dims.begin(), dims.end(), [](auto p) { return p.first == p.second; });
-    std::vector<Piece> out;
+    // Each source piece (or, reshaped, each run of one in row-major order) and the box it lands on.
+    std::vector<std::pair<Piece, Box>> moves;
     for (const Piece& p : from) {
-      Box to = dst;
-      if (reshaped) {
-        if (from.size() != 1)
-          return put(w.tensor, dst, {{dst, none(op_text(w) + " reshapes values of several fills from " + from_name)}});
-      } else {
+      if (!reshaped) {
+        Box to = dst;
         for (auto [sd, dd] : dims) {
           to.off[dd] = dst.off[dd] + (p.box.off[sd] - src.off[sd]);
           to.ext[dd] = p.box.ext[sd];
         }
+        moves.push_back({p, to});
+        continue;
       }
+      // Runs of one element place anything; more than this many boxes would cost more fill jobs than values.
+      constexpr std::uint64_t kMaxRuns = 4096;
+      const auto runs = runs_of(src, p.box, kMaxRuns - std::min<std::uint64_t>(moves.size(), kMaxRuns));
+      std::size_t placed_runs = 0;
+      for (std::size_t r = 0; runs && r < runs->size(); ++r, ++placed_runs) {
+        const auto to = run_box(dst, (*runs)[r].first, (*runs)[r].second);
+        const auto part = run_box(src, (*runs)[r].first, (*runs)[r].second);
+        if (!to || !part) break;
+        moves.push_back({{*part, narrowed(p.d, *part)}, *to});
+      }
+      if (!runs || placed_runs != runs->size())
+        return put(w.tensor, dst, {{dst, none(op_text(w) + " reshapes values of several fills from " + from_name)}});
+    }
+    std::vector<Piece> out;
+    for (const auto& [p, to] : moves) {
       Dist d = p.d;
       if (named && random(d.kind)) {  // equal values to a parameter's: a tie
         d = Dist{};
@@ -470,8 +540,7 @@ class Replay {
       if (d.kind == Kind::copy && !same_rank)
         d = none(op_text(w) + " copies part of " + quote(r_.tensors[d.src].name) + " reshaped");
       if (d.kind == Kind::data && !same_rank) d = none(op_text(w) + " reshapes values computed from data");
-      d = placed(std::move(d), to, same_rank, i);
-      out.push_back({to, std::move(d)});
+      out.push_back({to, placed(std::move(d), to, same_rank, i)});
     }
     put(w.tensor, dst, std::move(out));
   }

@@ -241,3 +241,32 @@ TEST(Recorded, ValuesComputedFromDataAreTheAdaptersData) {
   EXPECT_NE(r[3].refusal.find("of values computed from data"), std::string::npos) << r[3].refusal;
   EXPECT_THROW(replay({{"a", {2}}}, {rec(0, "data", {-1})}), std::invalid_argument);
 }
+
+TEST(Recorded, AReshapingCopyMapsEachRunOfTheSource) {
+  // torchtitan's fused wqkv: q [4, 2] and k [2, 2] drawn apart, concatenated as [2, 3, 2] (per kv head:
+  // 2 q rows, 1 k row), viewed as [6, 2] and copied into the parameter.
+  const auto r = replay({{"", {4, 2}}, {"", {2, 2}}, {"", {2, 3, 2}}, {"wqkv", {6, 2}}},
+                        {rec(0, "normal", {0, 0.02}), rec(1, "normal", {0, 0.02}),
+                         copy(2, 0, {0, 0, 0}, {2, 2, 2}, {}, {}), copy(2, 1, {0, 2, 0}, {2, 1, 2}, {}, {}), copy(3, 2)});
+  EXPECT_EQ(r[3].refusal, "");
+  EXPECT_EQ(r[3].fill, FillSpec::normal(0, 0.02));
+  // Pieces of other fills: each lands on its rows.
+  const auto two = replay({{"", {2, 3, 2}}, {"w", {6, 2}}},
+                          {rec(0, "normal", {0, 1}), rec(0, "fill", {0}, {0, 2, 0}, {2, 1, 2}), copy(1, 0)});
+  EXPECT_EQ(two[1].refusal, "");
+  EXPECT_EQ(two[1].fill, FillSpec::normal(0, 1));
+  ASSERT_EQ(two[1].regions.size(), 2u);
+  EXPECT_EQ(two[1].regions[0], (FillRegion{{2, 0}, {1, 2}, FillSpec::constant(0)}));
+  EXPECT_EQ(two[1].regions[1], (FillRegion{{5, 0}, {1, 2}, FillSpec::constant(0)}));
+  // A column of the source lands element by element: (r, 1) is flat 2 r + 1 of [3, 2], of [2, 3] at
+  // (1, 0), (0, 1), (1, 2).
+  const auto col = replay({{"", {3, 2}}, {"w", {2, 3}}}, {rec(0, "normal", {0, 1}), rec(0, "fill", {0}, {0, 1}, {3, 1}), copy(1, 0)});
+  ASSERT_EQ(col[1].regions.size(), 3u) << col[1].refusal;
+  EXPECT_EQ(col[1].regions[0], (FillRegion{{0, 1}, {1, 1}, FillSpec::constant(0)}));
+  EXPECT_EQ(col[1].regions[1], (FillRegion{{1, 0}, {1, 1}, FillSpec::constant(0)}));
+  EXPECT_EQ(col[1].regions[2], (FillRegion{{1, 2}, {1, 1}, FillSpec::constant(0)}));
+  // One of a tall matrix would be thousands of boxes: refused.
+  const auto tall = replay({{"", {5000, 2}}, {"w", {2, 5000}}},
+                           {rec(0, "normal", {0, 1}), rec(0, "fill", {0}, {0, 1}, {5000, 1}), copy(1, 0)});
+  EXPECT_NE(tall[1].refusal.find("reshapes values of several fills"), std::string::npos) << tall[1].refusal;
+}

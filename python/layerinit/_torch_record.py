@@ -68,8 +68,8 @@ _RANDOM_MAKERS = {aten.randn, aten.randn_like, aten.rand, aten.rand_like, aten.r
 
 _LOCK = threading.Lock()
 _ACTIVE: Optional["Recorder"] = None
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_TORCH = os.path.dirname(os.path.abspath(torch.__file__))
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
 def _key(t: torch.Tensor) -> int:
@@ -165,13 +165,30 @@ class Recorder(TorchDispatchMode):
                 continue
             j = next((j for j in range(n) if r.strides[j] == stride and r.shape[j] > 1 and j not in used), None)
             if j is None:
-                return None
+                return self.run(t, r)
             used.add(j)
             order.append(j)
             shape[j] = size
         if any(o + s > dim for o, s, dim in zip(offset, shape, r.shape)):
-            return None
+            return self.run(t, r)
         return r, offset, shape, order == sorted(order)
+
+    @staticmethod
+    def run(t: torch.Tensor, r: _Root) -> Optional[tuple[_Root, list[int], list[int], bool]]:
+        """A contiguous view of another shape (q.view(kv, heads, hd, dim)): its elements are a run of
+        the root's row-major order, a box when the run is whole slabs of one dimension."""
+        if not t.is_contiguous():
+            return None
+        start, count = t.storage_offset() - r.base, t.numel()
+        for j in range(len(r.shape)):
+            if count % r.strides[j] or start % r.strides[j]:
+                continue
+            first, m = (start // r.strides[j]) % r.shape[j], count // r.strides[j]
+            if first + m > r.shape[j]:
+                continue
+            offset = [(start // r.strides[d]) % r.shape[d] for d in range(j)] + [first] + [0] * (len(r.shape) - j - 1)
+            return r, offset, [1] * j + [m] + r.shape[j + 1:], True
+        return None
 
     def add(self, t: torch.Tensor, op: str, args: list[Optional[float]] = (), **extra: Any) -> None:
         """A write of `op` into the box `t` views (the whole of its root, marked as an op with no fill,

@@ -317,3 +317,16 @@ def test_a_name_map_extends_torchtitans_mapping():
     for n, p in got.named_parameters():
         if n != "norm.weight":
             assert torch.equal(p, want.get_parameter(n)), n
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_own_init_is_the_torchtitan_recipe_bitwise(flavor):
+    """init_ without a recipe records torchtitan's own init_states (its param_init: trunc_normal_ with
+    depth-scaled stds, the fused wqkv drawn as q, k and v apart and concatenated per kv head, ties):
+    every parameter equals init_(recipe="torchtitan"), which equals `layerinit emit` (above), bitwise."""
+    own, recipe = meta_model(flavor), meta_model(flavor)
+    lt.init_(own, seed=5)
+    lt.init_(recipe, recipe="torchtitan", seed=5)
+    want = dict(recipe.named_parameters())
+    for n, p in own.named_parameters():
+        assert torch.equal(bits(p), bits(want[n])), n
