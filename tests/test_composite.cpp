@@ -12,7 +12,7 @@
 #include <layerinit/core/errors.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/kernels/fill_grid.hpp>
-#include <layerinit/shard/box_fill.hpp>
+#include <layerinit/init/box_fill.hpp>
 #include <layerinit/shard/composite.hpp>
 
 #include "box_util.hpp"

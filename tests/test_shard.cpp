@@ -12,7 +12,7 @@
 #include <layerinit/init/hf_spec.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/kernels/fill_grid.hpp>
-#include <layerinit/shard/box_fill.hpp>
+#include <layerinit/init/box_fill.hpp>
 #include <layerinit/shard/parallel.hpp>
 
 #include "box_util.hpp"
