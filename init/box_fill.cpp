@@ -76,7 +76,6 @@ void box_jobs(const PlannedTensor& p, const FillJob& whole_job, const Box& box, 
 // The jobs of a box already checked, all with one fill (`job`'s), into a region of explicit strides
 // whose last dimension is contiguous.
 void strided_jobs(const PlannedTensor& p, const FillJob& job, const Box& box, const Region& dst, std::vector<FillJob>& out) {
-  const std::size_t n = box.shape.size();
   if (box.empty()) return;
   const std::size_t k = dst.strides.empty() ? 0 : dense_from(box.shape, dst.strides);
   if (k == 0) return box_jobs(p, job, box, dst.data, out);

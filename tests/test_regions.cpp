@@ -49,13 +49,7 @@ Recipe recipe() {
 
 BuildOptions options(DType t, Layout layout = Layout::per_layer, Orientation o = Orientation::out_in,
                      ExpertLayout experts = ExpertLayout::stacked) {
-  BuildOptions opts;
-  opts.dtype = t;
-  opts.seed = kSeed;
-  opts.layout = layout;
-  opts.orientation = o;
-  opts.experts = experts;
-  return opts;
+  return BuildOptions{.dtype = t, .seed = kSeed, .layout = layout, .orientation = o, .experts = experts};
 }
 
 struct Expected {
