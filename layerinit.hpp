@@ -12,6 +12,7 @@
 #include <layerinit/memory/tensor.hpp>
 #include <layerinit/memory/tracking.hpp>
 #include <layerinit/backends/backend.hpp>
+#include <layerinit/init/box_fill.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/init/families.hpp>
 #include <layerinit/init/hf_spec.hpp>
@@ -21,7 +22,6 @@
 #include <layerinit/init/recorded.hpp>
 #include <layerinit/init/spec.hpp>
 #include <layerinit/init/spec_json.hpp>
-#include <layerinit/shard/box_fill.hpp>
 #include <layerinit/shard/composite.hpp>
 #include <layerinit/shard/mesh.hpp>
 #include <layerinit/shard/parallel.hpp>

@@ -19,7 +19,7 @@
 #include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
 #include <layerinit/init/spec_json.hpp>
-#include <layerinit/shard/box_fill.hpp>
+#include <layerinit/init/box_fill.hpp>
 
 namespace layerinit {
 
@@ -101,12 +101,9 @@ void range_jobs(const Expected& e, std::uint64_t first, std::uint64_t n, unsigne
     PlannedTensor p = e.slices[s];
     if (dtype && *dtype != p.dtype) {
       p.dtype = *dtype;
-      p.params.reset();
+      p.unprepare();
     }
-    FillJob j = fill_job_for(p, dst + (a - first) * esize, seed);
-    j.begin = a - s * per;
-    j.end = z - s * per;
-    jobs.push_back(j);
+    range_fill_jobs(p, tensor_fill(p, seed), a - s * per, z - a, dst + (a - first) * esize, jobs);
   }
 }
 

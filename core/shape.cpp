@@ -1,5 +1,6 @@
 #include <layerinit/core/shape.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 
@@ -24,6 +25,12 @@ std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what) {
 }
 std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b) { return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b; }
+
+bool Box::empty() const {
+  return std::any_of(shape.begin(), shape.end(), [](std::uint64_t d) { return d == 0; });
+}
+
+Box whole_box(const Shape& global) { return {Shape(global.size(), 0), global}; }
 
 std::string shape_string(const Shape& s) {
   std::string out = "[";

@@ -13,6 +13,18 @@ using Shape = std::vector<std::uint64_t>;
 LAYERINIT_API std::uint64_t numel(const Shape& s);       // throws std::overflow_error past 2^64
 LAYERINIT_API std::string shape_string(const Shape& s);  // "[4096, 4096]"
 
+// A piece of a tensor: elements offset[d] .. offset[d] + shape[d] - 1 of every dimension d. A rank's
+// piece (shard/mesh.hpp), a region with a fill of its own (init/spec.hpp), a box to fill
+// (init/box_fill.hpp).
+struct LAYERINIT_API Box {
+  Shape offset;
+  Shape shape;
+  std::uint64_t numel() const { return layerinit::numel(shape); }
+  bool empty() const;  // some dimension of the piece is 0
+  bool operator==(const Box&) const = default;
+};
+LAYERINIT_API Box whole_box(const Shape& global);  // offset 0, the global shape
+
 // Counts of elements and bytes past 2^64: checked_* throw std::overflow_error("<what> overflows 64
 // bits"); saturating_* stop at 2^64 - 1, for estimates that only need to exceed any real limit.
 LAYERINIT_API std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const char* what);

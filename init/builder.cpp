@@ -77,6 +77,14 @@ PlannedTensor Builder::plan_one(const TensorSpec& t, std::optional<std::uint64_t
   } catch (const std::invalid_argument& e) {
     bad_argument("tensor", p.name, std::string(": ") + e.what());
   }
+  // Its regions (an override replaced the fill above, not these), prepared the same way.
+  for (std::size_t k = 0; k < t.regions.size(); ++k) {
+    try {
+      p.regions.push_back({t.regions[k], prepare_fill(t.regions[k].fill, p.dtype)});
+    } catch (const std::invalid_argument& e) {
+      bad_argument("tensor", p.name, ": " + region_label(k, t.regions[k]) + ": " + e.what());
+    }
+  }
   p.memory_shape = t.shape;
   if (opts_.orientation == Orientation::in_out && t.transposable && t.shape.size() == 2) {
     std::swap(p.memory_shape[0], p.memory_shape[1]);

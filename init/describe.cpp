@@ -258,6 +258,18 @@ std::string outcome(const Recipe& recipe, const TensorContext& c) {
   }
 }
 
+// A parameter's regions (stored coordinates) in its tensor's logical ones: a 2-D weight stored
+// [in, out] is [out, in] in the spec, its boxes transposed with it.
+std::vector<FillRegion> logical_regions(std::vector<FillRegion> regions, bool stored_in_out) {
+  if (stored_in_out)
+    for (FillRegion& r : regions)
+      if (r.offset.size() == 2 && r.shape.size() == 2) {
+        std::swap(r.offset[0], r.offset[1]);
+        std::swap(r.shape[0], r.shape[1]);
+      }
+  return regions;
+}
+
 }  // namespace
 
 std::string_view module_kind_name(ModuleKind k) {
@@ -396,6 +408,7 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
       t.init = p.init ? p.init : r.init;
       t.buffer = p.buffer || r.buffer;
       t.tp_replicated = p.tp_replicated;
+      t.regions = logical_regions(p.regions, r.stored_in_out);
       tensor_of[i] = tensors.size();
       tensor_index[p.name] = tensors.size();
       first_param.push_back(i);
@@ -413,6 +426,7 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
     if (emb_map) {
       t.role = TensorRole::embedding;
       t.shape = d.parameters[g].shape;  // [vocab, hidden] as the embedding stores it
+      t.regions = d.parameters[g].regions;
       t.fan_in = t.fan_out = 0;
       t.transposable = false;
       first.role = TensorRole::embedding;

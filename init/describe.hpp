@@ -41,6 +41,10 @@ struct ParameterDescription {
   std::optional<FillSpec> init;    // a caller's rule decides the fill
   bool buffer = false;
   bool tp_replicated = false;  // TensorSpec::tp_replicated: a fused map tensor parallelism keeps whole
+  // Boxes with fills of their own (TensorSpec::regions), in the coordinates of the parameter as
+  // stored: describe() transposes them with a 2-D weight stored [in, out]. A tied parameter's are its
+  // group's first name's.
+  std::vector<FillRegion> regions = {};
 };
 
 // Whose names a description's parameters carry, beyond the names every framework shares.

@@ -5,8 +5,14 @@
 
 #include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
+#include <layerinit/init/box_fill.hpp>
 
 namespace layerinit {
+
+void PlannedTensor::unprepare() {
+  params.reset();
+  for (PlannedRegion& r : regions) r.params.reset();
+}
 
 FillJob fill_job_for(const PlannedTensor& p, void* dst, std::uint64_t seed) {
   FillJob j = make_fill_job(dst, p.dtype, p.numel(), seed, p.name, p.params ? *p.params : prepare_fill(p.fill, p.dtype));
@@ -41,7 +47,7 @@ std::vector<Tensor> Engine::fill_part(std::span<const PartTensor> part, const Pa
       dst = made.back().view.data;
     }
     if (jobs) jobs(k, dst, fill);
-    else fill.push_back(fill_job_for(*part[k].tensor, dst, seed));
+    else tensor_fill_jobs(*part[k].tensor, dst, seed, fill);
   }
   be->fill(fill);
   be->synchronize();

@@ -13,27 +13,43 @@
 
 #include <layerinit/backends/backend.hpp>
 #include <layerinit/core/api.hpp>
+#include <layerinit/init/spec.hpp>
 #include <layerinit/kernels/fill.hpp>
 #include <layerinit/memory/tensor.hpp>
 
 namespace layerinit {
 
+// A region of a planned tensor (TensorSpec::regions): its box in logical coordinates and its fill,
+// prepared for the tensor's dtype as the tensor's own fill is.
+struct PlannedRegion {
+  FillRegion region;
+  std::optional<FillParams> params;  // prepare_fill(region.fill, dtype); none: prepared when jobs are made
+};
+
 // A tensor as the builder will make it: everything but the memory.
-struct PlannedTensor {
+struct LAYERINIT_API PlannedTensor {
   std::string name;     // canonical
   Shape shape;          // logical
   Shape memory_shape;   // after orientation
   DType dtype = DType::f32;
-  FillSpec fill;
+  FillSpec fill;        // the recipe's rule, `init` or an override: everywhere outside the regions
   // prepare_fill(fill, dtype), made once when the builder plans the tensor; a tensor planned by hand
   // without it has its fill prepared by fill_job_for.
   std::optional<FillParams> params;
+  // Boxes with fills of their own over `fill`, in order, a later one winning where they overlap
+  // (init/box_fill.hpp cuts a tensor's jobs along them). Element i keeps its index, so its random
+  // bits are the tensor's: only the transform differs.
+  std::vector<PlannedRegion> regions = {};
   bool transposed = false;  // memory_shape is the transpose of shape
   std::uint64_t numel() const { return layerinit::numel(shape); }
   std::uint64_t bytes() const { return numel() * dtype_size(dtype); }
+  // Drops the prepared params of the fill and the regions: for the same tensor in another dtype.
+  void unprepare();
 };
 
-// A FillJob for a planned tensor whose memory element 0 is at dst.
+// The job of the tensor's own fill over the whole tensor, whose memory element 0 is at dst, its
+// regions aside: the template every job of the tensor is cut from. The jobs that honor the regions
+// are init/box_fill.hpp's (tensor_fill_jobs for a whole tensor).
 LAYERINIT_API FillJob fill_job_for(const PlannedTensor& p, void* dst, std::uint64_t seed);
 
 // The stacked buffer (or dataset) a layer tensor is one slice of: it holds one dtype.
@@ -66,7 +82,7 @@ struct Engine {
 
   // Refuses a stacked tensor whose dtype is not its buffer's (std::invalid_argument naming both)
   // before anything is allocated, allocates the tensors without a dst (named as their planned
-  // tensor), appends each tensor's jobs (`jobs`; none given: the whole tensor, fill_job_for), fills
+  // tensor), appends each tensor's jobs (`jobs`; none given: the whole tensor, tensor_fill_jobs), fills
   // them in one call, synchronizes and runs after_part. Returns the new allocations in part order.
   std::vector<Tensor> fill_part(std::span<const PartTensor> part, const PartJobs& jobs = {}) const;
 };

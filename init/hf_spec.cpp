@@ -31,6 +31,7 @@ struct Defaults {
   double rms_norm_eps;
   bool tie_word_embeddings;
   double rope_theta;  // the default rope_parameters' (full attention's, for Gemma 3)
+  std::optional<std::int64_t> pad_token_id;  // nullopt: the class default is None
 };
 
 // What a family's config class validates of the attention numbers (transformers 5.24,
@@ -414,40 +415,44 @@ struct Family {
   std::vector<std::pair<std::string, std::string>> aliases;  // attribute_map: alias, canonical
   Reader read;
   AttentionChecks checks = {};
+  // The model makes its token embedding nn.Embedding(vocab_size, hidden_size, padding_idx=pad_token_id),
+  // whose row transformers' _init_weights zeroes (every family here but GPT-2, whose wte has none).
+  bool padding_idx = true;
 };
 
-// Defaults: each configuration_<type>.py's class fields (transformers 5.23).
+// Defaults: each configuration_<type>.py's class fields (transformers 5.23; pad_token_id as 5.24's).
 const std::vector<Family>& families() {
   using std::nullopt;
   static const std::vector<Family> all = {
-      {"deepseek_v3", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4},
+      {"deepseek_v3", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4, nullopt},
        {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3, {nullptr, true}},
-      {"gemma2", "Gemma2ForCausalLM", {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6, true, 1e4}, {}, read_gemma,
+      {"gemma2", "Gemma2ForCausalLM", {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6, true, 1e4, 0}, {}, read_gemma,
        {"Gemma2Config", false}},
-      {"gemma3_text", "Gemma3ForCausalLM", {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6, true, 1e6}, {}, read_gemma,
+      {"gemma3_text", "Gemma3ForCausalLM", {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6, true, 1e6, 0}, {}, read_gemma,
        {"Gemma3TextConfig", false}},
-      {"glm4_moe", "Glm4MoeForCausalLM", {151552, 4096, 10944, 46, 96, 8, nullopt, 131072, 1e-5, false, 1e4},
+      {"glm4_moe", "Glm4MoeForCausalLM", {151552, 4096, 10944, 46, 96, 8, nullopt, 131072, 1e-5, false, 1e4, nullopt},
        {{"num_local_experts", "n_routed_experts"}}, read_glm4_moe},
       {"gpt2", "GPT2LMHeadModel", {}, {{"hidden_size", "n_embd"}, {"max_position_embeddings", "n_positions"},
-                                        {"num_attention_heads", "n_head"}, {"num_hidden_layers", "n_layer"}}, read_gpt2},
-      {"gpt_oss", "GptOssForCausalLM", {201088, 2880, 2880, 36, 64, 8, 64, 131072, 1e-5, false, 150000},
+                                        {"num_attention_heads", "n_head"}, {"num_hidden_layers", "n_layer"}}, read_gpt2, {},
+       /*padding_idx=*/false},
+      {"gpt_oss", "GptOssForCausalLM", {201088, 2880, 2880, 36, 64, 8, 64, 131072, 1e-5, false, 150000, nullopt},
        {{"num_experts", "num_local_experts"}}, read_gpt_oss},
       // Kimi K2 is DeepSeek-V3's architecture under its own model_type (its remote code's DeepseekV3Config).
-      {"kimi_k2", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4},
+      {"kimi_k2", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4, nullopt},
        {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3, {nullptr, true}},
-      {"llama", "LlamaForCausalLM", {32000, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-6, false, 1e4}, {}, read_llama,
+      {"llama", "LlamaForCausalLM", {32000, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-6, false, 1e4, nullopt}, {}, read_llama,
        {"LlamaConfig", true}},
-      {"mistral", "MistralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-6, false, 1e4}, {}, read_mistral,
+      {"mistral", "MistralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-6, false, 1e4, nullopt}, {}, read_mistral,
        {nullptr, true}},
-      {"mixtral", "MixtralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-5, false, 1e6},
+      {"mixtral", "MixtralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-5, false, 1e6, nullopt},
        {{"num_experts", "num_local_experts"}}, read_mixtral, {nullptr, true}},
-      {"olmo2", "Olmo2ForCausalLM", {50304, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-5, false, 1e4}, {}, read_olmo2},
-      {"phi3", "Phi3ForCausalLM", {32064, 3072, 8192, 32, 32, nullopt, nullopt, 4096, 1e-5, false, 1e4}, {}, read_phi3},
-      {"qwen2", "Qwen2ForCausalLM", {151936, 4096, 22016, 32, 32, 32, nullopt, 32768, 1e-6, false, 1e4}, {}, read_qwen2},
-      {"qwen3", "Qwen3ForCausalLM", {151936, 4096, 22016, 32, 32, 32, 128, 32768, 1e-6, false, 1e4}, {}, read_qwen3},
-      {"qwen3_moe", "Qwen3MoeForCausalLM", {151936, 2048, 6144, 24, 32, 4, nullopt, 32768, 1e-6, false, 1e4},
+      {"olmo2", "Olmo2ForCausalLM", {50304, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-5, false, 1e4, 1}, {}, read_olmo2},
+      {"phi3", "Phi3ForCausalLM", {32064, 3072, 8192, 32, 32, nullopt, nullopt, 4096, 1e-5, false, 1e4, 32000}, {}, read_phi3},
+      {"qwen2", "Qwen2ForCausalLM", {151936, 4096, 22016, 32, 32, 32, nullopt, 32768, 1e-6, false, 1e4, nullopt}, {}, read_qwen2},
+      {"qwen3", "Qwen3ForCausalLM", {151936, 4096, 22016, 32, 32, 32, 128, 32768, 1e-6, false, 1e4, nullopt}, {}, read_qwen3},
+      {"qwen3_moe", "Qwen3MoeForCausalLM", {151936, 2048, 6144, 24, 32, 4, nullopt, 32768, 1e-6, false, 1e4, nullopt},
        {{"num_experts", "num_local_experts"}}, read_qwen3_moe},
-      {"smollm3", "SmolLM3ForCausalLM", {128256, 2048, 11008, 36, 16, 4, nullopt, 32768, 1e-6, true, 2e6}, {}, read_llama},
+      {"smollm3", "SmolLM3ForCausalLM", {128256, 2048, 11008, 36, 16, 4, nullopt, 32768, 1e-6, true, 2e6, 128004}, {}, read_llama},
   };
   return all;
 }
@@ -465,6 +470,44 @@ void check_layer_types(const json& doc, std::uint64_t layers) {
       r.fail(key, "has " + std::to_string(v->size()) + " entries for " + std::to_string(layers) +
                       " layers (num_hidden_layers); transformers' validate_layer_type wants one per layer");
   }
+}
+
+// The padding row of the token embedding: transformers makes embed_tokens an
+// nn.Embedding(vocab_size, hidden_size, padding_idx=config.pad_token_id), and
+// PreTrainedModel._init_weights (modeling_utils.py) draws it, then zeroes its padding_idx row
+// (init.zeros_(module.weight[module.padding_idx])); a tied lm_head is that tensor. pad_token_id is
+// `int | None` (@strict refuses a list, a float, a string); absent, the class default. nn.Embedding
+// counts a negative index from the end (-1: the last row) and refuses one outside [-vocab, vocab)
+// ("Padding_idx must be within num_embeddings"): a model transformers cannot build, refused here.
+void pad_row(const json& doc, const Family& family, ModelSpec& m) {
+  const json* v = find(doc, "pad_token_id");
+  if (v && !v->is_null() && !v->is_number_integer())
+    r.fail("pad_token_id", "must be an integer or null (transformers' pad_token_id: int | None)");
+  if (!family.padding_idx || (v && v->is_null()) || (!v && !family.defaults.pad_token_id)) return;
+  const auto e = std::find_if(m.pre.begin(), m.pre.end(), [](const TensorSpec& t) { return t.role == TensorRole::embedding; });
+  // Every family with a padding_idx makes model.embed_tokens.weight (decoder_spec).
+  LAYERINIT_EXPECTS(e != m.pre.end() && e->shape.size() == 2, "config.json: " + m.name + " has no token embedding");
+  const std::uint64_t vocab = e->shape[0];
+  std::uint64_t row = 0;
+  bool inside = false;
+  if (!v) {
+    row = static_cast<std::uint64_t>(*family.defaults.pad_token_id);
+    inside = row < vocab;
+  } else if (v->is_number_unsigned()) {
+    row = v->get<std::uint64_t>();
+    inside = row < vocab;
+  } else {  // negative: from the end
+    const std::uint64_t back = 0 - static_cast<std::uint64_t>(v->get<std::int64_t>());
+    inside = back <= vocab;
+    row = vocab - back;
+  }
+  if (!inside)
+    r.fail("pad_token_id", (v ? v->dump() : std::to_string(*family.defaults.pad_token_id) + " (" + family.model_type +
+                                                 "'s default)") +
+                               " is not a row of the embedding of vocab_size " + std::to_string(vocab) +
+                               " (nn.Embedding's padding_idx must lie in [-vocab_size, vocab_size)): transformers cannot build "
+                               "this model; give pad_token_id a row or null");
+  e->regions.push_back({{row, 0}, {1, e->shape[1]}, FillSpec::constant(0)});
 }
 
 std::string supported() {
@@ -525,6 +568,7 @@ ModelSpec spec_from_hf_config(std::string_view text, std::string name) {
   try {
     m = family->read(config, family->defaults, std::move(name));
     check_layer_types(doc, m.total_layers());
+    pad_row(doc, *family, m);
     m.validate();
   } catch (const spec_error&) {
     throw;

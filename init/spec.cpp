@@ -179,6 +179,20 @@ void validate_fill(const FillSpec& f) {
   prepare_fill(f, DType::f32);
 }
 
+std::optional<std::string> region_problem(const FillRegion& r, const Shape& shape) {
+  const std::size_t n = shape.size();
+  if (r.offset.size() != n || r.shape.size() != n)
+    return "has rank " + std::to_string(std::max(r.offset.size(), r.shape.size())) + " for a tensor of rank " + std::to_string(n) +
+           " " + shape_string(shape);
+  for (std::size_t d = 0; d < n; ++d)
+    if (r.offset[d] > shape[d] || r.shape[d] > shape[d] - r.offset[d]) return "lies outside " + shape_string(shape);
+  return std::nullopt;
+}
+
+std::string region_label(std::size_t k, const FillRegion& r) {
+  return "region " + std::to_string(k) + " at " + shape_string(r.offset) + " of " + shape_string(r.shape);
+}
+
 namespace {
 
 // What is wrong with one tensor on its own, or nullopt.
@@ -202,6 +216,15 @@ std::optional<std::string> tensor_problem(const TensorSpec& t) {
       validate_fill(*t.init);
     } catch (const std::invalid_argument& e) {
       return std::string("init: ") + e.what();
+    }
+  }
+  for (std::size_t k = 0; k < t.regions.size(); ++k) {
+    const FillRegion& r = t.regions[k];
+    if (const auto why = region_problem(r, t.shape)) return region_label(k, r) + " " + *why;
+    try {
+      validate_fill(r.fill);
+    } catch (const std::invalid_argument& e) {
+      return region_label(k, r) + ": " + e.what();
     }
   }
   return std::nullopt;

@@ -52,6 +52,13 @@ struct FillRegion {
   bool operator==(const FillRegion&) const = default;
 };
 
+// What is wrong with region `r`'s box in a tensor of logical shape `shape`: a rank other than the
+// shape's, or a box outside it ("lies outside [512, 64]"); nothing when it fits. Its fill is checked
+// apart (validate_fill, and prepare_fill for a dtype).
+LAYERINIT_API std::optional<std::string> region_problem(const FillRegion& r, const Shape& shape);
+// Region k as messages name it: "region 1 at [3, 0] of [1, 64]".
+LAYERINIT_API std::string region_label(std::size_t k, const FillRegion& r);
+
 struct TensorSpec {
   std::string name;   // relative inside a LayerSpec, canonical in pre/post
   Shape shape;        // logical shape
@@ -70,8 +77,9 @@ struct TensorSpec {
   // its output whole (DeepSeek-V3's q_a_proj, kv_a_proj_with_mqa). docs/sharding.md has the rules.
   bool tp_replicated = false;
   // Boxes with fills of their own, applied over the tensor's fill in order (a later one wins where
-  // they overlap); each lies inside the shape.
-  std::vector<FillRegion> regions;
+  // they overlap); each lies inside the shape. An override (--init-override, Recipe::add_override)
+  // replaces the tensor's own fill only: the regions stay.
+  std::vector<FillRegion> regions = {};
   bool operator==(const TensorSpec&) const = default;
 };
 

@@ -105,8 +105,41 @@ TensorRole parse_role_at(const json& v, const std::string& path) {
   return r.parsed(v, path, [](const std::string& t) { return parse_role(t); });
 }
 
+// An array of non-negative integers: a region's offset or extent (zeros allowed).
+Shape parse_dims(const json& j, const std::string& path) {
+  if (!j.is_array()) r.fail(path, "must be an array of non-negative integers");
+  Shape out;
+  for (std::size_t i = 0; i < j.size(); ++i) out.push_back(r.to_uint(j[i], at(path, i), false));
+  return out;
+}
+
+// A tensor's (or a described parameter's) "regions": [{"offset", "shape", "init"}], each inside
+// `shape` (the tensor's logical shape, or the parameter's as stored).
+std::vector<FillRegion> parse_regions(const json& j, const std::string& path, const Shape& shape) {
+  if (!j.is_array()) r.fail(path, "must be an array of {\"offset\", \"shape\", \"init\"} objects");
+  std::vector<FillRegion> out;
+  for (std::size_t k = 0; k < j.size(); ++k) {
+    const std::string p = at(path, k);
+    r.check_object(j[k], p, {"offset", "shape", "init"});
+    FillRegion region;
+    region.offset = parse_dims(r.require(j[k], p, "offset"), join(p, "offset"));
+    region.shape = parse_dims(r.require(j[k], p, "shape"), join(p, "shape"));
+    region.fill = parse_fill(r.require(j[k], p, "init"), join(p, "init"));
+    if (const auto why = region_problem(region, shape))
+      r.fail(p, "at " + shape_string(region.offset) + " of " + shape_string(region.shape) + " " + *why);
+    out.push_back(std::move(region));
+  }
+  return out;
+}
+
+ojson regions_to_json(const std::vector<FillRegion>& regions) {
+  ojson a = ojson::array();
+  for (const FillRegion& g : regions) a.push_back({{"offset", g.offset}, {"shape", g.shape}, {"init", fill_to_json(g.fill)}});
+  return a;
+}
+
 TensorSpec parse_tensor(const json& j, const std::string& path) {
-  r.check_object(j, path, {"name", "shape", "role", "fan_in", "fan_out", "transposable", "init", "buffer", "tp_replicated"});
+  r.check_object(j, path, {"name", "shape", "role", "fan_in", "fan_out", "transposable", "init", "buffer", "tp_replicated", "regions"});
   TensorSpec t;
   t.name = r.to_string(r.require(j, path, "name"), join(path, "name"), true);
   t.shape = parse_shape(r.require(j, path, "shape"), join(path, "shape"));
@@ -120,6 +153,7 @@ TensorSpec parse_tensor(const json& j, const std::string& path) {
   if (const json* v = find(j, "init")) t.init = parse_fill(*v, join(path, "init"));
   if (const json* v = find(j, "buffer")) t.buffer = r.to_bool(*v, join(path, "buffer"));
   if (const json* v = find(j, "tp_replicated")) t.tp_replicated = r.to_bool(*v, join(path, "tp_replicated"));
+  if (const json* v = find(j, "regions")) t.regions = parse_regions(*v, join(path, "regions"), t.shape);
   return t;
 }
 
@@ -134,6 +168,7 @@ ojson tensor_to_json(const TensorSpec& t) {
   if (t.init) j["init"] = fill_to_json(*t.init);
   if (t.buffer) j["buffer"] = true;  // absent: a parameter
   if (t.tp_replicated) j["tp_replicated"] = true;
+  if (!t.regions.empty()) j["regions"] = regions_to_json(t.regions);
   return j;
 }
 
@@ -290,7 +325,7 @@ ModelDescription description_from_json(std::string_view text) {
     const std::string path = at("parameters", i);
     const json& j = ps[i];
     r.check_object(j, path, {"name", "shape", "module", "fan_in", "fan_out", "storage", "tied_to", "role", "init", "buffer",
-                                 "tp_replicated"});
+                                 "tp_replicated", "regions"});
     ParameterDescription p;
     p.name = r.to_string(r.require(j, path, "name"), join(path, "name"), true);
     p.shape = parse_shape(r.require(j, path, "shape"), join(path, "shape"));
@@ -320,6 +355,7 @@ ModelDescription description_from_json(std::string_view text) {
     }
     if (const json* v = find(j, "buffer")) p.buffer = r.to_bool(*v, join(path, "buffer"));
     if (const json* v = find(j, "tp_replicated")) p.tp_replicated = r.to_bool(*v, join(path, "tp_replicated"));
+    if (const json* v = find(j, "regions")) p.regions = parse_regions(*v, join(path, "regions"), p.shape);
     d.parameters.push_back(std::move(p));
   }
   return d;

@@ -76,6 +76,7 @@ PlannedTensor part_tensor(const CompositePart& part, std::span<const std::uint64
   t.dtype = part.dtype;
   t.transposed = part.transposed;
   t.fill = fill;
+  for (const FillRegion& r : part.regions) t.regions.push_back({r, std::nullopt});
   return t;
 }
 
@@ -246,6 +247,16 @@ void Composite::validate() const {
     }
     if (filled != positions)
       bad("fills for " + std::to_string(filled) + " of the stack's " + std::to_string(positions) + " positions");
+    for (std::size_t k = 0; k < p.regions.size(); ++k) {
+      const FillRegion& region = p.regions[k];
+      if (const auto why = region_problem(region, p.shape)) bad(region_label(k, region) + " " + *why);
+      try {
+        validate_fill(region.fill);
+        (void)prepare_fill(region.fill, dtype);
+      } catch (const std::invalid_argument& e) {
+        bad(region_label(k, region) + ": " + e.what());
+      }
+    }
     std::vector<bool> seen(K, false);
     try {
       walk_template(
@@ -284,6 +295,7 @@ CompositePart whole_part(const PlannedTensor& p, Shape at, RowPermutation rows) 
   part.rows = rows;
   part.source = whole_box(p.memory_shape);
   part.at = std::move(at);
+  for (const PlannedRegion& r : p.regions) part.regions.push_back(r.region);
   return part;
 }
 
@@ -353,10 +365,12 @@ Composite concatenate(std::span<const PlannedTensor> tensors, std::size_t dim, s
 namespace {
 
 // Jobs writing `box` (stored, row-permuted coordinates) of tensor `p` whose stored rows are permuted
-// by `rows`, into a region with explicit strides.
-void permuted_jobs(const PlannedTensor& p, const FillJob& whole, const RowPermutation& rows, const Box& box,
+// by `rows`, into a region with explicit strides. A row of the box is a box of the tensor in its own
+// memory coordinates (its source row), so the tensor's regions cut it as any box; rows are grouped
+// into one job only for a tensor without regions.
+void permuted_jobs(const PlannedTensor& p, const TensorFill& f, const RowPermutation& rows, const Box& box,
                    const Region& dst, std::vector<FillJob>& out) {
-  if (rows.kind == RowPermutation::Kind::none) return region_fill_jobs(p, whole, box, dst, out);
+  if (rows.kind == RowPermutation::Kind::none) return region_fill_jobs(p, f, box, dst, out);
   if (box.empty()) return;
   const Shape& g = p.memory_shape;
   const std::size_t n = g.size();
@@ -374,7 +388,8 @@ void permuted_jobs(const PlannedTensor& p, const FillJob& whole, const RowPermut
   const std::uint64_t run = last_partial == 0 ? ms[0] : box.shape[last_partial] * ms[last_partial];
   std::uint64_t rest = 0;  // memory offset of the box's first element within its row
   for (std::size_t d = 1; d < n; ++d) rest += box.offset[d] * ms[d];
-  const bool grouped = one_run && dense_from(box.shape, dst.strides) <= 1 && (m == 1 || dst.strides[0] == run);
+  const bool grouped =
+      f.regions.empty() && one_run && dense_from(box.shape, dst.strides) <= 1 && (m == 1 || dst.strides[0] == run);
 
   for (std::uint64_t i = 0; i < m;) {
     const std::uint64_t src = rows.source_row(box.offset[0] + i);
@@ -382,7 +397,7 @@ void permuted_jobs(const PlannedTensor& p, const FillJob& whole, const RowPermut
       Box row = box;
       row.offset[0] = src;
       row.shape[0] = 1;
-      region_fill_jobs(p, whole, row, Region{base + i * dst.strides[0] * esize, dst.strides}, out);
+      region_fill_jobs(p, f, row, Region{base + i * dst.strides[0] * esize, dst.strides}, out);
       ++i;
       continue;
     }
@@ -396,7 +411,7 @@ void permuted_jobs(const PlannedTensor& p, const FillJob& whole, const RowPermut
         while (i + count < m && rows.source_row(box.offset[0] + i + count) == src + count * step) ++count;
       }
     }
-    FillJob j = whole;
+    FillJob j = f.whole;
     j.begin = src * ms[0] + rest;
     j.end = j.begin + run;
     j.runs = count;
@@ -471,9 +486,9 @@ void composite_fill_jobs(const Composite& c, const Box& box, const Region& dst, 
       Cursor& cur = cursor[p];
       while (flat >= cur.end) cur.end += part.fills[++cur.run].count;
       const PlannedTensor t = part_tensor(part, names, part.fills[cur.run].fill);
-      const FillJob whole = fill_job_for(t, nullptr, seed);
+      const TensorFill fill = tensor_fill(t, seed);
       const Shape part_strides(strides.end() - static_cast<std::ptrdiff_t>(r), strides.end());
-      permuted_jobs(t, whole, part.rows, local, Region{static_cast<unsigned char*>(dst.data) + part_elem * esize, part_strides},
+      permuted_jobs(t, fill, part.rows, local, Region{static_cast<unsigned char*>(dst.data) + part_elem * esize, part_strides},
                     out);
     }
     std::size_t k = K;
@@ -493,7 +508,7 @@ using ojson = nlohmann::ordered_json;
 
 constexpr std::uint64_t kVersion = 1;
 constexpr std::size_t kMaxText = 16u << 20;
-constexpr std::size_t kMaxDepth = 8;  // the format nests 5 deep: the text, parts, a part, fills, a run
+constexpr std::size_t kMaxDepth = 8;  // the format nests 6 deep: the text, parts, a part, regions, a region, its offset
 
 // The spec reader's rules (init/json_read.hpp): errors spec_error("composite", "<path>: <what>"), as
 // fail()'s are.
@@ -546,6 +561,12 @@ std::string composite_to_text(const Composite& c) {
     const Shape stored = p.stored_shape();
     if (p.source.offset != Shape(p.source.offset.size(), 0)) j["from"] = shape_json(p.source.offset);
     if (p.source.shape != stored) j["size"] = shape_json(p.source.shape);
+    if (!p.regions.empty()) {
+      ojson regions = ojson::array();
+      for (const FillRegion& r : p.regions)
+        regions.push_back(ojson{{"offset", shape_json(r.offset)}, {"shape", shape_json(r.shape)}, {"fill", r.fill.text()}});
+      j["regions"] = regions;
+    }
     parts.push_back(j);
   }
   o["parts"] = parts;
@@ -590,7 +611,7 @@ Composite composite_from_text(std::string_view text) {
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const json& j = parts[i];
     const std::string path = at("parts", i);
-    reader.check_object(j, path, {"name", "shape", "at", "fill", "transposed", "rows", "from", "size"});
+    reader.check_object(j, path, {"name", "shape", "at", "fill", "transposed", "rows", "from", "size", "regions"});
     CompositePart p;
     p.name = reader.to_string(reader.require(j, path, "name"), join(path, "name"), false);
     p.shape = shape_of(reader.require(j, path, "shape"), join(path, "shape"));
@@ -617,6 +638,18 @@ Composite composite_from_text(std::string_view text) {
       }
     } else {
       reader.fail(fill_path, "must be a fill like \"normal(0,0.02)\" or runs [[count, fill], ...]");
+    }
+    if (const json* regions = find(j, "regions")) {
+      const std::string regions_path = join(path, "regions");
+      if (!regions->is_array()) reader.fail(regions_path, "must be an array of {\"offset\", \"shape\", \"fill\"} objects");
+      for (std::size_t k = 0; k < regions->size(); ++k) {
+        const json& rj = (*regions)[k];
+        const std::string region_path = at(regions_path, k);
+        reader.check_object(rj, region_path, {"offset", "shape", "fill"});
+        p.regions.push_back({shape_of(reader.require(rj, region_path, "offset"), join(region_path, "offset")),
+                             shape_of(reader.require(rj, region_path, "shape"), join(region_path, "shape")),
+                             fill_of(reader.require(rj, region_path, "fill"), join(region_path, "fill"))});
+      }
     }
     c.parts.push_back(std::move(p));
   }

@@ -23,7 +23,7 @@
 
 #include <layerinit/core/api.hpp>
 #include <layerinit/init/builder.hpp>
-#include <layerinit/shard/box_fill.hpp>
+#include <layerinit/init/box_fill.hpp>
 #include <layerinit/shard/mesh.hpp>
 
 namespace layerinit {
@@ -69,6 +69,9 @@ struct LAYERINIT_API CompositePart {
   // Its offset in a slice, one entry per slice dimension. A part of lower rank than the slice sits
   // in its last dimensions, the leading ones of extent 1 ([F, H] in [2, F, H] fused gate-up).
   Shape at;
+  // The tensor's regions (TensorSpec::regions), in its logical coordinates, at every stack position:
+  // an element keeps its index in its tensor wherever the part places it (transposed, row-permuted).
+  std::vector<FillRegion> regions = {};
 
   Shape stored_shape() const;    // shape, transposed when stored so
   bool operator==(const CompositePart&) const = default;
@@ -96,8 +99,9 @@ struct LAYERINIT_API Composite {
   // line naming the first problem: a shape that does not start
   // with the stack sizes, parts that do not tile the slice exactly (a gap, an overlap, a part outside
   // it), a dtype other than the composite's, a source box outside its tensor, fills that do not
-  // cover the stack or are invalid for the dtype, a name template that misses an axis or has a
-  // stray brace, a permutation whose group does not divide the rows or meets a transposed part.
+  // cover the stack or are invalid for the dtype, a region outside its tensor or with a fill invalid
+  // for the dtype, a name template that misses an axis or has a stray brace, a permutation whose
+  // group does not divide the rows or meets a transposed part.
   void validate() const;
   bool operator==(const Composite&) const = default;
 };
@@ -133,7 +137,8 @@ LAYERINIT_API void composite_fill_jobs(const Composite& c, const Box& box, const
 
 // The composite as compact, versioned JSON text, and back: {"layerinit_composite": 1, "dtype",
 // "shape", "stack": [{"size", "first"}], "parts": [{"name", "shape", "at", "fill": text or
-// [[count, text], ...], and when not the default "transposed", "rows", "from", "size"}]} (docs/python.md).
+// [[count, text], ...], and when not the default "transposed", "rows", "from", "size", "regions":
+// [{"offset", "shape", "fill": text}, ...]}]} (docs/python.md).
 // Fills print exactly (shortest round-trip decimals), so parse(print(c)) == c. Parsing throws
 // spec_error with source "composite", one line, read by the spec's rules (init/json_read.hpp): the
 // field's path, then the problem ("composite: parts[1].fill: duplicate key"; malformed JSON or

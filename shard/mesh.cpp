@@ -62,12 +62,6 @@ std::string Placement::describe() const {
   return kind == Kind::shard ? "Shard(" + std::to_string(dim) + ")" : "Replicate()";
 }
 
-bool Box::empty() const {
-  return std::any_of(shape.begin(), shape.end(), [](std::uint64_t d) { return d == 0; });
-}
-
-Box whole_box(const Shape& global) { return {Shape(global.size(), 0), global}; }
-
 Range chunk(std::uint64_t n, std::uint64_t parts, std::uint64_t index) {
   LAYERINIT_EXPECTS(parts > 0, "chunk: 0 parts");
   LAYERINIT_EXPECTS(index < parts, "chunk: piece " + std::to_string(index) + " of " + std::to_string(parts));

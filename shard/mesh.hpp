@@ -62,16 +62,6 @@ struct LAYERINIT_API Placement {
   bool operator==(const Placement&) const = default;
 };
 
-// A piece of a tensor: elements offset[d] .. offset[d] + shape[d] - 1 of every dimension d.
-struct LAYERINIT_API Box {
-  Shape offset;
-  Shape shape;
-  std::uint64_t numel() const { return layerinit::numel(shape); }
-  bool empty() const;  // some dimension of the piece is 0
-  bool operator==(const Box&) const = default;
-};
-LAYERINIT_API Box whole_box(const Shape& global);  // offset 0, the global shape
-
 // Piece `index` of `parts` of n elements, as torch.chunk and DTensor's Shard split a dimension: every
 // piece holds ceil(n / parts) elements but the trailing ones, which hold fewer or none. An empty piece
 // sits at offset n (DTensor's _local_shard_size_and_offset): n = 10 over 4 is 3, 3, 3, 1 at 0, 3, 6,

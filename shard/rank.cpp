@@ -6,7 +6,7 @@
 
 #include <layerinit/core/errors.hpp>
 #include <layerinit/init/engine.hpp>
-#include <layerinit/shard/box_fill.hpp>
+#include <layerinit/init/box_fill.hpp>
 
 namespace layerinit {
 

@@ -10,6 +10,13 @@ namespace layerinit {
 
 namespace {
 constexpr std::size_t kMaxNameInMessage = 200;  // an unknown name in not_found()'s line
+
+bool same_regions(const PlannedTensor& p, const std::vector<FillRegion>& regions) {
+  if (p.regions.size() != regions.size()) return false;
+  for (std::size_t k = 0; k < regions.size(); ++k)
+    if (!(p.regions[k].region == regions[k])) return false;
+  return true;
+}
 }  // namespace
 
 TensorIndex::TensorIndex(const Builder& builder) : builder_(builder) {
@@ -65,6 +72,7 @@ Composite TensorIndex::assemble(std::span<const std::string> templates, std::spa
   std::uint64_t positions = 1;
   for (const StackAxis& a : stack) positions = checked_mul(positions, a.size, "stack positions");
   std::vector<CompositePart> parts(templates.size());
+  std::vector<std::string> first_names(templates.size());  // each template's at position 0
   std::optional<PlannedTensor> first;  // the first tensor: every other has its dtype
   Shape pos(stack.size(), 0), names(stack.size());
   for (std::uint64_t flat = 0; flat < positions; ++flat) {
@@ -85,9 +93,15 @@ Composite TensorIndex::assemble(std::span<const std::string> templates, std::spa
         part.transposed = p->transposed;
         part.source = whole_box(p->memory_shape);
         if (!rows.empty()) part.rows = rows[i];
+        for (const PlannedRegion& r : p->regions) part.regions.push_back(r.region);
+        first_names[i] = name;
       } else if (p->shape != part.shape || p->transposed != part.transposed) {
         bad_argument(what, ": " + quote(p->name) + " is " + shape_string(p->shape) + (p->transposed ? " (stored transposed)" : "") +
                                ", its position 0 " + shape_string(part.shape) + (part.transposed ? " (stored transposed)" : ""));
+      } else if (!same_regions(*p, part.regions)) {
+        // A part has one list of regions for all its positions (a layer tensor's are every layer's).
+        bad_argument(what, ": " + quote(p->name) + " has other regions than its position 0 " + quote(first_names[i]) +
+                               " (one array holds tensors of one list of regions)");
       }
       if (!part.fills.empty() && part.fills.back().fill == p->fill) {
         ++part.fills.back().count;

@@ -17,7 +17,7 @@
 
 #include <layerinit/core/api.hpp>
 #include <layerinit/init/builder.hpp>
-#include <layerinit/shard/box_fill.hpp>
+#include <layerinit/init/box_fill.hpp>
 #include <layerinit/shard/composite.hpp>
 
 namespace layerinit {

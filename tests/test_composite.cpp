@@ -12,10 +12,11 @@
 #include <layerinit/core/errors.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/kernels/fill_grid.hpp>
-#include <layerinit/shard/box_fill.hpp>
+#include <layerinit/init/box_fill.hpp>
 #include <layerinit/shard/composite.hpp>
 
 #include "box_util.hpp"
+#include "region_util.hpp"
 
 using namespace layerinit;
 
@@ -27,13 +28,11 @@ PlannedTensor tensor(std::string name, Shape logical, DType t, FillSpec fill, bo
 
 using Bytes = std::vector<unsigned char>;
 
-// Tensor p filled whole, as the unsharded build fills it.
+// Tensor p filled whole, as the unsharded build fills it: its regions made apart from the jobs under
+// test (region_util.hpp).
 Bytes whole(const PlannedTensor& p, std::uint64_t seed) {
-  Bytes b(p.numel() * dtype_size(p.dtype));
   auto be = make_host_backend(1);
-  const FillJob j = fill_job_for(p, b.data(), seed);
-  be->fill(std::span(&j, 1));
-  return b;
+  return layerinit::testing::reference_fill(p, seed, *be);
 }
 
 Shape row_major(const Shape& s) { return dense_strides(s); }
@@ -317,6 +316,51 @@ TEST(Composite, FusedQkvWithInterleavedRopeRows) {
   }
 }
 
+// Regions travel with their tensor's elements wherever a part puts them: stacked positions with runs
+// of fills, transposed parts side by side, rows in torchtitan's interleaved RoPE order (a permuted
+// part with regions is filled row by row), on the host and on the CUDA kernel's simulated grid.
+TEST(Composite, RegionsMoveWithTheirElements) {
+  const std::vector<FillRegion> regions = {{{1, 2}, {3, 5}, FillSpec::uniform(-1, 1)},
+                                           {{2, 0}, {1, 8}, FillSpec::constant(0)},
+                                           {{0, 6}, {5, 1}, FillSpec::trunc_normal(0.5, 0.2, 0.2, 0.9)}};
+  {
+    Composite c;
+    c.dtype = DType::bf16;
+    c.stack = {{3, 2}, {2, 0}};
+    CompositePart part = whole_part(tensor("x", {5, 12}, DType::bf16, kNormal), {0, 0});
+    part.name = "model.layers.{0}.mlp.experts.{1}.up_proj.weight";
+    part.fills = {{2, FillSpec::normal(0, 0.5)}, {3, FillSpec::trunc_normal(0, 1, -1, 1.5)}, {1, FillSpec::uniform(-1, 2)}};
+    part.regions = regions;
+    c.parts = {part};
+    c.shape = {3, 2, 5, 12};
+    EXPECT_EQ(c.tensor(0, std::vector<std::uint64_t>{2, 1}).regions.size(), 3u);
+    SCOPED_TRACE("stacked");
+    check_all_boxes(c, 11);
+  }
+  {
+    PlannedTensor g = tensor("gate", {6, 9}, DType::f16, kNormal, true), u = tensor("up", {6, 9}, DType::f16, kNormal, true);
+    for (const FillRegion& r : regions) g.regions.push_back({r, std::nullopt});
+    const PlannedTensor parts[] = {g, u};
+    const Composite c = concatenate(parts, 1);
+    EXPECT_EQ(c.parts[0].regions, regions);
+    EXPECT_TRUE(c.parts[1].regions.empty());
+    SCOPED_TRACE("transposed");
+    check_all_boxes(c, 4);
+  }
+  for (DType t : {DType::bf16, DType::f32}) {
+    const std::uint64_t hd = 4, D = 11;
+    PlannedTensor q = tensor("q", {4 * hd, D}, t, kNormal), k = tensor("k", {2 * hd, D}, t, FillSpec::normal(0, 0.5));
+    for (const FillRegion& r : regions) q.regions.push_back({r, std::nullopt});
+    k.regions.push_back({{{5, 3}, {2, 8}, FillSpec::constant(2)}, std::nullopt});
+    const PlannedTensor qk[] = {q, k};
+    const RowPermutation rows[] = {RowPermutation::rope_interleave(hd), RowPermutation::rope_interleave(hd)};
+    const Composite c = concatenate(qk, 0, rows);
+    EXPECT_EQ(composite_from_text(composite_to_text(c)), c);
+    SCOPED_TRACE("rope " + std::string(dtype_name(t)));
+    check_all_boxes(c, 21, 100);
+  }
+}
+
 // torchtitan's GQA-grouped wqkv ([n_kv, heads_per_kv + 2, hd, D]: each kv group's q heads, then its k
 // head, then its v head): parts that are boxes of their tensors, some row-permuted.
 TEST(Composite, GroupedQkvPartsAreBoxesOfTheirTensors) {
@@ -408,6 +452,17 @@ TEST(Composite, TextRoundTripsAndItsSizeDoesNotGrowWithTheStack) {
   EXPECT_EQ(composite_from_text(rt), runs);
   EXPECT_NE(rt.find("\"fill\":[[1,\"constant(-0)\"],[3,\"uniform(1e-30,0.1)\"]]"), std::string::npos) << rt;
   EXPECT_NE(rt.find("\"from\":[4,0],\"size\":[4,16]"), std::string::npos) << rt;
+
+  // Regions, in the part's tensor's logical coordinates, each fill exactly.
+  Composite regions = small;
+  regions.parts[1].regions = {{{3, 0}, {1, 8}, FillSpec::constant(0)}, {{0, 0}, {2, 2}, FillSpec::normal(0.5, 0.123456789)}};
+  regions.validate();
+  const std::string rg = composite_to_text(regions);
+  EXPECT_EQ(composite_from_text(rg), regions);
+  EXPECT_NE(rg.find("\"regions\":[{\"offset\":[3,0],\"shape\":[1,8],\"fill\":\"constant(0)\"},{\"offset\":[0,0],"
+                    "\"shape\":[2,2],\"fill\":\"normal(0.5,0.123456789)\"}]"),
+            std::string::npos)
+      << rg;
 }
 
 TEST(Composite, BadDescriptionsAreOneLineErrors) {

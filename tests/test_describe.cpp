@@ -242,6 +242,41 @@ TEST(Describe, ReadFromJsonWithErrorsNamingTheField) {
   EXPECT_EQ(error(R"({"name": "m"})"), "spec: top level: missing key 'parameters'");
 }
 
+// Regions are given in the coordinates of the parameter as stored: describe() puts them on the spec's
+// tensor in its logical ones, transposed with a 2-D weight stored [in, out]; a tie group's tensor has
+// its first name's (an embedding tied to a head: the embedding's shape, so its boxes as they are).
+TEST(Describe, RegionsAsStoredBecomeLogical) {
+  const ModelDescription d = description_from_json(R"j({"parameters": [
+    {"name": "embed.embedding", "shape": [10, 4], "regions": [{"offset": [3, 0], "shape": [1, 4], "init": {"constant": {"value": 0}}}]},
+    {"name": "layers.0.mlp.kernel", "shape": [4, 6], "regions": [{"offset": [1, 2], "shape": [2, 3], "init": {"uniform": {"lo": -1, "hi": 1}}},
+                                                                {"offset": [0, 5], "shape": [4, 1], "init": {"constant": {"value": 2}}}]},
+    {"name": "layers.0.out.weight", "shape": [4, 6], "module": "linear", "regions": [{"offset": [1, 2], "shape": [2, 3], "init": {"constant": {"value": 1}}}]},
+    {"name": "head.weight", "shape": [10, 4], "module": "linear", "tied_to": "embed.embedding",
+     "regions": [{"offset": [0, 0], "shape": [1, 1], "init": {"constant": {"value": 5}}}]}]})j");
+  EXPECT_EQ(d.parameters[1].regions[0], (FillRegion{{1, 2}, {2, 3}, FillSpec::uniform(-1, 1)}));  // as stored
+  const DescribedModel m = describe(d);
+  std::map<std::string, std::vector<FillRegion>> regions;
+  for (const auto* list : {&m.spec.pre, &m.spec.layer.tensors, &m.spec.post})
+    for (const TensorSpec& t : *list) regions[t.name] = t.regions;
+  // The Flax kernel [in, out] = [4, 6] is [6, 4] in the spec: box [1, 2] of [2, 3] is [2, 1] of [3, 2].
+  EXPECT_TRUE(of(m, "layers.0.mlp.kernel").stored_in_out);
+  EXPECT_EQ(regions.at("mlp.kernel"), (std::vector<FillRegion>{{{2, 1}, {3, 2}, FillSpec::uniform(-1, 1)},
+                                                                {{5, 0}, {1, 4}, FillSpec::constant(2)}}));
+  // A torch Linear [out, in]: as it is.
+  EXPECT_EQ(regions.at("out.weight"), (std::vector<FillRegion>{{{1, 2}, {2, 3}, FillSpec::constant(1)}}));
+  // The tie: the embedding's (first name's) regions; the head's own are not the tensor's.
+  EXPECT_EQ(regions.at("embed.embedding"), (std::vector<FillRegion>{{{3, 0}, {1, 4}, FillSpec::constant(0)}}));
+  EXPECT_EQ(spec_from_json(spec_to_json(m.spec)), m.spec);
+  // A region outside the stored shape is refused with its path.
+  try {
+    description_from_json(R"j({"parameters": [{"name": "w", "shape": [4, 6],
+      "regions": [{"offset": [4, 0], "shape": [1, 6], "init": {"constant": {"value": 0}}}]}]})j");
+    ADD_FAILURE() << "not refused";
+  } catch (const spec_error& e) {
+    EXPECT_STREQ(e.what(), "spec: parameters[0].regions[0]: at [4, 0] of [1, 6] lies outside [4, 6]");
+  }
+}
+
 // Haiku's names (naming haiku): a params dict of an hk.transform as layerinit.jax describes it.
 ModelDescription haiku_model(bool stacked) {
   ModelDescription d;

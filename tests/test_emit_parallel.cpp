@@ -29,6 +29,7 @@
 #include <layerinit/init/presets.hpp>
 #include <layerinit/plan/plan.hpp>
 #include "hdf5_reader.hpp"
+#include "region_util.hpp"
 #include "thread_collective.hpp"
 #include "test_util.hpp"
 
@@ -97,6 +98,13 @@ EmitResult run_serial(const Job& s, const fs::path& target) {
   tracking_resource mr(be->memory());
   const Builder b(s.spec, make_recipe("hf"), s.opts, *be, mr);
   return emit_checkpoint(b, *be, target, s.eo);
+}
+
+// The job with regions on its tensors (region_util.hpp; test_regions checks the one-process emit).
+Job with_regions(Job s) {
+  s.spec = layerinit::testing::with_regions(s.spec);
+  if (!s.eo.writer.config_json.empty()) s.eo.writer.config_json = config_json(s.spec, s.opts.dtype);
+  return s;
 }
 
 Job safetensors_setup(const std::string& preset, Layout layout, Orientation o, DType t, std::uint64_t shard) {
@@ -172,6 +180,8 @@ TEST(EmitParallel, SafetensorsIsByteIdenticalToOneProcess) {
       {safetensors_setup("mixtral-tiny", Layout::stacked, Orientation::out_in, DType::bf16, 30'000), 3},
       {safetensors_setup("mixtral-tiny", Layout::per_layer, Orientation::in_out, DType::f32, 60'000), 4},
       {safetensors_setup("gpt2-tiny", Layout::per_layer, Orientation::out_in, DType::bf16, 40'000), 3},
+      {with_regions(safetensors_setup("mixtral-tiny", Layout::stacked, Orientation::in_out, DType::bf16, 30'000)), 3},
+      {with_regions(safetensors_setup("llama-tiny", Layout::per_layer, Orientation::out_in, DType::f16, 50'000)), 2},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.s.spec.name + " " + std::string(layout_name(c.s.opts.layout)) + " " +

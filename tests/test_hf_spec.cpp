@@ -20,6 +20,8 @@
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/spec_json.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include "test_util.hpp"
 
 using namespace layerinit;
@@ -144,8 +146,107 @@ TEST(HfSpec, TinyConfigsAreTheTinyPresets) {
     if (file == "deepseek_v3") EXPECT_EQ(s.hf_config, p.hf_config);
     s.name = p.name;
     s.hf_config = p.hf_config;
+    // The presets set no pad_token_id; Gemma 2's tiny config says 0 (Gemma2Config's default), whose row
+    // transformers zeroes: the config's spec has that region, the preset not.
+    if (file == "gemma2") {
+      EXPECT_EQ(s.pre[0].regions, (std::vector<FillRegion>{{{0, 0}, {1, 64}, FillSpec::constant(0)}}));
+      s.pre[0].regions.clear();
+    }
     EXPECT_EQ(s, p);
   }
+}
+
+namespace {
+
+// The row of the token embedding a spec zeroes (its one region, checked to be a whole row of zeros), or
+// nothing.
+std::optional<std::uint64_t> pad_row(const ModelSpec& m) {
+  for (const TensorSpec& t : m.pre) {
+    if (t.role != TensorRole::embedding) {
+      EXPECT_TRUE(t.regions.empty()) << t.name;
+      continue;
+    }
+    if (t.regions.empty()) return std::nullopt;
+    EXPECT_EQ(t.regions.size(), 1u);
+    const FillRegion& r = t.regions[0];
+    EXPECT_EQ(r.shape, (Shape{1, t.shape[1]}));
+    EXPECT_EQ(r.offset[1], 0u);
+    EXPECT_EQ(r.fill, FillSpec::constant(0));
+    return r.offset[0];
+  }
+  return std::nullopt;
+}
+
+// A tiny config with `pad_token_id` set to `value` (JSON text; empty: left as the file has it).
+std::string tiny_with_pad(const std::string& family, const std::string& value) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(slurp(kConfigs / "tiny" / (family + ".json")));
+  if (!value.empty()) j["pad_token_id"] = nlohmann::ordered_json::parse(value);
+  return j.dump();
+}
+
+}  // namespace
+
+// transformers' _init_weights zeroes the token embedding's padding_idx row (config.pad_token_id) after
+// drawing it: the families that make embed_tokens with a padding_idx (all but GPT-2) have that row as
+// a region of zeros, at the config's pad_token_id or its config class's default (transformers 5.24:
+// Gemma 2 and 3: 0, OLMo 2: 1, Phi-3: 32000, SmolLM3: 128004; the rest None). Ground truth: each
+// family built by transformers on the CPU from its tiny config (python/tests/test_hf.py compares the
+// rows live). A negative id counts from the end, as nn.Embedding takes it; one outside
+// [-vocab, vocab), which nn.Embedding refuses, or not an integer or null (@strict refuses it), is
+// refused.
+TEST(HfSpec, ThePaddingRowIsZeroWhereTransformersZeroesIt) {
+  const std::map<std::string, std::optional<std::uint64_t>> tiny = {
+      {"deepseek_v3", std::nullopt}, {"gemma2", 0},         {"gemma3_text", 0},       {"glm4_moe", 0},
+      {"gpt2", std::nullopt},        {"gpt_oss", 0},        {"llama", std::nullopt},  {"mistral", std::nullopt},
+      {"mixtral", std::nullopt},     {"olmo2", 1},          {"phi3", 0},              {"qwen2", std::nullopt},
+      {"qwen3", std::nullopt},       {"qwen3_moe", std::nullopt}, {"smollm3", 0}};
+  for (const auto& [family, row] : tiny) {
+    SCOPED_TRACE(family);
+    EXPECT_EQ(pad_row(spec_from_hf_config(tiny_with_pad(family, ""))), row);
+    // Any row, the last included; null: none.
+    const bool padding_idx = family != "gpt2";
+    EXPECT_EQ(pad_row(spec_from_hf_config(tiny_with_pad(family, "5"))), padding_idx ? std::optional<std::uint64_t>(5) : std::nullopt);
+    EXPECT_EQ(pad_row(spec_from_hf_config(tiny_with_pad(family, "511"))), padding_idx ? std::optional<std::uint64_t>(511) : std::nullopt);
+    EXPECT_EQ(pad_row(spec_from_hf_config(tiny_with_pad(family, "-1"))), padding_idx ? std::optional<std::uint64_t>(511) : std::nullopt);
+    EXPECT_EQ(pad_row(spec_from_hf_config(tiny_with_pad(family, "-512"))), padding_idx ? std::optional<std::uint64_t>(0) : std::nullopt);
+    EXPECT_EQ(pad_row(spec_from_hf_config(tiny_with_pad(family, "null"))), std::nullopt);
+    // Outside the vocabulary: transformers cannot build the model (GPT-2's wte has no padding_idx).
+    for (const char* bad : {"512", "-513", "18446744073709551615", "-9223372036854775808"}) {
+      if (padding_idx)
+        EXPECT_EQ(refusal(tiny_with_pad(family, bad)),
+                  "config.json: pad_token_id: " + std::string(bad) + " is not a row of the embedding of vocab_size 512 "
+                  "(nn.Embedding's padding_idx must lie in [-vocab_size, vocab_size)): transformers cannot build this model; "
+                  "give pad_token_id a row or null");
+      else
+        EXPECT_EQ(pad_row(spec_from_hf_config(tiny_with_pad(family, bad))), std::nullopt);
+    }
+    for (const char* bad : {"[5, 6]", "5.0", "\"5\"", "true"})
+      EXPECT_EQ(refusal(tiny_with_pad(family, bad)),
+                "config.json: pad_token_id: must be an integer or null (transformers' pad_token_id: int | None)");
+  }
+  // The real configs: their pad_token_id, or the class default (Gemma 3's 0).
+  const std::map<std::string, std::optional<std::uint64_t>> real = {
+      {"deepseek-v3", std::nullopt}, {"gemma-3-12b", 0},          {"glm-4.5-air", 151329}, {"gpt-oss-20b", 199999},
+      {"kimi-k2", std::nullopt},     {"llama-3.1-8b", std::nullopt}, {"mixtral-8x7b", std::nullopt},
+      {"olmo-2-7b", 100277},         {"phi-4", 100349},           {"qwen3-30b-a3b", std::nullopt},
+      {"qwen3-8b", std::nullopt},    {"smollm3-3b", 128004}};
+  for (const auto& [name, row] : real) EXPECT_EQ(pad_row(load_hf_config((kConfigs / (name + ".json")).string())), row) << name;
+  // The class defaults, where a config says nothing.
+  EXPECT_EQ(pad_row(spec_from_hf_config(R"({"model_type": "phi3"})")), 32000u);
+  EXPECT_EQ(pad_row(spec_from_hf_config(R"({"model_type": "smollm3"})")), 128004u);
+  EXPECT_EQ(pad_row(spec_from_hf_config(R"({"model_type": "olmo2"})")), 1u);
+  EXPECT_EQ(pad_row(spec_from_hf_config(R"({"model_type": "llama"})")), std::nullopt);
+  EXPECT_EQ(refusal(R"({"model_type": "phi3", "vocab_size": 100})"),
+            "config.json: pad_token_id: 32000 (phi3's default) is not a row of the embedding of vocab_size 100 (nn.Embedding's "
+            "padding_idx must lie in [-vocab_size, vocab_size)): transformers cannot build this model; give pad_token_id a row "
+            "or null");
+  // A tied head is the embedding: its row is zero too (no lm_head tensor of its own).
+  const ModelSpec tied = spec_from_hf_config(tiny_with_pad("smollm3", "7"));
+  EXPECT_TRUE(tied.hyper.tie_word_embeddings);
+  EXPECT_EQ(find(tied.post, "lm_head.weight"), nullptr);
+  EXPECT_EQ(pad_row(tied), 7u);
+  // The spec JSON keeps it.
+  EXPECT_EQ(spec_from_json(spec_to_json(tied)), tied);
 }
 
 // A Llama config as transformers 5 writes LlamaConfig(rope_theta=500000): rope_theta only inside

@@ -12,7 +12,7 @@
 #include <layerinit/init/hf_spec.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/kernels/fill_grid.hpp>
-#include <layerinit/shard/box_fill.hpp>
+#include <layerinit/init/box_fill.hpp>
 #include <layerinit/shard/parallel.hpp>
 
 #include "box_util.hpp"
@@ -315,7 +315,7 @@ TEST(Shard, TensorParallelRulesComeFromRolesAndModules) {
 // a row-parallel map needs a split input (it was row-parallel beside a whole qkv_proj before).
 TEST(Shard, FusedMapsKeepTheirBlockWhole) {
   const ModelSpec phi = spec_from_hf_config(R"({"model_type": "phi3", "hidden_size": 16, "num_attention_heads": 2,
-      "num_key_value_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10})");
+      "num_key_value_heads": 2, "intermediate_size": 8, "num_hidden_layers": 1, "vocab_size": 10, "pad_token_id": 0})");
   expect_rules(rules_by_name(phi), {{"model.layers.0.self_attn.qkv_proj.weight", X}, {"model.layers.0.self_attn.o_proj.weight", X},
                                     {"model.layers.0.mlp.gate_up_proj.weight", X}, {"model.layers.0.mlp.down_proj.weight", X},
                                     {"model.embed_tokens.weight", V}});

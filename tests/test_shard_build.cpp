@@ -13,6 +13,8 @@
 #include <layerinit/shard/rank.hpp>
 #include <layerinit/stacking/stack.hpp>
 
+#include "region_util.hpp"
+
 using namespace layerinit;
 
 namespace {
@@ -59,6 +61,11 @@ std::vector<Case> cases() {
       {mlp, {.fsdp = 4}},
       {mlp, {.pp = 2, .fsdp = 3}},
       {mlp, {.fsdp = 7}},
+      // Regions on every tensor (region_util.hpp): pieces cut across them; test_regions checks the
+      // unsharded build against them.
+      {layerinit::testing::with_regions(llama), {.tp = 2, .fsdp = 3}},
+      {layerinit::testing::with_regions(mix), {.tp = 2, .ep = 2}},
+      {layerinit::testing::with_regions(gpt2), {.tp = 2, .pp = 2}},
   };
 }
 

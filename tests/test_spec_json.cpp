@@ -189,7 +189,8 @@ TEST(SpecJson, ErrorMessages) {
       {edit("[256, 64]", "[4294967296, 4294967296]"), "spec: layer.tensors[1].shape: element count overflows 64 bits"},
       {edit("[256, 64]", "[]"), "spec: layer.tensors[1].shape: must be a non-empty array of non-negative integers"},
       {edit("\"shape\": [64]", "\"shpe\": [64]"),
-       "spec: layer.tensors[0].shpe: unknown key (valid: name, shape, role, fan_in, fan_out, transposable, init, buffer, tp_replicated)"},
+       "spec: layer.tensors[0].shpe: unknown key (valid: name, shape, role, fan_in, fan_out, transposable, init, buffer, tp_replicated, "
+       "regions)"},
       {edit("\"name\": \"norm.weight\", \"shape\": [64], ", ""), "spec: layer.tensors[0]: missing key 'name'"},
       {edit("\"role\": \"norm_weight\"", "\"role\": \"norm\""),
        "spec: layer.tensors[0].role: tensor role 'norm' is unknown (valid: embedding, position_embedding, "
@@ -283,6 +284,43 @@ TEST(SpecJson, ControlCharactersInKeysStayOnOneLine) {
   EXPECT_EQ(e.find('\n'), std::string::npos);
   const std::string n = error_of(R"({"name": "m\u0000x", "post": [{"name": "w", "shape": [1]}]})");
   EXPECT_EQ(n, "spec: model 'm\\x00x': name contains control characters");
+}
+
+// A tensor's regions: boxes of its logical shape with fills of their own, read with a path in every
+// error, written back exactly.
+TEST(SpecJson, Regions) {
+  const ModelSpec m = spec_from_json(R"({"name": "r", "pre": [{"name": "embed.weight", "shape": [10, 4], "role": "embedding",
+      "regions": [{"offset": [3, 0], "shape": [1, 4], "init": {"constant": {"value": 0}}},
+                  {"offset": [0, 1], "shape": [10, 2], "init": {"normal": {"mean": 1, "std": 0.5}}},
+                  {"offset": [2, 2], "shape": [0, 1], "init": {"uniform": {"lo": -1, "hi": 1}}}]}]})");
+  ASSERT_EQ(m.pre[0].regions.size(), 3u);
+  EXPECT_EQ(m.pre[0].regions[0], (FillRegion{{3, 0}, {1, 4}, FillSpec::constant(0)}));
+  EXPECT_EQ(m.pre[0].regions[1], (FillRegion{{0, 1}, {10, 2}, FillSpec::normal(1, 0.5)}));
+  EXPECT_EQ(m.pre[0].regions[2], (FillRegion{{2, 2}, {0, 1}, FillSpec::uniform(-1, 1)}));  // empty: fills nothing
+  EXPECT_EQ(spec_from_json(spec_to_json(m)), m);
+  ModelSpec other = m;  // regions are part of a spec's equality
+  other.pre[0].regions.pop_back();
+  EXPECT_NE(other, m);
+  // Absent: no key written.
+  EXPECT_EQ(spec_to_json(make_preset("llama-tiny")).find("regions"), std::string::npos);
+  auto with = [](const std::string& regions) {
+    return error_of(R"({"name": "r", "pre": [{"name": "e", "shape": [10, 4], "regions": )" + regions + "}]}");
+  };
+  const std::pair<std::string, std::string> cases[] = {
+      {R"([{"offset": [9, 0], "shape": [2, 4], "init": {"constant": {"value": 0}}}])",
+       "spec: pre[0].regions[0]: at [9, 0] of [2, 4] lies outside [10, 4]"},
+      {R"([{"offset": [9], "shape": [1], "init": {"constant": {"value": 0}}}])",
+       "spec: pre[0].regions[0]: at [9] of [1] has rank 1 for a tensor of rank 2 [10, 4]"},
+      {R"([{"offset": [0, 0], "shape": [1, 4], "fill": {"constant": {"value": 0}}}])",
+       "spec: pre[0].regions[0].fill: unknown key (valid: offset, shape, init)"},
+      {R"([{"offset": [0, 0], "shape": [1, 4]}])", "spec: pre[0].regions[0]: missing key 'init'"},
+      {R"([{"offset": [0, 0], "shape": [1, 4], "init": {"normal": {"std": -1}}}])",
+       "spec: pre[0].regions[0].init.normal: fill 'normal(0, -1)' is invalid: std must be positive"},
+      {R"({"offset": [0, 0]})", "spec: pre[0].regions: must be an array of {\"offset\", \"shape\", \"init\"} objects"},
+      {R"([{"offset": [0, -1], "shape": [1, 4], "init": {"constant": {"value": 0}}}])",
+       "spec: pre[0].regions[0].offset[1]: must be a non-negative integer"},
+  };
+  for (const auto& [regions, want] : cases) EXPECT_EQ(with(regions), want) << regions;
 }
 
 // Thousands of mutated, truncated, spliced and random inputs (fixed seed): each either parses, and then

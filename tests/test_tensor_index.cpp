@@ -13,6 +13,7 @@
 #include <layerinit/stacking/stack.hpp>
 
 #include "box_util.hpp"
+#include "region_util.hpp"
 
 using namespace layerinit;
 
@@ -70,15 +71,17 @@ std::vector<Box> boxes_of(const Shape& g) {
 
 // Every stacked buffer, box by box (layers and experts split, inner dimensions uneven), equals the
 // stacked build's bytes: depth-scaled fills (torchtitan) differ per layer, first_layer (DeepSeek-V3's
-// dense layers) moves the names, in-out transposes the slices.
+// dense layers) moves the names, in-out transposes the slices, regions cut the boxes.
 TEST(TensorIndex, StackedBuffersFillAsTheStackedBuild) {
   Env env;
   for (const char* preset : {"llama-tiny", "mixtral-tiny", "deepseek-v3-tiny"})
+    for (bool regions : {false, true})
     for (ExpertLayout experts : {ExpertLayout::stacked, ExpertLayout::per_expert})
       for (Orientation o : {Orientation::out_in, Orientation::in_out}) {
-        SCOPED_TRACE(std::string(preset) + ", experts " + std::string(expert_layout_name(experts)) + ", " +
-                     std::string(orientation_name(o)));
-        const ModelSpec spec = make_preset(preset);
+        SCOPED_TRACE(std::string(preset) + (regions ? " with regions" : "") + ", experts " +
+                     std::string(expert_layout_name(experts)) + ", " + std::string(orientation_name(o)));
+        // Regions (region_util.hpp) cut the boxes' jobs; test_regions checks the build against them.
+        const ModelSpec spec = regions ? layerinit::testing::with_regions(make_preset(preset)) : make_preset(preset);
         const Builder b(spec, make_recipe("torchtitan"), options(Layout::stacked, experts, o), *env.be, env.be->memory());
         const TensorIndex index(b);
         const Model m = b.build();

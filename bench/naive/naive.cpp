@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include <layerinit/dtypes/round.hpp>
+#include <layerinit/init/box_fill.hpp>
 #include <layerinit/stacking/stack.hpp>
 
 namespace layerinit {
@@ -22,7 +23,7 @@ std::vector<Staged> make_fp32(const std::vector<PlannedTensor>& plans, backend& 
     PlannedTensor f = p;
     f.dtype = DType::f32;
     Staged s{p, Tensor::allocate(mr, p.name + " (fp32 staging)", p.memory_shape, DType::f32)};
-    jobs.push_back(fill_job_for(f, s.f32.view.data, seed));
+    tensor_fill_jobs(f, s.f32.view.data, seed, jobs);
     out.push_back(std::move(s));
   }
   be.fill(jobs);

@@ -476,7 +476,8 @@ def _plan_fused_experts(self: Plan, name: str, shape: Sequence[int]) -> Optional
 
 
 def _plan_fill_of(self: Plan, name: str) -> Fill:
-    """The fill of canonical tensor ``name``; ValueError (with names close to it) when the plan has none."""
+    """The fill of canonical tensor ``name`` (outside its fill regions, which :meth:`composite` carries);
+    ValueError (with names close to it) when the plan has none."""
     return _core.Plan._fill_of(self, _str("name", name))
 
 
@@ -505,8 +506,8 @@ Plan.composite = _plan_composite  # type: ignore[attr-defined]
 Plan.fused_experts = _plan_fused_experts  # type: ignore[attr-defined]
 Composite.parts = property(  # type: ignore[attr-defined]
     lambda self: json.loads(self.text)["parts"],
-    doc="The parts as the text form lists them: name (template), shape, at, fill, and transposed, rows, from, size "
-        "where they are not the default.")
+    doc="The parts as the text form lists them: name (template), shape, at, fill, and transposed, rows, from, size, "
+        "regions where they are not the default.")
 
 
 def build(
@@ -622,8 +623,9 @@ def _canonical_dtype(name: str) -> str:
 
 
 def recipe_fill(model: ModelLike, name: str, *, recipe: str = "hf") -> Fill:
-    """The fill ``recipe`` gives tensor ``name`` (canonical) of ``model``: ``fill_(a, name,
-    recipe_fill(m, name), seed=s)`` puts in ``a`` what ``build(m, seed=s)[name]`` holds."""
+    """The fill ``recipe`` gives tensor ``name`` (canonical) of ``model``, outside its fill regions:
+    ``fill_(a, name, recipe_fill(m, name), seed=s)`` puts in ``a`` what ``build(m, seed=s)[name]``
+    holds for a tensor without regions (``fill_(a, plan(m).composite(name), seed=s)`` for any)."""
     return plan(model, recipe=recipe).fill_of(name)
 
 

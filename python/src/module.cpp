@@ -38,7 +38,7 @@
 #include <layerinit/init/recorded.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/memory/tracking.hpp>
-#include <layerinit/shard/box_fill.hpp>
+#include <layerinit/init/box_fill.hpp>
 #include <layerinit/shard/composite.hpp>
 #include <layerinit/shard/parallel.hpp>
 #include <layerinit/shard/rank.hpp>

@@ -1,6 +1,7 @@
 """One description of a model, one set of rules (init/describe.hpp): the roles, layers, ties and
 orientation both adapters used to infer on their own are decided by the library, and where a recipe
 needs what the description cannot tell, both adapters refuse alike (issue 26)."""
+import json
 import math
 
 import numpy as np
@@ -92,6 +93,28 @@ def test_roles_layers_and_refusals_come_from_one_set_of_rules():
     layerinit._describe(desc, recipe="flax")  # every map the same rule there: nothing to tell
     # An override tells it.
     layerinit._describe(desc, recipe="torchtitan", overrides={"*.mix.kernel": "normal(0, 0.02)"})
+
+
+def test_regions_pass_through_as_stored_and_come_out_logical():
+    """A description's regions are in the parameter's stored coordinates: the library transposes them
+    with a kernel stored [in, out], and the plan's fills hold them (module_spec's JSON too)."""
+    zero_row = {"offset": [3, 0], "shape": [1, D], "init": {"constant": {"value": 0}}}
+    column = {"offset": [0, 1], "shape": [D, 1], "init": {"constant": {"value": 2}}}  # of the [in, out] kernel
+    desc = {"name": "m", "parameters": [
+        {"name": "tok.weight", "shape": [V, D], "module": "embedding", "regions": [zero_row]},
+        {"name": "mix.kernel", "shape": [D, 2 * D], "regions": [column]},
+    ]}
+    spec, _ = layerinit._describe(desc)
+    tensors = {t["name"]: t for t in json.loads(spec.to_json())["pre"]}
+    assert tensors["tok.weight"]["regions"] == [zero_row]
+    assert tensors["mix.kernel"]["regions"] == [{"offset": [1, 0], "shape": [1, D], "init": {"constant": {"value": 2.0}}}]
+    built = layerinit.build(spec, dtype="fp32")
+    tok = np.asarray(built["tok.weight"])
+    assert not tok[3].any() and tok[2].all()
+    assert (np.asarray(built["mix.kernel"])[1] == 2).all()  # row 1 of [out, in]: column 1 of the kernel
+    with pytest.raises(ValueError, match=r"parameters\[0\]\.regions\[0\]: at \[256, 0\] of \[1, 64\] lies outside "
+                                         r"\[256, 64\]"):
+        layerinit._describe({"parameters": [{"name": "t", "shape": [V, D], "regions": [dict(zero_row, offset=[V, 0])]}]})
 
 
 def test_bad_descriptions_are_refused():

@@ -90,6 +90,52 @@ def test_every_family_meta_model_equals_emit(family, dtype, emitted_hf):
             assert torch.equal(dict(model.named_buffers())[k], b), f"{family}: buffer {k}"
 
 
+def zero_rows(w):
+    """The rows of a 2-D tensor whose every element is zero."""
+    return torch.nonzero((w.float() == 0).all(dim=1)).flatten().tolist()
+
+
+@pytest.mark.parametrize("family", families())
+@pytest.mark.parametrize("pad", [5, -1, None, "file"])
+def test_padding_row_is_zero_where_transformers_zeroes_it(family, pad, cli, tmp_path):
+    """Ground truth: transformers builds the model on the CPU (its _init_weights draws the embedding,
+    then zeroes its padding_idx row; a tied head is that tensor). The rows it leaves zero are exactly
+    those of `layerinit emit --hf-config` of the same config.json and of layerinit.torch.init_ of the
+    model on the meta device: pad_token_id 5, -1 (the last row, as nn.Embedding reads it), null, and
+    the tiny config's own (absent: the config class's default)."""
+    from safetensors.torch import load_file
+
+    changes = {} if pad == "file" else {"pad_token_id": pad}
+    cfg = config(family, **changes)
+    torch.manual_seed(0)
+    cpu = transformers.AutoModelForCausalLM.from_config(cfg)
+    truth = zero_rows(cpu.get_input_embeddings().weight)
+    vocab = cpu.get_input_embeddings().weight.shape[0]
+    row = cfg.pad_token_id
+    expected = [] if family == "gpt2" or row is None else [row % vocab]
+    assert truth == expected, f"transformers {transformers.__version__} zeroes rows {truth} of {family}"
+    head = cpu.get_output_embeddings()
+    if head.weight is cpu.get_input_embeddings().weight:
+        assert zero_rows(head.weight) == truth
+
+    name = next(n for n, p in cpu.named_parameters() if p is cpu.get_input_embeddings().weight)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(config_dict(family), **changes)))
+    out = tmp_path / "out"
+    run_cli(cli, "emit", "--hf-config", str(path), "--backend", "cpu", "--format", "safetensors", "-o", str(out))
+    assert zero_rows(load_file(str(out / "model.safetensors"))[name]) == truth
+    assert ", 0 differ, 0 missing, 0 unexpected" in run_cli(cli, "verify", str(out))
+
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    lt.init_(model, recipe="hf", seed=4)
+    assert zero_rows(model.get_input_embeddings().weight) == truth
+    assert zero_rows(model.get_output_embeddings().weight) == (truth if model.config.tie_word_embeddings else [])
+    # The package's plan says so too: the spec's embedding has the region.
+    regions = json.loads(layerinit.hf_spec(cfg).to_json())["pre"][0].get("regions", [])
+    assert [r["offset"][0] for r in regions] == truth
+
+
 def test_hf_spec_takes_a_config_a_dict_or_a_path(tmp_path):
     d = config_dict("mistral")
     from_dict = layerinit.hf_spec(d)

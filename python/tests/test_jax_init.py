@@ -257,6 +257,46 @@ def test_grid_handler_writes_what_the_host_handler_writes(monkeypatch):
     assert all(np.array_equal(a, b) for a, b in zip(host, grid))
 
 
+REGIONS_SPEC = {
+    "name": "regions",
+    "pre": [{"name": "emb", "shape": [40, 24], "role": "embedding",
+             "regions": [{"offset": [3, 0], "shape": [1, 24], "init": {"constant": {"value": 0}}}]}],
+    "layer": {"prefix": "blocks.", "count": 4, "tensors": [
+        {"name": "w", "shape": [12, 24], "role": "linear_weight", "fan_in": 24, "fan_out": 12, "transposable": True,
+         "regions": [{"offset": [1, 2], "shape": [5, 7], "init": {"uniform": {"lo": -1, "hi": 1}}},
+                     {"offset": [4, 0], "shape": [1, 24], "init": {"constant": {"value": 0.5}}}]}]},
+}
+
+
+@pytest.mark.parametrize("target", ["layerinit_fill", "layerinit_fill_grid"])
+@pytest.mark.parametrize("orientation", ["out-in", "in-out"])
+def test_the_handlers_write_a_tensors_fill_regions(monkeypatch, target, orientation):
+    """Leaves whose tensors have fill regions (a spec's, as a Hugging Face config's zero padding row),
+    whole and stacked, as the FFI handlers make them (the host's, and the CUDA handler's path on the
+    simulated grid) from the plan's composite text: the build's bytes, regions included."""
+    plan = layerinit.plan(REGIONS_SPEC, dtype="fp32", seed=5, orientation=orientation)
+    built = layerinit.build(REGIONS_SPEC, dtype="fp32", seed=5, orientation=orientation)
+    ljax._xla()
+    monkeypatch.setattr(ljax, "_TARGET", target)
+    w = np.asarray(built["blocks.0.w"])
+    leaves = [("emb", plan.composite("emb").text, (40, 24)),
+              ("blocks.{0}.w", plan._leaf("blocks.{0}.w", [4], [4, *w.shape], "fp32").text, (4, *w.shape))]
+    assert all('"regions":' in text for _, text, _ in leaves)
+    with jax.default_device(jax.devices("cpu")[0]):
+        for name, text, shape in leaves:
+            a = ljax._Array(name=name, shape=shape, dtype="fp32", param=text)
+            a.local = shape
+            got = np.asarray(ljax._fill(a, 5))
+            if name == "emb":
+                assert np.array_equal(bits(got), bits(np.asarray(built["emb"])))
+                assert not got[3].any() and got[2].all()
+            else:
+                for layer in range(4):
+                    assert np.array_equal(bits(got[layer]), bits(np.asarray(built[f"blocks.{layer}.w"]))), layer
+                row = got[0][4] if orientation == "out-in" else got[0][:, 4]
+                assert (row == 0.5).all()
+
+
 def test_gpu_handler():
     gpus = [d for d in jax.devices() if d.platform == "gpu"] if jax.default_backend() == "gpu" else []
     if not gpus:
