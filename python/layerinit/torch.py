@@ -88,7 +88,9 @@ def _description(module: torch.nn.Module, skip: Callable[[str], bool], name: str
     (_reading) and its ties (a later name of the same Parameter); for a Megatron-core model, its
     config's init_method_std as hyper.initializer_range and its tie of the embedding and the output
     layer. The library decides roles, layers and ties. ValueError listing 0-d parameters, plain local
-    shards, and a Megatron-core model's part named as the whole (_megatron_parts)."""
+    shards, pieces of wrappers that do not say where they sit (_unplaced) and a Megatron-core model's
+    part named as the whole (_megatron_parts)."""
+    _unplaced(module)
     _megatron_parts(module)
     places = _places(module) if places is None else places
     params: list[dict[str, Any]] = []
@@ -130,6 +132,26 @@ def _description(module: torch.nn.Module, skip: Callable[[str], bool], name: str
         out["hyper"] = {"initializer_range": float(cfg.init_method_std),
                         "tie_word_embeddings": bool(getattr(module, "share_embeddings_and_output_weights", False))}
     return out
+
+
+def _unplaced(module: torch.nn.Module) -> None:
+    """ValueError naming the parameters that are pieces of a sharding wrapper which records no place
+    layerinit reads: FSDP1's FlatParameters and the views of them use_orig_params gives
+    (torch/distributed/fsdp/_flat_param.py marks both _fsdp_flattened: each rank holds a contiguous
+    run of the flattened, concatenated parameters), and DeepSpeed ZeRO-3's partitions (a parameter
+    with ds_id whose data is not its ds_shape: deepspeed/runtime/zero/partition_parameters.py keeps
+    the rank's partition in ds_tensor and an empty data)."""
+    fsdp1 = [n for n, p in module.named_parameters() if getattr(p, "_fsdp_flattened", False) is True]
+    if fsdp1:
+        raise ValueError(f"{len(fsdp1)} parameter(s) are FSDP1's flattened shards (FullyShardedDataParallel; "
+                         f"_fsdp_flattened): {_listed(fsdp1)}; call init_ before wrapping the model, or shard it with "
+                         f"FSDP2's fully_shard, whose DTensor shards init_ fills in place")
+    zero3 = [f"{n} {tuple(p.shape)} of {tuple(p.ds_shape)}" for n, p in module.named_parameters()
+             if hasattr(p, "ds_id") and tuple(p.shape) != tuple(getattr(p, "ds_shape", p.shape))]
+    if zero3:
+        raise ValueError(f"{len(zero3)} parameter(s) are DeepSpeed ZeRO-3 partitions (ds_id): {_listed(zero3)}; call "
+                         f"init_ inside deepspeed.zero.GatheredParameters(model.parameters(), modifier_rank=0), or "
+                         f"before deepspeed.zero.Init partitions them")
 
 
 def _megatron_parts(module: torch.nn.Module) -> None:

@@ -398,6 +398,25 @@ def test_a_partial_dtensor_is_refused_before_the_module_is_materialized(one_rank
     assert all(p.is_meta for p in m.parameters())
 
 
+def test_a_deepspeed_zero3_partition_is_refused_and_a_gathered_parameter_filled():
+    """DeepSpeed ZeRO-3 keeps a rank's partition in ds_tensor and leaves the parameter's data empty
+    (deepspeed/runtime/zero/partition_parameters.py: free_param, _convert_to_deepspeed_param's ds_id
+    and ds_shape; DeepSpeed is not installed here, so the parameter is made as it leaves it): init_
+    refuses it, naming it, rather than filling nothing; gathered (its data of ds_shape), it is filled."""
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    for p in m.parameters():
+        p.ds_id, p.ds_shape = id(p), list(p.shape)
+    gathered = [p.detach().clone() for p in m.parameters()]
+    m[1].weight.data = torch.empty(0)  # partitioned: this rank's elements are in ds_tensor
+    with pytest.raises(ValueError, match=r"^1 parameter\(s\) are DeepSpeed ZeRO-3 partitions \(ds_id\): 1.weight \(0,\) "
+                                         r"of \(4,\); call init_ inside deepspeed.zero.GatheredParameters"):
+        lt.init_(m, recipe="pytorch-default")
+    assert torch.equal(m[0].weight, gathered[0])
+    m[1].weight.data = torch.zeros(4)  # gathered
+    lt.init_(m, recipe="pytorch-default")
+    assert torch.all(m[1].weight == 1) and not torch.equal(m[0].weight, gathered[0])
+
+
 def test_parameters_sharing_memory_with_different_values_are_refused_naming_both():
     """Two Parameters over one storage held one tensor's values; a tie (one Parameter) is filled once."""
     m = torch.nn.Sequential(torch.nn.Linear(4, 4, bias=False), torch.nn.Linear(4, 4, bias=False))
