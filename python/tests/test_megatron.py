@@ -19,7 +19,7 @@ import layerinit  # noqa: E402
 from test_distributed import run_ranks  # noqa: E402
 
 WORKER = Path(__file__).with_name("megatron_worker.py")
-SEEDS = "0-7"  # 8 models a side: about 33k values in the smallest random tensor (the position embedding)
+SEEDS = "0-7"  # 8 models a side: 16,384 values in the smallest random tensor (the position embedding)
 TP2_SEED = 3
 
 
