@@ -23,18 +23,21 @@ namespace {
 // router.gate, the experts' stacked w1_EFD, w2_EDF, w3_EFD; MLA's wq_a, wq_b, wkv_a, wkv_b),
 // transformers (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, gate_up_proj,
 // qkv_proj; GPT-2's c_attn, c_fc, c_proj; lm_head, embed_out; DeepSeek's q_a_proj, q_b_proj,
-// kv_a_proj_with_mqa, kv_b_proj; mlp.gate beside mlp.experts), Megatron (linear_qkv, linear_proj,
-// linear_fc1, linear_fc2), GPT-NeoX (query_key_value, dense_h_to_4h, dense_4h_to_h), torch's
+// kv_a_proj_with_mqa, kv_b_proj; mlp.gate beside mlp.experts), Megatron-core 0.16 (linear_qkv,
+// linear_proj, linear_fc1, linear_fc2; multi_latent_attention.py's linear_q_proj, linear_q_down_proj,
+// linear_q_up_proj, linear_kv_down_proj, linear_kv_up_proj; models/gpt/gpt_model.py's output_layer,
+// the head), GPT-NeoX (query_key_value, dense_h_to_4h, dense_4h_to_h), torch's
 // nn.MultiheadAttention (in_proj, out_proj), Equinox's eqx.nn.MultiheadAttention (query_proj,
 // key_proj, value_proj, output_proj), BERT-like query, key, value, fc1, fc2.
-constexpr std::string_view kHeadNames[] = {"lm_head", "output", "head", "embed_out"};
+constexpr std::string_view kHeadNames[] = {"lm_head", "output", "head", "embed_out", "output_layer"};
 constexpr std::string_view kOutputNames[] = {"wo", "w2", "w2_EDF", "o_proj", "down_proj", "c_proj", "out_proj",
                                              "output_proj", "dense_4h_to_h", "fc2", "linear_proj", "linear_fc2"};
 constexpr std::string_view kInputNames[] = {
     "wq", "wk", "wv", "wqkv", "w1", "w3", "w1_EFD", "w3_EFD", "q_proj", "k_proj", "v_proj", "qkv_proj", "gate_proj",
     "up_proj", "gate_up_proj", "c_attn", "c_fc", "fc1", "query", "key", "value", "query_proj", "key_proj",
     "value_proj", "in_proj", "query_key_value", "dense_h_to_4h", "linear_qkv", "linear_fc1", "wq_a", "wq_b", "wkv_a",
-    "wkv_b", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"};
+    "wkv_b", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "linear_q_proj", "linear_q_down_proj",
+    "linear_q_up_proj", "linear_kv_down_proj", "linear_kv_up_proj"};
 // Learned positions: GPT-2's wpe, BERT's position_embeddings, ViT's pos_embed, OPT's embed_positions.
 constexpr std::string_view kPositionNames[] = {"wpe", "position_embeddings", "pos_embed", "pos_embedding",
                                                "embed_positions"};
@@ -576,9 +579,11 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
   bad_argument("recipe", recipe->name(),
                "cannot tell the fill of " + std::to_string(lacking.size() + roles.size() + depths.size() + repeats.size()) +
                    " parameter(s): " + why +
-                   "; tell it per name with a role or a fill (layerinit.jax: rules=; layerinit.torch: "
-                   "overrides= or spec=), or name the maps as the recipe's sources do (output projections "
-                   "wo, w2, o_proj, down_proj, c_proj; the head lm_head, output)" +
+                   "; tell it per name: a fill (layerinit.torch: overrides=, a name glob -> fill such as "
+                   "normal(0, 0.02); layerinit.jax: rules=, which also take a role), or a role in a spec "
+                   "(layerinit.torch: spec=, module_spec(module) with each tensor's \"role\" set), or name the maps "
+                   "as the recipe's sources do (output projections wo, w2, o_proj, down_proj, c_proj, linear_proj, "
+                   "linear_fc2; the head lm_head, output, output_layer)" +
                    (repeats.empty() ? "" : ", or make the layers with hk.layer_stack"));
 }
 

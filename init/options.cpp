@@ -39,6 +39,15 @@ auto named(const std::string& option, F&& f) -> decltype(f()) {
   }
 }
 
+bool is_role(std::string_view text) {
+  try {
+    parse_role(text);
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
 void check_pattern(const std::string& option, const std::string& pattern) {
   if (pattern.empty()) bad_argument(option, ": the pattern is empty (it would match no tensor)");
 }
@@ -51,6 +60,10 @@ Recipe checked_recipe(const OptionsText& text, OptionNames names) {
     const std::string option = name(kInitOverride, names, o);
     check_pattern(option, o.first);
     r.add_override(o.first, named(option, [&] {
+                     if (is_role(o.second))  // "give it a role", read as an override
+                       bad_argument("fill", o.second,
+                                    "is a role, and an override is a fill (e.g. normal(0,0.02)); a role is given in a "
+                                    "spec (docs/spec.md: \"role\"; layerinit.torch: spec=) or layerinit.jax's rules=");
                      FillSpec f = parse_fill(o.second);
                      validate_fill(f);  // now, with the fill's own message; each tensor's dtype when planned
                      return f;

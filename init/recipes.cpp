@@ -140,12 +140,16 @@ FillSpec torchtitan_rule(const TensorContext& c) {
   }
 }
 
-// ---- megatron: init_method_normal / scaled_init_method_normal ----
+// ---- megatron: init_method_normal / scaled_init_method_normal (docs/recipes.md, megatron-core 0.16.1) ----
 FillSpec megatron_rule(const TensorContext& c) {
   if (auto n = norm_rule(c)) return *n;
   const double s = c.model.hyper.initializer_range;  // init_method_std
   switch (c.tensor.role) {
-    case TensorRole::linear_bias: return FillSpec::constant(0.0);
+    case TensorRole::linear_bias:
+      // Router.reset_parameters (transformer/moe/router.py:67-72) draws the router's bias with init_method;
+      // every other bias is zeros (tensor_parallel/layers.py: "bias is always set to zero").
+      if (ends_with(c.tensor.name, "router.bias")) return FillSpec::normal(0.0, s);
+      return FillSpec::constant(0.0);
     case TensorRole::embedding:
     case TensorRole::position_embedding:
     case TensorRole::linear_weight:

@@ -71,6 +71,31 @@ TEST(Describe, RolesFromModuleKindsAndTheRecipesNames) {
   EXPECT_EQ(m.spec.hyper.hidden_size, 16u);  // the token embedding's width
 }
 
+// Megatron-core's GPTModel as layerinit.torch describes it (megatron/core/models/gpt/gpt_model.py,
+// transformer/attention.py, transformer/mlp.py): its parallel linears are linear maps.
+TEST(Describe, MegatronCoresNames) {
+  ModelDescription d;
+  d.parameters.push_back(param("embedding.word_embeddings.weight", {128, 16}, ModuleKind::embedding));
+  d.parameters.push_back(param("embedding.position_embeddings.weight", {32, 16}, ModuleKind::embedding));
+  for (const char* l : {"0", "1"}) {
+    const std::string p = std::string("decoder.layers.") + l + ".";
+    d.parameters.push_back(param(p + "self_attention.linear_qkv.weight", {48, 16}, ModuleKind::linear));
+    d.parameters.push_back(param(p + "self_attention.linear_proj.weight", {16, 16}, ModuleKind::linear));
+    d.parameters.push_back(param(p + "mlp.linear_fc1.weight", {32, 16}, ModuleKind::linear));
+    d.parameters.push_back(param(p + "mlp.linear_fc2.weight", {16, 32}, ModuleKind::linear));
+  }
+  d.parameters.push_back(param("decoder.final_layernorm.weight", {16}, ModuleKind::norm));
+  d.parameters.push_back(param("output_layer.weight", {128, 16}, ModuleKind::linear));
+  const DescribedModel m = describe(d);
+  EXPECT_EQ(of(m, "embedding.position_embeddings.weight").role, TensorRole::position_embedding);
+  EXPECT_EQ(of(m, "decoder.layers.1.self_attention.linear_qkv.weight").role, TensorRole::linear_weight);
+  EXPECT_EQ(of(m, "decoder.layers.1.self_attention.linear_proj.weight").role, TensorRole::output_weight);
+  EXPECT_EQ(of(m, "decoder.layers.0.mlp.linear_fc2.weight").role, TensorRole::output_weight);
+  EXPECT_EQ(of(m, "output_layer.weight").role, TensorRole::head_weight);
+  EXPECT_EQ(m.spec.num_layers, 2u);
+  EXPECT_EQ(refusal(d, "megatron"), "");
+}
+
 TEST(Describe, TheRepeatedBlockIsTheLongestRunOfIdenticalLastLayers) {
   ModelDescription d = llama_like(4);
   d.parameters[1].init = FillSpec::constant(2);  // layer 0's attention_norm differs

@@ -104,6 +104,11 @@ TEST(Options, EachBadValueIsRefusedNamingTheOption) {
        "overrides['*']: ", "fill 'normal(0, -1)' is invalid: std must be positive"},
       {[](OptionsText& t) { t.init_overrides = {{"*", "gaussian(0,1)"}}; }, "--init-override '*=gaussian(0,1)': ",
        "overrides['*']: ", "fill 'gaussian(0,1)': fill 'gaussian' is unknown (valid: constant, "},
+      // "Tell it per name with a role", read as an override: the error says where a role goes.
+      {[](OptionsText& t) { t.init_overrides = {{"*.proj.weight", "output_weight"}}; },
+       "--init-override '*.proj.weight=output_weight': ", "overrides['*.proj.weight']: ",
+       "fill 'output_weight' is a role, and an override is a fill (e.g. normal(0,0.02)); a role is given in a spec "
+       "(docs/spec.md: \"role\"; layerinit.torch: spec=) or layerinit.jax's rules="},
       {[](OptionsText& t) { t.init_overrides = {{"", "constant(1)"}}; }, "--init-override '=constant(1)': ",
        "overrides['']: ", "the pattern is empty (it would match no tensor)"},
       {[](OptionsText& t) { t.layout = "restack"; }, "--layout: ", "layout: ",

@@ -234,6 +234,10 @@ TEST(Recipes, Megatron) {
   EXPECT_EQ(fill(r, g, "transformer.wpe.weight"), FillSpec::normal(0, 0.02));
   EXPECT_EQ(fill(r, g, "mlp.c_fc.bias", 1), zero);
   EXPECT_EQ(fill(r, g, "ln_2.bias", 1), zero);
+  // Megatron-core's Router draws its bias with init_method (transformer/moe/router.py); gpt-oss names its router so.
+  const ModelSpec o = tiny("gpt_oss");
+  EXPECT_EQ(fill(r, o, "mlp.router.bias", 0), FillSpec::normal(0, 0.02));
+  EXPECT_EQ(fill(r, o, "mlp.experts.gate_up_proj_bias", 0), zero);
 }
 
 TEST(Recipes, PytorchDefaultAndEquinox) {

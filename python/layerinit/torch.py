@@ -2,24 +2,28 @@
 
 :func:`init_` gives every parameter of a module the bytes ``layerinit emit`` writes for the tensor
 of the same name: on the meta device it materializes the module first, tied weights are filled
-once, and a DTensor parameter (FSDP2 ``fully_shard``, tensor parallelism) gets its local shard
-filled at its global offset, so the values do not depend on the mesh.
+once, and a local shard (a DTensor's under FSDP2 ``fully_shard`` or tensor parallelism, an
+spmd_types shard's, a Megatron-core tensor-parallel shard's) is filled as its slice of the global
+tensor, so the values do not depend on the mesh.
 """
 from __future__ import annotations
 
+import fnmatch
+import functools
 import importlib
 import json
 import math
 import re
+import sys
 import warnings
 import weakref
 from collections.abc import Callable, Container, Mapping
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import torch
 
-from . import (Composite, ModelLike, Plan, _bool, _check_patterns, _core, _describe, _fill_text, _int, _items, _overrides,
-               _plan, _show, _str, _unwrapped, hf_spec, plan, spec as _spec)
+from . import (Composite, ModelLike, Plan, Spec, _bool, _check_patterns, _core, _describe, _fill_text, _int, _items,
+               _overrides, _plan, _show, _str, _unwrapped, hf_spec, plan, spec as _spec)
 
 __all__ = ["init_", "hf_spec", "make", "module_spec", "tensor_map", "torchtitan_spec"]
 
@@ -46,12 +50,60 @@ def _norm_like(mod: torch.nn.Module) -> bool:
     return isinstance(mod, (torch.nn.LayerNorm, torch.nn.GroupNorm)) or "Norm" in name
 
 
-def _description(module: torch.nn.Module, skip: Callable[[str], bool], name: str = "module") -> dict[str, Any]:
+def _map(fan_in: int, fan_out: int, pname: str, p: torch.Tensor) -> tuple[dict[str, Any], Optional[tuple[int, ...]]]:
+    """A linear map's parameter, stored [out, in] as nn.Linear stores it: its description fields, and
+    the whole parameter's shape (None for another parameter of the module)."""
+    d: dict[str, Any] = {"module": "linear", "fan_in": int(fan_in), "fan_out": int(fan_out)}
+    if pname == "weight" and p.dim() == 2:
+        d["storage"] = "out-in"
+    return d, {"weight": (int(fan_out), int(fan_in)), "bias": (int(fan_out),)}.get(pname)
+
+
+def _megatron(mod: Any) -> bool:
+    """Whether `mod` is Megatron-core's (or a subclass of one of its classes)."""
+    return any(c.__module__.startswith("megatron.core.") for c in type(mod).__mro__)
+
+
+def _reading(mod: torch.nn.Module, pname: str, p: torch.Tensor) -> tuple[dict[str, Any], Optional[tuple[int, ...]]]:
+    """What a parameter's own module says of it: (the description's fields: the module's kind, a map's
+    global fans and storage; the whole parameter's shape as the module declares it, or None).
+
+    nn.Linear and nn.Embedding; Megatron-core's ColumnParallelLinear and RowParallelLinear (global
+    `input_size`, `output_size`; weight [out, in]), VocabParallelEmbedding (global `num_embeddings`)
+    and MoE Router (a raw `weight` [num_moe_experts, hidden_size]), read from
+    megatron/core/tensor_parallel/layers.py and transformer/moe/router.py; norms, classes named
+    ``*Norm*`` (Megatron's WrappedTorchNorm makes a torch LayerNorm or RMSNorm, FusedLayerNorm and
+    TENorm are named so)."""
+    if isinstance(mod, torch.nn.Linear):
+        return _map(mod.in_features, mod.out_features, pname, p)
+    if isinstance(mod, torch.nn.Embedding):
+        return {"module": "embedding"}, (mod.num_embeddings, mod.embedding_dim) if pname == "weight" else None
+    if _megatron(mod):
+        layers = sys.modules.get("megatron.core.tensor_parallel.layers")
+        router = sys.modules.get("megatron.core.transformer.moe.router")
+        if layers is not None and isinstance(mod, (layers.ColumnParallelLinear, layers.RowParallelLinear)):
+            return _map(mod.input_size, mod.output_size, pname, p)
+        if layers is not None and isinstance(mod, layers.VocabParallelEmbedding):
+            return {"module": "embedding"}, (mod.num_embeddings, mod.embedding_dim) if pname == "weight" else None
+        if router is not None and isinstance(mod, router.Router):
+            return _map(mod.config.hidden_size, mod.config.num_moe_experts, pname, p)
+    if _norm_like(mod):
+        return {"module": "norm"}, None
+    return {}, None
+
+
+def _description(module: torch.nn.Module, skip: Callable[[str], bool], name: str = "module",
+                 places: Optional[dict[str, "_Place"]] = None) -> dict[str, Any]:
     """The model description (init/describe.hpp) of every parameter of `module` but those `skip`
-    names: its global shape, the kind of module that owns it (nn.Linear with its fans, stored
-    [out, in]; nn.Embedding; norms, classes named ``*Norm*``) and its ties (a later name of the same
-    Parameter). The library decides roles, layers and ties. ValueError listing 0-d parameters and
-    plain local shards."""
+    names: its global shape (`places`, default _places(module)), what its own module says of it
+    (_reading) and its ties (a later name of the same Parameter); for a Megatron-core model, its
+    config's init_method_std as hyper.initializer_range and its tie of the embedding and the output
+    layer. The library decides roles, layers and ties. ValueError listing 0-d parameters, plain local
+    shards, pieces of wrappers that do not say where they sit (_unplaced) and a Megatron-core model's
+    part named as the whole (_megatron_parts)."""
+    _unplaced(module)
+    _megatron_parts(module)
+    places = _places(module) if places is None else places
     params: list[dict[str, Any]] = []
     scalars, local_shards = [], []
     first: dict[int, str] = {}
@@ -66,19 +118,9 @@ def _description(module: torch.nn.Module, skip: Callable[[str], bool], name: str
                     scalars.append(full)
                 first.setdefault(id(p), full)
                 continue
-            shape = _global_shape(p)
-            d: dict[str, Any] = {"name": full, "shape": list(shape)}
-            declared = None  # the whole parameter's shape as its module says it
-            if isinstance(mod, torch.nn.Linear):
-                d.update(module="linear", fan_in=mod.in_features, fan_out=mod.out_features)
-                declared = {"weight": (mod.out_features, mod.in_features), "bias": (mod.out_features,)}.get(pname)
-                if pname == "weight" and p.dim() == 2:
-                    d["storage"] = "out-in"
-            elif isinstance(mod, torch.nn.Embedding):
-                d["module"] = "embedding"
-                declared = (mod.num_embeddings, mod.embedding_dim) if pname == "weight" else None
-            elif _norm_like(mod):
-                d["module"] = "norm"
+            shape = places[full].shape
+            fields, declared = _reading(mod, pname, p)
+            d: dict[str, Any] = {"name": full, "shape": list(shape), **fields}
             if declared is not None and tuple(declared) != shape and id(p) not in first:
                 local_shards.append(f"{full} {tuple(shape)} of {tuple(declared)}")
             if id(p) in first:
@@ -88,13 +130,145 @@ def _description(module: torch.nn.Module, skip: Callable[[str], bool], name: str
             params.append(d)
     if local_shards:
         raise ValueError(f"{len(local_shards)} parameter(s) hold a part of their module's weight with nothing saying "
-                         f"which (a plain tensor, not a DTensor or an spmd_types shard with its PartitionSpec): "
-                         f"{_listed(local_shards)}; call init_ on the meta device after parallelizing (torchtitan's "
-                         f"to_empty drops the PartitionSpec)")
+                         f"which (a plain tensor, not a DTensor, an spmd_types shard with its PartitionSpec or a "
+                         f"Megatron-core shard with its tensor_model_parallel attributes): {_listed(local_shards)}; call "
+                         f"init_ on the meta device after parallelizing (torchtitan's to_empty drops the PartitionSpec)")
     if scalars:
         raise ValueError(f"{len(scalars)} parameter(s) are 0-d (scalars), which layerinit does not fill: "
                          f"{_listed(scalars)}; skip them with name_map={{{scalars[0]!r}: None}} and set them yourself")
-    return {"name": name, "parameters": params}
+    out: dict[str, Any] = {"name": name, "parameters": params}
+    cfg = _megatron_config(module)
+    if cfg is not None:
+        # megatron/core/transformer/transformer_config.py: init_method_std is the std of every init method by
+        # default; gpt_model.py: a shared embedding and output layer is the embedding's one Parameter.
+        out["hyper"] = {"initializer_range": float(cfg.init_method_std),
+                        "tie_word_embeddings": bool(getattr(module, "share_embeddings_and_output_weights", False))}
+    return out
+
+
+def _unplaced(module: torch.nn.Module) -> None:
+    """ValueError naming the parameters that are pieces of a sharding wrapper which records no place
+    layerinit reads: FSDP1's FlatParameters and the views of them use_orig_params gives
+    (torch/distributed/fsdp/_flat_param.py marks both _fsdp_flattened: each rank holds a contiguous
+    run of the flattened, concatenated parameters), and DeepSpeed ZeRO-3's partitions (a parameter
+    with ds_id whose data is not its ds_shape: deepspeed/runtime/zero/partition_parameters.py keeps
+    the rank's partition in ds_tensor and an empty data)."""
+    fsdp1 = [n for n, p in module.named_parameters() if getattr(p, "_fsdp_flattened", False) is True]
+    if fsdp1:
+        raise ValueError(f"{len(fsdp1)} parameter(s) are FSDP1's flattened shards (FullyShardedDataParallel; "
+                         f"_fsdp_flattened): {_listed(fsdp1)}; call init_ before wrapping the model, or shard it with "
+                         f"FSDP2's fully_shard, whose DTensor shards init_ fills in place")
+    zero3 = [f"{n} {tuple(p.shape)} of {tuple(p.ds_shape)}" for n, p in module.named_parameters()
+             if hasattr(p, "ds_id") and tuple(p.shape) != tuple(getattr(p, "ds_shape", p.shape))]
+    if zero3:
+        raise ValueError(f"{len(zero3)} parameter(s) are DeepSpeed ZeRO-3 partitions (ds_id): {_listed(zero3)}; call "
+                         f"init_ inside deepspeed.zero.GatheredParameters(model.parameters(), modifier_rank=0), or "
+                         f"before deepspeed.zero.Init partitions them")
+
+
+def _megatron_parts(module: torch.nn.Module) -> None:
+    """ValueError when a Megatron-core model holds a part of the model under the names of the whole,
+    where layerinit would give it another part's values: a pipeline stage (a TransformerBlock whose
+    layers are not 1..config.num_layers by their layer_number: transformer_block.py numbers a stage's
+    ModuleList from 0, transformer_layer.py's layer_number counts in the whole model), or an
+    expert-parallel rank's experts (allreduce False: layers.py's ColumnParallelLinear and
+    RowParallelLinear of an expert under expert parallelism, which experts.py names by their index
+    among the rank's experts)."""
+    tb = sys.modules.get("megatron.core.transformer.transformer_block")
+    for name, block in module.named_modules():
+        if tb is None or not isinstance(block, tb.TransformerBlock):
+            continue
+        numbers = [getattr(layer, "layer_number", None) for layer in block.layers]
+        if numbers != list(range(1, block.config.num_layers + 1)):
+            held = ", ".join(str(n - 1) if isinstance(n, int) else "?" for n in numbers)
+            raise ValueError(f"Megatron-core's {name or 'model'} holds {len(numbers)} of its config's "
+                             f"{block.config.num_layers} layers (a pipeline stage: layer_number - 1 = {held}) and names "
+                             f"them from 0; layerinit names a tensor by its layer and scales output projections by the "
+                             f"depth, so they would take other layers' values: initialize at pipeline parallelism 1, or "
+                             f"pass spec= (module_spec of the model at pipeline parallelism 1) and name_map= ({name}."
+                             f"layers.i. -> {name}.layers.(layer_number - 1).)")
+    experts = [n for n, p in module.named_parameters() if getattr(p, "allreduce", True) is False]
+    if experts:
+        raise ValueError(f"{len(experts)} parameter(s) are experts only this expert-parallel rank holds (Megatron-core's "
+                         f"allreduce=False), named by their index among this rank's experts, not the model's: "
+                         f"{_listed(experts)}; initialize at expert parallelism 1, or pass spec= (module_spec of the "
+                         f"model at expert parallelism 1) and name_map= (each expert's name here -> its name in the "
+                         f"model)")
+
+
+def _megatron_config(module: torch.nn.Module) -> Optional[Any]:
+    """A Megatron-core model's TransformerConfig (`module.config`), or None."""
+    tc = sys.modules.get("megatron.core.transformer.transformer_config")
+    cfg = getattr(module, "config", None)
+    return cfg if tc is not None and isinstance(cfg, tc.TransformerConfig) else None
+
+
+# The TransformerConfig init method Megatron-core draws each role's tensors with: attention.py:354 and
+# 1271, mlp.py:126 and 146 give linear_proj and linear_fc2 output_layer_init_method and linear_qkv and
+# linear_fc1 init_method; gpt_model.py:245 the output layer init_method; language_model_embedding.py:59
+# and 73 the word and position embeddings embedding_init_method; moe/router.py:67-72 the router's
+# weight and bias init_method. Other biases are zeros (layers.py:905-907, 1224-1226).
+_MEGATRON_INIT = {"linear_weight": "init_method", "head_weight": "init_method", "router_weight": "init_method",
+                  "output_weight": "output_layer_init_method", "embedding": "embedding_init_method",
+                  "position_embedding": "embedding_init_method"}
+
+
+def _normal_std(fn: Any) -> Optional[float]:
+    """σ of functools.partial(torch.nn.init.normal_, mean=0.0, std=σ), what megatron/core/utils.py's
+    init_method_normal and scaled_init_method_normal return; None for any other function."""
+    if not (isinstance(fn, functools.partial) and fn.func is torch.nn.init.normal_ and not fn.args
+            and set(fn.keywords) <= {"mean", "std"} and fn.keywords.get("mean", 0.0) == 0):
+        return None
+    return float(fn.keywords.get("std", 1.0))
+
+
+def _megatron_fill(cfg: Any, role: str, tensor: str) -> Optional[tuple[str, Optional[str]]]:
+    """(the TransformerConfig field that decides a tensor's fill in Megatron-core, that fill as text, or
+    None where the field is a function layerinit does not read); None for a tensor whose fill no field
+    changes.
+    A norm's weight is zeros under layernorm_zero_centered_gamma (fusions/fused_layer_norm.py:122-129),
+    else ones."""
+    if role == "norm_weight":
+        return "layernorm_zero_centered_gamma", "constant(0)" if cfg.layernorm_zero_centered_gamma else "constant(1)"
+    field = _MEGATRON_INIT.get(role)
+    if role == "linear_bias" and tensor.endswith("router.bias"):
+        field = "init_method"
+    if field is None:
+        return None
+    std = _normal_std(getattr(cfg, field, None))
+    return field, None if std is None else f"normal(0, {std!r})"
+
+
+def _megatron_init_check(module: torch.nn.Module, s: Spec, described: list[dict[str, Any]], recipe: str,
+                         overrides: Optional[Mapping[str, Any]]) -> None:
+    """Recipe megatron is TransformerConfig's default init (init_method_std for init_method and
+    embedding_init_method, init_method_std / sqrt(2 L) for output_layer_init_method, norms ones):
+    ValueError listing the parameters this model's config draws otherwise (embedding_init_method_std,
+    a hybrid model's multiplier, an init method of its own, zero-centered norms) with the config's
+    fill, unless overrides= names them."""
+    cfg = _megatron_config(module)
+    if cfg is None or recipe is None or recipe.partition(":")[0] != "megatron":
+        return
+    fills = plan(s, dtype="fp32", recipe=recipe, overrides=overrides)
+    patterns = list(overrides or ())
+    wrong, suggested = [], {}
+    for e in described:
+        theirs = _megatron_fill(cfg, e["role"], e["tensor"])
+        if e["tensor"] != e["name"] or theirs is None or any(fnmatch.fnmatchcase(e["tensor"], p) for p in patterns):
+            continue
+        field, fill = theirs
+        have = fills.fill_of(e["tensor"])
+        if fill is not None and _core.Fill.parse(fill) == have:
+            continue
+        shown = fill if fill is not None else f"{getattr(cfg, field, None)!r}, which layerinit does not read"
+        wrong.append(f"{e['tensor']} (config.{field}: {shown}; the recipe's {have})")
+        if fill is not None:
+            suggested.setdefault(e["tensor"], fill)
+    if wrong:
+        example = f" such as {dict(list(suggested.items())[:2])}" if suggested else ""
+        raise ValueError(f"recipe 'megatron' is Megatron-core's default init, and this model's TransformerConfig draws "
+                         f"{len(wrong)} parameter(s) otherwise: {_listed(wrong)}; give them the config's fills with "
+                         f"overrides= (a name glob -> fill){example}")
 
 
 def _module(arg: str, v: Any) -> torch.nn.Module:
@@ -142,21 +316,27 @@ def module_spec(module: torch.nn.Module, *, name: str = "module", recipe: Option
                 skip: Callable[[str], bool] = lambda n: False) -> dict[str, Any]:
     """A JSON spec (as a dict) of any module, each parameter a tensor under its qualified name.
 
-    The module's description (each parameter's owner: ``nn.Linear`` with its fans, ``nn.Embedding``,
-    norms; its ties) goes to the library, which decides with one set of rules for every adapter
-    (docs/spec.md, "Descriptions"): a linear map's role from the names the recipes' sources use
-    (``wo``/``w2``/``o_proj``/``down_proj``/``c_proj``, ``lm_head``/``output``, ``router.gate``), layer
-    numbers from names with an integer component (the prefix holding the most parameters is the
-    layers'), a tied embedding and head as one tensor with the head's rule.
+    The module's description (each parameter's global shape and owner: ``nn.Linear`` with its fans,
+    ``nn.Embedding``, Megatron-core's parallel linears with their global fans, its
+    VocabParallelEmbedding and Router, norms; its ties; a Megatron-core config's init_method_std)
+    goes to the library, which decides with one set of rules for every adapter (docs/spec.md,
+    "Descriptions"): a linear map's role from the names the recipes' sources use
+    (``wo``/``w2``/``o_proj``/``down_proj``/``c_proj``/``linear_proj``/``linear_fc2``,
+    ``lm_head``/``output``/``output_layer``, ``router.gate``), layer numbers from names with an
+    integer component (the prefix holding the most parameters is the layers'), a tied embedding and
+    head as one tensor with the head's rule.
 
     - ``recipe``: refuse (ValueError listing them) the parameters whose fill under that recipe
-      depends on a role or layer the module does not tell, or that it has no rule for.
+      depends on a role or layer the module does not tell, or that it has no rule for; with recipe
+      megatron, those a Megatron-core model's config draws otherwise than the recipe.
     - ``skip``: names left out. A 0-d parameter is a ValueError naming it.
     """
     _module("module", module)
     if not callable(skip):
         raise ValueError(f"skip must be a function of the parameter name, got {type(skip).__name__} {_show(skip)}")
-    s, _ = _describe(_description(module, skip, _str("name", name)), recipe=recipe, overrides=overrides)
+    s, described = _describe(_description(module, skip, _str("name", name)), recipe=recipe, overrides=overrides)
+    if recipe is not None:
+        _megatron_init_check(module, s, described, recipe, overrides)
     return json.loads(s.to_json())
 
 
@@ -444,7 +624,7 @@ def torchtitan_spec(model: torch.nn.Module) -> dict[str, Any]:
     return _titan(model)[0]
 
 
-# ---- Materializing, buffers, DTensor pieces ----
+# ---- Where each local tensor sits in its parameter ----
 
 
 def _dtensor_type() -> Optional[type]:
@@ -453,6 +633,22 @@ def _dtensor_type() -> Optional[type]:
     except ImportError:  # torch without distributed
         return None
     return DTensor
+
+
+class _Place(NamedTuple):
+    """Where a local tensor sits in its parameter: the parameter's global shape, and the boxes of it
+    the local tensor holds side by side, each (offset in the local tensor, offset in the parameter,
+    shape): one box, or several for Megatron-core's strided shards. `problem` says why it is not
+    filled in place (a Partial DTensor); its boxes are then none."""
+    shape: tuple[int, ...]
+    boxes: tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]
+    problem: Optional[str] = None
+
+
+def _box(shape: tuple[int, ...], offset: tuple[int, ...], local: tuple[int, ...]) -> _Place:
+    """One box: a local tensor of shape `local` at `offset` of a parameter of `shape`."""
+    return _Place(tuple(int(d) for d in shape), ((tuple(0 for _ in local), tuple(int(o) for o in offset),
+                                                  tuple(int(d) for d in local)),))
 
 
 def _spmd_box(t: torch.Tensor) -> Optional[tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -494,37 +690,161 @@ def _spmd_box(t: torch.Tensor) -> Optional[tuple[tuple[int, ...], tuple[int, ...
     return tuple(offset), tuple(shape)
 
 
-# The attributes spmd_types keeps its annotation of a tensor in (spmd_types/_type_attr.py, runtime.py).
-_SPMD_ATTRS = ("_local_type", "_partition_spec")
-
-
-def _global_shape(t: torch.Tensor) -> tuple[int, ...]:
-    """A parameter's shape as a whole: a DTensor's, an spmd_types shard's tensor's, else its own."""
-    box = _spmd_box(t)
-    return box[1] if box is not None else tuple(int(d) for d in t.shape)
-
-
-def _local(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], tuple[int, ...]]:
-    """(local tensor, its offset, the global shape) of a plain tensor, a DTensor, or a local shard
-    spmd_types annotates."""
-    DTensor = _dtensor_type()
-    if DTensor is None or not isinstance(t, DTensor):
-        box = _spmd_box(t)  # on the Parameter itself: its .data has no annotation
-        data = t.data if isinstance(t, torch.nn.Parameter) else t
-        if box is not None:
-            return data, box[0], box[1]
-        return data, tuple(0 for _ in t.shape), tuple(t.shape)
+def _dtensor_place(t: torch.Tensor) -> _Place:
+    """A DTensor's local shard at its global offset (compute_local_shape_and_global_offset); a
+    placement other than Shard and Replicate is a problem."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
+    shape = tuple(int(d) for d in t.shape)
     for p in t.placements:
         if type(p) not in (Shard, Replicate):
-            raise ValueError(f"DTensor placement {p} is not filled in place (Shard and Replicate are)")
-    local = (t.data if isinstance(t, torch.nn.Parameter) else t)._local_tensor
-    shape, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
-    if tuple(shape) != tuple(local.shape):
-        raise ValueError(f"DTensor local shape {tuple(local.shape)} is not the piece {tuple(shape)} its placements give")
-    return local, tuple(int(o) for o in offset), tuple(t.shape)
+            return _Place(shape, (), f"DTensor placement {p} is not filled in place (Shard and Replicate are)")
+    local = _local_data(t)
+    piece, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
+    if tuple(piece) != tuple(local.shape):
+        return _Place(shape, (), f"DTensor local shape {tuple(local.shape)} is not the piece {tuple(piece)} its "
+                                 f"placements give")
+    return _box(shape, tuple(offset), tuple(piece))
+
+
+# Megatron-core's annotations of a parameter (megatron/core/tensor_parallel/layers.py:
+# set_tensor_model_parallel_attributes, _MODEL_PARALLEL_ATTRIBUTE_DEFAULTS; ColumnParallelLinear and
+# RowParallelLinear's allreduce; Router's and the norms' sequence_parallel; gpt_model.py and
+# language_module.py's embedding and output marks), which its optimizer and gradient reduction read.
+_MEGATRON_ATTRS = ("tensor_model_parallel", "partition_dim", "partition_stride", "allreduce", "sequence_parallel",
+                   "expert_tp", "is_qkv", "is_embedding_or_output_parameter", "shared", "shared_embedding",
+                   "zero_out_wgrad")
+
+
+def _megatron_place(t: torch.Tensor, tp: tuple[int, int], split: Optional[tuple[int, int]]) -> Optional[_Place]:
+    """The place of a Megatron-core tensor-parallel shard on rank `tp[0]` of `tp[1]`: split along
+    `partition_dim` with `partition_stride` as its attributes say (`tensor_model_parallel`), else as
+    its module does (`split`, _megatron_splits), the way `_initialize_affine_weight_cpu`
+    (megatron/core/tensor_parallel/layers.py) cuts the master weight: `partition_dim` is `tp[1]`
+    times the local length, split into chunks of the local length / `partition_stride`
+    (per_partition_per_stride_size), of which the rank holds chunks rank, rank + tp[1], rank + 2
+    tp[1], ... (weight_list[rank::world_size]) side by side. None for a tensor neither splits."""
+    if getattr(t, "tensor_model_parallel", False) is True:
+        split = int(getattr(t, "partition_dim", -1)), int(getattr(t, "partition_stride", 1))
+    if split is None:
+        return None
+    rank, size = tp
+    local = tuple(int(d) for d in t.shape)
+    d, stride = split
+    if not 0 <= d < len(local) or stride < 1 or local[d] % stride:
+        raise ValueError(f"a Megatron-core shard of {local} with partition_dim {d} and partition_stride {stride}: "
+                         f"not a split layerinit knows")
+    shape = local[:d] + (local[d] * size,) + local[d + 1:]
+    stride = stride if size > 1 else 1  # one rank holds every chunk, in order
+    chunk = local[d] // stride
+
+    def at(i: int) -> tuple[int, ...]:
+        return tuple(i if k == d else 0 for k in range(len(local)))
+
+    piece = local[:d] + (chunk,) + local[d + 1:]
+    return _Place(shape, tuple((at(k * chunk), at((k * size + rank) * chunk), piece) for k in range(stride)))
+
+
+def _megatron_splits(module: torch.nn.Module) -> dict[int, tuple[tuple[int, int], Optional[tuple[int, int]]]]:
+    """id(parameter) -> ((rank, size) of its Megatron-core module's tensor-parallel group, the
+    (partition_dim, partition_stride) the module splits it with, or None), for the parameters of
+    Megatron-core modules with a `tp_group`. A module's __init__ (layers.py) hands the split to
+    _initialize_affine_weight_cpu, which sets it as the weight's attributes; with
+    perform_initialization=False nothing sets them on the weight, so it is read from the module here:
+    ColumnParallelLinear splits weight and bias along 0 with its stride (what its bias's attributes
+    say, which it always sets; without a bias 1, but 2 for an MLP's linear_fc1 of a gated linear
+    unit, mlp.py:103-115), RowParallelLinear its weight along 1 (not its bias), VocabParallelEmbedding
+    its weight along 0."""
+    layers = sys.modules.get("megatron.core.tensor_parallel.layers")
+    mlp = sys.modules.get("megatron.core.transformer.mlp")
+    if layers is None:
+        return {}
+    fc1_stride: dict[int, int] = {}
+    for mod in module.modules():
+        if mlp is not None and isinstance(mod, mlp.MLP) and isinstance(getattr(mod, "linear_fc1", None), torch.nn.Module):
+            glu = bool(mod.config.gated_linear_unit) and not getattr(mod.config, "use_kitchen", False)
+            fc1_stride[id(mod.linear_fc1)] = 2 if glu else 1
+    out: dict[int, tuple[tuple[int, int], Optional[tuple[int, int]]]] = {}
+    for mod in module.modules():
+        group = _megatron_group(mod)
+        if group is None:
+            continue
+        for pname, p in mod.named_parameters(recurse=False):
+            split: Optional[tuple[int, int]] = None
+            if isinstance(mod, layers.ColumnParallelLinear):
+                bias = mod.bias if isinstance(mod.bias, torch.Tensor) else None
+                split = 0, int(getattr(bias, "partition_stride", 0) or fc1_stride.get(id(mod), 1))
+            elif isinstance(mod, layers.RowParallelLinear):
+                split = (1, 1) if pname == "weight" else None
+            elif isinstance(mod, layers.VocabParallelEmbedding):
+                split = 0, 1
+            out[id(p)] = group, split
+    return out
+
+
+def _megatron_group(mod: torch.nn.Module) -> Optional[tuple[int, int]]:
+    """(rank, size) in the tensor-parallel group a Megatron-core module splits its parameters over:
+    its `tp_group`, which its __init__ hands _initialize_affine_weight_cpu (layers.py), read as
+    megatron/core/utils.py's get_pg_rank and get_pg_size read it (None, or no torch.distributed: rank
+    0 of 1). None for a module without one."""
+    if not _megatron(mod) or not hasattr(mod, "tp_group"):
+        return None
+    import torch.distributed as dist
+
+    group = mod.tp_group
+    if group is None or not dist.is_available() or not dist.is_initialized():
+        return 0, 1
+    return int(group.rank()), int(group.size())
+
+
+def _megatron_parallel_state() -> tuple[int, int]:
+    """(rank, size) of megatron.core.parallel_state's tensor-parallel group (get_tensor_model_parallel_rank,
+    _world_size), for a marked tensor whose module has no group of its own; rank 0 of 1 before
+    initialize_model_parallel."""
+    ps = sys.modules.get("megatron.core.parallel_state")
+    if ps is None or not ps.model_parallel_is_initialized():
+        return 0, 1
+    return int(ps.get_tensor_model_parallel_rank()), int(ps.get_tensor_model_parallel_world_size())
+
+
+def _place(t: torch.Tensor, megatron: Optional[tuple[tuple[int, int], Optional[tuple[int, int]]]] = None) -> _Place:
+    """Where `t` sits in its parameter: a DTensor's shard, an spmd_types shard's box, a Megatron-core
+    shard's boxes (`megatron`: its module's group and split, _megatron_splits; else parallel_state's
+    group and the tensor's attributes), else the whole."""
+    DTensor = _dtensor_type()
+    if DTensor is not None and isinstance(t, DTensor):
+        return _dtensor_place(t)
+    box = _spmd_box(t)  # on the Parameter itself: its .data has no annotation
+    if box is not None:
+        return _box(box[1], box[0], tuple(t.shape))
+    tp, split = megatron if megatron is not None else (None, None)
+    if tp is None and getattr(t, "tensor_model_parallel", False) is True:
+        tp = _megatron_parallel_state()
+    place = _megatron_place(t, tp or (0, 1), split)
+    return place if place is not None else _box(tuple(t.shape), tuple(0 for _ in t.shape), tuple(t.shape))
+
+
+def _places(module: torch.nn.Module) -> dict[str, _Place]:
+    """The place of every parameter and buffer of `module`, under each of its names."""
+    megatron = _megatron_splits(module)
+    tensors = list(module.named_parameters(remove_duplicate=False)) + list(module.named_buffers(remove_duplicate=False))
+    return {n: _place(t, megatron.get(id(t))) for n, t in tensors}
+
+
+def _local_data(t: torch.Tensor) -> torch.Tensor:
+    """The memory a parameter or buffer's fill writes: a DTensor's local tensor, else its data."""
+    data = t.data if isinstance(t, torch.nn.Parameter) else t
+    DTensor = _dtensor_type()
+    return data._local_tensor if DTensor is not None and isinstance(data, DTensor) else data
+
+
+# Annotations that say where a tensor sits, which to_empty drops with the Parameter: spmd_types'
+# (spmd_types/_type_attr.py, runtime.py) and Megatron-core's.
+_ANNOTATIONS = ("_local_type", "_partition_spec") + _MEGATRON_ATTRS
+
+
+# ---- Materializing, buffers ----
 
 
 def _retie(module: torch.nn.Module, groups: list[list[str]]) -> None:
@@ -537,16 +857,22 @@ def _retie(module: torch.nn.Module, groups: list[list[str]]) -> None:
 
 
 def _materialize(module: torch.nn.Module, device: Optional[Union[str, torch.device]]) -> bool:
-    """to_empty on `device` (default: a DTensor's mesh device type, else "cpu") with ties kept, if
-    anything is on the meta device; whether it was."""
+    """to_empty on `device` (default: a DTensor's mesh device type, else "cpu") with ties and
+    annotations (_ANNOTATIONS) kept, if anything is on the meta device; whether it was."""
     tensors = list(module.named_parameters(remove_duplicate=False)) + list(module.named_buffers(remove_duplicate=False))
     if not any(t.is_meta for _, t in tensors):
         return False
     groups: dict[int, list[str]] = {}
     for n, p in module.named_parameters(remove_duplicate=False):
         groups.setdefault(id(p), []).append(n)
+    annotations = {n: {a: getattr(t, a) for a in _ANNOTATIONS if hasattr(t, a)} for n, t in tensors}
     module.to_empty(device=_materialized_on(module, device))
     _retie(module, [g for g in groups.values() if len(g) > 1])
+    now = dict(module.named_parameters(remove_duplicate=False))
+    now.update(module.named_buffers(remove_duplicate=False))
+    for n, attrs in annotations.items():
+        for a, v in attrs.items():
+            setattr(now[n], a, v)
     return True
 
 
@@ -569,7 +895,9 @@ def _run_on_plain_buffers(mod: torch.nn.Module, code: Callable[[], None]) -> Non
     DTensor = _dtensor_type()
     dist = {n: b for n, b in mod._buffers.items() if DTensor is not None and isinstance(b, DTensor)}
     for n, b in dist.items():
-        _local(b)  # refuses placements other than Shard and Replicate
+        problem = _dtensor_place(b).problem
+        if problem is not None:
+            raise ValueError(f"buffer {n}: {problem}")
         mod._buffers[n] = torch.empty(b.shape, dtype=b.dtype, device=b._local_tensor.device)
     try:
         code()
@@ -651,9 +979,10 @@ def _layout_problem(shape: tuple[int, ...], strides: tuple[int, ...]) -> Optiona
 
 
 def _check_targets(targets: list[tuple[str, torch.Tensor]], composites: dict[str, Composite],
-                   spmd: dict[str, Any], device: Optional[torch.device], module: torch.nn.Module) -> None:
+                   places: dict[str, _Place], device: Optional[torch.device], module: torch.nn.Module) -> None:
     """Every check init_ can refuse a parameter (or buffer) for, done on all of them before anything
-    is materialized or written: its dtype, its DTensor placements, the memory its fill writes (the
+    is materialized or written: its dtype, its place (a DTensor's placements: _Place.problem), the
+    memory its fill writes (the
     local shard's layout, as to_empty will make it for a meta tensor; its device), and that no two
     of them that hold different values share memory (tied parameters are one Parameter, filled once).
     ValueError listing them."""
@@ -664,11 +993,10 @@ def _check_targets(targets: list[tuple[str, torch.Tensor]], composites: dict[str
         if t.dtype not in _DTYPES:
             problems.append(f"{n} is {t.dtype} (layerinit fills float32, float16 and bfloat16)")
             continue
-        try:
-            local, off = (t.data, spmd[n][0][0]) if n in spmd else _local(t)[:2]
-        except ValueError as e:
-            problems.append(f"{n}: {e}")
+        if places[n].problem is not None:
+            problems.append(f"{n}: {places[n].problem}")
             continue
+        local = _local_data(t)
         if local.numel() == 0:
             continue
         if local.is_meta:
@@ -687,7 +1015,7 @@ def _check_targets(targets: list[tuple[str, torch.Tensor]], composites: dict[str
             size = local.element_size()
             start = local.storage_offset() * size
             end = start + (sum((d - 1) * st for d, st in zip(local.shape, local.stride())) + 1) * size
-            what = (composites[n], tuple(off), local.data_ptr(), tuple(local.shape), tuple(local.stride()))
+            what = (composites[n], places[n].boxes, local.data_ptr(), tuple(local.shape), tuple(local.stride()))
             regions.append(((local.device, local.untyped_storage().data_ptr()), start, end, n, what))
     if problems:
         raise ValueError(f"{len(problems)} parameter(s) layerinit cannot fill in place: {_listed(problems)}")
@@ -761,13 +1089,15 @@ def _record_own_init(module: torch.nn.Module, names: list[str]) -> dict[str, dic
     saved = [(m, dict(m._parameters), dict(m._buffers), dict(m._modules)) for m in modules]
     flags = [(m, m.__dict__["_is_hf_initialized"]) for m in modules if "_is_hf_initialized" in m.__dict__]
     stand_in: dict[Any, torch.nn.Parameter] = {}
+    places = _places(module)
     for mname, m in module.named_modules(remove_duplicate=False):
         for attr, p in list(m._parameters.items()):
             if p is None:
                 continue
-            key = f"{mname}.{attr}" if retie else id(p)
-            if key not in stand_in:
-                stand_in[key] = torch.nn.Parameter(torch.empty(_global_shape(p), dtype=p.dtype, device="meta"),
+            full = f"{mname}.{attr}" if mname else attr
+            key = full if retie else id(p)
+            if key not in stand_in:  # the whole parameter: a shard's init code is the whole tensor's
+                stand_in[key] = torch.nn.Parameter(torch.empty(places[full].shape, dtype=p.dtype, device="meta"),
                                                    requires_grad=p.requires_grad)
             m._parameters[attr] = stand_in[key]
         for attr, b in list(m._buffers.items()):  # plain meta tensors too: the code writes nothing real
@@ -923,10 +1253,11 @@ _PREPARED: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[Any, _Prepared]]" =
 
 
 def _cache_key(module: torch.nn.Module, recipe: str, seed: int, name_map: Optional[NameMap], spec: Optional[ModelLike],
-               overrides: Optional[Mapping[str, str]]) -> Optional[tuple[Any, ...]]:
+               overrides: Optional[Mapping[str, str]], places: dict[str, _Place]) -> Optional[tuple[Any, ...]]:
     """What init_'s preparation of `module` depends on, or None when it is not cached (a name_map or
     spec, which may change between calls without telling): the arguments, each parameter's and
-    buffer's name, global shape, dtype and ties, each submodule's name and type, the config's repr."""
+    buffer's name, global shape (`places`: _places(module)), dtype and ties, each submodule's name and
+    type, the config's repr."""
     if name_map is not None or spec is not None:
         return None
     try:
@@ -937,9 +1268,9 @@ def _cache_key(module: torch.nn.Module, recipe: str, seed: int, name_map: Option
     except (AttributeError, TypeError):
         return None  # _prepare says what is wrong with it
     first: dict[int, str] = {}
-    params = tuple((n, _global_shape(p), p.dtype, first.setdefault(id(p), n))
+    params = tuple((n, places[n].shape, p.dtype, first.setdefault(id(p), n))
                    for n, p in module.named_parameters(remove_duplicate=False))
-    buffers = tuple((n, _global_shape(b), b.dtype) for n, b in module.named_buffers(remove_duplicate=False))
+    buffers = tuple((n, places[n].shape, b.dtype) for n, b in module.named_buffers(remove_duplicate=False))
     modules = tuple((n, type(m)) for n, m in module.named_modules(remove_duplicate=False))
     return (recipe, seed, fills, params, buffers, modules, repr(getattr(module, "config", None)))
 
@@ -950,10 +1281,11 @@ _Prepared = tuple[dict[str, Composite], dict[str, Maker], Callable[[torch.dtype]
 
 
 def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map: Optional[NameMap], spec: Optional[ModelLike],
-             overrides: Optional[Mapping[str, str]], device: Optional[Union[str, torch.device]], strict: bool = False,
+             overrides: Optional[Mapping[str, str]], device: Optional[Union[str, torch.device]],
+             places: dict[str, _Place], strict: bool = False,
              recorded: Optional[dict[str, dict[str, Any]]] = None) -> Optional[_Prepared]:
     """init_'s checks and plans (ValueError before anything is written); None when the module has
-    nothing to fill, after materializing it."""
+    nothing to fill, after materializing it. `places`: _places(module)."""
     skip: Callable[[str], bool] = lambda n: False  # noqa: E731
     if name_map is not None:
         skip = (lambda n: name_map(n) is None) if callable(name_map) else (lambda n: n in name_map and name_map[n] is None)
@@ -974,12 +1306,13 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
             recipe is not None or module.config.model_type in _core.hf_model_types()):
         s = hf_spec(module.config)  # the family's tensors under their Hugging Face names, as emit writes them
     else:  # the module's own names (a transformers family layerinit has no spec of, under its own init)
-        description = _description(module, skip, type(module).__name__)
+        description = _description(module, skip, type(module).__name__, places)
         if not description["parameters"]:  # nothing to fill
             _materialize_and_compute(module, device, {n for n, b in module.named_buffers() if b.is_meta},
                                      _meta_params(module, ()))
             return None
-        s, _ = _describe(description, recipe=recipe, overrides=overrides)
+        s, described = _describe(description, recipe=recipe, overrides=overrides)
+        _megatron_init_check(module, s, described, recipe, overrides)
     plans: dict[str, Plan] = {}
 
     def plan_for(dtype: torch.dtype) -> Plan:
@@ -1002,7 +1335,7 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
                 if v is None:
                     makers.pop(n, None)
                 elif not (isinstance(v, str) and v == n):
-                    makers[n] = _makers([(n, _global_shape(t))], p0, spec_names, {n: v})[n]
+                    makers[n] = _makers([(n, places[n].shape)], p0, spec_names, {n: v})[n]
         entries = [(n, t) for n, t in params + list(module.named_buffers()) if n in makers]
     else:
         def named(n: str) -> bool:  # a buffer the spec names, or a name_map dict maps to a tensor
@@ -1015,7 +1348,7 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
 
         buffers = [(n, b) for n, b in module.named_buffers() if named(n)]
         entries = params + buffers
-        makers = _makers([(n, _global_shape(t)) for n, t in entries], p0, spec_names, name_map,
+        makers = _makers([(n, places[n].shape) for n, t in entries], p0, spec_names, name_map,
                          lambda n: _tensor_name(module, n))
     # Every check before anything is allocated or written: dtypes, then each parameter as a Composite
     # of its dtype's plan (its tensors, their fills in that dtype) of its global shape.
@@ -1028,7 +1361,7 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
         inits, computed = _own_inits(module, entries, makers, p0, overrides, recorded)
         s = s._with_inits(inits)
     _check_patterns(s, _overrides("overrides", overrides, _fill_text), [], strict, stacklevel=5)
-    composites = {n: _checked(n, _global_shape(t), makers[n](plan_for(t.dtype)), _DTYPES[t.dtype])
+    composites = {n: _checked(n, places[n].shape, makers[n](plan_for(t.dtype)), _DTYPES[t.dtype])
                   for n, t in entries if n in makers}
     return composites, makers, plan_for, computed
 
@@ -1067,7 +1400,8 @@ def init_(
       (Hugging Face names, mapped back through torchtitan's own state-dict adapter: fused wqkv,
       stacked experts, RoPE row order), for Hugging Face models from ``module.config``
       (:func:`hf_spec`), else from the module's own layers (:func:`module_spec`, which refuses the
-      parameters whose role or layer the recipe needs and the module's names do not tell).
+      parameters whose role or layer the recipe needs and the module's names do not tell;
+      Megatron-core's GPTModel included, with its config's ``init_method_std``).
     - ``name_map``: module name -> canonical name (a dict or a function; None skips the parameter).
       It extends the mapping layerinit infers (torchtitan's included): a name it leaves out, or maps
       to itself, keeps its inferred tensor.
@@ -1077,7 +1411,11 @@ def init_(
       transformers' ``_init_weights``), DTensor buffers on plain tensors then each rank's piece
       kept; a warning names any left uncomputed.
     - Tied parameters are filled once. A DTensor parameter's local shard is filled at its global
-      offset (Shard and Replicate placements), so the gathered tensor equals the unsharded one.
+      offset (Shard and Replicate placements), so the gathered tensor equals the unsharded one; so
+      are torchtitan's spmd_types shards and Megatron-core's tensor-parallel shards (its
+      ``tensor_model_parallel``, ``partition_dim`` and ``partition_stride`` attributes, else its
+      ColumnParallelLinear, RowParallelLinear and VocabParallelEmbedding, on the rank of the
+      module's ``tp_group``), each as the slice Megatron's own init gives the rank.
     - Buffers the spec names (a router's correction bias) are filled too.
     - All the parameters are filled by one call into the library. The plans and each parameter's
       Composite are kept with the module: init_ again with the same recipe, seed and overrides, of
@@ -1105,51 +1443,47 @@ def _init(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map: O
           strict: bool, recorded: Optional[dict[str, dict[str, Any]]] = None) -> torch.nn.Module:
     """init_ with its arguments checked; `recorded`: the own init already recorded (make)."""
     # Not cached: a recording made by make(), or strict (its check of the override globs runs each call).
-    key = None if recorded is not None or strict else _cache_key(module, recipe, seed, name_map, spec, overrides)
+    places = _places(module)  # before to_empty, which drops spmd_types' and Megatron-core's annotations
+    key = None if recorded is not None or strict else _cache_key(module, recipe, seed, name_map, spec, overrides,
+                                                                    places)
     cached = _PREPARED.get(module)
     if key is not None and cached is not None and cached[0] == key:
         prepared = cached[1]
     else:
-        prepared = _prepare(module, recipe, seed, name_map, spec, overrides, device, strict, recorded)
+        prepared = _prepare(module, recipe, seed, name_map, spec, overrides, device, places, strict, recorded)
         if prepared is None:  # nothing to fill: materialized
             return module
     hit = key is not None and cached is not None and cached[1] is prepared
     composites, makers, plan_for, computed = prepared
     entries = list(module.named_parameters()) + [(n, b) for n, b in module.named_buffers() if n in composites]
-    # spmd_types shards: their place, and their annotations, which to_empty drops with the Parameter.
-    spmd = {n: (_spmd_box(t), {a: getattr(t, a) for a in _SPMD_ATTRS if hasattr(t, a)}) for n, t in entries}
-    spmd = {n: v for n, v in spmd.items() if v[0] is not None}
-    _check_targets([(n, t) for n, t in entries if n in composites], composites, spmd, device, module)
+    _check_targets([(n, t) for n, t in entries if n in composites], composites, places, device, module)
     _materialize_and_compute(module, device, {n for n, b in module.named_buffers() if b.is_meta and n not in makers},
                              _meta_params(module, set(composites) | set(computed)))
     current = dict(module.named_parameters())
     current.update(dict(module.named_buffers()))
-    for n, (_, attrs) in spmd.items():
-        for a, v in attrs.items():
-            setattr(current[n], a, v)
     arrays, parts, offsets = [], [], []
     for n, c in composites.items():
-        t = current[n]
-        if n in spmd:
-            local, loff = t.data, spmd[n][0][0]
-        else:
-            local, loff, _ = _local(t)
+        local = _local_data(current[n])
         if local.numel() == 0:
             continue
         if c.dtype != _DTYPES.get(local.dtype):  # a buffer the model's own code made in another dtype
-            c = _checked(n, _global_shape(t), makers[n](plan_for(local.dtype)), None)
-        # The local shard is a box of the parameter: its composite fills it, whatever tensors it holds.
-        arrays.append(local.detach())
-        parts.append(c)
-        offsets.append(list(loff))
+            c = _checked(n, places[n].shape, makers[n](plan_for(local.dtype)), None)
+        # Each box of the parameter the local tensor holds is a box of its composite, whatever tensors it holds.
+        for at, offset, shape in places[n].boxes:
+            whole = len(places[n].boxes) == 1
+            arrays.append((local if whole else local[tuple(slice(a, a + k) for a, k in zip(at, shape))]).detach())
+            parts.append(c)
+            offsets.append(list(offset))
     _core.fill_composites(arrays, parts, seed, offsets, True)  # every parameter in one call
     for n, values in computed.items():  # what the model's code computes without random numbers, as it computes it
-        local, off, _ = _local(current[n])
-        local.copy_(values[tuple(slice(o, o + d) for o, d in zip(off, local.shape))])
+        local = _local_data(current[n])
+        for at, offset, shape in places[n].boxes:
+            local[tuple(slice(a, a + k) for a, k in zip(at, shape))].copy_(
+                values[tuple(slice(o, o + k) for o, k in zip(offset, shape))])
     if key is not None and not hit:
         # Under the module as it is now: the model's own code may have made buffers nothing fills
         # in another dtype than on the meta device.
-        _PREPARED[module] = (_cache_key(module, recipe, seed, name_map, spec, overrides), prepared)
+        _PREPARED[module] = (_cache_key(module, recipe, seed, name_map, spec, overrides, _places(module)), prepared)
     return module
 
 

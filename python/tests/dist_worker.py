@@ -4,7 +4,9 @@ with the unsharded build. Usage: dist_worker.py CASE... (env RANK, WORLD_SIZE, M
 shard1, mesh2d, fsdp2, buffers, run in one process group. Prints 'rank R: N tensors equal (CASE)' per case
 and exits 0, or exits 1 naming the first difference. Case `buffers`: the model given to
 distribute_module with a partition function, which also makes the rotary inv_freq buffer a
-replicated DTensor (issue 19 item 12), compared the same way, and its inv_freq with transformers'."""
+replicated DTensor (issue 19 item 12), compared the same way, and its inv_freq with transformers'. Case
+`fsdp1`: FSDP1's flattened shards, which record no place layerinit reads, refused (prints 'rank R:
+refused (fsdp1)')."""
 import os
 import sys
 
@@ -36,7 +38,30 @@ def shard_params(model, mesh, placements_for):
         setattr(model.get_submodule(owner), attr, torch.nn.Parameter(d, requires_grad=p.requires_grad))
 
 
+def fsdp1_refused(world, rank):
+    """FSDP1 flattens and shards a module's parameters (use_orig_params gives views of the flat shard):
+    init_ refuses both forms, naming them, before writing anything."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    for orig in (False, True):
+        m = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.LayerNorm(6), torch.nn.Linear(6, 4))
+        f = FullyShardedDataParallel(m, use_orig_params=orig, device_id=torch.device("cpu"))
+        before = [p.detach().clone() for p in f.parameters()]
+        try:
+            lt.init_(f, recipe="pytorch-default", seed=1)
+        except ValueError as e:
+            if not str(e).startswith(f"{6 if orig else 1} parameter(s) are FSDP1's flattened shards"):
+                raise
+        else:
+            print(f"rank {rank}: FSDP1 (use_orig_params={orig}) filled", flush=True)
+            sys.exit(1)
+        assert all(torch.equal(a, b) for a, b in zip(before, f.parameters()))
+    print(f"rank {rank}: refused (fsdp1)", flush=True)
+
+
 def check(case, world, rank):
+    if case == "fsdp1":
+        return fsdp1_refused(world, rank)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config("llama-tiny", **CONFIG)).to(torch.bfloat16)
     if case == "buffers":

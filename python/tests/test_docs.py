@@ -15,7 +15,8 @@ REGIONS = [(path, region, code) for path, region, code in BLOCKS if path]
 
 
 def test_the_page_has_its_examples():
-    assert len(EXAMPLES) == 9  # composites, torchtitan, FSDP2, transformers, zero-copy, Haiku, JAX build, verify, NumPy
+    assert len(EXAMPLES) == 10  # composites, torchtitan, Megatron-core, FSDP2, transformers, zero-copy, Haiku, JAX build,
+    # verify, NumPy
     assert [r for _, r, _ in REGIONS] == ["mlp", "init", "nnx", "linen", "spec", "sharded", "multihost"]  # Equinox, NNX, linen, sharded, multi-host
 
 
@@ -23,6 +24,8 @@ def test_the_page_has_its_examples():
 def test_example_runs(index, tmp_path):
     if "torchtitan" in EXAMPLES[index]:
         pytest.importorskip("torchtitan", reason="torchtitan is not installed (scripts/python-test-env installs it)")
+    if "megatron" in EXAMPLES[index]:
+        pytest.importorskip("megatron.core", reason="megatron-core is not installed (scripts/python-test-env installs it)")
     r = subprocess.run([sys.executable, "-c", EXAMPLES[index]], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"docs/python.md example {index + 1}:\n{EXAMPLES[index]}\n{r.stderr[-3000:]}"
 

@@ -227,6 +227,41 @@ def test_a_role_the_recipe_needs_and_the_names_do_not_tell_is_refused():
     assert not any(p.is_meta for p in m.parameters())
 
 
+def test_each_way_the_refusal_names_works():
+    """Issue 39: the refusal said "tell it per name with a role or a fill (layerinit.jax: rules=;
+    layerinit.torch: overrides= or spec=)", and a role given with overrides= failed with "fill
+    'output_weight' cannot be parsed". Each way it names now works, and a role in overrides= says
+    where a role goes."""
+    with torch.device("meta"):
+        m = TitanStyle(extra="proj")
+    with pytest.raises(ValueError) as refusal:
+        lt.init_(m, recipe="torchtitan")
+    assert ("; tell it per name: a fill (layerinit.torch: overrides=, a name glob -> fill such as normal(0, 0.02); "
+            "layerinit.jax: rules=, which also take a role), or a role in a spec (layerinit.torch: spec=, "
+            "module_spec(module) with each tensor's \"role\" set), or name the maps") in str(refusal.value)
+    # A fill per name.
+    lt.init_(m, recipe="torchtitan", seed=2, overrides={"*.proj.weight": "normal(0, 0.01)"})
+    proj = torch.cat([m.layers[str(i)].feed_forward.proj.weight.detach().flatten() for i in range(4)])
+    assert abs(float(proj.std()) / 0.01 - 1) < 0.05  # 4096 values: the std's standard error is 1.1%
+    # A role in the spec module_spec gives: proj an output projection, with wo's depth-scaled fill.
+    spec = lt.module_spec(m)
+    for t in spec["layer"]["tensors"]:
+        if t["name"] == "feed_forward.proj.weight":
+            t["role"] = "output_weight"
+    lt.init_(m, recipe="torchtitan", seed=2, spec=spec)
+    plan = layerinit.plan(spec, recipe="torchtitan", dtype="fp32")
+    ref = layerinit.build(spec, recipe="torchtitan", seed=2, dtype="fp32")
+    for i in range(4):
+        name = f"layers.{i}.feed_forward.proj.weight"
+        assert plan.fill_of(name) == plan.fill_of(f"layers.{i}.attention.wo.weight"), i
+        assert same(m.get_parameter(name).detach(), torch.from_dlpack(ref[name])), name
+    # A role given as an override.
+    with pytest.raises(ValueError, match=r"^overrides\['\*.proj.weight'\]: fill 'output_weight' is a role, and an "
+                                         r"override is a fill \(e.g. normal\(0,0.02\)\); a role is given in a spec "
+                                         r"\(docs/spec.md: \"role\"; layerinit.torch: spec=\) or layerinit.jax's rules=$"):
+        lt.init_(m, recipe="torchtitan", overrides={"*.proj.weight": "output_weight"})
+
+
 def test_a_layer_the_recipe_needs_and_the_names_do_not_tell_is_refused():
     with torch.device("meta"):
         m = TitanStyle()
@@ -368,6 +403,25 @@ def test_a_partial_dtensor_is_refused_before_the_module_is_materialized(one_rank
                                          r"P\(sum\) is not filled in place \(Shard and Replicate are\)$"):
         lt.init_(m, recipe="pytorch-default")
     assert all(p.is_meta for p in m.parameters())
+
+
+def test_a_deepspeed_zero3_partition_is_refused_and_a_gathered_parameter_filled():
+    """DeepSpeed ZeRO-3 keeps a rank's partition in ds_tensor and leaves the parameter's data empty
+    (deepspeed/runtime/zero/partition_parameters.py: free_param, _convert_to_deepspeed_param's ds_id
+    and ds_shape; DeepSpeed is not installed here, so the parameter is made as it leaves it): init_
+    refuses it, naming it, rather than filling nothing; gathered (its data of ds_shape), it is filled."""
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    for p in m.parameters():
+        p.ds_id, p.ds_shape = id(p), list(p.shape)
+    gathered = [p.detach().clone() for p in m.parameters()]
+    m[1].weight.data = torch.empty(0)  # partitioned: this rank's elements are in ds_tensor
+    with pytest.raises(ValueError, match=r"^1 parameter\(s\) are DeepSpeed ZeRO-3 partitions \(ds_id\): 1.weight \(0,\) "
+                                         r"of \(4,\); call init_ inside deepspeed.zero.GatheredParameters"):
+        lt.init_(m, recipe="pytorch-default")
+    assert torch.equal(m[0].weight, gathered[0])
+    m[1].weight.data = torch.zeros(4)  # gathered
+    lt.init_(m, recipe="pytorch-default")
+    assert torch.all(m[1].weight == 1) and not torch.equal(m[0].weight, gathered[0])
 
 
 def test_parameters_sharing_memory_with_different_values_are_refused_naming_both():
