@@ -1391,7 +1391,8 @@ def init_(
       which says what each parameter holds. What no fill says (``orthogonal_``, ``sparse_``, a
       parameter its code never writes, values copied from data) is refused, all of it in one
       ValueError naming each parameter and the op seen, before anything is written; ``overrides``
-      tell those. A model whose constructor alone initializes it: :func:`make`.
+      tell those. A model whose constructor alone initializes it: :func:`make`; a Megatron-core model
+      already built: its config's init (recipe "megatron", which reads ``init_method_std``).
     - ``recipe``: the values ``layerinit emit --recipe RECIPE --seed SEED`` writes for each tensor;
       with ``spec`` and no recipe, the spec's values under recipe "hf" (``layerinit emit --spec``).
 
@@ -1433,7 +1434,13 @@ def init_(
     name_map = _name_map(name_map)
     device = _device(device)
     # A spec given names the values: its recipe's (hf unless told), as `layerinit emit --spec` writes them.
-    recipe = ("hf" if spec is not None else None) if recipe is None else _str("recipe", recipe)
+    # A Megatron-core model already built ran its init in its constructor, which no code can run again:
+    # its config's init (recipe megatron, init_method_std and the output layers' scaling; make() records
+    # the constructor itself).
+    if recipe is None:
+        recipe = "hf" if spec is not None else "megatron" if _megatron_config(module) is not None else None
+    else:
+        recipe = _str("recipe", recipe)
     seed = _int("seed", seed)
     return _init(module, recipe, seed, name_map, spec, device, overrides, _bool("strict", strict))
 

@@ -14,6 +14,11 @@ Cases:
   - bare: construction with perform_initialization=False (no tensor_model_parallel attributes on the
     weights), then init_;
   - meta: construction on the meta device, then init_ (to_empty, annotations kept);
+  - made: layerinit.torch.make(lambda: construction, seed=s): Megatron-core's own init recorded on the
+    meta device (its init_method and output_layer_init_method on the master weight, this rank's slice
+    copied in), then filled;
+  - default: the construction of own, then init_(seed=s) with no recipe (a built Megatron-core model:
+    its config's init);
   all but own with "spec", the spec init_ filled the model from (module_spec).
   MODEL is gpt (GELU MLP with biases, learned positions, LayerNorm, untied output layer, fp32) or
   swiglu (gated linear unit: linear_fc1 split with partition_stride 2, RMSNorm, no biases, RoPE, the
@@ -91,6 +96,10 @@ def filled(kind, how, seed):
     if how == "own":
         torch.manual_seed(seed)
         return model(kind, True)
+    if how == "made":
+        return lt.make(lambda: model(kind, True), seed=seed)
+    if how == "default":
+        return lt.init_(model(kind, True), seed=seed)
     if how == "meta":
         with torch.device("meta"):
             m = model(kind, False)

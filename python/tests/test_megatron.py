@@ -35,13 +35,14 @@ def run(tmp, world, cases):
 @pytest.fixture(scope="module")
 def tp1(tmp_path_factory):
     cases = [f"{kind}:{how}:{SEEDS}" for kind in ("gpt", "swiglu") for how in ("own", "ours")]
+    cases += [f"{kind}:{how}:{TP2_SEED}" for kind in ("gpt", "swiglu") for how in ("made", "default")]
     got = run(tmp_path_factory.mktemp("megatron-tp1"), 1, cases)
     return {tuple(c.split(":")[:2]): v[0] for c, v in got.items()}
 
 
 @pytest.fixture(scope="module")
 def tp2(tmp_path_factory):
-    cases = [f"{kind}:{how}:{TP2_SEED}" for kind in ("gpt", "swiglu") for how in ("ours", "bare", "meta")]
+    cases = [f"{kind}:{how}:{TP2_SEED}" for kind in ("gpt", "swiglu") for how in ("ours", "bare", "meta", "made")]
     got = run(tmp_path_factory.mktemp("megatron-tp2"), 2, cases + ["refusals"])
     return {tuple(c.split(":")[:2]) if c != "refusals" else c: v for c, v in got.items()}
 
@@ -134,13 +135,29 @@ def test_same_distribution_as_megatrons_own_init(kind, tp1):
           f"{worst[2]:.2f} (bounds {Z}, {Z}, 1)")
 
 
-@pytest.mark.parametrize("how", ["ours", "bare", "meta"])
+@pytest.mark.parametrize("kind", ["gpt", "swiglu"])
+def test_megatrons_own_init_recorded_is_its_config_bitwise(kind, tp1):
+    """make(lambda: GPTModel(...)) records Megatron-core's construction (init_method on each master
+    weight, output_layer_init_method on linear_proj and linear_fc2, the embeddings re-drawn, norms and
+    biases) and fills what it read: every parameter equals recipe megatron's, which reads the config,
+    bitwise; so does init_ with no recipe of a model Megatron-core already built. Ties are kept."""
+    want = tensors(tp1[(kind, "ours")][TP2_SEED])
+    for how in ("made", "default"):
+        got = tp1[(kind, how)][TP2_SEED]
+        assert tensors(got).keys() == want.keys(), how
+        for name, t in want.items():
+            assert torch.equal(bits(got[name]), bits(t)), (how, name)
+        assert got["ties"] == tp1[(kind, "ours")][TP2_SEED]["ties"], how
+
+
+@pytest.mark.parametrize("how", ["ours", "bare", "meta", "made"])
 @pytest.mark.parametrize("kind", ["gpt", "swiglu"])
 def test_tensor_parallel_shards_are_slices_of_the_whole(kind, how, tp1, tp2):
     """At tp 2, rank r holds chunks r, r + 2, ... of the tp 1 tensor cut into 2 * partition_stride
     chunks along partition_dim (_initialize_affine_weight_cpu), bitwise: ours (built with
     perform_initialization, so with tensor_model_parallel attributes), bare (without: the split read
-    from the module) and meta (to_empty, then the attributes put back)."""
+    from the module), meta (to_empty, then the attributes put back) and made (Megatron's own init of
+    this rank's slice recorded by make())."""
     whole = tp1[(kind, "ours")][TP2_SEED]
     ranks = [r[TP2_SEED] for r in tp2[(kind, how)]]
     split = 0
@@ -158,7 +175,7 @@ def test_tensor_parallel_shards_are_slices_of_the_whole(kind, how, tp1, tp2):
         if not torch.all(full == 0):
             assert not torch.equal(shards[0], shards[1]), name  # issue 39: both ranks held the same units
             split += 1
-        if how == "ours" or name.endswith(".bias"):  # Megatron marks a weight only when it initializes it
+        if how in ("ours", "made") or name.endswith(".bias"):  # Megatron marks a weight only when it initializes it
             assert ranks[0]["attrs"][name] == {"tensor_model_parallel": True, "partition_dim": dim,
                                                "partition_stride": stride}, name
     assert split == (10 if kind == "gpt" else 9)  # the embedding, the output layer, 4 maps a layer
