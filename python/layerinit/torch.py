@@ -118,7 +118,7 @@ def _description(module: torch.nn.Module, skip: Callable[[str], bool], name: str
                     scalars.append(full)
                 first.setdefault(id(p), full)
                 continue
-            shape = places[full].shape
+            shape = places[real].shape
             fields, declared = _reading(mod, pname, p)
             d: dict[str, Any] = {"name": full, "shape": list(shape), **fields}
             if declared is not None and tuple(declared) != shape and id(p) not in first:
