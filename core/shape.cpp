@@ -32,6 +32,42 @@ bool Box::empty() const {
 
 Box whole_box(const Shape& global) { return {Shape(global.size(), 0), global}; }
 
+std::optional<Box> intersect(const Box& a, const Box& b) {
+  Box out = a;
+  for (std::size_t d = 0; d < a.shape.size(); ++d) {
+    const std::uint64_t lo = std::max(a.offset[d], b.offset[d]);
+    const std::uint64_t hi = std::min(a.offset[d] + a.shape[d], b.offset[d] + b.shape[d]);
+    if (lo >= hi) return std::nullopt;
+    out.offset[d] = lo;
+    out.shape[d] = hi - lo;
+  }
+  return out;
+}
+
+std::vector<Box> subtract(const Box& a, const Box& b) {
+  const auto in = intersect(a, b);
+  if (!in) return {a};
+  std::vector<Box> out;
+  Box rest = a;
+  for (std::size_t d = 0; d < a.shape.size(); ++d) {
+    const std::uint64_t lo = in->offset[d], hi = lo + in->shape[d], end = rest.offset[d] + rest.shape[d];
+    if (rest.offset[d] < lo) {
+      Box below = rest;
+      below.shape[d] = lo - rest.offset[d];
+      out.push_back(below);
+    }
+    if (hi < end) {
+      Box above = rest;
+      above.offset[d] = hi;
+      above.shape[d] = end - hi;
+      out.push_back(above);
+    }
+    rest.offset[d] = lo;
+    rest.shape[d] = in->shape[d];
+  }
+  return out;
+}
+
 std::string shape_string(const Shape& s) {
   std::string out = "[";
   for (std::size_t i = 0; i < s.size(); ++i) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,12 @@ struct LAYERINIT_API Box {
   bool operator==(const Box&) const = default;
 };
 LAYERINIT_API Box whole_box(const Shape& global);  // offset 0, the global shape
+// a and b's common box (boxes of one rank), when it holds an element.
+LAYERINIT_API std::optional<Box> intersect(const Box& a, const Box& b);
+// a without b as disjoint boxes, cut dimension by dimension, outermost first: the slabs of a below and
+// above b in dimension 0, then beside it in dimension 1 within b's rows, ... (so parts keep long runs).
+// {a} when they do not meet, nothing when b covers a.
+LAYERINIT_API std::vector<Box> subtract(const Box& a, const Box& b);
 
 // Counts of elements and bytes past 2^64: checked_* throw std::overflow_error("<what> overflows 64
 // bits"); saturating_* stop at 2^64 - 1, for estimates that only need to exceed any real limit.

@@ -106,19 +106,6 @@ struct Cut {
   std::size_t fill = 0;
 };
 
-// a and b's common box, when it holds an element.
-bool intersect(const Box& a, const Box& b, Box& out) {
-  out = a;
-  for (std::size_t d = 0; d < a.shape.size(); ++d) {
-    const std::uint64_t lo = std::max(a.offset[d], b.offset[d]);
-    const std::uint64_t hi = std::min(a.offset[d] + a.shape[d], b.offset[d] + b.shape[d]);
-    if (lo >= hi) return false;
-    out.offset[d] = lo;
-    out.shape[d] = hi - lo;
-  }
-  return true;
-}
-
 // `box` as disjoint parts, each with the fill that wins there: the regions from the last (which wins
 // over all before it), each taking its part of what no later region took; what is left has the
 // tensor's fill. A box less a region is cut dimension by dimension, outermost first (the rows above
@@ -129,29 +116,8 @@ std::vector<Cut> cut(const Box& box, const std::vector<RegionParams>& regions) {
   for (std::size_t r = regions.size(); r-- > 0;) {
     std::vector<Box> left;
     for (const Box& b : rest) {
-      Box in;
-      if (!intersect(b, regions[r].box, in)) {
-        left.push_back(b);
-        continue;
-      }
-      out.push_back({in, r + 1});
-      Box cur = b;
-      for (std::size_t d = 0; d < b.shape.size(); ++d) {
-        const std::uint64_t lo = in.offset[d], hi = lo + in.shape[d], end = cur.offset[d] + cur.shape[d];
-        if (cur.offset[d] < lo) {
-          Box below = cur;
-          below.shape[d] = lo - cur.offset[d];
-          left.push_back(below);
-        }
-        if (hi < end) {
-          Box above = cur;
-          above.offset[d] = hi;
-          above.shape[d] = end - hi;
-          left.push_back(above);
-        }
-        cur.offset[d] = lo;
-        cur.shape[d] = in.shape[d];
-      }
+      if (const auto in = intersect(b, regions[r].box)) out.push_back({*in, r + 1});
+      for (Box& part : subtract(b, regions[r].box)) left.push_back(std::move(part));
     }
     rest = std::move(left);
   }

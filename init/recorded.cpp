@@ -20,58 +20,14 @@ namespace {
 
 constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 
-struct Box {
-  Shape off, ext;
-};
+bool is_empty(const Box& b) { return b.empty(); }
 
-bool is_empty(const Box& b) {
-  return std::any_of(b.ext.begin(), b.ext.end(), [](std::uint64_t e) { return e == 0; });
-}
-
-std::uint64_t count(const Box& b) { return numel(b.ext); }
-
-std::optional<Box> intersect(const Box& a, const Box& b) {
-  Box out{a.off, a.ext};
-  for (std::size_t d = 0; d < a.off.size(); ++d) {
-    const std::uint64_t lo = std::max(a.off[d], b.off[d]);
-    const std::uint64_t hi = std::min(a.off[d] + a.ext[d], b.off[d] + b.ext[d]);
-    if (lo >= hi) return std::nullopt;
-    out.off[d] = lo;
-    out.ext[d] = hi - lo;
-  }
-  return out;
-}
-
-// a without b, as disjoint boxes: per dimension, the slabs of what is left below and above b.
-std::vector<Box> subtract(const Box& a, const Box& b) {
-  std::vector<Box> out;
-  Box rest = a;
-  for (std::size_t d = 0; d < a.off.size(); ++d) {
-    const std::uint64_t end = rest.off[d] + rest.ext[d];
-    const std::uint64_t lo = std::max(rest.off[d], b.off[d]);
-    const std::uint64_t hi = std::min(end, b.off[d] + b.ext[d]);
-    if (lo >= hi) return {a};
-    if (rest.off[d] < lo) {
-      Box below = rest;
-      below.ext[d] = lo - rest.off[d];
-      out.push_back(below);
-    }
-    if (hi < end) {
-      Box above = rest;
-      above.off[d] = hi;
-      above.ext[d] = end - hi;
-      out.push_back(above);
-    }
-    rest.off[d] = lo;
-    rest.ext[d] = hi - lo;
-  }
-  return out;
-}
+std::uint64_t count(const Box& b) { return b.numel(); }
 
 // Row-major strides of a box's extents.
 Shape box_strides(const Box& b) {
-  Shape st(b.ext.size(), 1);
-  for (std::size_t d = b.ext.size(); d-- > 1;) st[d - 1] = st[d] * b.ext[d];
+  Shape st(b.shape.size(), 1);
+  for (std::size_t d = b.shape.size(); d-- > 1;) st[d - 1] = st[d] * b.shape[d];
   return st;
 }
 
@@ -81,15 +37,15 @@ std::optional<Box> run_box(const Box& outer, std::uint64_t start, std::uint64_t 
   const Shape st = box_strides(outer);
   for (std::size_t j = 0; j < st.size(); ++j) {
     if (count % st[j] != 0 || start % st[j] != 0) continue;
-    const std::uint64_t first = (start / st[j]) % outer.ext[j], m = count / st[j];
-    if (first + m > outer.ext[j]) continue;
+    const std::uint64_t first = (start / st[j]) % outer.shape[j], m = count / st[j];
+    if (first + m > outer.shape[j]) continue;
     Box b = outer;
     for (std::size_t d = 0; d < j; ++d) {
-      b.off[d] = outer.off[d] + (start / st[d]) % outer.ext[d];
-      b.ext[d] = 1;
+      b.offset[d] = outer.offset[d] + (start / st[d]) % outer.shape[d];
+      b.shape[d] = 1;
     }
-    b.off[j] = outer.off[j] + first;
-    b.ext[j] = m;
+    b.offset[j] = outer.offset[j] + first;
+    b.shape[j] = m;
     return b;
   }
   return std::nullopt;
@@ -100,23 +56,23 @@ std::optional<Box> run_box(const Box& outer, std::uint64_t start, std::uint64_t 
 std::optional<std::vector<std::pair<std::uint64_t, std::uint64_t>>> runs_of(const Box& outer, const Box& inner,
                                                                             std::uint64_t limit) {
   const Shape st = box_strides(outer);
-  const std::size_t n = inner.ext.size();
+  const std::size_t n = inner.shape.size();
   std::size_t k = n;  // dimensions after k are whole in `inner`
-  while (k > 0 && inner.ext[k - 1] == outer.ext[k - 1]) --k;
+  while (k > 0 && inner.shape[k - 1] == outer.shape[k - 1]) --k;
   if (k == 0) return std::vector<std::pair<std::uint64_t, std::uint64_t>>{{0, count(inner)}};
   const std::size_t partial = k - 1;  // the last partial dimension: one run per index of the ones before it
-  const std::uint64_t length = inner.ext[partial] * st[partial];
+  const std::uint64_t length = inner.shape[partial] * st[partial];
   std::uint64_t runs = 1;
-  for (std::size_t d = 0; d < partial; ++d) runs *= inner.ext[d];
+  for (std::size_t d = 0; d < partial; ++d) runs *= inner.shape[d];
   if (runs > limit) return std::nullopt;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
   Shape idx(partial, 0);
   for (std::uint64_t r = 0; r < runs; ++r) {
-    std::uint64_t start = (inner.off[partial] - outer.off[partial]) * st[partial];
-    for (std::size_t d = 0; d < partial; ++d) start += (inner.off[d] - outer.off[d] + idx[d]) * st[d];
+    std::uint64_t start = (inner.offset[partial] - outer.offset[partial]) * st[partial];
+    for (std::size_t d = 0; d < partial; ++d) start += (inner.offset[d] - outer.offset[d] + idx[d]) * st[d];
     out.push_back({start, length});
     for (std::size_t d = partial; d-- > 0;) {
-      if (++idx[d] < inner.ext[d]) break;
+      if (++idx[d] < inner.shape[d]) break;
       idx[d] = 0;
     }
   }
@@ -125,8 +81,8 @@ std::optional<std::vector<std::pair<std::uint64_t, std::uint64_t>>> runs_of(cons
 
 std::string box_text(const Box& b) {
   std::string s;
-  for (std::size_t d = 0; d < b.off.size(); ++d)
-    s += (d ? ", " : "") + std::to_string(b.off[d]) + ":" + std::to_string(b.off[d] + b.ext[d]);
+  for (std::size_t d = 0; d < b.offset.size(); ++d)
+    s += (d ? ", " : "") + std::to_string(b.offset[d]) + ":" + std::to_string(b.offset[d] + b.shape[d]);
   return "[" + s + "]";
 }
 
@@ -172,8 +128,8 @@ Dist narrowed(const Dist& d, const Box& sub) {
   Dist out = d;
   if (placed_kind(d.kind)) {
     out.frame_box = sub;
-    for (std::size_t k = 0; k < sub.off.size(); ++k)
-      out.frame_box.off[k] = static_cast<std::uint64_t>(static_cast<std::int64_t>(sub.off[k]) + d.shift[k]);
+    for (std::size_t k = 0; k < sub.offset.size(); ++k)
+      out.frame_box.offset[k] = static_cast<std::uint64_t>(static_cast<std::int64_t>(sub.offset[k]) + d.shift[k]);
     if (d.frame == d.origin) out.origin_box = out.frame_box;
   }
   return out;
@@ -187,9 +143,9 @@ Dist placed(Dist d, const Box& to, bool same_rank, std::size_t frame) {
     d.frame = frame;
     d.frame_box = to;
   }
-  d.shift.assign(to.off.size(), 0);
-  for (std::size_t k = 0; k < to.off.size(); ++k)
-    d.shift[k] = static_cast<std::int64_t>(d.frame_box.off[k]) - static_cast<std::int64_t>(to.off[k]);
+  d.shift.assign(to.offset.size(), 0);
+  for (std::size_t k = 0; k < to.offset.size(); ++k)
+    d.shift[k] = static_cast<std::int64_t>(d.frame_box.offset[k]) - static_cast<std::int64_t>(to.offset[k]);
   return d;
 }
 
@@ -249,15 +205,24 @@ Dist transformed(const Dist& in, const RecordedWrite& w) {
   if (d.kind == Kind::copy) return none(op_text(w) + " of values copied from another parameter");
   if (d.kind == Kind::data) return none(op_text(w) + " of values computed from data");
   double* p = d.p;
-  auto scale = [&](double c) {
+  // Times c, or divided by c (each as torch computes it): the interval of a negative c mirrored.
+  auto scale = [&](double c, bool divide) {
+    const auto by = [&](double x, double k) { return divide ? x / k : x * k; };
+    const double m = std::fabs(c);
     switch (d.kind) {
-      case Kind::constant: p[0] *= c; break;
-      case Kind::normal: p[0] *= c; p[1] *= std::fabs(c); break;
-      case Kind::uniform: p[0] *= c; p[1] *= c; if (p[0] > p[1]) std::swap(p[0], p[1]); break;
-      case Kind::trunc: p[0] *= c; p[1] *= std::fabs(c); p[2] *= c; p[3] *= c; if (p[2] > p[3]) std::swap(p[2], p[3]); break;
+      case Kind::constant: p[0] = by(p[0], c); break;
+      case Kind::normal: p[0] = by(p[0], c); p[1] = by(p[1], m); break;
+      case Kind::uniform: p[0] = by(p[0], c); p[1] = by(p[1], c); if (p[0] > p[1]) std::swap(p[0], p[1]); break;
+      case Kind::trunc:
+        p[0] = by(p[0], c);
+        p[1] = by(p[1], m);
+        p[2] = by(p[2], c);
+        p[3] = by(p[3], c);
+        if (p[2] > p[3]) std::swap(p[2], p[3]);
+        break;
       case Kind::erfinv:
-        p[2] *= c;
-        p[3] *= c;
+        p[2] = by(p[2], c);
+        p[3] = by(p[3], c);
         if (p[2] < 0) {  // erfinv is odd: a negative scale is the mirrored interval
           p[2] = -p[2];
           std::swap(p[0], p[1]);
@@ -267,28 +232,9 @@ Dist transformed(const Dist& in, const RecordedWrite& w) {
         break;
       default: break;
     }
-    if (c == 0) {
+    if (c == 0 && !divide) {
       d = Dist{};
       d.kind = Kind::constant;
-    }
-  };
-  auto divide = [&](double c) {
-    switch (d.kind) {
-      case Kind::constant: p[0] /= c; break;
-      case Kind::normal: p[0] /= c; p[1] /= std::fabs(c); break;
-      case Kind::uniform: p[0] /= c; p[1] /= c; if (p[0] > p[1]) std::swap(p[0], p[1]); break;
-      case Kind::trunc: p[0] /= c; p[1] /= std::fabs(c); p[2] /= c; p[3] /= c; if (p[2] > p[3]) std::swap(p[2], p[3]); break;
-      case Kind::erfinv:
-        p[2] /= c;
-        p[3] /= c;
-        if (p[2] < 0) {
-          p[2] = -p[2];
-          std::swap(p[0], p[1]);
-          p[0] = -p[0];
-          p[1] = -p[1];
-        }
-        break;
-      default: break;
     }
   };
   auto shift = [&](double c) {
@@ -301,12 +247,12 @@ Dist transformed(const Dist& in, const RecordedWrite& w) {
     }
   };
   if (op == "mul") {
-    scale(w.args[0]);
+    scale(w.args[0], false);
   } else if (op == "div") {
     if (w.args[0] == 0) return none(op_text(w) + " by 0");
-    divide(w.args[0]);
+    scale(w.args[0], true);
   } else if (op == "neg") {
-    scale(-1);
+    scale(-1, false);
   } else if (op == "add") {
     shift(w.args[0]);
   } else if (op == "erfinv") {
@@ -439,16 +385,16 @@ class Replay {
       if (random(d.kind)) {
         d.origin = d.frame = i;
         d.origin_box = d.frame_box = b;
-        d.shift.assign(b.off.size(), 0);
+        d.shift.assign(b.offset.size(), 0);
       }
       put(w.tensor, b, {{b, d}});
     } else if (w.op == "data") {
       d.kind = Kind::data;
       d.src = static_cast<std::size_t>(w.args[0]);
       d.frame = i;
-      d.frame_box = Box{Shape(b.off.size(), 0), b.ext};  // element i of the box is element i of the data
-      d.shift.assign(b.off.size(), 0);
-      for (std::size_t k = 0; k < b.off.size(); ++k) d.shift[k] = -static_cast<std::int64_t>(b.off[k]);
+      d.frame_box = Box{Shape(b.offset.size(), 0), b.shape};  // element i of the box is element i of the data
+      d.shift.assign(b.offset.size(), 0);
+      for (std::size_t k = 0; k < b.offset.size(); ++k) d.shift[k] = -static_cast<std::int64_t>(b.offset[k]);
       put(w.tensor, b, {{b, d}});
     } else if (w.op == "fill") {
       d.kind = Kind::constant;
@@ -476,7 +422,7 @@ class Replay {
     const std::string from_name = named ? quote(r_.tensors[w.from].name) : "a temporary";
     if (count(src) != count(dst)) {  // a broadcast: one value repeated, or values repeated
       if (count(dst) % std::max<std::uint64_t>(count(src), 1) != 0)
-        bad_argument(where + ".from_shape", shape_string(src.ext),
+        bad_argument(where + ".from_shape", shape_string(src.shape),
                      "has " + std::to_string(count(src)) + " elements for a box of " + std::to_string(count(dst)));
       if (from.size() == 1 && from[0].d.kind == Kind::constant) return put(w.tensor, dst, {{dst, from[0].d}});
       return put(w.tensor, dst, {{dst, none(op_text(w) + " broadcasts values of " + from_name + ", which repeats them")}});
@@ -485,22 +431,22 @@ class Replay {
     std::vector<std::pair<std::size_t, std::size_t>> dims;
     {
       std::size_t a = 0, b = 0;
-      const std::size_t ra = src.ext.size(), rb = dst.ext.size();
+      const std::size_t ra = src.shape.size(), rb = dst.shape.size();
       bool ok = true;
       while (ok) {
-        while (a < ra && src.ext[a] == 1) ++a;
-        while (b < rb && dst.ext[b] == 1) ++b;
+        while (a < ra && src.shape[a] == 1) ++a;
+        while (b < rb && dst.shape[b] == 1) ++b;
         if (a == ra || b == rb) {
           ok = a == ra && b == rb;
           break;
         }
-        if (src.ext[a] != dst.ext[b]) ok = false;
+        if (src.shape[a] != dst.shape[b]) ok = false;
         else dims.emplace_back(a++, b++);
       }
       if (!ok) dims.clear(), dims.emplace_back(kNone, kNone);  // a reshape: no coordinate map
     }
     const bool reshaped = !dims.empty() && dims[0].first == kNone;
-    const bool same_rank = src.ext.size() == dst.ext.size() && !reshaped &&
+    const bool same_rank = src.shape.size() == dst.shape.size() && !reshaped &&
                            std::all_of(dims.begin(), dims.end(), [](auto p) { return p.first == p.second; });
     // Each source piece (or, reshaped, each run of one in row-major order) and the box it lands on.
     std::vector<std::pair<Piece, Box>> moves;
@@ -508,8 +454,8 @@ class Replay {
       if (!reshaped) {
         Box to = dst;
         for (auto [sd, dd] : dims) {
-          to.off[dd] = dst.off[dd] + (p.box.off[sd] - src.off[sd]);
-          to.ext[dd] = p.box.ext[sd];
+          to.offset[dd] = dst.offset[dd] + (p.box.offset[sd] - src.offset[sd]);
+          to.shape[dd] = p.box.shape[sd];
         }
         moves.push_back({p, to});
         continue;
@@ -581,7 +527,7 @@ std::vector<ReplayedTensor> Replay::result() const {
   for (std::size_t t = 0; t < r_.tensors.size(); ++t) {
     ReplayedTensor& res = out[t];
     const auto& ps = pieces_[t];
-    const bool whole = ps.size() == 1 && ps[0].box.ext == r_.tensors[t].shape;
+    const bool whole = ps.size() == 1 && ps[0].box.shape == r_.tensors[t].shape;
     auto at = [&](const Piece& p) { return whole ? std::string() : " in " + box_text(p.box); };
     std::vector<std::string> why;
     std::optional<std::size_t> copy_of, data;
@@ -611,7 +557,7 @@ std::vector<ReplayedTensor> Replay::result() const {
         case Kind::data: {
           computed = true;
           const bool aligned = std::all_of(p.d.shift.begin(), p.d.shift.end(), [](std::int64_t s) { return s == 0; });
-          if (!aligned || (data && *data != p.d.src) || p.d.frame_box.ext != p.box.ext || !(p.box.ext == r_.tensors[t].shape))
+          if (!aligned || (data && *data != p.d.src) || p.d.frame_box.shape != p.box.shape || !(p.box.shape == r_.tensors[t].shape))
             why.push_back("part of values computed from data" + at(p));
           else
             data = p.d.src;
@@ -659,8 +605,8 @@ std::vector<ReplayedTensor> Replay::result() const {
     std::vector<const Piece*> rest;
     for (const Piece& p : ps)
       if (!(*fill_of(p.d) == *res.fill)) rest.push_back(&p);
-    std::sort(rest.begin(), rest.end(), [](const Piece* a, const Piece* b) { return a->box.off < b->box.off; });
-    for (const Piece* p : rest) res.regions.push_back({p->box.off, p->box.ext, *fill_of(p->d)});
+    std::sort(rest.begin(), rest.end(), [](const Piece* a, const Piece* b) { return a->box.offset < b->box.offset; });
+    for (const Piece* p : rest) res.regions.push_back({p->box.offset, p->box.shape, *fill_of(p->d)});
   }
   return out;
 }

@@ -45,6 +45,24 @@ TEST(Shard, ChunkSplitsLikeTorchChunkAndDTensor) {
   EXPECT_THROW(chunk(4, 2, 2), layerinit::logic_error);
 }
 
+TEST(Shard, BoxesIntersectAndSubtractDisjointly) {
+  const Box a{{0, 0}, {4, 6}}, b{{1, 2}, {2, 3}};
+  EXPECT_EQ(intersect(a, b), (Box{{1, 2}, {2, 3}}));
+  EXPECT_FALSE(intersect(a, Box{{4, 0}, {1, 6}}));  // touching is not meeting
+  // Outermost first: the rows above and below b whole, then the columns beside it in b's rows.
+  const std::vector<Box> rest = subtract(a, b);
+  const std::vector<Box> want{{{0, 0}, {1, 6}}, {{3, 0}, {1, 6}}, {{1, 0}, {2, 2}}, {{1, 5}, {2, 1}}};
+  EXPECT_EQ(rest, want);
+  std::uint64_t n = 0;
+  for (const Box& r : rest) {
+    EXPECT_FALSE(intersect(r, b));
+    n += r.numel();
+  }
+  EXPECT_EQ(n + b.numel(), a.numel());
+  EXPECT_EQ(subtract(a, Box{{5, 0}, {1, 1}}), std::vector<Box>{a});  // apart: a whole
+  EXPECT_TRUE(subtract(b, a).empty());                               // covered: nothing
+}
+
 TEST(Shard, MeshNumbersRanksRowMajorWithTheLastDimensionFastest) {
   const Mesh m({{"dp", 2}, {"tp", 3}});
   EXPECT_EQ(m.size(), 6u);
