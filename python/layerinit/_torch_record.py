@@ -127,20 +127,26 @@ class Recorder(TorchDispatchMode):
         self.roots: dict[int, _Root] = {}
         self.order: list[_Root] = []
         self.writes: list[dict[str, Any]] = []
-        # Roots whose values come from random numbers, directly or through the ops that made them:
-        # the others hold values computed without randomness, exact data the adapter can copy.
+        # Where a root's values come from, when not only from the recorded code's own computing: random
+        # numbers it drew (and what it made of them), or a tensor made outside the recording (torch.from_numpy
+        # of NumPy's random numbers, a tensor made before). The others hold exact data the adapter can copy.
         self.random: set[int] = set()
+        self.outside: set[int] = set()
         self.data: list[torch.Tensor] = []  # what a data write writes, by index
 
     # ---- tensors and boxes ----
 
-    def root(self, t: torch.Tensor) -> _Root:
+    def root(self, t: torch.Tensor, made: bool = False) -> _Root:
+        """The root of t's storage, known from now on; `made`: by the recorded code (an op it ran, a
+        stand-in), else its values came from outside the recording."""
         k = _key(t)
         r = self.roots.get(k)
         if r is None:
             r = _Root(len(self.order), t)
             self.roots[k] = r
             self.order.append(r)
+            if not made and not t.is_meta:
+                self.outside.add(r.index)
         return r
 
     def box(self, t: torch.Tensor) -> Optional[tuple[_Root, list[int], list[int], bool]]:
@@ -209,14 +215,27 @@ class Recorder(TorchDispatchMode):
         if op in _RANDOM_OPS:
             self.random.add(w["tensor"])
 
+    def derive(self, t: torch.Tensor, inputs: list[torch.Tensor], random: bool = False) -> None:
+        """t's values come from `inputs` (and random numbers): its root takes their origins."""
+        i = self.root(t).index
+        for x in inputs:
+            j = self.root(x).index
+            if j != i:
+                random |= j in self.random
+                if j in self.outside:
+                    self.outside.add(i)
+        if random:
+            self.random.add(i)
+
     def copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
         """dst's elements from src's, in row-major order of the two views (broadcast src as copy_ does).
         From a real tensor the code computed without random numbers (Whisper's sinusoids): a data
         write of its values, exactly."""
         bd, bs = self.box(dst), self.box(src)
-        if bs is not None and bs[0].index in self.random:
-            self.random.add(self.root(dst).index)
-        elif not src.is_meta and bd is not None and bd[3] and src.dtype != torch.bool:
+        self.derive(dst, [src])
+        if self.root(src).index in self.outside:
+            return self.add(dst, "copy_ of values made outside the recorded code (data it read, NumPy's random numbers)")
+        if not src.is_meta and self.root(src).index not in self.random and bd is not None and bd[3] and src.dtype != torch.bool:
             self.data.append(src.detach().expand(dst.shape).clone())
             self.add(dst, "data", [float(len(self.data) - 1)])
             return
@@ -278,11 +297,10 @@ class Recorder(TorchDispatchMode):
         elif func is aten.cat.out:
             self.concatenated(t, a["tensors"], a["dim"])
         else:
-            tainted = any(self.root(x).index in self.random for x in _tensors(args, kwargs) if _keyable(x))
+            inputs = [x for x in _tensors(args, kwargs) if _keyable(x)]
             for w in written:
                 self.add(w, _op_name(func))
-                if tainted or func.overloadpacket in _RANDOM_MAKERS:
-                    self.random.add(self.root(w).index)
+                self.derive(w, inputs, func.overloadpacket in _RANDOM_MAKERS)
 
     def clamped(self, t: torch.Tensor, a: dict[str, Any]) -> None:
         lo, hi = a.get("min"), a.get("max")
@@ -304,9 +322,8 @@ class Recorder(TorchDispatchMode):
 
     def made(self, func, args, kwargs, o: torch.Tensor) -> None:
         """A tensor an op made: how its values came to be, as writes into it."""
-        r = self.root(o)
-        if func.overloadpacket in _RANDOM_MAKERS or any(self.root(x).index in self.random for x in _tensors(args, kwargs) if _keyable(x)):
-            self.random.add(r.index)
+        r = self.root(o, made=True)
+        self.derive(o, [x for x in _tensors(args, kwargs) if _keyable(x)], func.overloadpacket in _RANDOM_MAKERS)
         a = _bound(func, args, kwargs)
         if func in _EMPTY:
             return

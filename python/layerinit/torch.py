@@ -1109,7 +1109,7 @@ def _record_own_init(module: torch.nn.Module, names: list[str]) -> dict[str, dic
     try:
         with _torch_record.recording() as rec:
             for p in stand_in.values():
-                rec.root(p)
+                rec.root(p, made=True)
             for _, code in _own_init_code(module):
                 code()
             for n in names:
@@ -1198,6 +1198,8 @@ def _own_inits(module: torch.nn.Module, entries: list[tuple[str, torch.Tensor]],
             continue
         if r.get("data") is not None:  # computed without random numbers: the code's own values, copied
             computed[n] = r["data"]
+            for t in tensors:  # planned, never filled: layerinit writes none of its values
+                inits.setdefault(t, (_core.Fill.parse("constant(0)"), []))
             continue
         single = len(tensors) == 1 and not c.stack and _whole_part(c)
         if r["regions"] and not single:

@@ -344,3 +344,30 @@ def test_t5s_init_is_its_own_not_the_generic_one():
     assert abs(float(m.shared.weight.std()) - 1.0) < 0.05
     q = m.encoder.block[0].layer[0].SelfAttention.q.weight
     assert abs(float(q.std()) / (64 * 16) ** -0.5 - 1) < 0.1
+
+
+class FromNumpy(torch.nn.Module):
+    """Random numbers drawn outside torch, and a table computed by torch without any."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.empty(8, 4))
+        self.pos = torch.nn.Parameter(torch.empty(8, 4), requires_grad=False)
+
+    def reset_parameters(self):
+        import numpy as np
+
+        with torch.no_grad():
+            self.w.copy_(torch.from_numpy(np.random.default_rng(0).standard_normal((8, 4))).float() * 0.02)
+            angle = torch.arange(8.0)[:, None] / 10000 ** (torch.arange(4.0) / 4)
+            self.pos.copy_(torch.sin(angle))
+
+
+def test_values_from_outside_torch_are_refused_and_computed_ones_copied():
+    m = FromNumpy()
+    with pytest.raises(ValueError, match=r"gives 1 parameter\(s\) values no fill says: w: copy_ of values made outside the "
+                                         r"recorded code \(data it read, NumPy's random numbers\)"):
+        lt.init_(m)
+    lt.init_(m, overrides={"w": "normal(0, 0.02)"})
+    want = torch.sin(torch.arange(8.0)[:, None] / 10000 ** (torch.arange(4.0) / 4))
+    assert torch.equal(m.pos, want)  # computed without random numbers: the code's own values
