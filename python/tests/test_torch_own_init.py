@@ -371,3 +371,16 @@ def test_values_from_outside_torch_are_refused_and_computed_ones_copied():
     lt.init_(m, overrides={"w": "normal(0, 0.02)"})
     want = torch.sin(torch.arange(8.0)[:, None] / 10000 ** (torch.arange(4.0) / 4))
     assert torch.equal(m.pos, want)  # computed without random numbers: the code's own values
+
+
+def test_module_spec_refuses_every_group_at_once():
+    """nn.TransformerEncoder under a recipe that needs roles: the fused in_proj (no rule) and the
+    linear1/linear2 maps (roles unknown) in one error, not one group after the other is fixed."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(16, 4, 32), 2)
+    with pytest.raises(ValueError) as e:
+        lt.module_spec(enc, recipe="torchtitan")
+    msg = str(e.value)
+    assert "cannot tell the fill of 8 parameter(s)" in msg
+    assert "layers.1.self_attn.in_proj_weight" in msg and "layers.1.linear2.weight" in msg
