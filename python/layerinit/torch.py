@@ -1053,23 +1053,21 @@ def _is_transformers(module: torch.nn.Module) -> bool:
     return any(c.__module__.startswith("transformers.") and c.__name__ == "PreTrainedModel" for c in type(module).__mro__)
 
 
-def _own_init_code(module: torch.nn.Module) -> list[tuple[str, Callable[[], Any]]]:
-    """The code that initializes `module`, in the order its framework runs it, each with a name for
-    messages: torchtitan's ``init_states`` (every module's ``param_init`` or ``reset_parameters``);
+def _own_init_code(module: torch.nn.Module) -> list[Callable[[], Any]]:
+    """The code that initializes `module`, in the order its framework runs it: torchtitan's
+    ``init_states`` (every module's ``param_init`` or ``reset_parameters``);
     else each module's ``reset_parameters()`` (``_reset_parameters()``: nn.MultiheadAttention,
     nn.Transformer), children first as their constructors run them, then transformers'
     ``init_weights()`` (``_init_weights`` of every module, then the ties)."""
     if _is_torchtitan(module) and callable(getattr(module, "init_states", None)):
-        return [("init_states", lambda: module.init_states(buffer_device=None))]
-    code: list[tuple[str, Callable[[], Any]]] = []
+        return [lambda: module.init_states(buffer_device=None)]
+    code: list[Callable[[], Any]] = []
     for m in _post_order(module):
-        for attr in ("reset_parameters", "_reset_parameters"):
-            fn = getattr(m, attr, None)
-            if callable(fn):
-                code.append((f"{type(m).__name__}.{attr}", fn))
-                break
+        fn = getattr(m, "reset_parameters", None) or getattr(m, "_reset_parameters", None)
+        if callable(fn):
+            code.append(fn)
     if _is_transformers(module) and callable(getattr(module, "init_weights", None)):
-        code.append(("init_weights", module.init_weights))
+        code.append(module.init_weights)
     return code
 
 
@@ -1110,7 +1108,7 @@ def _record_own_init(module: torch.nn.Module, names: list[str]) -> dict[str, dic
         with _torch_record.recording() as rec:
             for p in stand_in.values():
                 rec.root(p, made=True)
-            for _, code in _own_init_code(module):
+            for code in _own_init_code(module):
                 code()
             for n in names:
                 owner, _, attr = n.rpartition(".")
