@@ -19,8 +19,10 @@ Methods:
                         init recorded from its code (init_weights on meta stand-ins), then to_empty and
                         every tensor filled in place; the recording is inside the time
   meta-layerinit-hf     the same with recipe="hf" (no recording: the values `layerinit emit` writes)
-Prints one line: method,parameters,seconds (model creation only, after imports)[,weights_bytes,
-peak_bytes,free_before,free_after on the GPU]."""
+Prints one line: method,parameters,seconds (model creation only, after imports),init_seconds (of those,
+the init after the model exists on the meta device: to_empty + init_weights, or init_ with its
+recording; the whole creation for from-config)[,weights_bytes,peak_bytes,free_before,free_after on
+the GPU]."""
 import sys
 import time
 
@@ -47,9 +49,14 @@ def from_config():
         return transformers.AutoModelForCausalLM.from_config(config(), dtype=torch.bfloat16)
 
 
+INIT_START = [0.0]  # when the meta model exists: the init's own time starts
+
+
 def meta_model():
     with torch.device("meta"):
-        return transformers.AutoModelForCausalLM.from_config(config(), dtype=torch.bfloat16)
+        m = transformers.AutoModelForCausalLM.from_config(config(), dtype=torch.bfloat16)
+    INIT_START[0] = time.perf_counter()
+    return m
 
 
 def meta_init_weights():
@@ -75,7 +82,7 @@ methods = {"from-config": from_config, "meta-init-weights": meta_init_weights, "
            "meta-layerinit-hf": meta_layerinit_hf}
 method = args[0] if args else ""
 if method == "nothing":
-    print("nothing,0,0")
+    print("nothing,0,0,0")
     sys.exit(0)
 if method not in methods:
     sys.exit(f"init_llama: unknown method {method} (valid: nothing, {', '.join(methods)})")
@@ -86,16 +93,18 @@ if gpu:
     torch.cuda.reset_peak_memory_stats()
     free0 = torch.cuda.mem_get_info()[0]
 t0 = time.perf_counter()
+INIT_START[0] = t0
 model = methods[method]()
 if gpu:
     torch.cuda.synchronize()
-sec = time.perf_counter() - t0
+t1 = time.perf_counter()
+sec, init_sec = t1 - t0, t1 - INIT_START[0]
 params = list(model.parameters())
 assert all(p.dtype == torch.bfloat16 and p.device.type == torch.device(device).type for p in params)
 assert model.lm_head.weight is model.model.embed_tokens.weight
 std = float(model.model.layers[0].mlp.up_proj.weight.detach().float().std())
 assert 0.019 < std < 0.021, std  # every method: normal(0, 0.02)
-line = f"{method},{sum(p.numel() for p in params)},{sec:.4f}"
+line = f"{method},{sum(p.numel() for p in params)},{sec:.4f},{init_sec:.4f}"
 if gpu:
     weights = sum(p.numel() * p.element_size() for p in params)
     line += f",{weights},{torch.cuda.max_memory_allocated()},{free0},{torch.cuda.mem_get_info()[0]}"

@@ -246,9 +246,18 @@ class Recorder(TorchDispatchMode):
 
     # ---- the ops ----
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ to keep torch.compile out of it, which imports
+        # torch._dynamo (1.4 s here) at the first op; init code run on meta tensors is never compiled.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        if func in _RANDOM and args[0].is_meta:
+            out = args[0]  # a meta tensor has no values to draw (torch's meta normal_ goes through its refs)
+        else:
+            out = func(*args, **kwargs)
         try:
             self.seen(func, args, kwargs, out)
         except Exception as e:  # a recorder bug must not pass as a fill: the op becomes one with no fill
