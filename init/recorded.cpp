@@ -476,7 +476,9 @@ class Replay {
     std::vector<Piece> out;
     for (const auto& [p, to] : moves) {
       Dist d = p.d;
-      if (named && random(d.kind)) {  // equal values to a parameter's: a tie
+      // A parameter copied into another whole holds equal values: a tie. Copied into a temporary (p / c,
+      // a cast) its values go on as the draw they are, wherever they land.
+      if (named && random(d.kind) && !r_.tensors[w.tensor].name.empty()) {
         d = Dist{};
         d.kind = Kind::copy;
         d.src = w.from;

@@ -154,6 +154,11 @@ TEST(Recorded, ACopyOfAParameterIsATie) {
   // Copied, then the source written again: the copy holds the old values.
   const auto stale = replay({{"a", {4}}, {"b", {4}}}, {rec(0, "normal", {0, 1}), copy(1, 0), rec(0, "normal", {0, 2})});
   EXPECT_NE(stale[1].refusal.find("written again after it was copied"), std::string::npos) << stale[1].refusal;
+  // Nemotron-H's out_proj: kaiming_uniform_, then p.copy_(p / sqrt(L)): its own values scaled, no tie.
+  const auto scaled = replay({{"out_proj.weight", {4, 4}}, {"", {4, 4}}},
+                             {rec(0, "uniform", {-1, 1}), copy(1, 0), rec(1, "div", {2}), copy(0, 1)});
+  EXPECT_EQ(scaled[0].refusal, "");
+  EXPECT_EQ(scaled[0].fill, FillSpec::uniform(-0.5, 0.5));
   // A constant copied is that constant, no tie.
   const auto ones = replay({{"a", {4}}, {"b", {4}}}, {rec(0, "fill", {1}), copy(1, 0)});
   EXPECT_EQ(ones[1].fill, FillSpec::constant(1));

@@ -21,6 +21,7 @@ strides against the tensor that owns the storage (a parameter, or a temporary th
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
@@ -201,8 +202,12 @@ class Recorder(TorchDispatchMode):
         when the view is not a box)."""
         b = self.box(t)
         args = list(args)
-        if op != "clamp" and any(a is None for a in args):  # a value on the meta device, or not a number
+        if op == "clamp":  # an absent bound, or an infinite one, is null
+            args = [None if a is None or math.isinf(a) else a for a in args]
+        elif any(a is None for a in args):  # a value on the meta device, or not a number
             op, args = f"{op} with an argument layerinit cannot read", []
+        elif any(not math.isfinite(a) for a in args):  # fill_(-inf): no fill holds it
+            op, args = f"{op} with a value that is not finite ({', '.join(map(str, args))})", []
         w: dict[str, Any] = {"op": op, "args": args, "where": _where()}
         if b is None:
             r = self.root(t)

@@ -384,3 +384,29 @@ def test_module_spec_refuses_every_group_at_once():
     msg = str(e.value)
     assert "cannot tell the fill of 8 parameter(s)" in msg
     assert "layers.1.self_attn.in_proj_weight" in msg and "layers.1.linear2.weight" in msg
+
+
+class Scaled(torch.nn.Module):
+    """Nemotron-H's out_proj: kaiming_uniform_, then p.copy_(p / sqrt(n)); and a bias of -inf."""
+
+    def __init__(self):
+        super().__init__()
+        self.out_proj = torch.nn.Linear(64, 64, bias=False)
+        self.mask = torch.nn.Parameter(torch.empty(4))
+
+    def reset_parameters(self):
+        p = self.out_proj.weight
+        torch.nn.init.kaiming_uniform_(p, a=math.sqrt(5))
+        with torch.no_grad():
+            p.copy_(p / math.sqrt(4))
+            self.mask.fill_(float("-inf"))
+
+
+def test_a_parameter_scaled_through_a_temporary_and_a_value_no_fill_holds():
+    with pytest.raises(ValueError, match=r"gives 1 parameter\(s\) values no fill says: mask: fill with a value that is not "
+                                         r"finite \(-inf\)"):
+        lt.init_(Scaled())
+    m = lt.init_(Scaled(), overrides={"mask": "constant(0)"})
+    bound = 1 / math.sqrt(64) / 2  # kaiming's U(-1/sqrt(fan_in), 1/sqrt(fan_in)), halved
+    w = m.out_proj.weight.detach()
+    assert w.abs().max() <= bound and w.abs().max() > 0.9 * bound
