@@ -20,10 +20,6 @@ namespace {
 
 constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 
-bool is_empty(const Box& b) { return b.empty(); }
-
-std::uint64_t count(const Box& b) { return b.numel(); }
-
 // Row-major strides of a box's extents.
 Shape box_strides(const Box& b) {
   Shape st(b.shape.size(), 1);
@@ -59,7 +55,7 @@ std::optional<std::vector<std::pair<std::uint64_t, std::uint64_t>>> runs_of(cons
   const std::size_t n = inner.shape.size();
   std::size_t k = n;  // dimensions after k are whole in `inner`
   while (k > 0 && inner.shape[k - 1] == outer.shape[k - 1]) --k;
-  if (k == 0) return std::vector<std::pair<std::uint64_t, std::uint64_t>>{{0, count(inner)}};
+  if (k == 0) return std::vector<std::pair<std::uint64_t, std::uint64_t>>{{0, inner.numel()}};
   const std::size_t partial = k - 1;  // the last partial dimension: one run per index of the ones before it
   const std::uint64_t length = inner.shape[partial] * st[partial];
   std::uint64_t runs = 1;
@@ -315,7 +311,7 @@ class Replay {
   explicit Replay(const RecordedInit& r) : r_(r), pieces_(r.tensors.size()), versions_(r.tensors.size(), 0) {
     for (std::size_t t = 0; t < r.tensors.size(); ++t) {
       const Box whole{Shape(r.tensors[t].shape.size(), 0), r.tensors[t].shape};
-      if (!is_empty(whole)) pieces_[t].push_back({whole, Dist{}});
+      if (!whole.empty()) pieces_[t].push_back({whole, Dist{}});
     }
   }
 
@@ -345,7 +341,7 @@ class Replay {
     for (const Piece& p : pieces_[t])
       for (const Box& rest : subtract(p.box, b)) next.push_back({rest, narrowed(p.d, rest)});
     for (Piece& p : with)
-      if (!is_empty(p.box)) next.push_back(std::move(p));
+      if (!p.box.empty()) next.push_back(std::move(p));
     pieces_[t] = std::move(next);
     ++versions_[t];
   }
@@ -374,7 +370,7 @@ class Replay {
     const Box b = box_of(w.tensor, w.offset, w.shape, where + ".shape");
     if (w.op == "data" && !(w.args[0] >= 0 && w.args[0] == std::floor(w.args[0]) && w.args[0] < 9007199254740992.0))
       bad_argument(where + ".args[0]", w.args[0], "is not a data index (a non-negative integer)");
-    if (is_empty(b)) return;
+    if (b.empty()) return;
     Dist d;
     if (w.op == "normal" || w.op == "uniform" || w.op == "trunc_normal") {
       d.kind = w.op == "normal" ? Kind::normal : w.op == "uniform" ? Kind::uniform : Kind::trunc;
@@ -420,10 +416,10 @@ class Replay {
     const std::vector<Piece> from = inside(w.from, src);  // before the write: the source may be the target
     const bool named = !r_.tensors[w.from].name.empty();
     const std::string from_name = named ? quote(r_.tensors[w.from].name) : "a temporary";
-    if (count(src) != count(dst)) {  // a broadcast: one value repeated, or values repeated
-      if (count(dst) % std::max<std::uint64_t>(count(src), 1) != 0)
+    if (src.numel() != dst.numel()) {  // a broadcast: one value repeated, or values repeated
+      if (dst.numel() % std::max<std::uint64_t>(src.numel(), 1) != 0)
         bad_argument(where + ".from_shape", shape_string(src.shape),
-                     "has " + std::to_string(count(src)) + " elements for a box of " + std::to_string(count(dst)));
+                     "has " + std::to_string(src.numel()) + " elements for a box of " + std::to_string(dst.numel()));
       if (from.size() == 1 && from[0].d.kind == Kind::constant) return put(w.tensor, dst, {{dst, from[0].d}});
       return put(w.tensor, dst, {{dst, none(op_text(w) + " broadcasts values of " + from_name + ", which repeats them")}});
     }
@@ -589,8 +585,8 @@ std::vector<ReplayedTensor> Replay::result() const {
     for (const Piece& p : ps) {
       const FillSpec f = *fill_of(p.d);
       auto it = std::find_if(totals.begin(), totals.end(), [&](const auto& x) { return x.first == f; });
-      if (it == totals.end()) totals.push_back({f, count(p.box)});
-      else it->second += count(p.box);
+      if (it == totals.end()) totals.push_back({f, p.box.numel()});
+      else it->second += p.box.numel();
     }
     if (totals.empty()) {  // a tensor of no elements
       res.fill = FillSpec::constant(0);

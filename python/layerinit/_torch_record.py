@@ -55,13 +55,11 @@ _RANDOM_FACTORIES = {aten.randn.default: ("normal", [0.0, 1.0]), aten.randn_like
                      aten.rand.default: ("uniform", [0.0, 1.0]), aten.rand_like.default: ("uniform", [0.0, 1.0])}
 _EMPTY = {aten.empty.memory_format, aten.empty_like.default, aten.new_empty.default, aten.empty_strided.default,
           aten.new_empty_strided.default}
-_COPIES = {aten._to_copy.default, aten.clone.default, aten.to_dense.default, aten.alias_copy.default,
-           aten.detach_copy.default, aten._to_dense.default} if hasattr(aten, "_to_dense") else {
-           aten._to_copy.default, aten.clone.default, aten.to_dense.default}
+_COPIES = {aten._to_copy.default, aten.clone.default, aten.to_dense.default}
 
-# Ops that draw random numbers: what they write, and what is made from it, is no data.
-_RANDOM_OPS = {"normal", "uniform", "trunc_normal", "orthogonal", "sparse", "random", "bernoulli", "exponential",
-               "cauchy", "log_normal", "geometric"}
+# The recorded ops that draw random numbers (an aten op's are _RANDOM_MAKERS): what they write, and what
+# is made from it, is no data.
+_RANDOM_OPS = {"normal", "uniform", "trunc_normal", "orthogonal", "sparse"}
 # Ops (all their overloads) that draw random numbers.
 _RANDOM_MAKERS = {aten.randn, aten.randn_like, aten.rand, aten.rand_like, aten.randint, aten.randint_like, aten.randperm,
                   aten.multinomial, aten.bernoulli, aten.bernoulli_, aten.normal, aten.normal_, aten.uniform_,
@@ -302,12 +300,10 @@ class Recorder(TorchDispatchMode):
             self.clamped(t, a)
         elif func is aten.copy_.default:
             src = a["src"]
-            if _keyable(src) and (src.is_meta or _key(src) in self.roots):
+            if not src.is_meta and _key(src) not in self.roots and src.numel() == 1 and _scalar(src) is not None:
+                self.add(t, "fill", [_scalar(src)])  # a Python number as a tensor
+            else:  # a tensor made outside the recording is known from here as such (copy refuses it)
                 self.copy(t, src)
-            elif src.numel() == 1 and _scalar(src) is not None:
-                self.add(t, "fill", [_scalar(src)])
-            else:
-                self.add(t, "copy_ of values made outside the recorded code (data the init read or computed)")
         elif func is aten.cat.out:
             self.concatenated(t, a["tensors"], a["dim"])
         else:
@@ -336,7 +332,7 @@ class Recorder(TorchDispatchMode):
 
     def made(self, func, args, kwargs, o: torch.Tensor) -> None:
         """A tensor an op made: how its values came to be, as writes into it."""
-        r = self.root(o, made=True)
+        self.root(o, made=True)
         self.derive(o, [x for x in _tensors(args, kwargs) if _keyable(x)], func.overloadpacket in _RANDOM_MAKERS)
         a = _bound(func, args, kwargs)
         if func in _EMPTY:
@@ -395,21 +391,13 @@ class Recorder(TorchDispatchMode):
             self.copy(o.narrow(dim, at, n), x)
             at += n
 
-    def intercepted(self, op: str, t: torch.Tensor, args: list[float]) -> None:
-        """A torch.nn.init function that does nothing on a meta tensor, called with `t`."""
-        self.add(t, op, args)
-
     # ---- the result ----
 
     def replay(self, names: dict[int, str]) -> list[dict[str, Any]]:
         """What each root holds at the end (the library's replay), roots named by `names` (root index
         -> the parameter's name)."""
         tensors = [{"shape": r.shape, **({"name": names[r.index]} if r.index in names else {})} for r in self.order]
-        writes = [{k: v for k, v in w.items() if v not in (None, "", [])} if w["op"] != "clamp" else w
-                  for w in self.writes]
-        for w in writes:  # empty offset and shape lists mean the whole tensor; a clamp keeps its null bounds
-            w.setdefault("args", [])
-        return _core.replay_init(json.dumps({"tensors": tensors, "writes": writes}))
+        return _core.replay_init(json.dumps({"tensors": tensors, "writes": self.writes}))
 
 
 def _keyable(t: Any) -> bool:
@@ -471,7 +459,7 @@ def _intercept(op: str, tensor: Any, args: list[float], call: Callable[[], Any])
     rec = _ACTIVE
     if rec is None or not isinstance(tensor, torch.Tensor) or not (tensor.is_meta or _key(tensor) in rec.roots):
         return call()
-    rec.intercepted(op, tensor, args)
+    rec.add(tensor, op, args)
     return tensor
 
 

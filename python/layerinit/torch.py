@@ -8,9 +8,9 @@ tensor, so the values do not depend on the mesh.
 """
 from __future__ import annotations
 
-import fnmatch
 import functools
 import importlib
+import itertools
 import json
 import math
 import re
@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Optional, Union
 import torch
 
 from . import (Composite, ModelLike, Plan, Spec, _bool, _check_patterns, _core, _describe, _fill_text, _int, _items,
-               _overrides, _plan, _show, _str, _unwrapped, hf_spec, plan, spec as _spec)
+               _overrides, _plan, _show, _str, _unwrapped, hf_spec, spec as _spec)
 
 __all__ = ["init_", "hf_spec", "make", "module_spec", "tensor_map", "torchtitan_spec"]
 
@@ -239,7 +239,7 @@ def _megatron_fill(cfg: Any, role: str, tensor: str) -> Optional[tuple[str, Opti
     return field, None if std is None else f"normal(0, {std!r})"
 
 
-def _megatron_init_check(module: torch.nn.Module, s: Spec, described: list[dict[str, Any]], recipe: str,
+def _megatron_init_check(module: torch.nn.Module, s: Spec, described: list[dict[str, Any]], recipe: Optional[str],
                          overrides: Optional[Mapping[str, Any]]) -> None:
     """Recipe megatron is TransformerConfig's default init (init_method_std for init_method and
     embedding_init_method, init_method_std / sqrt(2 L) for output_layer_init_method, norms ones):
@@ -249,12 +249,12 @@ def _megatron_init_check(module: torch.nn.Module, s: Spec, described: list[dict[
     cfg = _megatron_config(module)
     if cfg is None or recipe is None or recipe.partition(":")[0] != "megatron":
         return
-    fills = plan(s, dtype="fp32", recipe=recipe, overrides=overrides)
+    fills = _plan(s, dtype="fp32", recipe=recipe, overrides=overrides)
     patterns = list(overrides or ())
     wrong, suggested = [], {}
     for e in described:
         theirs = _megatron_fill(cfg, e["role"], e["tensor"])
-        if e["tensor"] != e["name"] or theirs is None or any(fnmatch.fnmatchcase(e["tensor"], p) for p in patterns):
+        if e["tensor"] != e["name"] or theirs is None or any(_core.name_matches(p, e["tensor"]) for p in patterns):
             continue
         field, fill = theirs
         have = fills.fill_of(e["tensor"])
@@ -1172,7 +1172,7 @@ def _own_inits(module: torch.nn.Module, entries: list[tuple[str, torch.Tensor]],
     names = [n for n, t in entries if isinstance(t, torch.nn.Parameter) and n in makers]
     if recorded is None:
         recorded = _record_own_init(module, names)
-    patterns = [] if overrides is None else [k for k in overrides]
+    patterns = list(overrides or ())
     inits: dict[str, tuple[Any, list[Any]]] = {}
     computed: dict[str, torch.Tensor] = {}
     refused: list[str] = []
@@ -1223,16 +1223,8 @@ def _own_inits(module: torch.nn.Module, entries: list[tuple[str, torch.Tensor]],
 
 def _composite_tensors(c: Composite) -> list[str]:
     """The canonical tensors a composite's parts stand for, over its stack, in order, once each."""
-    sizes = [size for size, _ in c.stack]
-    out: dict[str, None] = {}
-    for p in range(len(c.parts)):
-        for flat in range(math.prod(sizes)):
-            idx, rest = [], flat
-            for size in reversed(sizes):
-                idx.append(rest % size)
-                rest //= size
-            out[c.tensor_name(p, list(reversed(idx)))] = None
-    return list(out)
+    positions = list(itertools.product(*(range(size) for size, _ in c.stack)))
+    return list(dict.fromkeys(c.tensor_name(p, list(i)) for p in range(len(c.parts)) for i in positions))
 
 
 def _whole_part(c: Composite) -> bool:
