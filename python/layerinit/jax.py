@@ -26,10 +26,11 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
+from ._jax_record import Recorded, eval_shape
 from . import (Fill, FillLike, ModelLike, Plan, Spec, _bool, _core, _describe, _items, _json_value, _seq, _show, _str,
                _str_map, plan)
 
-__all__ = ["ROLES", "build", "init", "spec_of"]
+__all__ = ["ROLES", "Recorded", "build", "eval_shape", "init", "spec_of"]
 
 #: Roles a rule may give a leaf (docs/spec.md): recipes pick each tensor's fill by its role.
 ROLES = ("embedding", "position_embedding", "linear_weight", "output_weight", "linear_bias", "norm_weight",
@@ -333,6 +334,14 @@ class _Leaf:
     names: list[str] = field(default_factory=list)              # canonical names, one per slice
     sharding: Optional[Sharding] = None
     seps: list[str] = field(default_factory=list)  # between parts: "." (Haiku: "/" inside a module path)
+    rec: Any = None            # a Recorded leaf (layerinit.jax.eval_shape): how the model's code makes it
+    dims: list[int] = field(default_factory=list)  # the dimension of each stacked axis (lead's order)
+    cause: str = ""            # why its own init is not known (the refusal's reason)
+
+    @property
+    def stored(self) -> tuple[int, ...]:
+        """The shape of one slice: the leaf's without its stacked axes."""
+        return tuple(n for d, n in enumerate(self.shape) if d not in self.dims)
 
     @property
     def name(self) -> str:
@@ -441,7 +450,8 @@ def _owner_info(owner: Any, attr: str) -> Optional[tuple[str, tuple[int, ...], O
             return ("embedding", (int(owner.num_embeddings), int(owner.features)), None, 0, 0,
                     f"nnx.Embed({owner.num_embeddings}, {owner.features})")
         elif isinstance(owner, (flax.LayerNorm, flax.RMSNorm, flax.GroupNorm)) and attr in ("scale", "bias"):
-            n = int(owner.num_features)
+            # GroupNorm keeps its groups and their size, not the feature count
+            n = int(owner.num_features) if hasattr(owner, "num_features") else int(owner.num_groups * owner.group_size)
             return ("norm", (n,), None, 0, 0,
                     f"nnx.{type(owner).__name__}({n})")
     return None
@@ -460,6 +470,9 @@ def _leaves(tree: Any, dtype: Any, haiku: bool = False) -> tuple[list[Any], Any,
     out: list[_Leaf] = []
     integers: list[_Leaf] = []
     flax = sys.modules.get("flax.nnx")
+    meta = sys.modules.get("flax.core.meta")
+    from ._jax_record import Recorded
+
     for i, (path, leaf) in enumerate(flat):
         if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
             continue  # Python numbers, strings, functions: kept as they are
@@ -475,13 +488,25 @@ def _leaves(tree: Any, dtype: Any, haiku: bool = False) -> tuple[list[Any], Any,
                 objs.append(_child(objs[-1], k) if objs[-1] is not None else None)
             objs.append(leaf)
             owner, attr = (objs[-2], parts[-1]) if len(path) >= 1 else (None, "")
+            stream = False
             if flax is not None and len(path) >= 2 and isinstance(objs[-2], flax.Variable) and parts[-1] == "value":
-                if _is_rng_state(objs[-2]):
-                    continue  # NNX's random streams are state, not parameters
+                stream = _is_rng_state(objs[-2])  # an NNX random stream's key or count: state, made as data
                 parts = parts[:-1]
                 owner, attr = objs[-3], parts[-1]
-        lf = _Leaf(i, parts, leaf, tuple(int(n) for n in leaf.shape), "", seps=seps)
+            elif meta is not None and len(path) >= 2 and isinstance(objs[-2], meta.AxisMetadata) and parts[-1] == "value":
+                parts = parts[:-1]  # a box (nn.LogicallyPartitioned, nn.Partitioned) is metadata: the leaf is its value
+                owner, attr = objs[-3], parts[-1]
+            if stream:
+                lf = _Leaf(i, parts, leaf, tuple(int(n) for n in leaf.shape), "", rec=leaf if isinstance(leaf, Recorded) else None)
+                lf.module = "stream"
+                integers.append(lf)
+                continue
+        lf = _Leaf(i, parts, leaf, tuple(int(n) for n in leaf.shape), "", seps=seps,
+                   rec=leaf if isinstance(leaf, Recorded) else None)
         name = lf.name or "<root>"
+        if lf.rec is not None and lf.rec.value is not None and not jax.numpy.issubdtype(leaf.dtype, jax.numpy.floating):
+            integers.append(lf)  # made as the model's code computes it (a key, a counter)
+            continue
         if jax.numpy.issubdtype(leaf.dtype, jax.numpy.integer):
             integers.append(lf)  # a counter, a step: a rule's constant or Haiku's, else refused (_integers)
             continue
@@ -504,16 +529,27 @@ def _constant(fill: Optional[Fill]) -> Optional[float]:
 
 
 def _integers(integers: list[_Leaf], rules: list[_Rule], haiku: bool) -> dict[int, Any]:
-    """The value of each integer leaf, by leaf index: the constant of the last rule matching its name,
-    else the one its framework always gives it (the library's framework_fill: a Haiku BatchNorm's
-    moving-average counters 0). Raises ValueError naming any other: its value is no distribution's to
+    """The value of each integer (or key) leaf, by leaf index: an int, or a function of (seed, sharding)
+    making it. The constant of the last rule matching its name, else what the model's code computes
+    (a Recorded leaf's value: an NNX stream's key and count), else the one its framework always gives it
+    (the library's framework_fill: a Haiku BatchNorm's moving-average counters 0; an NNX stream's count
+    0 and a key from the seed). Raises ValueError naming any other: its value is no distribution's to
     draw."""
     out: dict[int, Any] = {}
     for lf in integers:
-        known = _constant(_core.framework_fill(lf.name, "haiku" if haiku else "generic"))
-        value = None if known is None else int(known)
+        value: Any = None
+        is_key = jax.dtypes.issubdtype(lf.leaf.dtype, jax.dtypes.prng_key)
+        if lf.rec is not None and lf.rec.value is not None:
+            value = (lambda f: lambda seed, sh: _placed(f(), sh))(lf.rec.value)
+        elif lf.module == "stream" and is_key:
+            value = (lambda n, shape: lambda seed, sh: _placed(_stream_key(seed, n, shape), sh))(lf.name, lf.shape)
+        elif lf.module == "stream":
+            value = 0
+        else:
+            known = _constant(_core.framework_fill(lf.name, "haiku" if haiku else "generic"))
+            value = None if known is None else int(known)
         for r in rules:
-            if fnmatch.fnmatchcase(lf.name, r.pattern):
+            if fnmatch.fnmatchcase(lf.name, r.pattern) and not is_key:
                 r.used = True
                 c = _constant(r.fill)
                 if c is None or c != int(c):
@@ -521,11 +557,25 @@ def _integers(integers: list[_Leaf], rules: list[_Rule], haiku: bool) -> dict[in
                                      f"leaf an integer constant (\"constant(0)\"), not {r.fill or r.role}")
                 value = int(c)
         if value is None:
-            raise ValueError(f"leaf '{lf.name}' is {jax.numpy.dtype(lf.leaf.dtype).name}: layerinit fills float32, float16 "
-                             f"and bfloat16 arrays, and makes an integer leaf only as a rule's constant "
+            why = f" ({lf.rec.why})" if lf.rec is not None and lf.rec.why else ""
+            raise ValueError(f"leaf '{lf.name}' is {jax.numpy.dtype(lf.leaf.dtype).name}{why}: layerinit fills float32, "
+                             f"float16 and bfloat16 arrays, and makes an integer leaf only as a rule's constant "
                              f"(rules={{{lf.name!r}: \"constant(0)\"}})")
         out[lf.index] = value
     return out
+
+
+def _placed(x: Any, sharding: Optional[Sharding]) -> Any:
+    return jax.device_put(x, sharding) if sharding is not None and not _tracing() else x
+
+
+def _stream_key(seed: int, name: str, shape: tuple[int, ...]) -> Any:
+    """An NNX random stream's key where no recording says how the model made it: from the seed, as
+    nnx.Rngs(seed) starts a stream, folded with the stream's name so that two streams differ."""
+    import zlib
+
+    key = jax.random.fold_in(jax.random.key(seed % 2**32), zlib.crc32(name.encode()))
+    return jax.random.split(key, shape) if shape else key
 
 
 def _stacking(leaves: list[_Leaf], stacked: Union[str, Sequence[str], None], haiku: bool = False) -> None:
@@ -559,6 +609,8 @@ def _stacking(leaves: list[_Leaf], stacked: Union[str, Sequence[str], None], hai
             if len(sizes) > 1:
                 raise ValueError(f"stacked: the leaves under '{p}' have leading axes of sizes {sorted(sizes)}, not one "
                                  "number of layers")
+    elif any(lf.rec is not None and lf.rec.layers for lf in leaves):
+        _recorded_stacking(leaves, haiku)
     else:
         owned = [lf for lf in leaves if lf.expected is not None]
         extra: dict[int, tuple[int, ...]] = {}
@@ -594,10 +646,54 @@ def _stacking(leaves: list[_Leaf], stacked: Union[str, Sequence[str], None], hai
                                          f"slices) but is {lf.shape}")
                     lf.lead.append((len(node), size))
     for lf in leaves:
-        if lf.expected is not None and len(lf.shape) - len(lf.lead) != len(lf.expected):
+        if not lf.dims:
+            lf.dims = list(range(len(lf.lead)))
+        if lf.expected is not None and lf.stored != lf.expected:
             raise ValueError(f"leaf '{lf.name}' is {lf.shape} with {len(lf.lead)} stacked axes, but {lf.owner} "
                              f"stores it as {lf.expected}")
         lf.names = _canonical_names(lf)
+
+
+def _recorded_stacking(leaves: list[_Leaf], haiku: bool) -> None:
+    """Stacked axes where the model's transforms put them (Recorded.layers): the leaves of one
+    transform's layer axis are stacked at their deepest common node (the module the transform made, so
+    that slice l of blocks.w1 is blocks.{l}.w1, the name of its per-layer twin), in a Haiku tree at the
+    hk.layer_stack module above them. A constant leaf under that node with the axis's size at the same
+    dimension is one of its slices too (a constant says nothing of layers, and its value does not
+    depend on the name)."""
+    groups: dict[Any, list[tuple[_Leaf, int, int]]] = {}
+    for lf in leaves:
+        for d, size, g in (lf.rec.layers if lf.rec is not None else ()):
+            groups.setdefault(g, []).append((lf, d, size))
+    stacks = []
+    for members in groups.values():
+        paths = [lf.parts[:-1] for lf, _, _ in members]
+        node: list[str] = []
+        for comps in zip(*paths):
+            if len(set(comps)) > 1:
+                break
+            node.append(comps[0])
+        if haiku:
+            marks = [p for p in range(1, len(node) + 1) if _HAIKU_STACK.fullmatch(node[p - 1])]
+            if marks:
+                node = node[:marks[-1]]
+        for lf, d, size in members:
+            lf.lead.append((len(node), size))
+            lf.dims.append(d)
+        dims = {d for _, d, _ in members}
+        stacks.append((node, dims.pop() if len(dims) == 1 else None, members[0][2], {id(m[0]) for m in members}))
+    for node, d, size, members in stacks:
+        if d is None:
+            continue
+        for lf in leaves:
+            if (id(lf) not in members and lf.rec is not None and (lf.rec.fill or "").startswith("constant(")
+                    and lf.parts[:len(node)] == node and len(lf.parts) > len(node) and len(lf.shape) > d
+                    and lf.shape[d] == size and d not in lf.dims):
+                lf.lead.append((len(node), size))
+                lf.dims.append(d)
+    for lf in leaves:  # outer stacks first
+        order = sorted(range(len(lf.lead)), key=lambda a: (lf.lead[a][0], lf.dims[a]))
+        lf.lead, lf.dims = [lf.lead[a] for a in order], [lf.dims[a] for a in order]
 
 
 def _indexed(lf: _Leaf, parts: Sequence[str], texts: Sequence[str]) -> str:
@@ -693,11 +789,12 @@ class _Model:
     spec: Optional[Spec]                  # None: no float leaf
     described: dict[str, dict[str, Any]]  # what each slice became, by canonical name
     integers: list[_Leaf]
-    constants: dict[int, int]             # each integer leaf's value, by leaf index
+    constants: dict[int, Any]             # each integer or key leaf's value (or its maker), by leaf index
+    recipe: str = "hf"                    # the recipe the plan is made with (every own fill explicit)
 
 
 def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Sequence[str], None], dtype: Any,
-           hyper: Optional[Mapping[str, Any]], strict: bool, recipe: Optional[str] = None) -> _Model:
+           hyper: Optional[Mapping[str, Any]], strict: bool, recipe: Optional[str] = None, refuse: bool = True) -> _Model:
     """The tree's leaves, the layerinit spec of its canonical tensors and what each slice became,
     every check done. The leaves' description (their modules, rules, slices) goes to the library,
     which decides roles, layers and orientation by the rules every adapter shares (Haiku's names
@@ -713,7 +810,12 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
     _stacking(leaves, stacked, haiku)
     rs = _rules(rules)
     constants = _integers(integers, rs, haiku)
+    own = recipe is None
+    # The model's own init: each leaf's recorded fill (layerinit.jax.eval_shape); an Equinox module's
+    # parameters by its type (recipe "equinox": their init is fixed by the type).
+    typed = own and any(lf.owner.startswith("eqx.") for lf in leaves)
     params = []
+    unknown: list[_Leaf] = []
     for lf in leaves:
         if 0 in lf.shape:
             continue
@@ -721,9 +823,16 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
         for r in rs:
             if r.orientation and any(fnmatch.fnmatchcase(n, r.pattern) for n in [lf.name, *lf.names]):
                 storage, r.used = r.orientation, True
-        stored = lf.shape[len(lf.lead):] or (1,)
+        stored = lf.stored or (1,)
         if storage is not None and len(stored) != 2:
             raise ValueError(f"leaf '{lf.name}' is {lf.shape}: an orientation applies to 2-D weights")
+        fill = None
+        if own and not lf.owner.startswith("eqx."):
+            if lf.rec is not None:
+                fill, lf.cause = lf.rec.fill, lf.rec.why or ""
+            else:
+                lf.cause = "no recording of the model's code says how it is made"
+        covered = True
         for cname in lf.names:
             p: dict[str, Any] = {"name": cname, "shape": list(stored)}
             if lf.module is not None:
@@ -732,6 +841,8 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
                 p.update(fan_in=lf.fan_in, fan_out=lf.fan_out)
             if storage is not None:
                 p["storage"] = storage
+            if fill is not None:
+                p["init"] = fill
             for r in rs:
                 if fnmatch.fnmatchcase(lf.name, r.pattern) or fnmatch.fnmatchcase(cname, r.pattern):
                     r.used = True
@@ -743,20 +854,43 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
                         p["fan_in"] = r.fan_in
                     if r.fan_out is not None:
                         p["fan_out"] = r.fan_out
+            covered = covered and "init" in p
             params.append(p)
+        if own and not covered and not lf.owner.startswith("eqx."):
+            unknown.append(lf)
     for r in rs:
         if not r.used:
             msg = f"rule '{r.pattern}' matches no leaf (leaves: {_some(lf.name for lf in leaves)})"
             if strict:
                 raise ValueError(msg)
             warnings.warn(msg, stacklevel=3)
+    if unknown and refuse:
+        raise ValueError(_refusal(unknown, tree))
     if not params:
         return _Model(flat, treedef, leaves, None, {}, integers, constants)
     description = {"name": "jax-tree", "hyper": dict(hyper or {}), "parameters": params}
     if haiku:
         description["naming"] = "haiku"
-    s, described = _describe(description, recipe=recipe)
-    return _Model(flat, treedef, leaves, s, {d["name"]: d for d in described}, integers, constants)
+    effective = ("equinox" if typed else None) if own else recipe
+    s, described = _describe(description, recipe=effective)
+    return _Model(flat, treedef, leaves, s, {d["name"]: d for d in described}, integers, constants,
+                  effective or "hf")
+
+
+def _refusal(unknown: list[_Leaf], tree: Any) -> str:
+    """One message: each leaf whose own init is not known, why, and what would tell it."""
+    from ._jax_record import Recorded
+
+    recorded = any(isinstance(x, Recorded) for x in jax.tree_util.tree_leaves(tree))
+    lines = [f"  {lf.name} {list(lf.shape)}: {lf.cause}" for lf in unknown[:12]]
+    if len(unknown) > 12:
+        lines.append(f"  and {len(unknown) - 12} more")
+    advice = ("give each a fill with rules={name: \"normal(0, 0.02)\"} or name a recipe (recipe=\"flax\", ...)"
+              if recorded else
+              "make the tree with layerinit.jax.eval_shape(model.init, ...) (or nnx.eval_shape's function) instead of "
+              "jax.eval_shape, so that each parameter's initializer is read from the model's code; or give rules "
+              "with fills, or name a recipe (recipe=\"flax\", ...)")
+    return (f"the model's own init is not known for {len(unknown)} leaves:\n" + "\n".join(lines) + f"\n{advice}")
 
 
 def spec_of(
@@ -768,10 +902,12 @@ def spec_of(
     strict: bool = False,
 ) -> Any:
     """The layerinit :class:`~layerinit.Spec` of a model pytree, as :func:`init` reads it: one tensor per
-    leaf (per slice of a stacked leaf) with its canonical name, logical shape, role and fans, rule fills
-    as explicit inits. ``layerinit plan --spec`` and ``layerinit emit --spec`` of its JSON
-    (``.to_json()``) plan and write the values :func:`init` makes. Arguments as :func:`init`'s."""
-    s = _model(tree, rules, stacked, None, hyper, strict).spec
+    leaf (per slice of a stacked leaf) with its canonical name, logical shape, role and fans, the model's
+    own fills (a tree of :func:`eval_shape`) and rule fills as explicit inits. ``layerinit plan --spec``
+    and ``layerinit emit --spec`` of its JSON (``.to_json()``, with the recipe :func:`init` was given for
+    the tensors without an explicit init) plan and write the values :func:`init` makes. Arguments as
+    :func:`init`'s."""
+    s = _model(tree, rules, stacked, None, hyper, strict, refuse=False).spec
     if s is None:
         raise ValueError("the tree has no float array leaf")
     return s
@@ -781,7 +917,7 @@ def init(
     tree: Any,
     *,
     seed: int = 0,
-    recipe: str = "hf",
+    recipe: Optional[str] = None,
     rules: Optional[Mapping[str, Any]] = None,
     stacked: Union[str, Sequence[str], None] = None,
     dtype: Any = None,
@@ -855,17 +991,21 @@ def init(
         # Each leaf from the plan of its storage: in-out stores every transposable tensor [in, out].
         orientation = "in-out" if described[lf.names[0]]["stored_in_out"] else "out-in"
         if orientation not in plans:
-            plans[orientation] = plan(s, dtype="fp32", recipe=recipe, orientation=orientation)  # each leaf its own dtype
+            plans[orientation] = plan(s, dtype="fp32", recipe=m.recipe, orientation=orientation)  # each leaf its own dtype
         stored = lf.shape if lf.shape else (1,)
         try:
-            param = plans[orientation]._leaf(_template(lf), [size for _, size in lf.lead], list(stored), lf.dtype).text
+            sizes = [size for _, size in lf.lead]
+            where = {"dims": lf.dims} if lf.dims != list(range(len(lf.dims))) else {}
+            param = plans[orientation]._leaf(_template(lf), sizes, list(stored), lf.dtype, **where).text
         except ValueError as e:
             raise ValueError(f"leaf '{lf.name}': {e}") from None
         arrays.append(_Array(lf.name, stored, lf.dtype, param, lf.sharding, old=olds.get(lf.index)))
     made = iter(_make(arrays, seed) if arrays else [])
     out = list(flat)
     for lf in m.integers:
-        out[lf.index] = jax.numpy.full(lf.shape, m.constants[lf.index], lf.leaf.dtype, device=lf.sharding)
+        c = m.constants[lf.index]
+        out[lf.index] = c(seed, lf.sharding) if callable(c) else jax.numpy.full(lf.shape, c, lf.leaf.dtype,
+                                                                               device=lf.sharding)
     for lf in leaves:
         if 0 in lf.shape:
             out[lf.index] = jax.numpy.zeros(lf.shape, _jnp_dtype(lf.dtype), device=lf.sharding)

@@ -361,6 +361,9 @@ def test_an_integer_leaf_is_a_rules_constant():
 def test_a_leaf_without_a_role_is_refused(nothing_built):
     with pytest.raises(ValueError, match=r"recipe 'hf' cannot tell the fill of 4 parameter\(s\): no rule for: "
                                          r"blocks\.0\.gain \(role other\), blocks\.1\.gain"):
+        ljax.init(abstract(), rules={"head.1.weight": "head_weight"}, recipe="hf")
+    # The model's own init: Equinox's modules by their type, a raw parameter from a recording of the code
+    with pytest.raises(ValueError, match=r"own init is not known for 1 leaves:\n  blocks\.gain \[4, 3\]: no recording"):
         ljax.init(abstract(), rules={"head.1.weight": "head_weight"})
 
 
