@@ -217,6 +217,16 @@ class Reader {
       r.stored_in_out = s == WeightStorage::in_out;
       if (r.stored_in_out) r.logical = Shape{p.shape[1], p.shape[0]};
       r.transposable = true;
+    } else if (kernel && !haiku_ && p.shape.size() > 2 && !p.init && r.fan_in == 0 && r.fan_out == 0 &&
+               ascii_lower(owner_short).find("conv") == std::string::npos) {
+      // A kernel of more dimensions outside a Conv: a DenseGeneral's or an attention's [in, heads, head_dim],
+      // or one a transform stacked (nn.scan): which axes are its fans, which its layers, is in the
+      // initializer's arguments and the transform, not in the name.
+      bad_argument("parameter", p.name,
+                   "is " + shape_string(p.shape) + ": a Flax kernel of more than 2 dimensions outside a Conv module "
+                   "(DenseGeneral, MultiHeadDotProductAttention, or stacked by nn.scan) has fans and layer axes its "
+                   "name does not tell: make the tree with layerinit.jax.eval_shape (its initializer is read), or "
+                   "give stacked= for a stack, or a rule with fan_in and fan_out");
     } else if (is_map_role(r.role) && (kernel || haiku_w) && p.shape.size() > 2) {
       // An n-D kernel [..., in, out] (Conv): jax.nn.initializers' _compute_fans with in_axis -2,
       // out_axis -1, as Flax's variance_scaling reads it; Haiku's ConvND draws with fan_in

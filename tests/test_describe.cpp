@@ -155,6 +155,30 @@ TEST(Describe, FlaxKernelsAreStoredInOut) {
   EXPECT_EQ(of(describe(d), "params.Dense_0.kernel").logical, (Shape{8, 3}));
 }
 
+TEST(Describe, AFlaxKernelOfMoreDimensionsOutsideAConvIsRefused) {
+  // linen's DenseGeneral kernel [64, 4, 16]: read as a convolution's, its fans would be 4 * 64 and 4 * 16.
+  ModelDescription d;
+  d.parameters.push_back(param("params.attn.query.kernel", {64, 4, 16}));
+  try {
+    describe(d, nullptr);
+    FAIL() << "a 3-D kernel outside a Conv was read";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("params.attn.query.kernel"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("outside a Conv module"), std::string::npos) << e.what();
+  }
+  // told: its fans, or its init (a recording of the initializer)
+  d.parameters[0].fan_in = 64;
+  d.parameters[0].fan_out = 64;
+  EXPECT_EQ(of(describe(d), "params.attn.query.kernel").fan_in, 64u);
+  d.parameters[0].fan_in = d.parameters[0].fan_out = 0;
+  d.parameters[0].init = FillSpec::normal(0, 0.1);
+  EXPECT_NO_THROW(describe(d));
+  // in a Conv it is a convolution's kernel [..., in, out]
+  ModelDescription c;
+  c.parameters.push_back(param("params.Conv_0.kernel", {3, 3, 2, 4}));
+  EXPECT_EQ(of(describe(c), "params.Conv_0.kernel").fan_in, 18u);
+}
+
 TEST(Describe, AnEmbeddingTiedToTheHeadIsOneTensorWithTheHeadsRule) {
   ModelDescription d;
   d.parameters.push_back(param("transformer.wte.weight", {100, 16}, ModuleKind::embedding));
