@@ -586,15 +586,20 @@ DescribedModel describe(const ModelDescription& d, const Recipe* recipe) {
   add(depths, "numbered outside the model's layers (" + (prefix ? *prefix : std::string("none found")) +
                   "), so their layer is unknown");
   add(repeats, "modules Haiku numbers as repeats (block, block_1, ...) outside a layer stack, so their layer is unknown");
+  // What would tell it, for the causes found only: a fill always; a role where roles are missing; the
+  // layers where the layer is.
+  std::string advice = "; tell it per name: a fill (layerinit.torch: overrides=, a name glob -> fill such as "
+                       "normal(0, 0.02); layerinit.jax: rules=, which also take a role)";
+  if (!roles.empty())
+    advice += ", or a role in a spec (layerinit.torch: spec=, module_spec(module) with each tensor's \"role\" set), "
+              "or name the maps as the recipe's sources do (output projections wo, w2, o_proj, down_proj, c_proj, "
+              "linear_proj, linear_fc2; the head lm_head, output, output_layer)";
+  if (!depths.empty())
+    advice += ", or put them in the model's numbered layers (layerinit.jax: stacked= for a stacked axis)";
+  if (!repeats.empty()) advice += ", or make the layers with hk.layer_stack";
   bad_argument("recipe", recipe->name(),
                "cannot tell the fill of " + std::to_string(lacking.size() + roles.size() + depths.size() + repeats.size()) +
-                   " parameter(s): " + why +
-                   "; tell it per name: a fill (layerinit.torch: overrides=, a name glob -> fill such as "
-                   "normal(0, 0.02); layerinit.jax: rules=, which also take a role), or a role in a spec "
-                   "(layerinit.torch: spec=, module_spec(module) with each tensor's \"role\" set), or name the maps "
-                   "as the recipe's sources do (output projections wo, w2, o_proj, down_proj, c_proj, linear_proj, "
-                   "linear_fc2; the head lm_head, output, output_layer)" +
-                   (repeats.empty() ? "" : ", or make the layers with hk.layer_stack"));
+                   " parameter(s): " + why + advice);
 }
 
 }  // namespace layerinit

@@ -247,6 +247,12 @@ TEST(Describe, WhatARecipeNeedsAndTheDescriptionDoesNotTellIsRefused) {
       << why;
   // Where every possibility gives one fill, nothing needs telling but the rule-less parameter.
   EXPECT_NE(refusal(d, "pytorch-default").find("cannot tell the fill of 1 parameter(s): no rule for: gain"), std::string::npos);
+  // The advice is the causes': names of maps only where a role is missing, layers only where a layer is.
+  EXPECT_NE(why.find("or name the maps"), std::string::npos) << why;
+  EXPECT_NE(why.find("numbered layers"), std::string::npos) << why;
+  const std::string raw_only = refusal(d, "pytorch-default");
+  EXPECT_EQ(raw_only.find("name the maps"), std::string::npos) << raw_only;
+  EXPECT_EQ(raw_only.find("numbered layers"), std::string::npos) << raw_only;
   // An explicit init tells it.
   for (auto& p : d.parameters)
     if (p.name != "layers.0.attention.wq.weight") p.init = FillSpec::constant(0);
