@@ -376,7 +376,11 @@ class _Interpreter:
 
     def scan(self, eqn: Any, ins: list[Value]) -> list[Value]:
         p = eqn.params
-        nc, ncarry = p["num_consts"], p["num_carry"]
+        if "num_consts" in p:
+            nc, ncarry = p["num_consts"], p["num_carry"]
+        else:  # jax >= 0.11: the operands' groups (consts, carry, xs) as a FlatTree; forwarded outputs are not outputs
+            consts, carry, _ = (list(g) for g in p["ft_in"].update(list(range(len(ins)))).unpack())
+            nc, ncarry = len(consts), len(carry)
         length = int(p["length"])
         closed = p["jaxpr"]
         body_in: list[Value] = list(ins[:nc + ncarry])
