@@ -56,6 +56,21 @@ void walk_template(std::string_view t, Lit lit, Axis axis) {
   }
 }
 
+// Why the stack axes cannot sit where they say among `rank` dimensions (`of` says whose): an axis's
+// dimension outside them, two axes at one dimension; or nothing.
+std::optional<std::string> stack_dims_problem(const std::vector<StackAxis>& stack, std::size_t rank, const std::string& of) {
+  std::vector<std::optional<std::size_t>> axis_at(rank);
+  for (std::size_t k = 0; k < stack.size(); ++k) {
+    const std::size_t d = stack[k].dim.value_or(k);
+    if (d >= rank)
+      return "stack axis " + std::to_string(k) + " at dimension " + std::to_string(d) + " is outside " + of;
+    if (axis_at[d])
+      return "stack axes " + std::to_string(*axis_at[d]) + " and " + std::to_string(k) + " both at dimension " + std::to_string(d);
+    axis_at[d] = k;
+  }
+  return std::nullopt;
+}
+
 // The extent of part p's box in a slice of rank n: its source box's shape after n - r leading 1s.
 Shape placed_extent(const CompositePart& p, std::size_t n) {
   Shape e(n - p.source.shape.size(), 1);
@@ -139,9 +154,29 @@ Shape CompositePart::stored_shape() const {
   return s;
 }
 
+std::size_t Composite::stack_dim(std::size_t k) const { return stack.at(k).dim.value_or(k); }
+
+bool Composite::leading() const {
+  for (std::size_t k = 0; k < stack.size(); ++k)
+    if (stack_dim(k) != k) return false;
+  return true;
+}
+
+bool Composite::operator==(const Composite& o) const {
+  if (dtype != o.dtype || shape != o.shape || stack.size() != o.stack.size() || parts != o.parts) return false;
+  for (std::size_t k = 0; k < stack.size(); ++k)
+    if (stack[k].size != o.stack[k].size || stack[k].first != o.stack[k].first || stack_dim(k) != o.stack_dim(k)) return false;
+  return true;
+}
+
 Shape Composite::slice_shape() const {
-  const std::size_t k = std::min(stack.size(), shape.size());
-  return Shape(shape.begin() + static_cast<std::ptrdiff_t>(k), shape.end());
+  std::vector<bool> stacked(shape.size(), false);
+  for (std::size_t k = 0; k < stack.size(); ++k)
+    if (const std::size_t d = stack_dim(k); d < shape.size()) stacked[d] = true;
+  Shape s;
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (!stacked[d]) s.push_back(shape[d]);
+  return s;
 }
 
 std::uint64_t Composite::slices() const {
@@ -176,10 +211,12 @@ void Composite::validate() const {
   const std::size_t K = stack.size();
   if (shape.size() < K)
     fail("shape " + shape_string(shape) + " has fewer dimensions than its " + std::to_string(K) + " stack axes");
+  if (const auto why = stack_dims_problem(stack, shape.size(), "shape " + shape_string(shape))) fail(*why);
   for (std::size_t k = 0; k < K; ++k) {
-    if (shape[k] != stack[k].size)
+    const std::size_t d = stack_dim(k);
+    if (shape[d] != stack[k].size)
       fail("stack axis " + std::to_string(k) + " has " + std::to_string(stack[k].size) + " positions but shape " +
-           shape_string(shape) + " says " + std::to_string(shape[k]));
+           shape_string(shape) + " says " + std::to_string(shape[d]) + (d == k ? "" : " at dimension " + std::to_string(d)));
     if (stack[k].first > std::numeric_limits<std::uint64_t>::max() - stack[k].size)
       fail("stack axis " + std::to_string(k) + ": first " + std::to_string(stack[k].first) + " + size overflows 64 bits");
   }
@@ -315,7 +352,6 @@ Composite concatenate(std::vector<CompositePart> parts, std::size_t dim, std::ve
   if (dim >= first.size()) fail("dimension " + std::to_string(dim) + " of parts of rank " + std::to_string(first.size()));
   Composite c;
   c.dtype = parts[0].dtype;
-  for (const StackAxis& a : stack) c.shape.push_back(a.size);
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const Shape& s = parts[i].source.shape;
     bool fits = s.size() == first.size();
@@ -345,7 +381,15 @@ Composite concatenate(std::vector<CompositePart> parts, std::size_t dim, std::ve
       placed.push_back(std::move(slab));
     }
   }
-  c.shape.insert(c.shape.end(), slice.begin(), slice.end());
+  // The slice's dimensions in order, each stack axis's size at its dimension.
+  const std::size_t rank = slice.size() + stack.size();
+  if (const auto why = stack_dims_problem(stack, rank, "the " + std::to_string(rank) + " dimensions of a slice " +
+                                                          shape_string(slice) + " under " + std::to_string(stack.size()) +
+                                                          (stack.size() == 1 ? " stack axis" : " stack axes")))
+    fail(*why);
+  std::vector<std::optional<std::uint64_t>> sizes(rank);
+  for (std::size_t k = 0; k < stack.size(); ++k) sizes[stack[k].dim.value_or(k)] = stack[k].size;
+  for (std::size_t d = 0, i = 0; d < rank; ++d) c.shape.push_back(sizes[d] ? *sizes[d] : slice[i++]);
   c.stack = std::move(stack);
   c.parts = std::move(placed);
   c.validate();
@@ -440,7 +484,19 @@ void composite_fill_jobs(const Composite& c, const Box& box, const Region& dst, 
   if (n > 0 && box.shape[n - 1] > 1 && strides[n - 1] != 1)
     bad_argument("composite", ": the region's last dimension is not contiguous (stride " + std::to_string(strides[n - 1]) + ")");
   const std::uint64_t esize = dtype_size(c.dtype);
-  const std::size_t ns = n - K;  // slice rank
+  // The stack axes' dimensions and the slice's (the others, in order): a position of the stack is an
+  // index in each stack dimension, a part's box a box of the slice dimensions, each with its stride.
+  std::vector<std::size_t> axis_dim(K);
+  std::vector<bool> stacked(n, false);
+  for (std::size_t k = 0; k < K; ++k) stacked[axis_dim[k] = c.stack_dim(k)] = true;
+  Shape slice_off, slice_ext, slice_strides;
+  for (std::size_t d = 0; d < n; ++d)
+    if (!stacked[d]) {
+      slice_off.push_back(box.offset[d]);
+      slice_ext.push_back(box.shape[d]);
+      slice_strides.push_back(strides[d]);
+    }
+  const std::size_t ns = slice_off.size();  // slice rank
 
   // Each part's run of fills at the current stack position: positions only grow in row-major order.
   struct Cursor {
@@ -450,15 +506,13 @@ void composite_fill_jobs(const Composite& c, const Box& box, const Region& dst, 
   std::vector<Cursor> cursor(c.parts.size());
   for (std::size_t p = 0; p < c.parts.size(); ++p) cursor[p].end = c.parts[p].fills.empty() ? 0 : c.parts[p].fills[0].count;
 
-  Shape pos(box.offset.begin(), box.offset.begin() + static_cast<std::ptrdiff_t>(K));
-  Shape names(K);
-  Shape slice_off(box.offset.begin() + static_cast<std::ptrdiff_t>(K), box.offset.end());
-  Shape slice_ext(box.shape.begin() + static_cast<std::ptrdiff_t>(K), box.shape.end());
+  Shape pos(K), names(K);
+  for (std::size_t k = 0; k < K; ++k) pos[k] = box.offset[axis_dim[k]];
   while (true) {
     std::uint64_t flat = 0, elem = 0;
     for (std::size_t k = 0; k < K; ++k) {
       flat = flat * c.stack[k].size + pos[k];
-      elem += (pos[k] - box.offset[k]) * strides[k];
+      elem += (pos[k] - box.offset[axis_dim[k]]) * strides[axis_dim[k]];
       names[k] = c.stack[k].first + pos[k];
     }
     for (std::size_t p = 0; p < c.parts.size(); ++p) {
@@ -476,7 +530,7 @@ void composite_fill_jobs(const Composite& c, const Box& box, const Region& dst, 
           empty = true;
           break;
         }
-        part_elem += (lo - slice_off[d]) * strides[K + d];
+        part_elem += (lo - slice_off[d]) * slice_strides[d];
         if (d >= lead) {
           local.offset[d - lead] += lo - part.at[d];
           local.shape[d - lead] = hi - lo;
@@ -487,14 +541,26 @@ void composite_fill_jobs(const Composite& c, const Box& box, const Region& dst, 
       while (flat >= cur.end) cur.end += part.fills[++cur.run].count;
       const PlannedTensor t = part_tensor(part, names, part.fills[cur.run].fill);
       const TensorFill fill = tensor_fill(t, seed);
-      const Shape part_strides(strides.end() - static_cast<std::ptrdiff_t>(r), strides.end());
-      permuted_jobs(t, fill, part.rows, local, Region{static_cast<unsigned char*>(dst.data) + part_elem * esize, part_strides},
-                    out);
+      const Shape part_strides(slice_strides.end() - static_cast<std::ptrdiff_t>(r), slice_strides.end());
+      auto* at = static_cast<unsigned char*>(dst.data) + part_elem * esize;
+      if (r > 0 && local.shape[r - 1] > 1 && part_strides[r - 1] != 1) {
+        // A stack axis after the slice's last dimension: its elements are not adjacent in the region,
+        // so each index of it is a box of its own (a job writes adjacent elements).
+        Box column = local;
+        column.shape[r - 1] = 1;
+        for (std::uint64_t i = 0; i < local.shape[r - 1]; ++i) {
+          column.offset[r - 1] = local.offset[r - 1] + i;
+          permuted_jobs(t, fill, part.rows, column, Region{at + i * part_strides[r - 1] * esize, part_strides}, out);
+        }
+      } else {
+        permuted_jobs(t, fill, part.rows, local, Region{at, part_strides}, out);
+      }
     }
     std::size_t k = K;
     while (k-- > 0) {  // next stack position in the box, the last axis fastest
-      if (++pos[k] < box.offset[k] + box.shape[k]) break;
-      pos[k] = box.offset[k];
+      const std::size_t d = axis_dim[k];
+      if (++pos[k] < box.offset[d] + box.shape[d]) break;
+      pos[k] = box.offset[d];
     }
     if (k == static_cast<std::size_t>(-1)) break;
   }
@@ -540,7 +606,11 @@ std::string composite_to_text(const Composite& c) {
   o["shape"] = shape_json(c.shape);
   if (!c.stack.empty()) {
     ojson stack = ojson::array();
-    for (const StackAxis& a : c.stack) stack.push_back(ojson{{"size", a.size}, {"first", a.first}});
+    for (std::size_t k = 0; k < c.stack.size(); ++k) {
+      ojson a{{"size", c.stack[k].size}, {"first", c.stack[k].first}};
+      if (c.stack_dim(k) != k) a["dim"] = c.stack_dim(k);  // only off the leading layout: its text is as before
+      stack.push_back(a);
+    }
     o["stack"] = stack;
   }
   ojson parts = ojson::array();
@@ -559,7 +629,8 @@ std::string composite_to_text(const Composite& c) {
     if (p.transposed) j["transposed"] = true;
     if (p.rows.kind != RowPermutation::Kind::none) j["rows"] = p.rows.describe();
     const Shape stored = p.stored_shape();
-    if (p.source.offset != Shape(p.source.offset.size(), 0)) j["from"] = shape_json(p.source.offset);
+    if (std::any_of(p.source.offset.begin(), p.source.offset.end(), [](std::uint64_t o) { return o != 0; }))
+      j["from"] = shape_json(p.source.offset);
     if (p.source.shape != stored) j["size"] = shape_json(p.source.shape);
     if (!p.regions.empty()) {
       ojson regions = ojson::array();
@@ -591,14 +662,16 @@ Composite composite_from_text(std::string_view text) {
   c.dtype = reader.parsed(reader.require(o, "", "dtype"), "dtype", [](const std::string& t) { return parse_dtype(t); });
   c.shape = shape_of(reader.require(o, "", "shape"), "shape");
   if (const json* stack = find(o, "stack")) {
-    if (!stack->is_array()) reader.fail("stack", "must be an array of {\"size\", \"first\"} objects");
+    if (!stack->is_array()) reader.fail("stack", "must be an array of {\"size\", \"first\", \"dim\"} objects");
     for (std::size_t k = 0; k < stack->size(); ++k) {
       const json& a = (*stack)[k];
       const std::string path = at("stack", k);
-      reader.check_object(a, path, {"size", "first"});
+      reader.check_object(a, path, {"size", "first", "dim"});
       StackAxis axis;
       axis.size = reader.to_uint(reader.require(a, path, "size"), join(path, "size"), false);
       if (const json* f = find(a, "first")) axis.first = reader.to_uint(*f, join(path, "first"), false);
+      // A dimension outside the shape, or another axis's, is validate()'s to name.
+      if (const json* d = find(a, "dim")) axis.dim = reader.to_uint(*d, join(path, "dim"), false);
       c.stack.push_back(axis);
     }
   }

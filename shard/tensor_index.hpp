@@ -48,8 +48,9 @@ class LAYERINIT_API TensorIndex {
   Composite stacked(std::size_t b, std::uint64_t first, std::uint64_t count) const;
   // Tensors named by `templates` ("{k}": stack axis k's index, as CompositePart::name has it) at every
   // position of `stack`, concatenated along dimension `dim` of their stored shapes, each with its row
-  // permutation (`rows` empty: none): a stacked leaf [L, ...] is one template on one axis, a fused
-  // QKV three templates on none, a stacked fused QKV both. Each template's tensors share a stored
+  // permutation (`rows` empty: none), each stack axis at its dimension (StackAxis::dim; leading by
+  // default): a stacked leaf [L, ...] is one template on one axis ([E, L, M] with the axis at 1), a
+  // fused QKV three templates on none, a stacked fused QKV both. Each template's tensors share a stored
   // shape, all one dtype; `groups` interleaves them as concatenate() does (torchtitan's GQA wqkv).
   // Throws std::invalid_argument naming the first problem (an unknown name with not_found()'s
   // suggestions); `what` starts the messages about dtypes and shapes.

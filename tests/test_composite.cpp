@@ -1,7 +1,7 @@
 // Composite parameters (shard/composite.hpp): every box of a stacked, concatenated, transposed or
 // row-permuted parameter holds, bit for bit, the elements of its canonical tensors filled whole, on the
-// host backend and through the CUDA kernel's simulated grid, dense and strided; the text form round-trips;
-// bad descriptions are refused in one line.
+// host backend and through the CUDA kernel's simulated grid, dense and strided, its stack axes at any
+// dimensions; the text form round-trips; bad descriptions are refused in one line.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -44,12 +44,18 @@ Bytes expected(const Composite& c, std::uint64_t seed) {
   Bytes out(numel(c.shape) * es, 0);
   const Shape gs = row_major(c.shape);
   const std::size_t K = c.stack.size(), n = c.shape.size(), ns = n - K;
-  const Shape stack_sizes(c.shape.begin(), c.shape.begin() + static_cast<std::ptrdiff_t>(K));
+  // The strides of the slice's dimensions: those no stack axis sits at, in order.
+  Shape slice_strides;
+  for (std::size_t d = 0; d < n; ++d) {
+    bool stack_dim = false;
+    for (std::size_t k = 0; k < K; ++k) stack_dim = stack_dim || c.stack_dim(k) == d;
+    if (!stack_dim) slice_strides.push_back(gs[d]);
+  }
   for (std::uint64_t flat = 0; flat < c.slices(); ++flat) {
     Shape pos(K);
     for (std::uint64_t f = flat, k = K; k-- > 0;) {
-      pos[k] = f % stack_sizes[k];
-      f /= stack_sizes[k];
+      pos[k] = f % c.stack[k].size;
+      f /= c.stack[k].size;
     }
     for (std::size_t p = 0; p < c.parts.size(); ++p) {
       const CompositePart& part = c.parts[p];
@@ -69,10 +75,10 @@ Bytes expected(const Composite& c, std::uint64_t seed) {
           if (d == 0) row = part.rows.source_row(row);
           src += row * ss[d];
         }
-        for (std::size_t k = 0; k < K; ++k) dst += pos[k] * gs[k];
+        for (std::size_t k = 0; k < K; ++k) dst += pos[k] * gs[c.stack_dim(k)];
         for (std::size_t d = 0; d < ns; ++d) {
           const std::uint64_t within = d < ns - r ? 0 : x[d - (ns - r)];
-          dst += (part.at[d] + within) * gs[K + d];
+          dst += (part.at[d] + within) * slice_strides[d];
         }
         std::memcpy(out.data() + dst * es, w.data() + src * es, es);
       }
@@ -409,6 +415,241 @@ TEST(Composite, PartsOfLowerRankSitInTheLastDimensions) {
   up.at = {1, 0, 0};
   c.parts = {gate, up};
   check_all_boxes(c, 2);
+}
+
+// Flax linen's nn.scan(..., variable_axes={"params": 1}) (MaxText's param_scan_axis=1): a kernel
+// [embed, L, mlp] whose [:, l, :] is layer l's [embed, mlp]. Filled whole or by boxes, boxes cutting
+// through the layer dimension included, every element is its layer's tensor's, filled whole on its own.
+TEST(Composite, LayerAxisAtDimension1HoldsEachLayersTensor) {
+  const std::uint64_t E = 3, L = 4, M = 5;
+  for (DType t : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    Composite c;
+    c.dtype = t;
+    c.stack = {{L, 2, 1}};  // layers 2..5 (a model whose first layer is 2), at dimension 1
+    c.shape = {E, L, M};
+    CompositePart part = whole_part(tensor("x", {E, M}, t, kNormal), {0, 0});
+    part.name = "layers.{0}.mlp.wi.kernel";
+    part.fills = {{1, FillSpec::normal(0, 0.5)}, {2, kNormal}, {1, FillSpec::uniform(-1, 2)}};
+    part.regions = {{{1, 1}, {1, 3}, FillSpec::constant(0.25)}};
+    c.parts = {part};
+    c.validate();
+    EXPECT_FALSE(c.leading());
+    EXPECT_EQ(c.stack_dim(0), 1u);
+    EXPECT_EQ(c.slice_shape(), (Shape{E, M}));
+    EXPECT_EQ(c.slices(), L);
+    EXPECT_EQ(c.tensor(0, std::vector<std::uint64_t>{2}).name, "layers.4.mlp.wi.kernel");
+    std::vector<Bytes> layer;  // each layer's tensor filled whole, on its own
+    for (std::uint64_t l = 0; l < L; ++l) layer.push_back(whole(c.tensor(0, std::vector<std::uint64_t>{l}), 7));
+    ASSERT_NE(layer[0], layer[1]);
+    const std::uint64_t es = dtype_size(t);
+    const std::vector<Box> boxes = {whole_box(c.shape),     Box{{0, 1, 0}, {E, 2, M}}, Box{{1, 0, 2}, {2, L, 3}},
+                                    Box{{0, 3, 0}, {E, 1, M}}, Box{{2, 1, 4}, {1, 3, 1}}, Box{{0, 0, 0}, {E, L, 1}},
+                                    Box{{1, 2, 0}, {1, 1, M}}};
+    for (const Box& b : boxes)
+      for (Runner how : {Runner::host, Runner::grid}) {
+        Bytes buf(b.numel() * es, 0x5a);
+        std::vector<FillJob> jobs;
+        composite_fill_jobs(c, b, Region{buf.data(), {}}, 7, jobs);
+        run(jobs, how);
+        for (std::uint64_t e = 0; e < b.numel(); ++e) {
+          const std::uint64_t i = b.offset[0] + e / (b.shape[1] * b.shape[2]), l = b.offset[1] + e / b.shape[2] % b.shape[1],
+                              m = b.offset[2] + e % b.shape[2];
+          ASSERT_EQ(std::memcmp(buf.data() + e * es, layer[l].data() + (i * M + m) * es, es), 0)
+              << (how == Runner::host ? "host" : "grid") << ", box at " << shape_string(b.offset) << " of "
+              << shape_string(b.shape) << ": element [" << i << ", " << l << ", " << m << "]";
+        }
+      }
+    check_all_boxes(c, 7);  // random boxes, each dimension's shards, strided regions
+  }
+  // The whole kernel, dense and without regions: one job per row of a layer (its rows are L * M apart).
+  Composite c;
+  c.stack = {{L, 0, 1}};
+  c.shape = {E, L, M};
+  CompositePart part = whole_part(tensor("x", {E, M}, DType::f32, kNormal), {0, 0});
+  part.name = "layers.{0}.w";
+  part.fills = {{L, kNormal}};
+  c.parts = {part};
+  std::vector<float> buf(E * L * M);
+  std::vector<FillJob> jobs;
+  composite_fill_jobs(c, whole_box(c.shape), Region{buf.data(), {}}, 1, jobs);
+  EXPECT_EQ(jobs.size(), E * L);
+}
+
+// Any distinct dimensions: two axes apart, axes in another order than their dimensions, an axis in
+// the last dimension (the slice's last dimension strided), under transposed, concatenated and
+// row-permuted parts.
+TEST(Composite, StackAxesSitAtAnyDistinctDimensions) {
+  auto stacked = [](std::vector<StackAxis> stack, Shape shape, const PlannedTensor& t) {
+    Composite c;
+    c.dtype = t.dtype;
+    c.stack = std::move(stack);
+    c.shape = std::move(shape);
+    CompositePart part = whole_part(t, Shape(t.memory_shape.size(), 0));
+    part.name = c.stack.size() == 1 ? "layers.{0}.w" : "layers.{0}.experts.{1}.w";
+    part.fills = {{1, FillSpec::normal(0, 0.5)}, {c.slices() - 1, FillSpec::uniform(-1, 2)}};
+    c.parts = {part};
+    return c;
+  };
+  const PlannedTensor x = tensor("x", {3, 4}, DType::bf16, kNormal);
+  {
+    SCOPED_TRACE("dims 0 and 2");
+    const Composite c = stacked({{2, 0}, {3, 0, 2}}, {2, 3, 3, 4}, x);
+    EXPECT_EQ(c.slice_shape(), (Shape{3, 4}));
+    check_all_boxes(c, 3);
+  }
+  {
+    SCOPED_TRACE("axis 0 at dim 2, axis 1 at dim 0");
+    check_all_boxes(stacked({{2, 1, 2}, {3, 0, 0}}, {3, 3, 2, 4}, x), 3);
+  }
+  {
+    SCOPED_TRACE("the last dimension");
+    const Composite c = stacked({{2, 0, 2}}, {3, 4, 2}, x);
+    check_all_boxes(c, 3);
+    check_all_boxes(stacked({{2, 0, 2}}, {4, 3, 2}, tensor("x", {3, 4}, DType::f32, kNormal, true)), 3);
+  }
+  {
+    // A scanned fused gate-up kernel [D, L, 2F]: [gate^T | up^T] of each layer, concatenated under an
+    // axis at dimension 1.
+    SCOPED_TRACE("concatenated, transposed");
+    const std::uint64_t D = 7, F = 6, L = 3;
+    std::vector<CompositePart> parts;
+    for (const char* kind : {"gate", "up"}) {
+      CompositePart p = whole_part(tensor(kind, {F, D}, DType::f16, kNormal, true), {});
+      p.name = std::string("layers.{0}.mlp.") + kind;
+      p.fills = {{L, kind[0] == 'g' ? kNormal : FillSpec::uniform(-1, 1)}};
+      parts.push_back(p);
+    }
+    const Composite c = concatenate(parts, 1, {{L, 0, 1}});
+    EXPECT_EQ(c.shape, (Shape{D, L, 2 * F}));
+    EXPECT_EQ(c.parts[1].at, (Shape{0, F}));
+    check_all_boxes(c, 4);
+  }
+  {
+    // torchtitan's fused wqkv rows, a layer axis at dimension 1: [(H + 2 K) hd, L, D].
+    SCOPED_TRACE("row-permuted");
+    const std::uint64_t hd = 4, D = 5, L = 2;
+    std::vector<CompositePart> parts;
+    for (const auto& [kind, rows] : {std::pair{"q", 4 * hd}, std::pair{"k", 2 * hd}}) {
+      CompositePart p = whole_part(tensor(kind, {rows, D}, DType::f32, kNormal), {}, RowPermutation::rope_interleave(hd));
+      p.name = std::string("layers.{0}.") + kind;
+      p.fills = {{L, kNormal}};
+      parts.push_back(p);
+    }
+    const Composite c = concatenate(parts, 0, {{L, 0, 1}});
+    EXPECT_EQ(c.shape, (Shape{6 * hd, L, D}));
+    check_all_boxes(c, 21, 100);
+  }
+}
+
+// The text of a composite in the leading layout is as it was before axes had a dimension; off it,
+// each axis not at its leading dimension says where it is.
+TEST(Composite, TextCarriesADimOnlyOffTheLeadingLayout) {
+  Composite leading;
+  leading.stack = {{4, 0}};
+  leading.shape = {4, 3, 5};
+  CompositePart part = whole_part(tensor("x", {3, 5}, DType::f32, kNormal), {0, 0});
+  part.name = "layers.{0}.w";
+  part.fills = {{4, kNormal}};
+  leading.parts = {part};
+  leading.validate();
+  const std::string text = composite_to_text(leading);
+  EXPECT_EQ(text,
+            "{\"layerinit_composite\":1,\"dtype\":\"fp32\",\"shape\":[4,3,5],\"stack\":[{\"size\":4,\"first\":0}],\"parts\":"
+            "[{\"name\":\"layers.{0}.w\",\"shape\":[3,5],\"at\":[0,0],\"fill\":\"normal(0,0.02)\"}]}");
+  EXPECT_TRUE(leading.leading());
+  EXPECT_EQ(composite_from_text(text).stack[0].dim, std::nullopt);
+  Composite explicit_leading = leading;
+  explicit_leading.stack[0].dim = 0;  // the same layout said outright
+  EXPECT_EQ(explicit_leading, leading);
+  EXPECT_EQ(composite_to_text(explicit_leading), text);
+
+  Composite scanned = leading;
+  scanned.stack[0].dim = 1;
+  scanned.shape = {3, 4, 5};
+  EXPECT_NE(scanned, leading);
+  const std::string st = composite_to_text(scanned);
+  EXPECT_NE(st.find("\"stack\":[{\"size\":4,\"first\":0,\"dim\":1}]"), std::string::npos) << st;
+  EXPECT_EQ(composite_from_text(st), scanned);
+  EXPECT_EQ(composite_from_text(st).stack[0].dim, 1u);
+  EXPECT_EQ(composite_to_text(composite_from_text(st)), st);
+
+  Composite two = leading;
+  two.stack = {{2, 0}, {3, 1, 2}};
+  two.shape = {2, 3, 3, 5};
+  two.parts[0].name = "layers.{0}.experts.{1}.w";
+  two.parts[0].fills = {{6, kNormal}};
+  const std::string tt = composite_to_text(two);
+  EXPECT_NE(tt.find("\"stack\":[{\"size\":2,\"first\":0},{\"size\":3,\"first\":1,\"dim\":2}]"), std::string::npos) << tt;
+  EXPECT_EQ(composite_from_text(tt), two);
+  Composite swapped = two;
+  swapped.stack = {{2, 0, 2}, {3, 1, 0}};
+  swapped.shape = {3, 3, 2, 5};
+  const std::string sw = composite_to_text(swapped);
+  EXPECT_NE(sw.find("\"stack\":[{\"size\":2,\"first\":0,\"dim\":2},{\"size\":3,\"first\":1,\"dim\":0}]"), std::string::npos) << sw;
+  EXPECT_EQ(composite_from_text(sw), swapped);
+}
+
+// Axes at one dimension, outside the shape, or whose size is not the shape's there: one line each,
+// from validate(), the text and concatenate.
+TEST(Composite, StackAxesAtABadDimensionAreRefused) {
+  Composite c;
+  c.stack = {{4, 0, 1}};
+  c.shape = {3, 4, 5};
+  CompositePart part = whole_part(tensor("x", {3, 5}, DType::f32, kNormal), {0, 0});
+  part.name = "layers.{0}.w";
+  part.fills = {{4, kNormal}};
+  c.parts = {part};
+  ASSERT_NO_THROW(c.validate());
+  auto error_of = [](const Composite& bad) -> std::string {
+    try {
+      bad.validate();
+    } catch (const spec_error& e) {
+      EXPECT_EQ(e.source(), "composite");
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      return e.what();
+    }
+    return "accepted";
+  };
+  Composite bad = c;
+  bad.stack[0].dim = 3;
+  EXPECT_EQ(error_of(bad), "composite: stack axis 0 at dimension 3 is outside shape [3, 4, 5]");
+  bad.stack[0].dim = 2;
+  EXPECT_EQ(error_of(bad), "composite: stack axis 0 has 4 positions but shape [3, 4, 5] says 5 at dimension 2");
+  bad = c;
+  bad.stack = {{4, 0, 1}, {3, 0, 1}};
+  bad.shape = {3, 4, 5, 2};
+  EXPECT_EQ(error_of(bad), "composite: stack axes 0 and 1 both at dimension 1");
+  bad.stack = {{3, 0}, {4, 0, 0}};  // axis 0 at its leading dimension 0
+  EXPECT_EQ(error_of(bad), "composite: stack axes 0 and 1 both at dimension 0");
+
+  const std::string text = composite_to_text(c);
+  auto text_error = [&](const std::string& from, const std::string& to) -> std::string {
+    std::string t = text;
+    const auto at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    t.replace(at, from.size(), to);
+    try {
+      composite_from_text(t);
+    } catch (const spec_error& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      return e.what();
+    }
+    return "accepted";
+  };
+  EXPECT_EQ(text_error("\"dim\":1", "\"dim\":-1"), "composite: stack[0].dim: must be a non-negative integer");
+  EXPECT_EQ(text_error("\"dim\":1", "\"dim\":7"), "composite: stack axis 0 at dimension 7 is outside shape [3, 4, 5]");
+  EXPECT_EQ(text_error("\"dim\":1", "\"dim\":1,\"dim\":1"), "composite: stack[0].dim: duplicate key");
+  EXPECT_EQ(text_error("\"dim\":1", "\"dim\":1,\"axis\":1"), "composite: stack[0].axis: unknown key (valid: size, first, dim)");
+  EXPECT_EQ(text_error(",\"dim\":1", ""), "composite: stack axis 0 has 4 positions but shape [3, 4, 5] says 3");
+
+  try {
+    concatenate(std::vector{part}, 0, {{4, 0, 3}});
+    ADD_FAILURE() << "accepted a stack axis past the shape";
+  } catch (const spec_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "composite: stack axis 0 at dimension 3 is outside the 3 dimensions of a slice [3, 5] under 1 stack axis");
+  }
 }
 
 TEST(Composite, TextRoundTripsAndItsSizeDoesNotGrowWithTheStack) {

@@ -283,8 +283,8 @@ TEST(TensorIndex, FusedQkvIsTorchtitansFromHfOfTheBuild) {
 }
 
 // A JAX leaf stacked by filter_vmap ([L, ...], slice l the tensor of layer l) is one template on one
-// axis, and equals the stacked layout's buffer; a stacked fused QKV adds templates; a name the plan
-// does not have is refused with suggestions.
+// axis, and equals the stacked layout's buffer; a stacked fused QKV adds templates, its layer axis
+// leading or at dimension 1; a name the plan does not have is refused with suggestions.
 TEST(TensorIndex, AssembleStacksAndConcatenatesTemplates) {
   Env env;
   const ModelSpec spec = make_preset("llama-tiny");
@@ -320,6 +320,15 @@ TEST(TensorIndex, AssembleStacksAndConcatenatesTemplates) {
   composite_fill_jobs(one, whole_box(one.shape), Region{b.data(), {}}, 5, jobs);
   env.be->fill(jobs);
   EXPECT_EQ(a, b);
+  // The layer axis at dimension 1 (Flax linen's nn.scan with variable_axes={"params": 1}): [rows, L, D]
+  // whose [:, 2, :] is layer 2's fused wqkv.
+  const Composite scanned = oi.assemble(qkv, std::vector<StackAxis>{{L, 0, 1}}, 0, std::vector<RowPermutation>{rope, rope, {}});
+  ASSERT_EQ(scanned.shape, (Shape{one.shape[0], L, one.shape[1]}));
+  std::vector<std::uint16_t> c(numel(one.shape));
+  jobs.clear();
+  composite_fill_jobs(scanned, Box{{0, 2, 0}, {one.shape[0], 1, one.shape[1]}}, Region{c.data(), {}}, 5, jobs);
+  env.be->fill(jobs);
+  EXPECT_EQ(c, b);
 
   try {
     oi.assemble(std::vector<std::string>{"model.layers.{0}.self_attn.q_proj.weight"}, std::vector<StackAxis>{{L + 1, 0}});

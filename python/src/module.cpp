@@ -294,13 +294,19 @@ class Plan {
   }
 
   // The composite of a JAX leaf: the tensors named by template `name` ("{k}": stack axis k's index) at
-  // every position of `stack`, made in the leaf's `dtype` whatever the plan's (values depend on the
-  // dtype only through the fills, prepared per call). std::invalid_argument unless they make an
-  // array of `shape` and every fill suits the dtype.
+  // every position of `stack`, axis k at dimension dims[k] of the leaf (no dims: the leading ones;
+  // Flax linen's nn.scan with variable_axes={"params": 1} puts the layer axis at 1), made in the
+  // leaf's `dtype` whatever the plan's (values depend on the dtype only through the fills, prepared
+  // per call). std::invalid_argument unless dims has one entry per axis, at distinct dimensions of
+  // the leaf, the tensors make an array of `shape` and every fill suits the dtype.
   Composite leaf(const std::string& name, const std::vector<std::uint64_t>& stack, const std::vector<std::uint64_t>& shape,
-                 const std::string& dtype) const {
+                 const std::string& dtype, const std::optional<std::vector<std::size_t>>& dims) const {
+    if (dims && dims->size() != stack.size())
+      bad_argument("dims", "has " + std::to_string(dims->size()) + " entries for " + std::to_string(stack.size()) +
+                               " stack sizes: one dimension per stack axis");
     std::vector<StackAxis> axes;
-    for (const auto size : stack) axes.push_back({size, 0});
+    for (std::size_t k = 0; k < stack.size(); ++k)
+      axes.push_back({stack[k], 0, dims ? std::optional<std::size_t>((*dims)[k]) : std::nullopt});
     const std::string templates[] = {name};
     Composite c = index_->assemble(templates, axes, 0, {}, 1, "the leaf");
     c.dtype = parse_dtype(dtype);
@@ -777,8 +783,9 @@ NB_MODULE(_core, m) {
         return p.index().assemble(templates, axes, dim, perms, groups);
       }, "templates"_a, "stack"_a, "dim"_a, "rows"_a, "groups"_a,
       "Tensors named by templates over stack axes [(size, first)], concatenated along `dim` in `groups`, as a Composite.")
-      .def("_leaf", &Plan::leaf, "name"_a, "stack"_a, "shape"_a, "dtype"_a,
-           "A JAX leaf of the tensors named by a template over stack axes, in the leaf's dtype, as a Composite.")
+      .def("_leaf", &Plan::leaf, "name"_a, "stack"_a, "shape"_a, "dtype"_a, "dims"_a = nb::none(),
+           "A JAX leaf of the tensors named by a template over stack axes, in the leaf's dtype, as a Composite: stack "
+           "axis k at dimension dims[k] of the leaf (None: the leading dimensions).")
       .def("_fused_experts", [](const Plan& p, const std::string& name, const std::vector<std::uint64_t>& shape) {
         return p.index().hf_fused_experts(name, Shape(shape.begin(), shape.end()));
       }, "name"_a, "shape"_a, "transformers 5's fused experts parameter as a Composite, or None for other names.")
@@ -842,8 +849,8 @@ NB_MODULE(_core, m) {
   "Fills each array in place, the piece at offsets[i] of composites[i], all in one call: what fill_composite does for each.");
 
   nb::class_<Composite>(m, "Composite",
-                        "A parameter made of canonical tensors: stacked along leading axes, concatenated, each part a box of "
-                        "its tensor, rows optionally permuted (docs/python.md).")
+                        "A parameter made of canonical tensors: stacked along axes at any dimensions (leading by default), "
+                        "concatenated, each part a box of its tensor, rows optionally permuted (docs/python.md).")
       .def_static("parse", [](nb::handle text) { return composite_from_text(text_arg(text, "Composite.parse: text"));
       }, "text"_a.none(), "The composite of composite_to_text's versioned JSON; ValueError naming the problem.")
       .def_prop_ro("text", &composite_to_text, "Compact, versioned JSON: parse(c.text) == c.")
@@ -853,7 +860,12 @@ NB_MODULE(_core, m) {
         nb::list out;
         for (const StackAxis& a : c.stack) out.append(nb::make_tuple(a.size, a.first));
         return out;
-      }, "[(size, first)] of the leading stack axes")
+      }, "[(size, first)] of the stack axes")
+      .def_prop_ro("stack_dims", [](const Composite& c) {
+        std::vector<std::size_t> out;
+        for (std::size_t k = 0; k < c.stack.size(); ++k) out.push_back(c.stack_dim(k));
+        return out;
+      }, "[dimension of shape] where each stack axis sits ([0, 1, ...] in the leading layout)")
       .def("tensor_name", [](const Composite& c, std::size_t part, const std::vector<std::uint64_t>& index) {
         return c.tensor(part, index).name;
       }, "part"_a, "index"_a, "The name of part `part`'s tensor at stack position `index`.")

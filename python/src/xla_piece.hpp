@@ -1,6 +1,7 @@
 // One device's piece of a parameter, as an XLA FFI fill handler call sees it: the parameter is a
-// composite (shard/composite.hpp: canonical tensors stacked along leading axes, in its versioned text
-// form, the same attribute on every device) and the piece is the box of it this device holds.
+// composite (shard/composite.hpp: canonical tensors stacked along axes at any dimensions, in its
+// versioned text form, the same attribute on every device) and the piece is the box of it this device
+// holds.
 #pragma once
 
 #include <cstdint>

@@ -37,6 +37,47 @@ def test_a_stacked_buffer_and_a_stacked_leaf_are_the_stacked_build():
     assert torch.equal(bits(piece), bits(stacked[name][1:4, 1:3, 100:]))
 
 
+def test_a_leaf_with_its_layer_axis_at_dimension_1():
+    """Flax linen's nn.scan(..., variable_axes={"params": 1}) (MaxText's param_scan_axis=1): a kernel
+    [E, L, M] whose [:, l, :] is layer l's leaf [E, M], made alone; any piece, across layers too."""
+    plan = layerinit.plan("llama-tiny", recipe="torchtitan", dtype="fp32", seed=2)
+    t = "model.layers.{0}.mlp.down_proj.weight"  # [64, 176], depth-scaled: a fill per layer
+    scanned = plan._leaf(t, [4], [64, 4, 176], "fp32", dims=[1])
+    assert scanned.shape == (64, 4, 176) and scanned.stack == [(4, 0)] and scanned.stack_dims == [1]
+    assert json.loads(scanned.text)["stack"] == [{"size": 4, "first": 0, "dim": 1}]
+    assert layerinit.Composite.parse(scanned.text) == scanned
+    assert scanned.tensor_name(0, [3]) == "model.layers.3.mlp.down_proj.weight"
+    # The leading layout: the same call without dims, its text with no "dim".
+    leading = plan._leaf(t, [4], [4, 64, 176], "fp32")
+    assert leading.stack_dims == [0] and "dim" not in leading.text
+    assert plan._leaf(t, [4], [4, 64, 176], "fp32", dims=[0]) == leading
+    x = torch.empty(64, 4, 176)
+    layerinit.fill_(x, scanned, seed=2)
+    built = layerinit.build("llama-tiny", recipe="torchtitan", dtype="fp32", seed=2)
+    for layer in range(4):
+        name = t.format(layer)
+        alone = torch.empty(64, 176)
+        layerinit.fill_(alone, plan._leaf(name, [], [64, 176], "fp32"), seed=2)
+        assert torch.equal(bits(x[:, layer, :]), bits(alone)), layer
+        assert torch.equal(bits(alone), bits(torch.from_dlpack(built[name])))
+    assert not torch.equal(x[:, 0], x[:, 1])
+    # Pieces cutting through the layer dimension, as shards of the leaf.
+    for offset, shape in (((10, 1, 50), (30, 2, 100)), ((0, 3, 0), (64, 1, 176)), ((63, 0, 175), (1, 4, 1))):
+        piece = torch.empty(*shape)
+        layerinit.fill_(piece, scanned, seed=2, offset=offset)
+        want = x[tuple(slice(o, o + n) for o, n in zip(offset, shape))]
+        assert torch.equal(bits(piece), bits(want)), offset
+    for dims, shape, want in (([0, 1], [64, 4, 176], "dims has 2 entries for 1 stack sizes"),
+                              ([3], [64, 4, 176], "stack axis 0 at dimension 3 is outside the 3 dimensions"),
+                              ([2], [64, 4, 176], r"its tensors make \[64, 176, 4\]"),
+                              ([1], [4, 64, 176], r"its tensors make \[64, 4, 176\]")):
+        with pytest.raises(ValueError, match=want):
+            plan._leaf(t, [4], shape, "fp32", dims=dims)
+    moe = layerinit.plan("mixtral-tiny", dtype="fp32")
+    with pytest.raises(ValueError, match="stack axes 0 and 1 both at dimension 1"):
+        moe._leaf("model.layers.{0}.block_sparse_moe.experts.{1}.w1.weight", [2, 4], [128, 2, 4, 80], "fp32", dims=[1, 1])
+
+
 def test_a_strided_view_of_a_stacked_buffer():
     stacked = built("mixtral-tiny", layout="stacked", dtype="fp32", seed=1)
     name = "model.layers.block_sparse_moe.experts.w1.weight"  # [L, E, F, H]

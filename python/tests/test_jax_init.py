@@ -297,6 +297,38 @@ def test_the_handlers_write_a_tensors_fill_regions(monkeypatch, target, orientat
                 assert (row == 0.5).all()
 
 
+@pytest.mark.parametrize("target", ["layerinit_fill", "layerinit_fill_grid"])
+def test_the_handlers_write_a_leaf_whose_layer_axis_is_at_dimension_1(monkeypatch, target):
+    """Flax linen's nn.scan(..., variable_axes={"params": 1}) (MaxText's param_scan_axis=1) keeps a kernel
+    [out, L, in] whose [:, l, :] is layer l's tensor: the handlers (the host's, and the CUDA handler's
+    path on the simulated grid) write each layer's tensor, its regions included, whole and in pieces
+    that cut the layer axis, as the leaf of that layer made alone."""
+    plan = layerinit.plan(REGIONS_SPEC, dtype="fp32", seed=5)
+    built = layerinit.build(REGIONS_SPEC, dtype="fp32", seed=5)
+    ljax._xla()
+    monkeypatch.setattr(ljax, "_TARGET", target)
+    leaf = plan._leaf("blocks.{0}.w", [4], [12, 4, 24], "fp32", dims=[1])
+    assert leaf.stack_dims == [1] and '"dim":1' in leaf.text
+    devices = jax.devices("cpu")
+    with jax.default_device(devices[0]):
+        alone = [np.asarray(a) for a in ljax._make(
+            [ljax._Array(f"blocks.{layer}.w", (12, 24), "fp32", plan._leaf(f"blocks.{layer}.w", [], [12, 24], "fp32").text)
+             for layer in range(4)], 5)]
+        for layer in range(4):
+            assert np.array_equal(bits(alone[layer]), bits(np.asarray(built[f"blocks.{layer}.w"]))), layer
+        assert (alone[0][4] == 0.5).all() and not np.array_equal(alone[0], alone[1])  # a region; layers differ
+        shardings = [None]
+        if len(devices) >= 8:
+            mesh = Mesh(np.array(devices[:8]).reshape(2, 4), ("x", "y"))
+            shardings += [NamedSharding(mesh, s) for s in (P(None, "y"), P("x", "y", None), P(None, "x", "y"))]
+        for sharding in shardings:
+            got = np.asarray(ljax._make([ljax._Array("blocks.{0}.w", (12, 4, 24), "fp32", leaf.text, sharding)], 5)[0])
+            for layer in range(4):
+                assert np.array_equal(bits(got[:, layer, :]), bits(alone[layer])), (sharding, layer)
+    if len(shardings) == 1:
+        pytest.skip(f"jax has {len(devices)} CPU devices: the whole leaf was checked, its pieces were not")
+
+
 def test_gpu_handler():
     gpus = [d for d in jax.devices() if d.platform == "gpu"] if jax.default_backend() == "gpu" else []
     if not gpus:
