@@ -127,3 +127,46 @@ def test_the_initializers_maxtext_sources_write(initialized):
     # truncated_normal (the MLP) stays within 2 of its pre-correction std; normal (attention) does not.
     assert float(jnp.abs(layers["mlp"]["wo"]["kernel"]).max()) <= 2 / math.sqrt(128) / 0.87962566103423978 + 1e-6
     assert float(jnp.abs(layers["self_attention"]["key"]["kernel"]).max()) > 2 / math.sqrt(64) / 0.87962566103423978
+
+
+# ---------------------------------------------------------------------------------------------------
+# layerinit.jax's own init of MaxText's model: every leaf as MaxText's initializers draw it.
+
+@pytest.mark.parametrize("boxed", [True, False])
+@pytest.mark.parametrize("scan,axis", CASES)
+def test_layerinit_makes_every_leaf_as_maxtexts_own_init(built, initialized, scan, axis, boxed):
+    """layerinit.jax.init of the recorded abstract tree, with no rules and no recipe: each random leaf has
+    the distribution of the leaf jax.jit(init) makes (two-sample KS, 1e-4 false alarms over all leaves), the
+    norm scales are exactly ones, the layer axis is where param_scan_axis put it, and the forward runs."""
+    import layerinit.jax as ljax
+    from test_jax_own_init import agree
+
+    cfg, model = built(scan, axis)
+    fn, args = mm.init_fn(model, cfg)
+    abstract = ljax.eval_shape(fn, *args)
+    if not boxed:
+        abstract = mm.unbox(abstract)
+    made = ljax.init(abstract, seed=1)
+    _, own = initialized(scan, axis)
+    assert agree(own, made) == []
+    assert isinstance(kernel(made, 0, ("mlp", "wi_0", "kernel")), nn.LogicallyPartitioned) == boxed
+    wi = mm.unbox(made) if boxed else made
+    assert kernel(wi, 0, ("mlp", "wi_0", "kernel")).shape == kernel(mm.unbox(own), 0, ("mlp", "wi_0", "kernel")).shape
+    logits = mm.forward(model, made)
+    assert logits.shape == (*mm.inputs(cfg)[0].shape, cfg.vocab_size) and bool(jnp.isfinite(logits).all())
+
+
+def test_the_scanned_layers_are_the_layers_at_either_axis(built):
+    """Slice l of a leaf stacked at param_scan_axis 1 holds the values of slice l at axis 0: each layer's
+    tensor is one name (params.decoder.layers.{l}....), wherever the transform put the layer axis."""
+    import layerinit.jax as ljax
+
+    made = {}
+    for axis in (0, 1):
+        cfg, model = built(True, axis)
+        fn, args = mm.init_fn(model, cfg)
+        made[axis] = mm.unbox(ljax.init(mm.unbox(ljax.eval_shape(fn, *args)), seed=4))
+    for path in (("mlp", "wo", "kernel"), ("self_attention", "query", "kernel")):
+        at0, at1 = kernel(made[0], 0, path), kernel(made[1], 0, path)
+        for l in range(LAYERS):
+            assert jnp.array_equal(at1[:, l], at0[l]), (path, l)
