@@ -11,6 +11,7 @@ baseline is the RSS just before, peak the process's; "over the weights" is (peak
 weights' bytes - 1. Needs Python >= 3.12 with maxtext installed (scripts/python-test-env).
 
     python bench/jax/maxtext_bench.py                  # emb 1024, 8 layers, vocab 32000 (~0.2e9 parameters)
+    python bench/jax/maxtext_bench.py --axis 0   # the layer axis leading
     python bench/jax/maxtext_bench.py --out bench/results/maxtext-DATE.csv
 """
 from __future__ import annotations
@@ -37,7 +38,7 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def one(method: str) -> dict:
+def one(method: str, axis: int) -> dict:
     warnings.simplefilter("ignore")
     import jax
     import jax.numpy as jnp
@@ -45,7 +46,7 @@ def one(method: str) -> dict:
     import layerinit.jax
     import maxtext_models as mm
 
-    cfg = mm.config(True, 1, **SIZE)
+    cfg = mm.config(True, axis, **SIZE)
     model = mm.model(cfg)
     fn, args = mm.init_fn(model, cfg)
     jax.jit(lambda x: x + 1)(jnp.zeros(())).block_until_ready()
@@ -61,29 +62,30 @@ def one(method: str) -> dict:
     jax.block_until_ready(arrays)
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"method": method, "parameters": sum(x.size for x in arrays), "weights_bytes": sum(x.nbytes for x in arrays),
+    return {"method": method, "param_scan_axis": axis, "parameters": sum(x.size for x in arrays), "weights_bytes": sum(x.nbytes for x in arrays),
             "seconds": seconds, "baseline_bytes": base, "peak_bytes": peak}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--axis", type=int, default=1, help="MaxText's param_scan_axis (its default 1, or 0)")
     ap.add_argument("--out", help="also write every row (with the 1-minute load average) to this CSV")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(one(a.one)))
+        print(json.dumps(one(a.one, a.axis)))
         return
     rows = []
     for m in a.methods.split(","):
-        r = subprocess.run([sys.executable, __file__, "--one", m], capture_output=True, text=True)
+        r = subprocess.run([sys.executable, __file__, "--one", m, "--axis", str(a.axis)], capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit(f"{m} failed:\n{r.stderr[-3000:]}")
         row = json.loads(r.stdout.strip().splitlines()[-1])
         row["load"] = os.getloadavg()[0]
         rows.append(row)
     gib = 2.0**30
-    print(f"MaxText llama2 decoder {SIZE}: {rows[0]['parameters']:,} parameters, "
+    print(f"MaxText llama2 decoder {SIZE}, param_scan_axis {a.axis}: {rows[0]['parameters']:,} parameters, "
           f"{rows[0]['weights_bytes'] / gib:.3f} GiB in fp32; memory: host RSS")
     print(f"{'method':10} {'seconds':>8} {'baseline GiB':>13} {'peak GiB':>9} {'peak - baseline':>16} "
           f"{'over the weights':>17}")
