@@ -201,9 +201,6 @@ def _inner(params: dict) -> Any:
 
 
 class _Interpreter:
-    def __init__(self) -> None:
-        pass
-
     def run(self, jaxpr: Any, consts: list, args: list[Value]) -> list[Value]:
         env: dict = {}
 
@@ -267,9 +264,9 @@ class _Interpreter:
             bad = next(v for v in ins if isinstance(v, _Unknown))
             return [bad] * len(outs)
         if prim in _IDENTITY and len(ins) == len(outs):
-            return [self.retype(v, o) for v, o in zip(ins, outs)]
+            return list(ins)
         if prim in _IDENTITY and ins:
-            return [self.retype(ins[0], outs[0])]
+            return [ins[0]]
         if prim in _LAYOUT:
             v = ins[0]
             in_shape, out_shape = _shape(eqn.invars[0]), _shape(outs[0])
@@ -290,9 +287,6 @@ class _Interpreter:
                                        "ceil", "round", "select_n", "clamp"):
             return [self.arith(prim, params, eqn, ins)]
         return [_Unknown(prim)] * len(outs)
-
-    def retype(self, v: Value, out: Any) -> Value:
-        return v
 
     def key(self, prim: str, params: dict, eqn: Any, ins: list[Value], out: Any) -> Value:
         """A key: its layer groups. A split with a new leading shape starts a group (the keys a vmap
@@ -491,8 +485,9 @@ def eval_shape(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
     ``fun`` is what makes the model: a Flax linen ``model.init`` (boxed or not, ``nn.scan`` blocks), a
     DM-Haiku ``t.init``, a function returning a Flax NNX module (as ``nnx.eval_shape`` takes) or an
-    Equinox module (as ``eqx.filter_eval_shape``). Nothing is computed: the program is traced once, as
-    ``jax.eval_shape`` does. :func:`layerinit.jax.init` of the result makes every leaf as that code does.
+    Equinox module (as ``eqx.filter_eval_shape``). Nothing is computed: the program is traced, as
+    ``jax.eval_shape`` does (where Flax NNX or Equinox is imported, once more first, to learn which of
+    their ``eval_shape`` functions the output needs). :func:`layerinit.jax.init` of the result makes every leaf as that code does.
     """
     nnx = sys.modules.get("flax.nnx")
     eqx = sys.modules.get("equinox")

@@ -471,14 +471,13 @@ def _leaves(tree: Any, dtype: Any, haiku: bool = False) -> tuple[list[Any], Any,
     integers: list[_Leaf] = []
     flax = sys.modules.get("flax.nnx")
     meta = sys.modules.get("flax.core.meta")
-    from ._jax_record import Recorded
-
     for i, (path, leaf) in enumerate(flat):
         if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
             continue  # Python numbers, strings, functions: kept as they are
         parts = [_key_part(k) for k in path]
         seps: list[str] = []
         owner, attr = None, ""
+        stream = False
         if haiku:
             modules = parts[-2].split("/")
             parts, seps = [*modules, parts[-1]], ["/"] * (len(modules) - 1) + ["."]
@@ -488,7 +487,6 @@ def _leaves(tree: Any, dtype: Any, haiku: bool = False) -> tuple[list[Any], Any,
                 objs.append(_child(objs[-1], k) if objs[-1] is not None else None)
             objs.append(leaf)
             owner, attr = (objs[-2], parts[-1]) if len(path) >= 1 else (None, "")
-            stream = False
             if flax is not None and len(path) >= 2 and isinstance(objs[-2], flax.Variable) and parts[-1] == "value":
                 stream = _is_rng_state(objs[-2])  # an NNX random stream's key or count: state, made as data
                 parts = parts[:-1]
@@ -496,13 +494,12 @@ def _leaves(tree: Any, dtype: Any, haiku: bool = False) -> tuple[list[Any], Any,
             elif meta is not None and len(path) >= 2 and isinstance(objs[-2], meta.AxisMetadata) and parts[-1] == "value":
                 parts = parts[:-1]  # a box (nn.LogicallyPartitioned, nn.Partitioned) is metadata: the leaf is its value
                 owner, attr = objs[-3], parts[-1]
-            if stream:
-                lf = _Leaf(i, parts, leaf, tuple(int(n) for n in leaf.shape), "", rec=leaf if isinstance(leaf, Recorded) else None)
-                lf.module = "stream"
-                integers.append(lf)
-                continue
         lf = _Leaf(i, parts, leaf, tuple(int(n) for n in leaf.shape), "", seps=seps,
                    rec=leaf if isinstance(leaf, Recorded) else None)
+        if stream:
+            lf.module = "stream"
+            integers.append(lf)
+            continue
         name = lf.name or "<root>"
         if lf.rec is not None and lf.rec.value is not None and not jax.numpy.issubdtype(leaf.dtype, jax.numpy.floating):
             integers.append(lf)  # made as the model's code computes it (a key, a counter)
@@ -879,8 +876,6 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
 
 def _refusal(unknown: list[_Leaf], tree: Any) -> str:
     """One message: each leaf whose own init is not known, why, and what would tell it."""
-    from ._jax_record import Recorded
-
     recorded = any(isinstance(x, Recorded) for x in jax.tree_util.tree_leaves(tree))
     lines = [f"  {lf.name} {list(lf.shape)}: {lf.cause}" for lf in unknown[:12]]
     if len(unknown) > 12:
@@ -994,9 +989,8 @@ def init(
             plans[orientation] = plan(s, dtype="fp32", recipe=m.recipe, orientation=orientation)  # each leaf its own dtype
         stored = lf.shape if lf.shape else (1,)
         try:
-            sizes = [size for _, size in lf.lead]
-            where = {"dims": lf.dims} if lf.dims != list(range(len(lf.dims))) else {}
-            param = plans[orientation]._leaf(_template(lf), sizes, list(stored), lf.dtype, **where).text
+            param = plans[orientation]._leaf(_template(lf), [size for _, size in lf.lead], list(stored), lf.dtype,
+                                             dims=lf.dims).text
         except ValueError as e:
             raise ValueError(f"leaf '{lf.name}': {e}") from None
         arrays.append(_Array(lf.name, stored, lf.dtype, param, lf.sharding, old=olds.get(lf.index)))
