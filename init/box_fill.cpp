@@ -79,8 +79,42 @@ void strided_jobs(const PlannedTensor& p, const FillJob& job, const Box& box, co
   if (box.empty()) return;
   const std::size_t k = dst.strides.empty() ? 0 : dense_from(box.shape, dst.strides);
   if (k == 0) return box_jobs(p, job, box, dst.data, out);
-  // One dense sub-box per index of dimensions 0..k-1.
   const std::uint64_t esize = dtype_size(p.dtype);
+  const Shape& g = p.memory_shape;
+  const std::size_t n = g.size();
+  // Dimensions k.. are dense at dst and k - 1 is not. When the box is whole in memory past dimension
+  // k, an index of dimensions 0..k-1 is one run of memory, so the indices of dimension k - 1 are runs
+  // evenly spaced in memory and at dst: one job of box.shape[k - 1] runs per index of dimensions
+  // 0..k-2 (a layer's [in, out] of a stack [in, L, out]: one job, not one per row; k = n, a strided
+  // last dimension, runs of one element: a layer's [E] of norm scales [E, L]).
+  bool whole_after = true;
+  for (std::size_t d = k + 1; d < n; ++d) whole_after = whole_after && box.offset[d] == 0 && box.shape[d] == g[d];
+  const Shape stride = dense_strides(g);
+  const std::uint64_t run = k < n ? box.shape[k] * stride[k] : 1;
+  if (whole_after && dst.strides[k - 1] >= run) {
+    FillJob j = job;
+    j.runs = box.shape[k - 1];
+    j.stride = stride[k - 1];
+    j.dst_stride = dst.strides[k - 1];
+    Shape index(k - 1, 0);  // of the current job, within the box's dimensions 0..k-2
+    while (true) {
+      std::uint64_t begin = 0, elem = 0;
+      for (std::size_t d = 0; d < n; ++d) begin += (box.offset[d] + (d + 1 < k ? index[d] : 0)) * stride[d];
+      for (std::size_t d = 0; d + 1 < k; ++d) elem += index[d] * dst.strides[d];
+      j.begin = begin;
+      j.end = begin + run;
+      j.dst = static_cast<unsigned char*>(dst.data) + elem * esize;
+      out.push_back(j);
+      std::size_t d = k - 1;
+      while (d-- > 0) {  // next index, the last dimension fastest
+        if (++index[d] < box.shape[d]) break;
+        index[d] = 0;
+      }
+      if (d == static_cast<std::size_t>(-1)) break;
+    }
+    return;
+  }
+  // One dense sub-box per index of dimensions 0..k-1.
   Box sub = box;
   for (std::size_t d = 0; d < k; ++d) sub.shape[d] = 1;
   Shape index(k, 0);
@@ -211,8 +245,6 @@ void region_fill_jobs(const PlannedTensor& p, const TensorFill& f, const Box& bo
                     "tensor " + quote(p.name) + ": " + std::to_string(dst.strides.size()) + " strides for a box of rank " +
                         std::to_string(n));
   if (box.empty()) return;
-  if (!dst.strides.empty() && dense_from(box.shape, dst.strides) == n)
-    bad_argument("tensor", p.name, ": the region's last dimension is not contiguous (stride " + std::to_string(dst.strides[n - 1]) + ")");
   cut_jobs(p, f, box, dst, out);
 }
 

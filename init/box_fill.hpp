@@ -55,20 +55,21 @@ LAYERINIT_API void box_fill_jobs(const PlannedTensor& p, const Box& box, void* d
 LAYERINIT_API void box_fill_jobs(const PlannedTensor& p, const TensorFill& f, const Box& box, void* dst, std::vector<FillJob>& out);
 
 // Where a box's elements go: element (i_0, ..., i_{n-1}) of the box at data + sum(i_d * strides[d])
-// elements. Empty strides: dense row-major over the box. The last dimension must be contiguous
-// (stride 1) wherever the box has more than one element in it.
+// elements. Empty strides: dense row-major over the box. A strided last dimension costs a run per
+// element (a job's runs are contiguous); the array interfaces refuse one (not contiguous).
 struct Region {
   void* data = nullptr;
   Shape strides;  // in elements, one per box dimension, or none
 };
 
-// Appends the jobs that fill `box` of tensor `p` into `dst`: box_fill_jobs once per index of the
-// leading dimensions in which the region is not dense, so a region costs jobs only where its layout
-// breaks the runs (a dense region, or one strided only in dimension 0 past a dense rest, is one
-// box_fill_jobs call; a [rows, cols] piece of a wider row is one job per row). The tensor's regions
-// cut the box as box_fill_jobs cuts it. Throws std::invalid_argument for a box outside the tensor or a
-// last dimension that is not contiguous; a stride count other than the box's rank is misuse
-// (layerinit::logic_error).
+// Appends the jobs that fill `box` of tensor `p` into `dst`. With k the first dimension from which
+// the region is dense: when the box is whole in the tensor's memory past dimension k, one job per
+// index of dimensions 0..k-2, its runs the indices of dimension k - 1, dst_stride apart (a layer's
+// [in, out] slice of a stack [in, L, out], or a [rows, cols] piece of a wider row: one job); else
+// box_fill_jobs once per index of dimensions 0..k-1. A dense region is one box_fill_jobs call; a
+// strided last dimension (k = n) is runs of one element (a layer's [E] of norm scales [E, L]). The
+// tensor's regions cut the box as box_fill_jobs cuts it. Throws std::invalid_argument for a box
+// outside the tensor; a stride count other than the box's rank is misuse (layerinit::logic_error).
 LAYERINIT_API void region_fill_jobs(const PlannedTensor& p, const Box& box, const Region& dst, std::uint64_t seed,
                                     std::vector<FillJob>& out);
 LAYERINIT_API void region_fill_jobs(const PlannedTensor& p, const TensorFill& f, const Box& box, const Region& dst,

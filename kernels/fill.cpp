@@ -341,7 +341,8 @@ FillJob run_job(const FillJob& j, std::uint64_t r) {
   out.runs = 1;
   out.begin = j.begin + r * j.stride;
   out.end = j.end + r * j.stride;
-  out.dst = static_cast<unsigned char*>(j.dst) + r * (j.end - j.begin) * dtype_size(j.dtype);
+  out.dst = static_cast<unsigned char*>(j.dst) + r * dst_pitch(j) * dtype_size(j.dtype);
+  out.dst_stride = 0;
   return out;
 }
 
@@ -362,7 +363,12 @@ void check_fill_job(const FillJob& j, std::string_view who) {
                       in("job of " + std::to_string(j.runs) + " runs with stride " + std::to_string(j.stride) +
                          " from element " + std::to_string(j.begin) + ": its last run ends past 2^64"));
     last_end = j.end + (j.runs - 1) * j.stride;
-    LAYERINIT_EXPECTS(j.runs <= UINT64_MAX / dtype_size(j.dtype) / len,
+    LAYERINIT_EXPECTS(j.dst_stride == 0 || j.dst_stride >= len,
+                      in("job of " + std::to_string(j.runs) + " runs of " + std::to_string(len) + " elements with dst_stride " +
+                         std::to_string(j.dst_stride) + ": their places at dst overlap (dst_stride < run length)"));
+    // (runs - 1) * pitch + len elements at dst, in bytes, below 2^64.
+    const std::uint64_t max_elements = UINT64_MAX / dtype_size(j.dtype);
+    LAYERINIT_EXPECTS(j.end - j.begin <= max_elements && dst_pitch(j) <= (max_elements - len) / (j.runs - 1),
                       in("job of " + std::to_string(j.runs) + " runs of " + std::to_string(len) +
                          " elements: more than 2^64 bytes"));
   }

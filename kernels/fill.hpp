@@ -101,11 +101,12 @@ struct FillParams {
 LAYERINIT_API FillParams prepare_fill(const FillSpec& spec, DType t);
 
 // A 2-level box of one tensor's memory to fill: `runs` runs of memory elements, run r covering the
-// tensor's memory elements [begin + r * stride, end + r * stride), written densely one after another
-// at dst (run r at dst + r * (end - begin) elements). runs = 1 (the default) is one contiguous run
-// and ignores stride; a shard split in a non-leading dimension ([out, in / T], [L, out, in / T]) is
-// one job of many runs. Valid when runs <= 1 or stride >= end - begin, and the last run ends below
-// 2^64 (check_fill_job).
+// tensor's memory elements [begin + r * stride, end + r * stride), written at dst + r * dst_pitch(job)
+// elements: densely one after another (dst_stride 0, the default), or dst_stride apart, so a piece of a
+// wider array (a layer's slice of a stack at axis 1: [in, L, out]) is one job too. runs = 1 (the
+// default) is one contiguous run and ignores both strides; a shard split in a non-leading dimension
+// ([out, in / T], [L, out, in / T]) is one job of many runs. Valid when runs <= 1 or stride and
+// dst_stride (when set) are >= end - begin, and the last run ends below 2^64 (check_fill_job).
 struct FillJob {
   void* dst = nullptr;        // memory element `begin` of the tensor
   std::uint64_t key = 0;      // philox_key(seed, tensor_key(name))
@@ -113,6 +114,7 @@ struct FillJob {
   std::uint64_t end = 0;
   std::uint64_t runs = 1;     // runs of end - begin elements (0: nothing to fill)
   std::uint64_t stride = 0;   // memory elements from one run's start to the next (runs > 1)
+  std::uint64_t dst_stride = 0;  // elements of dst from one run's start to the next (runs > 1); 0: dense
   std::uint64_t rows = 0;     // logical shape seen as [rows, cols] (cols = last dim)
   std::uint64_t cols = 0;
   FillParams params{};
@@ -130,12 +132,20 @@ LAYERINIT_API FillJob make_fill_job(void* dst, DType t, std::uint64_t numel, std
 // Elements a job writes: runs * (end - begin) (valid jobs only: end >= begin).
 LAYERINIT_HD constexpr std::uint64_t job_elements(const FillJob& j) { return j.runs * (j.end - j.begin); }
 
+// Elements of dst from one run's start to the next: dst_stride, or end - begin when it is 0 (dense).
+LAYERINIT_HD constexpr std::uint64_t dst_pitch(const FillJob& j) { return j.dst_stride != 0 ? j.dst_stride : j.end - j.begin; }
+
+// Elements of dst from the first run's start to the last run's end: job_elements for a dense job.
+LAYERINIT_HD constexpr std::uint64_t dst_span(const FillJob& j) {
+  return j.runs == 0 ? 0 : (j.runs - 1) * dst_pitch(j) + (j.end - j.begin);
+}
+
 // Run r of a job (r < runs) as a job of its own: runs = 1, its memory elements and its dst.
 LAYERINIT_API FillJob run_job(const FillJob& j, std::uint64_t r);
 
 // The checks every fill (host, CUDA, simulated) makes of a job before it writes: end >= begin,
-// runs > 1 only with stride >= end - begin and a last run that ends below 2^64 (and whose dense
-// output fits 2^64 bytes), a known dtype, a non-null dst aligned to its element size, and for a
+// runs > 1 only with stride >= end - begin, dst_stride 0 or >= end - begin, a last run that ends
+// below 2^64 and an output (dst_span) that fits 2^64 bytes, a known dtype, a non-null dst aligned to its element size, and for a
 // transposed job rows * cols >= the last run's end. `who` starts the message ("fill"). A bad job is
 // misuse (the library or a C++ caller built it): layerinit::logic_error (LAYERINIT_EXPECTS).
 LAYERINIT_API void check_fill_job(const FillJob& j, std::string_view who);

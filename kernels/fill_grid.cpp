@@ -15,9 +15,10 @@ std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b
 Job plan_job(const FillJob& job, unsigned threads, std::uint64_t& tasks) {
   Job g;
   FillJob j = job;
-  if (j.runs > 1 && j.stride == j.end - j.begin) {  // runs that touch are one run
+  if (j.runs > 1 && j.stride == j.end - j.begin && dst_pitch(j) == j.stride) {  // runs that touch, here and at dst: one run
     j.end = j.begin + j.runs * j.stride;
     j.runs = 1;
+    j.dst_stride = 0;
   }
   const std::uint64_t es = dtype_size(j.dtype);
   const std::uint64_t n = elements_per_block(j.dtype);  // = elements per 16-byte vector
@@ -28,7 +29,7 @@ Job plan_job(const FillJob& job, unsigned threads, std::uint64_t& tasks) {
   const bool constant = j.params.kind == FillKind::constant;  // its values do not care where they sit
   if ((!j.transposed || constant) && j.runs == 1) {
     g.path = Path::vectors;
-    g.head = std::min<std::uint64_t>(count, (vector_bytes - addr % vector_bytes) % vector_bytes / es);
+    g.head = static_cast<std::uint8_t>(std::min<std::uint64_t>(count, (vector_bytes - addr % vector_bytes) % vector_bytes / es));
     g.nvec = (count - g.head) / (vector_bytes / es);
     g.aligned = (j.begin + g.head) % n == 0;
     tasks = std::max<std::uint64_t>(1, ceil_div(g.nvec, vectors_per_thread * threads));
@@ -36,11 +37,13 @@ Job plan_job(const FillJob& job, unsigned threads, std::uint64_t& tasks) {
   }
   if (!j.transposed || constant) {
     // Several runs, each whole vectors from a 16-byte address and at the same place in its block.
-    if (addr % vector_bytes == 0 && len % n == 0 && (constant || j.stride % n == 0) && len / n < max_run_vectors) {
+    if (addr % vector_bytes == 0 && len % n == 0 && dst_pitch(j) % n == 0 && (constant || j.stride % n == 0) &&
+        len / n < max_run_vectors) {
       g.path = Path::run_vectors;
-      g.run_vectors = len / n;
+      g.run_vectors = static_cast<std::uint32_t>(len / n);
       g.nvec = j.runs * g.run_vectors;
       g.gap = (j.stride - len) / n;
+      g.dst_gap = (dst_pitch(j) - len) / n;
       g.aligned = j.begin % n == 0;
       g.first_block = j.begin / n;
       tasks = ceil_div(g.nvec, vectors_per_thread * threads);
@@ -54,10 +57,12 @@ Job plan_job(const FillJob& job, unsigned threads, std::uint64_t& tasks) {
       rows.runs = len / j.rows;
       rows.end = j.begin + j.rows;
       rows.stride = j.rows;
+      rows.dst_stride = 0;  // dense, as the one run was
     }
     const std::uint64_t row_len = rows.end - rows.begin, r_first = rows.begin % j.rows;
     if (j.cols % n == 0 && rows.runs % n == 0 && rows.stride == j.rows && r_first + row_len <= j.rows &&
-        (rows.begin / j.rows) % n == 0 && r_first % n == 0 && row_len % n == 0 && addr % vector_bytes == 0) {
+        (rows.begin / j.rows) % n == 0 && r_first % n == 0 && row_len % n == 0 && dst_pitch(rows) % n == 0 &&
+        addr % vector_bytes == 0) {
       g.job = rows;
       g.path = Path::tiles;
       g.first_block = (r_first * j.cols + rows.begin / j.rows) / n;

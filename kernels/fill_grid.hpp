@@ -4,19 +4,20 @@
 //
 // A launch holds up to max_grid_jobs jobs (passed by value as a __grid_constant__ kernel parameter:
 // no allocation and no copy per fill). A job is a 2-level box (FillJob: `runs` runs of memory, dense
-// at dst), so a shard split in a non-leading dimension is one job, not one per row. Each job is cut
+// at dst or dst_stride apart), so a shard split in a non-leading dimension, or a layer's slice of a
+// stack at axis 1, is one job, not one per row. Each job is cut
 // into tasks, one block's work at a time, along one of four paths:
 // - vectors (not transposed, one run): scalar head elements up to the first 16-byte aligned address,
 //   16-byte vectors (8 fp16/bf16 or 4 fp32 elements: one Philox block each when the job's first vector
 //   starts a block, else two), scalar tail elements. A task is `vectors_per_thread` vectors per thread.
-// - run vectors (not transposed, several runs of whole vectors: dst 16-byte aligned, run length and
-//   stride multiples of the vector's elements): the same store loops over the dense output; each
-//   thread finds its run once per task (one division) and walks runs forward by adding, so no run
-//   needs a head or a tail and no index is divided per vector. A run that starts a block takes the
-//   aligned loop.
+// - run vectors (not transposed, several runs of whole vectors: dst 16-byte aligned, run length,
+//   stride and dst pitch multiples of the vector's elements): the same store loops over the runs'
+//   vectors; each thread finds its run once per task (one division) and walks runs forward by
+//   adding, in memory and at dst, so no run needs a head or a tail and no index is divided per
+//   vector. A run that starts a block takes the aligned loop.
 // - tiles (transposed, memory [cols, rows]: whole groups of n = elements_per_block memory rows, each
-//   row's window of logical rows starting at a multiple of n and n-vectors long, dst 16-byte aligned;
-//   one run of whole memory rows counts as runs of rows): a thread takes n memory rows x n logical
+//   row's window of logical rows starting at a multiple of n and n-vectors long, dst 16-byte aligned
+//   and its pitch whole vectors; one run of whole memory rows counts as runs of rows): a thread takes n memory rows x n logical
 //   rows, draws the n blocks of logical (r, c0 .. c0 + n - 1) once and stores n vectors, so no element
 //   draws a block of its own and no index is divided per element.
 // - scalars (anything else: odd shapes, partial rows of a transposed range, runs that break vectors):
@@ -53,13 +54,14 @@ constexpr std::uint64_t max_run_vectors = 1ull << 31;
 struct Job {
   FillJob job;                   // tiles: one run of whole memory rows as runs of one row each
   std::uint64_t first_task = 0;  // tasks of the launch's earlier jobs
-  std::uint64_t head = 0;        // vectors: scalar elements before the first vector
-  std::uint64_t nvec = 0;        // (run) vectors: 16-byte vectors after them; tiles: logical-row tiles per group
-  std::uint64_t run_vectors = 0; // run vectors: vectors per run (< max_run_vectors)
+  std::uint64_t nvec = 0;        // (run) vectors: 16-byte vectors after the head; tiles: logical-row tiles per group
   std::uint64_t gap = 0;         // run vectors: blocks between one run's end and the next's start
+  std::uint64_t dst_gap = 0;     // run vectors: vectors at dst between one run's end and the next's start
   std::uint64_t first_block = 0; // run vectors, tiles: the Philox block of the job's first element
+  std::uint32_t run_vectors = 0; // run vectors: vectors per run (< max_run_vectors)
   Path path = Path::scalars;
   bool aligned = false;          // (run) vectors: the first vector starts a Philox block
+  std::uint8_t head = 0;         // vectors: scalar elements before the first vector (< 16 / element size)
 };
 
 // One kernel launch: jobs of one dtype.
@@ -186,38 +188,49 @@ LAYERINIT_HD void vectors_task(const Job& g, std::uint64_t t, unsigned tid, unsi
   }
 }
 
-// Vectors over the dense output of a job of several runs, each run_vectors whole vectors: vector v is
-// vector i = v mod run_vectors of run r = v / run_vectors, block g0 + r * stride / n + i = g0 + v + r *
-// gap. A thread divides once per task, then steps `threads` vectors: q whole runs and rem vectors.
+// Vectors of a job of several runs, each run_vectors whole vectors: vector v is vector i = v mod
+// run_vectors of run r = v / run_vectors, block g0 + r * stride / n + i = g0 + v + r * gap, at dst
+// vector v + r * dst_gap. A thread divides once per task, then steps `threads` vectors: q whole runs
+// and rem vectors.
 template <DType T, FillKind K>
 LAYERINIT_HD void run_vectors_task(const Job& g, std::uint64_t t, unsigned tid, unsigned threads, const FillTables& tab) {
   constexpr unsigned n = elements_per_block(T);
   const FillJob& j = g.job;
   rng::KeySchedule key = rng::key_schedule(j.key);
   rng::pin_in_registers(key);
-  const FillParams p = j.params;
+  FillParams p = j.params;
+  pin_in_registers(p);
   const std::uint64_t per_task = vectors_per_thread * threads;
   const std::uint64_t v_end = (t + 1) * per_task < g.nvec ? (t + 1) * per_task : g.nvec;
   std::uint64_t v = t * per_task + tid;
   if (v >= v_end) return;
   const unsigned s = static_cast<unsigned>(j.begin % n);
-  const std::uint64_t gap = g.gap;
-  const auto per_run = static_cast<std::uint32_t>(g.run_vectors);
+  // The dst pointer walks in bytes (no scaling in the loop): dst_jump bytes between runs.
+  std::uint64_t gap = g.gap, dst_jump = g.dst_gap * vector_bytes;
+#if defined(__CUDA_ARCH__)
+  asm volatile("" : "+l"(gap), "+l"(dst_jump));  // in registers through the loop, as p and key
+#endif
+  const std::uint32_t per_run = g.run_vectors;
   const std::uint64_t r = v / per_run;
   std::uint32_t i = static_cast<std::uint32_t>(v - r * per_run);  // i + rem < 2^32: both below 2^31
   const std::uint32_t q = threads / per_run, rem = threads - q * per_run;
-  const std::uint64_t step = threads + q * gap;
+  const std::uint64_t step = threads + q * gap, dst_step = std::uint64_t{threads} * vector_bytes + q * dst_jump;
   std::uint64_t blk = g.first_block + v + r * gap;
-  storage_t<T>* const out = static_cast<storage_t<T>*>(j.dst);
+  unsigned char* out = static_cast<unsigned char*>(j.dst) + v * vector_bytes + r * dst_jump;
+  // The vectors left in the task, under vectors_per_thread * threads: counted in 32 bits, which pays
+  // for the dst pointer's walk.
+  const auto left = static_cast<std::uint32_t>(v_end - v);
   // One store loop per alignment (the branch stays outside the loop).
   auto walk = [&](auto aligned) {
-    for (; v < v_end; v += threads) {
-      write_vector<T, K, decltype(aligned)::value>(key, p, blk, s, out + v * n, tab);
+    for (std::uint32_t k = 0; k < left; k += threads) {
+      write_vector<T, K, decltype(aligned)::value>(key, p, blk, s, reinterpret_cast<storage_t<T>*>(out), tab);
       blk += step;
+      out += dst_step;
       i += rem;
       if (i >= per_run) {
         i -= per_run;
         blk += gap;
+        out += dst_jump;
       }
     }
   };
@@ -232,9 +245,9 @@ LAYERINIT_HD void tiles_task(const Job& g, std::uint64_t t, unsigned tid, unsign
   rng::KeySchedule key = rng::key_schedule(j.key);
   rng::pin_in_registers(key);
   const FillParams p = j.params;
-  // Run c of the job is memory row c_first + c over logical rows [r_first, r_first + len), dense at
-  // dst + c * len; a group is n runs.
-  const std::uint64_t len = j.end - j.begin;
+  // Run c of the job is memory row c_first + c over logical rows [r_first, r_first + len), at dst + c *
+  // pitch; a group is n runs.
+  const std::uint64_t pitch = dst_pitch(j);
   const std::uint64_t per_task = tiles_per_thread * threads;       // logical-row tiles per task
   const std::uint64_t tasks_per_group = (g.nvec + per_task - 1) / per_task;
   const std::uint64_t group = t / tasks_per_group;
@@ -243,7 +256,7 @@ LAYERINIT_HD void tiles_task(const Job& g, std::uint64_t t, unsigned tid, unsign
   // Logical (r_first + r, c) is element (r_first + r) * cols + c: block r * (cols / n) + the block of
   // (r_first, c), and c = c_first + group * n adds group to the job's first block.
   const std::uint64_t blocks_per_row = j.cols / n, block0 = g.first_block + group;
-  storage_t<T>* const row0 = static_cast<storage_t<T>*>(j.dst) + group * n * len;  // memory row c0
+  storage_t<T>* const row0 = static_cast<storage_t<T>*>(j.dst) + group * n * pitch;  // memory row c0
   // Tile rt: logical rows r_first + rt * n .. + n - 1 (memory columns), memory rows c0 .. c0 + n - 1
   // (c0 = c_first + group * n); its first block and its place in memory row c0, stepped per tile.
   std::uint64_t rt = rt_begin + tid;
@@ -257,7 +270,7 @@ LAYERINIT_HD void tiles_task(const Job& g, std::uint64_t t, unsigned tid, unsign
       for (unsigned q = 0; q < n; ++q) put<T>(v[q], k, block_element<T, K>(p, b, q, tab));
     }
     LAYERINIT_UNROLL
-    for (unsigned q = 0; q < n; ++q) store16(out + q * len, v[q]);
+    for (unsigned q = 0; q < n; ++q) store16(out + q * pitch, v[q]);
   }
 }
 
@@ -271,23 +284,26 @@ LAYERINIT_HD void scalars_task(const Job& g, std::uint64_t t, unsigned tid, unsi
       *at<T>(j, m) = element_at<T>(j, logical_index(j, m), tab);
     return;
   }
-  // Output element k is element i = k mod len of run r = k / len, memory element begin + r * stride
-  // + i: divided once per task, then walked forward `threads` elements at a time (q runs and rem).
+  // Element k of the runs is element i = k mod len of run r = k / len, memory element begin + r *
+  // stride + i, dst element r * pitch + i: divided once per task, then walked forward `threads`
+  // elements at a time (q runs and rem).
   const std::uint64_t len = j.end - j.begin, count = job_elements(j);
   const std::uint64_t k_end = (t + 1) * per_task < count ? (t + 1) * per_task : count;
   std::uint64_t k = t * per_task + tid;
   if (k >= k_end) return;
-  const std::uint64_t r = k / len, jump = j.stride - len;
+  const std::uint64_t r = k / len, jump = j.stride - len, dst_jump = dst_pitch(j) - len;
   std::uint64_t i = k - r * len, m = j.begin + r * j.stride + i;
-  const std::uint64_t q = threads / len, rem = threads - q * len, step = threads + q * jump;
-  storage_t<T>* const out = static_cast<storage_t<T>*>(j.dst);
+  const std::uint64_t q = threads / len, rem = threads - q * len, step = threads + q * jump, dst_step = threads + q * dst_jump;
+  storage_t<T>* out = static_cast<storage_t<T>*>(j.dst) + r * dst_pitch(j) + i;
   for (; k < k_end; k += threads) {
-    out[k] = element_at<T>(j, logical_index(j, m), tab);
+    *out = element_at<T>(j, logical_index(j, m), tab);
     m += step;
+    out += dst_step;
     i += rem;
     if (i >= len) {
       i -= len;
       m += jump;
+      out += dst_jump;
     }
   }
 }

@@ -73,20 +73,22 @@ bool tiled(const FillJob& j) {
 }
 
 // The job the tile loops see for a tiled job. One run: the job itself. Runs of memory rows
-// c_begin .. c_begin + runs - 1, each over logical rows [r_begin, r_begin + len): a job whose memory
-// rows are `len` long (rows = len, the dense output's pitch) from element c_begin * len + r_begin.
-// The tile loops place logical (r, c) at memory element c * rows + r and draw its block from r * cols
-// + c, which cols alone decides; so with rows = len, element (r, c) of the window lands at dst +
-// (c - c_begin) * len + (r - r_begin), and everything outside the window fails their [begin, end)
-// test, with the same values.
+// c_begin .. c_begin + runs - 1, each over logical rows [r_begin, r_begin + len) and `pitch` =
+// dst_pitch apart at dst: a job whose memory rows are `pitch` long (rows = pitch) from element
+// c_begin * pitch + r_begin. The tile loops place logical (r, c) at memory element c * rows + r and
+// draw its block from r * cols + c, which cols alone decides; so with rows = pitch, element (r, c) of
+// the window lands at dst + (c - c_begin) * pitch + (r - r_begin), with the same values. add_tiles
+// gives them only the window's logical rows, and since pitch >= len, memory rows outside the window
+// fail their [begin, end) test: nothing lands in the gaps between runs.
 FillJob tile_job(const FillJob& j) {
   if (j.runs == 1) return j;
-  const std::uint64_t len = j.end - j.begin, c_begin = j.begin / j.rows, r_begin = j.begin % j.rows;
+  const std::uint64_t pitch = dst_pitch(j), c_begin = j.begin / j.rows, r_begin = j.begin % j.rows;
   FillJob v = j;
   v.runs = 1;
-  v.rows = len;
-  v.begin = c_begin * len + r_begin;
-  v.end = v.begin + j.runs * len;
+  v.dst_stride = 0;
+  v.rows = pitch;
+  v.begin = c_begin * pitch + r_begin;
+  v.end = v.begin + dst_span(j);
   return v;
 }
 

@@ -423,7 +423,7 @@ void permuted_jobs(const PlannedTensor& p, const TensorFill& f, const RowPermuta
   auto* base = static_cast<unsigned char*>(dst.data);
 
   // A row's part of the box is one run of source memory when the dimensions before its last partial
-  // one (after the row) hold one index each; the region's rows are adjacent when they are dense.
+  // one (after the row) hold one index each; the region's rows are then runs dst.strides[0] apart.
   std::size_t last_partial = 0;
   for (std::size_t d = 1; d < n; ++d)
     if (box.offset[d] != 0 || box.shape[d] != g[d]) last_partial = d;
@@ -433,7 +433,8 @@ void permuted_jobs(const PlannedTensor& p, const TensorFill& f, const RowPermuta
   std::uint64_t rest = 0;  // memory offset of the box's first element within its row
   for (std::size_t d = 1; d < n; ++d) rest += box.offset[d] * ms[d];
   const bool grouped =
-      f.regions.empty() && one_run && dense_from(box.shape, dst.strides) <= 1 && (m == 1 || dst.strides[0] == run);
+      f.regions.empty() && one_run && dense_from(box.shape, dst.strides) <= 1 && (m == 1 || dst.strides[0] >= run);
+  const std::uint64_t row_pitch = m == 1 ? run : dst.strides[0];
 
   for (std::uint64_t i = 0; i < m;) {
     const std::uint64_t src = rows.source_row(box.offset[0] + i);
@@ -460,7 +461,8 @@ void permuted_jobs(const PlannedTensor& p, const TensorFill& f, const RowPermuta
     j.end = j.begin + run;
     j.runs = count;
     j.stride = count > 1 ? step * ms[0] : 0;
-    j.dst = base + i * run * esize;
+    j.dst_stride = count > 1 ? row_pitch : 0;
+    j.dst = base + i * row_pitch * esize;
     out.push_back(j);
     i += count;
   }
@@ -542,19 +544,9 @@ void composite_fill_jobs(const Composite& c, const Box& box, const Region& dst, 
       const PlannedTensor t = part_tensor(part, names, part.fills[cur.run].fill);
       const TensorFill fill = tensor_fill(t, seed);
       const Shape part_strides(slice_strides.end() - static_cast<std::ptrdiff_t>(r), slice_strides.end());
-      auto* at = static_cast<unsigned char*>(dst.data) + part_elem * esize;
-      if (r > 0 && local.shape[r - 1] > 1 && part_strides[r - 1] != 1) {
-        // A stack axis after the slice's last dimension: its elements are not adjacent in the region,
-        // so each index of it is a box of its own (a job writes adjacent elements).
-        Box column = local;
-        column.shape[r - 1] = 1;
-        for (std::uint64_t i = 0; i < local.shape[r - 1]; ++i) {
-          column.offset[r - 1] = local.offset[r - 1] + i;
-          permuted_jobs(t, fill, part.rows, column, Region{at + i * part_strides[r - 1] * esize, part_strides}, out);
-        }
-      } else {
-        permuted_jobs(t, fill, part.rows, local, Region{at, part_strides}, out);
-      }
+      // A stack axis after the slice's last dimension leaves that dimension strided in the region:
+      // runs of one element (region_fill_jobs).
+      permuted_jobs(t, fill, part.rows, local, Region{static_cast<unsigned char*>(dst.data) + part_elem * esize, part_strides}, out);
     }
     std::size_t k = K;
     while (k-- > 0) {  // next stack position in the box, the last axis fastest

@@ -231,13 +231,16 @@ TEST(Composite, RegionJobsBreakRunsOnlyWhereTheStridesDo) {
   const Box all = whole_box(p.memory_shape);
   EXPECT_EQ(count(all, {}), 1u);
   EXPECT_EQ(count(all, {40, 8, 1}), 1u);   // dense strides
-  EXPECT_EQ(count(all, {50, 8, 1}), 6u);   // a gap after each [5, 8] block: one per index of dim 0
-  EXPECT_EQ(count(all, {60, 12, 1}), 30u); // rows 12 apart: one per row
+  EXPECT_EQ(count(all, {50, 8, 1}), 1u);   // a gap after each [5, 8] block: one job, its runs 50 apart at dst
+  EXPECT_EQ(count(all, {60, 12, 1}), 6u);  // rows 12 apart: one job per index of dim 0, its runs the rows
+  EXPECT_EQ(count(all, {400, 80, 1}), 6u); // a slice of a stack [6, 5, 10, 8] at axis 2: one job per index of dim 0
+  EXPECT_EQ(count(Box{{0, 1, 0}, {6, 3, 8}}, {50, 8, 1}), 1u);  // rows 1..3 of each block: runs of 24
+  EXPECT_EQ(count(Box{{0, 0, 2}, {6, 5, 4}}, {50, 8, 1}), 6u);  // a partial last dimension: one job per block, not per row
   // A box of columns 2..5 (row-parallel) written densely is one job of 30 runs.
   EXPECT_EQ(count(Box{{0, 0, 2}, {6, 5, 4}}, {}), 1u);
   // Extents of 1 never break density, whatever their stride.
   EXPECT_EQ(count(Box{{2, 0, 0}, {1, 5, 8}}, {999, 8, 1}), 1u);
-  EXPECT_THROW(count(all, {80, 16, 2}), std::invalid_argument);  // last dimension not contiguous
+  EXPECT_EQ(count(all, {80, 16, 2}), 30u);  // last dimension strided: one job per row, its runs single elements
   EXPECT_THROW(count(all, {8, 1}), layerinit::logic_error);      // stride count: misuse
   EXPECT_THROW(count(Box{{0, 0, 4}, {6, 5, 5}}, {}), std::invalid_argument);  // outside
 }
@@ -462,7 +465,7 @@ TEST(Composite, LayerAxisAtDimension1HoldsEachLayersTensor) {
       }
     check_all_boxes(c, 7);  // random boxes, each dimension's shards, strided regions
   }
-  // The whole kernel, dense and without regions: one job per row of a layer (its rows are L * M apart).
+  // The whole kernel, dense and without regions: one job per layer, its E rows L * M apart at dst.
   Composite c;
   c.stack = {{L, 0, 1}};
   c.shape = {E, L, M};
@@ -473,7 +476,12 @@ TEST(Composite, LayerAxisAtDimension1HoldsEachLayersTensor) {
   std::vector<float> buf(E * L * M);
   std::vector<FillJob> jobs;
   composite_fill_jobs(c, whole_box(c.shape), Region{buf.data(), {}}, 1, jobs);
-  EXPECT_EQ(jobs.size(), E * L);
+  ASSERT_EQ(jobs.size(), L);
+  for (std::uint64_t l = 0; l < L; ++l) {
+    EXPECT_EQ(jobs[l].runs, E);
+    EXPECT_EQ(jobs[l].dst_stride, L * M);
+    EXPECT_EQ(jobs[l].dst, buf.data() + l * M);
+  }
 }
 
 // Any distinct dimensions: two axes apart, axes in another order than their dimensions, an axis in

@@ -466,6 +466,105 @@ TEST(FillGrid, TransposedStridedJobsMatchTheWholeFill) {
   }
 }
 
+// Runs dst_stride apart at dst (a layer's slice of a stack at axis 1): each run's bytes are the dense
+// job's run, at dst + r * dst_stride, and nothing in the gaps is written, by fill_host and every grid,
+// on each path (run vectors and tiles when the pitch is whole vectors, else scalars).
+TEST(FillGrid, RunsDstStrideApartAreTheDenseRunsSpreadOut) {
+  // j.dst is set here; `want` is the dense job's bytes.
+  auto expect_spread = [](FillJob j, const Bytes& want, std::uint64_t offset, const std::string& what) {
+    const std::uint64_t es = dtype_size(j.dtype), len = j.end - j.begin, span = dst_span(j);
+    Buffer buf(span + 8, es, offset);
+    j.dst = buf.data;
+    auto check = [&](const std::string& how) {
+      for (std::uint64_t m = 0; m < span + 8; ++m) {
+        const std::uint64_t r = m / j.dst_stride, i = m % j.dst_stride;
+        const bool in_run = r < j.runs && i < len;
+        for (std::uint64_t b = 0; b < es; ++b) {
+          const unsigned char got = buf.data[m * es + b];
+          if (in_run) ASSERT_EQ(got, want[(r * len + i) * es + b]) << what << ", " << how << ": run " << r << " element " << i;
+          else ASSERT_EQ(got, 0xab) << what << ", " << how << ": wrote into the gap at element " << m;
+        }
+      }
+    };
+    for (int threads : {1, 3}) {
+      std::memset(buf.storage.data(), 0xab, buf.storage.size());
+      fill_host(std::span(&j, 1), threads);
+      check("fill_host, " + std::to_string(threads) + " threads");
+    }
+    for (const Grid& g : kRunGrids) {
+      std::memset(buf.storage.data(), 0xab, buf.storage.size());
+      grid::fill_grid_simulated(std::span(&j, 1), g.blocks, g.threads);
+      check("grid " + std::to_string(g.blocks) + " x " + std::to_string(g.threads));
+    }
+  };
+  alignas(16) static unsigned char aligned[16];
+  for (DType t : all_dtypes) {
+    const std::uint64_t n = elements_per_block(t);
+    for (const FillSpec& spec : kSpecs) {
+      // Not transposed: rows [len] of a [40, stride] tensor, dst_stride from len (touching) up.
+      struct Rows {
+        std::uint64_t begin, len, stride;
+      };
+      for (const Rows& w : {Rows{0, 16, 24}, Rows{8, 8, 16}, Rows{3, 13, 16}, Rows{0, 24, 24}})
+        for (std::uint64_t pitch : {w.len, w.len + 8, w.len + 3, 4 * w.len + 16}) {
+          FillJob j = make_fill_job(nullptr, t, 40 * w.stride, 21, "decoder.layers.mlp.wi.kernel", spec);
+          j.begin = w.begin;
+          j.end = w.begin + w.len;
+          j.runs = 9;
+          j.stride = w.stride;
+          const std::string what = std::string(dtype_name(t)) + " " + spec.describe() + " rows of " + std::to_string(w.len) +
+                                   " from " + std::to_string(w.begin) + ", stride " + std::to_string(w.stride) + ", dst_stride " +
+                                   std::to_string(pitch);
+          const Bytes want = per_run_bytes(j);
+          j.dst_stride = pitch;
+          for (std::uint64_t offset : {0ull, 1ull}) expect_spread(j, want, offset, what + " offset " + std::to_string(offset));
+          j.dst = aligned;
+          const bool vectors = w.len % n == 0 && pitch % n == 0 && (spec.kind == FillKind::constant || w.stride % n == 0);
+          const grid::Path want_path = w.len == w.stride && pitch == w.len ? grid::Path::vectors
+                                       : vectors                        ? grid::Path::run_vectors
+                                                                        : grid::Path::scalars;
+          EXPECT_EQ(path_of(j), want_path) << what;
+        }
+      // Transposed [48, 24] (memory [24, 48]): memory rows 8..15 over logical rows 16..31, rows dst_stride
+      // apart (a layer of a stack [in, L, out] at axis 1: dst_stride L * out).
+      for (std::uint64_t pitch : {16ull, 48ull, 19ull, 160ull}) {
+        FillJob j = make_fill_job(nullptr, t, 48 * 24, 22, "decoder.layers.mlp.wo.kernel", spec);
+        j.transposed = true;
+        j.rows = 48;
+        j.cols = 24;
+        j.begin = 8 * 48 + 16;
+        j.end = j.begin + 16;
+        j.runs = 8;
+        j.stride = 48;
+        const std::string what = std::string(dtype_name(t)) + " " + spec.describe() + " transposed, dst_stride " + std::to_string(pitch);
+        const Bytes want = sliced_bytes(j, 48 * 24);
+        j.dst_stride = pitch;
+        for (std::uint64_t offset : {0ull, 3ull}) expect_spread(j, want, offset, what + " offset " + std::to_string(offset));
+        j.dst = aligned;
+        if (spec.kind != FillKind::constant)
+          EXPECT_EQ(path_of(j), pitch % n == 0 && 8 % n == 0 ? grid::Path::tiles : grid::Path::scalars) << what;
+      }
+    }
+  }
+  // Bad dst strides are misuse, refused before anything is written.
+  alignas(16) static float buf[64];
+  FillJob j = make_fill_job(buf, DType::f32, 1000, 1, "t", FillSpec::normal(0, 1));
+  j.end = 8;
+  j.runs = 4;
+  j.stride = 16;
+  j.dst_stride = 7;
+  EXPECT_THROW(fill_host(std::span(&j, 1), 1), layerinit::logic_error);
+  EXPECT_THROW(grid::fill_grid_simulated(std::span(&j, 1), 1, 32), layerinit::logic_error);
+  try {
+    grid::check_grid_jobs(std::span(&j, 1));
+  } catch (const layerinit::logic_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("fill: job of 4 runs of 8 elements with dst_stride 7: their places at dst overlap (dst_stride < run length)", 0), 0u) << e.what();
+  }
+  j.dst_stride = (1ull << 62) / 3;  // 3 * pitch + 8 elements of 4 bytes: past 2^64 bytes
+  EXPECT_THROW(grid::check_grid_jobs(std::span(&j, 1)), layerinit::logic_error);
+  EXPECT_EQ(buf[0], 0.f);
+}
+
 // Strided jobs beside jobs of one run in one launch: each finds its own tasks.
 TEST(FillGrid, StridedJobsShareALaunch) {
   const DType t = DType::bf16;
@@ -561,6 +660,10 @@ TEST(FillGrid, RunJobIsOneRun) {
   EXPECT_EQ(r.end, 410u);
   EXPECT_EQ(r.dst, buf + 28);
   EXPECT_EQ(r.key, j.key);
+  j.dst_stride = 16;  // runs 16 apart at dst
+  EXPECT_EQ(run_job(j, 4).dst, buf + 64);
+  EXPECT_EQ(run_job(j, 4).dst_stride, 0u);
+  EXPECT_EQ(dst_span(j), 4 * 16 + 7u);
   j.runs = 0;
   EXPECT_EQ(job_elements(j), 0u);
 }

@@ -339,10 +339,13 @@ TEST(Regions, JobsAreDisjointAndRangesAreTheReference) {
         EXPECT_EQ(std::memcmp(&jobs[0], &one, sizeof one), 0);
         continue;
       }
-      // Coverage: each job's dense output is its own stretch of the tensor's bytes, the stretches tile it.
+      // Coverage: each run of each job (dst_pitch apart) is its own stretch of the tensor's bytes, the
+      // stretches tile it.
       std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
       for (const FillJob& j : jobs)
-        spans.push_back({static_cast<std::uint64_t>(static_cast<unsigned char*>(j.dst) - out.data()), job_elements(j) * es});
+        for (std::uint64_t r = 0; r < j.runs; ++r)
+          spans.push_back({static_cast<std::uint64_t>(static_cast<unsigned char*>(j.dst) - out.data()) + r * dst_pitch(j) * es,
+                           (j.end - j.begin) * es});
       std::sort(spans.begin(), spans.end());
       std::uint64_t at = 0;
       for (const auto& [start, size] : spans) {
