@@ -72,15 +72,20 @@ inline void philox16(const rng::KeySchedule& ks, __m512i ga, __m512i gb, __m512i
 struct Consts {
   __m512 scale, shift, lo, hi;
   __m512i p_lo, span;
+  // fp32 trunc_normal's position64_centered, in 64-bit lanes: the span's words, its half's low word
+  // and the per-job addend.
+  __m512i span_lo, span_hi, half_lo, base;
   const float* node16;
   const quantile::CubicRow* cubic;
-  const FillParams* p;
 };
 
 inline Consts consts(const FillParams& p, const FillTables& tab) {
+  const auto q = [](std::uint64_t x) { return _mm512_set1_epi64(static_cast<long long>(x)); };
   return {_mm512_set1_ps(p.scale), _mm512_set1_ps(p.shift), _mm512_set1_ps(p.lo), _mm512_set1_ps(p.hi),
-          u32(static_cast<std::uint32_t>(p.p_lo)), _mm512_set1_epi64(static_cast<std::uint32_t>(p.span)),
-          tab.node16, tab.cubic, &p};
+          u32(static_cast<std::uint32_t>(p.p_lo)), q(static_cast<std::uint32_t>(p.span)),
+          q(static_cast<std::uint32_t>(p.span)), q(p.span >> 32), q(static_cast<std::uint32_t>(p.span >> 1)),
+          q(p.p_lo - (std::uint64_t{1} << 63) + (p.span >> 33)),
+          tab.node16, tab.cubic};
 }
 
 inline __m512 gather(const float* base, __m512i index) { return _mm512_i32gather_ps(index, base, 4); }
@@ -126,6 +131,39 @@ inline __m512 half_values(const Consts& c, __m512i word) {
   }
 }
 
+// The cubic's row and t's 23 bits (16 lanes) of fp32 trunc_normal's positions for 8 draws in 64-bit
+// lanes, and each position's sign bit (bit 31): position64_centered, then normal_quantile_centered's
+// fold, octave (vplzcntq) and segment, lane by lane in the scalar code's integer operations.
+struct CenteredRows {
+  __m256i row, t_bits, sign;
+};
+inline CenteredRows centered_rows(const Consts& c, __m512i bits) {
+  const __m512i low = _mm512_srli_epi64(_mm512_add_epi64(_mm512_mul_epu32(bits, c.span_lo), c.half_lo), 32);
+  const __m512i pos = _mm512_add_epi64(_mm512_add_epi64(_mm512_mul_epu32(bits, c.span_hi), c.base), low);
+  const __m512i hi = _mm512_srli_epi64(pos, 32);
+  const __m512i u = _mm512_and_si512(_mm512_add_epi64(hi, _mm512_set1_epi64(0x40000000)), _mm512_set1_epi64(0xffffffff));
+  // nn: all ones where bit 31 of hi ^ u is set (x = -c), else 0.
+  const __m512i nn = _mm512_srai_epi64(_mm512_slli_epi64(_mm512_xor_si512(hi, u), 32), 63);
+  const __m512i x = _mm512_and_si512(_mm512_xor_si512(_mm512_add_epi64(pos, nn), nn), _mm512_set1_epi64(0x7fffffffffffffff));
+  const __mmask8 tail = _mm512_test_epi64_mask(u, _mm512_set1_epi64(0x80000000));
+  const __m512i base = _mm512_mask_blend_epi64(tail, _mm512_set1_epi64(quantile::kCenterPointRow), _mm512_set1_epi64(quantile::kCubicRows));
+  const __m512i lz = _mm512_lzcnt_epi64(x);
+  const __m512i xn = _mm512_sllv_epi64(x, _mm512_and_si512(lz, _mm512_set1_epi64(63)));
+  const __m512i row = _mm512_add_epi64(_mm512_sub_epi64(base, _mm512_slli_epi64(lz, 4)), _mm512_srli_epi64(xn, 59));
+  const __m512i t_bits = _mm512_and_si512(_mm512_srli_epi64(xn, 36), _mm512_set1_epi64(0x7fffff));
+  return {_mm512_cvtepi64_epi32(row), _mm512_cvtepi64_epi32(t_bits),
+          _mm512_cvtepi64_epi32(_mm512_and_si512(hi, _mm512_set1_epi64(0x80000000)))};
+}
+
+// The cubic of rows `row` at t = t_bits / 2^23 (16 lanes): quantile::cubic of local_t.
+inline __m512 cubic16(const Consts& c, __m512i row, __m512i t_bits) {
+  const __m512 t = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_or_si512(t_bits, u32(0x3f800000))), _mm512_set1_ps(1.0f));
+  const __m512i at = _mm512_slli_epi32(row, 2);  // rows are 4 floats
+  const float* C = &c.cubic[0].c0;
+  const __m512 c0 = gather(C, at), c1 = gather(C + 1, at), c2 = gather(C + 2, at), c3 = gather(C + 3, at);
+  return _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_fmadd_ps(c3, t, c2), t, c1), t, c0);
+}
+
 // f32_value<K> of 16 draws.
 template <FillKind K>
 inline __m512 f32_values(const Consts& c, __m512i bits) {
@@ -139,12 +177,7 @@ inline __m512 f32_values(const Consts& c, __m512i bits) {
     const __m512i xn = _mm512_sllv_epi32(x, lz);
     const __m512i base = _mm512_mask_blend_epi32(center, u32(quantile::kCubicRows - 16), u32(quantile::kCenterPointRow - 16));
     const __m512i row = _mm512_add_epi32(_mm512_sub_epi32(base, _mm512_slli_epi32(lz, 4)), _mm512_srli_epi32(xn, 27));
-    const __m512i tb = _mm512_ternarylogic_epi32(_mm512_srli_epi32(xn, 4), u32(0x7fffff), u32(0x3f800000), 0xea);  // (a & b) | c
-    const __m512 t = _mm512_sub_ps(_mm512_castsi512_ps(tb), _mm512_set1_ps(1.0f));
-    const __m512i at = _mm512_slli_epi32(row, 2);  // rows are 4 floats
-    const float* C = &c.cubic[0].c0;
-    const __m512 c0 = gather(C, at), c1 = gather(C + 1, at), c2 = gather(C + 2, at), c3 = gather(C + 3, at);
-    const __m512 m = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_fmadd_ps(c3, t, c2), t, c1), t, c0);
+    const __m512 m = cubic16(c, row, _mm512_and_si512(_mm512_srli_epi32(xn, 4), u32(0x7fffff)));
     const __m512 z = _mm512_castsi512_ps(
         _mm512_xor_si512(_mm512_castps_si512(m), _mm512_andnot_si512(upper, u32(0x80000000u))));
     return _mm512_fmadd_ps(c.scale, z, c.shift);
@@ -152,12 +185,14 @@ inline __m512 f32_values(const Consts& c, __m512i bits) {
     const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(bits, 8)), _mm512_set1_ps(0x1p-24f));
     return clamp(_mm512_fmadd_ps(c.scale, u, c.shift), c.lo, c.hi);
   } else {
-    // trunc_normal's 64-bit positions: element by element.
-    alignas(64) std::uint32_t in[lanes];
-    alignas(64) float out[lanes];
-    _mm512_store_si512(in, bits);
-    for (unsigned i = 0; i < lanes; ++i) out[i] = f32_value<K>(*c.p, in[i], c.cubic);
-    return _mm512_load_ps(out);
+    static_assert(K == FillKind::trunc_normal);
+    // 64-bit positions: draws 0-7 and 8-15 in 64-bit lanes, then the cubic over all 16.
+    const CenteredRows a = centered_rows(c, _mm512_cvtepu32_epi64(_mm512_castsi512_si256(bits)));
+    const CenteredRows b = centered_rows(c, _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(bits, 1)));
+    const auto join = [](__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); };
+    const __m512 m = cubic16(c, join(a.row, b.row), join(a.t_bits, b.t_bits));
+    const __m512 z = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(m), join(a.sign, b.sign)));
+    return _mm512_fmadd_ps(c.scale, z, c.shift);
   }
 }
 

@@ -202,6 +202,28 @@ TEST(Fill, EveryInstructionSetLevelWritesElementAt) {
         }
 }
 
+// fp32 trunc_normal's 64-bit positions on every level (the AVX-512 loops fold, count the octave and
+// pick the row in 64-bit lanes): spans of 2^32 and less placed at the domain's ends, the center/tail
+// folds at 2^62 and 3 * 2^62 and the middle 2^63, so every branch of normal_quantile_centered runs,
+// with element_at's bytes.
+TEST(Fill, TruncNormalPositionsAtTheFoldsAndTheEndsOnEveryLevel) {
+  using u64 = std::uint64_t;
+  const u64 q = u64{1} << 62, h = u64{1} << 31;
+  for (HostIsa isa : supported_host_isas())
+    for (u64 p_lo : std::vector<u64>{0, 1, q - h, q, 2 * q - h, 2 * q, 3 * q - h, 3 * q, ~u64{0} - 2 * h + 1})
+      for (u64 span : std::vector<u64>{2 * h, 3, h + 12345}) {
+        FillParams p = prepare_fill(FillSpec::trunc_normal_std(0.5, 2.0, -1.0, 1.5), DType::f32);
+        ASSERT_EQ(p.kind, FillKind::trunc_normal);
+        p.p_lo = p_lo;
+        p.span = span;
+        const FillJob j = make_fill_job(nullptr, DType::f32, 4099, 5, kName, p);
+        EXPECT_EQ(check_against_element_at<DType::f32>(j, 0, 4099, isa), "")
+            << host_isa_name(isa) << " p_lo " << p_lo << " span " << span;
+        EXPECT_EQ(check_against_element_at<DType::f32>(j, 13, 4000, isa), "")
+            << host_isa_name(isa) << " p_lo " << p_lo << " span " << span;
+      }
+}
+
 // Bounds beyond every value the normal reaches (4.32 std in fp16/bf16, 6.34 in fp32) leave it untouched:
 // trunc_normal(0, 0.02, -2, 2), PyTorch's default bounds at 100 std, is bit for bit normal(0, 0.02).
 TEST(Fill, WideTruncNormalIsTheNormal) {
