@@ -17,6 +17,7 @@ read; :func:`layerinit.jax.init` makes it.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 from dataclasses import dataclass
@@ -480,43 +481,55 @@ def _record(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
+class _NotArrays(Exception):
+    """Raised inside the trace where the output needs nnx.eval_shape (`nnx`) or eqx.filter_eval_shape."""
+
+    def __init__(self, nnx: bool) -> None:
+        super().__init__()
+        self.nnx = nnx
+
+
 def eval_shape(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``jax.eval_shape(fun, *args, **kwargs)`` whose leaves say how the model's code makes them.
 
     ``fun`` is what makes the model: a Flax linen ``model.init`` (boxed or not, ``nn.scan`` blocks), a
     DM-Haiku ``t.init``, a function returning a Flax NNX module (as ``nnx.eval_shape`` takes) or an
-    Equinox module (as ``eqx.filter_eval_shape``). Nothing is computed: the program is traced, as
-    ``jax.eval_shape`` does (where Flax NNX or Equinox is imported, once more first, to learn which of
-    their ``eval_shape`` functions the output needs). :func:`layerinit.jax.init` of the result makes every leaf as that code does.
+    Equinox module (as ``eqx.filter_eval_shape``). Nothing is computed: the program is traced once, as
+    ``jax.eval_shape`` does; an output holding an NNX module, or leaves that are not arrays where Equinox is
+    imported, is traced twice (the first trace finds that, the second is that framework's ``eval_shape``).
+    :func:`layerinit.jax.init` of the result makes every leaf as that code does.
     """
     nnx = sys.modules.get("flax.nnx")
     eqx = sys.modules.get("equinox")
+    if nnx is None and eqx is None:
+        return _record(fun, *args, **kwargs)
+
+    # The output is looked at inside the one trace, which stops where it is not arrays only: a second trace
+    # only for the outputs that need it (a linen or MaxText init is traced once).
+    @functools.wraps(fun)
+    def arrays_only(*a: Any, **k: Any) -> Any:
+        out = fun(*a, **k)
+        if nnx is not None and any(isinstance(x, nnx.Module) for x in jax.tree_util.tree_leaves(
+                out, is_leaf=lambda x: isinstance(x, nnx.Module))):
+            raise _NotArrays(nnx=True)
+        if eqx is not None and any(not isinstance(x, (jax.Array, np.ndarray, jax.core.Tracer))
+                                   for x in jax.tree_util.tree_leaves(out)):
+            raise _NotArrays(nnx=False)
+        return out
+
+    try:
+        return _record(arrays_only, *args, **kwargs)
+    except _NotArrays as e:
+        own_nnx = e.nnx
     real = jax.eval_shape
 
     def patched(f: Callable[..., Any], *a: Any, **k: Any) -> Any:
         return _record(f, *a, **k)
 
-    if nnx is not None or eqx is not None:
-        kind: dict[str, bool] = {}
-
-        def probe(*a: Any, **k: Any) -> Any:
-            out = fun(*a, **k)
-            leaves = jax.tree_util.tree_leaves(out, is_leaf=lambda x: nnx is not None and isinstance(x, nnx.Module))
-            kind["nnx"] = nnx is not None and any(isinstance(x, nnx.Module) for x in leaves)
-            kind["static"] = any(not isinstance(x, (jax.Array, np.ndarray, jax.core.Tracer)) for x in
-                                 jax.tree_util.tree_leaves(out))
-            return jax.tree_util.tree_map(lambda x: x if isinstance(x, (jax.Array, jax.core.Tracer)) else None, out)
-
-        try:
-            jax.eval_shape(probe, *args, **kwargs)
-        except Exception:  # noqa: BLE001 (the real call below says what is wrong)
-            kind = {}
-        if kind.get("nnx") or (kind.get("static") and eqx is not None):
-            jax.eval_shape = patched
-            try:
-                if kind.get("nnx"):
-                    return nnx.eval_shape(fun, *args, **kwargs)
-                return eqx.filter_eval_shape(fun, *args, **kwargs)
-            finally:
-                jax.eval_shape = real
-    return _record(fun, *args, **kwargs)
+    jax.eval_shape = patched
+    try:
+        if own_nnx:
+            return nnx.eval_shape(fun, *args, **kwargs)
+        return eqx.filter_eval_shape(fun, *args, **kwargs)
+    finally:
+        jax.eval_shape = real

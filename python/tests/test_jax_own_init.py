@@ -131,6 +131,29 @@ def test_what_the_code_does_not_say_is_refused_by_name():
         ljax.init(jax.eval_shape(Ortho().init, KEY, jnp.ones((2, 8))))
 
 
+def test_an_output_of_arrays_is_traced_once():
+    """flax.nnx is imported here, yet a linen init (arrays only, as Haiku's and MaxText's) runs once: its output is
+    looked at inside the one trace. An NNX module is traced a second time, by nnx.eval_shape."""
+    calls = []
+
+    def init(key, tokens):
+        calls.append("linen")
+        return LinenModel(scan=False).init(key, tokens)
+
+    def make():
+        calls.append("nnx")
+        return nnx.Linear(8, 16, rngs=nnx.Rngs(0))
+
+    abstract = ljax.eval_shape(init, KEY, TOKENS)
+    assert calls == ["linen"]
+    leaves = jax.tree_util.tree_leaves(abstract)
+    assert leaves and all(isinstance(x, ljax.Recorded) and x.fill for x in leaves)
+    linear = ljax.eval_shape(make)
+    assert calls == ["linen", "nnx", "nnx"]
+    assert isinstance(linear, nnx.Linear)
+    assert all(isinstance(x, ljax.Recorded) for x in jax.tree_util.tree_leaves(nnx.state(linear, nnx.Param)))
+
+
 # ---------------------------------------------------------------------------------------------------
 # Flax NNX: the same modules, nnx.vmap blocks eager and through jax.jit over the State, Dropout with
 # rngs (a train-mode forward), GroupNorm.
