@@ -217,24 +217,25 @@ def _np_broadcast(x: np.ndarray, shape: tuple, broadcast_dimensions: tuple, shar
 
 
 def _np_convert(x: np.ndarray, new_dtype: Any, weak_type: bool, sharding: Any = None) -> Any:
-    to = np.dtype(new_dtype)
-    if sharding is not None or (x.dtype.kind, to.kind) not in (("f", "f"), ("b", "f"), ("i", "f"), ("u", "f"),
-                                                                ("b", "i"), ("b", "u"), ("i", "i"), ("u", "u"),
-                                                                ("i", "u"), ("u", "i")):
+    to, kind = np.dtype(new_dtype), x.dtype.kind
+    if sharding is not None or not (to.kind == "f" and kind in "fbiu" or to.kind in "iu" and kind in "biu"):
         return None
     r = x.astype(to)
-    # an integer conversion is exact only where it keeps the value (XLA's and numpy's overflows may differ)
-    return r if to.kind == "f" and x.dtype.kind == "f" or np.array_equal(r.astype(x.dtype), x) else None
+    # a conversion from an integer is kept only where it keeps the value (XLA's and numpy's overflows may differ)
+    return r if kind == "f" or np.array_equal(r.astype(x.dtype), x) else None
 
 
 _FOLD: dict[str, Callable[..., Any]] = {
-    "add": lambda x, y: np.add(x, y), "sub": lambda x, y: np.subtract(x, y), "mul": lambda x, y, out_dtype=None:
-    np.multiply(x, y) if out_dtype is None else None, "neg": lambda x: np.negative(x) if x.dtype.kind != "u" else None,
-    "div": lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else None,
+    "add": lambda x, y: np.add(x, y),
+    "sub": lambda x, y: np.subtract(x, y),
+    "mul": lambda x, y, out_dtype=None: np.multiply(x, y) if out_dtype is None else None,
+    "neg": lambda x: np.negative(x) if x.dtype.kind != "u" else None,
+    "div": lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else None,  # integers: XLA truncates
     "sqrt": lambda x, accuracy=None: np.sqrt(x) if x.dtype.kind == "f" and accuracy is None else None,
-    "broadcast_in_dim": _np_broadcast, "convert_element_type": _np_convert,
+    "broadcast_in_dim": _np_broadcast,
+    "convert_element_type": _np_convert,
     "reshape": lambda x, new_sizes, dimensions=None, sharding=None:
-    x.reshape(new_sizes) if dimensions is None and sharding is None else None,
+        x.reshape(new_sizes) if dimensions is None and sharding is None else None,
     "squeeze": lambda x, dimensions: np.squeeze(x, tuple(dimensions)),
     "transpose": lambda x, permutation: np.transpose(x, permutation),
 }
