@@ -17,6 +17,7 @@ read; :func:`layerinit.jax.init` makes it.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 from dataclasses import dataclass
@@ -200,6 +201,87 @@ def _inner(params: dict) -> Any:
     return None
 
 
+# ---------------------------------------------------------------------------------------------------
+# Small constants computed here with numpy: a primitive bound on concrete values is compiled by XLA once per
+# primitive, shape and dtype (tens of milliseconds each, most of the reading's time). These give XLA's bits:
+# layout is exact, and +, -, *, / and sqrt are rounded by IEEE 754 in both, except on subnormal numbers (XLA's
+# CPU flushes them to zero) and non-finite ones, which go to XLA, as does every other primitive and dtype.
+
+def _np_broadcast(x: np.ndarray, shape: tuple, broadcast_dimensions: tuple, sharding: Any = None) -> Any:
+    if sharding is not None:
+        return None
+    lifted = [1] * len(shape)
+    for i, d in enumerate(broadcast_dimensions):
+        lifted[d] = x.shape[i]
+    return np.broadcast_to(x.reshape(lifted), shape)
+
+
+def _np_convert(x: np.ndarray, new_dtype: Any, weak_type: bool, sharding: Any = None) -> Any:
+    to, kind = np.dtype(new_dtype), x.dtype.kind
+    if sharding is not None or not (to.kind == "f" and kind in "fbiu" or to.kind in "iu" and kind in "biu"):
+        return None
+    r = x.astype(to)
+    # a conversion from an integer is kept only where it keeps the value (XLA's and numpy's overflows may differ)
+    return r if kind == "f" or np.array_equal(r.astype(x.dtype), x) else None
+
+
+_FOLD: dict[str, Callable[..., Any]] = {
+    "add": lambda x, y: np.add(x, y),
+    "sub": lambda x, y: np.subtract(x, y),
+    "mul": lambda x, y, out_dtype=None: np.multiply(x, y) if out_dtype is None else None,
+    "neg": lambda x: np.negative(x) if x.dtype.kind != "u" else None,
+    "div": lambda x, y: np.divide(x, y) if x.dtype.kind == "f" else None,  # integers: XLA truncates
+    "sqrt": lambda x, accuracy=None: np.sqrt(x) if x.dtype.kind == "f" and accuracy is None else None,
+    "broadcast_in_dim": _np_broadcast,
+    "convert_element_type": _np_convert,
+    "reshape": lambda x, new_sizes, dimensions=None, sharding=None:
+        x.reshape(new_sizes) if dimensions is None and sharding is None else None,
+    "squeeze": lambda x, dimensions: np.squeeze(x, tuple(dimensions)),
+    "transpose": lambda x, permutation: np.transpose(x, permutation),
+}
+_FOLD_DTYPES = {np.dtype(t) for t in ("float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                                      "uint32", "uint64", "bool")}
+
+
+def _exact(x: np.ndarray) -> bool:
+    """Whether XLA reads `x` as numpy does: a dtype both compute alike, floats finite and not subnormal."""
+    if x.dtype not in _FOLD_DTYPES:
+        return False
+    if x.dtype.kind != "f":
+        return True
+    return bool(np.isfinite(x).all() and not ((x != 0) & (np.abs(x) < np.finfo(x.dtype).tiny)).any())
+
+
+def _fold(prim: str, params: dict, xs: list[np.ndarray], outs: list[Any]) -> Optional[list[np.ndarray]]:
+    """What binding `prim` on `xs` gives, computed with numpy; None where that might differ from XLA."""
+    f = _FOLD.get(prim)
+    if f is None or len(outs) != 1 or not all(_exact(x) for x in xs) or len({x.dtype for x in xs}) > 1:
+        return None
+    try:
+        with np.errstate(all="ignore"):  # integers wrap around, as in XLA
+            r = f(*xs, **params)
+    except TypeError:  # a parameter this does not know
+        return None
+    if r is None:
+        return None
+    r = np.asarray(r)
+    out = outs[0].aval
+    if r.shape != tuple(out.shape) or r.dtype != np.dtype(out.dtype) or not _exact(r):
+        return None
+    return [r]
+
+
+def _bind(eqn: Any, xs: list[Any]) -> list[np.ndarray]:
+    """`eqn`'s primitive on the concrete values `xs` (numpy arrays or scalars), as jax computes it."""
+    xs = [np.asarray(x) for x in xs]
+    xs = [x.astype(jax.dtypes.canonicalize_dtype(x.dtype)) for x in xs]  # what jax.numpy.asarray gives
+    vals = _fold(eqn.primitive.name, eqn.params, xs, eqn.outvars)
+    if vals is not None:
+        return vals
+    vals = eqn.primitive.bind(*[jax.numpy.asarray(x) for x in xs], **eqn.params)
+    return [np.asarray(v) for v in (vals if eqn.primitive.multiple_results else [vals])]
+
+
 class _Interpreter:
     def run(self, jaxpr: Any, consts: list, args: list[Value]) -> list[Value]:
         env: dict = {}
@@ -255,9 +337,7 @@ class _Interpreter:
         # Everything known: computed here (small values).
         if all(isinstance(v, _Const) for v in ins) and all(_size(o) <= _LIMIT for o in outs) and \
                 not any(_is_key(o) for o in outs) and not prim.startswith("random"):
-            vals = eqn.primitive.bind(*[jax.numpy.asarray(v.value) for v in ins], **params)
-            vals = vals if eqn.primitive.multiple_results else [vals]
-            return [_Const(np.asarray(v)) for v in vals]
+            return [_Const(v) for v in _bind(eqn, [v.value for v in ins])]
         if any(_is_key(o) for o in outs):
             return [self.key(prim, params, eqn, ins, o) for o in outs]
         if any(isinstance(v, _Unknown) for v in ins):
@@ -325,8 +405,7 @@ class _Interpreter:
         if not draws:
             if all(_scalar(v) is not None for v in ins):
                 # one value: computed on scalars in the output's dtype, then repeated
-                vals = [jax.numpy.asarray(_scalar(v), eqn.invars[i].aval.dtype) for i, v in enumerate(ins)]
-                r = eqn.primitive.bind(*vals, **params)
+                r, = _bind(eqn, [np.asarray(_scalar(v), eqn.invars[i].aval.dtype) for i, v in enumerate(ins)])
                 layers = next((s.layers for s in splats), None) or _plain(_ndim(eqn.outvars[0]))
                 if len(layers) != _ndim(eqn.outvars[0]):
                     layers = _plain(_ndim(eqn.outvars[0]))
@@ -480,43 +559,55 @@ def _record(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
+class _NotArrays(Exception):
+    """Raised inside the trace where the output needs nnx.eval_shape (`nnx`) or eqx.filter_eval_shape."""
+
+    def __init__(self, nnx: bool) -> None:
+        super().__init__()
+        self.nnx = nnx
+
+
 def eval_shape(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``jax.eval_shape(fun, *args, **kwargs)`` whose leaves say how the model's code makes them.
 
     ``fun`` is what makes the model: a Flax linen ``model.init`` (boxed or not, ``nn.scan`` blocks), a
     DM-Haiku ``t.init``, a function returning a Flax NNX module (as ``nnx.eval_shape`` takes) or an
-    Equinox module (as ``eqx.filter_eval_shape``). Nothing is computed: the program is traced, as
-    ``jax.eval_shape`` does (where Flax NNX or Equinox is imported, once more first, to learn which of
-    their ``eval_shape`` functions the output needs). :func:`layerinit.jax.init` of the result makes every leaf as that code does.
+    Equinox module (as ``eqx.filter_eval_shape``). Nothing is computed: the program is traced once, as
+    ``jax.eval_shape`` does; an output holding an NNX module, or leaves that are not arrays where Equinox is
+    imported, is traced twice (the first trace finds that, the second is that framework's ``eval_shape``).
+    :func:`layerinit.jax.init` of the result makes every leaf as that code does.
     """
     nnx = sys.modules.get("flax.nnx")
     eqx = sys.modules.get("equinox")
+    if nnx is None and eqx is None:
+        return _record(fun, *args, **kwargs)
+
+    # The output is looked at inside the one trace, which stops where it is not arrays only: a second trace
+    # only for the outputs that need it (a linen or MaxText init is traced once).
+    @functools.wraps(fun)
+    def arrays_only(*a: Any, **k: Any) -> Any:
+        out = fun(*a, **k)
+        if nnx is not None and any(isinstance(x, nnx.Module) for x in jax.tree_util.tree_leaves(
+                out, is_leaf=lambda x: isinstance(x, nnx.Module))):
+            raise _NotArrays(nnx=True)
+        if eqx is not None and any(not isinstance(x, (jax.Array, np.ndarray, jax.core.Tracer))
+                                   for x in jax.tree_util.tree_leaves(out)):
+            raise _NotArrays(nnx=False)
+        return out
+
+    try:
+        return _record(arrays_only, *args, **kwargs)
+    except _NotArrays as e:
+        own_nnx = e.nnx
     real = jax.eval_shape
 
     def patched(f: Callable[..., Any], *a: Any, **k: Any) -> Any:
         return _record(f, *a, **k)
 
-    if nnx is not None or eqx is not None:
-        kind: dict[str, bool] = {}
-
-        def probe(*a: Any, **k: Any) -> Any:
-            out = fun(*a, **k)
-            leaves = jax.tree_util.tree_leaves(out, is_leaf=lambda x: nnx is not None and isinstance(x, nnx.Module))
-            kind["nnx"] = nnx is not None and any(isinstance(x, nnx.Module) for x in leaves)
-            kind["static"] = any(not isinstance(x, (jax.Array, np.ndarray, jax.core.Tracer)) for x in
-                                 jax.tree_util.tree_leaves(out))
-            return jax.tree_util.tree_map(lambda x: x if isinstance(x, (jax.Array, jax.core.Tracer)) else None, out)
-
-        try:
-            jax.eval_shape(probe, *args, **kwargs)
-        except Exception:  # noqa: BLE001 (the real call below says what is wrong)
-            kind = {}
-        if kind.get("nnx") or (kind.get("static") and eqx is not None):
-            jax.eval_shape = patched
-            try:
-                if kind.get("nnx"):
-                    return nnx.eval_shape(fun, *args, **kwargs)
-                return eqx.filter_eval_shape(fun, *args, **kwargs)
-            finally:
-                jax.eval_shape = real
-    return _record(fun, *args, **kwargs)
+    jax.eval_shape = patched
+    try:
+        if own_nnx:
+            return nnx.eval_shape(fun, *args, **kwargs)
+        return eqx.filter_eval_shape(fun, *args, **kwargs)
+    finally:
+        jax.eval_shape = real

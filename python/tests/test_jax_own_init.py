@@ -131,6 +131,29 @@ def test_what_the_code_does_not_say_is_refused_by_name():
         ljax.init(jax.eval_shape(Ortho().init, KEY, jnp.ones((2, 8))))
 
 
+def test_an_output_of_arrays_is_traced_once():
+    """flax.nnx is imported here, yet a linen init (arrays only, as Haiku's and MaxText's) runs once: its output is
+    looked at inside the one trace. An NNX module is traced a second time, by nnx.eval_shape."""
+    calls = []
+
+    def init(key, tokens):
+        calls.append("linen")
+        return LinenModel(scan=False).init(key, tokens)
+
+    def make():
+        calls.append("nnx")
+        return nnx.Linear(8, 16, rngs=nnx.Rngs(0))
+
+    abstract = ljax.eval_shape(init, KEY, TOKENS)
+    assert calls == ["linen"]
+    leaves = jax.tree_util.tree_leaves(abstract)
+    assert leaves and all(isinstance(x, ljax.Recorded) and x.fill for x in leaves)
+    linear = ljax.eval_shape(make)
+    assert calls == ["linen", "nnx", "nnx"]
+    assert isinstance(linear, nnx.Linear)
+    assert all(isinstance(x, ljax.Recorded) for x in jax.tree_util.tree_leaves(nnx.state(linear, nnx.Param)))
+
+
 # ---------------------------------------------------------------------------------------------------
 # Flax NNX: the same modules, nnx.vmap blocks eager and through jax.jit over the State, Dropout with
 # rngs (a train-mode forward), GroupNorm.
@@ -250,3 +273,62 @@ def test_equinox_is_unchanged():
                        jax.tree_util.tree_leaves(eqx.filter(c, eqx.is_array))):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
         np.testing.assert_array_equal(np.asarray(x), np.asarray(z))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The initializers' small constants (fans, 1 / sqrt(head_dim), a stream's count): computed with numpy, XLA's bits.
+
+def test_the_reading_compiles_nothing():
+    """A primitive bound on constants is compiled by XLA (tens of ms each): the reading computes them with numpy."""
+    compiles = []
+
+    def listener(event, duration, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
+    jax.clear_caches()  # a primitive compiled by an earlier test would not be compiled again
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        abstract = ljax.eval_shape(LinenModel().init, KEY, TOKENS)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiles == []
+    assert all(x.fill for x in jax.tree_util.tree_leaves(abstract))
+
+
+def test_constants_computed_with_numpy_are_xlas_bits():
+    """Where numpy computes a primitive it gives XLA's bits, on values over the float32 range; subnormal and
+    non-finite numbers, which XLA's CPU treats otherwise (it flushes subnormals to zero), are left to XLA."""
+    from jax import lax
+
+    from layerinit import _jax_record as rec
+
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal(4096) * 10.0 ** rng.integers(-15, 15, 4096) for _ in range(2))
+    x, y = x.astype(np.float32), y.astype(np.float32)
+    u = rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32)  # sums and products wrap around
+    i = rng.integers(-2**31, 2**31, 4096, dtype=np.int64).astype(np.int32)
+    cases = [(lax.add, x, y), (lax.sub, x, y), (lax.mul, x, y), (lax.div, x, y), (lax.sqrt, np.abs(x)),
+             (lax.neg, x), (lax.add, u, u[::-1]), (lax.mul, u, u[::-1]), (lax.sub, i, i[::-1]), (lax.neg, i),
+             (lambda a: a.astype(jnp.float32), (x > 0)), (lambda a: a.astype(jnp.float32), i % 1000),
+             (lambda a: lax.broadcast_in_dim(a, (3, 2, 4096), (2,)), x), (lambda a: a.reshape(64, 64).T, x),
+             (lambda a: a.reshape(1, 4096, 1).squeeze((0, 2)), x), (lambda a: a.reshape(4, 1024)[None], u)]
+    for fn, *xs in cases:
+        closed = jax.make_jaxpr(fn)(*xs)
+        vals = {}
+        for eqn in closed.jaxpr.eqns:
+            ins = [vals.get(v, xs[closed.jaxpr.invars.index(v)] if v in closed.jaxpr.invars else None)
+                   for v in eqn.invars]
+            got = rec._fold(eqn.primitive.name, eqn.params, ins, eqn.outvars)
+            assert got is not None, eqn
+            want = np.asarray(eqn.primitive.bind(*[jnp.asarray(a) for a in ins], **eqn.params))
+            assert got[0].dtype == want.dtype and got[0].shape == want.shape, eqn
+            bad = np.flatnonzero(np.ascontiguousarray(got[0]).view(np.uint8) != np.ascontiguousarray(want).view(np.uint8))
+            assert bad.size == 0, f"{eqn}: first differing bytes at {bad[:5]}"
+            vals[eqn.outvars[0]] = got[0]
+    # what XLA computes otherwise: left to it
+    tiny = np.float32(np.finfo(np.float32).tiny)
+    for fn, *xs in [(lax.mul, x, np.full_like(x, tiny)), (lax.add, np.float32([1e-40]), np.float32([1.0])),
+                    (lax.div, x, np.zeros_like(x)), (lax.sqrt, x), (lax.div, i, i)]:
+        eqn, = jax.make_jaxpr(fn)(*xs).jaxpr.eqns
+        assert rec._fold(eqn.primitive.name, eqn.params, list(xs), eqn.outvars) is None, eqn
