@@ -256,17 +256,23 @@ Bytes sliced_bytes(const FillJob& j, std::uint64_t numel) {
   return out;
 }
 
-// j.dst is set here: `offset` elements past a 64-byte boundary. Checks every fill against `want`
-// and that nothing past the runs' dense bytes is written.
+// j.dst is set here: `offset` elements past a 64-byte boundary. Checks every fill against `want` (the
+// runs' bytes, dense), each run at its place (dst_pitch apart), and that nothing between the runs or
+// past the last is written.
 void expect_runs(FillJob j, const Bytes& want, std::uint64_t offset, const std::string& what) {
-  const std::uint64_t es = dtype_size(j.dtype);
+  const std::uint64_t es = dtype_size(j.dtype), len = j.end - j.begin, pitch = dst_pitch(j), span = dst_span(j);
   ASSERT_EQ(want.size(), job_elements(j) * es) << what;
-  Buffer buf(job_elements(j) + 8, es, offset);
+  Buffer buf(span + 8, es, offset);
   j.dst = buf.data;
   auto check = [&](const std::string& how) {
-    // memcmp takes no null pointer, even for 0 bytes (runs = 0: `want` is empty).
-    if (!want.empty()) ASSERT_EQ(std::memcmp(buf.data, want.data(), want.size()), 0) << what << ", " << how;
-    for (std::uint64_t k = 0; k < 8 * es; ++k) ASSERT_EQ(buf.data[want.size() + k], 0xab) << what << ", " << how << ": wrote past the runs";
+    for (std::uint64_t r = 0; r < j.runs && len > 0; ++r) {
+      ASSERT_EQ(std::memcmp(buf.data + r * pitch * es, want.data() + r * len * es, len * es), 0) << what << ", " << how << ": run " << r;
+      const std::uint64_t gap_end = r + 1 < j.runs ? (r + 1) * pitch : span + 8;
+      for (std::uint64_t k = (r * pitch + len) * es; k < gap_end * es; ++k)
+        ASSERT_EQ(buf.data[k], 0xab) << what << ", " << how << ": wrote outside the runs at byte " << k;
+    }
+    if (j.runs == 0 || len == 0)
+      for (std::uint64_t k = 0; k < 8 * es; ++k) ASSERT_EQ(buf.data[k], 0xab) << what << ", " << how << ": wrote with nothing to fill";
   };
   for (int threads : {1, 3}) {
     std::memset(buf.storage.data(), 0xab, buf.storage.size());
@@ -470,33 +476,6 @@ TEST(FillGrid, TransposedStridedJobsMatchTheWholeFill) {
 // job's run, at dst + r * dst_stride, and nothing in the gaps is written, by fill_host and every grid,
 // on each path (run vectors and tiles when the pitch is whole vectors, else scalars).
 TEST(FillGrid, RunsDstStrideApartAreTheDenseRunsSpreadOut) {
-  // j.dst is set here; `want` is the dense job's bytes.
-  auto expect_spread = [](FillJob j, const Bytes& want, std::uint64_t offset, const std::string& what) {
-    const std::uint64_t es = dtype_size(j.dtype), len = j.end - j.begin, span = dst_span(j);
-    Buffer buf(span + 8, es, offset);
-    j.dst = buf.data;
-    auto check = [&](const std::string& how) {
-      for (std::uint64_t m = 0; m < span + 8; ++m) {
-        const std::uint64_t r = m / j.dst_stride, i = m % j.dst_stride;
-        const bool in_run = r < j.runs && i < len;
-        for (std::uint64_t b = 0; b < es; ++b) {
-          const unsigned char got = buf.data[m * es + b];
-          if (in_run) ASSERT_EQ(got, want[(r * len + i) * es + b]) << what << ", " << how << ": run " << r << " element " << i;
-          else ASSERT_EQ(got, 0xab) << what << ", " << how << ": wrote into the gap at element " << m;
-        }
-      }
-    };
-    for (int threads : {1, 3}) {
-      std::memset(buf.storage.data(), 0xab, buf.storage.size());
-      fill_host(std::span(&j, 1), threads);
-      check("fill_host, " + std::to_string(threads) + " threads");
-    }
-    for (const Grid& g : kRunGrids) {
-      std::memset(buf.storage.data(), 0xab, buf.storage.size());
-      grid::fill_grid_simulated(std::span(&j, 1), g.blocks, g.threads);
-      check("grid " + std::to_string(g.blocks) + " x " + std::to_string(g.threads));
-    }
-  };
   alignas(16) static unsigned char aligned[16];
   for (DType t : all_dtypes) {
     const std::uint64_t n = elements_per_block(t);
@@ -517,7 +496,7 @@ TEST(FillGrid, RunsDstStrideApartAreTheDenseRunsSpreadOut) {
                                    std::to_string(pitch);
           const Bytes want = per_run_bytes(j);
           j.dst_stride = pitch;
-          for (std::uint64_t offset : {0ull, 1ull}) expect_spread(j, want, offset, what + " offset " + std::to_string(offset));
+          for (std::uint64_t offset : {0ull, 1ull}) expect_runs(j, want, offset, what + " offset " + std::to_string(offset));
           j.dst = aligned;
           const bool vectors = w.len % n == 0 && pitch % n == 0 && (spec.kind == FillKind::constant || w.stride % n == 0);
           const grid::Path want_path = w.len == w.stride && pitch == w.len ? grid::Path::vectors
@@ -539,7 +518,7 @@ TEST(FillGrid, RunsDstStrideApartAreTheDenseRunsSpreadOut) {
         const std::string what = std::string(dtype_name(t)) + " " + spec.describe() + " transposed, dst_stride " + std::to_string(pitch);
         const Bytes want = sliced_bytes(j, 48 * 24);
         j.dst_stride = pitch;
-        for (std::uint64_t offset : {0ull, 3ull}) expect_spread(j, want, offset, what + " offset " + std::to_string(offset));
+        for (std::uint64_t offset : {0ull, 3ull}) expect_runs(j, want, offset, what + " offset " + std::to_string(offset));
         j.dst = aligned;
         if (spec.kind != FillKind::constant)
           EXPECT_EQ(path_of(j), pitch % n == 0 && 8 % n == 0 ? grid::Path::tiles : grid::Path::scalars) << what;
