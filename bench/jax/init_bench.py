@@ -102,26 +102,38 @@ def main() -> None:
     if a.one:
         print(json.dumps(one(a.one, a.config)))
         return
+    rows = run_methods(__file__, a.methods.split(","), ["--config", a.config])
+    where = "host RSS" if rows[0]["device"] == "cpu" else f"device memory ({rows[0]['device']}, XLA memory_stats)"
+    print_rows(f"Mistral-shaped Equinox model, config {a.config}: {rows[0]['parameters']:,} parameters, "
+               f"{rows[0]['weights_bytes'] / 2.0**30:.3f} GiB in bf16; memory columns: {where}", rows)
+    if a.out:
+        write_rows(a.out, rows)
+
+
+def run_methods(script: str, methods: list[str], args: list[str]) -> list[dict]:
+    """Each method's row from `script --one METHOD ARGS`, in a process of its own (so each peak RSS is its
+    own), with the 1-minute load average."""
     rows = []
-    for m in a.methods.split(","):
-        r = subprocess.run([sys.executable, __file__, "--one", m, "--config", a.config], capture_output=True, text=True)
+    for m in methods:
+        r = subprocess.run([sys.executable, script, "--one", m, *args], capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit(f"{m} failed:\n{r.stderr[-3000:]}")
         row = json.loads(r.stdout.strip().splitlines()[-1])
         row["load"] = os.getloadavg()[0]
         rows.append(row)
+    return rows
+
+
+def print_rows(title: str, rows: list[dict]) -> None:
+    """The rows as a table: seconds, baseline and peak memory, and the peak over the weights."""
     gib = 2.0**30
-    where = "host RSS" if rows[0]["device"] == "cpu" else f"device memory ({rows[0]['device']}, XLA memory_stats)"
-    print(f"Mistral-shaped Equinox model, config {a.config}: {rows[0]['parameters']:,} parameters, "
-          f"{rows[0]['weights_bytes'] / gib:.3f} GiB in bf16; memory columns: {where}")
+    print(title)
     print(f"{'method':10} {'seconds':>8} {'baseline GiB':>13} {'peak GiB':>9} {'peak - baseline':>16} "
           f"{'over the weights':>17}")
     for r in rows:
         extra = r["peak_bytes"] - r["baseline_bytes"]
         print(f"{r['method']:10} {r['seconds']:8.2f} {r['baseline_bytes'] / gib:13.3f} {r['peak_bytes'] / gib:9.3f} "
               f"{extra / gib:16.3f} {extra / r['weights_bytes'] - 1:+17.1%}")
-    if a.out:
-        write_rows(a.out, rows)
 
 
 def write_rows(path: str, rows: list[dict]) -> None:

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 import warnings
@@ -28,14 +27,11 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests"))
 
+from init_bench import print_rows, rss_bytes, run_methods, write_rows  # noqa: E402 (this folder: the same table and CSV)
+
 METHODS = ("layerinit", "maxtext")
 SIZE = {"base_emb_dim": 1024, "base_num_query_heads": 16, "base_num_kv_heads": 8, "head_dim": 64,
         "base_mlp_dim": 4096, "base_num_decoder_layers": 8, "vocab_size": 32000, "max_target_length": 128}
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def one(method: str, axis: int) -> dict:
@@ -76,31 +72,11 @@ def main() -> None:
     if a.one:
         print(json.dumps(one(a.one, a.axis)))
         return
-    rows = []
-    for m in a.methods.split(","):
-        r = subprocess.run([sys.executable, __file__, "--one", m, "--axis", str(a.axis)], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise SystemExit(f"{m} failed:\n{r.stderr[-3000:]}")
-        row = json.loads(r.stdout.strip().splitlines()[-1])
-        row["load"] = os.getloadavg()[0]
-        rows.append(row)
-    gib = 2.0**30
-    print(f"MaxText llama2 decoder {SIZE}, param_scan_axis {a.axis}: {rows[0]['parameters']:,} parameters, "
-          f"{rows[0]['weights_bytes'] / gib:.3f} GiB in fp32; memory: host RSS")
-    print(f"{'method':10} {'seconds':>8} {'baseline GiB':>13} {'peak GiB':>9} {'peak - baseline':>16} "
-          f"{'over the weights':>17}")
-    for r in rows:
-        extra = r["peak_bytes"] - r["baseline_bytes"]
-        print(f"{r['method']:10} {r['seconds']:8.2f} {r['baseline_bytes'] / gib:13.3f} {r['peak_bytes'] / gib:9.3f} "
-              f"{extra / gib:16.3f} {extra / r['weights_bytes'] - 1:+17.1%}")
+    rows = run_methods(__file__, a.methods.split(","), ["--axis", str(a.axis)])
+    print_rows(f"MaxText llama2 decoder {SIZE}, param_scan_axis {a.axis}: {rows[0]['parameters']:,} parameters, "
+               f"{rows[0]['weights_bytes'] / 2.0**30:.3f} GiB in fp32; memory: host RSS", rows)
     if a.out:
-        import csv
-
-        with open(a.out, "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-
+        write_rows(a.out, rows)
 
 if __name__ == "__main__":
     main()
