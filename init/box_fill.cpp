@@ -21,6 +21,16 @@ void check_box(const PlannedTensor& p, const Box& box) {
                    ": box at " + shape_string(box.offset) + " of " + shape_string(box.shape) + " lies outside " + shape_string(g));
 }
 
+// Steps `index` (of dimensions 0..index.size()-1 of `extent`) to the next in row-major order, the last
+// dimension fastest; false past the last.
+bool next_index(Shape& index, const Shape& extent) {
+  for (std::size_t d = index.size(); d-- > 0;) {
+    if (++index[d] < extent[d]) return true;
+    index[d] = 0;
+  }
+  return false;
+}
+
 // The jobs of a box already checked, all with one fill (`whole_job`'s), dense at dst.
 void box_jobs(const PlannedTensor& p, const FillJob& whole_job, const Box& box, void* dst, std::vector<FillJob>& out) {
   const Shape& g = p.memory_shape;
@@ -66,10 +76,7 @@ void box_jobs(const PlannedTensor& p, const FillJob& whole_job, const Box& box, 
     j.end = begin + run;
     j.dst = base + i * runs * run * esize;
     out.push_back(j);
-    for (std::size_t d = a; d-- > 0;) {  // next index, the last dimension fastest
-      if (++index[d] < box.shape[d]) break;
-      index[d] = 0;
-    }
+    next_index(index, box.shape);
   }
 }
 
@@ -97,7 +104,7 @@ void strided_jobs(const PlannedTensor& p, const FillJob& job, const Box& box, co
     j.stride = stride[k - 1];
     j.dst_stride = dst.strides[k - 1];
     Shape index(k - 1, 0);  // of the current job, within the box's dimensions 0..k-2
-    while (true) {
+    do {
       std::uint64_t begin = 0, elem = 0;
       for (std::size_t d = 0; d < n; ++d) begin += (box.offset[d] + (d + 1 < k ? index[d] : 0)) * stride[d];
       for (std::size_t d = 0; d + 1 < k; ++d) elem += index[d] * dst.strides[d];
@@ -105,33 +112,21 @@ void strided_jobs(const PlannedTensor& p, const FillJob& job, const Box& box, co
       j.end = begin + run;
       j.dst = static_cast<unsigned char*>(dst.data) + elem * esize;
       out.push_back(j);
-      std::size_t d = k - 1;
-      while (d-- > 0) {  // next index, the last dimension fastest
-        if (++index[d] < box.shape[d]) break;
-        index[d] = 0;
-      }
-      if (d == static_cast<std::size_t>(-1)) break;
-    }
+    } while (next_index(index, box.shape));
     return;
   }
   // One dense sub-box per index of dimensions 0..k-1.
   Box sub = box;
   for (std::size_t d = 0; d < k; ++d) sub.shape[d] = 1;
   Shape index(k, 0);
-  while (true) {
+  do {
     std::uint64_t elem = 0;
     for (std::size_t d = 0; d < k; ++d) {
       sub.offset[d] = box.offset[d] + index[d];
       elem += index[d] * dst.strides[d];
     }
     box_jobs(p, job, sub, static_cast<unsigned char*>(dst.data) + elem * esize, out);
-    std::size_t d = k;
-    while (d-- > 0) {  // next index, the last dimension fastest
-      if (++index[d] < box.shape[d]) break;
-      index[d] = 0;
-    }
-    if (d == static_cast<std::size_t>(-1)) break;
-  }
+  } while (next_index(index, box.shape));
 }
 
 // A part of a box filled with one fill: 0 the tensor's, r + 1 region r's.
