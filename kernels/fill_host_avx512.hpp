@@ -71,10 +71,10 @@ inline void philox16(const rng::KeySchedule& ks, __m512i ga, __m512i gb, __m512i
 // A fill's constants in registers.
 struct Consts {
   __m512 scale, shift, lo, hi;
-  __m512i p_lo, span;
-  // fp32 trunc_normal's position64_centered, in 64-bit lanes: the span's words, its half's low word
-  // and the per-job addend.
-  __m512i span_lo, span_hi, half_lo, base;
+  __m512i p_lo, span;  // span: its low word in 64-bit lanes
+  // fp32 trunc_normal's position64_centered, in 64-bit lanes: the span's high word, its half's low
+  // word and the per-job addend.
+  __m512i span_hi, half_lo, base;
   const float* node16;
   const quantile::CubicRow* cubic;
 };
@@ -83,7 +83,7 @@ inline Consts consts(const FillParams& p, const FillTables& tab) {
   const auto q = [](std::uint64_t x) { return _mm512_set1_epi64(static_cast<long long>(x)); };
   return {_mm512_set1_ps(p.scale), _mm512_set1_ps(p.shift), _mm512_set1_ps(p.lo), _mm512_set1_ps(p.hi),
           u32(static_cast<std::uint32_t>(p.p_lo)), q(static_cast<std::uint32_t>(p.span)),
-          q(static_cast<std::uint32_t>(p.span)), q(p.span >> 32), q(static_cast<std::uint32_t>(p.span >> 1)),
+          q(p.span >> 32), q(static_cast<std::uint32_t>(p.span >> 1)),
           q(p.p_lo - (std::uint64_t{1} << 63) + (p.span >> 33)),
           tab.node16, tab.cubic};
 }
@@ -138,7 +138,7 @@ struct CenteredRows {
   __m256i row, t_bits, sign;
 };
 inline CenteredRows centered_rows(const Consts& c, __m512i bits) {
-  const __m512i low = _mm512_srli_epi64(_mm512_add_epi64(_mm512_mul_epu32(bits, c.span_lo), c.half_lo), 32);
+  const __m512i low = _mm512_srli_epi64(_mm512_add_epi64(_mm512_mul_epu32(bits, c.span), c.half_lo), 32);
   const __m512i pos = _mm512_add_epi64(_mm512_add_epi64(_mm512_mul_epu32(bits, c.span_hi), c.base), low);
   const __m512i hi = _mm512_srli_epi64(pos, 32);
   const __m512i u = _mm512_and_si512(_mm512_add_epi64(hi, _mm512_set1_epi64(0x40000000)), _mm512_set1_epi64(0xffffffff));
