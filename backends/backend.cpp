@@ -1,6 +1,7 @@
 #include <layerinit/backends/backend.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <stdexcept>
 #include <vector>
 
@@ -9,30 +10,76 @@
 
 namespace layerinit {
 
+std::unique_ptr<backend> make_simulated_backend(int device);  // backends/simulated_backend.cpp
+
 #if !LAYERINIT_HAS_CUDA
-CudaProbe cuda_probe() { return CudaProbe{false, "layerinit was built without CUDA", ""}; }
-std::unique_ptr<backend> make_cuda_backend(int) {
-  throw error("CUDA backend unavailable: layerinit was built without CUDA");
-}
+namespace {
+CudaProbe real_cuda_probe(int) { return CudaProbe{false, "layerinit was built without CUDA", ""}; }
+int real_cuda_device_count() noexcept { return 0; }
+std::unique_ptr<backend> make_cuda_backend(int) { throw error("CUDA backend unavailable: layerinit was built without CUDA"); }
+}  // namespace
 #else
-std::unique_ptr<backend> make_cuda_backend(int threads);  // backends/cuda_backend.cu
+CudaProbe real_cuda_probe(int device);        // backends/cuda_backend.cu
+int real_cuda_device_count() noexcept;        // backends/cuda_backend.cu
+std::unique_ptr<backend> make_cuda_backend(int device);
 #endif
+
+CudaProbe cuda_probe(int device) {
+  if (const int n = simulated_cuda_devices(); n > 0) {
+    if (device < 0 || device >= n) return CudaProbe{false, "no CUDA device " + std::to_string(device) + " (simulated node of " + std::to_string(n) + ")", ""};
+    return CudaProbe{true, "", "simulated"};
+  }
+  return real_cuda_probe(device);
+}
+
+int cuda_device_count() noexcept {
+  if (const int n = simulated_cuda_devices(); n > 0) return n;
+  return real_cuda_device_count();
+}
+
+DeviceChoice choose_device(std::string_view name, std::string_view argument) {
+  if (name == "cpu" || name == "host") return {BackendKind::host, -1};
+  if (name == "auto") {
+    if (cuda_probe(0).usable) return {BackendKind::cuda, 0};
+    return {BackendKind::host, -1};
+  }
+  int index = -1;
+  if (name == "cuda") {
+    index = 0;
+  } else if (name.starts_with("cuda:")) {
+    const std::string_view digits = name.substr(5);
+    const bool canonical = !digits.empty() && (digits.size() == 1 || digits.front() != '0');
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (!canonical || ec != std::errc() || end != digits.data() + digits.size() || index < 0)
+      bad_argument(argument, name, "is not a device (valid: auto, cpu, cuda, cuda:N with N a device index)");
+  } else {
+    bad_argument(argument, name, "is unknown (valid: auto, cpu, cuda, cuda:N)");
+  }
+  const CudaProbe first = cuda_probe(0);
+  if (!first.usable) throw error("CUDA backend unusable: " + first.why);
+  const int n = cuda_device_count();
+  if (index >= n)
+    bad_argument(argument, name, "does not exist: this process sees " + std::to_string(n) + " CUDA device" + (n == 1 ? "" : "s") +
+                                     " (cuda:0" + (n > 1 ? " to cuda:" + std::to_string(n - 1) : "") + ")");
+  if (index > 0) {
+    const CudaProbe p = cuda_probe(index);
+    if (!p.usable) throw error("CUDA backend unusable: " + p.why);
+  }
+  return {BackendKind::cuda, index};
+}
+
+std::unique_ptr<backend> make_backend(const DeviceChoice& device, int threads) {
+  if (threads < 0) bad_argument("thread count", threads, "must be >= 0 (0 = all cores)");
+  if (device.kind == BackendKind::host) return make_host_backend(threads);
+  if (device.kind == BackendKind::dry) return make_dry_backend();
+  if (simulated_cuda_devices() > 0) return make_simulated_backend(device.cuda_device);
+  return make_cuda_backend(device.cuda_device);
+}
 
 std::unique_ptr<backend> make_backend(std::string_view name, int threads) {
   if (threads < 0) bad_argument("thread count", threads, "must be >= 0 (0 = all cores)");
-  if (name == "cpu" || name == "host") return make_host_backend(threads);
-  if (name == "cuda") {
-    const CudaProbe p = cuda_probe();
-    if (!p.usable) throw error("CUDA backend unusable: " + p.why);
-    return make_cuda_backend(threads);
-  }
-  if (name == "auto") {
-    if (cuda_probe().usable) return make_cuda_backend(threads);
-    return make_host_backend(threads);
-  }
-  bad_argument("backend", name, "is unknown (valid: auto, cpu, cuda)");
+  return make_backend(choose_device(name), threads);
 }
-
 void read_on_host(backend& be, const void* data, std::uint64_t bytes, std::span<unsigned char> staging,
                   const std::function<void(const void* host, std::uint64_t offset, std::uint64_t n)>& visit) {
   if (be.memory().kind() == MemoryKind::host) {

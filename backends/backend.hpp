@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <layerinit/core/api.hpp>
 #include <layerinit/backends/content_hash.hpp>
@@ -51,12 +52,46 @@ struct CudaProbe {
   std::string why;  // when unusable: "layerinit was built without CUDA", "no CUDA driver: ...", "no CUDA device"
   std::string device_name;
 };
-// Whether a CUDA device can be used, and why not. Never throws.
-LAYERINIT_API CudaProbe cuda_probe();
+// Whether CUDA device `device` can be used, and why not. Never throws.
+LAYERINIT_API CudaProbe cuda_probe(int device = 0);
 
-// "auto" (CUDA when usable, else host), "cpu" or "host", "cuda". threads: host threads, 0 = all cores.
-// Throws std::invalid_argument for an unknown name, layerinit::error when CUDA is asked but unusable.
+// How many CUDA devices this process sees (0 when CUDA is unusable). Never throws.
+LAYERINIT_API int cuda_device_count() noexcept;
+
+// Where a backend name puts tensors: the host, or CUDA device `cuda_device`.
+struct DeviceChoice {
+  BackendKind kind = BackendKind::host;
+  int cuda_device = -1;  // kind == cuda: the device index
+};
+
+// The device a name asks for, as torch names devices: "cpu" or "host"; "cuda" (device 0) or "cuda:N";
+// "auto" (CUDA device 0 when usable, else the host). `argument` names the name in errors:
+// std::invalid_argument for an unknown name or a device index this process does not have,
+// layerinit::error when CUDA is asked but unusable. Allocates nothing.
+LAYERINIT_API DeviceChoice choose_device(std::string_view name, std::string_view argument = "backend");
+
+// The backend of a device (choose_device's names). threads: host threads, 0 = all cores.
 LAYERINIT_API std::unique_ptr<backend> make_backend(std::string_view name, int threads = 0);
+LAYERINIT_API std::unique_ptr<backend> make_backend(const DeviceChoice& device, int threads = 0);
+
+// A simulated node, for tests of device selection on machines without a GPU: with
+// LAYERINIT_TEST_SIMULATED_CUDA_DEVICES=N in the environment (1 <= N <= 64), cuda_probe and
+// cuda_device_count see N CUDA devices, and a CUDA backend is a stand-in whose memory says "device" but
+// is host memory, whose fills run the CUDA kernel's work split over a simulated grid
+// (kernels/fill_grid.hpp), and which records each allocation, fill and copy to the host with its device.
+struct SimulatedDeviceEvent {
+  enum class What { allocate, fill, copy_to_host };
+  int device = 0;
+  What what = What::fill;
+  std::uint64_t bytes = 0;
+};
+// The simulated node's size: 0 when not simulating.
+LAYERINIT_API int simulated_cuda_devices() noexcept;
+// Records a fill of `jobs` on simulated device `device` when simulating (the stand-in backends do, and
+// the JAX grid handler for the device XLA runs it on); does nothing otherwise.
+LAYERINIT_API void record_simulated_fill(int device, std::span<const FillJob> jobs);
+// The events recorded since the last call, in order; clears the record.
+LAYERINIT_API std::vector<SimulatedDeviceEvent> take_simulated_device_events();
 
 // The host backend on its own (always available).
 LAYERINIT_API std::unique_ptr<backend> make_host_backend(int threads = 0);

@@ -1,4 +1,4 @@
-// The CUDA backend: one non-blocking stream on device 0 orders fills, copies and its memory
+// The CUDA backend: one non-blocking stream on its device orders fills, copies and its memory
 // resource's work (backends/cuda_resource.cu).
 #include <layerinit/backends/cuda_backend.hpp>
 
@@ -91,13 +91,22 @@ class cuda_backend final : public backend {
 
 }  // namespace
 
-std::unique_ptr<backend> make_cuda_backend(int) {
-  const CudaProbe p = cuda_probe();
+std::unique_ptr<backend> make_cuda_backend(int device) {
+  const CudaProbe p = real_cuda_probe(device);
   if (!p.usable) throw error("CUDA backend unusable: " + p.why);
-  return std::make_unique<cuda_backend>(0);
+  return std::make_unique<cuda_backend>(device);
 }
 
-CudaProbe cuda_probe() {
+int real_cuda_device_count() noexcept {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+CudaProbe real_cuda_probe(int device) {
   try {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
@@ -106,21 +115,23 @@ CudaProbe cuda_probe() {
       return CudaProbe{false, std::string("no CUDA driver: ") + cudaGetErrorString(e), ""};
     }
     if (n <= 0) return CudaProbe{false, "no CUDA device", ""};
+    const std::string which = "CUDA device " + std::to_string(device);
+    if (device < 0 || device >= n) return CudaProbe{false, "no " + which + " (this process sees " + std::to_string(n) + ")", ""};
     cudaDeviceProp prop{};
-    if (const cudaError_t e2 = cudaGetDeviceProperties(&prop, 0); e2 != cudaSuccess) {
+    if (const cudaError_t e2 = cudaGetDeviceProperties(&prop, device); e2 != cudaSuccess) {
       (void)cudaGetLastError();
-      return CudaProbe{false, std::string("cannot query CUDA device 0: ") + cudaGetErrorString(e2), ""};
+      return CudaProbe{false, "cannot query " + which + ": " + cudaGetErrorString(e2), ""};
     }
     const std::string name = prop.name;
     const std::string arch = " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
     int pools = 0;
-    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, 0) != cudaSuccess || pools == 0) {
+    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device) != cudaSuccess || pools == 0) {
       (void)cudaGetLastError();
-      return CudaProbe{false, "CUDA device 0 " + name + " does not support stream-ordered memory pools", name};
+      return CudaProbe{false, which + " " + name + " does not support stream-ordered memory pools", name};
     }
-    DeviceScope scope(0);
+    DeviceScope scope(device);
     if (const std::string why = fill_cuda_check_device(); !why.empty())
-      return CudaProbe{false, "CUDA device 0 " + name + arch + ": " + why, name};
+      return CudaProbe{false, which + " " + name + arch + ": " + why, name};
     return CudaProbe{true, "", name};
   } catch (...) {
     return CudaProbe{false, "CUDA probe failed", ""};

@@ -3,7 +3,7 @@
 // cuda_probe() and CudaProbe are declared in backends/backend.hpp; make_backend("cuda") is the usual way
 // in. Everything here is for the CUDA build only (LAYERINIT_HAS_CUDA).
 //
-// The backend uses device 0 ("cuda:0") and one non-blocking stream: fill, copy, and the pool's
+// A backend uses one device ("cuda:N") and one non-blocking stream: fill, copy, and the pool's
 // allocations and frees are all ordered on it. Its memory() resource (backends/cuda_resource.cu):
 //   allocate/deallocate  cudaMallocFromPoolAsync / cudaFreeAsync on the stream, from a pool of its own
 //                        whose release threshold is "never", so memory freed mid-build stays in the pool;
@@ -22,9 +22,12 @@
 
 namespace layerinit {
 
-// The CUDA backend on device 0. `threads` is accepted for symmetry with the host backend and unused.
-// Throws layerinit::error when CUDA is unusable (see cuda_probe()), layerinit::cuda_error on a failed call.
-std::unique_ptr<backend> make_cuda_backend(int threads = 0);
+// The CUDA backend on `device`, its own pool and stream. Throws layerinit::error when the device is
+// unusable (see cuda_probe()), layerinit::cuda_error on a failed call.
+std::unique_ptr<backend> make_cuda_backend(int device = 0);
+// cuda_probe and cuda_device_count of the real devices (backend.cpp's put a simulated node first).
+CudaProbe real_cuda_probe(int device);
+int real_cuda_device_count() noexcept;
 
 // The pool's own counters (cudaMemPoolAttr*): bytes handed to allocations and bytes of device memory
 // backing the pool, now and at their high-water marks since creation or the last reset.

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -328,4 +329,39 @@ TEST_F(Cli, EmitPeakResidentMemoryStaysWithinItsBound) {
     EXPECT_LT(verify_bound, weights);
     fs::remove_all(target);
   }
+}
+
+// Device selection on a simulated node of 4 GPUs (LAYERINIT_TEST_SIMULATED_CUDA_DEVICES): --device
+// (or --backend) cuda:N is that device; auto and cuda follow the launcher's node-local rank, modulo
+// the node's GPUs; an index past the node is one line, exit 2, before anything is written.
+TEST_F(Cli, DeviceIndexAndLocalRankPickTheGpu) {
+  auto backend_of = [](const std::vector<std::string>& extra, std::map<std::string, std::string> env) {
+    env["LAYERINIT_TEST_SIMULATED_CUDA_DEVICES"] = "4";
+    std::vector<std::string> args{"build", "--preset", "llama-tiny", "--report", "json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Result r = run(args, {.env = env});
+    EXPECT_EQ(r.code(), 0) << r.err;
+    return r.code() == 0 ? json::parse(r.out)["backend"].get<std::string>() : r.err;
+  };
+  EXPECT_EQ(backend_of({"--device", "cuda:3"}, {}), "cuda:3 simulated (host memory)");
+  EXPECT_EQ(backend_of({"--backend", "cuda:1"}, {}), "cuda:1 simulated (host memory)");
+  EXPECT_EQ(backend_of({"--device", "cuda"}, {}), "cuda:0 simulated (host memory)");
+  EXPECT_EQ(backend_of({}, {{"OMPI_COMM_WORLD_LOCAL_RANK", "2"}}), "cuda:2 simulated (host memory)");
+  EXPECT_EQ(backend_of({"--device", "cuda"}, {{"SLURM_LOCALID", "5"}}), "cuda:1 simulated (host memory)");
+  EXPECT_EQ(backend_of({}, {{"MPI_LOCALRANKID", "3"}}), "cuda:3 simulated (host memory)");
+  EXPECT_EQ(backend_of({}, {{"LOCAL_RANK", "7"}}), "cuda:3 simulated (host memory)");
+  // A named device is the one used, whatever the local rank; cpu stays the host.
+  EXPECT_EQ(backend_of({"--device", "cuda:1"}, {{"LOCAL_RANK", "2"}}), "cuda:1 simulated (host memory)");
+  EXPECT_EQ(backend_of({"--device", "cpu"}, {{"LOCAL_RANK", "2"}}).rfind("cpu (", 0), 0u);
+
+  TempDir dir;
+  const std::string out = (dir / "ckpt").string();
+  for (const char* device : {"cuda:4", "cuda:x"}) {
+    const Result r = run({"emit", "--preset", "llama-tiny", "--device", device, "-o", out},
+                         {.env = {{"LAYERINIT_TEST_SIMULATED_CUDA_DEVICES", "4"}}});
+    EXPECT_EQ(r.code(), 2) << device;
+    ASSERT_EQ(r.our_lines().size(), 1u) << r.err;
+    EXPECT_NE(r.err.find(std::string("backend '") + device + "' "), std::string::npos) << r.err;
+  }
+  EXPECT_TRUE(dir.entries().empty());
 }

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
@@ -39,7 +40,7 @@ std::vector<std::string> mpirun(int np, const std::vector<std::string>& args, co
                                 int grace = 1) {
   std::vector<std::string> v{"mpirun", "--allow-run-as-root", "--oversubscribe", "-q", "--mca", "btl", "self,tcp",
                              "--mca", "odls_base_sigkill_timeout", std::to_string(grace),
-                             "-x", "ASAN_OPTIONS", "-x", "LAYERINIT_TEST_KILL_RANK", "-np", std::to_string(np)};
+                             "-x", "ASAN_OPTIONS", "-x", "LAYERINIT_TEST_KILL_RANK", "-x", "LAYERINIT_TEST_SIMULATED_CUDA_DEVICES", "-np", std::to_string(np)};
   // The binary and its arguments reach the shell as its own arguments, never as text to parse.
   if (!ulimit_f.empty()) v.insert(v.end(), {"sh", "-c", "ulimit -f " + ulimit_f + "; exec \"$@\"", "sh"});
   v.push_back(kLayerinit);
@@ -47,7 +48,8 @@ std::vector<std::string> mpirun(int np, const std::vector<std::string>& args, co
   return v;
 }
 
-const SpawnOptions kEnv = {.env = {{"ASAN_OPTIONS", "detect_leaks=0"}, {"LAYERINIT_TEST_KILL_RANK", ""}}};
+const SpawnOptions kEnv = {.env = {{"ASAN_OPTIONS", "detect_leaks=0"}, {"LAYERINIT_TEST_KILL_RANK", ""},
+                                   {"LAYERINIT_TEST_SIMULATED_CUDA_DEVICES", ""}}};
 
 std::map<std::string, std::string> directory_bytes(const fs::path& dir) {
   std::map<std::string, std::string> m;
@@ -272,6 +274,28 @@ TEST_F(CliMpi, TheReportsPeakIsTheLargestRanks) {
   EXPECT_NE(text.out.find("with 3 processes in "), std::string::npos) << text.out;
   EXPECT_NE(text.out.find(" (rank 1, the largest)\n"), std::string::npos) << text.out;
   EXPECT_EQ(text.out.find("peak 0 bytes"), std::string::npos) << text.out;
+}
+
+// Each rank on its node-local GPU, from mpirun's own local rank: 3 ranks on a simulated node of 2 GPUs
+// take cuda:0, cuda:1 and cuda:0 (build is not an MPI command: each rank reports); an MPI emit on that
+// node writes the bytes the CPU does.
+TEST_F(CliMpi, EachRankTakesItsNodeLocalGpu) {
+  auto env = kEnv;
+  env.env["LAYERINIT_TEST_SIMULATED_CUDA_DEVICES"] = "2";
+  const Result b = run_command(mpirun(3, {"build", "--preset", "llama-tiny", "--device", "cuda"}), env);
+  ASSERT_EQ(b.code(), 0) << b.err;
+  std::multiset<std::string> backends;
+  for (std::size_t at = b.out.find("backend "); at != std::string::npos; at = b.out.find("backend ", at + 1))
+    backends.insert(b.out.substr(at + 8, b.out.find('\n', at) - at - 8));
+  EXPECT_EQ(backends, (std::multiset<std::string>{"cuda:0 simulated (host memory)", "cuda:0 simulated (host memory)",
+                                                  "cuda:1 simulated (host memory)"}))
+      << b.out;
+  TempDir dir;
+  const Result cpu = run({"emit", "--preset", "llama-tiny", "--format", "safetensors", "--device", "cpu", "-o", (dir / "cpu").string()});
+  ASSERT_EQ(cpu.code(), 0) << cpu.err;
+  const Result gpus = run_command(mpirun(2, {"emit", "--preset", "llama-tiny", "--format", "safetensors", "-o", (dir / "gpus").string()}), env);
+  ASSERT_EQ(gpus.code(), 0) << gpus.err;
+  EXPECT_EQ(directory_bytes(dir / "gpus"), directory_bytes(dir / "cpu"));
 }
 
 TEST_F(CliMpi, BadInputIsOneLineExitTwo) {

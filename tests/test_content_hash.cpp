@@ -1,6 +1,6 @@
 // The report's content hash: XXH3-64 of the raw bytes (backends/content_hash.hpp), with known values
 // from xxhash itself, streaming equal to one-shot however the bytes are split, and the chunked
-// device-to-host path (read_on_host, hash_bytes through a fake device backend) equal to the host's.
+// device-to-host path (read_on_host, hash_bytes through a simulated device) equal to the host's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 #include <layerinit/backends/backend.hpp>
 #include <layerinit/backends/content_hash.hpp>
 #include <layerinit/core/errors.hpp>
-#include "fake_device.hpp"
+#include "simulated_node.hpp"
 
 using namespace layerinit;
 
@@ -62,12 +62,14 @@ TEST(ContentHash, StreamingEqualsOneShotForEverySplit) {
 }
 
 TEST(ContentHash, ReadOnHostCopiesDeviceBytesInStagingSizedPieces) {
-  layerinit::testing::fake_device_backend dev;
+  const layerinit::testing::SimulatedNode node(1);
+  const auto device = make_backend("cuda");
+  backend& dev = *device;
   const auto data = pattern(10007, 7);
   for (std::size_t staging_bytes : {1u, 1000u, 10006u, 10007u, 20000u}) {
     SCOPED_TRACE(staging_bytes);
     std::vector<unsigned char> staging(staging_bytes), seen;
-    dev.copies.clear();
+    (void)node.copies();
     read_on_host(dev, data.data(), data.size(), staging, [&](const void* host, std::uint64_t offset, std::uint64_t n) {
       EXPECT_EQ(host, staging.data());
       EXPECT_EQ(offset, seen.size());
@@ -75,8 +77,9 @@ TEST(ContentHash, ReadOnHostCopiesDeviceBytesInStagingSizedPieces) {
       seen.insert(seen.end(), p, p + n);
     });
     EXPECT_EQ(seen, data);
-    ASSERT_EQ(dev.copies.size(), (data.size() + staging_bytes - 1) / staging_bytes);
-    for (std::size_t i = 0; i + 1 < dev.copies.size(); ++i) EXPECT_EQ(dev.copies[i], staging_bytes);
+    const std::vector<std::uint64_t> copies = node.copies();
+    ASSERT_EQ(copies.size(), (data.size() + staging_bytes - 1) / staging_bytes);
+    for (std::size_t i = 0; i + 1 < copies.size(); ++i) EXPECT_EQ(copies[i], staging_bytes);
   }
   std::vector<unsigned char> none;
   EXPECT_THROW(read_on_host(dev, data.data(), data.size(), none, [](const void*, std::uint64_t, std::uint64_t) {}),
@@ -95,18 +98,19 @@ TEST(ContentHash, ReadOnHostCopiesDeviceBytesInStagingSizedPieces) {
 }
 
 // hash_bytes reads device memory in chunks of 64 MiB: a buffer of two chunks and a tail hashes, through
-// the fake device backend, to the host backend's one-shot hash of the same bytes.
+// a simulated device, to the host backend's one-shot hash of the same bytes.
 TEST(ContentHash, HashBytesThroughDeviceChunksEqualsHost) {
-  layerinit::testing::fake_device_backend dev;
+  const layerinit::testing::SimulatedNode node(1);
+  const auto device = make_backend("cuda");
+  backend& dev = *device;
   auto host = make_host_backend(1);
   const auto data = pattern((128ull << 20) + 12345, 3);
   const std::uint64_t expected = content_hash(data.data(), data.size());
   EXPECT_EQ(hash_bytes(*host, data.data(), data.size()), expected);
   EXPECT_EQ(hash_bytes(dev, data.data(), data.size()), expected);
-  EXPECT_EQ(dev.copies, (std::vector<std::uint64_t>{64ull << 20, 64ull << 20, 12345}));
-  dev.copies.clear();
+  EXPECT_EQ(node.copies(), (std::vector<std::uint64_t>{64ull << 20, 64ull << 20, 12345}));
   EXPECT_EQ(hash_bytes(dev, data.data(), 0), content_hash(nullptr, 0));
-  EXPECT_TRUE(dev.copies.empty());
+  EXPECT_TRUE(node.copies().empty());
   auto dry = make_dry_backend();
   EXPECT_THROW(hash_bytes(*dry, data.data(), 16), std::logic_error);
 }

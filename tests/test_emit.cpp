@@ -24,7 +24,7 @@
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/stacking/stack.hpp>
-#include "fake_device.hpp"
+#include "simulated_node.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -269,7 +269,7 @@ TEST(Emit, OtherDTypesOrientationAndOverrides) {
 }
 
 // Device-resident parts go through the host staging buffer (read_on_host) in pieces of whole
-// elements: with a fake device backend and a staging buffer of 1001 bytes (a multiple of no element
+// elements: with a simulated device and a staging buffer of 1001 bytes (a multiple of no element
 // size), every tensor in the file and every reported hash equal the host backend's emit of the same
 // model. (Tensors, not whole files: HDF5 object headers carry modification times.)
 TEST(Emit, DeviceStagingGivesTheHostBytesAndHashes) {
@@ -291,11 +291,13 @@ TEST(Emit, DeviceStagingGivesTheHostBytesAndHashes) {
         return std::make_pair(r, file);
       };
       auto host = make_host_backend(2);
-      layerinit::testing::fake_device_backend dev;
+      const layerinit::testing::SimulatedNode node(1);
+      const auto dev = make_backend("cuda");
       const auto [want, want_file] = emit_with(*host, "host", 64ull << 20);
-      const auto [got, got_file] = emit_with(dev, "device", 1001);
-      EXPECT_FALSE(dev.copies.empty());
-      for (std::uint64_t n : dev.copies) EXPECT_LE(n, 1001u);
+      const auto [got, got_file] = emit_with(*dev, "device", 1001);
+      const std::vector<std::uint64_t> copies = node.copies();
+      EXPECT_FALSE(copies.empty());
+      for (std::uint64_t n : copies) EXPECT_LE(n, 1001u);
       ASSERT_EQ(got.tensors.size(), want.tensors.size());
       ASSERT_EQ(got_file.size(), want_file.size());
       for (std::size_t k = 0; k < want.tensors.size(); ++k) {

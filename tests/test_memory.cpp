@@ -23,6 +23,8 @@
 #include <layerinit/memory/tensor.hpp>
 #include <layerinit/memory/tracking.hpp>
 
+#include "simulated_node.hpp"
+
 using namespace layerinit;
 
 namespace {
@@ -449,6 +451,64 @@ TEST(Backend, CudaWhenUnusableSaysWhy) {
     EXPECT_NE(std::string(e.what()).find(p.why), std::string::npos) << e.what();
   }
   EXPECT_EQ(make_backend("auto")->kind(), BackendKind::host);
+}
+
+TEST(Backend, DeviceNamesAreTorchsAndOthersAreRefusedByName) {
+  for (const char* bad : {"cuda:", "cuda:x", "cuda:01", "cuda:-1", "cuda:+1", "cuda:1x", "cuda:99999999999", "cuda: 1"}) {
+    SCOPED_TRACE(bad);
+    try {
+      (void)choose_device(bad, "--device");
+      ADD_FAILURE() << "choose_device did not throw";
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind("--device '" + std::string(bad) + "' is not a device", 0), 0u) << m;
+    }
+  }
+  for (const char* unknown : {"CUDA", "gpu", "cuda0", "tpu:0"}) EXPECT_THROW((void)choose_device(unknown), std::invalid_argument) << unknown;
+  EXPECT_EQ(choose_device("cpu").kind, BackendKind::host);
+  EXPECT_EQ(choose_device("host").kind, BackendKind::host);
+}
+
+// A node of 4 simulated GPUs: each name reaches its own device, and every allocation and fill is asked
+// of that device; an index past the node is refused before anything is allocated.
+TEST(Backend, SimulatedNodeGivesEachDeviceItsOwnAllocationsAndFills) {
+  const layerinit::testing::SimulatedNode node(4);
+  EXPECT_EQ(cuda_device_count(), 4);
+  EXPECT_TRUE(cuda_probe(3).usable);
+  EXPECT_FALSE(cuda_probe(4).usable);
+  EXPECT_EQ(choose_device("cuda").cuda_device, 0);
+  EXPECT_EQ(choose_device("auto").cuda_device, 0);
+  auto host = make_host_backend(1);
+  std::vector<unsigned char> want(2 * 1001);
+  const FillJob host_job = make_fill_job(want.data(), DType::bf16, 1001, 9, "w", FillSpec::normal(0, 0.02));
+  host->fill(std::span(&host_job, 1));
+  for (const int d : {1, 3, 0}) {
+    SCOPED_TRACE(d);
+    auto be = make_backend("cuda:" + std::to_string(d));
+    EXPECT_EQ(be->kind(), BackendKind::cuda);
+    EXPECT_EQ(be->describe().rfind("cuda:" + std::to_string(d) + " ", 0), 0u) << be->describe();
+    EXPECT_EQ(be->memory().kind(), MemoryKind::device);
+    tracking_resource tr(be->memory());
+    Storage buf = Storage::allocate(tr, 2 * 1001, {"w", DType::bf16});
+    const FillJob j = make_fill_job(buf.data(), DType::bf16, 1001, 9, "w", FillSpec::normal(0, 0.02));
+    be->fill(std::span(&j, 1));
+    std::vector<unsigned char> got(want.size());
+    be->copy_to_host(got.data(), buf.data(), got.size());
+    EXPECT_EQ(got, want);
+    const auto events = node.events();
+    ASSERT_EQ(events.size(), 3u);
+    using W = SimulatedDeviceEvent::What;
+    const std::vector<std::tuple<int, W, std::uint64_t>> expected = {{d, W::allocate, 2002}, {d, W::fill, 2002}, {d, W::copy_to_host, 2002}};
+    for (std::size_t i = 0; i < events.size(); ++i)
+      EXPECT_EQ(std::make_tuple(events[i].device, events[i].what, events[i].bytes), expected[i]) << i;
+  }
+  try {
+    (void)make_backend("cuda:4");
+    ADD_FAILURE() << "cuda:4 of a node of 4 was made";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "backend 'cuda:4' does not exist: this process sees 4 CUDA devices (cuda:0 to cuda:3)");
+  }
+  EXPECT_TRUE(node.events().empty());
 }
 
 TEST(Backend, HostFillAndCopies) {

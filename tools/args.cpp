@@ -1,4 +1,5 @@
 #include "args.hpp"
+#include "mpi.hpp"
 
 #include <charconv>
 #include <cstdio>
@@ -109,12 +110,23 @@ void ModelArgs::add_build_flags(CLI::App& app, bool allow_restack) {
 }
 
 void ModelArgs::add_backend_flags(CLI::App& app) {
-  app.add_option("--backend", backend, "auto (CUDA when a GPU is usable), cpu or cuda")->capture_default_str();
+  app.add_option("--backend,--device", backend,
+                 "auto (a GPU when one is usable), cpu, cuda or cuda:N; under mpirun, srun or torchrun, auto and cuda "
+                 "are the node-local rank's GPU (local rank modulo the node's GPUs)")
+      ->capture_default_str();
   // More threads than any host has cores would only cost stacks: 4096 bounds the request.
   add_decimal_option(app, "--threads", threads, 0, 4096, "Host threads (0 = all cores)");
   app.add_flag("--no-memory-check", no_memory_check,
                "Allocate even when the predicted peak exceeds the memory this process may use (cgroup limit, "
                "MemAvailable, free GPU memory)");
+}
+
+std::unique_ptr<layerinit::backend> ModelArgs::open_backend() const {
+  std::string name = backend;
+  if (name == "auto" || name == "cuda")
+    if (const auto local = launcher_local_rank(); local && (name == "cuda" || cuda_probe(0).usable))
+      if (const int n = cuda_device_count(); n > 0) name = "cuda:" + std::to_string(*local % static_cast<std::uint64_t>(n));
+  return make_backend(name, threads);
 }
 
 void ModelArgs::add_parallel_flags(CLI::App& app) {

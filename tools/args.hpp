@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include <layerinit/backends/backend.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/init/options.hpp>
 #include <layerinit/init/presets.hpp>
@@ -48,7 +49,9 @@ struct ModelArgs {
 
   void add_model_flags(CLI::App& app);                      // --preset, --spec, --hf-config
   void add_build_flags(CLI::App& app, bool allow_restack);  // dtype, recipe, seed, layout, ...
-  void add_backend_flags(CLI::App& app);                    // --backend, --threads, --no-memory-check
+  void add_backend_flags(CLI::App& app);                    // --backend (--device), --threads, --no-memory-check
+  // The backend --backend names (under a launcher, auto and cuda: the node-local rank's GPU).
+  std::unique_ptr<layerinit::backend> open_backend() const;
   void add_parallel_flags(CLI::App& app);                   // --tp, --pp, --ep, --fsdp, --rank (docs/sharding.md)
 
   // --layout as given: "per-layer", "stacked" or "restack".

@@ -38,7 +38,7 @@ int build_rank_command(const ModelArgs& args, const ModelSpec& spec, const Recip
                       " ranks: build needs --rank R, the rank to build (0-" + std::to_string(plan.ranks() - 1) + ")");
   if (args.restack)
     throw usage_error("--layout restack does not apply to --rank (--layout stacked builds a rank's pieces stacked)");
-  auto be = make_backend(args.backend, args.threads);
+  auto be = args.open_backend();
   tracking_resource tracker(be->memory(), tracking_resource::options{.live_list = !trace_file.empty()});
   const Builder builder(spec, recipe, opts, *be, tracker);
   const RankPlan rank(builder, plan, *args.rank);
@@ -103,7 +103,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
   const BuildOptions opts = args.build_options(spec);
   args.check_overrides(spec, recipe, opts);
   if (args.sharded()) return build_rank_command(args, spec, recipe, opts, report, trace_file, force);
-  auto be = make_backend(args.backend, args.threads);
+  auto be = args.open_backend();
   // A free carries only its pointer: the tracker's live list gives the trace its tensor and layer.
   tracking_resource tracker(be->memory(), tracking_resource::options{.live_list = !trace_file.empty()});
   Builder builder(spec, recipe, opts, *be, tracker);

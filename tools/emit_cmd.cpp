@@ -86,7 +86,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     eo.cancel = &emit_cancel();
     if (tty) eo.progress = draw;
 
-    be = make_backend(args.backend, args.threads);
+    be = args.open_backend();
     tracker.emplace(be->memory());
     builder.emplace(*spec, *recipe, opts, *be, *tracker);
     if (plan) {

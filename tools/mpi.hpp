@@ -24,6 +24,10 @@ struct Launch {
 };
 std::optional<Launch> mpi_launch();
 
+// This process's rank among those of its node, as its launcher says: OMPI_COMM_WORLD_LOCAL_RANK (Open
+// MPI), MPI_LOCALRANKID (MPICH's hydra, Intel MPI), SLURM_LOCALID (srun), LOCAL_RANK (torchrun).
+std::optional<std::uint64_t> launcher_local_rank();
+
 // Whether this layerinit was built with MPI.
 bool mpi_built();
 

@@ -28,4 +28,10 @@ std::optional<Launch> mpi_launch() {
   return std::nullopt;
 }
 
+std::optional<std::uint64_t> launcher_local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"})
+    if (const auto r = env_number(name)) return r;
+  return std::nullopt;
+}
+
 }  // namespace layerinit::cli
