@@ -1,6 +1,7 @@
 // Kernels with known answers for `bench/sass/budget --selftest` (compiled for sm_90, never run): they
-// check the loop finding, the store grouping, the path logic and that --check passes a loop that is
-// within the budget, so a failing check on the library's kernels means the kernels, not the tool.
+// check the loop finding, the store grouping, the path logic and the pipe model (a loop at the store
+// floor, one bound by the ALU, two by shared-memory wavefronts), so a failing check on the library's
+// kernels means the kernels, not the tool.
 #include <cstdint>
 
 // The store floor: one 16-byte streaming store per iteration, a few instructions of loop overhead.
