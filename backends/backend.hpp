@@ -41,6 +41,11 @@ class LAYERINIT_API backend {
   // Copies from this backend's memory to host memory, then waits.
   virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // A hint before a build: its allocations will hold up to `bytes` at once, so memory that grows in
+  // steps (the CUDA backend's pool) grows once, before the first fill, not at each allocation. Does
+  // nothing where memory comes allocation by allocation (the host); never throws (out of memory is
+  // the allocations' to say).
+  virtual void reserve(std::uint64_t bytes) noexcept { (void)bytes; }
   // What this backend's memory() may still hand out, for a check before a build allocates: on the
   // host available_host_memory() (cgroup limits, MemAvailable), on a GPU cudaMemGetInfo's free
   // bytes; nullopt when unknown (the dry backend). Never throws.
@@ -80,7 +85,7 @@ LAYERINIT_API std::unique_ptr<backend> make_backend(const DeviceChoice& device, 
 // is host memory, whose fills run the CUDA kernel's work split over a simulated grid
 // (kernels/fill_grid.hpp), and which records each allocation, fill and copy to the host with its device.
 struct SimulatedDeviceEvent {
-  enum class What { allocate, fill, copy_to_host };
+  enum class What { reserve, allocate, fill, copy_to_host, synchronize };
   int device = 0;
   What what = What::fill;
   std::uint64_t bytes = 0;

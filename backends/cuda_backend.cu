@@ -65,6 +65,8 @@ class cuda_backend final : public backend {
     LAYERINIT_CUDA_TRY(cudaStreamSynchronize(stream_));
   }
 
+  void reserve(std::uint64_t bytes) noexcept override { cuda_pool_grow(*mr_, bytes); }
+
   void synchronize() override {
     DeviceScope scope(device_);
     LAYERINIT_CUDA_TRY(cudaStreamSynchronize(stream_));

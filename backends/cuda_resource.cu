@@ -175,6 +175,18 @@ class cuda_resource final : public memory_resource {
 
   cudaMemPool_t pool() const noexcept { return pool_; }
 
+  // The pool grown to hold `bytes` in one step: an allocation of them freed at once, which the pool
+  // keeps (its release threshold is "never"). Out of memory is left to the allocations that follow.
+  void grow(std::size_t bytes) noexcept {
+    DeviceScope scope(device_);
+    void* p = nullptr;
+    if (cudaMallocFromPoolAsync(&p, bytes, pool_, stream_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    if (cudaFreeAsync(p, stream_) != cudaSuccess) (void)cudaGetLastError();
+  }
+
  private:
   // Pool allocations --------------------------------------------------------------------------------
 
@@ -389,6 +401,10 @@ CudaPoolStats cuda_pool_stats(memory_resource& mr) {
   s.reserved_current = pool_attribute(r.pool(), cudaMemPoolAttrReservedMemCurrent);
   s.reserved_high = pool_attribute(r.pool(), cudaMemPoolAttrReservedMemHigh);
   return s;
+}
+
+void cuda_pool_grow(memory_resource& mr, std::size_t bytes) noexcept {
+  if (auto* r = dynamic_cast<cuda_resource*>(&mr); r != nullptr && bytes > 0) r->grow(bytes);
 }
 
 void cuda_pool_reset_peak(memory_resource& mr) {

@@ -30,4 +30,7 @@ class DeviceScope {
 // layerinit::cuda_error when the pool cannot be created.
 std::unique_ptr<memory_resource> make_cuda_resource(int device, cudaStream_t stream, std::string label);
 
+// Grows the pool of a CUDA backend's memory to `bytes` at once (backend::reserve). Never throws.
+void cuda_pool_grow(memory_resource& mr, std::size_t bytes) noexcept;
+
 }  // namespace layerinit

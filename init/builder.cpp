@@ -214,6 +214,7 @@ Model Builder::build(const std::function<void(std::uint64_t)>& on_layer) const {
     }
     if (on_layer) on_layer(s.layer);
   });
+  be_->synchronize();  // once per build: the GPU never idles between parts
   return m;
 }
 
@@ -221,6 +222,7 @@ void Builder::stream(const std::function<void(const Part&)>& sink, const std::fu
   const Engine eng = engine(after_part);
   walk({.layer_order = true}, [&](const PlanStep& s) {
     const std::vector<Tensor> tensors = eng.fill_part(whole_tensors(s));
+    eng.be->synchronize();  // the sink reads the part
     Part p{s.kind, s.layer, {}};
     for (const auto& t : tensors) p.tensors.push_back(t.view);
     sink(p);

@@ -160,7 +160,8 @@ class LAYERINIT_API Builder {
   using PlanVisitor = std::function<void(const PlanStep&)>;
   void walk(const WalkOptions& w, const PlanVisitor& f) const;
 
-  // The whole model in options().layout. on_layer (optional) runs after each layer is filled.
+  // The whole model in options().layout, written when it returns (one synchronize, at the end). on_layer
+  // (optional) runs after each layer's fill is enqueued.
   Model build(const std::function<void(std::uint64_t layer)>& on_layer = {}) const;
   // Builds part by part, hands each to `sink` (after the fill has completed), then frees it.
   // `after_part` runs after options().after_part between parts (emit's cancellation).

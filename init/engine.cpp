@@ -50,7 +50,6 @@ std::vector<Tensor> Engine::fill_part(std::span<const PartTensor> part, const Pa
     else tensor_fill_jobs(*part[k].tensor, dst, seed, fill);
   }
   be->fill(fill);
-  be->synchronize();
   if (after_part) after_part();
   return made;
 }

@@ -83,7 +83,9 @@ struct Engine {
   // Refuses a stacked tensor whose dtype is not its buffer's (std::invalid_argument naming both)
   // before anything is allocated, allocates the tensors without a dst (named as their planned
   // tensor), appends each tensor's jobs (`jobs`; none given: the whole tensor, tensor_fill_jobs), fills
-  // them in one call, synchronizes and runs after_part. Returns the new allocations in part order.
+  // them in one call and runs after_part. Returns the new allocations in part order. Does not wait for
+  // the fill (a CUDA backend's work is ordered on its stream): whoever reads the part outside the
+  // backend synchronizes first, and a whole build synchronizes once, at its end.
   std::vector<Tensor> fill_part(std::span<const PartTensor> part, const PartJobs& jobs = {}) const;
 };
 

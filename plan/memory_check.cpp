@@ -49,6 +49,7 @@ void check_memory(backend& be, const MemoryNeed& need) {
     if (device && need.peak > device->bytes) refuse(" on " + be.describe(), need.peak, peak, *device);
     if (host && need.records > host->bytes) refuse(" on the host", need.records, records, *host);
   }
+  be.reserve(need.peak);
 }
 
 }  // namespace layerinit

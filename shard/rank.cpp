@@ -220,6 +220,7 @@ RankModel build_rank(const RankPlan& r) {
     }
     eng.fill_part(part, box_jobs(s.shards, seed));
   });
+  eng.be->synchronize();  // once per build
   return m;
 }
 
@@ -236,6 +237,7 @@ void stream_rank(const RankPlan& r, const std::function<void(const RankPart&)>& 
         part[k].stack = StackSlot{p.name, p.dtype};
       }
     const std::vector<Tensor> pieces = eng.fill_part(part, box_jobs(s.shards, b.options().seed));
+    eng.be->synchronize();  // the sink reads the part
     RankPart rp{s.kind, s.layer, s.shards, {}};
     for (const auto& t : pieces) rp.tensors.push_back(t.view);
     sink(rp);

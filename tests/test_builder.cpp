@@ -10,6 +10,7 @@
 #include <random>
 
 #include "builder_util.hpp"
+#include "simulated_node.hpp"
 #include "naive.hpp"
 #include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
@@ -61,6 +62,36 @@ TEST(Builder, PerLayerStackedRestackAndStreamGiveIdenticalBytes) {
     });
     EXPECT_EQ(a, streamed);
   }
+}
+
+// On a device the GPU never waits between parts: a build enqueues every part and synchronizes once,
+// at its end; a stream synchronizes each part before its sink reads it.
+TEST(Builder, ADeviceBuildSynchronizesOnceAndAStreamBeforeEachSink) {
+  const layerinit::testing::SimulatedNode node(2);
+  auto be = make_backend("cuda:1");
+  tracking_resource tracker(be->memory());
+  const ModelSpec spec = make_preset("llama-tiny");
+  using W = SimulatedDeviceEvent::What;
+  for (const Layout layout : {Layout::per_layer, Layout::stacked}) {
+    SCOPED_TRACE(static_cast<int>(layout));
+    (void)node.events();
+    const Model m = Builder(spec, make_recipe("hf"), opts(layout), *be, tracker).build();
+    const auto events = node.events();
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(std::count_if(events.begin(), events.end(), [](const auto& e) { return e.what == W::synchronize; }), 1);
+    EXPECT_EQ(events.back().what, W::synchronize);
+    EXPECT_GT(std::count_if(events.begin(), events.end(), [](const auto& e) { return e.what == W::fill; }), 2);
+    EXPECT_TRUE(std::all_of(events.begin(), events.end(), [](const auto& e) { return e.device == 1; }));
+  }
+  int parts = 0;
+  Builder(spec, make_recipe("hf"), opts(Layout::per_layer), *be, tracker).stream([&](const Part&) {
+    const auto events = node.events();
+    ++parts;
+    ASSERT_GE(events.size(), 2u);
+    EXPECT_EQ(events.back().what, W::synchronize);
+    EXPECT_EQ(events[events.size() - 2].what, W::fill);
+  });
+  EXPECT_EQ(parts, static_cast<int>(spec.pre.size() + spec.num_layers + spec.post.size()));
 }
 
 TEST(Builder, ShuffledLayerOrderGivesIdenticalBytes) {

@@ -8,6 +8,8 @@
 #include <layerinit/init/presets.hpp>
 #include <layerinit/plan/memory_check.hpp>
 
+#include "simulated_node.hpp"
+
 using namespace layerinit;
 
 namespace {
@@ -52,6 +54,24 @@ TEST(MemoryCheck, RefusesWithBothNumbers) {
               "not enough memory: needs 1.00 KiB (1024 bytes) at its peak (weights 1000 bytes + tensor records 24 bytes), "
               "1000 bytes available (LAYERINIT_TEST_AVAILABLE_MEMORY, a test hook)");
   }
+}
+
+// A need that fits is reserved on the backend before anything is allocated (the CUDA pool grows
+// once); a refused one reserves nothing.
+TEST(MemoryCheck, AFittingPeakIsReservedOnTheDevice) {
+  const layerinit::testing::SimulatedNode node(1);
+  auto be = make_backend("cuda:0");
+  using W = SimulatedDeviceEvent::What;
+  {
+    Hook hook("1KiB");
+    check_memory(*be, MemoryNeed{"weights", 1000, 24});
+    const auto events = node.events();
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_EQ(std::make_tuple(events[0].device, events[0].what, events[0].bytes), std::make_tuple(0, W::reserve, std::uint64_t{1000}));
+  }
+  Hook hook("999B");
+  EXPECT_THROW(check_memory(*be, MemoryNeed{"weights", 1000, 24}), memory_refused);
+  EXPECT_TRUE(node.events().empty());
 }
 
 TEST(MemoryCheck, AHookThatIsNoByteSizeIsBadInput) {

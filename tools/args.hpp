@@ -81,8 +81,8 @@ CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, std::uin
 CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, int& target, int min, int max,
                                 const std::string& help);
 
-// The library's memory preflight (check_memory), unless --no-memory-check; a refusal is a
-// usage_error (exit 2) that names the flag.
+// The library's memory preflight (check_memory), unless --no-memory-check (the peak is reserved
+// either way); a refusal is a usage_error (exit 2) that names the flag.
 void check_memory(const ModelArgs& args, backend& be, const MemoryNeed& need);
 
 }  // namespace layerinit::cli

@@ -540,7 +540,8 @@ def build(
     - ``layout``: ``"per-layer"`` (one array per tensor) or ``"stacked"`` (one ``[L, ...]`` array per
       layer parameter; MoE experts ``[L, E, ...]`` unless ``experts="per-expert"``).
     - ``orientation``: ``"out-in"`` (PyTorch, Equinox) or ``"in-out"`` (Flax: linear kernels ``[in, out]``).
-    - ``device``: ``"cpu"`` or ``"cuda"`` (a CUDA build with a GPU).
+    - ``device``: ``"cpu"``, ``"cuda"`` (``"cuda:0"``) or ``"cuda:N"`` (a CUDA build with a GPU); a
+      device this process does not have is a ValueError before anything is allocated.
     - ``mesh`` and ``rank``: only rank ``rank``'s pieces of the mesh ``{"tp": T, "pp": P, "ep": E,
       "fsdp": F}`` (docs/sharding.md); each Array's ``global_shape`` and ``offset`` say where its
       piece sits.

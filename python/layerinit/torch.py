@@ -288,23 +288,41 @@ def _name_map(v: Any) -> Optional[NameMap]:
 
 
 def _device(v: Any) -> Optional[torch.device]:
-    """init_'s device=: None, or a CPU or CUDA device (cuda:0: layerinit's CUDA backend uses that one)."""
+    """init_'s device=: None, or a CPU or CUDA device ("cuda" or "cuda:N") that torch and layerinit both see."""
     if v is None:
         return None
     if not isinstance(v, (str, torch.device)):
-        raise ValueError(f"device must be a str or torch.device like 'cpu' or 'cuda', got {type(v).__name__} {_show(v)}")
+        raise ValueError(f"device must be a str or torch.device like 'cpu' or 'cuda:0', got {type(v).__name__} {_show(v)}")
     try:
         d = torch.device(v)
     except (RuntimeError, ValueError):
         raise ValueError(f"device {v!r} is not a device torch knows") from None
-    if not _fillable(d):
-        raise ValueError(f"device {v!r}: layerinit fills CPU and CUDA (cuda:0) memory")
+    why = _device_problem(d)
+    if why is not None:
+        raise ValueError(f"device {v!r}: {why}")
     return d
 
 
-def _fillable(d: torch.device) -> bool:
-    """Memory layerinit fills: the CPU's, and cuda:0's (the binding's CUDA backend uses that one)."""
-    return d.type == "cpu" or (d.type == "cuda" and d.index in (None, 0))
+def _device_problem(d: torch.device) -> Optional[str]:
+    """Why layerinit cannot fill memory on `d`, or None: it fills the CPU's and every CUDA device's that
+    torch and layerinit both see ("cuda" alone: torch's current device, as to_empty takes it)."""
+    if d.type == "cpu":
+        return None
+    if d.type != "cuda":
+        return "layerinit fills CPU and CUDA memory"
+    seen = torch.cuda.device_count()
+    if seen == 0:
+        return "torch sees no CUDA device"
+    index = d.index if d.index is not None else torch.cuda.current_device()
+    if index >= seen:
+        return f"torch sees {seen} CUDA device{'s' if seen > 1 else ''} (cuda:0 .. cuda:{seen - 1})"
+    usable, why = _core.cuda_available()
+    if not usable:
+        return f"layerinit's CUDA backend is unusable: {why}"
+    ours = _core.cuda_device_count()
+    if index >= ours:
+        return f"layerinit sees {ours} CUDA device{'s' if ours > 1 else ''} where torch sees {seen}"
+    return None
 
 
 def _listed(names: list[str], limit: int = 5) -> str:
@@ -1004,8 +1022,9 @@ def _check_targets(targets: list[tuple[str, torch.Tensor]], composites: dict[str
             layout = torch.empty_like(local)  # on the meta device: the strides to_empty gives it
         else:
             where, layout = local.device, local
-        if not _fillable(where):
-            problems.append(f"{n} is on {where}: layerinit fills CPU and CUDA (cuda:0) memory")
+        why = _device_problem(where)
+        if why is not None:
+            problems.append(f"{n} is on {where}: {why}")
             continue
         why = _layout_problem(tuple(layout.shape), tuple(layout.stride()))
         if why is not None:
@@ -1419,7 +1438,7 @@ def init_(
     parameter without a tensor (listing them), a shape the spec does not have, a dtype other than
     float32, float16 and bfloat16, a 0-d parameter, an unknown recipe or preset, a local tensor that
     cannot be filled in place (not contiguous in its last dimension, expanded, overlapping itself, a
-    Partial DTensor, a device other than the CPU and cuda:0), two parameters sharing memory that hold
+    Partial DTensor, a device other than the CPU and the CUDA devices torch and layerinit see), two parameters sharing memory that hold
     different tensors (naming both), and any argument of the wrong type or value (naming it).
     """
     _module("module", module)

@@ -59,13 +59,15 @@ namespace {
 // DLPack device types (dlpack.h): what __dlpack_device__ returns and imported arrays carry.
 constexpr int kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLCUDAManaged = 13;
 
-// A backend and the tracker every allocation of this process goes through on it. Made on first use
-// and never destroyed: Arrays may outlive the interpreter's module teardown, and each frees its
-// bytes through this tracker.
+// A backend and the tracker every allocation of this process goes through on it: the host's, and one
+// per CUDA device. Made on first use and never destroyed: Arrays may outlive the interpreter's module
+// teardown, and each frees its bytes through this tracker.
 struct Context {
   std::unique_ptr<backend> be;
   std::unique_ptr<tracking_resource> tracker;
   int device_type = kDLCPU;
+  int device_id = 0;  // DLPack's device_id: the CUDA device index
+  std::string name() const { return device_type == kDLCPU ? "cpu" : "cuda:" + std::to_string(device_id); }
 };
 
 Context& host_context() {
@@ -78,25 +80,36 @@ Context& host_context() {
   return *c;
 }
 
-Context& cuda_context() {
+// The context of a CUDA device choose_device accepted.
+Context& cuda_context(const DeviceChoice& device) {
   static std::mutex mu;
-  static Context* c = nullptr;
+  static std::map<int, Context*> contexts;
   std::lock_guard lock(mu);
+  Context*& c = contexts[device.cuda_device];
   if (c == nullptr) {
-    auto be = make_backend("cuda");  // layerinit::error naming why when CUDA is unusable
+    auto be = make_backend(device);  // layerinit::error naming why when CUDA is unusable
     auto* ctx = new Context;
     ctx->be = std::move(be);
     ctx->tracker = std::make_unique<tracking_resource>(ctx->be->memory());
     ctx->device_type = kDLCUDA;
+    ctx->device_id = device.cuda_device;
     c = ctx;
   }
   return *c;
 }
 
-Context& context_for(const std::string& device) {
-  if (device == "cpu") return host_context();
-  if (device == "cuda" || device == "cuda:0") return cuda_context();
-  bad_argument("device", device, "is unknown (valid: cpu, cuda, cuda:0)");
+// "cpu", "cuda" (cuda:0) or "cuda:N"; ValueError naming `device` for anything else or a device this
+// process does not have, before anything is made.
+Context& context_for(const std::string& device, std::string_view argument = "device") {
+  if (device == "auto" || device == "host") bad_argument(argument, device, "is unknown (valid: cpu, cuda, cuda:N)");
+  const DeviceChoice d = choose_device(device, argument);
+  return d.kind == BackendKind::cuda ? cuda_context(d) : host_context();
+}
+
+// The context of memory on DLPack device (type, id): the host's for CPU (and pinned host) memory.
+Context& context_at(int device_type, int device_id) {
+  if (device_type != kDLCUDA && device_type != kDLCUDAManaged) return host_context();
+  return context_for("cuda:" + std::to_string(device_id), "array's device");
 }
 
 nb::dlpack::dtype dl_dtype(DType t) {
@@ -145,9 +158,8 @@ struct Array {
 
   nb::ndarray<nb::array_api> view(nb::handle owner) const {
     std::vector<std::size_t> shape(tensor.view.shape.begin(), tensor.view.shape.end());
-    const int device = ctx->device_type;
     return nb::ndarray<nb::array_api>(tensor.view.data, shape.size(), shape.data(), owner, nullptr, dl_dtype(tensor.view.dtype),
-                         device, 0);
+                         ctx->device_type, ctx->device_id);
   }
 };
 
@@ -160,12 +172,11 @@ struct Imported {
   Region region;  // strides empty when dense
   Shape shape;
   DType dtype = DType::f32;
-  int device_type = kDLCPU;
+  Context* ctx = nullptr;  // the memory's device: the host's, or the CUDA device the array is on
 };
 
-void run_jobs(const std::vector<FillJob>& jobs, int device_type) {
+void run_jobs(const std::vector<FillJob>& jobs, Context& ctx) {
   if (jobs.empty()) return;
-  Context& ctx = device_type == kDLCUDA || device_type == kDLCUDAManaged ? cuda_context() : host_context();
   nb::gil_scoped_release release;
   ctx.be->fill(jobs);
   ctx.be->synchronize();
@@ -197,12 +208,10 @@ Imported import_region(nb::handle obj, bool allow_strided, std::optional<DType> 
   } else {
     r.dtype = dtype_of(a.dtype());
   }
-  r.device_type = a.device_type();
-  if (r.device_type != kDLCPU && r.device_type != kDLCUDAHost && r.device_type != kDLCUDA &&
-      r.device_type != kDLCUDAManaged)
-    bad_argument("array", "is on DLPack device type " + std::to_string(r.device_type) + ": layerinit fills CPU and CUDA memory");
-  if ((r.device_type == kDLCUDA || r.device_type == kDLCUDAManaged) && a.device_id() != 0)
-    bad_argument("array", "is on cuda:" + std::to_string(a.device_id()) + ": layerinit's CUDA backend uses cuda:0");
+  const int device_type = a.device_type();
+  if (device_type != kDLCPU && device_type != kDLCUDAHost && device_type != kDLCUDA && device_type != kDLCUDAManaged)
+    bad_argument("array", "is on DLPack device type " + std::to_string(device_type) + ": layerinit fills CPU and CUDA memory");
+  r.ctx = &context_at(device_type, a.device_id());  // a device this process does not have: ValueError here
   r.region.data = a.data();
   // A view at an odd byte offset (np.frombuffer(b, offset=1)): the fill writes whole elements.
   if (reinterpret_cast<std::uintptr_t>(a.data()) % dtype_size(r.dtype) != 0)
@@ -231,16 +240,16 @@ Shape offset_arg(const std::vector<std::uint64_t>& offset, const Imported& r) {
   return off;
 }
 
-// The jobs filling `array`, the piece at `offset` of composite `c`; returns the array's DLPack
-// device type. ValueError for an array that cannot be filled or is not the composite's dtype.
-int composite_jobs(nb::handle array, const Composite& c, std::uint64_t seed, const std::vector<std::uint64_t>& offset,
+// The jobs filling `array`, the piece at `offset` of composite `c`; returns the context of the array's
+// device. ValueError for an array that cannot be filled or is not the composite's dtype.
+Context& composite_jobs(nb::handle array, const Composite& c, std::uint64_t seed, const std::vector<std::uint64_t>& offset,
                    bool allow_strided, const std::optional<std::string>& bits_as, std::vector<FillJob>& jobs) {
   const Imported r = import_region(array, allow_strided, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
   if (r.dtype != c.dtype)
     bad_argument("array", std::string(": the composite is ") + std::string(dtype_name(c.dtype)) + " but the array is " +
                               std::string(dtype_name(r.dtype)));
   composite_fill_jobs(c, Box{offset_arg(offset, r), r.shape}, r.region, seed, jobs);
-  return r.device_type;
+  return *r.ctx;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -383,8 +392,7 @@ nb::dict build(const Plan& plan, const std::string& device, const std::optional<
     RankModel m;
     {
       nb::gil_scoped_release release;
-      m = build_rank(rp);
-      be->synchronize();
+      m = build_rank(rp);  // written when it returns
     }
     for (auto& lt : m.tensors) {
       const std::string name = lt.tensor.view.name;
@@ -397,8 +405,7 @@ nb::dict build(const Plan& plan, const std::string& device, const std::optional<
   Model m;
   {
     nb::gil_scoped_release release;
-    m = builder.build();
-    be->synchronize();
+    m = builder.build();  // written when it returns
   }
   auto put = [&](std::vector<Tensor>& ts) {
     for (auto& t : ts) {
@@ -650,6 +657,17 @@ NB_MODULE(_core, m) {
 
   m.def("cuda_available", [] { const CudaProbe p = cuda_probe(); return std::make_pair(p.usable, p.usable ? p.device_name : p.why); },
         "(usable, device name or why not)");
+  m.def("cuda_device_count", &cuda_device_count, "The CUDA devices this process sees (0 when CUDA is unusable).");
+  m.def("_simulated_device_events", [] {
+    nb::list out;
+    for (const SimulatedDeviceEvent& e : take_simulated_device_events()) {
+      static constexpr const char* names[] = {"reserve", "allocate", "fill", "copy_to_host", "synchronize"};
+      const char* what = names[static_cast<int>(e.what)];
+      out.append(nb::make_tuple(e.device, what, e.bytes));
+    }
+    return out;
+  }, "[(device, 'reserve' | 'allocate' | 'fill' | 'copy_to_host' | 'synchronize', bytes)] recorded on a simulated node since the last call "
+     "(LAYERINIT_TEST_SIMULATED_CUDA_DEVICES; backends/backend.hpp), in order; clears the record.");
   m.def("preset_names", &preset_names);
   m.def("recipe_names", &recipe_names);
 
@@ -768,7 +786,7 @@ NB_MODULE(_core, m) {
         const Imported r = import_region(array, allow_strided, bits_as ? std::optional<DType>(parse_dtype(*bits_as)) : std::nullopt);
         std::vector<FillJob> jobs;
         p.index().fill_jobs(name, Box{offset_arg(offset, r), r.shape}, r.region, r.dtype, jobs);
-        run_jobs(jobs, r.device_type);
+        run_jobs(jobs, *r.ctx);
       }, "name"_a, "array"_a, "offset"_a, "allow_strided"_a = false, "bits_as"_a = nb::none(),
       "Fills `array`, the piece at `offset` of tensor `name`, in place with the build's values.")
       .def("_composite", [](const Plan& p, const std::string& name) { return p.index().composite(name); }, "name"_a,
@@ -816,15 +834,14 @@ NB_MODULE(_core, m) {
     validate_fill(fill);
     std::vector<FillJob> jobs;
     region_fill_jobs(p, Box{off, r.shape}, r.region, seed, jobs);
-    run_jobs(jobs, r.device_type);
+    run_jobs(jobs, *r.ctx);
   }, "array"_a, "name"_a, "fill"_a, "seed"_a, "global_shape"_a.none(), "offset"_a.none(), "transposed"_a,
      "dtype"_a.none(), "bits_as"_a = nb::none());
 
   m.def("fill_composite", [](nb::handle array, const Composite& c, std::uint64_t seed, const std::vector<std::uint64_t>& offset,
                              bool allow_strided, const std::optional<std::string>& bits_as) {
     std::vector<FillJob> jobs;
-    const int device_type = composite_jobs(array, c, seed, offset, allow_strided, bits_as, jobs);
-    run_jobs(jobs, device_type);
+    run_jobs(jobs, composite_jobs(array, c, seed, offset, allow_strided, bits_as, jobs));
   }, "array"_a, "composite"_a, "seed"_a, "offset"_a, "allow_strided"_a = false, "bits_as"_a = nb::none(),
   "Fills `array`, the piece at `offset` of composite `composite`, in place.");
 
@@ -833,18 +850,18 @@ NB_MODULE(_core, m) {
     if (composites.size() != arrays.size() || offsets.size() != arrays.size())
       bad_argument("arrays, composites and offsets", "are " + std::to_string(arrays.size()) + ", " + std::to_string(composites.size()) +
                                                         " and " + std::to_string(offsets.size()) + ": one each per array");
-    // Every array checked and its jobs made before anything is written; then one run per device,
-    // the host's over one pool of threads for all the arrays.
-    std::vector<FillJob> host, cuda;
+    // Every array checked and its jobs made before anything is written; then one run per device (the
+    // host's over one pool of threads for all the arrays), in the order the devices first appear.
+    std::vector<std::pair<Context*, std::vector<FillJob>>> per_device;
     for (std::size_t i = 0; i < arrays.size(); ++i) {
       if (composites[i] == nullptr) bad_argument("composites[" + std::to_string(i) + "]", "is None");
       std::vector<FillJob> jobs;
-      const int device_type = composite_jobs(arrays[i], *composites[i], seed, offsets[i], allow_strided, std::nullopt, jobs);
-      auto& to = device_type == kDLCUDA || device_type == kDLCUDAManaged ? cuda : host;
-      to.insert(to.end(), jobs.begin(), jobs.end());
+      Context* ctx = &composite_jobs(arrays[i], *composites[i], seed, offsets[i], allow_strided, std::nullopt, jobs);
+      auto it = std::find_if(per_device.begin(), per_device.end(), [ctx](const auto& d) { return d.first == ctx; });
+      if (it == per_device.end()) it = per_device.insert(per_device.end(), {ctx, {}});
+      it->second.insert(it->second.end(), jobs.begin(), jobs.end());
     }
-    run_jobs(host, kDLCPU);
-    run_jobs(cuda, kDLCUDA);
+    for (const auto& [ctx, jobs] : per_device) run_jobs(jobs, *ctx);
   }, "arrays"_a, "composites"_a, "seed"_a, "offsets"_a, "allow_strided"_a = false,
   "Fills each array in place, the piece at offsets[i] of composites[i], all in one call: what fill_composite does for each.");
 
@@ -887,8 +904,8 @@ NB_MODULE(_core, m) {
       .def_prop_ro("dtype", &dtype_of_array)
       .def_prop_ro("nbytes", [](const Array& a) { return a.tensor.view.bytes(); })
       .def_prop_ro("data_ptr", [](const Array& a) { return reinterpret_cast<std::uintptr_t>(a.tensor.view.data); })
-      .def_prop_ro("device", [](const Array& a) { return a.ctx->device_type == kDLCPU ? "cpu" : "cuda:0"; })
-      .def("__dlpack_device__", [](const Array& a) { return std::make_tuple(a.ctx->device_type, 0); })
+      .def_prop_ro("device", [](const Array& a) { return a.ctx->name(); })
+      .def("__dlpack_device__", [](const Array& a) { return std::make_tuple(a.ctx->device_type, a.ctx->device_id); })
       .def("__dlpack__", [](nb::handle self, nb::kwargs kwargs) {
         const Array& a = nb::cast<const Array&>(self);
         nb::object nd = nb::cast(a.view(self));
@@ -896,7 +913,7 @@ NB_MODULE(_core, m) {
       }, "DLPack capsule of this array (versioned when the consumer asks max_version >= (1, 0)).")
       .def("_numpy_view", [](nb::handle self) {
         const Array& a = nb::cast<const Array&>(self);
-        if (a.ctx->device_type != kDLCPU) bad_argument("__array__", "needs a CPU array: this one is on cuda:0");
+        if (a.ctx->device_type != kDLCPU) bad_argument("__array__", "needs a CPU array: this one is on " + a.ctx->name());
         std::vector<std::size_t> shape(a.tensor.view.shape.begin(), a.tensor.view.shape.end());
         nb::dlpack::dtype t = dl_dtype(a.tensor.view.dtype);
         if (a.tensor.view.dtype == DType::bf16) t = {static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt), 16, 1};
@@ -906,7 +923,7 @@ NB_MODULE(_core, m) {
         std::string s = "layerinit.Array(" + a.tensor.view.name + ", " + shape_text(a.tensor.view.shape) + ", " +
                         std::string(dtype_name(a.tensor.view.dtype));
         if (a.global_shape != a.tensor.view.shape) s += ", piece at " + shape_text(a.offset) + " of " + shape_text(a.global_shape);
-        return s + ", " + (a.ctx->device_type == kDLCPU ? "cpu" : "cuda:0") + ")";
+        return s + ", " + a.ctx->name() + ")";
       });
 
   m.def("verify_tensors", [](const std::vector<PyStored>& tensors, nb::object get, const std::vector<std::string>& aliases,

@@ -1,5 +1,6 @@
 #include "xla_handlers.hpp"
 
+#include <layerinit/backends/backend.hpp>
 #include <layerinit/kernels/fill_grid.hpp>
 #include <layerinit/kernels/fill_host.hpp>
 
@@ -15,7 +16,10 @@ ffi::Error fill_grid_impl(std::int32_t ordinal, std::optional<ffi::AnyBuffer>, s
                           ffi::Span<const std::int64_t> table, ffi::Result<ffi::AnyBuffer> out) {
   // A small odd grid, so tasks wrap around blocks as they do on a GPU with more work than blocks.
   return fill_piece(ordinal, seed, param, table, *out,
-                    [](const std::vector<FillJob>& jobs) { grid::fill_grid_simulated(jobs, 3, 64); });
+                    [ordinal](const std::vector<FillJob>& jobs) {
+                      grid::fill_grid_simulated(jobs, 3, 64);
+                      record_simulated_fill(ordinal, jobs);  // which device XLA ran it on, for the simulated node's tests
+                    });
 }
 
 ffi::Error ordinal_host_impl(std::int32_t ordinal, ffi::Result<ffi::Buffer<ffi::DataType::S32>> out) {

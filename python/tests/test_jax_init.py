@@ -257,6 +257,34 @@ def test_grid_handler_writes_what_the_host_handler_writes(monkeypatch):
     assert all(np.array_equal(a, b) for a, b in zip(host, grid))
 
 
+def test_the_grid_handler_fills_on_the_device_xla_runs_it_on(monkeypatch):
+    """On a simulated node (LAYERINIT_TEST_SIMULATED_CUDA_DEVICES), the CUDA handler's path over the
+    simulated grid records the device ordinal XLA hands each call (the CUDA handler makes that device
+    current for its launch): every device's pieces are filled on that device, and only those."""
+    devices = jax.devices("cpu")
+    if len(devices) < 8:
+        pytest.skip(f"jax has {len(devices)} CPU devices")
+    monkeypatch.setenv("LAYERINIT_TEST_SIMULATED_CUDA_DEVICES", "8")
+    monkeypatch.setattr(ljax, "_TARGET", "layerinit_fill_grid")
+    mesh = Mesh(np.array(devices).reshape(2, 4), ("fsdp", "tp"))
+    tree = abstract()
+    shardings = jax.tree_util.tree_map(lambda x: NamedSharding(mesh, P(None, "tp", "fsdp") if x.ndim == 3 else P()),
+                                       tree)
+    layerinit._core._simulated_device_events()
+    out = ljax.init(tree, seed=1, rules=RULES, sharding=shardings)
+    jax.block_until_ready(out)
+    events = layerinit._core._simulated_device_events()
+    want: dict[int, int] = {}
+    for a in arrays(out):
+        for s in a.addressable_shards:
+            want[ljax._ORDINALS[s.device]] = want.get(ljax._ORDINALS[s.device], 0) + s.data.nbytes
+    got: dict[int, int] = {}
+    for device, what, n in events:
+        assert what == "fill"
+        got[device] = got.get(device, 0) + n
+    assert len(want) == 8 and got == want
+
+
 REGIONS_SPEC = {
     "name": "regions",
     "pre": [{"name": "emb", "shape": [40, 24], "role": "embedding",

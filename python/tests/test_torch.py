@@ -161,6 +161,12 @@ def test_errors():
                  if n == "model.layers.0.mlp.up_proj.weight" else None)
     with pytest.raises(ValueError, match="recipe 'nope' is unknown"):
         lt.init_(model, recipe="nope")
+    # A CUDA device torch does not have (no GPU here; on a GPU run, one past the node's): named, and
+    # refused before to_empty would put the model there.
+    missing = f"cuda:{torch.cuda.device_count()}"
+    want = "torch sees no CUDA device" if torch.cuda.device_count() == 0 else "torch sees"
+    with pytest.raises(ValueError, match=f"device '{missing}': {want}"):
+        lt.init_(model, device=missing)
     assert all(p.is_meta for p in model.parameters())  # refused before materializing
     with pytest.raises(ValueError, match="no layerinit spec for Hugging Face model_type 'bert'"):
         lt.hf_spec(transformers.BertConfig())

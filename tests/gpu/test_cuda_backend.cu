@@ -52,6 +52,30 @@ TEST(CudaProbe, NamesTheDeviceOrSaysWhyNot) {
   }
 }
 
+// Each device of the node by its index: cuda:0 named explicitly, every other index its own device
+// (its own pool and stream, a fill there equal to the host's), and an index past the node refused
+// before anything is made.
+TEST(CudaBackend, EveryDeviceByIndexAndAMissingOneRefused) {
+  LAYERINIT_SKIP_WITHOUT_GPU();
+  const int n = cuda_device_count();
+  ASSERT_GE(n, 1);
+  for (int d = 0; d < n; ++d) {
+    auto b = make_backend("cuda:" + std::to_string(d));
+    EXPECT_EQ(b->describe().rfind("cuda:" + std::to_string(d) + " ", 0), 0u) << b->describe();
+    Storage s = Storage::allocate(b->memory(), 1001 * 2, {});
+    cudaPointerAttributes attr{};
+    ASSERT_EQ(cudaPointerGetAttributes(&attr, s.data()), cudaSuccess);
+    EXPECT_EQ(attr.device, d);
+    fill_and_check(*b, s.data(), 1001, "device.index");
+  }
+  try {
+    (void)make_backend("cuda:" + std::to_string(n));
+    ADD_FAILURE() << "cuda:" << n << " was made";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaBackend, CopyWithinDeviceAndToHost) {
   LAYERINIT_SKIP_WITHOUT_GPU();
   auto b = make_cuda_backend();
