@@ -24,6 +24,7 @@ class cuda_backend final : public backend {
     cudaDeviceProp prop{};
     LAYERINIT_CUDA_TRY(cudaGetDeviceProperties(&prop, device_));
     name_ = "cuda:" + std::to_string(device_) + " " + prop.name;
+    fill_cuda_prepare(device_);  // the tables and launch shapes now, not at the first fill
     LAYERINIT_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     try {
       mr_ = make_cuda_resource(device_, stream_, name_);

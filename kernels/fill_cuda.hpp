@@ -15,8 +15,14 @@ namespace layerinit {
 // Every job's dst must be device memory (of the current device) aligned to its element size; jobs must
 // not overlap; a transposed job needs rows * cols >= end. A bad job is misuse: layerinit::logic_error
 // (check_fill_job; nothing is enqueued then) and layerinit::cuda_error when a CUDA call fails.
-// The first call on a device copies the quantile tables to it (once, synchronously).
+// The first call on a device that fill_cuda_prepare has not prepared prepares it (synchronously).
 void fill_cuda(std::span<const FillJob> jobs, cudaStream_t stream);
+
+// Prepares `device` for fill_cuda: copies the quantile tables to it and caches its SM count and the
+// kernels' blocks per SM for each launch shape (dtype, with or without a table), so no fill copies or
+// queries. Synchronous; once per device (later calls return at once); thread-safe. The CUDA backend
+// calls it when it is made. layerinit::cuda_error when a CUDA call fails.
+void fill_cuda_prepare(int device);
 
 // Whether the fill kernel can run on the current device (its architecture is in the fat binary).
 // Returns an empty string when it can, else the reason. Never throws.

@@ -46,6 +46,25 @@ LAYERINIT_HD float node16(const float* nodes, std::uint32_t code) {
   return transforms::as_float(transforms::as_bits(h) ^ (down & 0x80000000u));
 }
 
+// node16 of both codes of a random word w (code lo = w mod 2^16, code hi = w >> 16), for element `hi`
+// (0: lo, 1: hi): the same value, with the mirror done once per word. A code's top bit t picks its
+// half; t ? 0xffff : 0 for each half at once (one PRMT replicating bits 15 and 31 on the device) turns
+// the word into both table offsets with one more logic op: code ^ 0x7fff ^ (t ? 0xffff : 0) is code -
+// 32768 above the middle and 32767 - code below, node16's (code - 32768) ^ down. The sign (set below
+// the middle) is bit 15 or 31 of ~w.
+LAYERINIT_HD float node16_of_word(const float* nodes, std::uint32_t w, unsigned hi) {
+#if defined(__CUDA_ARCH__)
+  std::uint32_t t;  // bytes: sign(w byte 1) x2, sign(w byte 3) x2
+  asm("prmt.b32 %0, %1, 0, 0xbb99;" : "=r"(t) : "r"(w));
+#else
+  const std::uint32_t t = ((w & 0x8000u) != 0 ? 0xffffu : 0u) | ((w & 0x80000000u) != 0 ? 0xffff0000u : 0u);
+#endif
+  const std::uint32_t r = w ^ t ^ 0x7fff7fffu;  // both halves' offsets from the middle
+  const std::uint32_t off = hi != 0 ? r >> 16 : r & 0xffffu;
+  const std::uint32_t sign = (hi != 0 ? ~w : ~w << 16) & 0x80000000u;
+  return transforms::as_float(transforms::as_bits(nodes[off + 1u]) ^ sign);
+}
+
 // fp16/bf16 trunc_normal positions run over [0, 65535 * 2^16]: node j sits at j * 2^16.
 constexpr std::uint32_t node16_last_position = 0xffff0000u;
 constexpr std::uint32_t node16_middle_position = 0x7fff8000u;  // between nodes 32767 and 32768: z = 0
@@ -168,7 +187,10 @@ LAYERINIT_HD storage_t<T> block_element(const FillParams& p, const rng::Block& b
   if constexpr (T == DType::f32) {
     return f32_value<K>(p, b.w[k], tab.cubic);
   } else {
-    return to_storage<T>(half_value<K>(p, code16(b, k), tab.node16));
+    if constexpr (K == FillKind::normal)  // half_value<normal>, per word (node16_of_word)
+      return to_storage<T>(transforms::fmaf_(p.scale, node16_of_word(tab.node16, b.w[k >> 1], k & 1u), p.shift));
+    else
+      return to_storage<T>(half_value<K>(p, code16(b, k), tab.node16));
   }
 }
 

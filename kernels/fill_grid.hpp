@@ -95,7 +95,15 @@ LAYERINIT_HD void store16(void* p, const Vec16& v) {
 #endif
 }
 
-
+// 8 bytes at p (8-byte aligned), words lo then hi: one streaming store on the device (STG.E.EF.64).
+LAYERINIT_HD void store8(void* p, std::uint32_t lo, std::uint32_t hi) {
+#if defined(__CUDA_ARCH__)
+  __stcs(static_cast<uint2*>(p), make_uint2(lo, hi));
+#else
+  const std::uint32_t w[2] = {lo, hi};
+  std::memcpy(p, w, 8);
+#endif
+}
 
 template <DType T>
 LAYERINIT_HD storage_t<T>* at(const FillJob& j, std::uint64_t m) {
@@ -261,16 +269,35 @@ LAYERINIT_HD void tiles_task(const Job& g, std::uint64_t t, unsigned tid, unsign
   // (c0 = c_first + group * n); its first block and its place in memory row c0, stepped per tile.
   std::uint64_t rt = rt_begin + tid;
   storage_t<T>* out = row0 + rt * n;
-  for (; rt < rt_end; rt += threads, out += std::uint64_t{threads} * n) {
-    Vec16 v[n] = {};  // v[q]: memory row c0 + q
+  // The tile's blocks and its rows at dst are walked by adding (bpr blocks, pitch elements apart), both
+  // steps opaque to the device compiler, which would otherwise hold n precomputed 64-bit offsets through
+  // the loop. And a tile is made in two halves: blocks (logical rows) h n/2 .. h n/2 + n/2 - 1 make bytes
+  // 8h .. 8h + 7 of each of its n vectors, stored as they are done, so a thread holds 2n words, not 4n.
+  // Both keep the loop in the 80 registers of a 768-thread block (kernels/fill_cuda.cu) without spilling
+  // (the whole tile spilled there; at 64 registers, 1024 threads, fp16/bf16 halves still spill a word).
+  std::uint64_t bpr = blocks_per_row, row_step = pitch;
+#if defined(__CUDA_ARCH__)
+  asm volatile("" : "+l"(bpr), "+l"(row_step));
+#endif
+  std::uint64_t blk = rt * n * bpr + block0;
+  if (rt >= rt_end) return;
+  // The tiles left in the task (fewer than tiles_per_thread * threads): counted in 32 bits.
+  const auto left = static_cast<std::uint32_t>(rt_end - rt);
+  for (std::uint32_t i = 0; i < left; i += threads, out += std::uint64_t{threads} * n, blk += std::uint64_t{threads} * n * bpr) {
+    std::uint64_t b_k = blk;
     LAYERINIT_UNROLL
-    for (unsigned k = 0; k < n; ++k) {
-      const rng::Block b = rng::group_bits(key, (rt * n + k) * blocks_per_row + block0);
+    for (unsigned h = 0; h < 2; ++h) {
+      Vec16 v[n] = {};  // v[q]: memory row c0 + q (words 2h, 2h + 1)
       LAYERINIT_UNROLL
-      for (unsigned q = 0; q < n; ++q) put<T>(v[q], k, block_element<T, K>(p, b, q, tab));
+      for (unsigned k = h * n / 2; k < (h + 1) * n / 2; ++k, b_k += bpr) {
+        const rng::Block b = rng::group_bits(key, b_k);
+        LAYERINIT_UNROLL
+        for (unsigned q = 0; q < n; ++q) put<T>(v[q], k, block_element<T, K>(p, b, q, tab));
+      }
+      storage_t<T>* row = out + h * n / 2;
+      LAYERINIT_UNROLL
+      for (unsigned q = 0; q < n; ++q, row += row_step) store8(row, v[q].w[2 * h], v[q].w[2 * h + 1]);
     }
-    LAYERINIT_UNROLL
-    for (unsigned q = 0; q < n; ++q) store16(out + q * pitch, v[q]);
   }
 }
 

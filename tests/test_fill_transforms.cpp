@@ -145,6 +145,18 @@ TEST(FillTransforms, Node16AtEqualsItsDefinition) {
   for (int i = 0; i < 10'000'000; ++i) check(static_cast<std::uint32_t>(rng.below(std::uint64_t{node16_last_position} + 1)));
 }
 
+// node16_of_word (the mirror once per word, the kernels' fp16/bf16 normal) against node16 for every code
+// in either half of a word, beside every code with its top bit set and clear in the other half.
+TEST(FillTransforms, Node16OfWordIsNode16OfEachHalf) {
+  const float* nodes = host_fill_tables().node16;
+  for (std::uint32_t code = 0; code < 65536; ++code) {
+    for (std::uint32_t other : {0u, 1u, 0x7fffu, 0x8000u, 0xffffu, (code * 40503u) & 0xffffu}) {
+      ASSERT_EQ(bits_of(node16_of_word(nodes, code | (other << 16), 0)), bits_of(node16(nodes, code))) << "lo " << code;
+      ASSERT_EQ(bits_of(node16_of_word(nodes, other | (code << 16), 1)), bits_of(node16(nodes, code))) << "hi " << code;
+    }
+  }
+}
+
 // The whole fp16/bf16 trunc_normal transform, every code of every prepared fill.
 TEST(FillTransforms, HalfTruncNormalEqualsItsDefinitionForEveryCode) {
   const float* nodes = host_fill_tables().node16;
