@@ -57,3 +57,24 @@ def test_torch_init_on_cuda_equals_cpu():
     assert list(gpu) == list(cpu) and len(gpu) == 21
     for k, a in gpu.items():
         assert a.is_cuda and torch.equal(a.detach().cpu().view(torch.int16), cpu[k].detach().view(torch.int16)), k
+
+
+def test_every_device_by_index_and_one_past_the_node_refused():
+    """cuda:N is that device (its arrays and their DLPack device say it); one past the node is a
+    ValueError before anything is allocated."""
+    n = layerinit._core.cuda_device_count()
+    assert n == torch.cuda.device_count()
+    for d in range(n):
+        a = layerinit.build("llama-tiny", device=f"cuda:{d}", seed=2)
+        for x in a.values():
+            assert x.__dlpack_device__() == (2, d) and x.device == f"cuda:{d}"
+            t = torch.from_dlpack(x)
+            assert t.device == torch.device("cuda", d)
+        w = torch.empty(176, 64, dtype=torch.bfloat16, device=f"cuda:{d}")
+        layerinit.fill_(w, "model.layers.0.mlp.up_proj.weight", "normal(0, 0.02)", seed=2)
+        assert torch.equal(w.cpu(), layerinit.fill_(torch.empty(176, 64, dtype=torch.bfloat16),
+                                                    "model.layers.0.mlp.up_proj.weight", "normal(0, 0.02)", seed=2))
+    before = layerinit.memory_stats("cuda")["current_bytes"]
+    with pytest.raises(ValueError, match=f"device 'cuda:{n}' does not exist"):
+        layerinit.build("llama-tiny", device=f"cuda:{n}")
+    assert layerinit.memory_stats("cuda")["current_bytes"] == before
