@@ -76,10 +76,8 @@ std::unique_ptr<backend> make_backend(const DeviceChoice& device, int threads) {
   return make_cuda_backend(device.cuda_device);
 }
 
-std::unique_ptr<backend> make_backend(std::string_view name, int threads) {
-  if (threads < 0) bad_argument("thread count", threads, "must be >= 0 (0 = all cores)");
-  return make_backend(choose_device(name), threads);
-}
+std::unique_ptr<backend> make_backend(std::string_view name, int threads) { return make_backend(choose_device(name), threads); }
+
 void read_on_host(backend& be, const void* data, std::uint64_t bytes, std::span<unsigned char> staging,
                   const std::function<void(const void* host, std::uint64_t offset, std::uint64_t n)>& visit) {
   if (be.memory().kind() == MemoryKind::host) {

@@ -25,18 +25,6 @@
 
 namespace layerinit {
 
-DeviceScope::DeviceScope(int device) noexcept {
-  if (cudaGetDevice(&previous_) != cudaSuccess) {
-    (void)cudaGetLastError();
-    previous_ = -1;
-  }
-  if (cudaSetDevice(device) != cudaSuccess) (void)cudaGetLastError();
-}
-
-DeviceScope::~DeviceScope() {
-  if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
-}
-
 namespace {
 
 // The driver functions reserve/commit/release need, looked up once.

@@ -1,4 +1,4 @@
-// The CUDA backend's memory resource, and the device scope both the backend and the resource use.
+// The CUDA backend's memory resource (the device scope it and the backend use: kernels/fill_cuda.hpp).
 // Private to backends/ (CUDA build only).
 #pragma once
 
@@ -7,22 +7,10 @@
 #include <memory>
 #include <string>
 
+#include <layerinit/kernels/fill_cuda.hpp>  // DeviceScope
 #include <layerinit/memory/resource.hpp>
 
 namespace layerinit {
-
-// Makes `device` current for a scope (which also makes its primary context current for the driver API)
-// and restores the caller's device after. Never throws: a failure shows up in the next checked call.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) noexcept;
-  ~DeviceScope();
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = -1;
-};
 
 // The memory of a CUDA backend on `device` whose work is ordered on `stream` (backends/cuda_backend.hpp
 // describes it); `label` names it in messages. Reservations need the driver's virtual memory

@@ -1,4 +1,5 @@
 // The simulated node's stand-in CUDA backends (backend.hpp, LAYERINIT_TEST_SIMULATED_CUDA_DEVICES).
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -89,13 +90,11 @@ class simulated_backend final : public backend {
 
 int simulated_cuda_devices() noexcept {
   const char* v = std::getenv("LAYERINIT_TEST_SIMULATED_CUDA_DEVICES");
-  if (v == nullptr || *v < '1' || *v > '9') return 0;
+  if (v == nullptr) return 0;
+  const std::string_view text(v);
   int n = 0;
-  for (const char* c = v; *c != '\0'; ++c) {
-    if (*c < '0' || *c > '9' || n > 64) return 0;
-    n = n * 10 + (*c - '0');
-  }
-  return n <= 64 ? n : 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  return ec == std::errc() && end == text.data() + text.size() && n >= 1 && n <= 64 ? n : 0;
 }
 
 void record_simulated_fill(int device, std::span<const FillJob> jobs) {

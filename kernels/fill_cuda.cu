@@ -65,23 +65,6 @@ std::mutex prepare_mu;
 std::atomic<bool> prepared[max_cached_devices];  // set (release) after shapes[d] is written
 DeviceShape shapes[max_cached_devices];
 
-// Makes `device` current for a scope and restores the caller's device after.
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int device) {
-    LAYERINIT_CUDA_TRY(cudaGetDevice(&previous_));
-    if (previous_ != device) LAYERINIT_CUDA_TRY(cudaSetDevice(device));
-  }
-  ~CurrentDevice() {
-    int now = previous_;
-    if (cudaGetDevice(&now) != cudaSuccess || now != previous_) (void)cudaSetDevice(previous_);
-  }
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 template <DType T> int blocks_per_sm(bool needs_table) {
   int n = 0;
@@ -149,12 +132,27 @@ void fill_cuda(std::span<const FillJob> jobs, cudaStream_t stream) {
   }
 }
 
+DeviceScope::DeviceScope(int device) noexcept {
+  if (cudaGetDevice(&previous_) != cudaSuccess) {
+    (void)cudaGetLastError();
+    previous_ = -1;
+  }
+  if (previous_ == device) return;
+  status_ = cudaSetDevice(device);
+  if (status_ != cudaSuccess) (void)cudaGetLastError();
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ >= 0 && status_ == cudaSuccess && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
+}
+
 void fill_cuda_prepare(int device) {
   LAYERINIT_EXPECTS(device >= 0, "fill_cuda_prepare: device must be >= 0");
   if (device < max_cached_devices && prepared[device].load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(prepare_mu);
   if (device < max_cached_devices && prepared[device].load(std::memory_order_relaxed)) return;
-  CurrentDevice scope(device);
+  const DeviceScope scope(device);
+  LAYERINIT_CUDA_TRY(scope.status());  // the tables must reach `device`, not the caller's
   const DeviceShape d = prepare_current(device);
   if (device < max_cached_devices) {
     shapes[device] = d;

@@ -10,6 +10,22 @@
 
 namespace layerinit {
 
+// Makes `device` current for a scope (which also makes its primary context current for the driver API)
+// and restores the caller's device after. Never throws, so destructors may use it; status() is the
+// switch's result, for a caller that must not go on on another device (LAYERINIT_CUDA_TRY it).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) noexcept;
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  cudaError_t status() const noexcept { return status_; }
+
+ private:
+  int previous_ = -1;
+  cudaError_t status_ = cudaSuccess;
+};
+
 // Enqueues the writes of every job on `stream` and returns without waiting: one kernel launch per
 // dtype in the batch and per grid::max_grid_jobs jobs (the job table is the launch's parameter).
 // Every job's dst must be device memory (of the current device) aligned to its element size; jobs must

@@ -4,40 +4,19 @@
 
 #include <cuda_runtime_api.h>
 
-#include <layerinit/core/errors.hpp>
+#include <layerinit/core/cuda_check.hpp>
 #include <layerinit/kernels/fill_cuda.hpp>
 
 namespace layerinit::jax {
 namespace {
 
-// The device XLA runs the call on current for the launch (XLA's stream is that device's; the tables
-// and the launch's occupancy are per device), the caller's current device restored after.
-class OnDevice {
- public:
-  explicit OnDevice(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) {
-      (void)cudaGetLastError();
-      previous_ = -1;
-    }
-    if (previous_ != device) check(cudaSetDevice(device));
-  }
-  ~OnDevice() {
-    if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
-  }
-  OnDevice(const OnDevice&) = delete;
-  OnDevice& operator=(const OnDevice&) = delete;
-
- private:
-  static void check(cudaError_t e) {
-    if (e != cudaSuccess) throw layerinit::error(std::string("cudaSetDevice: ") + cudaGetErrorString(e));
-  }
-  int previous_ = -1;
-};
-
 ffi::Error fill_cuda_impl(cudaStream_t stream, std::int32_t ordinal, std::optional<ffi::AnyBuffer>, std::int64_t seed,
                           std::string_view param, ffi::Span<const std::int64_t> table, ffi::Result<ffi::AnyBuffer> out) {
   return fill_piece(ordinal, seed, param, table, *out, [stream, ordinal](const std::vector<FillJob>& jobs) {
-    const OnDevice on(ordinal);
+    // The device XLA runs the call on current for the launch: XLA's stream is that device's, and the
+    // tables and launch shapes are per device.
+    const DeviceScope on(ordinal);
+    LAYERINIT_CUDA_TRY(on.status());
     fill_cuda(jobs, stream);
   });
 }
