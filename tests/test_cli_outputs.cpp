@@ -218,6 +218,22 @@ TEST_F(Cli, AnInterruptBeforeAnyWorkIsExit130AndOneLine) {
   }
 }
 
+// Under a launcher only rank 0 speaks (mpirun tears the others down with SIGTERM when rank 0 fails):
+// a rank that is not 0 was quiet only from the middle of main, so a SIGTERM in its first
+// milliseconds printed a second "interrupted" line beside rank 0's error (CliMpi.BadInputIsOneLineExitTwo,
+// now and then under load). Pending at exec, the signal comes at the handlers' very first step.
+TEST_F(Cli, AnInterruptBeforeAnyWorkIsSilentOnRanksOtherThanZero) {
+  for (const char* rank : {"0", "1"}) {
+    SCOPED_TRACE(std::string("rank ") + rank);
+    SpawnOptions so;
+    so.pending_signal = SIGTERM;
+    so.env = {{"OMPI_COMM_WORLD_RANK", rank}, {"OMPI_COMM_WORLD_SIZE", "2"}};
+    const Result r = run({"emit", "--preset", "llama-tiny", "-o", "/nonexistent/x"}, so);
+    EXPECT_EQ(r.code(), 130) << r.how() << "\nstderr: " << r.err;
+    EXPECT_EQ(r.err, std::string(rank) == "0" ? "layerinit: interrupted\n" : "");
+  }
+}
+
 // Whether the process `pid` catches `sig` (SigCgt of /proc/PID/status): false once it has exited.
 bool catches(pid_t pid, int sig) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");

@@ -126,6 +126,12 @@ int help_written(int rc) {
 int main(int argc, char** argv) {
   using namespace layerinit;
   using namespace layerinit::cli;
+  // Under a launcher only rank 0 speaks (the environment says which rank this is, no MPI call): known
+  // before the handlers, or the launcher's SIGTERM to the other ranks could print a line of theirs.
+  const std::optional<Launch> launch = mpi_launch();
+  const bool mpi_job = launch && launch->size != 1;  // size 0: a PMIx launcher, size known after MPI_Init
+  g_quiet = mpi_job && launch->rank != 0;
+  if (g_quiet) interrupts_quiet();
   // First, before any work: every interruption is exit 130 and one line, never a silent death.
   install_interrupt_handlers();
   // Past `ulimit -f` the default SIGXFSZ kills the process mid-write, leaving the temporary behind;
@@ -203,10 +209,6 @@ int main(int argc, char** argv) {
       ->type_name("UINT");
 
   check_stdout_open();
-  const std::optional<Launch> launch = mpi_launch();
-  const bool mpi_job = launch && launch->size != 1;  // size 0: a PMIx launcher, size known after MPI_Init
-  g_quiet = mpi_job && launch->rank != 0;
-  if (g_quiet) interrupts_quiet();
   try {
     app.parse(argc, argv);
     if (*build) return build_command(build_args, build_report, build_trace, build_force);
