@@ -62,6 +62,9 @@ struct SpawnOptions {
   int uid = -1;                          // run as this user and group id, when >= 0 (needs root)
   const char* stdout_file = nullptr;     // opened for writing as the child's stdout instead of the pipe
   bool close_stdout = false;             // the child starts with fd 1 closed (a shell's >&-)
+  // The stderr pipe starts full (64 KiB of '.'): the child's first write to it waits until the test
+  // reads, which finish() does; a signal sent before then finds it inside that write.
+  bool full_stderr = false;
   rlim_t max_address_space = RLIM_INFINITY;  // RLIMIT_AS: a runaway allocation fails instead of eating the machine
   unsigned alarm_s = 0;                  // SIGALRM (kept across exec) ends a child that runs this long
   std::map<std::string, std::string> env;  // set in the child's environment (replacing inherited values)
@@ -136,6 +139,17 @@ inline Child spawn_command(const std::vector<std::string>& argv_in, const SpawnO
       ::close(fd);
     }
     if (so.close_stdout) ::close(STDOUT_FILENO);
+    if (so.full_stderr) {
+      const int flags = ::fcntl(STDERR_FILENO, F_GETFL);
+      ::fcntl(STDERR_FILENO, F_SETFL, flags | O_NONBLOCK);
+      char dots[4096];
+      for (char& d : dots) d = '.';
+      while (::write(STDERR_FILENO, dots, sizeof dots) > 0 || errno == EINTR) {
+      }
+      while (::write(STDERR_FILENO, dots, 1) > 0 || errno == EINTR) {
+      }
+      ::fcntl(STDERR_FILENO, F_SETFL, flags);
+    }
     if (so.max_address_space != RLIM_INFINITY) {
       struct rlimit rl = {so.max_address_space, so.max_address_space};
       ::setrlimit(RLIMIT_AS, &rl);

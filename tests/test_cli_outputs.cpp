@@ -14,11 +14,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -232,6 +234,30 @@ TEST_F(Cli, AnInterruptBeforeAnyWorkIsSilentOnRanksOtherThanZero) {
     EXPECT_EQ(r.code(), 130) << r.how() << "\nstderr: " << r.err;
     EXPECT_EQ(r.err, std::string(rank) == "0" ? "layerinit: interrupted\n" : "");
   }
+}
+
+// A signal once the error is decided (rank 0's line being written, or the process exiting) ends the
+// process with that error's code, silently: mpirun's SIGTERM, sent when another rank failed first,
+// reached rank 0 there and added "layerinit: interrupted" and 130 under its line
+// (CliMpi.BadInputIsOneLineExitTwo, now and then). The child waits in the write of its line (stderr
+// full) when the signal comes.
+TEST_F(Cli, ASignalAfterTheErrorIsDecidedKeepsItsLineAndCode) {
+  SpawnOptions so;
+  so.full_stderr = true;
+  Child c = spawn({"build", "--preset", "nope"}, so);
+  // Until the child waits inside the write of its line (its state S, in a pipe write), at most 10 s.
+  for (int i = 0; i < 1000; ++i) {
+    std::ifstream wchan("/proc/" + std::to_string(c.pid) + "/wchan");
+    std::string w;
+    if (std::getline(wchan, w) && w.find("pipe_write") != std::string::npos) break;
+    ::usleep(10000);
+  }
+  ASSERT_EQ(::kill(c.pid, SIGTERM), 0);
+  const Result r = finish(c);
+  const std::string err = r.err.substr(std::min(r.err.size(), r.err.find_first_not_of('.')));
+  EXPECT_EQ(r.code(), 2) << r.how() << "\nstderr: " << err;
+  EXPECT_EQ(err.rfind("layerinit: error: preset 'nope' is unknown (valid: ", 0), 0u) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;  // no "layerinit: interrupted"
 }
 
 // Whether the process `pid` catches `sig` (SigCgt of /proc/PID/status): false once it has exited.

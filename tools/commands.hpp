@@ -52,6 +52,10 @@ int verify_command(const ModelArgs& args, const VerifyArgs& verify, const CLI::A
 // publishes, removes its temporary, prints its own line and exits 130.
 void install_interrupt_handlers();
 void interrupts_quiet();  // an MPI rank other than 0: no line
+// The process is about to print its error line and exit with its code: SIGINT, SIGTERM and SIGHUP
+// are ignored from here on (a launcher's SIGTERM once another rank failed added "layerinit:
+// interrupted" under the line and made the exit 130).
+void interrupts_decided();
 void interrupt_later();   // emit, before its first file
 std::atomic<bool>& emit_cancel();
 

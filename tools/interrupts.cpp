@@ -54,6 +54,12 @@ void install_interrupt_handlers() {
 
 void interrupts_quiet() { g_silent.store(true); }
 
+void interrupts_decided() {
+  // Ignored, not handled: a handler would interrupt the write of the line (lost, or followed by
+  // "interrupted"); an ignored signal interrupts nothing.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_IGN);
+}
+
 void interrupt_later() { g_later.store(true); }
 
 }  // namespace layerinit::cli

@@ -32,6 +32,10 @@ bool g_quiet = false;
 // (an environment or I/O failure). Messages echo user text (names, paths, CLI11's flag names):
 // printable() keeps them one line, without terminal escapes.
 [[noreturn]] void fail(int code, const char* what, const char* suffix = "") {
+  // Decided first: a launcher's SIGTERM while the line is written or the process exits (MPI's
+  // finalization) must neither cut the line nor add "layerinit: interrupted" under it
+  // (CliMpi.BadInputIsOneLineExitTwo, now and then: the other rank failed first, mpirun stopped this one).
+  layerinit::cli::interrupts_decided();
   if (!g_quiet) std::fprintf(stderr, "layerinit: error: %s%s\n", layerinit::printable(what).c_str(), suffix);
   std::exit(code);
 }
