@@ -236,11 +236,11 @@ TEST_F(Cli, AnInterruptBeforeAnyWorkIsSilentOnRanksOtherThanZero) {
   }
 }
 
-// A signal once the error is decided (rank 0's line being written, or the process exiting) ends the
-// process with that error's code, silently: mpirun's SIGTERM, sent when another rank failed first,
-// reached rank 0 there and added "layerinit: interrupted" and 130 under its line
-// (CliMpi.BadInputIsOneLineExitTwo, now and then). The child waits in the write of its line (stderr
-// full) when the signal comes.
+// A signal once the error is decided (rank 0's line being written, or the process exiting) is
+// ignored: the line is written whole and the exit is the error's code. mpirun's SIGTERM, sent when
+// another rank failed first, reached rank 0 there and added "layerinit: interrupted" and 130 under its
+// line (CliMpi.BadInputIsOneLineExitTwo, now and then). The child waits in the write of its line
+// (stderr full) when the signal comes.
 TEST_F(Cli, ASignalAfterTheErrorIsDecidedKeepsItsLineAndCode) {
   SpawnOptions so;
   so.full_stderr = true;
