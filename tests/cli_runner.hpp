@@ -65,6 +65,7 @@ struct SpawnOptions {
   // The stderr pipe starts full (64 KiB of '.'): the child's first write to it waits until the test
   // reads, which finish() does; a signal sent before then finds it inside that write.
   bool full_stderr = false;
+  bool broken_stdout = false;            // fd 1 is a pipe nobody reads (`| true` once true exited), SIGPIPE default
   rlim_t max_address_space = RLIM_INFINITY;  // RLIMIT_AS: a runaway allocation fails instead of eating the machine
   unsigned alarm_s = 0;                  // SIGALRM (kept across exec) ends a child that runs this long
   std::map<std::string, std::string> env;  // set in the child's environment (replacing inherited values)
@@ -149,6 +150,12 @@ inline Child spawn_command(const std::vector<std::string>& argv_in, const SpawnO
       while (::write(STDERR_FILENO, dots, 1) > 0 || errno == EINTR) {
       }
       ::fcntl(STDERR_FILENO, F_SETFL, flags);
+    }
+    if (so.broken_stdout) {
+      int p[2];
+      if (::pipe(p) != 0 || ::close(p[0]) != 0 || ::dup2(p[1], STDOUT_FILENO) < 0) ::_exit(126);
+      ::close(p[1]);
+      ::signal(SIGPIPE, SIG_DFL);  // as a shell leaves it, whatever this test inherited
     }
     if (so.max_address_space != RLIM_INFINITY) {
       struct rlimit rl = {so.max_address_space, so.max_address_space};

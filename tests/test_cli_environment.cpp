@@ -82,18 +82,25 @@ TEST_F(Cli, FailedWritesToStdoutAreExitOneWithOneLine) {
       {"--version"},
       {"build", "--help"},
   };
+  // A pipe whose reader has gone (`| true`, `| head -c 0`): SIGPIPE killed the process (141, no line)
+  // and left emit's temporary beside the target.
+  enum class Stdout { full, closed, broken_pipe };
   for (const auto& args : commands) {
-    for (const bool closed : {false, true}) {
-      SCOPED_TRACE(joined(args) + (closed ? " >&-" : " >/dev/full"));
+    for (const Stdout mode : {Stdout::full, Stdout::closed, Stdout::broken_pipe}) {
+      SCOPED_TRACE(joined(args) + (mode == Stdout::closed ? " >&-" : mode == Stdout::full ? " >/dev/full" : " | true"));
       SpawnOptions so;
-      if (closed) so.close_stdout = true;
-      else so.stdout_file = "/dev/full";
+      if (mode == Stdout::closed) so.close_stdout = true;
+      if (mode == Stdout::full) so.stdout_file = "/dev/full";
+      if (mode == Stdout::broken_pipe) so.broken_stdout = true;
       const Result r = run(args, so);
       EXPECT_EQ(r.code(), 1) << r.how() << "\nstderr: " << r.err;
       expect_one_error_line(r, "stdout");
-      const std::string reason = closed ? "Bad file descriptor" : "No space left on device";
+      const std::string reason = mode == Stdout::closed ? "Bad file descriptor"
+                                 : mode == Stdout::full ? "No space left on device"
+                                                        : "Broken pipe";
       EXPECT_NE(r.err.find("cannot write to standard output: " + reason), std::string::npos) << r.err;
-      if (closed) EXPECT_TRUE(dir.entries().empty()) << "written with a closed stdout: " << dir.entries().front();
+      if (mode == Stdout::closed) EXPECT_TRUE(dir.entries().empty()) << "written with a closed stdout: " << dir.entries().front();
+      if (mode == Stdout::broken_pipe) EXPECT_TRUE(dir.entries().empty()) << "left: " << dir.entries().front();
       fs::remove_all(target);
     }
   }
@@ -119,17 +126,23 @@ TEST_F(Cli, AReportThatCannotBeWrittenPublishesNothing) {
         std::vector<std::string> args{"emit", "--preset", "llama-tiny", "--backend", "cpu", "--format", format,
                                       "--force", "-o", target.string()};
         if (json_report) args.insert(args.end(), {"--report", "json"});
-        SpawnOptions so;
-        so.stdout_file = "/dev/full";
-        const Result r = run(args, so);
-        EXPECT_EQ(r.code(), 1) << r.how() << "\nstderr: " << r.err;
-        expect_one_error_line(r, "stdout");
-        EXPECT_NE(r.err.find("cannot write to standard output: No space left on device"), std::string::npos) << r.err;
-        if (old) {
-          EXPECT_EQ(slurp(std::string(format) == "hdf5" ? target : target / "model.safetensors"), before);
-          EXPECT_EQ(dir.entries(), std::vector<std::string>{"fr"});  // no temporary either
-        } else {
-          EXPECT_EQ(dir.entries(), std::vector<std::string>{});
+        for (const bool broken_pipe : {false, true}) {
+          SCOPED_TRACE(broken_pipe ? "| true" : ">/dev/full");
+          SpawnOptions so;
+          if (broken_pipe) so.broken_stdout = true;
+          else so.stdout_file = "/dev/full";
+          const Result r = run(args, so);
+          EXPECT_EQ(r.code(), 1) << r.how() << "\nstderr: " << r.err;
+          expect_one_error_line(r, "stdout");
+          EXPECT_NE(r.err.find(std::string("cannot write to standard output: ") +
+                               (broken_pipe ? "Broken pipe" : "No space left on device")),
+                    std::string::npos) << r.err;
+          if (old) {
+            EXPECT_EQ(slurp(std::string(format) == "hdf5" ? target : target / "model.safetensors"), before);
+            EXPECT_EQ(dir.entries(), std::vector<std::string>{"fr"});  // no temporary either
+          } else {
+            EXPECT_EQ(dir.entries(), std::vector<std::string>{});
+          }
         }
         fs::remove_all(target);
       }

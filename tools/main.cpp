@@ -141,6 +141,9 @@ int main(int argc, char** argv) {
   // Past `ulimit -f` the default SIGXFSZ kills the process mid-write, leaving the temporary behind;
   // ignored, the write fails with EFBIG and takes the normal cleanup path (one line, exit 1).
   std::signal(SIGXFSZ, SIG_IGN);
+  // Likewise a report into a pipe whose reader has gone (`| true`): EPIPE, one line and exit 1, the
+  // temporary removed, instead of a silent death by SIGPIPE (141) with the temporary left behind.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"layerinit " LAYERINIT_VERSION ": model parameters created layer by layer, directly in fp16/bf16, "
                "with values that depend only on (seed, tensor name, element index)."};
   app.require_subcommand(1);
