@@ -2,9 +2,12 @@
 #include <layerinit/init/recipes.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <stdexcept>
+#include <string>
 
 #include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
@@ -442,6 +445,7 @@ RecipeParams parse_params(const Entry& e, std::string_view text, std::string& ca
   for (const auto& p : e.params) out[p.name] = p.default_value;
   std::string valid;
   for (const auto& p : e.params) valid += (valid.empty() ? "" : ", ") + std::string(p.name);
+  std::set<std::string> given;
   while (!text.empty()) {
     const std::size_t comma = text.find(',');
     const std::string_view item = text.substr(0, comma);
@@ -452,15 +456,14 @@ RecipeParams parse_params(const Entry& e, std::string_view text, std::string& ca
       bad_argument("recipe", e.name,
                    ": parameter " + quote(key) + " is unknown (valid: " + (valid.empty() ? "none" : valid) +
                        "; write name:key=value)");
+    if (!given.insert(key).second)
+      bad_argument("recipe", e.name, ": parameter " + key + " is given twice");
     const std::string value(item.substr(eq + 1));
+    // Decimal only, as the JSON readers take numbers: no hexadecimal (std::stod read "0x10" as 16), no
+    // blanks (" 0.01"), no sign.
     double v = 0;
-    std::size_t used = 0;
-    try {
-      v = std::stod(value, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != value.size() || value.empty() || !std::isfinite(v) || v <= 0)
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v, std::chars_format::general);
+    if (ec != std::errc{} || end != value.data() + value.size() || value.empty() || !std::isfinite(v) || v <= 0)
       bad_argument("recipe", e.name, ": parameter " + key + " " + quote(value) + " must be a positive finite number");
     out[key] = v;
     char buf[64];

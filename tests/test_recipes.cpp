@@ -423,6 +423,14 @@ TEST(Recipes, HaikuMultiHeadAttentionNeedsItsScale) {
   EXPECT_EQ(fill(s, m, "multi_head_attention/key.b"), zero);
   EXPECT_EQ(error_of([] { make_recipe("haiku:mha_w_init_scale=0"); }),
             "recipe 'haiku': parameter mha_w_init_scale '0' must be a positive finite number");
+  // Decimal numbers only, each key once (std::stod took "0x10" as 16 and " 0.5"; both duplicates were kept).
+  for (const char* bad : {"0x10", " 0.5", "0.5 ", "+0.5", "1e-400", "nan", "inf", "", "1,5"})
+    EXPECT_EQ(error_of([&] { make_recipe(std::string("haiku:mha_w_init_scale=") + bad); }).rfind("recipe 'haiku': parameter ", 0), 0u) << bad;
+  EXPECT_EQ(error_of([] { make_recipe("haiku:mha_w_init_scale=0x10"); }),
+            "recipe 'haiku': parameter mha_w_init_scale '0x10' must be a positive finite number");
+  EXPECT_EQ(error_of([] { make_recipe("haiku:mha_w_init_scale=2,mha_w_init_scale=3"); }),
+            "recipe 'haiku': parameter mha_w_init_scale is given twice");
+  EXPECT_EQ(make_recipe("haiku:mha_w_init_scale=2.5e0").name(), "haiku:mha_w_init_scale=2.5");
   EXPECT_EQ(error_of([] { make_recipe("haiku:scale=1"); }),
             "recipe 'haiku': parameter 'scale' is unknown (valid: mha_w_init_scale; write name:key=value)");
 }
