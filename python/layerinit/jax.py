@@ -462,11 +462,47 @@ def _is_rng_state(var: Any) -> bool:
     return flax is not None and isinstance(var, flax.RngState)
 
 
+def _flatten(tree: Any) -> tuple[list[tuple[Any, Any]], Any]:
+    """jax.tree_util.tree_flatten_with_path of a tree known to be finite: a cyclic tree, or one deeper
+    than Python's recursion limit, is a ValueError naming `tree`. JAX's own flattening raised a
+    SystemError over a RecursionError on those, and on a dict that holds itself it killed the
+    interpreter (exit 1): the tree is walked first, one level per call, without recursion."""
+    limit = sys.getrecursionlimit()
+    refusal = ValueError(f"tree is cyclic or nested deeper than Python's recursion limit ({limit}): a model pytree "
+                         "must be a finite tree")
+    on_path: list[int] = []  # ids of the nodes from the root to the one being looked at
+    todo = [(tree, 0)]
+    while todo:
+        node, depth = todo.pop()
+        del on_path[depth:]
+        if depth > limit or id(node) in on_path:
+            raise refusal
+        first = [True]
+
+        def root_only(x: Any) -> bool:  # the node's children as leaves: one level
+            if first[0]:
+                first[0] = False
+                return False
+            return True
+
+        children, treedef = jax.tree_util.tree_flatten(node, is_leaf=root_only)
+        if jax.tree_util.treedef_is_leaf(treedef):
+            continue
+        on_path.append(id(node))
+        todo.extend((c, depth + 1) for c in children)
+    try:
+        return jax.tree_util.tree_flatten_with_path(tree)
+    except (RecursionError, SystemError) as e:
+        if not isinstance(e, RecursionError) and not isinstance(e.__cause__ or e.__context__, RecursionError):
+            raise
+        raise refusal from None
+
+
 def _leaves(tree: Any, dtype: Any, haiku: bool = False) -> tuple[list[Any], Any, list[_Leaf], list[_Leaf]]:
     """The flattened tree, its structure, its float array leaves with names and owners, and its
     integer leaves (made only as constants). A Haiku leaf is named "module/path.name", without the
     index of (params, state)."""
-    flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    flat, treedef = _flatten(tree)
     out: list[_Leaf] = []
     integers: list[_Leaf] = []
     flax = sys.modules.get("flax.nnx")

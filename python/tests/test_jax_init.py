@@ -405,6 +405,44 @@ def test_a_complex_leaf_is_refused(nothing_built):
         ljax.init(tree, rules={"steps": "constant(0)"})
 
 
+def _cyclic():
+    a = {"w": jax.ShapeDtypeStruct((2, 2), jnp.float32)}
+    a["self"] = [a]
+    return a
+
+
+def _deep(depth):
+    tree = {"w": jax.ShapeDtypeStruct((2, 2), jnp.float32)}
+    for _ in range(depth):
+        tree = {"a": tree}
+    return tree
+
+
+def _self_list():
+    a = [jax.ShapeDtypeStruct((2, 2), jnp.float32)]
+    a.append(a)
+    return a
+
+
+@pytest.mark.parametrize("make", [_cyclic, _self_list, lambda: _deep(10_000)], ids=["cyclic", "self-list", "10000-deep"])
+@pytest.mark.parametrize("call", [ljax.init, ljax.spec_of], ids=["init", "spec_of"])
+def test_a_tree_that_cannot_be_walked_is_a_value_error_naming_tree(nothing_built, make, call):
+    # Was a SystemError from JAX's flattening over a RecursionError; on the dict that holds itself, JAX
+    # killed the interpreter (exit 1).
+    with pytest.raises(ValueError, match=r"^tree is cyclic or nested deeper than Python's recursion limit \(\d+\)"):
+        call(make(), rules={"*": "normal(0, 1)"})
+
+
+def test_a_deep_tree_and_a_shared_subtree_are_made():
+    shared = {"w": jax.ShapeDtypeStruct((2, 2), jnp.float32)}
+    tree = ljax.init({"deep": _deep(300), "x": shared, "y": shared}, rules={"*": "normal(0, 1)"})
+    leaf = tree["deep"]
+    for _ in range(300):
+        leaf = leaf["a"]
+    assert leaf["w"].shape == (2, 2) and tree["x"]["w"].shape == tree["y"]["w"].shape == (2, 2)
+    assert not np.array_equal(np.asarray(tree["x"]["w"]), np.asarray(tree["y"]["w"]))  # two tensors by name
+
+
 @pytest.mark.parametrize("rule", [None, "normal(0, 1)", "constant(0.5)", "linear_bias"])
 def test_an_integer_leaf_without_an_integer_constant_is_refused(nothing_built, rule):
     tree = eqx.filter_eval_shape(Odd, jnp.int32)
