@@ -24,13 +24,16 @@ const json* find(const json& j, const char* key);                  // nullptr wh
 class JsonReader {
  public:
   static constexpr std::size_t kDefaultMaxDepth = 64;
-  // `max_depth`: objects and arrays nested deeper are refused (a format that nests less says so).
-  explicit JsonReader(std::string source, std::size_t max_depth = kDefaultMaxDepth)
-      : source_(std::move(source)), max_depth_(max_depth) {}
+  // `max_depth`: objects and arrays nested deeper are refused (a format that nests less says so);
+  // `max_elements`: so are arrays longer, before the document is built (the spec's tensor cap).
+  explicit JsonReader(std::string source, std::size_t max_depth = kDefaultMaxDepth,
+                      std::uint64_t max_elements = UINT64_MAX)
+      : source_(std::move(source)), max_depth_(max_depth), max_elements_(max_elements) {}
+  std::uint64_t max_elements() const noexcept { return max_elements_; }
 
   [[noreturn]] void fail(const std::string& path, const std::string& what) const;
-  // nlohmann's parser with nesting deeper than max_depth levels and repeated keys refused, and
-  // positions as line and column.
+  // nlohmann's parser with nesting deeper than max_depth levels, arrays longer than max_elements and
+  // repeated keys refused, and positions as line and column.
   json parse(std::string_view text) const;
 
   // An object whose keys are all in `valid`.
@@ -60,6 +63,7 @@ class JsonReader {
   [[noreturn]] void malformed(std::string_view text, std::size_t pos, const std::string& why) const;
   std::string source_;
   std::size_t max_depth_;
+  std::uint64_t max_elements_;
 };
 
 }  // namespace layerinit

@@ -278,6 +278,25 @@ TEST(SpecJson, ErrorMessages) {
   for (const auto& [text, msg] : cases) EXPECT_EQ(error_of(text), msg) << text;
 }
 
+// An array longer than a spec's tensor cap is refused while the text is read: 300,000 tensors reached
+// the cap's check only after 30 s (nlohmann's callback parser rescanned the array at every element).
+TEST(SpecJson, AnArrayPastTheTensorCapIsRefusedWhileRead) {
+  auto spec_with = [](std::uint64_t n, const char* where) {
+    std::string t = "{\"name\": \"m\", \"layer\": {\"count\": 1, \"tensors\": [";
+    std::string list;
+    for (std::uint64_t i = 0; i < n; ++i) list += (i ? ",{\"name\":\"" : "{\"name\":\"") + std::to_string(i) + "\",\"shape\":[1]}";
+    if (std::string(where) == "layer") return t + list + "]}}";
+    return t + "{\"name\":\"w\",\"shape\":[1]}]}, \"" + where + "\": [" + list + "]}";
+  };
+  EXPECT_EQ(error_of(spec_with(kMaxSpecTensors + 1, "pre")), "spec: pre: has more than 262144 elements");
+  EXPECT_EQ(error_of(spec_with(kMaxSpecTensors + 1, "layer")), "spec: layer.tensors: has more than 262144 elements");
+  EXPECT_EQ(error_of(spec_with(300000, "post")), "spec: post: has more than 262144 elements");
+  // At the cap the array is read; the model's total is the spec's rule.
+  EXPECT_EQ(error_of(spec_with(kMaxSpecTensors, "pre")), "spec: model 'm': lists 262145 tensors; a spec lists at most 262144");
+  EXPECT_EQ(error_of("{\"name\": \"m\", \"post\": [{\"name\": \"w\", \"shape\": [1]}, {\"name\": \"w\", \"shape\": [1], \"shape\": [2]}]}"),
+            "spec: post[1].shape: duplicate key");
+}
+
 TEST(SpecJson, ControlCharactersInKeysStayOnOneLine) {
   const std::string e = error_of("{\"name\": \"m\", \"a\\nb\": 1}");
   EXPECT_EQ(e, "spec: a\\x0ab: unknown key (valid: name, family, hyper, pre, layer, post, hf_config)");
