@@ -10,13 +10,15 @@
 #include <cstring>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include <layerinit/checkpoint/reader.hpp>
 #include <layerinit/core/errors.hpp>
+#include <layerinit/core/input_file.hpp>
 #include <layerinit/core/text.hpp>
+#include <layerinit/init/json_read.hpp>
+#include <layerinit/init/spec_json.hpp>
 
 #include "detail.hpp"
 
@@ -96,9 +98,16 @@ class Fd {
   int fd_;
 };
 
+// A regular file, opened for reading. O_NONBLOCK: a FIFO in a checkpoint's directory (a shard, the
+// index, model.safetensors) would wait for a writer forever; opened without waiting, it is refused.
 Fd open_file(const fs::path& p) {
-  Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+  Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) detail::open_failed("cannot open", p, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) detail::fail("cannot read", p, errno);
+  if (!S_ISREG(st.st_mode)) invalid(p, "is not a regular file");
+  const int flags = ::fcntl(fd.get(), F_GETFL);  // blocking reads again
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) detail::fail("cannot read", p, errno);
   return fd;
 }
 
@@ -134,7 +143,23 @@ struct Header {
   std::vector<Entry> entries;  // by data_offsets (header order among equal offsets)
 };
 
-bool unsigned_array(const nlohmann::ordered_json& j) {
+// A header nests three levels ({"t": {"shape": [...]}}, "__metadata__" two), an index two or three
+// ({"weight_map": {...}, "metadata": {...}}): deeper is refused before anything is built (a
+// __metadata__ value nested 100,000 deep overflowed the stack).
+constexpr std::size_t kMaxHeaderDepth = 3, kMaxIndexDepth = 8;
+
+// `raw` parsed by the rules the spec reader keeps (init/json_read.hpp): nesting past max_depth and
+// repeated keys refused (a tensor listed twice was kept once, silently), in time linear in its size
+// (an ordered_json header was quadratic in its entries: 40,000 took 9.7 s).
+nlohmann::json parse_json(const fs::path& p, const std::string& what, std::string_view raw, std::size_t max_depth) {
+  try {
+    return JsonReader(what, max_depth).parse(raw);
+  } catch (const spec_error& e) {
+    invalid(p, e.what());
+  }
+}
+
+bool unsigned_array(const nlohmann::json& j) {
   if (!j.is_array()) return false;
   for (const auto& v : j)
     if (!v.is_number_unsigned()) return false;
@@ -163,7 +188,7 @@ Header read_header(const fs::path& p) {
                    " bytes; a truncated file?)");
   std::string raw(static_cast<std::size_t>(len), '\0');
   if (!full_pread(fd.get(), raw.data(), len, 8, p)) invalid(p, "is shorter than its size (changed while read?)");
-  const auto h = nlohmann::ordered_json::parse(raw, nullptr, false);
+  const auto h = parse_json(p, "safetensors header", raw, kMaxHeaderDepth);
   if (!h.is_object()) invalid(p, "safetensors header is not a JSON object");
   Header out;
   out.data_start = 8 + len;
@@ -245,8 +270,7 @@ class FdCache {
         std::rotate(open_.begin(), open_.begin() + static_cast<std::ptrdiff_t>(i), open_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
         return open_.front().second.get();
       }
-    Fd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.get() < 0) detail::fail("cannot open", p, errno);
+    Fd fd = open_file(p);
     if (open_.size() == kMax) open_.pop_back();
     open_.insert(open_.begin(), {file, std::move(fd)});
     return open_.front().second.get();
@@ -332,12 +356,16 @@ bool path_exists(const fs::path& p) {
 
 std::unique_ptr<CheckpointReader> open_sharded(const fs::path& dir) {
   const fs::path index_path = dir / "model.safetensors.index.json";
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) detail::open_failed("cannot open", index_path, errno);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) detail::fail("cannot read", index_path, EIO);
-  const auto index = nlohmann::json::parse(ss.str(), nullptr, false);
+  // Read as config.json is (core/input_file.hpp): a regular file of at most 16 MiB (an index of
+  // 100,000 tensors is a few MiB); a link to /dev/zero or a 2 GiB sparse file was read whole.
+  const Fd fd = open_file(index_path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) detail::fail("cannot read", index_path, errno);
+  if (static_cast<std::uint64_t>(st.st_size) > kMaxInputFileBytes)
+    invalid(index_path, "is larger than 16 MiB (" + text(static_cast<std::uint64_t>(st.st_size)) + " bytes)");
+  std::string raw(static_cast<std::size_t>(st.st_size), '\0');
+  if (!full_pread(fd.get(), raw.data(), raw.size(), 0, index_path)) invalid(index_path, "is shorter than its size (changed while read?)");
+  const auto index = parse_json(index_path, "index", raw, kMaxIndexDepth);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     invalid(index_path, "has no weight_map (a JSON object of tensor names to shard files)");
   const auto& map = index["weight_map"];
