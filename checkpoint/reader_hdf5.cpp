@@ -52,8 +52,24 @@ std::optional<std::string> string_attribute(hid_t obj, const char* name) {
   return s;
 }
 
+// The root's string attributes, and the names of the metadata attributes layerinit writes (as strings)
+// that hold something else.
+struct RootAttributes {
+  std::map<std::string, std::string>* strings;
+  std::vector<std::string> not_strings;
+};
+
+bool layerinit_metadata_name(std::string_view name) {
+  for (const char* k : {"format_version", "library_version", "dtype", "seed", "recipe", "layout", "orientation", "model_spec",
+                        "init_overrides", "dtype_overrides", "experts", detail::kRankFilesAttribute})
+    if (name == k) return true;
+  return false;
+}
+
 herr_t collect_root_attribute(hid_t loc, const char* name, const H5A_info_t*, void* out) {
-  if (auto v = string_attribute(loc, name)) (*static_cast<std::map<std::string, std::string>*>(out))[name] = std::move(*v);
+  auto& attrs = *static_cast<RootAttributes*>(out);
+  if (auto v = string_attribute(loc, name)) (*attrs.strings)[name] = std::move(*v);
+  else if (layerinit_metadata_name(name)) attrs.not_strings.emplace_back(name);
   return 0;
 }
 
@@ -154,8 +170,13 @@ class Hdf5Reader final : public CheckpointReader {
     dapl_ = Hid(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
     if (!dapl_.valid() || H5Pset_virtual_prefix(dapl_.get(), dir.c_str()) < 0) hdf5_fail("cannot open", path_);
     hsize_t idx = 0;
-    if (H5Aiterate2(file_.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, collect_root_attribute, &metadata_) < 0)
+    RootAttributes attrs{&metadata_, {}};
+    if (H5Aiterate2(file_.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, collect_root_attribute, &attrs) < 0)
       hdf5_fail("cannot read the attributes of", path_);
+    // A seed of 1.5 was passed over: verify then checked seed 0 and passed. Refused, as a safetensors
+    // __metadata__ value that is not a string is.
+    if (!attrs.not_strings.empty())
+      invalid(path_, "attribute " + quote(attrs.not_strings.front()) + " is not a string (layerinit writes its metadata as one string each)");
     // HDF5 reads a virtual dataset's missing source as its fill value (zeros), no error.
     if (auto it = metadata_.find(detail::kRankFilesAttribute); it != metadata_.end()) {
       struct stat st {};

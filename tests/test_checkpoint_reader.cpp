@@ -716,6 +716,32 @@ TEST(CheckpointReader, AnHDF5DtypeAttributeMustMatchTheType) {
   EXPECT_EQ(refusal(p), "checkpoint: " + p.string() + ": dataset 'w': its dtype attribute says bf16, but its HDF5 type is fp32");
 }
 
+// A metadata attribute layerinit writes as a string, of another type: a seed of 1.5 was passed over
+// (verify then checked seed 0 and passed). Another tool's attribute of any type is left alone.
+TEST(CheckpointReader, AnHDF5MetadataAttributeThatIsNotAStringIsRefused) {
+  TempDir dir;
+  const fs::path p = dir / "x.h5";
+  auto with_root_attribute = [&](const char* name) {
+    HdfFile f(p);
+    const float v[2] = {1, 2};
+    const hsize_t n = 2;
+    f.dataset("w", H5T_IEEE_F32LE, 1, &n, v);
+    hid_t s = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f.id, name, H5T_IEEE_F64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+    const double seed = 1.5;
+    H5Awrite(a, H5T_NATIVE_DOUBLE, &seed);
+    H5Aclose(a);
+    H5Sclose(s);
+  };
+  with_root_attribute("seed");
+  EXPECT_EQ(refusal(p), "checkpoint: " + p.string() + ": attribute 'seed' is not a string (layerinit writes its metadata as one string each)");
+  fs::remove(p);
+  with_root_attribute("temperature");
+  const auto r = open_checkpoint_reader(p);
+  EXPECT_EQ(r->tensors().size(), 1u);
+  EXPECT_EQ(r->metadata().count("temperature"), 0u);
+}
+
 // A checkpoint of more shards than the process may open files: a few stay open at a time. Run in a
 // child with RLIMIT_NOFILE 32 (and 60 shards), reading every tensor twice in shard order and once
 // backwards.
