@@ -3,6 +3,7 @@
 
 #include <hdf5.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -34,11 +35,14 @@ inline herr_t collect_hdf5_error(unsigned, const H5E_error2_t* e, void* out) {
 }
 
 // The system's reason from HDF5's error stack ("error message = 'No space left on device'"), else
-// the innermost description. Clears the stack.
-inline std::string hdf5_reason() {
+// the innermost description. Clears the stack. `system`, when given: whether a system call failed under HDF5 (its message names an errno), which
+// is the environment's failure, not the file's.
+inline std::string hdf5_reason(bool* system = nullptr) {
   std::vector<std::string> descs;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_hdf5_error, &descs);
   H5Eclear2(H5E_DEFAULT);
+  if (system)
+    *system = std::any_of(descs.begin(), descs.end(), [](const std::string& d) { return d.find("errno = ") != std::string::npos; });
   for (const auto& d : descs) {
     auto p = d.find("error message = '");
     if (p != std::string::npos) {

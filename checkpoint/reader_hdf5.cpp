@@ -157,11 +157,14 @@ class Hdf5Reader final : public CheckpointReader {
   void open() {
     file_ = Hid(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
     if (!file_.valid()) {
-      // The file has HDF5's signature and could be opened for reading: a cut file is the file's
-      // fault; anything else (a lock the filesystem refuses, ...) the environment's.
-      const std::string why = detail::hdf5_reason();
+      // The file has HDF5's signature and could be opened and read: what HDF5 then refuses is the
+      // file's (a cut file, a bad superblock: exit 2, as any broken format rule), unless HDF5 names a
+      // system call's failure (an errno: a lock the filesystem refuses, an I/O error): the environment's.
+      bool system = false;
+      const std::string why = detail::hdf5_reason(&system);
       if (why.find("truncated file") != std::string::npos) invalid(path_, "a cut HDF5 file (" + why + ")");
-      throw checkpoint_error("checkpoint: cannot open " + printable(path_.string()) + ": " + why);
+      if (system) throw checkpoint_error("checkpoint: cannot open " + printable(path_.string()) + ": " + why);
+      invalid(path_, "not a readable HDF5 file (" + why + ")");
     }
     // A virtual dataset's sources are named relative to the master's directory. HDF5 1.10.8 searches
     // it anyway (after HDF5_VDS_PREFIX and this prefix, before the working directory); the prefix

@@ -783,6 +783,13 @@ TEST(CheckpointReader, ACutHDF5FileIsRefused) {
   const std::string m = refusal(p);
   EXPECT_TRUE(m.starts_with("checkpoint: " + p.string() + ": a cut HDF5 file (truncated file: eof = " + std::to_string(size / 2)))
       << m;
+  // HDF5's signature then bytes of no format: the file's fault too (was an environment failure, exit 1).
+  std::mt19937_64 rng(7);
+  std::string junk = "\x89HDF\r\n\x1a\n";
+  for (int i = 0; i < 4096; ++i) junk += static_cast<char>(rng());
+  write_file(p, junk);
+  const std::string j = refusal(p);
+  EXPECT_TRUE(j.starts_with("checkpoint: " + p.string() + ": not a readable HDF5 file (")) << j;
 }
 
 // A file cut after it was opened: the read says so, naming the file.
