@@ -307,6 +307,35 @@ TEST_F(CliVerify, AnotherModelIsRefused) {
   EXPECT_NE(r.err.find("its metadata names model 'gpt2-tiny'"), std::string::npos) << r.err;
 }
 
+// A model of 2^40 layers, claimed by the file's metadata or given with --spec: refused before any of
+// its tensors is looked at, as emit refuses it (verify walked every layer first, for minutes).
+TEST_F(CliVerify, AClaimedModelTooLargeToHoldIsRefusedFirst) {
+  TempDir dir;
+  const std::string out = (dir / "a").string();
+  ASSERT_EQ(run({"emit", "--preset", "llama-tiny", "--format", "safetensors", "-o", out}).code(), 0);
+  const std::string huge = R"({"name": "huge", "layer": {"count": 1099511627776, "tensors": [{"name": "w", "shape": [2], "role": "norm_weight"}]}})";
+  write_file(dir / "huge.json", huge);
+  const std::string refusal_start = "layerinit: error: not enough memory: needs 2176.00 TiB";
+  const Result given = run({"verify", out, "--spec", (dir / "huge.json").string()}, SpawnOptions{.alarm_s = 60});
+  EXPECT_EQ(given.code(), 2) << given.how() << given.err;
+  EXPECT_EQ(given.err.rfind(refusal_start, 0), 0u) << given.err;
+  EXPECT_NE(given.err.find("tensor records 2176.00 TiB"), std::string::npos) << given.err;
+  // The same model in the file's metadata.
+  const fs::path file = fs::path(out) / "model.safetensors";
+  const std::string raw = slurp(file);
+  Header h = read_header(file);
+  h.h["__metadata__"]["model_spec"] = huge;
+  std::string header = h.h.dump();
+  header.resize((header.size() + 7) / 8 * 8, ' ');
+  std::string bytes(8, '\0');
+  for (int b = 0; b < 8; ++b) bytes[b] = static_cast<char>((header.size() >> (8 * b)) & 0xff);
+  write_file(file, bytes + header + raw.substr(h.data));
+  const Result claimed = run({"verify", out, "--report", "json"}, SpawnOptions{.alarm_s = 60});
+  EXPECT_EQ(claimed.code(), 2) << claimed.how() << claimed.err;
+  EXPECT_EQ(claimed.err.rfind(refusal_start, 0), 0u) << claimed.err;
+  EXPECT_EQ(claimed.out, "");
+}
+
 TEST_F(CliVerify, WithoutMetadataTheModelMustBeGiven) {
   TempDir dir;
   const std::string out = (dir / "a").string();

@@ -202,6 +202,9 @@ int main(int argc, char** argv) {
   verify_args.add_build_flags(*verify, false);
   // The values are made again on the host, beside the file's: --threads, but no --backend.
   add_decimal_option(*verify, "--threads", verify_args.threads, 0, 4096, "Host threads (0 = all cores)");
+  verify->add_flag("--no-memory-check", verify_args.no_memory_check,
+                   "Go ahead even when the model's tensor records and the compare's buffers exceed the memory this "
+                   "process may use");
   verify->add_option("--report", verify_opts.report, "Print a machine-readable report: json");
   verify->add_flag("--all", verify_opts.all, "List every tensor, the equal ones too (text report)");
   verify->add_flag("--no-diagnose", verify_opts.no_diagnose,
