@@ -1,11 +1,13 @@
 #include <layerinit/plan/memory_check.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <stdexcept>
 
 #include <layerinit/core/bytes.hpp>
 #include <layerinit/memory/available.hpp>
+#include <layerinit/plan/plan.hpp>
 
 namespace layerinit {
 
@@ -19,6 +21,12 @@ std::uint64_t record_bytes(const ModelSpec& spec, Layout layout, bool slice_hash
   const std::uint64_t tensors = saturating_add(outer, layout == Layout::stacked ? T : saturating_mul(L, T));
   const std::uint64_t slices = slice_hashes ? saturating_mul(L, T) : 0;
   return saturating_add(saturating_mul(tensors, 2u << 10), saturating_mul(slices, 128));
+}
+
+MemoryNeed verify_memory_need(const Builder& b, std::uint64_t chunk_bytes) {
+  const MemoryPlan p = make_memory_plan(b);
+  return {"the compare's three chunks", saturating_mul(3, std::min(p.largest_tensor_bytes, chunk_bytes)),
+          record_bytes(b.spec(), b.options().layout, true)};
 }
 
 void check_memory(backend& be, const MemoryNeed& need) {

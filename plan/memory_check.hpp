@@ -39,6 +39,12 @@ struct MemoryNeed {
 // layer tensor, as a stacked report keeps them), in either checkpoint format. Saturates at 2^64 - 1.
 LAYERINIT_API std::uint64_t record_bytes(const ModelSpec& spec, Layout layout, bool slice_hashes);
 
+// What verify holds besides the stored tensors: a record per tensor of b's model (with a hash per layer
+// slice) and three chunks of the compare (stored, the next stored, expected: checkpoint/verify.hpp) of
+// at most `chunk_bytes` each, or of the model's largest tensor. Takes no time per layer, so a model
+// of 2^40 layers is refused before it is walked.
+LAYERINIT_API MemoryNeed verify_memory_need(const Builder& b, std::uint64_t chunk_bytes);
+
 // Throws memory_refused when `need` exceeds what this process may use: be.available_memory() for
 // the peak and the records together on the host; on a device the peak against the device's and the
 // records against the host's (available_host_memory). Nothing is refused where nothing can be read.

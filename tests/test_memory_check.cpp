@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include <layerinit/init/builder.hpp>
 #include <layerinit/init/presets.hpp>
+#include <layerinit/init/recipes.hpp>
 #include <layerinit/plan/memory_check.hpp>
 
 #include "simulated_node.hpp"
@@ -36,6 +38,27 @@ TEST(MemoryCheck, RecordBytesCountTensorsAndSlices) {
   ModelSpec huge = spec;
   huge.num_layers = UINT64_MAX / 4;
   EXPECT_EQ(record_bytes(huge, Layout::per_layer, false), UINT64_MAX);  // saturates
+}
+
+// verify's need: the records with a hash per layer slice, and three chunks of the compare, each the
+// chunk or the model's largest tensor if smaller; no time per layer (2^40 layers).
+TEST(MemoryCheck, VerifyNeedsTheRecordsAndThreeChunks) {
+  auto be = make_host_backend(1);
+  memory_resource& mem = be->memory();
+  const ModelSpec spec = make_preset("llama-tiny");  // largest tensor: the embedding, [512, 64]
+  BuildOptions o;
+  o.dtype = DType::bf16;
+  const Builder b(spec, make_recipe("hf"), o, *be, mem);
+  MemoryNeed need = verify_memory_need(b, 64ull << 20);
+  EXPECT_EQ(need.peak, 3u * 512 * 64 * 2);
+  EXPECT_EQ(need.records, record_bytes(spec, Layout::per_layer, true));
+  EXPECT_EQ(verify_memory_need(b, 1000).peak, 3000u);
+  ModelSpec huge = spec;
+  huge.num_layers = 1ull << 40;
+  const Builder h(huge, make_recipe("hf"), o, *be, mem);
+  need = verify_memory_need(h, 64ull << 20);
+  EXPECT_EQ(need.records, record_bytes(huge, Layout::per_layer, true));
+  EXPECT_GT(need.records, 1ull << 50);
 }
 
 TEST(MemoryCheck, RefusesWithBothNumbers) {

@@ -1,7 +1,6 @@
 // layerinit verify: is a checkpoint the init it claims? (checkpoint/verify.hpp, docs/checkpoint.md "Verify")
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -70,15 +69,12 @@ int verify_command(const ModelArgs& args, const VerifyArgs& va, const CLI::App& 
 
   // verify fills on the host (the stored values are there): the CPU backend, whatever else the machine has.
   const std::unique_ptr<backend> be = make_backend("cpu", args.threads);
-  VerifyOptions vo;
-  // Before any tensor of the model is looked at, as emit: a model_spec claiming 2^40 layers was walked
-  // for minutes. Memory: a record per tensor, and three chunks of the compare (verify.hpp).
-  std::uint64_t largest = 0;
-  for (const StoredTensor& t : reader->tensors()) largest = std::max(largest, t.bytes());
-  check_memory(args, *be, {"the compare's three chunks", saturating_mul(3, std::min(largest, vo.chunk_bytes)),
-                           record_bytes(spec, opts.layout, true)});
   tracking_resource tracker(be->memory());
   const Builder builder(spec, recipe, opts, *be, tracker);
+  VerifyOptions vo;
+  // Before any tensor of the model is looked at, as emit: a model_spec claiming 2^40 layers was walked
+  // for minutes.
+  check_memory(args, *be, verify_memory_need(builder, vo.chunk_bytes));
   check_same_model(spec, builder, *reader, va.path);
 
   vo.diagnose = !va.no_diagnose;

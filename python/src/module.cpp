@@ -502,13 +502,10 @@ std::pair<std::string, std::string> verify_with(const std::map<std::string, std:
   // The values are made on the host, beside the stored ones: a host backend, on the host tracker.
   std::unique_ptr<backend> be = make_host_backend(threads);
   const Builder builder(spec, recipe, opts, *be, *host_context().tracker);
-  CheckpointReader& r = reader(builder);
   VerifyOptions vo;
-  // Before any tensor of the model is looked at, as the CLI's verify (tools/verify_cmd.cpp).
-  std::uint64_t largest = 0;
-  for (const StoredTensor& t : r.tensors()) largest = std::max(largest, t.bytes());
-  check_memory(*be, {"the compare's three chunks", saturating_mul(3, std::min(largest, vo.chunk_bytes)),
-                     record_bytes(spec, opts.layout, true)});
+  // Before any tensor of the model is looked at (a state dict's reader walks them), as the CLI's verify.
+  check_memory(*be, verify_memory_need(builder, vo.chunk_bytes));
+  CheckpointReader& r = reader(builder);
   check_same_model(spec, builder, r, shown);
   vo.diagnose = diagnose;
   vo.seeds = a.seed_guesses;
