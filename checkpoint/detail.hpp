@@ -76,6 +76,14 @@ inline constexpr const char* kStagingMarker = ".layerinit-staging";
 // without the marker (not layerinit's, or a published rank directory), not one in use. Never throws.
 void remove_stale_staging(const fs::path& target) noexcept;
 
+// A test hook: SIGKILL here when LAYERINIT_TEST_KILL_AT is "<point>:<target's file name>" (points
+// "before-rename", "after-rename": TempPath::publish's), a process killed at the worst moment.
+void test_kill_point(std::string_view point, const fs::path& target) noexcept;
+
+// The rank directory (layerinit.rank_files) the parallel HDF5 master at `target` names; nullopt when
+// `target` is no such master. Never throws.
+std::optional<std::string> hdf5_rank_files(const fs::path& target) noexcept;
+
 // A temporary file or directory staged beside the target in a marked directory
 // "<dir>/.<name>.tmp-XXXXXX": a directory target is that directory, a file target the file <name>
 // inside it. Removed by remove() or the destructor unless released by publish() or keep(). The
@@ -99,9 +107,9 @@ class TempPath {
   // fsyncs and renames the temporary onto `target` (replacing it only if overwrite), removes a
   // file's staging directory, then fsyncs the parent directory. Afterwards nothing is left to remove.
   void publish(const fs::path& target, bool overwrite);
-  // Takes the marker out of a directory about to become part of a checkpoint (a parallel HDF5
-  // emit's rank directory, before its master is published): from here on no later emit takes it
-  // for stale staging. It is still removed by remove() or the destructor.
+  // Takes the marker out of a directory that became part of a checkpoint (a parallel HDF5 emit's
+  // rank directory, once its master is published): no later emit takes it for stale staging. It is
+  // still removed by remove() or the destructor.
   void unmark() noexcept;
   // Keeps the path where it is, with nothing left to remove (a parallel HDF5 checkpoint's rank
   // directory, once its master is published). Directories only.

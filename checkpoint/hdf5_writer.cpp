@@ -413,6 +413,10 @@ void remove_replaced_rank_dir(const fs::path& target, const std::string& name) n
 }
 }  // namespace
 
+std::optional<std::string> hdf5_rank_files(const fs::path& target) noexcept {
+  return is_hdf5_file(target) ? hdf5_string_attribute(target, kRankFilesAttribute) : std::nullopt;
+}
+
 void publish_hdf5(TempPath& tmp, const fs::path& target, bool overwrite, std::string_view keep) {
   std::optional<std::string> old_ranks;
   if (overwrite) {

@@ -504,10 +504,11 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
       detail::TempPath master(tgt, false);
       detail::write_hdf5_virtual(master.path(), datasets, sources, master_meta, tgt);
       fs::path d = ranks_dir->path();
-      ranks_dir->unmark();  // about to be the checkpoint's: never stale staging
       detail::fsync_path(d, true);
+      // Marked until the master is out: killed before, the rank directory is stale staging a later
+      // emit removes; killed after, the master names it and a later emit only unmarks it.
       detail::publish_hdf5(master, tgt, opts.writer.overwrite, dir_name);
-      ranks_dir->keep();  // the master names it now
+      ranks_dir->keep();  // the master names it now: a checkpoint's, never stale staging
       result.file_bytes = detail::disk_bytes(tgt) + detail::disk_bytes(d);
     } catch (...) {
       failure = std::current_exception();

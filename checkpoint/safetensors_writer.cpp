@@ -34,13 +34,14 @@ bool written_by_layerinit(const fs::path& p) {
 }
 
 // --force replaces a directory only if it holds nothing but what this writer writes: .safetensors
-// files with layerinit's __metadata__, model.safetensors.index.json and config.json (or nothing).
+// files with layerinit's __metadata__, model.safetensors.index.json and config.json (or nothing), and
+// the staging marker a writer killed just after publishing left (TempPath::publish).
 std::string safetensors_ownership_impl(const fs::path& dir) {
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (!fs::is_regular_file(it->symlink_status(ec))) return "it holds " + name + ", which is not a file layerinit writes";
-    if (name == "config.json" || name == "model.safetensors.index.json") continue;
+    if (name == "config.json" || name == "model.safetensors.index.json" || name == detail::kStagingMarker) continue;
     if (!name.ends_with(".safetensors")) return "it holds " + name + ", which layerinit does not write";
     if (!written_by_layerinit(it->path()))
       return "it holds " + name + ", which layerinit did not write (no format_version and library_version in its __metadata__)";

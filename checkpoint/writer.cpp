@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -199,6 +200,11 @@ bool remove_tree(const fs::path& p) noexcept {
   return false;
 }
 
+void test_kill_point(std::string_view point, const fs::path& target) noexcept {
+  const char* at = std::getenv("LAYERINIT_TEST_KILL_AT");
+  if (at && std::string(point) + ":" + target.filename().string() == at) std::raise(SIGKILL);
+}
+
 void remove_stale_staging(const fs::path& target) noexcept {
   const std::string name = target.filename().string();
   const std::string tmp_prefix = "." + name + ".tmp-", ranks_prefix = name + ".ranks-";
@@ -211,7 +217,12 @@ void remove_stale_staging(const fs::path& target) noexcept {
     if (!ours || !fs::is_directory(it->symlink_status(st))) continue;
     const int fd = ::open((it->path() / kStagingMarker).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) continue;  // no marker: not staging, or already published
-    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) remove_tree(it->path());  // its process is gone
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {  // its process is gone
+      // A parallel HDF5 emit's rank directory stays marked until its master is out: one the master
+      // at the target names was published, its process killed before it took the marker out.
+      if (entry.rfind(ranks_prefix, 0) == 0 && hdf5_rank_files(target) == entry) ::unlink((it->path() / kStagingMarker).c_str());
+      else remove_tree(it->path());
+    }
     ::close(fd);
   }
 }
@@ -228,11 +239,13 @@ void fsync_path(const fs::path& p, bool directory) {
 }
 
 void TempPath::publish(const fs::path& target, bool overwrite) {
-  if (directory_) {
-    unmark();  // published, it is a checkpoint, not staging
+  // The marker stays until the rename: a process killed before it leaves staging that a later write
+  // removes (unmarked first, a complete staging directory stayed for good). A directory's marker
+  // goes with it and is taken out of the target after the rename.
+  if (directory_)
     for (const auto& e : fs::directory_iterator(path_)) fsync_path(e.path(), false);
-  }
   fsync_path(path_, directory_);
+  test_kill_point("before-rename", target);
   // RENAME_NOREPLACE refuses a target that appeared while writing; RENAME_EXCHANGE swaps a directory
   // atomically with the old one, which is then removed.
   if (!overwrite) {
@@ -260,7 +273,12 @@ void TempPath::publish(const fs::path& target, bool overwrite) {
   } else if (::rename(path_.c_str(), target.c_str()) != 0) {
     fail("cannot rename the temporary into", target, errno);
   }
-  if (!directory_) {  // the file is out: its staging directory holds only the marker
+  test_kill_point("after-rename", target);
+  if (directory_) {  // published, it is a checkpoint, not staging
+    ::unlink((target / kStagingMarker).c_str());
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+  } else {  // the file is out: its staging directory holds only the marker
     unmark();
     remove_tree(stage_);
   }

@@ -150,6 +150,35 @@ TEST_F(Cli, AReportThatCannotBeWrittenPublishesNothing) {
   }
 }
 
+// Killed just before or just after publishing (LAYERINIT_TEST_KILL_AT): killed before, the next emit
+// removes what was staged (a safetensors directory had lost its marker and stayed for good); killed
+// after, the checkpoint reads whole and emit --force replaces it (a directory holding the marker was
+// refused as not layerinit's).
+TEST_F(Cli, KilledWhilePublishingLeavesWhatALaterEmitCleansUp) {
+  for (const std::string format : {"safetensors", "hdf5"}) {
+    for (const std::string point : {"before-rename", "after-rename"}) {
+      SCOPED_TRACE(format + ", killed " + point);
+      TempDir dir;
+      const std::string out = (dir / "out").string();
+      std::vector<std::string> args{"emit", "--preset", "llama-tiny", "--backend", "cpu", "--format", format, "-o", out};
+      if (format == "safetensors") args.insert(args.end(), {"--max-shard-size", "60KB"});
+      SpawnOptions so;
+      so.env["LAYERINIT_TEST_KILL_AT"] = point + ":out";
+      const Result killed = run(args, so);
+      EXPECT_EQ(killed.how(), "signal 9") << killed.err;
+      if (point == "after-rename") EXPECT_EQ(run({"verify", out}).code(), 0);
+      args.push_back("--force");
+      const Result again = run(args);
+      ASSERT_EQ(again.code(), 0) << again.err;
+      const std::vector<std::string> left = dir.entries();
+      EXPECT_EQ(left, std::vector<std::string>{"out"});
+      if (format == "safetensors")
+        for (const auto& f : TempDir::list(out)) EXPECT_NE(f, ".layerinit-staging");
+      EXPECT_EQ(run({"verify", out}).code(), 0);
+    }
+  }
+}
+
 TEST_F(Cli, EnvironmentFailureAtOpenIsExitOne) {
   // Each shard is open from the start: 34 shards of llama-tiny under 16 descriptors fail to open,
   // an environment failure (exit 1), not bad input.

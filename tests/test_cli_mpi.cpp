@@ -164,6 +164,32 @@ TEST_F(CliMpi, AFailingRankIsOneLineAndLeavesNothing) {
   }
 }
 
+// Rank 0 killed just before or just after it publishes (LAYERINIT_TEST_KILL_AT): killed before, what
+// the job staged is removed by the next emit (the staging directory, or the HDF5 rank directory, had
+// lost its marker and stayed for good); killed after, the checkpoint reads whole and the next emit
+// replaces it, leaving nothing else.
+TEST_F(CliMpi, RankZeroKilledWhilePublishingLeavesWhatALaterEmitCleansUp) {
+  for (const std::string format : {"safetensors", "hdf5"}) {
+    for (const std::string point : {"before-rename", "after-rename"}) {
+      SCOPED_TRACE(format + ", killed " + point);
+      TempDir dir;
+      const std::string out = (dir / "out").string();
+      std::vector<std::string> args{"emit", "--preset", "llama-tiny", "--format", format, "-o", out};
+      if (format == "safetensors") args.insert(args.end(), {"--max-shard-size", "60KB"});
+      auto env = kEnv;
+      env.env["LAYERINIT_TEST_KILL_AT"] = point + ":out";
+      const Result killed = run_command(mpirun(2, args, "", 3), env);
+      EXPECT_NE(killed.code(), 0) << killed.err;
+      if (point == "after-rename") EXPECT_EQ(run({"verify", out}, kEnv).code(), 0);
+      args.push_back("--force");
+      const Result again = run_command(mpirun(2, args), kEnv);
+      ASSERT_EQ(again.code(), 0) << again.err;
+      dir.expect_only_the_checkpoint(format == "hdf5");
+      EXPECT_EQ(run({"verify", out}, kEnv).code(), 0);
+    }
+  }
+}
+
 TEST_F(CliMpi, AKilledRankLeavesNothing) {
   for (const std::string format : {"safetensors", "hdf5"}) {
     SCOPED_TRACE(format);

@@ -43,6 +43,17 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
   const std::filesystem::path& path() const { return path_; }
   std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+  // The checkpoint "out" (emit -o DIR/out) and, for a parallel HDF5 one, its rank directory, and
+  // nothing else: no staging left, no staging marker in either. A test's failure if not.
+  void expect_only_the_checkpoint(bool hdf5) const {
+    const std::vector<std::string> left = entries();
+    ASSERT_EQ(left.size(), hdf5 ? 2u : 1u) << ::testing::PrintToString(left);
+    EXPECT_EQ(left[0], "out");
+    if (hdf5) EXPECT_EQ(left[1].rfind("out.ranks-", 0), 0u) << left[1];
+    for (const auto& e : left)
+      if (std::filesystem::is_directory(path_ / e))
+        for (const auto& f : list(path_ / e)) EXPECT_NE(f, ".layerinit-staging") << e;
+  }
   // Every entry's name, sorted: after a failure only what the test put there may remain.
   std::vector<std::string> entries() const { return list(path_); }
   static std::vector<std::string> list(const std::filesystem::path& dir) {
