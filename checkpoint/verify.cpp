@@ -7,6 +7,7 @@
 #include <cstring>
 #include <future>
 #include <limits>
+#include <new>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -16,10 +17,12 @@
 #include <layerinit/backends/content_hash.hpp>
 #include <layerinit/checkpoint/detail.hpp>
 #include <layerinit/checkpoint/emit.hpp>
+#include <layerinit/core/bytes.hpp>
 #include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
 #include <layerinit/init/spec_json.hpp>
 #include <layerinit/init/box_fill.hpp>
+#include <layerinit/memory/available.hpp>
 
 namespace layerinit {
 
@@ -445,24 +448,61 @@ class Verifier {
     return out;
   }
 
+  // The content hash of what `e` should hold, made chunk by chunk as compare() makes it (a whole
+  // copy of a tensor the file lacks could exceed the memory).
+  std::uint64_t expected_hash_of(const Expected& e) {
+    const std::uint64_t esize = dtype_size(e.dtype), n = e.numel();
+    const std::uint64_t chunk = std::max<std::uint64_t>(opts_.chunk_bytes / esize, 1);
+    Bytes want(std::min(n, chunk) * esize);
+    ContentHash h;
+    for (std::uint64_t at = 0; at < n; at += chunk) {
+      const std::uint64_t c = std::min(chunk, n - at);
+      generate(be_, e, at, c, want.data(), seed_);
+      h.update(want.data(), c * esize);
+    }
+    return h.digest();
+  }
+
+  // Whether a diagnosis holding `bytes` (the stored and expected tensors) may take its memory, about
+  // three times that at its worst (a transposed or re-seeded copy beside both); else `out` says it
+  // was not diagnosed and why. The verdict stands either way.
+  bool diagnosis_fits(std::uint64_t bytes, std::optional<Diagnosis>& out) {
+    if (!diagnosis_memory_) {
+      const auto a = available_host_memory();
+      diagnosis_memory_ = opts_.diagnosis_memory ? *opts_.diagnosis_memory : a ? a->bytes : UINT64_MAX;
+    }
+    const std::uint64_t need = saturating_mul(bytes, 3);
+    if (need <= *diagnosis_memory_) return true;
+    out = make("none", "not diagnosed: its diagnosis needs about " + format_bytes(need) + " of memory, " +
+                           format_bytes(*diagnosis_memory_) + " available");
+    return false;
+  }
+
   void diagnose_all() {
     bool any = false;
     for (const Work& w : work_) any |= w.check.status != CheckStatus::equal;
     if (!any && unexpected_.empty()) return;
     // Every expected tensor's hash, for "holds another tensor's values".
     for (Work& w : work_)
-      if (!w.expected_hash) w.expected_hash = content_hash(expected_bytes(*w.expected).data(), w.expected->bytes());
+      if (!w.expected_hash) w.expected_hash = expected_hash_of(*w.expected);
     for (Work& w : work_) by_hash_.emplace(*w.expected_hash, &w);
 
+    // What cannot get its memory after all (the estimate is one) is not diagnosed, saying so.
+    auto guarded = [&](Work& w, auto diagnose_one) {
+      try {
+        diagnose_one(w);
+      } catch (const std::bad_alloc&) {
+        w.check.diagnosis = make("none", "not diagnosed: out of memory");
+      }
+      report_progress();
+    };
     for (Work& w : work_) {
       if (w.check.status != CheckStatus::differs || w.stored.size() != 1 || w.check.pieces) continue;
-      diagnose_differs(w);
-      report_progress();
+      guarded(w, [&](Work& x) { diagnose_differs(x); });
     }
     for (Work& u : unexpected_) {
       if (u.stored.size() != 1 || !r_.tensors()[u.stored.front()].global_shape.empty()) continue;
-      diagnose_unexpected(u);
-      report_progress();
+      guarded(u, [&](Work& x) { diagnose_unexpected(x); });
     }
   }
 
@@ -481,6 +521,7 @@ class Verifier {
       w.check.diagnosis = make("none", "stored as " + s.dtype_text + ", a dtype layerinit does not compare");
       return;
     }
+    if (!diagnosis_fits(saturating_add(saturating_mul(numel(s.shape), esize), e.bytes()), w.check.diagnosis)) return;
     const Bytes have = stored_bytes(w.stored.front());
     w.stored_hash = content_hash(have.data(), have.size());
     const Bytes want = expected_bytes(e);
@@ -677,6 +718,7 @@ class Verifier {
     const StoredTensor& s = r_.tensors()[u.stored.front()];
     const std::uint64_t esize = element_size(s);
     if (!esize || !s.dtype) return;
+    if (!diagnosis_fits(saturating_mul(numel(s.shape), esize), u.check.diagnosis)) return;
     const Bytes have = stored_bytes(u.stored.front());
     u.stored_hash = content_hash(have.data(), have.size());
     // A constant matches every constant tensor of its size (norms): say what it is instead.
@@ -769,6 +811,7 @@ class Verifier {
   std::vector<Work> work_, unexpected_;
   std::unordered_multimap<std::uint64_t, Work*> by_hash_;
   std::vector<std::uint64_t> found_seeds_;
+  std::optional<std::uint64_t> diagnosis_memory_;  // what a diagnosis may take: read once, when the first needs it
 };
 
 nlohmann::ordered_json shape_json(const Shape& s) {

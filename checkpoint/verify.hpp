@@ -110,6 +110,10 @@ struct VerifyOptions {
   // Seeds "other_seed" tries besides 0..1023, a few favourites and the checkpoint metadata's seed
   // (the user's guesses).
   std::vector<std::uint64_t> seeds;
+  // Bytes a tensor's diagnosis may take (it holds the stored and the expected tensor whole, and a
+  // copy beside them); one that needs more is skipped, its check saying so. Default: what
+  // available_host_memory says when the diagnosis begins.
+  std::optional<std::uint64_t> diagnosis_memory;
 };
 
 // Tensors that are not in a file as a checkpoint: a state_dict the Python package hands over, a test's

@@ -206,6 +206,32 @@ TEST(Verify, MissingAndUnexpectedTensors) {
   EXPECT_EQ(kind(r, "model.rotary.inv_freq"), "constant");
 }
 
+// A diagnosis that cannot get its memory is skipped, saying so; the verdict stands (a 2^32-element
+// tensor under a 4 GB limit, or a huge unexpected one, ended in out-of-memory with no report).
+TEST(Verify, ADiagnosisThatCannotGetItsMemoryIsSkippedSayingSo) {
+  Subject s("llama-tiny", options());
+  Tensors t = s.tensors();
+  t.at(kQ).bytes[10] ^= 1;  // [64, 64] bf16: 8 KiB stored, 8 KiB expected
+  Held extra{"model.extra", {4096}, DType::f32, "", std::vector<unsigned char>(16384, 0x3f), {}, {}};
+  t.list.push_back(extra);
+  VerifyOptions tight;
+  tight.diagnosis_memory = 40000;  // under 3 x 16 KiB for either
+  const VerifyReport r = s.verify(t, tight);
+  EXPECT_EQ(check(r, kQ).status, CheckStatus::differs);
+  EXPECT_EQ(check(r, kQ).differing, 1u);
+  ASSERT_TRUE(check(r, kQ).diagnosis);
+  EXPECT_EQ(check(r, kQ).diagnosis->text, "not diagnosed: its diagnosis needs about 48.00 KiB (49152 bytes) of memory, "
+                                          "39.06 KiB (40000 bytes) available");
+  EXPECT_EQ(check(r, "model.extra").status, CheckStatus::unexpected);
+  EXPECT_EQ(check(r, "model.extra").diagnosis->kind, "none");
+  EXPECT_EQ(check(r, "model.extra").diagnosis->text.rfind("not diagnosed: its diagnosis needs about 48.00 KiB", 0), 0u);
+  // With the memory, both are diagnosed.
+  tight.diagnosis_memory = 49152;
+  const VerifyReport d = s.verify(t, tight);
+  EXPECT_EQ(check(d, kQ).diagnosis->text, "no known transformation gives the stored values");  // one flipped bit
+  EXPECT_EQ(kind(d, "model.extra"), "constant");
+}
+
 TEST(Verify, Transposed) {
   Subject s("llama-tiny", options());
   Tensors t = s.tensors();
