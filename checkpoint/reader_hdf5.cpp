@@ -190,6 +190,8 @@ class Hdf5Reader final : public CheckpointReader {
     std::vector<std::string> names;
     if (H5Lvisit(file_.get(), H5_INDEX_NAME, H5_ITER_INC, collect_link, &names) < 0) hdf5_fail("cannot read", path_);
     std::set<std::string> sources_seen;
+    struct stat self {};
+    if (::stat(path_.c_str(), &self) != 0) hdf5_fail("cannot read", path_);
     for (const std::string& name : names) {
       Hid obj(H5Oopen(file_.get(), name.c_str(), H5P_DEFAULT), H5Oclose);
       if (!obj.valid()) hdf5_fail("cannot open " + quote(name) + " in", path_);
@@ -224,15 +226,37 @@ class Hdf5Reader final : public CheckpointReader {
           std::string src(static_cast<std::size_t>(len) + 1, '\0');
           H5Pget_virtual_filename(dcpl.get(), i, src.data(), src.size());
           src.resize(static_cast<std::size_t>(len));
-          if (src == "." || !sources_seen.insert(src).second) continue;  // "." is the file itself
-          const fs::path p = fs::path(src).is_absolute() ? fs::path(src) : dir / src;
+          const fs::path p = src == "." ? path_ : fs::path(src).is_absolute() ? fs::path(src) : dir / src;
           struct stat st {};
           if (::stat(p.c_str(), &st) != 0)
             invalid(path_, "dataset " + quote(name) + " reads from " + quote(src) + ", which is missing: it would read as zeros");
+          if (st.st_dev == self.st_dev && st.st_ino == self.st_ino) check_source_in_file(name, i, dcpl.get());
+          sources_seen.insert(src);
         }
       }
       tensors_.push_back(std::move(t));
     }
+  }
+
+  // A virtual dataset's mapping `i` whose source is this file: its source dataset must be there and
+  // hold its own values. One that is virtual too (itself, or a chain back to it) made HDF5 recurse
+  // until the stack overflowed; layerinit's masters read from rank files only.
+  void check_source_in_file(const std::string& name, std::size_t i, hid_t dcpl) {
+    const ssize_t len = H5Pget_virtual_dsetname(dcpl, i, nullptr, 0);
+    if (len < 0) hdf5_fail("cannot read dataset " + quote(name) + " in", path_);
+    std::string src(static_cast<std::size_t>(len) + 1, '\0');
+    H5Pget_virtual_dsetname(dcpl, i, src.data(), src.size());
+    src.resize(static_cast<std::size_t>(len));
+    if (H5Lexists(file_.get(), src.c_str(), H5P_DEFAULT) <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      invalid(path_, "dataset " + quote(name) + " reads from dataset " + quote(src) + " of this file, which is missing");
+    }
+    Hid source(H5Dopen2(file_.get(), src.c_str(), H5P_DEFAULT), H5Dclose);
+    Hid plist(source.valid() ? H5Dget_create_plist(source.get()) : H5I_INVALID_HID, H5Pclose);
+    if (!plist.valid()) hdf5_fail("cannot read dataset " + quote(src) + " in", path_);
+    if (H5Pget_layout(plist.get()) == H5D_VIRTUAL)
+      invalid(path_, "dataset " + quote(name) + " reads from dataset " + quote(src) +
+                         " of this file, itself virtual (a chain that may lead back to itself)");
   }
 
   // Reads elements [first, first + n) (row-major) as at most 2 * rank boxes, one after the other

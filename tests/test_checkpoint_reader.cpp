@@ -742,6 +742,44 @@ TEST(CheckpointReader, AnHDF5MetadataAttributeThatIsNotAStringIsRefused) {
   EXPECT_EQ(r->metadata().count("temperature"), 0u);
 }
 
+// A virtual dataset that reads from itself (or from another virtual dataset of its file): refused
+// (HDF5 recursed until the stack overflowed). One reading a plain dataset of its file is read.
+TEST(CheckpointReader, AVirtualDatasetReadingAVirtualOneOfItsFileIsRefused) {
+  TempDir dir;
+  const fs::path p = dir / "v.h5";
+  for (const char* source : {"/self", "/plain", "/gone"}) {
+    SCOPED_TRACE(source);
+    {
+      HdfFile f(p);
+      const float v[2] = {1, 2};
+      const hsize_t n = 2;
+      f.dataset("plain", H5T_IEEE_F32LE, 1, &n, v);
+      hid_t space = H5Screate_simple(1, &n, nullptr);
+      hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+      ASSERT_GE(H5Pset_virtual(dcpl, space, ".", source, space), 0);
+      hid_t d = H5Dcreate2(f.id, "self", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+      ASSERT_GE(d, 0);
+      H5Dclose(d);
+      H5Pclose(dcpl);
+      H5Sclose(space);
+    }
+    const std::string at = "checkpoint: " + p.string() + ": dataset 'self' reads from dataset '" + source + "' of this file, ";
+    if (std::string(source) == "/self") {
+      EXPECT_EQ(refusal(p), at + "itself virtual (a chain that may lead back to itself)");
+    } else if (std::string(source) == "/gone") {
+      EXPECT_EQ(refusal(p), at + "which is missing");
+    } else {
+      const auto r = open_checkpoint_reader(p);
+      ASSERT_EQ(r->tensors().size(), 2u);
+      float got[2] = {0, 0};
+      r->read(1, 0, 2, got);  // "self", after "plain"
+      EXPECT_EQ(got[0], 1.0f);
+      EXPECT_EQ(got[1], 2.0f);
+    }
+    fs::remove(p);
+  }
+}
+
 // A checkpoint of more shards than the process may open files: a few stay open at a time. Run in a
 // child with RLIMIT_NOFILE 32 (and 60 shards), reading every tensor twice in shard order and once
 // backwards.
