@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 
 #include <layerinit/checkpoint/reader.hpp>
@@ -350,6 +351,18 @@ std::uint64_t probe_memory(const fs::path& p) {
   return (std::uint64_t{1} << 30) + (ec ? 0 : 2 * size);
 }
 
+// The probe child's CPU time, in seconds: HDF5 loops forever on some corrupt global heaps (reading a
+// string attribute). LAYERINIT_HDF5_PROBE_SECONDS sets it (a positive integer), else 60: a real file's
+// metadata and first elements take a small part of it (docs/checkpoint.md).
+unsigned probe_seconds() {
+  if (const char* v = std::getenv("LAYERINIT_HDF5_PROBE_SECONDS")) {
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(v, &end, 10);
+    if (end != v && *end == '\0' && n > 0 && n < 86400) return static_cast<unsigned>(n);
+  }
+  return 60;
+}
+
 // The process's address space now, in bytes (/proc/self/statm's first field); 0 when unknown.
 std::uint64_t address_space_bytes() {
   std::FILE* f = std::fopen("/proc/self/statm", "r");
@@ -365,11 +378,13 @@ std::uint64_t address_space_bytes() {
 // files with 16 random bytes in their first 8 KiB), where h5py's HDF5 1.14 raises an error; on others
 // it allocates what a corrupt size says. No check of ours can come before HDF5's own parsing, so a
 // child process, its memory bounded, opens the file first, walks what opening it and the first read
-// of each dataset touch, and closes it. A file that kills the child is refused; one the child refuses
+// of each dataset touch, and closes it. A file that kills the child, or keeps it busy past its CPU time,
+// is refused; one the child refuses
 // is refused with its words (the parent does not redo what ran out of the child's memory). Without a
 // process or a pipe to spare the file is opened unprobed.
 void probe_in_child(const fs::path& p) {
   const std::uint64_t budget = probe_memory(p);
+  const unsigned seconds = probe_seconds();
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return;
   const pid_t pid = ::fork();
@@ -388,6 +403,10 @@ void probe_in_child(const fs::path& p) {
     if (const std::uint64_t now = address_space_bytes(); now > 0) {
       const rlimit limit{now + budget, now + budget};
       ::setrlimit(RLIMIT_AS, &limit);
+    }
+    if (rlimit cpu{}; ::getrlimit(RLIMIT_CPU, &cpu) == 0) {  // SIGXCPU at the soft limit ends it
+      cpu.rlim_cur = std::min<rlim_t>(seconds, cpu.rlim_max);
+      ::setrlimit(RLIMIT_CPU, &cpu);
     }
     // What the parent is told: nothing (opened), or a kind and one line: 'i' checkpoint_invalid,
     // 'e' checkpoint_error, 'm' out of the child's memory.
@@ -430,6 +449,10 @@ void probe_in_child(const fs::path& p) {
     invalid(p, "not a readable HDF5 file (HDF5 asked for more than " + std::to_string(budget >> 20) +
                    " MiB reading its metadata and first elements: a size in the file is corrupt)");
   }
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXCPU)
+    invalid(p, "not a readable HDF5 file (HDF5 spent " + std::to_string(seconds) +
+                   " s of CPU reading its metadata and first elements, in a probe process: a loop in the file's structure? "
+                   "LAYERINIT_HDF5_PROBE_SECONDS gives it more)");
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGKILL)

@@ -1,6 +1,6 @@
 // libFuzzer target for the JSON spec parser: any input either parses (and then round-trips) or
 // throws spec_error. Not part of the default build (it needs clang); build and run with
-//   tests/fuzz/build.sh <configured cmake build dir> && mkdir -p /tmp/corpus &&
+//   tests/fuzz/build.sh <configured cmake build dir> /tmp && mkdir -p /tmp/corpus &&
 //   /tmp/fuzz_spec_json -max_total_time=60 /tmp/corpus tests/fuzz/corpus   (new inputs go to /tmp/corpus)
 #include <cstddef>
 #include <cstdint>
