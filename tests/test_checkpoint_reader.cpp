@@ -758,6 +758,28 @@ TEST(CheckpointReader, FuzzedHDF5FilesAreReadOrRefused) {
   EXPECT_GT(refused, 0);
 }
 
+// libhdf5 1.10.8 loops forever reading a string attribute from a global heap whose objects were
+// shifted by one byte (found by fuzz_checkpoint): the probe's CPU limit ends it, and the file is
+// refused naming the limit.
+TEST(CheckpointReader, AnHDF5FileLibhdf5LoopsOnIsRefusedAfterTheProbesCpuTime) {
+  TempDir dir;
+  const fs::path p = dir / "x.h5";
+  CheckpointMetadata meta = test_meta();
+  meta.extra["long"] = std::string(600, 'x');
+  write_checkpoint(CheckpointFormat::hdf5, p, kDatasets, meta, {});
+  std::string bytes = slurp(p);
+  const std::size_t at = bytes.find(std::string(600, 'x'));
+  ASSERT_NE(at, std::string::npos);
+  bytes.insert(at + 300, 1, 'y');
+  write_file(p, bytes);
+  ASSERT_EQ(::setenv("LAYERINIT_HDF5_PROBE_SECONDS", "1", 1), 0);
+  const std::string m = refusal(p);
+  ::unsetenv("LAYERINIT_HDF5_PROBE_SECONDS");
+  EXPECT_EQ(m, "checkpoint: " + p.string() +
+                   ": not a readable HDF5 file (HDF5 spent 1 s of CPU reading its metadata and first elements, in a probe "
+                   "process: a loop in the file's structure? LAYERINIT_HDF5_PROBE_SECONDS gives it more)");
+}
+
 // A FIFO where a checkpoint's directory has a file: opened without waiting for a writer, and refused
 // (verify DIR hung).
 TEST(CheckpointReader, AFifoInACheckpointsDirectoryIsRefusedWithoutWaiting) {
