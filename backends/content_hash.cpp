@@ -24,6 +24,12 @@ ContentHash::~ContentHash() = default;
 ContentHash::ContentHash(ContentHash&&) noexcept = default;
 ContentHash& ContentHash::operator=(ContentHash&&) noexcept = default;
 
+ContentHash ContentHash::copy() const {
+  ContentHash c;
+  XXH3_copyState(c.state_->s, state_->s);
+  return c;
+}
+
 void ContentHash::update(const void* host_data, std::size_t bytes) { XXH3_64bits_update(state_->s, host_data, bytes); }
 
 std::uint64_t ContentHash::digest() const { return XXH3_64bits_digest(state_->s); }

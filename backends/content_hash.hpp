@@ -23,6 +23,9 @@ class LAYERINIT_API ContentHash {
   ContentHash(ContentHash&&) noexcept;
   ContentHash& operator=(ContentHash&&) noexcept;
 
+  // A hash of the same bytes so far, to go on apart (verify: the expected side of an equal prefix).
+  ContentHash copy() const;
+
   void update(const void* host_data, std::size_t bytes);
   std::uint64_t digest() const;  // of everything so far; update() may continue afterwards
 

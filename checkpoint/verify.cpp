@@ -5,7 +5,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <future>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <limits>
 #include <new>
 #include <set>
@@ -223,6 +226,86 @@ std::optional<std::uint64_t> seed_of(std::string_view s) {
   return v;
 }
 
+// One thread beside the caller for the whole verify, running one task at a time (the next chunk's
+// read while this one is made and compared): a thread per chunk was 584 thread starts for gpt2-large.
+class Beside {
+ public:
+  Beside() : thread_([this] { loop(); }) {}
+  ~Beside() {
+    {
+      std::lock_guard lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();  // a task still running (an exception left it) ends first
+  }
+  Beside(const Beside&) = delete;
+  Beside& operator=(const Beside&) = delete;
+
+  // Starts `task`; the one before must have been waited for.
+  void start(std::function<void()> task) {
+    {
+      std::lock_guard lock(m_);
+      task_ = std::move(task);
+      done_ = false;
+    }
+    cv_.notify_all();
+  }
+  // Waits for the task started last; rethrows what it threw.
+  void wait() {
+    std::unique_lock lock(m_);
+    cv_.wait(lock, [&] { return done_; });
+    if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(m_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || task_; });
+      if (!task_) return;
+      const std::function<void()> task = std::exchange(task_, nullptr);
+      lock.unlock();
+      std::exception_ptr failure;
+      try {
+        task();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      lock.lock();
+      failure_ = failure;
+      done_ = true;
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::function<void()> task_;
+  bool done_ = true, stop_ = false;
+  std::exception_ptr failure_;
+  std::thread thread_;  // last: it starts once the rest exists
+};
+
+// A buffer of bytes that are all written before they are read: not zeroed (a std::vector's
+// zeroing touched every page of every tensor's chunk buffers again), grown only when a larger one is
+// asked for, so a verify reuses the same pages for all its tensors.
+class Scratch {
+ public:
+  unsigned char* get(std::uint64_t bytes) {
+    if (bytes > bytes_) {
+      p_.reset();  // the old pages first: no moment holds both
+      p_.reset(new unsigned char[bytes]);
+      bytes_ = bytes;
+    }
+    return p_.get();
+  }
+
+ private:
+  std::unique_ptr<unsigned char[]> p_;
+  std::uint64_t bytes_ = 0;
+};
+
 // What verify knows of a tensor while it works.
 struct Work {
   TensorCheck check;
@@ -324,27 +407,33 @@ class Verifier {
       progress_.bytes_done += e.bytes();
       return;
     }
-    // Chunk by chunk: the next chunk is read while this one is made and compared.
+    // Chunk by chunk: the next chunk is read (beside_) while this one is made and compared, in the
+    // same three buffers for every tensor. The expected side is hashed only from its first
+    // difference on: until then its bytes are the stored ones.
     const std::uint64_t esize = dtype_size(e.dtype), n = e.numel();
     const std::uint64_t chunk = std::max<std::uint64_t>(opts_.chunk_bytes / esize, 1);
-    Bytes have(std::min(n, chunk) * esize), next(have.size()), want(have.size());
-    ContentHash stored_hash, expected_hash;
+    const std::uint64_t buffer = std::min(n, chunk) * esize;
+    unsigned char* have = have_.get(buffer);
+    unsigned char* next = next_.get(buffer);
+    unsigned char* want = want_.get(buffer);
+    ContentHash stored_hash;
+    std::optional<ContentHash> expected_hash;
     const std::size_t k = w.stored.front();
-    std::future<void> pending;
-    if (n) pending = std::async(std::launch::async, [&, c = std::min(n, chunk)] { read(k, 0, c, next.data()); });
+    if (n) beside_.start([&, c = std::min(n, chunk), dst = next] { read(k, 0, c, dst); });
     for (std::uint64_t at = 0; at < n; at += chunk) {
       const std::uint64_t c = std::min(chunk, n - at);
-      pending.get();
+      beside_.wait();
       std::swap(have, next);
-      if (at + c < n)
-        pending = std::async(std::launch::async, [&, from = at + c, m = std::min(chunk, n - at - c)] { read(k, from, m, next.data()); });
-      generate(be_, e, at, c, want.data(), seed_);
-      stored_hash.update(have.data(), c * esize);
-      expected_hash.update(want.data(), c * esize);
-      if (std::memcmp(have.data(), want.data(), c * esize) != 0)
+      if (at + c < n) beside_.start([&, from = at + c, m = std::min(chunk, n - at - c), dst = next] { read(k, from, m, dst); });
+      generate(be_, e, at, c, want, seed_);
+      const bool same = std::memcmp(have, want, c * esize) == 0;
+      if (!same && !expected_hash) expected_hash.emplace(stored_hash.copy());
+      stored_hash.update(have, c * esize);
+      if (expected_hash) expected_hash->update(want, c * esize);
+      if (!same)
         for (std::uint64_t i = 0; i < c; ++i)
-          if (std::memcmp(have.data() + i * esize, want.data() + i * esize, esize) != 0) {
-            if (!w.check.first_difference) w.check.first_difference = difference(at + i, e.shape, want.data(), have.data(), i, e.dtype);
+          if (std::memcmp(have + i * esize, want + i * esize, esize) != 0) {
+            if (!w.check.first_difference) w.check.first_difference = difference(at + i, e.shape, want, have, i, e.dtype);
             ++w.check.differing;
           }
       w.check.elements += c;
@@ -352,7 +441,7 @@ class Verifier {
       if (at + c < n) report_progress();
     }
     w.stored_hash = stored_hash.digest();
-    w.expected_hash = expected_hash.digest();
+    w.expected_hash = expected_hash ? expected_hash->digest() : *w.stored_hash;
     w.check.status = w.check.differing ? CheckStatus::differs : CheckStatus::equal;
   }
 
@@ -812,6 +901,8 @@ class Verifier {
   std::unordered_multimap<std::uint64_t, Work*> by_hash_;
   std::vector<std::uint64_t> found_seeds_;
   std::optional<std::uint64_t> diagnosis_memory_;  // what a diagnosis may take: read once, when the first needs it
+  Scratch have_, next_, want_;  // compare()'s chunks
+  Beside beside_;               // after the buffers: joined before they are freed
 };
 
 nlohmann::ordered_json shape_json(const Shape& s) {

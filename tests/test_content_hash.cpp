@@ -61,6 +61,21 @@ TEST(ContentHash, StreamingEqualsOneShotForEverySplit) {
   EXPECT_EQ(moved.digest(), whole);
 }
 
+// A copy goes on from the same bytes, apart from its original: each digest is its own bytes'.
+TEST(ContentHash, ACopyGoesOnApart) {
+  const auto data = pattern(10000);
+  std::vector<unsigned char> other = data;
+  other[7000] ^= 1;
+  ContentHash a;
+  a.update(data.data(), 5000);
+  ContentHash b = a.copy();
+  a.update(data.data() + 5000, 5000);
+  b.update(other.data() + 5000, 5000);
+  EXPECT_EQ(a.digest(), content_hash(data.data(), data.size()));
+  EXPECT_EQ(b.digest(), content_hash(other.data(), other.size()));
+  EXPECT_NE(a.digest(), b.digest());
+}
+
 TEST(ContentHash, ReadOnHostCopiesDeviceBytesInStagingSizedPieces) {
   const layerinit::testing::SimulatedNode node(1);
   const auto device = make_backend("cuda");
