@@ -1,10 +1,12 @@
 #include <layerinit/init/builder.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
+#include <layerinit/memory/recycling.hpp>
 
 namespace layerinit {
 
@@ -219,7 +221,10 @@ Model Builder::build(const std::function<void(std::uint64_t)>& on_layer) const {
 }
 
 void Builder::stream(const std::function<void(const Part&)>& sink, const std::function<void()>& after_part) const {
-  const Engine eng = engine(after_part);
+  Engine eng = engine(after_part);
+  // Host parts in the pages of the part before (layers alike: the same sizes), not in fresh ones.
+  std::optional<recycling_resource> recycled;
+  if (mr_->kind() == MemoryKind::host) eng.memory = &recycled.emplace(*mr_);
   walk({.layer_order = true}, [&](const PlanStep& s) {
     const std::vector<Tensor> tensors = eng.fill_part(whole_tensors(s));
     eng.be->synchronize();  // the sink reads the part

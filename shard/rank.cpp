@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 #include <layerinit/core/errors.hpp>
 #include <layerinit/init/engine.hpp>
 #include <layerinit/init/box_fill.hpp>
+#include <layerinit/memory/recycling.hpp>
 
 namespace layerinit {
 
@@ -227,7 +229,10 @@ RankModel build_rank(const RankPlan& r) {
 void stream_rank(const RankPlan& r, const std::function<void(const RankPart&)>& sink,
                  const std::function<void()>& after_part) {
   const Builder& b = r.builder();
-  const Engine eng = b.engine(after_part);
+  Engine eng = b.engine(after_part);
+  // Host parts in the pages of the part before, as Builder::stream.
+  std::optional<recycling_resource> recycled;
+  if (eng.memory->kind() == MemoryKind::host) eng.memory = &recycled.emplace(*eng.memory);
   r.walk({}, [&](const RankStep& s) {
     if (s.shards.empty()) return;
     std::vector<PartTensor> part = piece_part(s.shards);

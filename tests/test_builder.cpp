@@ -64,6 +64,38 @@ TEST(Builder, PerLayerStackedRestackAndStreamGiveIdenticalBytes) {
   }
 }
 
+// A stream's layers reuse the pages of the layer before (an emit faulted once per 4 KiB of its
+// weights): every layer after the first is in the first's blocks, upstream allocates nothing for
+// them, the values are the build's, and the peak stays the largest part's.
+TEST(Builder, AStreamPutsEachLayerInThePagesOfTheOneBefore) {
+  // [1024, 512] before the layers, three of [1024, 1024], [256, 1024] after.
+  const ModelSpec spec = mlp_spec("mlp-wide", {512, 1024, 1024, 1024, 1024, 256}, false);
+  Env env;
+  const Recipe recipe = make_recipe("hf");
+  const auto built = hashes_by_name(*env.be, Builder(spec, recipe, opts(Layout::per_layer), *env.be, env.tracker).build(), spec);
+  env.tracker.reset_peak();
+  const std::size_t before = env.tracker.stats().current_bytes, allocations = env.tracker.stats().total_count;
+  std::map<std::string, std::uint64_t> streamed;
+  std::vector<const void*> layer_blocks;
+  std::size_t largest = 0;
+  Builder(spec, recipe, opts(Layout::per_layer), *env.be, env.tracker).stream([&](const Part& p) {
+    std::size_t bytes = 0;
+    for (const auto& v : p.tensors) {
+      streamed[v.name] = hash_tensor(*env.be, v);
+      bytes += v.bytes();
+    }
+    largest = std::max(largest, bytes);
+    if (p.kind == Part::Kind::layer) layer_blocks.push_back(p.tensors.front().data);
+  });
+  // Upstream allocated the first layer's tensors and those outside the layers, nothing more.
+  EXPECT_EQ(env.tracker.stats().total_count - allocations, spec.pre.size() + spec.layer.tensors.size() + spec.post.size());
+  EXPECT_EQ(streamed, built);
+  ASSERT_GE(layer_blocks.size(), 3u);
+  for (std::size_t i = 1; i < layer_blocks.size(); ++i) EXPECT_EQ(layer_blocks[i], layer_blocks[0]) << "layer " << i;
+  EXPECT_EQ(env.tracker.stats().peak_bytes - before, largest);
+  EXPECT_EQ(env.tracker.stats().current_bytes, before);  // the kept blocks went back at the end
+}
+
 // On a device the GPU never waits between parts: a build enqueues every part and synchronizes once,
 // at its end; a stream synchronizes each part before its sink reads it.
 TEST(Builder, ADeviceBuildSynchronizesOnceAndAStreamBeforeEachSink) {

@@ -19,6 +19,7 @@
 #include <layerinit/config.hpp>
 #include <layerinit/backends/backend.hpp>
 #include <layerinit/core/errors.hpp>
+#include <layerinit/memory/recycling.hpp>
 #include <layerinit/memory/resource.hpp>
 #include <layerinit/memory/tensor.hpp>
 #include <layerinit/memory/tracking.hpp>
@@ -530,4 +531,36 @@ TEST(Backend, HostFillAndCopies) {
   be->copy(other.data(), buf.data(), n * 2);
   EXPECT_EQ(std::memcmp(other.data(), ref.data(), n * 2), 0);
   expect_stats(tr.stats(), 4 * n, 4 * n, 4 * n, 2, 2, 2, "two tensors");
+}
+
+// A freed block comes back to the next allocation of its exact size; a size no kept block has hands
+// every kept block back upstream first, so upstream's peak is the larger "part", not their sum; the
+// destructor hands back what is kept.
+TEST(Recycling, ExactSizesComeBackAndAMissHandsBackFirst) {
+  host_resource host;
+  tracking_resource upstream(host);
+  {
+    recycling_resource r(upstream);
+    void* a = r.allocate(8192);
+    void* b = r.allocate(16384);
+    r.deallocate(a, 8192);
+    r.deallocate(b, 16384);
+    EXPECT_EQ(r.kept_bytes(), 8192u + 16384u);
+    EXPECT_EQ(upstream.stats().current_bytes, 8192u + 16384u);
+    EXPECT_EQ(r.allocate(16384), b);  // the kept block, not a new one
+    EXPECT_EQ(r.reused(), 1u);
+    EXPECT_EQ(r.kept_bytes(), 8192u);
+    EXPECT_EQ(upstream.stats().total_count, 2u);
+    void* c = r.allocate(100);  // no kept block of its size: the 8192 goes back before it is taken
+    EXPECT_EQ(r.kept_bytes(), 0u);
+    EXPECT_EQ(upstream.stats().current_bytes, 16384u + 100u);
+    EXPECT_EQ(upstream.stats().peak_bytes, 8192u + 16384u);  // not + 100
+    r.deallocate(b, 16384);
+    r.deallocate(c, 100);
+    EXPECT_EQ(upstream.stats().current_bytes, 16384u + 100u);  // kept
+    EXPECT_EQ(r.allocate(100), c);
+    r.deallocate(c, 100);
+  }
+  EXPECT_EQ(upstream.stats().current_bytes, 0u);  // handed back by the destructor
+  EXPECT_EQ(upstream.stats().total_count, 3u);
 }
