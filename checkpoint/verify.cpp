@@ -9,6 +9,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <limits>
 #include <new>
 #include <set>
@@ -287,25 +288,6 @@ class Beside {
   std::thread thread_;  // last: it starts once the rest exists
 };
 
-// A buffer of bytes that are all written before they are read: not zeroed (a std::vector's
-// zeroing touched every page of every tensor's chunk buffers again), grown only when a larger one is
-// asked for, so a verify reuses the same pages for all its tensors.
-class Scratch {
- public:
-  unsigned char* get(std::uint64_t bytes) {
-    if (bytes > bytes_) {
-      p_.reset();  // the old pages first: no moment holds both
-      p_.reset(new unsigned char[bytes]);
-      bytes_ = bytes;
-    }
-    return p_.get();
-  }
-
- private:
-  std::unique_ptr<unsigned char[]> p_;
-  std::uint64_t bytes_ = 0;
-};
-
 // What verify knows of a tensor while it works.
 struct Work {
   TensorCheck check;
@@ -341,7 +323,15 @@ class Verifier {
       w.check.expected_shape = e.shape;
       w.check.expected_dtype = std::string(dtype_name(e.dtype));
       if (const auto it = by_name.find(e.name); it != by_name.end()) w.stored = it->second;
-      compare(w);
+    }
+    // compare()'s three chunk buffers, for the largest chunk of all: made once, not zeroed (every
+    // byte is read into or made before it is looked at).
+    std::uint64_t chunk_bytes = 0;
+    for (const Work& w : work_)
+      if (streamed(w)) chunk_bytes = std::max(chunk_bytes, first_chunk(w) * dtype_size(w.expected->dtype));
+    std::apply([&](auto&... b) { (b.reset(new unsigned char[std::max<std::uint64_t>(chunk_bytes, 1)]), ...); }, buffers_);
+    for (std::size_t i = 0; i < work_.size(); ++i) {
+      compare(work_[i], i + 1 < work_.size() ? &work_[i + 1] : nullptr);
       ++progress_.tensors_done;
       report_progress();
     }
@@ -390,7 +380,23 @@ class Verifier {
     bytes_read_ += n * element_size(r_.tensors()[k]);
   }
 
-  void compare(Work& w) {
+  // Whether compare() reads `w` chunk by chunk from one stored tensor of its shape and dtype (not
+  // missing, not a rank's pieces, not a tensor stored otherwise), with at least one element.
+  bool streamed(const Work& w) const {
+    if (w.stored.empty()) return false;
+    const StoredTensor& first = r_.tensors()[w.stored.front()];
+    return first.global_shape.empty() && first.shape == w.expected->shape && first.dtype == w.expected->dtype &&
+           w.expected->numel() > 0;
+  }
+  std::uint64_t chunk_elements(const Work& w) const {
+    return std::max<std::uint64_t>(opts_.chunk_bytes / dtype_size(w.expected->dtype), 1);
+  }
+  std::uint64_t first_chunk(const Work& w) const { return std::min(w.expected->numel(), chunk_elements(w)); }
+
+  // `next_work`: the one compared after `w`; when it is streamed too, its first chunk is read while
+  // w's last is made and compared (a wait for each tensor's first read cost a scheduler's time slice
+  // per tensor under load).
+  void compare(Work& w, const Work* next_work) {
     const Expected& e = *w.expected;
     const auto& stored = r_.tensors();
     if (w.stored.empty()) {
@@ -407,33 +413,37 @@ class Verifier {
       progress_.bytes_done += e.bytes();
       return;
     }
-    // Chunk by chunk: the next chunk is read (beside_) while this one is made and compared, in the
-    // same three buffers for every tensor. The expected side is hashed only from its first
-    // difference on: until then its bytes are the stored ones.
+    // Chunk by chunk: the next chunk is read (beside_) while this one is made and compared. The
+    // expected side is hashed only from its first difference on: until then its bytes are the
+    // stored ones.
     const std::uint64_t esize = dtype_size(e.dtype), n = e.numel();
-    const std::uint64_t chunk = std::max<std::uint64_t>(opts_.chunk_bytes / esize, 1);
-    const std::uint64_t buffer = std::min(n, chunk) * esize;
-    unsigned char* have = have_.get(buffer);
-    unsigned char* next = next_.get(buffer);
-    unsigned char* want = want_.get(buffer);
+    const std::uint64_t chunk = chunk_elements(w);
+    auto& [have, next, want] = buffers_;
     ContentHash stored_hash;
     std::optional<ContentHash> expected_hash;
     const std::size_t k = w.stored.front();
-    if (n) beside_.start([&, c = std::min(n, chunk), dst = next] { read(k, 0, c, dst); });
+    if (n && ahead_ != &w) beside_.start([&, c = std::min(n, chunk), dst = next.get()] { read(k, 0, c, dst); });
+    ahead_ = nullptr;
     for (std::uint64_t at = 0; at < n; at += chunk) {
       const std::uint64_t c = std::min(chunk, n - at);
       beside_.wait();
       std::swap(have, next);
-      if (at + c < n) beside_.start([&, from = at + c, m = std::min(chunk, n - at - c), dst = next] { read(k, from, m, dst); });
-      generate(be_, e, at, c, want, seed_);
-      const bool same = std::memcmp(have, want, c * esize) == 0;
+      if (at + c < n) {
+        beside_.start([&, from = at + c, m = std::min(chunk, n - at - c), dst = next.get()] { read(k, from, m, dst); });
+      } else if (next_work && streamed(*next_work)) {
+        beside_.start([this, j = next_work->stored.front(), m = first_chunk(*next_work), dst = next.get()] { read(j, 0, m, dst); });
+        ahead_ = next_work;
+      }
+      generate(be_, e, at, c, want.get(), seed_);
+      const bool same = std::memcmp(have.get(), want.get(), c * esize) == 0;
       if (!same && !expected_hash) expected_hash.emplace(stored_hash.copy());
-      stored_hash.update(have, c * esize);
-      if (expected_hash) expected_hash->update(want, c * esize);
+      stored_hash.update(have.get(), c * esize);
+      if (expected_hash) expected_hash->update(want.get(), c * esize);
       if (!same)
         for (std::uint64_t i = 0; i < c; ++i)
-          if (std::memcmp(have + i * esize, want + i * esize, esize) != 0) {
-            if (!w.check.first_difference) w.check.first_difference = difference(at + i, e.shape, want, have, i, e.dtype);
+          if (std::memcmp(have.get() + i * esize, want.get() + i * esize, esize) != 0) {
+            if (!w.check.first_difference)
+              w.check.first_difference = difference(at + i, e.shape, want.get(), have.get(), i, e.dtype);
             ++w.check.differing;
           }
       w.check.elements += c;
@@ -901,8 +911,10 @@ class Verifier {
   std::unordered_multimap<std::uint64_t, Work*> by_hash_;
   std::vector<std::uint64_t> found_seeds_;
   std::optional<std::uint64_t> diagnosis_memory_;  // what a diagnosis may take: read once, when the first needs it
-  Scratch have_, next_, want_;  // compare()'s chunks
-  Beside beside_;               // after the buffers: joined before they are freed
+  // compare()'s chunks: the one compared, the one being read, the one made.
+  std::tuple<std::unique_ptr<unsigned char[]>, std::unique_ptr<unsigned char[]>, std::unique_ptr<unsigned char[]>> buffers_;
+  const Work* ahead_ = nullptr;  // whose first chunk is being read into std::get<1>(buffers_)
+  Beside beside_;                // after the buffers: joined before they are freed
 };
 
 nlohmann::ordered_json shape_json(const Shape& s) {
