@@ -11,7 +11,7 @@ chunks (checkpoint/verify.hpp).
 The file verify reads was just written, so it is read from the page cache unless the machine is short
 of memory: this measures verify's own cost, not the disk's (the read beside it is the same).
 
-usage: bench/cpu/verify_bench.py [--binary build/bin/layerinit] [--preset gpt2-large] [--threads 0]
+usage: bench/cpu/verify_bench.py [--binary build/bin/layerinit] [--preset gpt2-large | --hf-config FILE] [--threads 0]
                                  [--reps 3] [--dir /tmp] [--out bench/results/verify-DATE.csv]"""
 import argparse
 import datetime
@@ -43,11 +43,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default="build/bin/layerinit")
     ap.add_argument("--preset", default="gpt2-large")
+    ap.add_argument("--hf-config", default=None, help="a config.json instead of --preset (bench/cpu/qwen3-moe-1.6gb.json: an MoE "
+                    "of gpt2-large's bytes, 1,344 expert tensors)")
     ap.add_argument("--threads", default="0")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--dir", default=None, help="where the checkpoints are written (default: the system's temp dir)")
     ap.add_argument("--out", default=f"bench/results/verify-{datetime.date.today()}.csv")
     a = ap.parse_args()
+    model = ["--hf-config", a.hf_config] if a.hf_config else ["--preset", a.preset]
+    name = os.path.basename(a.hf_config) if a.hf_config else a.preset
     rows = []
     with tempfile.TemporaryDirectory(prefix="layerinit-verify-", dir=a.dir) as tmp:
         for fmt in ("safetensors", "hdf5"):
@@ -61,7 +65,7 @@ def main():
                     shutil.rmtree(path)
                 elif os.path.exists(path):
                     os.remove(path)
-                wall, kib, out, faults = run_rusage([a.binary, "emit", "--preset", a.preset, "--backend", "cpu", "--threads",
+                wall, kib, out, faults = run_rusage([a.binary, "emit", *model, "--backend", "cpu", "--threads",
                                                      a.threads, "--format", fmt, "--report", "json", "-o", path])
                 weights = json.loads(out)["total_bytes"]
                 runs["emit"].append((wall, kib, faults))
@@ -77,7 +81,7 @@ def main():
                     sys.exit(f"verify of {path} did not pass: {report['equal']} equal, {report['differs']} differ, "
                              f"{report['missing']} missing, {report['unexpected']} unexpected, {report['bytes_read']} bytes read")
                 runs["verify"].append((wall, kib, faults))
-                wall, kib, _, faults = run_rusage([a.binary, "build", "--preset", a.preset, "--backend", "cpu", "--threads",
+                wall, kib, _, faults = run_rusage([a.binary, "build", *model, "--backend", "cpu", "--threads",
                                                    a.threads, "--report", "json"])
                 runs["build"].append((wall, kib, faults))
                 wall, kib, _, faults = run_rusage(["dd", f"if={data}", "of=/dev/null", "bs=16M", "status=none"])
@@ -85,7 +89,7 @@ def main():
             med = {c: statistics.median(w for w, _, _ in r) for c, r in runs.items()}
             for cmd, r in runs.items():
                 wall = med[cmd]
-                row = (a.preset, fmt, cmd, weights, wall, weights / wall / 1e6, statistics.median(k for _, k, _ in r) / 1024,
+                row = (name, fmt, cmd, weights, wall, weights / wall / 1e6, statistics.median(k for _, k, _ in r) / 1024,
                        statistics.median(f for _, _, f in r), os.getloadavg()[0])
                 rows.append(row)
                 print(f"{fmt:<11} {cmd:<6} {weights / 1e9:6.2f} GB  {wall:7.2f} s  {row[5]:7.0f} MB/s  {row[6]:8.1f} MiB peak RSS"
