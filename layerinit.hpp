@@ -9,6 +9,7 @@
 #include <layerinit/core/shape.hpp>
 #include <layerinit/dtypes/dtype.hpp>
 #include <layerinit/kernels/fill.hpp>
+#include <layerinit/memory/recycling.hpp>
 #include <layerinit/memory/tensor.hpp>
 #include <layerinit/memory/tracking.hpp>
 #include <layerinit/backends/backend.hpp>
