@@ -388,10 +388,9 @@ class Verifier {
     return first.global_shape.empty() && first.shape == w.expected->shape && first.dtype == w.expected->dtype &&
            w.expected->numel() > 0;
   }
-  std::uint64_t chunk_elements(const Work& w) const {
-    return std::max<std::uint64_t>(opts_.chunk_bytes / dtype_size(w.expected->dtype), 1);
-  }
-  std::uint64_t first_chunk(const Work& w) const { return std::min(w.expected->numel(), chunk_elements(w)); }
+  // Elements of `e` per compared chunk; a tensor's first chunk.
+  std::uint64_t chunk_elements(const Expected& e) const { return std::max<std::uint64_t>(opts_.chunk_bytes / dtype_size(e.dtype), 1); }
+  std::uint64_t first_chunk(const Work& w) const { return std::min(w.expected->numel(), chunk_elements(*w.expected)); }
 
   // `next_work`: the one compared after `w`; when it is streamed too, its first chunk is read while
   // w's last is made and compared (a wait for each tensor's first read cost a scheduler's time slice
@@ -417,7 +416,7 @@ class Verifier {
     // expected side is hashed only from its first difference on: until then its bytes are the
     // stored ones.
     const std::uint64_t esize = dtype_size(e.dtype), n = e.numel();
-    const std::uint64_t chunk = chunk_elements(w);
+    const std::uint64_t chunk = chunk_elements(e);
     auto& [have, next, want] = buffers_;
     ContentHash stored_hash;
     std::optional<ContentHash> expected_hash;
@@ -551,7 +550,7 @@ class Verifier {
   // copy of a tensor the file lacks could exceed the memory).
   std::uint64_t expected_hash_of(const Expected& e) {
     const std::uint64_t esize = dtype_size(e.dtype), n = e.numel();
-    const std::uint64_t chunk = std::max<std::uint64_t>(opts_.chunk_bytes / esize, 1);
+    const std::uint64_t chunk = chunk_elements(e);
     Bytes want(std::min(n, chunk) * esize);
     ContentHash h;
     for (std::uint64_t at = 0; at < n; at += chunk) {
