@@ -11,6 +11,7 @@
 
 #include "detail.hpp"
 #include "hdf5_detail.hpp"
+#include "hdf5_layout.hpp"
 
 namespace layerinit {
 namespace {
@@ -19,6 +20,8 @@ static_assert(std::endian::native == std::endian::little, "checkpoint writers as
 
 namespace fs = std::filesystem;
 
+using detail::Chunking;
+using detail::choose_chunking;
 using detail::Hid;
 using detail::hdf5_fail;
 using detail::QuietErrors;
@@ -69,77 +72,6 @@ std::string hdf5_ownership_impl(const fs::path& p) {
   }
   H5Eclear2(H5E_DEFAULT);
   return why;
-}
-
-// How a dataset is cut into chunks: chunk = [1, ..., 1, k, d[p+1], ..., d[n-1]]. Every chunk is a
-// contiguous run of row-major elements, and none crosses a slab boundary.
-struct Chunking {
-  std::vector<hsize_t> shape, chunk;
-  std::size_t p = 0;           // the split dimension
-  std::uint64_t k = 0;         // rows of dimension p per chunk
-  std::uint64_t inner = 1;     // elements per row of dimension p
-  std::uint64_t blocks = 0;    // chunks along dimension p
-  bool empty = false;          // zero elements: a contiguous dataset of no bytes, no chunks
-  std::uint64_t chunk_elements() const { return k * inner; }
-  std::uint64_t count() const {
-    std::uint64_t outer = 1;
-    for (std::size_t i = 0; i < p; ++i) outer *= shape[i];
-    return outer * blocks;
-  }
-};
-
-Chunking choose_chunking(const DatasetSpec& d, std::uint64_t max_chunk_bytes) {
-  const std::size_t n = d.shape.size();
-  const std::uint64_t es = dtype_size(d.dtype);
-  Chunking c;
-  c.shape.assign(d.shape.begin(), d.shape.end());
-  // A zero dimension (torch makes such tensors): nothing to cut, and HDF5 refuses a chunk dimension of 0.
-  if (std::find(d.shape.begin(), d.shape.end(), 0) != d.shape.end()) {
-    c.empty = true;
-    c.k = 1;
-    return c;
-  }
-  // s: first dimension of the slab (0 when the whole tensor is one slab).
-  std::size_t s = 0;
-  if (d.slab_elements != 0) {
-    std::uint64_t prod = 1;
-    s = n;
-    for (std::size_t j = n + 1; j-- > 0;) {
-      if (j < n) prod *= d.shape[j];
-      if (prod == d.slab_elements) s = j;
-    }
-  }
-  if (s == n) {  // one-element slabs: one-element chunks
-    c.p = n - 1;
-    c.k = 1;
-  } else {
-    // j: the first dimension (>= s) whose suffix fits in a chunk.
-    std::size_t j = n;
-    std::uint64_t suffix = es;
-    while (j > s && suffix * d.shape[j - 1] <= max_chunk_bytes) suffix *= d.shape[--j];
-    if (j == s) {
-      c.p = s;
-      c.k = d.shape[s];
-    } else {
-      c.p = j - 1;
-      const std::uint64_t rows = d.shape[c.p];
-      const std::uint64_t kmax = std::max<std::uint64_t>(1, max_chunk_bytes / suffix);
-      const std::uint64_t nblocks = (rows + kmax - 1) / kmax;
-      c.k = (rows + nblocks - 1) / nblocks;
-      for (std::uint64_t k = c.k; k <= kmax; ++k)  // prefer a divisor: no padded edge chunk
-        if (rows % k == 0) {
-          c.k = k;
-          break;
-        }
-    }
-  }
-  c.inner = 1;
-  for (std::size_t i = c.p + 1; i < n; ++i) c.inner *= d.shape[i];
-  c.blocks = (d.shape[c.p] + c.k - 1) / c.k;
-  c.chunk.assign(n, 1);
-  c.chunk[c.p] = c.k;
-  for (std::size_t i = c.p + 1; i < n; ++i) c.chunk[i] = d.shape[i];
-  return c;
 }
 
 // A declared dataset. Open only while it is being written: an open HDF5 dataset holds its object
@@ -210,10 +142,11 @@ class Hdf5Writer final : public detail::WriterBase {
       d.ch = choose_chunking(d_[i], opts_.max_chunk_bytes);
       d.elem = dtype_size(d_[i].dtype);
       const int rank = static_cast<int>(d.ch.shape.size());
-      Hid space(H5Screate_simple(rank, d.ch.shape.data(), nullptr), H5Sclose);
+      const std::vector<hsize_t> shape(d.ch.shape.begin(), d.ch.shape.end()), chunk(d.ch.chunk.begin(), d.ch.chunk.end());
+      Hid space(H5Screate_simple(rank, shape.data(), nullptr), H5Sclose);
       Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
       if (!d.ch.empty) {  // else the default: contiguous, of no bytes
-        H5Pset_chunk(dcpl.get(), rank, d.ch.chunk.data());
+        H5Pset_chunk(dcpl.get(), rank, chunk.data());
         H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
         H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_INCR);
       }
@@ -282,20 +215,6 @@ class Hdf5Writer final : public detail::WriterBase {
 
 }  // namespace
 
-namespace detail {
-
-// Whole chunks (an edge chunk is stored full), an object header and a chunk index entry each.
-PlannedRun hdf5_planned_run(const DatasetSpec& d, std::uint64_t count, std::uint64_t name_bytes,
-                            std::uint64_t max_chunk_bytes) {
-  const Chunking c = choose_chunking(d, max_chunk_bytes);
-  return {saturating_mul(count, c.count() * c.chunk_elements() * dtype_size(d.dtype)),
-          saturating_add(saturating_mul(count, 4096 + 64 * c.count()), name_bytes)};
-}
-
-// The superblock, root group and its attributes.
-std::uint64_t hdf5_planned_fixed(std::uint64_t meta_bytes) { return (1u << 20) + meta_bytes; }
-
-}  // namespace detail
 
 namespace detail {
 std::unique_ptr<CheckpointWriter> open_hdf5(const fs::path& target, std::uint64_t planned, const DatasetSource& datasets,
