@@ -2,6 +2,8 @@
 
 #include <new>
 
+// Header-only (backends/CMakeLists.txt): no libxxhash at run time.
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 namespace layerinit {
