@@ -57,6 +57,7 @@ __all__ = [
     "build",
     "cuda_available",
     "fill_",
+    "hdf5_available",
     "hf_spec",
     "memory_stats",
     "plan",
@@ -270,6 +271,12 @@ def recipe_names() -> list[str]:
 def cuda_available() -> bool:
     """Whether this build of layerinit has CUDA and a usable GPU."""
     return bool(_core.has_cuda_build and _core.cuda_available()[0])
+
+
+def hdf5_available() -> bool:
+    """Whether this build of layerinit reads HDF5 checkpoints. The pip wheel does not (safetensors only:
+    Debian's libhdf5 would bring curl and OpenSSL into it); a build from source with libhdf5 does."""
+    return bool(_core.has_hdf5_build)
 
 
 def hf_spec(config: Any) -> Spec:

@@ -642,6 +642,7 @@ NB_MODULE(_core, m) {
   m.doc() = "layerinit's C++ core; use the layerinit package's functions (docs/python.md)";
   m.attr("__version__") = LAYERINIT_PYTHON_VERSION;
   m.attr("has_cuda_build") = bool(LAYERINIT_HAS_CUDA);
+  m.attr("has_hdf5_build") = bool(LAYERINIT_HAS_HDF5);
 #if LAYERINIT_HAS_XLA
   nb::module_ xla = m.def_submodule("xla");
   layerinit::jax::define_xla(xla);
