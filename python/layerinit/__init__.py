@@ -73,9 +73,10 @@ Spec = _core.Spec
 Plan = _core.Plan
 
 #: What a model argument may be: a preset name, a JSON spec file's path, a spec as a dict, or a Spec.
-ModelLike = Union[str, "os.PathLike[str]", Mapping[str, Any], "_core.Spec"]
+# No forward references: the adapters' annotations resolve them in their own modules (typing.get_type_hints).
+ModelLike = Union[str, os.PathLike[str], Mapping[str, Any], _core.Spec]
 #: A fill: the CLI's text ("normal(0, 0.02)") or a Fill (``Fill.parse``, ``recipe_fill``).
-FillLike = Union[str, "_core.Fill"]
+FillLike = Union[str, _core.Fill]
 #: A dtype: a str ("bf16", "bfloat16", "fp16", "half", "float32", ...), a ``torch.dtype``, a NumPy dtype
 #: or scalar type (``np.float32``), ml_dtypes' ``bfloat16``, a JAX dtype (``jnp.bfloat16``). Any: the
 #: frameworks' types are not imported to name them.

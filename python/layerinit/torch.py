@@ -18,7 +18,7 @@ import sys
 import warnings
 import weakref
 from collections.abc import Callable, Container, Mapping
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Optional, TypeVar, Union
 
 import torch
 
@@ -30,6 +30,9 @@ __all__ = ["init_", "hf_spec", "make", "module_spec", "tensor_map", "torchtitan_
 NameMap = Union[Mapping[str, Any], Callable[[str], Any]]
 
 _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+#: The module init_ fills and returns: its own type, so `model = init_(Model(...))` keeps Model's attributes.
+M = TypeVar("M", bound=torch.nn.Module)
 
 
 # ---- The description of any module: what its framework says, for the library to make a spec of ----
@@ -1379,7 +1382,7 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
 
 @torch.no_grad()
 def init_(
-    module: torch.nn.Module,
+    module: M,
     *,
     recipe: Optional[str] = None,
     seed: int = 0,
@@ -1388,7 +1391,7 @@ def init_(
     device: Optional[Union[str, torch.device]] = None,
     overrides: Optional[Mapping[str, str]] = None,
     strict: bool = False,
-) -> torch.nn.Module:
+) -> M:
     """Fills every parameter of ``module`` in place, by its qualified name, in the parameter's own
     dtype (float32, float16 or bfloat16), each element a pure function of (seed, tensor name, element
     index, fill). Returns the module.
@@ -1456,9 +1459,9 @@ def init_(
     return _init(module, recipe, seed, name_map, spec, device, overrides, _bool("strict", strict))
 
 
-def _init(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map: Optional[NameMap],
+def _init(module: M, recipe: Optional[str], seed: int, name_map: Optional[NameMap],
           spec: Optional[ModelLike], device: Optional[torch.device], overrides: Optional[Mapping[str, str]],
-          strict: bool, recorded: Optional[dict[str, dict[str, Any]]] = None) -> torch.nn.Module:
+          strict: bool, recorded: Optional[dict[str, dict[str, Any]]] = None) -> M:
     """init_ with its arguments checked; `recorded`: the own init already recorded (make)."""
     # Not cached: a recording made by make(), or strict (its check of the override globs runs each call).
     places = _places(module)  # before to_empty, which drops spmd_types' and Megatron-core's annotations
@@ -1505,9 +1508,9 @@ def _init(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map: O
     return module
 
 
-def make(build: Callable[[], torch.nn.Module], *, seed: int = 0, device: Optional[Union[str, torch.device]] = None,
+def make(build: Callable[[], M], *, seed: int = 0, device: Optional[Union[str, torch.device]] = None,
          name_map: Optional[NameMap] = None, spec: Optional[ModelLike] = None,
-         overrides: Optional[Mapping[str, str]] = None, strict: bool = False) -> torch.nn.Module:
+         overrides: Optional[Mapping[str, str]] = None, strict: bool = False) -> M:
     """The model ``build()`` constructs, with its own init in layerinit's values, on ``device``
     (default "cpu"): for a model whose constructor alone initializes it (Megatron-core's
     ``init_method`` through ``_initialize_affine_weight_cpu``, nanoGPT's ``apply(_init_weights)``,
