@@ -272,6 +272,66 @@ def _mesh(mesh: Any) -> Optional[dict[str, int]]:
     return _str_map("mesh", mesh, lambda a, x: _int(a, x, 1))
 
 
+class _Progress:
+    """A progress argument as one callable (done_bytes, total_bytes): the caller's function, or a tqdm bar
+    made at the first report (when the total is known). finish() ends the reports at (total, total)
+    whatever the work reported last (verify's missing tensors add no bytes); close() closes the bar."""
+
+    def __init__(self, fn: Optional[Callable[[int, int], Any]] = None, bar: Optional[Callable[[int], Any]] = None):
+        self._fn, self._make_bar, self._bar = fn, bar, None
+        self.last: Optional[tuple[int, int]] = None
+
+    def __call__(self, done: int, total: int) -> None:
+        self.last = (done, total)
+        if self._fn is not None:
+            self._fn(done, total)
+            return
+        if self._bar is None:
+            assert self._make_bar is not None
+            self._bar = self._make_bar(total)
+        self._bar.update(done - self._bar.n)
+
+    def finish(self) -> None:
+        if self.last is not None and self.last[0] != self.last[1]:
+            self(self.last[1], self.last[1])
+        self.close()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _progress(v: Any, what: str) -> Optional[_Progress]:
+    """A ``progress`` argument: None or False (no reports), True (a tqdm bar, described `what`), or a
+    function f(done_bytes, total_bytes); ValueError naming it for anything else, or for True without tqdm,
+    before any work."""
+    if v is None or v is False:
+        return None
+    if v is True:
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            raise ValueError("progress=True draws a tqdm bar, and tqdm is not installed: pip install tqdm, or pass "
+                             "a function f(done_bytes, total_bytes)") from None
+        return _Progress(bar=lambda total: tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=what))
+    if not callable(v):
+        raise ValueError(f"progress must be None, True or a function f(done_bytes, total_bytes), got "
+                         f"{type(v).__name__} {_show(v)}")
+    return _Progress(fn=v)
+
+
+def _reporting(report: Optional[_Progress], work: Callable[[Optional[_Progress]], Any]) -> Any:
+    """work(report), then the report's last call (total, total); its bar closed also when work raises."""
+    if report is None:
+        return work(None)
+    try:
+        out = work(report)
+        report.finish()
+        return out
+    finally:
+        report.close()
+
+
 def _array_method(self: Array, dtype: Any = None, copy: Optional[bool] = None) -> Any:
     """``numpy.asarray(array)``: a view of the bytes, no copy (bfloat16 through ml_dtypes)."""
     view = self._numpy_view()
@@ -573,6 +633,7 @@ def build(
     dtype_overrides: Optional[Mapping[str, DTypeLike]] = None,
     threads: int = 0,
     strict: bool = False,
+    progress: ProgressLike = None,
 ) -> dict[str, Array]:
     """Builds a model's tensors and returns them by name, in file order.
 
@@ -595,14 +656,20 @@ def build(
       piece sits.
     - ``threads``: host threads, 0 (all cores) .. 4096.
     - ``overrides``, ``dtype_overrides``, ``strict``: as :func:`plan` takes them.
+    - ``progress``: a function ``f(done_bytes, total_bytes)``, called on this thread with (0, total) before
+      the first part, after each part (a layer, or the tensors before or after the layers) and last with
+      (total, total); what it raises stops the build (its memory given back) and is raised. ``True``
+      draws a tqdm bar (ValueError when tqdm is not installed). ``total_bytes`` is the bytes built: the
+      model's, or rank ``rank``'s pieces.
     """
     meshes = _mesh(mesh)
     r = None if rank is None else _int("rank", rank)
     t = _int("threads", threads, 0, _MAX_THREADS)
     dev = _str("device", device)
+    report = _progress(progress, "build")
     p = plan(model, dtype=dtype, seed=seed, recipe=recipe, layout=layout, orientation=orientation, experts=experts,
              overrides=overrides, dtype_overrides=dtype_overrides, strict=strict)
-    return p.build(dev, meshes, r, t)
+    return _reporting(report, lambda f: p.build(dev, meshes, r, t, f))
 
 
 def fill_(
@@ -815,6 +882,7 @@ def verify(
     threads: int = 0,
     diagnose: bool = True,
     seed_guesses: Sequence[int] = (),
+    progress: ProgressLike = None,
 ) -> VerifyReport:
     """Compares ``source`` with the init of ``model`` made with these options, tensor by tensor,
     and for each tensor that differs says what was done to it (``layerinit verify``, docs/checkpoint.md "Verify").
@@ -832,6 +900,8 @@ def verify(
       search for what was done to a tensor that differs (its status, counts and first difference only).
       ``seed_guesses``: seeds the ``other_seed`` diagnosis tries besides 0..1023 and the metadata's
       (the CLI's ``--seed-guess``).
+    - ``progress``: as :func:`build`'s, ``f(done_bytes, total_bytes)`` of the model's bytes compared:
+      after each chunk (64 MiB) and each tensor, last with (total, total).
 
     Returns a :class:`VerifyReport`; a checkpoint that differs is a report, not an error. Raises
     ValueError for no model and no metadata naming one (``model``), a checkpoint or dict that is not
@@ -852,6 +922,7 @@ def verify(
         diagnose=_bool("diagnose", diagnose),
         seed_guesses=_ints("seed_guesses", seed_guesses),
     )
+    report = _progress(progress, "verify")
     if isinstance(source, Mapping):
         tensors, getters, aliases = _stored_tensors(source)
         # A wrapped model's state_dict: its tensors under the names the model has without the wrappers.
@@ -862,12 +933,14 @@ def verify(
         if len(set(names)) == len(names):
             tensors = [(renamed[t[0]], *t[1:]) for t in tensors]
             aliases = [renamed[a] for a in aliases]
-        report, text = _core.verify_tensors(tensors, lambda k: getters[k](), aliases, m, **args)
+        found, text = _reporting(report, lambda f: _core.verify_tensors(tensors, lambda k: getters[k](), aliases, m,
+                                                                        progress=f, **args))
     elif isinstance(source, (str, os.PathLike)):
-        report, text = _core.verify_path(_fspath("source", source), m, **args)
+        path = _fspath("source", source)
+        found, text = _reporting(report, lambda f: _core.verify_path(path, m, progress=f, **args))
     else:
         raise ValueError("source must be a checkpoint's path or a mapping of names to arrays, got "
                          f"{type(source).__name__}")
-    j = json.loads(report)
+    j = json.loads(found)
     return VerifyReport(j["ok"], j["equal"], j["differs"], j["missing"], j["unexpected"], j["bytes_read"], j["seconds"],
-                        j["tensors"], report, text)
+                        j["tensors"], found, text)
