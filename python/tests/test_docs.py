@@ -15,8 +15,8 @@ REGIONS = [(path, region, code) for path, region, code in BLOCKS if path]
 
 
 def test_the_page_has_its_examples():
-    assert len(EXAMPLES) == 11  # composites, the JAX own init, torchtitan, Megatron-core, FSDP2, transformers, zero-copy, Haiku, JAX build,
-    # verify, NumPy
+    assert len(EXAMPLES) == 12  # dtypes and progress, composites, the JAX own init, torchtitan, Megatron-core, FSDP2,
+    # transformers, zero-copy, Haiku, JAX build, verify, NumPy
     assert [r for _, r, _ in REGIONS] == ["mlp", "init", "nnx", "linen", "spec", "sharded", "multihost"]  # Equinox, NNX, linen, sharded, multi-host
 
 
