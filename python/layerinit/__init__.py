@@ -32,10 +32,11 @@ import math
 import numbers
 import os
 import re
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from . import _core
 from ._core import Array, Composite, CudaError, Fill, MemoryRefusedError, OutOfMemoryError, SpecError
@@ -73,9 +74,16 @@ Spec = _core.Spec
 Plan = _core.Plan
 
 #: What a model argument may be: a preset name, a JSON spec file's path, a spec as a dict, or a Spec.
-ModelLike = Union[str, "os.PathLike[str]", Mapping[str, Any], "_core.Spec"]
+# No forward references: the adapters' annotations resolve them in their own modules (typing.get_type_hints).
+ModelLike = Union[str, os.PathLike[str], Mapping[str, Any], _core.Spec]
 #: A fill: the CLI's text ("normal(0, 0.02)") or a Fill (``Fill.parse``, ``recipe_fill``).
-FillLike = Union[str, "_core.Fill"]
+FillLike = Union[str, _core.Fill]
+#: A dtype: a str ("bf16", "bfloat16", "fp16", "half", "float32", ...), a ``torch.dtype``, a NumPy dtype
+#: or scalar type (``np.float32``), ml_dtypes' ``bfloat16``, a JAX dtype (``jnp.bfloat16``). Any: the
+#: frameworks' types are not imported to name them.
+DTypeLike = Any
+#: A progress report: None, a function ``f(done_bytes, total_bytes)``, or True for a tqdm bar.
+ProgressLike = Union[None, bool, Callable[[int, int], Any]]
 
 
 _MAX_U64 = 2**64 - 1
@@ -123,6 +131,45 @@ def _str(arg: str, v: Any) -> str:
     except UnicodeEncodeError as e:
         raise ValueError(f"{arg} is not valid text: {e.reason} at index {e.start}") from None
     return v
+
+
+# What every dtype argument may name: the library's dtypes, by the names frameworks give them.
+_DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+_DTYPES_VALID = "'bf16', 'fp16', 'fp32', or a torch, NumPy, ml_dtypes or JAX bfloat16, float16 or float32"
+
+
+def _dtype_object_name(v: Any) -> Optional[str]:
+    """The name ("float32", "bfloat16", "int8", ...) of a torch, NumPy, ml_dtypes or JAX dtype object; None
+    for anything else. Imports no framework: an object of one comes from a module already loaded."""
+    t = type(v)
+    if t.__module__ == "torch" and t.__name__ == "dtype":
+        return str(v).removeprefix("torch.")
+    np = sys.modules.get("numpy")  # ml_dtypes and JAX load it: none of theirs exists without it
+    if np is None:
+        return None
+    if isinstance(v, np.dtype):  # np.dtype("float32"), jnp.dtype("bfloat16")
+        return str(v.name)
+    if isinstance(v, type):
+        if issubclass(v, np.generic):  # np.float32, ml_dtypes.bfloat16
+            return str(np.dtype(v).name)
+        d = getattr(v, "dtype", None)  # jnp.float32, jnp.bfloat16: JAX's scalar types carry their dtype
+        if isinstance(d, np.dtype):
+            return str(d.name)
+    return None
+
+
+def _dtype(arg: str, v: Any) -> str:
+    """A dtype argument as the library reads it: a str as given (the library's parse_dtype names what it
+    accepts), a dtype object of torch, NumPy, ml_dtypes or JAX as "fp32", "fp16" or "bf16";
+    ValueError naming the argument and the valid dtypes for anything else."""
+    if isinstance(v, str):
+        return _str(arg, v)
+    name = _dtype_object_name(v)
+    if name is None:
+        raise ValueError(f"{arg} must be {_DTYPES_VALID}; got {type(v).__name__} {_show(v)}")
+    if name not in _DTYPE_NAMES:
+        raise ValueError(f"{arg} is {name}, which layerinit does not make (valid: {_DTYPES_VALID})")
+    return _DTYPE_NAMES[name]
 
 
 def _bool(arg: str, v: Any) -> bool:
@@ -224,6 +271,66 @@ def _mesh(mesh: Any) -> Optional[dict[str, int]]:
     if not isinstance(mesh, Mapping):
         raise ValueError(f"mesh must be a mapping like {{'tp': 2, 'fsdp': 2}}, got {type(mesh).__name__} {_show(mesh)}")
     return _str_map("mesh", mesh, lambda a, x: _int(a, x, 1))
+
+
+class _Progress:
+    """A progress argument as one callable (done_bytes, total_bytes): the caller's function, or a tqdm bar
+    made at the first report (when the total is known). finish() ends the reports at (total, total)
+    whatever the work reported last (verify's missing tensors add no bytes); close() closes the bar."""
+
+    def __init__(self, fn: Optional[Callable[[int, int], Any]] = None, bar: Optional[Callable[[int], Any]] = None):
+        self._fn, self._make_bar, self._bar = fn, bar, None
+        self.last: Optional[tuple[int, int]] = None
+
+    def __call__(self, done: int, total: int) -> None:
+        self.last = (done, total)
+        if self._fn is not None:
+            self._fn(done, total)
+            return
+        if self._bar is None:
+            assert self._make_bar is not None
+            self._bar = self._make_bar(total)
+        self._bar.update(done - self._bar.n)
+
+    def finish(self) -> None:
+        if self.last is not None and self.last[0] != self.last[1]:
+            self(self.last[1], self.last[1])
+        self.close()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _progress(v: Any, what: str) -> Optional[_Progress]:
+    """A ``progress`` argument: None or False (no reports), True (a tqdm bar, described `what`), or a
+    function f(done_bytes, total_bytes); ValueError naming it for anything else, or for True without tqdm,
+    before any work."""
+    if v is None or v is False:
+        return None
+    if v is True:
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            raise ValueError("progress=True draws a tqdm bar, and tqdm is not installed: pip install tqdm, or pass "
+                             "a function f(done_bytes, total_bytes)") from None
+        return _Progress(bar=lambda total: tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=what))
+    if not callable(v):
+        raise ValueError(f"progress must be None, True or a function f(done_bytes, total_bytes), got "
+                         f"{type(v).__name__} {_show(v)}")
+    return _Progress(fn=v)
+
+
+def _reporting(report: Optional[_Progress], work: Callable[[Optional[_Progress]], Any]) -> Any:
+    """work(report), then the report's last call (total, total); its bar closed also when work raises."""
+    if report is None:
+        return work(None)
+    try:
+        out = work(report)
+        report.finish()
+        return out
+    finally:
+        report.close()
 
 
 def _array_method(self: Array, dtype: Any = None, copy: Optional[bool] = None) -> Any:
@@ -356,14 +463,14 @@ def _describe(description: Mapping[str, Any], *, recipe: Optional[str] = None,
 def plan(
     model: ModelLike,
     *,
-    dtype: Optional[str] = None,
+    dtype: Optional[DTypeLike] = None,
     seed: int = 0,
     recipe: str = "hf",
     layout: str = "per-layer",
     orientation: str = "out-in",
     experts: str = "stacked",
     overrides: Optional[Mapping[str, FillLike]] = None,
-    dtype_overrides: Optional[Mapping[str, str]] = None,
+    dtype_overrides: Optional[Mapping[str, DTypeLike]] = None,
     strict: bool = False,
 ) -> Plan:
     """What :func:`build` would make, without memory: ``plan(...).tensors()`` lists (name, shape,
@@ -379,19 +486,19 @@ def plan(
     s = spec(model)
     p = _plan(s, dtype=dtype, seed=seed, recipe=recipe, layout=layout, orientation=orientation, experts=experts,
               overrides=overrides, dtype_overrides=dtype_overrides)
-    _check_patterns(s, _overrides("overrides", overrides, _fill_text), _overrides("dtype_overrides", dtype_overrides, _str),
+    _check_patterns(s, _overrides("overrides", overrides, _fill_text), _overrides("dtype_overrides", dtype_overrides, _dtype),
                     _bool("strict", strict))
     return p
 
 
-def _plan(s: Spec, *, dtype: Optional[str] = None, seed: int = 0, recipe: str = "hf", layout: str = "per-layer",
+def _plan(s: Spec, *, dtype: Optional[DTypeLike] = None, seed: int = 0, recipe: str = "hf", layout: str = "per-layer",
           orientation: str = "out-in", experts: str = "stacked", overrides: Optional[Mapping[str, FillLike]] = None,
-          dtype_overrides: Optional[Mapping[str, str]] = None) -> Plan:
+          dtype_overrides: Optional[Mapping[str, DTypeLike]] = None) -> Plan:
     """plan() of a Spec without the check of its override globs (a caller that checks them once)."""
     seed = _int("seed", seed)
     fills = _overrides("overrides", overrides, lambda a, f: _fill_text(f, a))
-    dtypes = _overrides("dtype_overrides", dtype_overrides, _str)
-    d = None if dtype is None else _str("dtype", dtype)  # None: the model's (a Hugging Face config's dtype, else bf16)
+    dtypes = _overrides("dtype_overrides", dtype_overrides, _dtype)
+    d = None if dtype is None else _dtype("dtype", dtype)  # None: the model's (a Hugging Face config's dtype, else bf16)
     return _core.Plan(s, _str("recipe", recipe), fills, d, dtypes, seed,
                       _str("layout", layout), _str("orientation", orientation), _str("experts", experts))
 
@@ -520,7 +627,7 @@ Composite.parts = property(  # type: ignore[attr-defined]
 def build(
     model: ModelLike,
     *,
-    dtype: Optional[str] = None,
+    dtype: Optional[DTypeLike] = None,
     seed: int = 0,
     recipe: str = "hf",
     layout: str = "per-layer",
@@ -530,9 +637,10 @@ def build(
     rank: Optional[int] = None,
     experts: str = "stacked",
     overrides: Optional[Mapping[str, FillLike]] = None,
-    dtype_overrides: Optional[Mapping[str, str]] = None,
+    dtype_overrides: Optional[Mapping[str, DTypeLike]] = None,
     threads: int = 0,
     strict: bool = False,
+    progress: ProgressLike = None,
 ) -> dict[str, Array]:
     """Builds a model's tensors and returns them by name, in file order.
 
@@ -540,7 +648,8 @@ def build(
     and every array taken from it (``torch.from_dlpack(a)``, ``numpy.asarray(a)``, ...) are gone.
 
     - ``model``: a preset name, a JSON spec path, a spec dict or a :class:`Spec`.
-    - ``dtype``: ``"bf16"``, ``"fp16"`` or ``"fp32"``; None (the default): a Hugging Face config's
+    - ``dtype``: ``"bf16"``, ``"fp16"`` or ``"fp32"``, or a framework's dtype (``torch.bfloat16``,
+      ``np.float32``, ``jnp.bfloat16``, ml_dtypes' ``bfloat16``); None (the default): a Hugging Face config's
       ``dtype`` (else ``torch_dtype``; float32, float16, bfloat16), else ``"bf16"``, as the CLI
       without ``--dtype``; ValueError names the field when the config's is another. ``recipe``: a name of :func:`recipe_names`,
       with parameters as ``"mup:base_width=256"``; ``seed``: 0 .. 2**64 - 1.
@@ -554,14 +663,20 @@ def build(
       piece sits.
     - ``threads``: host threads, 0 (all cores) .. 4096.
     - ``overrides``, ``dtype_overrides``, ``strict``: as :func:`plan` takes them.
+    - ``progress``: a function ``f(done_bytes, total_bytes)``, called on this thread with (0, total) before
+      the first part, after each part (a layer, or the tensors before or after the layers) and last with
+      (total, total); what it raises stops the build (its memory given back) and is raised. ``True``
+      draws a tqdm bar (ValueError when tqdm is not installed). ``total_bytes`` is the bytes built: the
+      model's, or rank ``rank``'s pieces.
     """
     meshes = _mesh(mesh)
     r = None if rank is None else _int("rank", rank)
     t = _int("threads", threads, 0, _MAX_THREADS)
     dev = _str("device", device)
+    report = _progress(progress, "build")
     p = plan(model, dtype=dtype, seed=seed, recipe=recipe, layout=layout, orientation=orientation, experts=experts,
              overrides=overrides, dtype_overrides=dtype_overrides, strict=strict)
-    return p.build(dev, meshes, r, t)
+    return _reporting(report, lambda f: p.build(dev, meshes, r, t, f))
 
 
 def fill_(
@@ -573,7 +688,7 @@ def fill_(
     global_shape: Optional[Sequence[int]] = None,
     offset: Optional[Sequence[int]] = None,
     transposed: bool = False,
-    dtype: Optional[str] = None,
+    dtype: Optional[DTypeLike] = None,
 ) -> Any:
     """Fills ``array`` in place with the values of tensor ``name`` and returns it.
 
@@ -589,7 +704,8 @@ def fill_(
       ``global_shape`` (default: the whole tensor), as DTensor or a JAX shard holds it.
     - ``transposed``: the array holds a 2-D tensor stored ``[in, out]`` (in-out orientation);
       ``global_shape`` is the stored shape.
-    - ``dtype``: when given, the array's dtype must be this one.
+    - ``dtype``: when given, the array's dtype must be this one (a str or a framework's dtype, as
+      :func:`build` takes it).
     - ``name`` may be a :class:`Composite` instead (no ``fill``, ``global_shape`` or ``transposed``:
       it says them): the array is its piece at ``offset``.
 
@@ -600,7 +716,7 @@ def fill_(
     target, bits_as = _target(array)
     seed = _int("seed", seed)
     off = None if offset is None else _ints("offset", offset)
-    want = None if dtype is None else _str("dtype", dtype)
+    want = None if dtype is None else _dtype("dtype", dtype)
     if isinstance(name, _core.Composite):
         if fill is not None or global_shape is not None or transposed:
             raise ValueError("fill, global_shape and transposed come from the Composite: leave them out")
@@ -626,8 +742,7 @@ def fill_(
 
 def _canonical_dtype(name: str) -> str:
     """parse_dtype's spellings (dtypes/dtype.cpp) as the names layerinit prints."""
-    return {"float32": "fp32", "f32": "fp32", "float16": "fp16", "f16": "fp16", "half": "fp16",
-            "bfloat16": "bf16"}.get(name, name)
+    return {**_DTYPE_NAMES, "f32": "fp32", "f16": "fp16", "half": "fp16"}.get(name, name)
 
 
 def recipe_fill(model: ModelLike, name: str, *, recipe: str = "hf") -> Fill:
@@ -763,17 +878,18 @@ def verify(
     source: Union[str, "os.PathLike[str]", Mapping[str, Any]],
     model: Optional[ModelLike] = None,
     *,
-    dtype: Optional[str] = None,
+    dtype: Optional[DTypeLike] = None,
     seed: Optional[int] = None,
     recipe: Optional[str] = None,
     layout: Optional[str] = None,
     orientation: Optional[str] = None,
     experts: Optional[str] = None,
     overrides: Optional[Mapping[str, FillLike]] = None,
-    dtype_overrides: Optional[Mapping[str, str]] = None,
+    dtype_overrides: Optional[Mapping[str, DTypeLike]] = None,
     threads: int = 0,
     diagnose: bool = True,
     seed_guesses: Sequence[int] = (),
+    progress: ProgressLike = None,
 ) -> VerifyReport:
     """Compares ``source`` with the init of ``model`` made with these options, tensor by tensor,
     and for each tensor that differs says what was done to it (``layerinit verify``, docs/checkpoint.md "Verify").
@@ -791,6 +907,8 @@ def verify(
       search for what was done to a tensor that differs (its status, counts and first difference only).
       ``seed_guesses``: seeds the ``other_seed`` diagnosis tries besides 0..1023 and the metadata's
       (the CLI's ``--seed-guess``).
+    - ``progress``: as :func:`build`'s, ``f(done_bytes, total_bytes)`` of the model's bytes compared:
+      after each chunk (64 MiB) and each tensor, last with (total, total).
 
     Returns a :class:`VerifyReport`; a checkpoint that differs is a report, not an error. Raises
     ValueError for no model and no metadata naming one (``model``), a checkpoint or dict that is not
@@ -799,18 +917,19 @@ def verify(
     """
     m = None if model is None else spec(model)
     args = dict(
-        dtype=None if dtype is None else _str("dtype", dtype),
+        dtype=None if dtype is None else _dtype("dtype", dtype),
         seed=None if seed is None else _int("seed", seed),
         recipe=None if recipe is None else _str("recipe", recipe),
         layout=None if layout is None else _str("layout", layout),
         orientation=None if orientation is None else _str("orientation", orientation),
         experts=None if experts is None else _str("experts", experts),
         overrides=None if overrides is None else _overrides("overrides", overrides, lambda a, f: _fill_text(f, a)),
-        dtype_overrides=None if dtype_overrides is None else _overrides("dtype_overrides", dtype_overrides, _str),
+        dtype_overrides=None if dtype_overrides is None else _overrides("dtype_overrides", dtype_overrides, _dtype),
         threads=_int("threads", threads, 0, _MAX_THREADS),
         diagnose=_bool("diagnose", diagnose),
         seed_guesses=_ints("seed_guesses", seed_guesses),
     )
+    report = _progress(progress, "verify")
     if isinstance(source, Mapping):
         tensors, getters, aliases = _stored_tensors(source)
         # A wrapped model's state_dict: its tensors under the names the model has without the wrappers.
@@ -821,12 +940,14 @@ def verify(
         if len(set(names)) == len(names):
             tensors = [(renamed[t[0]], *t[1:]) for t in tensors]
             aliases = [renamed[a] for a in aliases]
-        report, text = _core.verify_tensors(tensors, lambda k: getters[k](), aliases, m, **args)
+        found, text = _reporting(report, lambda f: _core.verify_tensors(tensors, lambda k: getters[k](), aliases, m,
+                                                                        progress=f, **args))
     elif isinstance(source, (str, os.PathLike)):
-        report, text = _core.verify_path(_fspath("source", source), m, **args)
+        path = _fspath("source", source)
+        found, text = _reporting(report, lambda f: _core.verify_path(path, m, progress=f, **args))
     else:
         raise ValueError("source must be a checkpoint's path or a mapping of names to arrays, got "
                          f"{type(source).__name__}")
-    j = json.loads(report)
+    j = json.loads(found)
     return VerifyReport(j["ok"], j["equal"], j["differs"], j["missing"], j["unexpected"], j["bytes_read"], j["seconds"],
-                        j["tensors"], report, text)
+                        j["tensors"], found, text)

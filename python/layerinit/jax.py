@@ -27,8 +27,8 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
 from ._jax_record import Recorded, eval_shape
-from . import (Fill, FillLike, ModelLike, Plan, Spec, _bool, _core, _describe, _items, _json_value, _seq, _show, _str,
-               _str_map, plan)
+from . import (_DTYPES_VALID, DTypeLike, Fill, FillLike, ModelLike, Plan, Spec, _bool, _canonical_dtype, _core, _describe,
+               _dtype, _dtype_object_name, _items, _json_value, _seq, _show, _str, _str_map, plan)
 
 __all__ = ["ROLES", "Recorded", "build", "eval_shape", "init", "spec_of"]
 
@@ -61,15 +61,22 @@ def _xla() -> Any:
 
 
 def _dtype_name(dtype: Any, what: str) -> str:
-    if isinstance(dtype, str) and dtype in ("fp32", "fp16", "bf16"):
-        return dtype
-    try:
-        name = jax.numpy.dtype(dtype).name
-    except TypeError:
-        name = str(dtype)
+    """"fp32", "fp16" or "bf16" of a leaf's dtype; ValueError naming the leaf (`what`) for another."""
+    name = _dtype_object_name(dtype) or str(dtype)
     if name not in _DTYPES:
         raise ValueError(f"{what} is {name}: layerinit fills float32, float16 and bfloat16 arrays")
     return _DTYPES[name]
+
+
+def _dtype_arg(dtype: Any) -> Optional[str]:
+    """init's ``dtype`` argument as "fp32", "fp16" or "bf16" (layerinit._dtype: a str or any framework's
+    dtype), None for None; ValueError naming it and the valid ones for another."""
+    if dtype is None:
+        return None
+    name = _canonical_dtype(_dtype("dtype", dtype))
+    if name not in _DTYPES.values():
+        raise ValueError(f"dtype {dtype!r} is unknown (valid: {_DTYPES_VALID})")
+    return name
 
 
 def _jnp_dtype(name: str) -> Any:
@@ -498,7 +505,7 @@ def _flatten(tree: Any) -> tuple[list[tuple[Any, Any]], Any]:
         raise refusal from None
 
 
-def _leaves(tree: Any, dtype: Any, haiku: bool = False) -> tuple[list[Any], Any, list[_Leaf], list[_Leaf]]:
+def _leaves(tree: Any, dtype: Optional[str], haiku: bool = False) -> tuple[list[Any], Any, list[_Leaf], list[_Leaf]]:
     """The flattened tree, its structure, its float array leaves with names and owners, and its
     integer leaves (made only as constants). A Haiku leaf is named "module/path.name", without the
     index of (params, state)."""
@@ -548,7 +555,7 @@ def _leaves(tree: Any, dtype: Any, haiku: bool = False) -> tuple[list[Any], Any,
         else:
             if not jax.numpy.issubdtype(leaf.dtype, jax.numpy.floating):
                 _dtype_name(leaf.dtype, f"leaf '{name}'")  # names the leaf's dtype
-            lf.dtype = _dtype_name(dtype, "dtype")
+            lf.dtype = dtype
         info = _owner_info(owner, attr) if owner is not None else None
         if info is not None:
             lf.module, lf.expected, lf.storage, lf.fan_in, lf.fan_out, lf.owner = info
@@ -839,7 +846,7 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
     hyper = _json_value("hyper", _str_map("hyper", hyper, lambda a, x: x))
     strict = _bool("strict", strict)
     haiku = _haiku_tree(tree)
-    flat, treedef, leaves, integers = _leaves(tree, dtype, haiku)
+    flat, treedef, leaves, integers = _leaves(tree, _dtype_arg(dtype), haiku)
     _stacking(leaves, stacked, haiku)
     rs = _rules(rules)
     constants = _integers(integers, rs, haiku)
@@ -951,7 +958,7 @@ def init(
     recipe: Optional[str] = None,
     rules: Optional[Mapping[str, Any]] = None,
     stacked: Union[str, Sequence[str], None] = None,
-    dtype: Any = None,
+    dtype: Optional[DTypeLike] = None,
     sharding: ShardingLike = None,
     mesh: Optional[jax.sharding.Mesh] = None,
     hyper: Optional[Mapping[str, Any]] = None,
@@ -1083,7 +1090,7 @@ def _donated(leaves: list[_Leaf]) -> dict[int, Any]:
 def build(
     model: ModelLike,
     *,
-    dtype: Optional[str] = None,
+    dtype: Optional[DTypeLike] = None,
     seed: int = 0,
     recipe: str = "hf",
     sharding: ShardingLike = None,

@@ -18,18 +18,21 @@ import sys
 import warnings
 import weakref
 from collections.abc import Callable, Container, Mapping
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Optional, TypeVar, Union
 
 import torch
 
-from . import (Composite, ModelLike, Plan, Spec, _bool, _check_patterns, _core, _describe, _fill_text, _int, _items,
-               _overrides, _plan, _show, _str, _unwrapped, hf_spec, spec as _spec)
+from . import (Composite, ModelLike, Plan, ProgressLike, Spec, _bool, _check_patterns, _core, _describe, _fill_text, _int,
+               _items, _overrides, _plan, _Progress, _progress, _reporting, _show, _str, _unwrapped, hf_spec, spec as _spec)
 
 __all__ = ["init_", "hf_spec", "make", "module_spec", "tensor_map", "torchtitan_spec"]
 
 NameMap = Union[Mapping[str, Any], Callable[[str], Any]]
 
 _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+#: The module init_ fills and returns: its own type, so `model = init_(Model(...))` keeps Model's attributes.
+M = TypeVar("M", bound=torch.nn.Module)
 
 
 # ---- The description of any module: what its framework says, for the library to make a spec of ----
@@ -1379,7 +1382,7 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
 
 @torch.no_grad()
 def init_(
-    module: torch.nn.Module,
+    module: M,
     *,
     recipe: Optional[str] = None,
     seed: int = 0,
@@ -1388,7 +1391,8 @@ def init_(
     device: Optional[Union[str, torch.device]] = None,
     overrides: Optional[Mapping[str, str]] = None,
     strict: bool = False,
-) -> torch.nn.Module:
+    progress: ProgressLike = None,
+) -> M:
     """Fills every parameter of ``module`` in place, by its qualified name, in the parameter's own
     dtype (float32, float16 or bfloat16), each element a pure function of (seed, tensor name, element
     index, fill). Returns the module.
@@ -1429,6 +1433,10 @@ def init_(
       ColumnParallelLinear, RowParallelLinear and VocabParallelEmbedding, on the rank of the
       module's ``tp_group``), each as the slice Megatron's own init gives the rank.
     - Buffers the spec names (a router's correction bias) are filled too.
+    - ``progress``: a function ``f(done_bytes, total_bytes)`` of the bytes this process writes (its
+      local shards), called with (0, total), after each parameter and last with (total, total); True
+      draws a tqdm bar; as :func:`layerinit.build`'s. With it, each parameter is its own call into the
+      library (Ctrl-C and the function's exception stop between two), else all are one call.
     - All the parameters are filled by one call into the library. The plans and each parameter's
       Composite are kept with the module: init_ again with the same recipe, seed and overrides, of
       a module whose parameters, buffers, submodules and config are the same (names, global shapes,
@@ -1453,12 +1461,14 @@ def init_(
     else:
         recipe = _str("recipe", recipe)
     seed = _int("seed", seed)
-    return _init(module, recipe, seed, name_map, spec, device, overrides, _bool("strict", strict))
+    strict = _bool("strict", strict)
+    report = _progress(progress, "init_")
+    return _reporting(report, lambda f: _init(module, recipe, seed, name_map, spec, device, overrides, strict, progress=f))
 
 
-def _init(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map: Optional[NameMap],
+def _init(module: M, recipe: Optional[str], seed: int, name_map: Optional[NameMap],
           spec: Optional[ModelLike], device: Optional[torch.device], overrides: Optional[Mapping[str, str]],
-          strict: bool, recorded: Optional[dict[str, dict[str, Any]]] = None) -> torch.nn.Module:
+          strict: bool, recorded: Optional[dict[str, dict[str, Any]]] = None, progress: Optional[_Progress] = None) -> M:
     """init_ with its arguments checked; `recorded`: the own init already recorded (make)."""
     # Not cached: a recording made by make(), or strict (its check of the override globs runs each call).
     places = _places(module)  # before to_empty, which drops spmd_types' and Megatron-core's annotations
@@ -1470,6 +1480,8 @@ def _init(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map: O
     else:
         prepared = _prepare(module, recipe, seed, name_map, spec, overrides, device, places, strict, recorded)
         if prepared is None:  # nothing to fill: materialized
+            if progress is not None:
+                progress(0, 0)
             return module
     hit = key is not None and cached is not None and cached[1] is prepared
     composites, makers, plan_for, computed = prepared
@@ -1480,6 +1492,7 @@ def _init(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map: O
     current = dict(module.named_parameters())
     current.update(dict(module.named_buffers()))
     arrays, parts, offsets = [], [], []
+    ends = []  # where each parameter's arrays end: the calls `progress` reports between
     for n, c in composites.items():
         local = _local_data(current[n])
         if local.numel() == 0:
@@ -1492,7 +1505,18 @@ def _init(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map: O
             arrays.append((local if whole else local[tuple(slice(a, a + k) for a, k in zip(at, shape))]).detach())
             parts.append(c)
             offsets.append(list(offset))
-    _core.fill_composites(arrays, parts, seed, offsets, True)  # every parameter in one call
+        ends.append(len(arrays))
+    if progress is None:
+        _core.fill_composites(arrays, parts, seed, offsets, True)  # every parameter in one call
+    else:
+        sizes = [a.numel() * a.element_size() for a in arrays]
+        total, done, start = sum(sizes), 0, 0
+        progress(0, total)
+        for end in ends:
+            _core.fill_composites(arrays[start:end], parts[start:end], seed, offsets[start:end], True)
+            done += sum(sizes[start:end])
+            start = end
+            progress(done, total)
     for n, values in computed.items():  # what the model's code computes without random numbers, as it computes it
         local = _local_data(current[n])
         for at, offset, shape in places[n].boxes:
@@ -1505,9 +1529,9 @@ def _init(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map: O
     return module
 
 
-def make(build: Callable[[], torch.nn.Module], *, seed: int = 0, device: Optional[Union[str, torch.device]] = None,
+def make(build: Callable[[], M], *, seed: int = 0, device: Optional[Union[str, torch.device]] = None,
          name_map: Optional[NameMap] = None, spec: Optional[ModelLike] = None,
-         overrides: Optional[Mapping[str, str]] = None, strict: bool = False) -> torch.nn.Module:
+         overrides: Optional[Mapping[str, str]] = None, strict: bool = False, progress: ProgressLike = None) -> M:
     """The model ``build()`` constructs, with its own init in layerinit's values, on ``device``
     (default "cpu"): for a model whose constructor alone initializes it (Megatron-core's
     ``init_method`` through ``_initialize_affine_weight_cpu``, nanoGPT's ``apply(_init_weights)``,
@@ -1519,7 +1543,8 @@ def make(build: Callable[[], torch.nn.Module], *, seed: int = 0, device: Optiona
     no fill says). A local shard a tensor-parallel framework marks as one (Megatron-core's
     ``tensor_model_parallel``) is filled as its slice of the whole tensor. A transformers or
     torchtitan model, whose top-level init does not run on the meta device, is constructed the same
-    way and then initialized as :func:`init_` initializes it (its ``init_weights`` / ``init_states``)."""
+    way and then initialized as :func:`init_` initializes it (its ``init_weights`` / ``init_states``).
+    ``progress`` reports the fills as :func:`init_`'s."""
     from . import _torch_record
 
     if not callable(build) or isinstance(build, torch.nn.Module):
@@ -1529,6 +1554,7 @@ def make(build: Callable[[], torch.nn.Module], *, seed: int = 0, device: Optiona
     device = _device(device)
     seed = _int("seed", seed)
     strict = _bool("strict", strict)
+    report = _progress(progress, "make")
     with _torch_record.recording() as rec:
         with torch.device("meta"):
             model = build()
@@ -1536,6 +1562,5 @@ def make(build: Callable[[], torch.nn.Module], *, seed: int = 0, device: Optiona
             raise ValueError(f"build() must return a torch.nn.Module, got {type(model).__name__} {_show(model)}")
         names = [n for n, _ in model.named_parameters()]
         final = {n: model.get_parameter(n) for n in names}
-    if _is_transformers(model) or _is_torchtitan(model):
-        return _init(model, None, seed, name_map, spec, device, overrides, strict)
-    return _init(model, None, seed, name_map, spec, device, overrides, strict, _replayed(rec, final, names))
+    recorded = None if _is_transformers(model) or _is_torchtitan(model) else _replayed(rec, final, names)
+    return _reporting(report, lambda f: _init(model, None, seed, name_map, spec, device, overrides, strict, recorded, f))

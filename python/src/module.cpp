@@ -352,8 +352,28 @@ nb::object make_array(Tensor&& t, Shape global, Shape offset, Context& ctx) {
   return nb::cast(a, nb::rv_policy::take_ownership);
 }
 
+// A Python progress callback f(done_bytes, total_bytes) of a build (layerinit.build's `progress`):
+// parts[k] is the bytes of the k-th part the build fills, in its order, so each after_part call adds
+// the next. Called on the building thread, which takes the GIL for it; what f raises stops the build.
+struct BuildProgress {
+  nb::object fn;  // None: no reports
+  std::vector<std::uint64_t> parts;
+  std::size_t next = 0;
+  std::uint64_t done = 0, total = 0;
+
+  void start() {
+    for (std::uint64_t b : parts) total += b;
+    if (!fn.is_none()) fn(0, total);  // the GIL held: before the build releases it
+  }
+  void after_part() {
+    if (fn.is_none()) return;
+    if (next < parts.size()) done += parts[next++];
+    fn(done, total);
+  }
+};
+
 nb::dict build(const Plan& plan, const std::string& device, const std::optional<std::map<std::string, std::uint64_t>>& mesh,
-               std::optional<std::uint64_t> rank, int threads) {
+               std::optional<std::uint64_t> rank, int threads, nb::object progress) {
   Context& ctx = context_for(device);
   std::unique_ptr<backend> own;  // a host backend with a thread count of its own, on the same tracker
   backend* be = ctx.be.get();
@@ -364,9 +384,11 @@ nb::dict build(const Plan& plan, const std::string& device, const std::optional<
   // Ctrl-C between parts: the build (GIL released) takes the GIL back after each part to let Python
   // run its signal handlers; KeyboardInterrupt unwinds the build, and what it made is freed.
   BuildOptions opts = plan.options();
-  opts.after_part = [] {
+  BuildProgress report{std::move(progress)};
+  opts.after_part = [&report] {
     nb::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    report.after_part();
   };
   const Builder builder(plan.spec(), plan.recipe(), opts, *be, *ctx.tracker);
   // The CLI's memory preflight, before anything is allocated (MemoryError naming both numbers).
@@ -389,6 +411,16 @@ nb::dict build(const Plan& plan, const std::string& device, const std::optional<
                                std::to_string(pp.ranks() - 1) + ")");
     const RankPlan rp(builder, pp, *rank);
     check_memory(*be, {"this rank's pieces", plan_rank(rp, TrainingSetup::mixed).weight_bytes, records});
+    if (!report.fn.is_none()) {
+      // build_rank's walk: a part per step, but none for a stage's stacked layers holding nothing of the rank's.
+      rp.walk({.whole_ends = true}, [&](const RankStep& s) {
+        if (s.stacked && s.shards.empty()) return;
+        std::uint64_t b = 0;
+        for (const ShardTensor& t : s.shards) b += t.bytes();
+        report.parts.push_back(b);
+      });
+    }
+    report.start();
     RankModel m;
     {
       nb::gil_scoped_release release;
@@ -402,6 +434,15 @@ nb::dict build(const Plan& plan, const std::string& device, const std::optional<
   }
   const MemoryPlan need = make_memory_plan(builder);
   check_memory(*be, {"weights", opts.layout == Layout::stacked ? need.peak_stacked : need.peak_per_layer, records});
+  if (!report.fn.is_none()) {
+    // Builder::build's walk: a part per step (a layer, or the tensors before or after the layers).
+    builder.walk({.whole_ends = true, .layer_order = true}, [&](const PlanStep& s) {
+      std::uint64_t b = 0;
+      for (const PlannedTensor& t : s.tensors) b += t.bytes();
+      report.parts.push_back(b);
+    });
+  }
+  report.start();
   Model m;
   {
     nb::gil_scoped_release release;
@@ -487,9 +528,11 @@ struct VerifyArgs {
 // `meta` names): reader(builder) gives the checkpoint once the model and options are known.
 // `shown` names the source in check_same_model's refusal (quoted there), `said` in this one's ("checkpoint
 // 'out/'", "the state dict").
+// `progress`: None, or f(bytes_done, bytes_total) after each chunk and tensor compared (VerifyOptions::progress).
 std::pair<std::string, std::string> verify_with(const std::map<std::string, std::string>& meta, const std::string& shown,
                                                 const std::string& said, const std::function<CheckpointReader&(const Builder&)>& reader,
-                                                const std::optional<Spec>& model, const VerifyArgs& a, int threads, bool diagnose) {
+                                                const std::optional<Spec>& model, const VerifyArgs& a, int threads, bool diagnose,
+                                                const nb::object& progress) {
   const std::optional<CheckpointClaim> claim = claim_from_metadata(meta);
   if (!model && !claim)
     bad_argument("model", "is needed: " + said + " has no layerinit metadata (model_spec) to say which model it holds; give the "
@@ -509,10 +552,12 @@ std::pair<std::string, std::string> verify_with(const std::map<std::string, std:
   check_same_model(spec, builder, r, shown);
   vo.diagnose = diagnose;
   vo.seeds = a.seed_guesses;
-  // Ctrl-C between chunks: KeyboardInterrupt, as build's.
-  vo.progress = [](const VerifyProgress&) {
+  // Ctrl-C between chunks: KeyboardInterrupt, as build's; then the caller's progress, whose exception
+  // stops the verify the same way.
+  vo.progress = [&progress](const VerifyProgress& p) {
     nb::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    if (!progress.is_none()) progress(p.bytes_done, p.bytes_total);
   };
   VerifyReport report;
   {
@@ -527,7 +572,7 @@ std::pair<std::string, std::string> verify_with(const std::map<std::string, std:
 // safetensors leave a tie's second name out of the file.
 std::pair<std::string, std::string> verify_tensors(const std::vector<PyStored>& tensors, nb::object get,
                                                    const std::vector<std::string>& aliases, const std::optional<Spec>& model,
-                                                   const VerifyArgs& a, int threads, bool diagnose) {
+                                                   const VerifyArgs& a, int threads, bool diagnose, const nb::object& progress) {
   std::unique_ptr<CheckpointReader> r;
   std::optional<PyTensorBytes> source;
   auto reader = [&](const Builder& b) -> CheckpointReader& {
@@ -558,15 +603,15 @@ std::pair<std::string, std::string> verify_tensors(const std::vector<PyStored>& 
                         });
     return *r;
   };
-  return verify_with({}, "the state dict", "the state dict", reader, model, a, threads, diagnose);
+  return verify_with({}, "the state dict", "the state dict", reader, model, a, threads, diagnose, progress);
 }
 
 // A checkpoint on disk (checkpoint/reader.hpp: safetensors, HDF5, emit --rank files).
 std::pair<std::string, std::string> verify_path(const std::string& path, const std::optional<Spec>& model, const VerifyArgs& a,
-                                                int threads, bool diagnose) {
+                                                int threads, bool diagnose, const nb::object& progress) {
   const std::unique_ptr<CheckpointReader> r = open_checkpoint_reader(path);
   return verify_with(r->metadata(), path, "checkpoint " + quote(path, 200), [&](const Builder&) -> CheckpointReader& { return *r; },
-                     model, a, threads, diagnose);
+                     model, a, threads, diagnose, progress);
 }
 
 nb::dict stats_dict(const MemoryStats& s) {
@@ -810,7 +855,8 @@ NB_MODULE(_core, m) {
       .def("_fused_experts", [](const Plan& p, const std::string& name, const std::vector<std::uint64_t>& shape) {
         return p.index().hf_fused_experts(name, Shape(shape.begin(), shape.end()));
       }, "name"_a, "shape"_a, "transformers 5's fused experts parameter as a Composite, or None for other names.")
-      .def("build", &build, "device"_a, "mesh"_a.none(), "rank"_a.none(), "threads"_a = 0);
+      .def("build", &build, "device"_a, "mesh"_a.none(), "rank"_a.none(), "threads"_a = 0, "progress"_a = nb::none(),
+           "The plan's tensors as Arrays; progress(done_bytes, total_bytes) before the first part and after each.");
 
   m.def("fill", [](nb::handle array, const std::string& name, const FillSpec& fill, std::uint64_t seed,
                    const std::optional<std::vector<std::uint64_t>>& global_shape,
@@ -935,12 +981,13 @@ NB_MODULE(_core, m) {
                              const std::optional<std::string>& recipe, const std::optional<std::string>& layout,
                              const std::optional<std::string>& orientation, const std::optional<std::string>& experts,
                              const std::optional<TextPairs>& overrides, const std::optional<TextPairs>& dtype_overrides,
-                             int threads, bool diagnose, const std::vector<std::uint64_t>& seed_guesses) {
+                             int threads, bool diagnose, const std::vector<std::uint64_t>& seed_guesses, nb::object progress) {
     return verify_tensors(tensors, std::move(get), aliases, model,
-                          {{dtype, recipe, layout, orientation, experts, seed, overrides, dtype_overrides}, seed_guesses}, threads, diagnose);
+                          {{dtype, recipe, layout, orientation, experts, seed, overrides, dtype_overrides}, seed_guesses}, threads, diagnose,
+                          progress);
   }, "tensors"_a, "get"_a, "aliases"_a, "model"_a.none(), "dtype"_a.none(), "seed"_a.none(), "recipe"_a.none(), "layout"_a.none(),
   "orientation"_a.none(), "experts"_a.none(), "overrides"_a.none(), "dtype_overrides"_a.none(), "threads"_a = 0,
-  "diagnose"_a = true, "seed_guesses"_a = std::vector<std::uint64_t>{},
+  "diagnose"_a = true, "seed_guesses"_a = std::vector<std::uint64_t>{}, "progress"_a = nb::none(),
   "(report JSON, report text) of tensors [(name, safetensors dtype, shape, element size)] whose bytes get(k) gives "
   "(a C-contiguous buffer), against `model` and the options (None: build's default).");
 
@@ -949,12 +996,12 @@ NB_MODULE(_core, m) {
                           const std::optional<std::string>& layout, const std::optional<std::string>& orientation,
                           const std::optional<std::string>& experts, const std::optional<TextPairs>& overrides,
                           const std::optional<TextPairs>& dtype_overrides, int threads, bool diagnose,
-                          const std::vector<std::uint64_t>& seed_guesses) {
+                          const std::vector<std::uint64_t>& seed_guesses, nb::object progress) {
     return verify_path(path, model, {{dtype, recipe, layout, orientation, experts, seed, overrides, dtype_overrides}, seed_guesses},
-                       threads, diagnose);
+                       threads, diagnose, progress);
   }, "path"_a, "model"_a.none(), "dtype"_a.none(), "seed"_a.none(), "recipe"_a.none(), "layout"_a.none(),
   "orientation"_a.none(), "experts"_a.none(), "overrides"_a.none(), "dtype_overrides"_a.none(), "threads"_a = 0,
-  "diagnose"_a = true, "seed_guesses"_a = std::vector<std::uint64_t>{},
+  "diagnose"_a = true, "seed_guesses"_a = std::vector<std::uint64_t>{}, "progress"_a = nb::none(),
   "(report JSON, report text) of the checkpoint at `path` against `model` (None: the one its metadata names) and the "
   "options (None: its metadata's, else build's default).");
 

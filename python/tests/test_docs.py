@@ -24,9 +24,9 @@ def test_the_pages_have_their_examples():
     per_doc = {}
     for b in EXAMPLES:
         per_doc[b.doc] = per_doc.get(b.doc, 0) + 1
-    # python.md: composites, the JAX own init, torchtitan, Megatron-core, FSDP2, transformers, zero-copy, Haiku,
+    # python.md: dtypes and progress, composites, the JAX own init, torchtitan, Megatron-core, FSDP2, transformers, zero-copy, Haiku,
     # JAX build, verify, NumPy; checkpoint.md: h5py, safetensors; sharding.md: rank files, the MPI master
-    assert per_doc == {"docs/checkpoint.md": 2, "docs/python.md": 11, "docs/sharding.md": 2}
+    assert per_doc == {"docs/checkpoint.md": 2, "docs/python.md": 12, "docs/sharding.md": 2}
     assert [b.region[1] for b in REGIONS] == ["mlp", "init", "nnx", "linen", "spec", "sharded", "multihost"]
 
 
