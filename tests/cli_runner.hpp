@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -73,6 +74,7 @@ struct SpawnOptions {
   // arrives at the program's first unblocking, before any of its work. 0: none.
   int pending_signal = 0;
   int ignored_signal = 0;  // SIG_IGN in the child (as nohup leaves SIGHUP). 0: none
+  int only_cpu = -1;       // the child may run on this CPU alone (as `taskset -c N` starts it), when >= 0
 };
 
 struct Child {
@@ -178,6 +180,12 @@ inline Child spawn_command(const std::vector<std::string>& argv_in, const SpawnO
                         ::setuid(static_cast<uid_t>(so.uid)) != 0))
       ::_exit(126);
     if (so.ignored_signal) ::signal(so.ignored_signal, SIG_IGN);
+    if (so.only_cpu >= 0) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(so.only_cpu, &one);
+      if (::sched_setaffinity(0, sizeof one, &one) != 0) ::_exit(126);
+    }
     if (so.pending_signal) {
       ::signal(so.pending_signal, SIG_DFL);  // as a user's shell leaves it, whatever this test inherited
       sigset_t blocked;
