@@ -158,7 +158,8 @@ void ModelArgs::add_backend_flags(CLI::App& app) {
                  "are the node-local rank's GPU (local rank modulo the node's GPUs)")
       ->capture_default_str();
   // More threads than any host has cores would only cost stacks: 4096 bounds the request.
-  add_decimal_option(app, "--threads", threads, 0, 4096, "Host threads (0 = the CPUs this process may use: its affinity mask and cgroup CPU quota)");
+  add_decimal_option(app, "--threads", threads, 0, 4096,
+                     "Host threads (0 = the CPUs this process may use: its affinity mask and cgroup CPU quota)");
   app.add_flag("--no-memory-check", no_memory_check,
                "Allocate even when the predicted peak exceeds the memory this process may use (cgroup limit, "
                "MemAvailable, free GPU memory)");
