@@ -117,12 +117,16 @@ inline Child spawn_command(const std::vector<std::string>& argv_in, const SpawnO
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
   // Built before fork: the child only execs. An inherited variable that so.env sets is left out.
+  // Progress lines off a terminal come every 5 s of a run: on a slow (sanitized) build a test that
+  // compares stderr exactly would see them now and then. Off unless a test asks (test_cli_batch.cpp).
+  std::map<std::string, std::string> env = so.env;
+  env.emplace("LAYERINIT_TEST_PROGRESS_INTERVAL", "1e9");
   std::vector<std::string> env_strings;
   for (char** e = environ; *e; ++e) {
     const std::string entry = *e;
-    if (!so.env.count(entry.substr(0, entry.find('=')))) env_strings.push_back(entry);
+    if (!env.count(entry.substr(0, entry.find('=')))) env_strings.push_back(entry);
   }
-  for (const auto& [name, value] : so.env) env_strings.push_back(name + "=" + value);
+  for (const auto& [name, value] : env) env_strings.push_back(name + "=" + value);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
