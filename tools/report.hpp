@@ -45,6 +45,9 @@ class Progress {
  public:
   // `speaks`: false for an MPI rank other than 0, which shows nothing.
   Progress(const char* command, const char* unit, ProgressMode mode, bool speaks = true);
+  ~Progress() { end(); }  // a failure's line starts on a line of its own
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
   void update(std::uint64_t done, std::uint64_t total, std::uint64_t bytes_done, std::uint64_t bytes_total, double seconds);
   // Ends the bar's line, before anything else is written to stderr or stdout (idempotent).
   void end();
