@@ -69,7 +69,7 @@ DeviceChoice choose_device(std::string_view name, std::string_view argument) {
 }
 
 std::unique_ptr<backend> make_backend(const DeviceChoice& device, int threads) {
-  if (threads < 0) bad_argument("thread count", threads, "must be >= 0 (0 = all cores)");
+  if (threads < 0) bad_argument("thread count", threads, "must be >= 0 (0 = the CPUs this process may use)");
   if (device.kind == BackendKind::host) return make_host_backend(threads);
   if (device.kind == BackendKind::dry) return make_dry_backend();
   if (simulated_cuda_devices() > 0) return make_simulated_backend(device.cuda_device);

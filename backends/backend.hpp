@@ -75,7 +75,8 @@ struct DeviceChoice {
 // layerinit::error when CUDA is asked but unusable. Allocates nothing.
 LAYERINIT_API DeviceChoice choose_device(std::string_view name, std::string_view argument = "backend");
 
-// The backend of a device (choose_device's names). threads: host threads, 0 = all cores.
+// The backend of a device (choose_device's names). threads: host threads, 0 = the CPUs the process may use
+// (affinity and cgroup quota, core/cpus.hpp).
 LAYERINIT_API std::unique_ptr<backend> make_backend(std::string_view name, int threads = 0);
 LAYERINIT_API std::unique_ptr<backend> make_backend(const DeviceChoice& device, int threads = 0);
 

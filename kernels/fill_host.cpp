@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include <layerinit/core/cpus.hpp>
 #include <layerinit/core/errors.hpp>
 #include <layerinit/dtypes/convert.hpp>
 #include <layerinit/kernels/fill_element.hpp>
@@ -161,10 +162,7 @@ HostIsa best_host_isa() {
 
 void set_fill_thread_start_hook(fill_thread_start_hook hook) noexcept { g_thread_start_hook = hook; }
 
-int default_thread_count() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
-}
+int default_thread_count() { return usable_cpu_count(); }
 
 void fill_host_range(const FillJob& j, std::uint64_t b, std::uint64_t e) { fill_host_range(j, b, e, best_host_isa()); }
 

@@ -1,4 +1,4 @@
-// The host fill: all cores, same bytes as the CUDA kernels.
+// The host fill: every CPU the process may use, same bytes as the CUDA kernels.
 #pragma once
 
 #include <span>
@@ -7,7 +7,7 @@
 
 namespace layerinit {
 
-int default_thread_count();  // std::thread::hardware_concurrency(), at least 1
+int default_thread_count();  // usable_cpu_count() (core/cpus.hpp): affinity and cgroup quota, at least 1
 
 // Fills every job with `threads` threads (0 = default_thread_count()). Work is split into chunks of
 // whole Philox groups: parts of long runs, groups of short runs, tiles of transposed ones; the bytes

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -73,6 +74,7 @@ struct SpawnOptions {
   // arrives at the program's first unblocking, before any of its work. 0: none.
   int pending_signal = 0;
   int ignored_signal = 0;  // SIG_IGN in the child (as nohup leaves SIGHUP). 0: none
+  int only_cpu = -1;       // the child may run on this CPU alone (as `taskset -c N` starts it), when >= 0
 };
 
 struct Child {
@@ -115,12 +117,16 @@ inline Child spawn_command(const std::vector<std::string>& argv_in, const SpawnO
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
   // Built before fork: the child only execs. An inherited variable that so.env sets is left out.
+  // Progress lines off a terminal come every 5 s of a run: on a slow (sanitized) build a test that
+  // compares stderr exactly would see them now and then. Off unless a test asks (test_cli_batch.cpp).
+  std::map<std::string, std::string> env = so.env;
+  env.emplace("LAYERINIT_TEST_PROGRESS_INTERVAL", "1e9");
   std::vector<std::string> env_strings;
   for (char** e = environ; *e; ++e) {
     const std::string entry = *e;
-    if (!so.env.count(entry.substr(0, entry.find('=')))) env_strings.push_back(entry);
+    if (!env.count(entry.substr(0, entry.find('=')))) env_strings.push_back(entry);
   }
-  for (const auto& [name, value] : so.env) env_strings.push_back(name + "=" + value);
+  for (const auto& [name, value] : env) env_strings.push_back(name + "=" + value);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -178,6 +184,12 @@ inline Child spawn_command(const std::vector<std::string>& argv_in, const SpawnO
                         ::setuid(static_cast<uid_t>(so.uid)) != 0))
       ::_exit(126);
     if (so.ignored_signal) ::signal(so.ignored_signal, SIG_IGN);
+    if (so.only_cpu >= 0) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(so.only_cpu, &one);
+      if (::sched_setaffinity(0, sizeof one, &one) != 0) ::_exit(126);
+    }
     if (so.pending_signal) {
       ::signal(so.pending_signal, SIG_DFL);  // as a user's shell leaves it, whatever this test inherited
       sigset_t blocked;

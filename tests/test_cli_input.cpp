@@ -510,10 +510,10 @@ TEST_F(Cli, HelpOfEachSubcommandListsEveryFlag) {
   const std::vector<std::string> model = {"--preset", "--spec", "--dtype", "--dtype-override", "--recipe",
                                           "--init-override", "--seed", "--layout", "--orientation"};
   std::map<std::string, std::vector<std::string>> flags = {
-      {"build", {"--backend", "--threads", "--report", "--trace", "--force", "--no-memory-check"}},
-      {"plan", {"--json", "--per-layer", "--precision", "--batch", "--seq", "--gpu-mem"}},
-      {"emit", {"--backend", "--threads", "--format", "-o", "--output", "--force", "--report", "--max-shard-size",
-                "--no-memory-check"}},
+      {"build", {"--backend", "--threads", "--report", "--json", "--quiet", "--trace", "--force", "--no-memory-check"}},
+      {"plan", {"--report", "--json", "--quiet", "--per-layer", "--precision", "--batch", "--seq", "--gpu-mem"}},
+      {"emit", {"--backend", "--threads", "--format", "-o", "--output", "--force", "--report", "--json", "--progress",
+                "--quiet", "--max-shard-size", "--no-memory-check"}},
   };
   for (auto& [sub, own] : flags) {
     SCOPED_TRACE(sub);

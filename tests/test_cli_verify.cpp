@@ -374,7 +374,7 @@ TEST_F(CliVerify, BadInputIsOneLineExit2) {
     std::string err;  // the line's start, after "layerinit: error: "
   };
   const std::vector<Case> cases = {
-      {{"verify", out, "--report", "xml"}, "unknown report format 'xml' (valid: json)"},
+      {{"verify", out, "--report", "xml"}, "--report: unknown report format 'xml' (valid: json)"},
       {{"verify", (dir / "nothing").string()}, ""},
       {{"verify"}, "path is required"},
       {{"verify", out, "--backend", "cuda"}, "The following arguments were not expected: cuda --backend"},

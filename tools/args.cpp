@@ -1,6 +1,9 @@
 #include "args.hpp"
 #include "mpi.hpp"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <limits>
@@ -48,6 +51,46 @@ CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, int& tar
           help)
       ->type_name("UINT")
       ->default_str(std::to_string(target));
+}
+
+void add_report_flags(CLI::App& app, std::string& report, const std::string& help) {
+  // Checked as it is read (a usage_error leaves app.parse() as exit code 2), so a typo fails before work.
+  app.add_option_function<std::string>(
+         "--report",
+         [&report](const std::string& s) {
+           if (s != "json") throw usage_error("--report: unknown report format '" + printable(s) + "' (valid: json)");
+           report = s;
+         },
+         help + " (--report json; also --json)")
+      ->type_name("FORMAT");
+  // plan spelled it --json, build, emit and verify --report json: each spelling works everywhere.
+  app.add_flag_callback("--json", [&report] { report = "json"; }, "The same as --report json");
+}
+
+void ModelArgs::add_quiet_flag(CLI::App& app) {
+  app.add_flag("-q,--quiet", quiet, "No progress, warnings or notes on stderr; errors are still one line");
+}
+
+void ModelArgs::add_progress_flags(CLI::App& app) {
+  app.add_option_function<std::string>(
+         "--progress",
+         [this](const std::string& s) {
+           if (s != "auto" && s != "always" && s != "never")
+             throw usage_error("--progress must be auto, always or never, got '" + printable(s) + "'");
+           progress = s;
+         },
+         "Progress on stderr: auto (a bar on a terminal, else a plain line every few seconds, for batch logs), "
+         "always (a bar on a terminal, else a line at every 10%), never")
+      ->type_name("WHEN")
+      ->default_str("auto");
+  add_quiet_flag(app);
+}
+
+ProgressMode ModelArgs::progress_mode() const {
+  if (quiet && !progress.empty() && progress != "never")
+    throw usage_error("--quiet and --progress " + progress + " contradict each other: give one");
+  if (quiet || progress == "never") return ProgressMode::never;
+  return progress == "always" ? ProgressMode::always : ProgressMode::automatic;
 }
 
 void ModelArgs::add_model_flags(CLI::App& app) {
@@ -115,7 +158,8 @@ void ModelArgs::add_backend_flags(CLI::App& app) {
                  "are the node-local rank's GPU (local rank modulo the node's GPUs)")
       ->capture_default_str();
   // More threads than any host has cores would only cost stacks: 4096 bounds the request.
-  add_decimal_option(app, "--threads", threads, 0, 4096, "Host threads (0 = all cores)");
+  add_decimal_option(app, "--threads", threads, 0, 4096,
+                     "Host threads (0 = the CPUs this process may use: its affinity mask and cgroup CPU quota)");
   app.add_flag("--no-memory-check", no_memory_check,
                "Allocate even when the predicted peak exceeds the memory this process may use (cgroup limit, "
                "MemAvailable, free GPU memory)");
@@ -153,11 +197,30 @@ ParallelPlan ModelArgs::parallel_plan(const ModelSpec& spec) const {
   }
 }
 
+namespace {
+// "org/name" as the Hub spells a repository id (letters, digits, '-', '_', '.'; neither part starting
+// with '.'): what a user passes to --hf-config having seen it on a model page.
+bool looks_like_hub_id(const std::string& s) {
+  const std::size_t slash = s.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == s.size() || s.find('/', slash + 1) != std::string::npos)
+    return false;
+  if (s[0] == '.' || s[slash + 1] == '.' || s.ends_with(".json")) return false;
+  return s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_./") == std::string::npos;
+}
+}  // namespace
+
 ModelSpec ModelArgs::load_spec() const {
   if (preset.empty() && spec_file.empty() && hf_config.empty())
     throw usage_error("a model is required: --preset or --spec, or --hf-config");
   if (!preset.empty()) return make_preset(preset);
-  if (!hf_config.empty()) return load_hf_config(hf_config);
+  if (!hf_config.empty()) {
+    if (struct stat st{}; ::stat(hf_config.c_str(), &st) != 0 && errno == ENOENT && looks_like_hub_id(hf_config))
+      throw usage_error("--hf-config " + printable(hf_config) +
+                        ": no such file; it looks like a Hugging Face Hub id: download its config.json first (hf download " +
+                        printable(hf_config) + " config.json --local-dir DIR, or huggingface-cli download " +
+                        printable(hf_config) + " config.json --local-dir DIR) and pass DIR/config.json");
+    return load_hf_config(hf_config);
+  }
   return load_spec_file(spec_file);
 }
 
@@ -195,7 +258,7 @@ void ModelArgs::check_overrides(const ModelSpec& spec, const Recipe& recipe, con
     if (matches_some_tensor(spec, pattern)) return;
     const std::string what = std::string(flag) + " pattern '" + printable(pattern) + "' matches no tensor of " + printable(spec.name);
     if (strict) throw usage_error(what + " (--strict)");
-    if (warn) std::fprintf(stderr, "layerinit: warning: %s\n", what.c_str());
+    if (warn && !quiet) std::fprintf(stderr, "layerinit: warning: %s\n", what.c_str());
   };
   for (const auto& [pattern, fill] : recipe.overrides()) check("--init-override", pattern);
   for (const auto& o : opts.dtype_overrides) check("--dtype-override", o.pattern);

@@ -26,6 +26,13 @@ struct usage_error : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// --progress: where a long command (emit, verify) shows how far it is, on stderr.
+//   automatic: a bar redrawn in place on a terminal; elsewhere (a batch job's log) a plain line at most
+//              every few seconds, each at least 10% further, so a short run prints nothing;
+//   always:    the bar on a terminal; elsewhere a plain line at every 10%, however short the run;
+//   never:     nothing.
+enum class ProgressMode { automatic, always, never };
+
 // Flags every model-building subcommand takes.
 struct ModelArgs {
   std::string preset;
@@ -46,6 +53,13 @@ struct ModelArgs {
   bool strict = false;  // an override that matches no tensor is an error, not a warning
   ParallelDegrees parallel;           // --tp, --pp, --ep, --fsdp
   std::optional<std::uint64_t> rank;  // --rank
+  bool quiet = false;                 // --quiet: no progress, no warnings or notes; errors as ever
+  std::string progress;               // --progress as given (checked then); empty: not given
+
+  void add_quiet_flag(CLI::App& app);     // --quiet (plan, build: no progress there, warnings only)
+  void add_progress_flags(CLI::App& app); // --progress and --quiet (emit, verify)
+  // --progress, never under --quiet; --quiet with --progress auto or always is a usage_error.
+  ProgressMode progress_mode() const;
 
   void add_model_flags(CLI::App& app);                      // --preset, --spec, --hf-config
   void add_build_flags(CLI::App& app, bool allow_restack);  // dtype, recipe, seed, layout, ...
@@ -71,6 +85,10 @@ struct ModelArgs {
   // on stderr (unless !warn: the MPI ranks but rank 0), or with --strict a usage_error naming the first.
   void check_overrides(const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts, bool warn = true) const;
 };
+
+// --report FORMAT (json, the one format) and its alias --json, on every subcommand that reports:
+// `report` becomes "json". Another format is a usage_error naming the valid one.
+void add_report_flags(CLI::App& app, std::string& report, const std::string& help);
 
 // Every integer option goes through these: decimal digits only (no sign, no 0x or octal prefix, no
 // exponent, no spaces; leading zeros are decimal), within [min, max]. CLI11's own conversion read

@@ -97,7 +97,6 @@ int build_rank_command(const ModelArgs& args, const ModelSpec& spec, const Recip
 }  // namespace
 
 int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file, bool force) {
-  if (!report.empty() && report != "json") throw usage_error("unknown report format '" + report + "' (valid: json)");
   const ModelSpec spec = args.load_spec();
   const Recipe recipe = args.load_recipe();
   const BuildOptions opts = args.build_options(spec);

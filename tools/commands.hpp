@@ -13,7 +13,7 @@ namespace layerinit::cli {
 int build_command(const ModelArgs& args, const std::string& report, const std::string& trace_file, bool force);
 
 struct PlanArgs {
-  bool json = false;
+  std::string report;  // "json" (--report json, --json): JSON instead of tables
   bool per_layer = false;  // a subtotal row per layer instead of one per run of identical layers
   std::string training = "mixed";
   std::uint64_t batch = 1;

@@ -1,6 +1,4 @@
 // layerinit emit: build layer by layer and stream into an HDF5 file or a safetensors directory.
-#include <unistd.h>
-
 #include <atomic>
 #include <cstdlib>
 #include <exception>
@@ -22,13 +20,6 @@
 
 namespace layerinit::cli {
 
-namespace {
-
-void draw(const EmitProgress& p) { draw_progress("layers", p.layers_done, p.layers_total, p.bytes_done, p.bytes_total, p.seconds); }
-
-}  // namespace
-
-
 int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, MpiJob* job) {
   // Under MPI every rank does the work below, and a failure on any of them (a bad flag is the same
   // everywhere, the memory check is not) is agreed on before the parallel emit starts.
@@ -43,15 +34,16 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
   std::optional<tracking_resource> tracker;
   std::optional<Builder> builder;
   std::optional<RankPlan> rank;
-  const bool tty = isatty(STDERR_FILENO) && (!job || job->rank() == 0);
+  const bool speaks = !job || job->rank() == 0;  // rank 0 alone prints progress, notes and warnings
+  std::optional<Progress> progress;
   try {
-    if (!ea.report.empty() && ea.report != "json") throw usage_error("unknown report format '" + ea.report + "' (valid: json)");
+    progress.emplace("emit", "layers", args.progress_mode(), speaks);
     if (ea.output.empty()) throw usage_error("-o PATH is required");
     format = parse_checkpoint_format(ea.format);
     spec.emplace(args.load_spec());
     recipe.emplace(args.load_recipe());
     opts = args.build_options(*spec);
-    args.check_overrides(*spec, *recipe, opts, !job || job->rank() == 0);
+    args.check_overrides(*spec, *recipe, opts, speaks);
 
     if (args.sharded()) {
       if (job)
@@ -76,7 +68,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     if (!plan && format == CheckpointFormat::safetensors)
       if (auto config = hf_config_for(*spec, opts)) {
         // --dtype other than the config's: config.json says the file's dtype, and the user hears of it.
-        if (!spec->hf_config.empty() && *config != spec->hf_config && (!job || job->rank() == 0))
+        if (!spec->hf_config.empty() && *config != spec->hf_config && speaks && !args.quiet)
           std::fprintf(stderr, "layerinit: note: the config declares another dtype than --dtype %s; the config.json written "
                        "beside the weights declares theirs\n", std::string(dtype_name(opts.dtype)).c_str());
         eo.writer.config_json = std::move(*config);
@@ -84,7 +76,10 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
     // The file's metadata (dtype, seed, recipe, layout, orientation, model spec) is the builder's:
     // emit_checkpoint fills it in.
     eo.cancel = &emit_cancel();
-    if (tty) eo.progress = draw;
+    if (progress->shown())
+      eo.progress = [&progress](const EmitProgress& p) {
+        progress->update(p.layers_done, p.layers_total, p.bytes_done, p.bytes_total, p.seconds);
+      };
 
     be = args.open_backend();
     tracker.emplace(be->memory());
@@ -115,11 +110,8 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
   // What the report and messages name: the rank's file, or the checkpoint.
   const std::string written =
       rank ? (std::filesystem::path(ea.output) / rank_file_name(rank->rank(), plan->ranks())).string() : ea.output;
-  bool line_ended = !tty;  // the progress line, ended before anything else is printed
-  auto end_line = [&] {
-    if (!line_ended) std::fprintf(stderr, "\n");
-    line_ended = true;
-  };
+  // The progress bar's line, ended before anything else is printed.
+  auto end_line = [&] { progress->end(); };
   // The report, on stdout; check_stdout throws when any of it was lost.
   auto report = [&](const EmitResult& r, std::uint64_t peak, std::uint64_t peak_rank) {
     end_line();

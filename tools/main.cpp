@@ -157,7 +157,8 @@ int main(int argc, char** argv) {
   build_args.add_build_flags(*build, true);
   build_args.add_backend_flags(*build);
   build_args.add_parallel_flags(*build);
-  build->add_option("--report", build_report, "Print a machine-readable report: json");
+  add_report_flags(*build, build_report, "Print a machine-readable report");
+  build_args.add_quiet_flag(*build);
   build->add_option("--trace", build_trace, "Write bytes in use after each allocation and free to a CSV file");
   build->add_flag("--force", build_force, "Replace an existing --trace file (only a trace layerinit wrote)");
 
@@ -167,7 +168,8 @@ int main(int argc, char** argv) {
   plan_args.add_model_flags(*plan);
   plan_args.add_build_flags(*plan, false);
   plan_args.add_parallel_flags(*plan);
-  plan->add_flag("--json", plan_opts.json, "Print JSON instead of tables");
+  add_report_flags(*plan, plan_opts.report, "Print JSON instead of tables");
+  plan_args.add_quiet_flag(*plan);
   plan->add_flag("--per-layer", plan_opts.per_layer, "A subtotal row per layer (default: one per run of identical layers)");
   plan->add_option("--precision", plan_opts.training, "Training setup for the estimate: mixed, fp32, pure-bf16")->capture_default_str();
   add_decimal_option(*plan, "--batch", plan_opts.batch, 1, std::numeric_limits<std::uint64_t>::max(),
@@ -188,7 +190,8 @@ int main(int argc, char** argv) {
                                        "the rank's file in it)")->capture_default_str();
   emit->add_option("-o,--output", emit_opts.output, "Target path; written to a temporary file beside it, then renamed");
   emit->add_flag("--force", emit_opts.force, "Replace an existing target");
-  emit->add_option("--report", emit_opts.report, "Print a machine-readable report: json (hashes equal build's)");
+  add_report_flags(*emit, emit_opts.report, "Print a machine-readable report (hashes equal build's)");
+  emit_args.add_progress_flags(*emit);
   emit->add_option("--max-shard-size", emit_opts.max_shard_size, "safetensors: shard above this size (e.g. 5GB)");
 
   ModelArgs verify_args;
@@ -201,11 +204,13 @@ int main(int argc, char** argv) {
   verify_args.add_model_flags(*verify);
   verify_args.add_build_flags(*verify, false);
   // The values are made again on the host, beside the file's: --threads, but no --backend.
-  add_decimal_option(*verify, "--threads", verify_args.threads, 0, 4096, "Host threads (0 = all cores)");
+  add_decimal_option(*verify, "--threads", verify_args.threads, 0, 4096,
+                     "Host threads (0 = the CPUs this process may use: its affinity mask and cgroup CPU quota)");
   verify->add_flag("--no-memory-check", verify_args.no_memory_check,
                    "Go ahead even when the model's tensor records and the compare's buffers exceed the memory this "
                    "process may use");
-  verify->add_option("--report", verify_opts.report, "Print a machine-readable report: json");
+  add_report_flags(*verify, verify_opts.report, "Print a machine-readable report");
+  verify_args.add_progress_flags(*verify);
   verify->add_flag("--all", verify_opts.all, "List every tensor, the equal ones too (text report)");
   verify->add_flag("--no-diagnose", verify_opts.no_diagnose,
                    "Do not look for the transformation behind a difference (transposed, permuted, another seed, ...)");
@@ -219,6 +224,16 @@ int main(int argc, char** argv) {
       ->type_name("UINT");
 
   check_stdout_open();
+  // CLI11 answers a word that is no command with "A subcommand is required": name it and the commands.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == argv[1];
+    }
+    if (!known) fail(2, ("unknown command '" + std::string(argv[1]) + "' (commands: " + names + "; see --help)").c_str());
+  }
   try {
     app.parse(argc, argv);
     if (*build) return build_command(build_args, build_report, build_trace, build_force);

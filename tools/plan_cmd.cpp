@@ -140,7 +140,7 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   // The table has a row per layer, --json an entry per tensor: a spec of 10^9 layers would print for
   // hours (and --json build its whole tree in memory first). Refused before anything is computed.
   constexpr std::uint64_t max_rows = 1u << 20;
-  if (pa.json) {
+  if (pa.report == "json") {
     const std::uint64_t per_layer = spec.layer.tensors.size(), L = spec.num_layers;
     const std::uint64_t n = per_layer && L > (UINT64_MAX - spec.pre.size() - spec.post.size()) / per_layer
                                 ? UINT64_MAX
@@ -177,7 +177,7 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   const TrainingEstimate te = estimate_training(spec, setup, pa.batch, pa.seq);
 
   begin_stdout();
-  if (pa.json) {
+  if (pa.report == "json") {
     nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
     auto add = [&](const PlannedTensor& t, std::optional<std::uint64_t> layer) {
       nlohmann::ordered_json j{{"name", t.name}, {"shape", shape_json(t.memory_shape)}, {"dtype", dtype_name(t.dtype)},

@@ -1,10 +1,15 @@
 #include "report.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
+#include <utility>
 
 #include <layerinit/core/text.hpp>
 
@@ -102,16 +107,87 @@ std::string hex64(std::uint64_t h) {
   return buf;
 }
 
-void draw_progress(const char* unit, std::uint64_t done, std::uint64_t total, std::uint64_t bytes_done, std::uint64_t bytes_total,
-                   double seconds) {
+namespace {
+
+// A byte count in `unit` (1, 1e3, 1e6 or 1e9 bytes); the unit a count is shown in, and its name.
+double in_unit(std::uint64_t bytes, double unit) { return static_cast<double>(bytes) / unit; }
+std::pair<double, const char*> decimal_unit(double bytes) {
+  if (bytes >= 1e9) return {1e9, "GB"};
+  if (bytes >= 1e6) return {1e6, "MB"};
+  if (bytes >= 1e3) return {1e3, "kB"};
+  return {1, "B"};
+}
+
+// "12 s", "14 min", "3 h": rounded up, so a line never says 0 s while work is left.
+std::string duration_text(double seconds) {
+  const auto up = [](double x) { return static_cast<unsigned long long>(std::ceil(x)); };
+  if (seconds < 120) return std::to_string(up(seconds)) + " s";
+  if (seconds < 120 * 60) return std::to_string(up(seconds / 60)) + " min";
+  return std::to_string(up(seconds / 3600)) + " h";
+}
+
+double interval_seconds(ProgressMode mode) {
+  if (mode != ProgressMode::automatic) return 0;
+  // A test hook: the interval of automatic lines, so a test sees them without a long run.
+  if (const char* s = std::getenv("LAYERINIT_TEST_PROGRESS_INTERVAL")) return std::atof(s);
+  return 5;
+}
+
+}  // namespace
+
+Progress::Progress(const char* command, const char* unit, ProgressMode mode, bool speaks)
+    : command_(command), unit_(unit), interval_(interval_seconds(mode)) {
+  if (!speaks || mode == ProgressMode::never) return;
+  style_ = isatty(STDERR_FILENO) ? Style::bar : Style::lines;
+  // Lines count the interval from the start: a run shorter than it prints none.
+  drawn_at_ = style_ == Style::bar ? -1.0 : 0.0;
+}
+
+void Progress::update(std::uint64_t done, std::uint64_t total, std::uint64_t bytes_done, std::uint64_t bytes_total,
+                      double seconds) {
+  const bool last = bytes_done >= bytes_total;
   const double frac = bytes_total ? static_cast<double>(bytes_done) / static_cast<double>(bytes_total) : 1.0;
   const double rate = seconds > 0 ? static_cast<double>(bytes_done) / seconds : 0.0;
-  const double eta = rate > 0 ? static_cast<double>(bytes_total - bytes_done) / rate : 0.0;
-  const int width = 30, filled = static_cast<int>(frac * width);
-  std::fprintf(stderr, "\r[%.*s%*s] %s %llu/%llu  %.2f/%.2f GiB  %.0f MiB/s  ETA %.0f s ", filled, "##############################",
-               width - filled, "", unit, static_cast<unsigned long long>(done), static_cast<unsigned long long>(total),
-               static_cast<double>(bytes_done) / (1u << 30), static_cast<double>(bytes_total) / (1u << 30), rate / (1u << 20), eta);
+  const double eta = rate > 0 ? static_cast<double>(bytes_total - std::min(bytes_done, bytes_total)) / rate : 0.0;
+  if (style_ == Style::bar) {
+    // Called after every part or chunk (tens of thousands for a MoE model): redrawn at most every 0.1 s.
+    if (seconds - drawn_at_ < 0.1 && !last) return;
+    drawn_at_ = seconds;
+    const int width = 30, filled = static_cast<int>(frac * width);
+    std::fprintf(stderr, "\r[%.*s%*s] %s %llu/%llu  %.2f/%.2f GiB  %.0f MiB/s  ETA %.0f s ", filled,
+                 "##############################", width - filled, "", unit_, static_cast<unsigned long long>(done),
+                 static_cast<unsigned long long>(total), static_cast<double>(bytes_done) / (1u << 30),
+                 static_cast<double>(bytes_total) / (1u << 30), rate / (1u << 20), eta);
+    std::fflush(stderr);
+    bar_open_ = true;
+    return;
+  }
+  if (style_ != Style::lines) return;
+  // A line per 10% reached (a part that covers several tenths prints one), and not more often than
+  // the interval: a log of a day-long emit stays short. The 100% line always closes what was begun.
+  const int decile = last ? 10 : std::min(9, static_cast<int>(frac * 10));
+  if (decile <= decile_) return;
+  if (seconds - drawn_at_ < interval_ && !(last && lines_printed_)) return;
+  decile_ = decile;
+  drawn_at_ = seconds;
+  lines_printed_ = true;
+  const auto [unit, name] = decimal_unit(static_cast<double>(bytes_total));
+  char buf[200];
+  int n = std::snprintf(buf, sizeof buf, "layerinit: %s %d%% %.1f of %.1f %s", command_,
+                        last ? 100 : std::min(99, static_cast<int>(frac * 100)), in_unit(bytes_done, unit),
+                        in_unit(bytes_total, unit), name);
+  if (rate > 0 && n > 0 && static_cast<std::size_t>(n) < sizeof buf) {
+    const auto [runit, rname] = decimal_unit(rate);
+    std::snprintf(buf + n, sizeof buf - static_cast<std::size_t>(n), ", %.1f %s/s, %s left", rate / runit, rname,
+                  duration_text(eta).c_str());
+  }
+  std::fprintf(stderr, "%s\n", buf);
   std::fflush(stderr);
+}
+
+void Progress::end() {
+  if (bar_open_) std::fprintf(stderr, "\n");
+  bar_open_ = false;
 }
 
 }  // namespace layerinit::cli

@@ -10,6 +10,7 @@
 #include <layerinit/checkpoint/emit.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/shard/parallel.hpp>
+#include "args.hpp"
 
 namespace layerinit::cli {
 
@@ -34,10 +35,35 @@ void add_rank_json(nlohmann::ordered_json& out, const ParallelPlan& plan, std::u
 nlohmann::ordered_json report_header(const ModelSpec& spec, const BuildOptions& opts, const Recipe& recipe,
                                      const std::string& layout, const backend& be);
 
-// A progress line on stderr (a terminal), redrawn in place: "[####   ] layers 3/32  1.20/13.49 GiB
-// 512 MiB/s  ETA 24 s", `unit` naming what is counted.
-void draw_progress(const char* unit, std::uint64_t done, std::uint64_t total, std::uint64_t bytes_done, std::uint64_t bytes_total,
-                   double seconds);
+// How far a long command is, on stderr; the one progress display of every command. On a terminal a
+// bar redrawn in place (at most every 0.1 s): "[####   ] layers 3/32  1.20/13.49 GiB  512 MiB/s  ETA 24 s",
+// `unit` naming what is counted. Elsewhere (a batch job's log: no carriage returns, no escapes) plain
+// lines, one per 10% of the bytes reached: "layerinit: emit 37% 5.2 of 14.0 GB, 1.1 GB/s, 12 s left";
+// under ProgressMode::automatic also at least 5 s apart (LAYERINIT_TEST_PROGRESS_INTERVAL seconds in
+// tests), the last one (100%) once any was printed.
+class Progress {
+ public:
+  // `speaks`: false for an MPI rank other than 0, which shows nothing.
+  Progress(const char* command, const char* unit, ProgressMode mode, bool speaks = true);
+  ~Progress() { end(); }  // a failure's line starts on a line of its own
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  void update(std::uint64_t done, std::uint64_t total, std::uint64_t bytes_done, std::uint64_t bytes_total, double seconds);
+  // Ends the bar's line, before anything else is written to stderr or stdout (idempotent).
+  void end();
+  bool shown() const { return style_ != Style::none; }
+
+ private:
+  enum class Style { none, bar, lines };
+  Style style_ = Style::none;
+  const char* command_;
+  const char* unit_;
+  double interval_ = 0;     // lines: seconds at least between two
+  double drawn_at_ = 0;     // seconds of the last bar or line
+  int decile_ = 0;          // lines: tenths of the bytes reached by the last line
+  bool lines_printed_ = false;
+  bool bar_open_ = false;
+};
 
 // Reports and tables go to stdout. begin_stdout() before writing one, check_stdout() after: it throws
 // std::runtime_error "cannot write to standard output: <reason>" (exit 1) when any of it was lost to a

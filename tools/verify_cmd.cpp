@@ -1,6 +1,4 @@
 // layerinit verify: is a checkpoint the init it claims? (checkpoint/verify.hpp, docs/checkpoint.md "Verify")
-#include <unistd.h>
-
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -19,15 +17,6 @@ namespace layerinit::cli {
 
 namespace {
 
-// The progress line (draw_progress) of tensors. Called after every
-// chunk and tensor (tens of thousands for a MoE model): redrawn at most every 0.1 s, and at the end.
-void draw(const VerifyProgress& p) {
-  static double drawn = -1;
-  if (p.seconds - drawn < 0.1 && p.tensors_done != p.tensors_total) return;
-  drawn = p.seconds;
-  draw_progress("tensors", p.tensors_done, p.tensors_total, p.bytes_done, p.bytes_total, p.seconds);
-}
-
 bool given_flag(const CLI::App& app, const char* flag) { return app.get_option(flag)->count() > 0; }
 
 nlohmann::ordered_json pairs_json(const std::vector<std::pair<std::string, std::string>>& v) {
@@ -39,7 +28,7 @@ nlohmann::ordered_json pairs_json(const std::vector<std::pair<std::string, std::
 }  // namespace
 
 int verify_command(const ModelArgs& args, const VerifyArgs& va, const CLI::App& app) {
-  if (!va.report.empty() && va.report != "json") throw usage_error("unknown report format '" + va.report + "' (valid: json)");
+  Progress progress("verify", "tensors", args.progress_mode());
   const std::string shown = printable(va.path);
   const std::unique_ptr<CheckpointReader> reader = open_checkpoint_reader(va.path);
   const std::optional<CheckpointClaim> claim = claim_from_metadata(reader->metadata());
@@ -80,10 +69,12 @@ int verify_command(const ModelArgs& args, const VerifyArgs& va, const CLI::App& 
   vo.diagnose = !va.no_diagnose;
   vo.seeds = va.seed_guesses;
   // A signal ends the process at once (exit 130, "layerinit: interrupted"): verify writes nothing.
-  const bool tty = isatty(STDERR_FILENO);
-  if (tty) vo.progress = draw;
+  if (progress.shown())
+    vo.progress = [&progress](const VerifyProgress& p) {
+      progress.update(p.tensors_done, p.tensors_total, p.bytes_done, p.bytes_total, p.seconds);
+    };
   const VerifyReport report = verify_checkpoint(builder, *reader, vo);
-  if (tty) std::fprintf(stderr, "\n");
+  progress.end();
 
   const char* source = model_flags ? "flags" : "metadata";
   begin_stdout();
