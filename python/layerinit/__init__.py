@@ -661,7 +661,7 @@ def build(
     - ``mesh`` and ``rank``: only rank ``rank``'s pieces of the mesh ``{"tp": T, "pp": P, "ep": E,
       "fsdp": F}`` (docs/sharding.md); each Array's ``global_shape`` and ``offset`` say where its
       piece sits.
-    - ``threads``: host threads, 0 (all cores) .. 4096.
+    - ``threads``: host threads, 0 (the CPUs this process may use: affinity and cgroup quota) .. 4096.
     - ``overrides``, ``dtype_overrides``, ``strict``: as :func:`plan` takes them.
     - ``progress``: a function ``f(done_bytes, total_bytes)``, called on this thread with (0, total) before
       the first part, after each part (a layer, or the tensors before or after the layers) and last with
@@ -903,7 +903,7 @@ def verify(
     - ``model`` and the options as :func:`build` takes them. Each left None comes from the
       checkpoint's metadata when layerinit wrote it, else is build's default (the model's dtype,
       seed 0, recipe "hf", per-layer, out-in, stacked experts); one given replaces the metadata's.
-    - ``threads``: host threads making the expected values (0: all cores). ``diagnose=False``: no
+    - ``threads``: host threads making the expected values (0: the CPUs this process may use). ``diagnose=False``: no
       search for what was done to a tensor that differs (its status, counts and first difference only).
       ``seed_guesses``: seeds the ``other_seed`` diagnosis tries besides 0..1023 and the metadata's
       (the CLI's ``--seed-guess``).
