@@ -134,7 +134,13 @@ void add_runs(std::vector<Chunk>& chunks, std::size_t k, const FillJob& j) {
 
 std::string_view host_isa_name(HostIsa isa) {
   switch (isa) {
+#if defined(__x86_64__)
     case HostIsa::baseline: return "x86-64";
+#elif defined(__aarch64__)
+    case HostIsa::baseline: return "aarch64";  // armv8-a: NEON, the one level built there
+#else
+    case HostIsa::baseline: return "baseline";
+#endif
     case HostIsa::x86_64_v3: return "x86-64-v3";
     case HostIsa::x86_64_v4: return "x86-64-v4";
   }

@@ -1,4 +1,5 @@
-// The host fill loops for x86-64 (SSE2): any 64-bit x86 CPU.
+// The host fill loops for the target's baseline: x86-64 (SSE2, any 64-bit x86 CPU) or, on aarch64,
+// armv8-a (NEON), the only level built there.
 #include "fill_host_loops.hpp"
 
 namespace layerinit::detail {

@@ -26,8 +26,9 @@ void fill_host_range(const FillJob& job, std::uint64_t b, std::uint64_t e);
 
 // The instruction-set levels the host loops are compiled for. The library runs on any x86-64 and picks
 // the best level the CPU has at run time; the bytes are the same on every level (tests compare them).
+// Elsewhere (aarch64) only the baseline is built: the portable loops at the target's default -march.
 enum class HostIsa { baseline, x86_64_v3, x86_64_v4 };
-std::string_view host_isa_name(HostIsa isa);   // "x86-64", "x86-64-v3", "x86-64-v4"
+std::string_view host_isa_name(HostIsa isa);   // "x86-64" ("aarch64" there), "x86-64-v3", "x86-64-v4"
 std::vector<HostIsa> supported_host_isas();    // baseline first, best last
 HostIsa best_host_isa();
 // fill_host_range on one given level; a level this CPU cannot run, like a bad job, is misuse
