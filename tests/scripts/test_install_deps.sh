@@ -19,14 +19,17 @@ F
 printf '#!/bin/sh\necho "apt-get $*" >> "$LOG"\n' > "$work/bin/apt-get"
 printf '#!/bin/sh\necho "sudo $*" >> "$LOG"\n[ "$1" = -n ] && [ -n "$SUDO_OK" ] && shift && exec "$@"\nexit 1\n' > "$work/bin/sudo"
 chmod +x "$work/bin"/*
-chmod 755 "$work" && touch "$work/log" && chmod 666 "$work/log"
+# A copy nobody can read: the checkout may lie below a folder only its owner enters (mktemp -d's 700).
+cp "$root/scripts/install-deps" "$work/install-deps"
+chmod 755 "$work" "$work/install-deps" && touch "$work/log" && chmod 666 "$work/log"
 run() {  # run AS MISSING SUDO_OK ARGS...: output and exit status in $out, $rc
   local as=$1 missing=$2 sudo_ok=$3
   shift 3
   : > "$work/log"
-  local cmd=(env PATH="$work/bin:/usr/bin:/bin" MISSING="$missing" SUDO_OK="$sudo_ok" LOG="$work/log" bash "$root/scripts/install-deps" "$@")
+  local cmd=(env PATH="$work/bin:/usr/bin:/bin" MISSING="$missing" SUDO_OK="$sudo_ok" LOG="$work/log" bash "$work/install-deps" "$@")
   set +e
-  if [[ $as == user ]]; then out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "${cmd[@]}" 2>&1 </dev/null)
+  # From the work folder: the caller's may be one nobody cannot enter.
+  if [[ $as == user ]]; then out=$(cd "$work" && setpriv --reuid=65534 --regid=65534 --clear-groups "${cmd[@]}" 2>&1 </dev/null)
   else out=$("${cmd[@]}" 2>&1 </dev/null); fi
   rc=$?
   set -e
