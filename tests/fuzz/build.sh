@@ -21,7 +21,7 @@ core="core/errors.cpp core/bytes.cpp core/shape.cpp core/text.cpp core/input_fil
 spec="$core tests/fuzz/fuzz_spec_json.cpp init/spec_json.cpp init/spec.cpp init/describe.cpp init/recipes.cpp kernels/fill.cpp
       kernels/quantile_tables.cpp"
 checkpoint="$core tests/fuzz/fuzz_checkpoint.cpp checkpoint/reader.cpp checkpoint/reader_hdf5.cpp checkpoint/writer.cpp
-            checkpoint/hdf5_writer.cpp checkpoint/safetensors_writer.cpp"
+            checkpoint/hdf5_writer.cpp checkpoint/hdf5_layout.cpp checkpoint/safetensors_writer.cpp"
 object() { echo "$objects/$(echo "$1" | tr / _).o"; }
 # Each source once, as many at a time as there are cores.
 printf '%s\n' $spec $checkpoint | sort -u | xargs -P "$(nproc)" -I{} sh -c '
