@@ -1,13 +1,13 @@
 #include <layerinit/core/cpus.hpp>
 
+#include <layerinit/core/cgroups.hpp>
+
 #include <sched.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -34,45 +34,6 @@ std::optional<double> quota_over_period(std::optional<long long> quota, std::opt
   return static_cast<double>(*quota) / static_cast<double>(*period);
 }
 
-std::optional<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return std::nullopt;
-  return ss.str();
-}
-
-// `mount` and each directory of the cgroup path below it, outermost first; none for a path that
-// climbs ("..": not a path /proc/self/cgroup gives).
-std::vector<std::string> cgroup_dirs(const std::string& mount, std::string_view path) {
-  std::vector<std::string> dirs{mount};
-  std::string dir = mount;
-  for (std::size_t p = 0; p < path.size();) {
-    std::size_t e = path.find('/', p);
-    if (e == std::string_view::npos) e = path.size();
-    const std::string_view part = path.substr(p, e - p);
-    p = e + 1;
-    if (part.empty()) continue;
-    if (part == "." || part == "..") return {};
-    dir += "/";
-    dir += part;
-    dirs.push_back(dir);
-  }
-  return dirs;
-}
-
-// Whether a comma-separated controller list ("cpu,cpuacct") names `name` ("cpuset" is not "cpu").
-bool has_controller(std::string_view list, std::string_view name) {
-  for (std::size_t p = 0; p <= list.size();) {
-    std::size_t e = list.find(',', p);
-    if (e == std::string_view::npos) e = list.size();
-    if (list.substr(p, e - p) == name) return true;
-    p = e + 1;
-  }
-  return false;
-}
-
 }  // namespace
 
 std::optional<double> parse_cgroup_cpu_max(std::string_view cpu_max) {
@@ -87,35 +48,27 @@ std::optional<double> parse_cgroup_cfs_quota(std::string_view quota_us, std::str
   return quota_over_period(parse_integer(quota_us), parse_integer(period_us));
 }
 
-std::optional<double> cgroup_cpu_quota(std::string_view proc_self_cgroup, const read_text_file& read) {
+std::optional<double> cgroup_cpu_quota(std::string_view proc_self_cgroup, const text_file_reader& read) {
   std::optional<double> best;
   auto consider = [&](std::optional<double> cpus) {
     if (cpus && (!best || *cpus < *best)) best = cpus;
   };
-  // "hierarchy-id:controllers:path" per line; v2 is "0::path".
-  for (std::size_t p = 0; p < proc_self_cgroup.size();) {
-    std::size_t e = proc_self_cgroup.find('\n', p);
-    if (e == std::string_view::npos) e = proc_self_cgroup.size();
-    const std::string_view line = proc_self_cgroup.substr(p, e - p);
-    p = e + 1;
-    const std::size_t c1 = line.find(':'), c2 = c1 == std::string_view::npos ? c1 : line.find(':', c1 + 1);
-    if (c2 == std::string_view::npos) continue;
-    const std::string_view id = line.substr(0, c1), controllers = line.substr(c1 + 1, c2 - c1 - 1), path = line.substr(c2 + 1);
-    if (id == "0" && controllers.empty()) {
-      for (const auto& dir : cgroup_dirs("/sys/fs/cgroup", path))
+  for_each_cgroup(proc_self_cgroup, [&](const CgroupLine& line) {
+    if (line.v2()) {
+      for (const auto& dir : cgroup_dirs("/sys/fs/cgroup", line.path))
         if (const auto text = read(dir + "/cpu.max")) consider(parse_cgroup_cpu_max(*text));
-      continue;
+      return;
     }
-    if (!has_controller(controllers, "cpu")) continue;
+    if (!line.has_controller("cpu")) return;
     // v1 mounts the cpu controller at cpu,cpuacct (with a cpu symlink) or at cpu alone.
     std::vector<std::string> mounts{"/sys/fs/cgroup/cpu"};
-    if (controllers != "cpu") mounts.push_back("/sys/fs/cgroup/" + std::string(controllers));
+    if (line.controllers != "cpu") mounts.push_back("/sys/fs/cgroup/" + std::string(line.controllers));
     for (const auto& mount : mounts)
-      for (const auto& dir : cgroup_dirs(mount, path)) {
+      for (const auto& dir : cgroup_dirs(mount, line.path)) {
         const auto quota = read(dir + "/cpu.cfs_quota_us"), period = read(dir + "/cpu.cfs_period_us");
         if (quota && period) consider(parse_cgroup_cfs_quota(*quota, *period));
       }
-  }
+  });
   return best;
 }
 
@@ -137,8 +90,8 @@ std::optional<int> affinity_cpu_count() {
 
 int usable_cpu_count() {
   std::optional<int> n = affinity_cpu_count();
-  if (const auto cgroups = read_file("/proc/self/cgroup"))
-    if (const auto quota = cgroup_cpu_quota(*cgroups, read_file)) {
+  if (const auto cgroups = read_text_file("/proc/self/cgroup"))
+    if (const auto quota = cgroup_cpu_quota(*cgroups, read_text_file)) {
       // Rounded up: a quota of 1.5 CPUs keeps two threads busy part of the time, not one all of it.
       const double q = std::ceil(*quota - 1e-9);
       const int cpus = q >= 1 << 20 ? 1 << 20 : std::max(1, static_cast<int>(q));

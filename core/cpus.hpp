@@ -24,8 +24,8 @@ std::optional<double> parse_cgroup_cfs_quota(std::string_view quota_us, std::str
 // file's text by absolute path, or nullopt (tests pass a map). A directory that cannot be read
 // (a container without a cgroup namespace shows its own cgroup at the mount's root) is skipped.
 // nullopt: no quota.
-using read_text_file = std::function<std::optional<std::string>(const std::string& path)>;
-std::optional<double> cgroup_cpu_quota(std::string_view proc_self_cgroup, const read_text_file& read);
+using text_file_reader = std::function<std::optional<std::string>(const std::string& path)>;
+std::optional<double> cgroup_cpu_quota(std::string_view proc_self_cgroup, const text_file_reader& read);
 
 // The CPUs this thread may run on (sched_getaffinity), nullopt when that cannot be read.
 std::optional<int> affinity_cpu_count();

@@ -1,7 +1,8 @@
 #include <layerinit/memory/available.hpp>
 
+#include <layerinit/core/cgroups.hpp>
+
 #include <charconv>
-#include <fstream>
 #include <sstream>
 #include <string_view>
 #include <vector>
@@ -14,14 +15,7 @@ namespace fs = std::filesystem;
 
 constexpr std::uint64_t kUnlimited = UINT64_MAX;
 
-std::optional<std::string> read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return std::nullopt;
-  return ss.str();
-}
+std::optional<std::string> read_text(const fs::path& p) { return read_text_file(p.string()); }
 
 std::optional<std::uint64_t> parse_u64(std::string_view s) {
   std::uint64_t v = 0;
@@ -53,19 +47,14 @@ std::uint64_t stat_value(const fs::path& p, std::string_view key) {
   return 0;
 }
 
-// `base` and each directory of `rel` below it, outermost first; `base` alone when `rel` does not
-// exist there (no cgroup namespace: the mount shows the container's own cgroup at its root).
-std::vector<fs::path> cgroup_dirs(const fs::path& base, const std::string& rel) {
-  std::vector<fs::path> dirs{base};
-  fs::path dir = base;
-  for (const auto& part : fs::path(rel).relative_path()) {
-    if (part == ".." || part == ".") return {base};
-    dir /= part;
-    dirs.push_back(dir);
-  }
+// The cgroup's directory under `mount` and each ancestor's (core/cgroups.hpp); the mount alone when the
+// path does not exist there (no cgroup namespace: the mount shows the container's own cgroup at its
+// root) or climbs out of it.
+std::vector<fs::path> limit_dirs(const fs::path& mount, std::string_view path) {
+  const std::vector<std::string> dirs = cgroup_dirs(mount.string(), path);
   std::error_code ec;
-  if (!fs::is_directory(dirs.back(), ec)) return {base};
-  return dirs;
+  if (dirs.empty() || !fs::is_directory(dirs.back(), ec)) return {mount};
+  return {dirs.begin(), dirs.end()};
 }
 
 }  // namespace
@@ -93,29 +82,25 @@ std::optional<AvailableMemory> available_host_memory(const fs::path& root) {
   // /proc/self/cgroup: "hierarchy-id:controllers:path" per line; v2 is "0::path".
   const auto cgroups = read_text(root / "proc/self/cgroup");
   if (!cgroups) return best;
-  std::istringstream in(*cgroups);
-  for (std::string line; std::getline(in, line);) {
-    const auto c1 = line.find(':'), c2 = c1 == std::string::npos ? c1 : line.find(':', c1 + 1);
-    if (c2 == std::string::npos) continue;
-    const std::string id = line.substr(0, c1), controllers = line.substr(c1 + 1, c2 - c1 - 1), path = line.substr(c2 + 1);
-    if (id == "0" && controllers.empty()) {
+  for_each_cgroup(*cgroups, [&](const CgroupLine& line) {
+    if (line.v2()) {
       for (const char* mount : {"sys/fs/cgroup", "sys/fs/cgroup/unified"}) {
-        for (const auto& dir : cgroup_dirs(root / mount, path)) {
+        for (const auto& dir : limit_dirs(root / mount, line.path)) {
           const auto max = read_value(dir / "memory.max"), current = read_value(dir / "memory.current");
           if (max && current)
             consider(*max, *current, stat_value(dir / "memory.stat", "inactive_file"),
                      "cgroup v2 memory.max - memory.current of " + dir.string());
         }
       }
-    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
-      for (const auto& dir : cgroup_dirs(root / "sys/fs/cgroup/memory", path)) {
+    } else if (line.has_controller("memory")) {
+      for (const auto& dir : limit_dirs(root / "sys/fs/cgroup/memory", line.path)) {
         const auto limit = read_value(dir / "memory.limit_in_bytes"), usage = read_value(dir / "memory.usage_in_bytes");
         if (limit && usage)
           consider(*limit, *usage, stat_value(dir / "memory.stat", "total_inactive_file"),
                    "cgroup v1 memory.limit_in_bytes - memory.usage_in_bytes of " + dir.string());
       }
     }
-  }
+  });
   return best;
 }
 

@@ -21,7 +21,7 @@ using layerinit::testing::in_child_with_message;
 namespace {
 
 // A reader of a fixed set of files, as the cgroup mounts would show them.
-read_text_file files(std::map<std::string, std::string> m) {
+text_file_reader files(std::map<std::string, std::string> m) {
   return [m = std::move(m)](const std::string& path) -> std::optional<std::string> {
     const auto it = m.find(path);
     if (it == m.end()) return std::nullopt;
