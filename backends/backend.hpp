@@ -71,7 +71,7 @@ struct DeviceChoice {
 
 // The device a name asks for, as torch names devices: "cpu" or "host"; "cuda" (device 0) or "cuda:N";
 // "auto" (CUDA device 0 when usable, else the host). `argument` names the name in errors:
-// std::invalid_argument for an unknown name or a device index this process does not have,
+// bad_input for an unknown name or a device index this process does not have,
 // layerinit::error when CUDA is asked but unusable. Allocates nothing.
 LAYERINIT_API DeviceChoice choose_device(std::string_view name, std::string_view argument = "backend");
 

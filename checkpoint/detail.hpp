@@ -36,7 +36,7 @@ inline void append_member(nlohmann::ordered_json& object, std::string key, nlohm
 // input), else fail() (EACCES, EROFS, EIO, ENOSPC...: the environment)
 [[noreturn]] void fail_at(const std::string& what, const fs::path& path, int err);
 
-// Absolute, normalized, no trailing separator; throws std::invalid_argument on an empty path.
+// Absolute, normalized, no trailing separator; throws bad_input on an empty path.
 fs::path normalize_target(const fs::path& target);
 
 // With overwrite, whether an existing target is something this writer wrote: "" if it is, else
@@ -230,7 +230,7 @@ std::unique_ptr<CheckpointWriter> open_safetensors(const fs::path& target, bool 
                                                    const DatasetSource& datasets, const CheckpointMetadata& meta,
                                                    const WriterOptions& opts);
 // An HDF5 target is a file ("newdir/" is refused) and max_chunk_bytes lies in [1, 4 GiB): throws
-// std::invalid_argument.
+// bad_input.
 void check_hdf5_options(const fs::path& target, const WriterOptions& opts);
 // Publishes the HDF5 file `tmp` onto `target` (with overwrite, once check_replaceable passes). A
 // parallel master it replaces has its rank directory removed after the rename, if it is one a

@@ -51,10 +51,10 @@ struct EmitResult;
 struct EmitOptions {
   CheckpointFormat format = CheckpointFormat::hdf5;
   // writer.config_json only when hf_loadable(the builder's options): else emit_checkpoint throws
-  // std::invalid_argument.
+  // bad_input.
   WriterOptions writer;
   // dtype, seed, recipe, layout, orientation and model_spec are the builder's: left empty they are
-  // filled in; a value that differs from the builder's is refused (std::invalid_argument).
+  // filled in; a value that differs from the builder's is refused (bad_input).
   CheckpointMetadata meta;
   std::function<void(const EmitProgress&)> progress;  // after each part
   const std::atomic<bool>* cancel = nullptr;          // set (e.g. by a signal handler) to stop
@@ -103,7 +103,7 @@ struct EmitResult {
 LAYERINIT_API EmitResult emit_checkpoint(const Builder& b, backend& be, const std::filesystem::path& target, const EmitOptions& opts);
 
 // `given` with the builder's dtype, seed, recipe, layout, orientation and model_spec filled in where
-// empty; a given value that contradicts the builder throws std::invalid_argument.
+// empty; a given value that contradicts the builder throws bad_input.
 LAYERINIT_API CheckpointMetadata builder_metadata(const Builder& b, const CheckpointMetadata& given);
 
 // A rank's file name: "rank-00003-of-00008.safetensors", the rank counted from 0 and the number of
@@ -117,7 +117,7 @@ LAYERINIT_API std::string rank_file_name(std::uint64_t rank, std::uint64_t ranks
 // parameter. The __metadata__ holds the builder's metadata plus (docs/sharding.md)
 //   "layerinit.shards": JSON {name: {"global_shape": [...], "offset": [...]}} for every piece,
 //   "layerinit.mesh":   JSON {"pp": P, "fsdp": F, "ep": E, "tp": T, "rank": r}.
-// opts.format must be safetensors, without max_shard_size or config_json (std::invalid_argument).
+// opts.format must be safetensors, without max_shard_size or config_json (bad_input).
 // The result's tensors carry global_shape and offset. Failures leave no temporary behind, as
 // emit_checkpoint's do.
 LAYERINIT_API EmitResult emit_rank(const RankPlan& r, backend& be, const std::filesystem::path& dir, const EmitOptions& opts);

@@ -142,7 +142,7 @@ class DatasetFeed {
 
 // The checks emit_checkpoint and emit_parallel make before any work: layers in order, a backend that
 // holds bytes (else misuse: layerinit::logic_error), config.json only where hf_loadable. Throws
-// std::invalid_argument.
+// bad_input.
 void check_emit(const Builder& b, backend& be, const EmitOptions& opts);
 
 // The cancellation point emit passes to the engine: opts.cancel set stops the build between parts.

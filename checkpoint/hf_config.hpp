@@ -19,7 +19,7 @@ LAYERINIT_API bool has_config_json(const ModelSpec& spec);
 // saying `dtype`, the file's, since transformers loads the weights as that),
 // else one written from spec.family, spec.hyper and the layer count, with transformers 5's
 // rope_parameters and the rope_theta / rope_scaling older releases read. Throws
-// std::invalid_argument for a spec without one (naming the supported families) and for a
+// bad_input for a spec without one (naming the supported families) and for a
 // config.json with a quantization_config (emit writes unquantized weights, which transformers would
 // load as quantized ones).
 LAYERINIT_API std::string config_json(const ModelSpec& spec, DType dtype);

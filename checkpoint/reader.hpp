@@ -106,7 +106,7 @@ LAYERINIT_API std::optional<DType> dtype_from_safetensors_name(std::string_view 
 // file must exist.
 // Throws checkpoint_invalid for what is not such a checkpoint (naming the path and why: "checkpoint:
 // <file>: <rule>", a path that does not exist "checkpoint: cannot open <path>: No such file or
-// directory"), checkpoint_error for an I/O failure, std::invalid_argument for an empty path.
+// directory"), checkpoint_error for an I/O failure, bad_input for an empty path.
 LAYERINIT_API std::unique_ptr<CheckpointReader> open_checkpoint_reader(const std::filesystem::path& path);
 
 }  // namespace layerinit

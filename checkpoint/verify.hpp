@@ -151,7 +151,7 @@ struct GivenOptions {
 // OptionsText's default (emit's and build's).
 LAYERINIT_API OptionsText claimed_options(const std::optional<CheckpointClaim>& claim, const GivenOptions& given);
 
-// Refuses (std::invalid_argument, one line) a checkpoint that is not of `spec` at all, before any
+// Refuses (bad_input, one line) a checkpoint that is not of `spec` at all, before any
 // tensor is compared: its metadata names another model spec, or fewer than half of the model's
 // tensors are there under their names with their element counts. `shown` names the checkpoint.
 LAYERINIT_API void check_same_model(const ModelSpec& spec, const Builder& b, const CheckpointReader& r, std::string_view shown);

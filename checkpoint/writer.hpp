@@ -43,7 +43,7 @@ class LAYERINIT_API checkpoint_refused : public checkpoint_error {
 
 enum class CheckpointFormat : std::uint8_t { hdf5, safetensors };
 LAYERINIT_API std::string_view format_name(CheckpointFormat f);           // "hdf5", "safetensors"
-LAYERINIT_API CheckpointFormat parse_checkpoint_format(std::string_view s);  // throws std::invalid_argument listing both
+LAYERINIT_API CheckpointFormat parse_checkpoint_format(std::string_view s);  // throws bad_input listing both
 
 // One dataset (HDF5) or tensor (safetensors), declared before any data is written.
 struct DatasetSpec {
@@ -168,7 +168,7 @@ LAYERINIT_API std::unique_ptr<CheckpointWriter> open_safetensors_writer(const st
                                                                         const WriterOptions& opts);
 // One .safetensors file at `file` (its name must end in .safetensors), written to a temporary file
 // beside it and renamed into place; no shards, no index, no config.json (a max_shard_size or
-// config_json is refused with std::invalid_argument). --force (overwrite) replaces only a
+// config_json is refused with bad_input). --force (overwrite) replaces only a
 // .safetensors file whose __metadata__ has format_version and library_version. emit_rank writes
 // each rank's file with it.
 LAYERINIT_API std::unique_ptr<CheckpointWriter> open_safetensors_file_writer(const std::filesystem::path& file,

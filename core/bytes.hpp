@@ -14,7 +14,7 @@ namespace layerinit {
 LAYERINIT_API std::string format_bytes(std::size_t bytes);
 // For tables: "1.50 GiB", "512 B".
 LAYERINIT_API std::string format_bytes_short(std::uint64_t bytes);
-// "80GiB", "80GB", "1.5 TiB", "123456" (bytes). Throws std::invalid_argument naming the text.
+// "80GiB", "80GB", "1.5 TiB", "123456" (bytes). Throws bad_input naming the text.
 LAYERINIT_API std::uint64_t parse_byte_size(std::string_view text);
 
 }  // namespace layerinit

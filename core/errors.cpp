@@ -27,16 +27,34 @@ std::string quote(std::string_view s, std::size_t max) {
 }
 
 namespace {
-[[noreturn]] void throw_bad(std::string_view argument, std::string_view shown, std::string_view problem) {
+std::string bad_input_line(std::string_view argument, std::string_view shown, std::string_view problem) {
   std::string m;
   m.reserve(argument.size() + shown.size() + problem.size() + 2);
   m.append(argument);
   if (!shown.empty()) m.append(" ").append(shown);
   if (!problem.empty() && problem.front() != ':') m.append(" ");
   m.append(problem);
-  throw std::invalid_argument(m);
+  return m;
+}
+
+std::string without_colon(std::string problem) {
+  if (!problem.empty() && problem.front() == ':') problem.erase(0, problem.find_first_not_of(": "));
+  return problem;
+}
+
+[[noreturn]] void throw_bad(std::string_view argument, std::string_view shown, std::string_view problem) {
+  throw bad_input(std::string(argument), std::string(shown), std::string(problem));
 }
 }  // namespace
+
+bad_input::bad_input(std::string argument, std::string value, std::string problem)
+    : bad_input(argument, value, without_colon(problem), bad_input_line(argument, value, problem)) {}
+
+bad_input::bad_input(std::string argument, std::string value, std::string problem, const std::string& line)
+    : std::invalid_argument(line),
+      argument_(std::move(argument)),
+      value_(std::move(value)),
+      problem_(std::move(problem)) {}
 
 void bad_argument(std::string_view argument, std::string_view value, std::string_view problem) {
   throw_bad(argument, quote(value), problem);

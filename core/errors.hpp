@@ -2,9 +2,11 @@
 //
 // Two kinds of failure are kept apart (as RMM keeps RMM_EXPECTS's logic_error apart from its runtime errors):
 // - Bad input: a value a user wrote (a name, a size, a file, a spec field, a command-line option) that the
-//   library cannot use. It goes through bad_argument(), which throws std::invalid_argument with one line:
-//   "<argument> <value> <problem>", e.g. "dtype 'fp8' is unknown (valid: fp32, fp16, bf16)" or
-//   "tp 0 must be at least 1". Python sees a ValueError, the CLI prints the line.
+//   library cannot use. It is bad_input (a std::invalid_argument) carrying the argument, the value and
+//   the problem apart, its line "<argument> <value> <problem>", e.g. "dtype 'fp8' is unknown (valid:
+//   fp32, fp16, bf16)" or "tp 0 must be at least 1": thrown through bad_argument() by the library and
+//   the CLI alike. Python sees layerinit.BadInputError (a ValueError with the three as attributes), the
+//   CLI prints the line and exits 2.
 // - Misuse by a caller: a broken precondition that only a program can cause (a null pointer, a count the
 //   caller computed, a call out of order), never a user's input. It is LAYERINIT_EXPECTS, which throws
 //   layerinit::logic_error naming the expression, file and line: a bug to fix, not a message to act on.
@@ -56,13 +58,31 @@ class LAYERINIT_API cuda_error : public error {
   std::string call_;
 };
 
+// Bad input (see the top of this file). A spec, config.json or composite that cannot be used is its
+// subclass spec_error (init/spec_json.hpp).
+class LAYERINIT_API bad_input : public std::invalid_argument {
+ public:
+  // The line as bad_argument writes it: "<argument> <value> <problem>", the value as shown (quoted
+  // text or a number; empty: none); a problem starting with ':' follows without a space.
+  bad_input(std::string argument, std::string value, std::string problem);
+  // A line of its own words (the CLI's usage lines: "--tp must be a positive integer ..., got '0'")
+  // with the same three apart.
+  bad_input(std::string argument, std::string value, std::string problem, const std::string& line);
+  const std::string& argument() const noexcept { return argument_; }
+  const std::string& value() const noexcept { return value_; }      // as the line shows it
+  const std::string& problem() const noexcept { return problem_; }  // without a leading ": "
+
+ private:
+  std::string argument_, value_, problem_;
+};
+
 // "'" + printable(s, max) + "'", a quote inside escaped too (\x27): user text inside a message (the
 // `problem` of bad_argument, a second value), so that a newline or control byte never breaks the one
 // line and the value ends where its closing quote is. Not named quoted: for a std::string argument,
 // argument-dependent lookup would pick std::quoted wherever <iomanip> is seen.
 LAYERINIT_API std::string quote(std::string_view s, std::size_t max = std::string_view::npos);
 
-// Bad input: throws std::invalid_argument("<argument> <value> <problem>"). A string value is shown
+// Bad input: throws bad_input("<argument> <value> <problem>"). A string value is shown
 // quoted and escaped (quote()); a number as it is (a double in its shortest exact form: 0.02, 1e+300,
 // inf). `argument` and `problem` are the library's own words: user text inside them goes through quote().
 // A problem that starts with ':' follows the value without a space: what is wrong inside the value,
@@ -83,7 +103,7 @@ template <std::integral T>
   if constexpr (std::is_signed_v<T>) bad_argument(argument, static_cast<long long>(value), problem);
   else bad_argument(argument, static_cast<unsigned long long>(value), problem);
 }
-// Bad input with no one value to show: throws std::invalid_argument("<argument> <problem>"), e.g.
+// Bad input with no one value to show: throws bad_input("<argument> <problem>"), e.g.
 // "checkpoint output path is empty".
 [[noreturn]] LAYERINIT_API void bad_argument(std::string_view argument, std::string_view problem);
 

@@ -14,7 +14,7 @@ namespace layerinit {
 inline constexpr std::size_t kMaxInputFileBytes = 16u << 20;
 
 // The bytes of the regular file at `path`, which `what` names in errors ("spec file"). Throws
-// std::invalid_argument (bad_argument) "<what> '<path>' <problem>" where problem is
+// bad_input (bad_argument) "<what> '<path>' <problem>" where problem is
 //   "cannot be read: <the OS's reason>"  (missing, no permission, an I/O error),
 //   "is not a regular file"              (a FIFO, a device such as /dev/zero, a directory, a socket),
 //   "is larger than 16 MiB"              (more than kMaxInputFileBytes).

@@ -19,7 +19,7 @@ inline constexpr DType all_dtypes[] = {DType::f32, DType::f16, DType::bf16};
 
 LAYERINIT_API std::string_view dtype_name(DType t);      // "fp32", "fp16", "bf16"
 LAYERINIT_API std::size_t dtype_size(DType t);           // bytes per element
-// Accepts fp32/float32/f32, fp16/float16/f16/half, bf16/bfloat16; throws std::invalid_argument
+// Accepts fp32/float32/f32, fp16/float16/f16/half, bf16/bfloat16; throws bad_input
 // "unknown dtype 'x' (valid: fp32, fp16, bf16)".
 LAYERINIT_API DType parse_dtype(std::string_view s);
 LAYERINIT_API std::string dtype_names();                 // "fp32, fp16, bf16"

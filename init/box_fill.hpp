@@ -30,7 +30,7 @@ struct TensorFill {
   std::vector<RegionParams> regions;
 };
 // Prepares what p has not (prepare_fill of its fill and regions for p.dtype). Throws
-// std::invalid_argument naming the tensor and the region for a region outside the tensor, of another
+// bad_input naming the tensor and the region for a region outside the tensor, of another
 // rank, or whose fill p.dtype cannot hold.
 LAYERINIT_API TensorFill tensor_fill(const PlannedTensor& p, std::uint64_t seed);
 
@@ -48,7 +48,7 @@ LAYERINIT_API void tensor_fill_jobs(const PlannedTensor& p, void* dst, std::uint
 // dimensions 0..a-1 (box.shape[0] * ... * box.shape[a - 1] jobs). With regions, the box is cut along
 // them first (the parts outside every region, then each region's part outside the later regions) and
 // each part is filled as region_fill_jobs fills a box. Nothing for an empty box; a 0-d tensor is one
-// job of its one element. Throws std::invalid_argument when the box does not lie inside
+// job of its one element. Throws bad_input when the box does not lie inside
 // p.memory_shape.
 LAYERINIT_API void box_fill_jobs(const PlannedTensor& p, const Box& box, void* dst, std::uint64_t seed, std::vector<FillJob>& out);
 // The same with p's fill prepared once (tensor_fill(p, seed)).
@@ -68,7 +68,7 @@ struct Region {
 // [in, out] slice of a stack [in, L, out], or a [rows, cols] piece of a wider row: one job); else
 // box_fill_jobs once per index of dimensions 0..k-1. A dense region is one box_fill_jobs call; a
 // strided last dimension (k = n) is runs of one element (a layer's [E] of norm scales [E, L]). The
-// tensor's regions cut the box as box_fill_jobs cuts it. Throws std::invalid_argument for a box
+// tensor's regions cut the box as box_fill_jobs cuts it. Throws bad_input for a box
 // outside the tensor; a stride count other than the box's rank is misuse (layerinit::logic_error).
 LAYERINIT_API void region_fill_jobs(const PlannedTensor& p, const Box& box, const Region& dst, std::uint64_t seed,
                                     std::vector<FillJob>& out);
@@ -77,7 +77,7 @@ LAYERINIT_API void region_fill_jobs(const PlannedTensor& p, const TensorFill& f,
 
 // Appends the jobs that fill memory elements [first, first + count) of p (row-major over
 // p.memory_shape) densely at dst: one job without regions, else the range as at most two boxes per
-// dimension (a partial row, whole rows, ...), each through box_fill_jobs. Throws std::invalid_argument
+// dimension (a partial row, whole rows, ...), each through box_fill_jobs. Throws bad_input
 // for a range past the tensor's end.
 LAYERINIT_API void range_fill_jobs(const PlannedTensor& p, const TensorFill& f, std::uint64_t first, std::uint64_t count,
                                    void* dst, std::vector<FillJob>& out);

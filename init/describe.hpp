@@ -22,7 +22,7 @@ namespace layerinit {
 // nnx.Linear: linear; nn.Embedding, nnx.Embed: embedding; LayerNorm, RMSNorm, GroupNorm: norm).
 enum class ModuleKind : std::uint8_t { unknown, linear, embedding, norm };
 LAYERINIT_API std::string_view module_kind_name(ModuleKind k);
-LAYERINIT_API ModuleKind parse_module_kind(std::string_view s);  // throws std::invalid_argument listing valid names
+LAYERINIT_API ModuleKind parse_module_kind(std::string_view s);  // throws bad_input listing valid names
 
 // How a 2-D weight is stored: [out, in] (PyTorch, Equinox) or [in, out] (Flax).
 enum class WeightStorage : std::uint8_t { unknown, out_in, in_out };
@@ -52,7 +52,7 @@ struct ParameterDescription {
 // read by Haiku's conventions (docs/spec.md, "Haiku's names").
 enum class Naming : std::uint8_t { generic, haiku };
 LAYERINIT_API std::string_view naming_name(Naming n);
-LAYERINIT_API Naming parse_naming(std::string_view s);  // throws std::invalid_argument listing valid names
+LAYERINIT_API Naming parse_naming(std::string_view s);  // throws bad_input listing valid names
 
 struct ModelDescription {
   std::string name = "model";
@@ -102,7 +102,7 @@ struct DescribedModel {
 //   last layers is the repeated block, earlier layers `pre` tensors under their names.
 // - Ties: a group is one tensor under its first name; an embedding tied to a head is the embedding
 //   with hyper.tie_word_embeddings, which every recipe fills with the head's rule (docs/recipes.md).
-// With `recipe`, refuses (std::invalid_argument, one line listing them and what would tell it) the
+// With `recipe`, refuses (bad_input, one line listing them and what would tell it) the
 // parameters whose fill under that recipe depends on a role or layer the description does not tell,
 // or that the recipe has no rule for.
 LAYERINIT_API DescribedModel describe(const ModelDescription& d, const Recipe* recipe = nullptr);

@@ -80,7 +80,7 @@ struct Engine {
   std::uint64_t seed = 0;
   std::function<void()> after_part;  // runs after each part is filled; may throw to stop the build
 
-  // Refuses a stacked tensor whose dtype is not its buffer's (std::invalid_argument naming both)
+  // Refuses a stacked tensor whose dtype is not its buffer's (bad_input naming both)
   // before anything is allocated, allocates the tensors without a dst (named as their planned
   // tensor), appends each tensor's jobs (`jobs`; none given: the whole tensor, tensor_fill_jobs), fills
   // them in one call and runs after_part. Returns the new allocations in part order. Does not wait for

@@ -79,13 +79,13 @@ struct DecoderLayout {
 
 // A decoder-only transformer of num_hidden_layers layers: the token embedding, the layers, the final
 // norm and an untied lm_head. Missing numbers take a transformer config's defaults: kv heads =
-// heads, head_dim = hidden / heads. Throws std::invalid_argument naming an inconsistent number.
+// heads, head_dim = hidden / heads. Throws bad_input naming an inconsistent number.
 LAYERINIT_API ModelSpec decoder_spec(std::string name, std::string family, const Hyper& h, const DecoderLayout& layout,
                                      std::uint64_t num_hidden_layers);
 
 // Whether decoder_spec's tensors would fit a spec (kMaxSpecTensors), from the counts alone, before
 // any is made: "num_experts" when one layer's experts are too many, "dense_layers" when the dense
-// layers listed before the MoE layers are. decoder_spec refuses the same (std::invalid_argument).
+// layers listed before the MoE layers are. decoder_spec refuses the same (bad_input).
 LAYERINIT_API std::optional<HyperProblem> decoder_size_problem(const Hyper& h, const DecoderLayout& layout,
                                                                std::uint64_t num_hidden_layers);
 

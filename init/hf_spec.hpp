@@ -25,7 +25,7 @@ LAYERINIT_API ModelSpec spec_from_hf_config(std::string_view config_json, std::s
 
 // The config.json at `path`, or in the directory `path`, as spec_from_hf_config reads it; the spec is
 // named after the file ("qwen3-8b.json" -> "qwen3-8b"), or after its directory when the file is
-// config.json. Reads it with read_input_file (core/input_file.hpp): std::invalid_argument
+// config.json. Reads it with read_input_file (core/input_file.hpp): bad_input
 // "Hugging Face config '<file>' ..." for a file that cannot be read (the OS's reason), is not a
 // regular file or is above 16 MiB.
 LAYERINIT_API ModelSpec load_hf_config(const std::string& path);

@@ -53,7 +53,7 @@ const json* find(const json& j, const char* key) {
 }
 
 spec_error::spec_error(std::string source, const std::string& reason)
-    : std::invalid_argument(source + ": " + reason), source_(std::move(source)) {}
+    : bad_input(source, "", reason, source + ": " + reason) {}
 
 void JsonReader::fail(const std::string& path, const std::string& what) const {
   throw spec_error(source_, printable(path.empty() ? "top level" : path) + ": " + printable(what));

@@ -1,6 +1,6 @@
 // A build's options as users write them, read and checked once for every interface: the CLI's flags
 // and the Python package's arguments hand over their text, and a bad value is one
-// std::invalid_argument line naming the option as that caller spells it.
+// bad_input line naming the option as that caller spells it.
 #pragma once
 
 #include <cstdint>

@@ -64,7 +64,7 @@ class LAYERINIT_API Recipe {
 // A recipe by name, with optional parameters after a colon: "olmo-llama", "mup:base_width=256",
 // "olmo-normal:std=0.01". Names: hf, torchtitan, megatron, pytorch-default, equinox, flax,
 // xavier-uniform, kaiming-normal, olmo-normal, olmo-llama, olmo-llama-depth, olmo-normalized, neox,
-// mpt, mup, haiku (docs/recipes.md). Throws std::invalid_argument "unknown recipe 'x' (valid: ...)", or
+// mpt, mup, haiku (docs/recipes.md). Throws bad_input "unknown recipe 'x' (valid: ...)", or
 // naming a parameter the recipe does not have (with the ones it has) or a value that is not a
 // positive finite number.
 LAYERINIT_API Recipe make_recipe(std::string_view name);

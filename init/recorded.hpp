@@ -80,7 +80,7 @@ struct ReplayedTensor {
 // truncated normal it samples). Refused with the reason, per tensor: a box never written, an op with
 // no fill, a clamp_ that piles values at its bounds, the same random values copied into two places
 // (what the code meant as equal values, layerinit would draw apart), a partial copy of another
-// parameter. Throws std::invalid_argument (bad_argument) for malformed input: an index past the
+// parameter. Throws bad_input (bad_argument) for malformed input: an index past the
 // tensors, a box outside its tensor, a copy whose boxes differ in element count, a wrong argument count.
 LAYERINIT_API std::vector<ReplayedTensor> replay_init(const RecordedInit& r);
 
@@ -95,7 +95,7 @@ struct TensorInit {
 // layer tensor's init goes on the block when every layer has the same one, else the block's layers
 // are listed one by one as pre tensors under their canonical names (names, shapes and values do not
 // change; a recipe still sees each in its layer). Tensors not named keep theirs. Throws
-// std::invalid_argument naming a name the spec does not have, and as ModelSpec::validate does.
+// bad_input naming a name the spec does not have, and as ModelSpec::validate does.
 LAYERINIT_API ModelSpec spec_with_inits(const ModelSpec& spec, const std::map<std::string, TensorInit, std::less<>>& inits);
 
 // The recording as JSON: {"tensors": [{"name", "shape"}], "writes": [{"tensor", "op", "args",

@@ -22,7 +22,7 @@
 namespace layerinit {
 
 // Checks a fill's numbers are finite and within float range and that prepare_fill accepts it; throws
-// std::invalid_argument naming the problem.
+// bad_input naming the problem.
 LAYERINIT_API void validate_fill(const FillSpec& f);
 
 // What a tensor is, for recipes.
@@ -39,7 +39,7 @@ enum class TensorRole : std::uint8_t {
   other,
 };
 LAYERINIT_API std::string_view role_name(TensorRole r);
-LAYERINIT_API TensorRole parse_role(std::string_view s);  // throws std::invalid_argument listing valid names
+LAYERINIT_API TensorRole parse_role(std::string_view s);  // throws bad_input listing valid names
 
 // A box of a tensor's logical shape that its framework gives a fill of its own: the padding row of an
 // embedding (nn.Embedding's padding_idx, transformers' _init_weights), a slice a model's init writes
@@ -162,7 +162,7 @@ struct LAYERINIT_API ModelSpec {
   std::uint64_t buffer_count() const;           // elements of the buffers
   std::uint64_t element_count() const;          // both: what the weights' bytes count
   std::uint64_t layer_parameter_count() const;  // one repeated layer's, buffers aside
-  // Throws std::invalid_argument naming the problem: empty or zero dims, duplicate names, overflow.
+  // Throws bad_input naming the problem: empty or zero dims, duplicate names, overflow.
   void validate() const;
   bool operator==(const ModelSpec&) const = default;
 

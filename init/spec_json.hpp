@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include <layerinit/core/api.hpp>
+#include <layerinit/core/errors.hpp>
 #include <layerinit/init/describe.hpp>
 #include <layerinit/init/spec.hpp>
 
@@ -15,20 +16,18 @@ namespace layerinit {
 // "config.json" (a Hugging Face config) or "composite" (a composite parameter's description,
 // shard/composite.hpp), the reason naming the field: "spec: layer.tensors[2].shape[1]: must be a
 // positive integer". Callers that say where the text came from their own way (the Python
-// package) take source() and reason() apart instead of editing what().
-class LAYERINIT_API spec_error : public std::invalid_argument {
+// package) take source() and reason() apart instead of editing what(). As bad_input: the source is
+// its argument, the reason its problem.
+class LAYERINIT_API spec_error : public bad_input {
  public:
   spec_error(std::string source, const std::string& reason);
-  const std::string& source() const noexcept { return source_; }
-  std::string reason() const { return std::string(what()).substr(source_.size() + 2); }
-
- private:
-  std::string source_;
+  const std::string& source() const noexcept { return argument(); }
+  const std::string& reason() const noexcept { return problem(); }
 };
 
 LAYERINIT_API ModelSpec spec_from_json(std::string_view text);
 // The spec file at `path` (read_input_file, core/input_file.hpp: a regular file of at most 16 MiB):
-// std::invalid_argument "spec file '<path>' ..." when it cannot be read, else spec_from_json's errors.
+// bad_input "spec file '<path>' ..." when it cannot be read, else spec_from_json's errors.
 LAYERINIT_API ModelSpec load_spec_file(const std::string& path);
 LAYERINIT_API std::string spec_to_json(const ModelSpec& spec);  // spec_from_json(spec_to_json(s)) == s
 

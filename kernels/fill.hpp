@@ -68,11 +68,11 @@ struct FillSyntax {
 };
 LAYERINIT_API const std::vector<FillSyntax>& fill_syntax();  // constant, normal, trunc_normal, trunc_normal_std, uniform
 LAYERINIT_API std::string fill_names();                      // "constant, normal, trunc_normal, trunc_normal_std, uniform"
-// The fill `name` from its parameters in table order, all given. Throws std::invalid_argument
+// The fill `name` from its parameters in table order, all given. Throws bad_input
 // (bad_argument) for an unknown name (listing the valid ones) or a wrong count. Values are validated by prepare_fill.
 LAYERINIT_API FillSpec make_fill(std::string_view name, std::span<const double> args);
 // "normal(0, 0.02)": a kind and all its parameters as finite decimal numbers, in table order.
-// Throws std::invalid_argument naming the text and the problem.
+// Throws bad_input naming the text and the problem.
 LAYERINIT_API FillSpec parse_fill(std::string_view text);
 
 // A fill prepared for one dtype: the constants the per-element code uses. Trivially copyable.
@@ -97,7 +97,7 @@ struct FillParams {
 // over the same arithmetic the fill runs, so no value leaves [a, b] and no library erf enters the
 // contract. When every value the normal of the same mean and std produces lies within [a', b'], the
 // prepared fill is that normal (kind normal). A random fill whose every value rounds to one value of t (or whose constants overflow) is
-// refused (docs/spec.md). Throws std::invalid_argument naming the problem.
+// refused (docs/spec.md). Throws bad_input naming the problem.
 LAYERINIT_API FillParams prepare_fill(const FillSpec& spec, DType t);
 
 // A 2-level box of one tensor's memory to fill: `runs` runs of memory elements, run r covering the

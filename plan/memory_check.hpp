@@ -49,7 +49,7 @@ LAYERINIT_API MemoryNeed verify_memory_need(const Builder& b, std::uint64_t chun
 // the peak and the records together on the host; on a device the peak against the device's and the
 // records against the host's (available_host_memory). Nothing is refused where nothing can be read.
 // The environment variable LAYERINIT_TEST_AVAILABLE_MEMORY, a test hook, replaces both available
-// numbers ("512MiB"; std::invalid_argument naming it when it is not a byte size). When the need
+// numbers ("512MiB"; bad_input naming it when it is not a byte size). When the need
 // fits, reserves its peak on the backend (backend::reserve: the CUDA pool grows once, before the
 // first fill).
 LAYERINIT_API void check_memory(backend& be, const MemoryNeed& need);

@@ -49,7 +49,7 @@ struct LAYERINIT_API RowPermutation {
   bool operator==(const RowPermutation&) const = default;
   static RowPermutation rope_interleave(std::uint64_t head_dim) { return {Kind::rope_interleave, head_dim}; }
 };
-// "none" or "rope_interleave(N)"; throws std::invalid_argument naming the valid forms.
+// "none" or "rope_interleave(N)"; throws bad_input naming the valid forms.
 LAYERINIT_API RowPermutation parse_row_permutation(std::string_view text);
 
 // `count` consecutive stack indices with one fill.
@@ -101,10 +101,10 @@ struct LAYERINIT_API Composite {
   Shape slice_shape() const;       // shape without the stack axes' dimensions, in order
   std::uint64_t slices() const;    // stack positions (1 without stack axes)
   // The tensor part `p` stands for at stack position `index` (one entry per axis, 0-based). Throws
-  // std::out_of_range for a part or an index past its axis, std::invalid_argument for a count of
+  // std::out_of_range for a part or an index past its axis, bad_input for a count of
   // indices other than the axes'.
   PlannedTensor tensor(std::size_t p, std::span<const std::uint64_t> index) const;
-  // Throws spec_error (init/spec_json.hpp, a std::invalid_argument) with source "composite" and one
+  // Throws spec_error (init/spec_json.hpp, a bad_input) with source "composite" and one
   // line naming the first problem: a stack axis whose dimension is outside the shape or another
   // axis's, a shape whose size at an axis's dimension is not the axis's, parts that do not tile the
   // slice exactly (a gap, an overlap, a part outside it), a dtype other than the composite's, a
@@ -127,7 +127,7 @@ LAYERINIT_API CompositePart whole_part(const PlannedTensor& p, Shape at, RowPerm
 // torchtitan's fused wqkv is [q; k; v] along 0, q and k rope_interleave; a stacked leaf of it adds
 // an axis [L]. `groups` > 1 splits each box into that many equal slabs along `dim` and places slab 0
 // of every part, then slab 1 of every part, ...: torchtitan's GQA-grouped wqkv
-// [n_kv * (q heads per kv + 2) * hd, D] is q, k, v in groups = n_kv. Validated; std::invalid_argument
+// [n_kv * (q heads per kv + 2) * hd, D] is q, k, v in groups = n_kv. Validated; bad_input
 // naming a part that does not fit, a box that does not split evenly or stack axes at dimensions
 // outside the shape or shared.
 LAYERINIT_API Composite concatenate(std::vector<CompositePart> parts, std::size_t dim, std::vector<StackAxis> stack = {},
@@ -147,7 +147,7 @@ LAYERINIT_API std::string expand_template(std::string_view name, std::span<const
 // slice's last dimension strided: one job per element of it). Rows of a permuted part are grouped
 // into runs whose source rows are evenly spaced (rope_interleave: two rows per job when the part's
 // rows are whole in the box and the region's rows adjacent; else one row per job). `c` must be valid (validate()).
-// Throws std::invalid_argument for a box outside c.shape or a region as region_fill_jobs does.
+// Throws bad_input for a box outside c.shape or a region as region_fill_jobs does.
 LAYERINIT_API void composite_fill_jobs(const Composite& c, const Box& box, const Region& dst, std::uint64_t seed,
                                        std::vector<FillJob>& out);
 

@@ -40,7 +40,7 @@ class LAYERINIT_API Mesh {
   // The rank at `coords`; throws std::out_of_range for a coordinate past its size (a wrong count is
   // misuse: layerinit::logic_error).
   std::uint64_t rank(std::span<const std::uint64_t> coords) const;
-  // Index of the dimension called `name`; throws std::invalid_argument listing the names.
+  // Index of the dimension called `name`; throws bad_input listing the names.
   std::size_t dim_index(std::string_view name) const;
   std::string describe() const;  // "pp 2 x fsdp 1 x ep 1 x tp 4"
   bool operator==(const Mesh&) const = default;

@@ -27,7 +27,7 @@ struct ParallelDegrees {
 };
 
 // Degrees by dimension name ({"tp", 2}, {"fsdp", 4}), the others 1: Python's mesh={"tp": 2}. Throws
-// std::invalid_argument naming an unknown or repeated dimension (listing tp, pp, ep, fsdp).
+// bad_input naming an unknown or repeated dimension (listing tp, pp, ep, fsdp).
 LAYERINIT_API ParallelDegrees parallel_degrees(std::span<const std::pair<std::string, std::uint64_t>> named);
 
 // What tensor parallelism does to one tensor, in the Megatron / torchtitan convention.
@@ -55,7 +55,7 @@ LAYERINIT_API TpRules tp_rules(const ModelSpec& spec);
 
 class LAYERINIT_API ParallelPlan {
  public:
-  // Checks the degrees against the model; throws std::invalid_argument with one line naming the
+  // Checks the degrees against the model; throws bad_input with one line naming the
   // problem: a degree of 0; tp > 1 on a model no rule applies to, or a tp that does not divide the
   // attention or key/value heads; ep > 1 on a model without experts, or one that does not divide
   // them; pp larger than the number of layers (every stage holds at least one layer).
@@ -98,7 +98,7 @@ class LAYERINIT_API ParallelPlan {
   std::string describe() const;  // "pp 2 x fsdp 1 x ep 1 x tp 4 = 8 ranks"
 
   // The plan of `degrees` for `spec` with `rank` (when given) one of its ranks: every bad mesh is one
-  // std::invalid_argument line, the degrees' product overflowing 64 bits included. `flag` starts the
+  // bad_input line, the degrees' product overflowing 64 bits included. `flag` starts the
   // names in messages: "--" gives the CLI's "--rank 4 is outside the mesh of 4 ranks (...)", "" the
   // Python argument's "rank 4 ...".
   static ParallelPlan checked(const ModelSpec& spec, ParallelDegrees degrees, std::optional<std::uint64_t> rank,

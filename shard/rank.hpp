@@ -57,7 +57,7 @@ struct RankStep {
 // outlive it. Tensors whose piece on this rank is empty (more ranks than rows) are not held.
 class LAYERINIT_API RankPlan {
  public:
-  // Throws std::invalid_argument for a rank outside the plan's mesh.
+  // Throws bad_input for a rank outside the plan's mesh.
   RankPlan(const Builder& b, const ParallelPlan& plan, std::uint64_t rank);
 
   const Builder& builder() const noexcept { return *b_; }

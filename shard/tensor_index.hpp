@@ -42,7 +42,7 @@ class LAYERINIT_API TensorIndex {
   std::optional<std::size_t> stacked_buffer(std::string_view name) const;
   // Stacked buffer `b` ([L, ...] or fused experts [L, E, ...]) of layers first .. first + count - 1
   // (0-based in the repeated block), each slice its own tensor with its own fill, as a composite
-  // whose stack axes are [count] or [count, E]. Throws std::invalid_argument when the buffer's
+  // whose stack axes are [count] or [count, E]. Throws bad_input when the buffer's
   // tensors do not share one dtype, naming two that differ; a buffer or layers past the plan's are
   // misuse (layerinit::logic_error).
   Composite stacked(std::size_t b, std::uint64_t first, std::uint64_t count) const;
@@ -52,25 +52,25 @@ class LAYERINIT_API TensorIndex {
   // default): a stacked leaf [L, ...] is one template on one axis ([E, L, M] with the axis at 1), a
   // fused QKV three templates on none, a stacked fused QKV both. Each template's tensors share a stored
   // shape, all one dtype; `groups` interleaves them as concatenate() does (torchtitan's GQA wqkv).
-  // Throws std::invalid_argument naming the first problem (an unknown name with not_found()'s
+  // Throws bad_input naming the first problem (an unknown name with not_found()'s
   // suggestions); `what` starts the messages about dtypes and shapes.
   Composite assemble(std::span<const std::string> templates, std::span<const StackAxis> stack, std::size_t dim = 0,
                      std::span<const RowPermutation> rows = {}, std::uint64_t groups = 1,
                      std::string_view what = "composite") const;
   // What `name` is as a composite: a canonical tensor whole, or a whole stacked buffer. Throws
-  // std::invalid_argument for an unknown name (not_found()).
+  // bad_input for an unknown name (not_found()).
   Composite composite(std::string_view name) const;
 
   // Appends the jobs that fill `box` of `name` (memory coordinates; a stacked buffer's in the
   // stacked layout) into `dst`, whose elements are `have`: only the layers the box holds are
-  // planned. Throws std::invalid_argument for an unknown name, a dtype other than the planned one, a
+  // planned. Throws bad_input for an unknown name, a dtype other than the planned one, a
   // box outside the tensor, or a region region_fill_jobs refuses.
   void fill_jobs(std::string_view name, const Box& box, const Region& dst, DType have, std::vector<FillJob>& out) const;
 
   // transformers 5's fused experts: "<p>.mlp.experts.gate_up_proj" [E, 2F, H] is gate and up of each
   // expert concatenated along dimension 1, "<p>.mlp.experts.down_proj" [E, H, F] each expert's down,
   // where the spec names experts "<p>.(mlp|block_sparse_moe).experts.<e>.(gate_proj|w1)..." (Mixtral's
-  // w1/w3/w2, or Llama's gate/up/down). Nothing for other names; std::invalid_argument when `shape`
+  // w1/w3/w2, or Llama's gate/up/down). Nothing for other names; bad_input when `shape`
   // is not the experts' [E, 2F, H] or [E, H, F].
   std::optional<Composite> hf_fused_experts(std::string_view name, const Shape& shape) const;
 

@@ -13,6 +13,7 @@
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/init/spec.hpp>
+#include <layerinit/init/spec_json.hpp>
 
 using namespace layerinit;
 
@@ -96,6 +97,50 @@ TEST(BadArgument, OneLineWithTheValueEscapedOrThePlainNumber) {
   // Bad input is std::invalid_argument, not the misuse type.
   EXPECT_THROW(bad_argument("tp", 0, "must be at least 1"), std::invalid_argument);
   EXPECT_EQ(message([] { bad_argument("x", "y", "z"); }).rfind("logic_error", 0), std::string::npos);
+}
+
+// The one type of bad input carries what the line says apart: the argument, the value as the line
+// shows it (quoted text or a number; empty when none) and the problem without the ": " that joins it.
+TEST(BadInput, CarriesTheArgumentTheValueAndTheProblemApart) {
+  auto caught = [](auto f) -> bad_input {
+    try {
+      f();
+    } catch (const bad_input& e) {
+      return e;
+    }
+    return bad_input("none", "", "thrown");
+  };
+  const bad_input a = caught([] { bad_argument("preset", "llama\n", "is unknown (valid: gpt2)"); });
+  EXPECT_EQ(a.argument(), "preset");
+  EXPECT_EQ(a.value(), "'llama\\x0a'");
+  EXPECT_EQ(a.problem(), "is unknown (valid: gpt2)");
+  const bad_input n = caught([] { bad_argument("tp", 0, "must be at least 1"); });
+  EXPECT_EQ(n.argument(), "tp");
+  EXPECT_EQ(n.value(), "0");
+  EXPECT_EQ(n.problem(), "must be at least 1");
+  const bad_input inner = caught([] { bad_argument("tensor", "w", ": fill 'x' is unknown"); });
+  EXPECT_EQ(std::string(inner.what()), "tensor 'w': fill 'x' is unknown");
+  EXPECT_EQ(inner.value(), "'w'");
+  EXPECT_EQ(inner.problem(), "fill 'x' is unknown");
+  const bad_input none = caught([] { bad_argument("layer_order", "must be ascending"); });
+  EXPECT_EQ(none.value(), "");
+  EXPECT_EQ(none.problem(), "must be ascending");
+  // A line of its own words (the CLI's) keeps the three as given.
+  const bad_input own("--tp", "'0'", "must be a positive integer", "--tp must be a positive integer, got '0'");
+  EXPECT_EQ(std::string(own.what()), "--tp must be a positive integer, got '0'");
+  EXPECT_EQ(own.argument(), "--tp");
+  EXPECT_EQ(own.value(), "'0'");
+  // A spec's error is one too: its source the argument, its reason the problem.
+  try {
+    (void)spec_from_json("{");
+    ADD_FAILURE() << "accepted";
+  } catch (const bad_input& e) {
+    const auto* spec = dynamic_cast<const spec_error*>(&e);
+    ASSERT_NE(spec, nullptr);
+    EXPECT_EQ(e.argument(), "spec");
+    EXPECT_EQ(spec->reason(), e.problem());
+    EXPECT_EQ(std::string(e.what()), "spec: " + e.problem());
+  }
 }
 
 // A name with a C1 control or bytes that are not UTF-8 would reach tables, JSON and file headers as

@@ -19,7 +19,8 @@ std::uint64_t parse_decimal(std::string_view text, std::string_view option, std:
   auto refuse = [&](const char* why) {
     const std::string range = min == 1 ? "a positive integer (decimal, at most " + std::to_string(max) + ")"
                                        : "a decimal integer from " + std::to_string(min) + " to " + std::to_string(max);
-    throw usage_error(std::string(option) + " must be " + range + ", got '" + std::string(text) + "'" + why);
+    throw bad_input(std::string(option), "'" + std::string(text) + "'", "must be " + range + why,
+                    std::string(option) + " must be " + range + ", got '" + std::string(text) + "'" + why);
   };
   if (text.empty() || text.find_first_not_of("0123456789") != std::string_view::npos) refuse("");
   std::uint64_t v = 0;
@@ -31,7 +32,7 @@ std::uint64_t parse_decimal(std::string_view text, std::string_view option, std:
 
 CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, std::uint64_t& target, std::uint64_t min,
                                 std::uint64_t max, const std::string& help) {
-  // The option takes the text; parse_decimal's usage_error leaves app.parse() as exit code 2.
+  // The option takes the text; parse_decimal's bad_input leaves app.parse() as exit code 2.
   return app
       .add_option_function<std::string>(
           name, [&target, name, min, max](const std::string& s) { target = parse_decimal(s, name, min, max); }, help)
@@ -54,11 +55,13 @@ CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, int& tar
 }
 
 void add_report_flags(CLI::App& app, std::string& report, const std::string& help) {
-  // Checked as it is read (a usage_error leaves app.parse() as exit code 2), so a typo fails before work.
+  // Checked as it is read (a bad_input leaves app.parse() as exit code 2), so a typo fails before work.
   app.add_option_function<std::string>(
          "--report",
          [&report](const std::string& s) {
-           if (s != "json") throw usage_error("--report: unknown report format '" + printable(s) + "' (valid: json)");
+           if (s != "json")
+             throw bad_input("--report", quote(s), "unknown report format (valid: json)",
+                             "--report: unknown report format '" + printable(s) + "' (valid: json)");
            report = s;
          },
          help + " (--report json; also --json)")
@@ -76,7 +79,8 @@ void ModelArgs::add_progress_flags(CLI::App& app) {
          "--progress",
          [this](const std::string& s) {
            if (s != "auto" && s != "always" && s != "never")
-             throw usage_error("--progress must be auto, always or never, got '" + printable(s) + "'");
+             throw bad_input("--progress", quote(s), "must be auto, always or never",
+                             "--progress must be auto, always or never, got '" + printable(s) + "'");
            progress = s;
          },
          "Progress on stderr: auto (a bar on a terminal, else a plain line every few seconds, for batch logs), "
@@ -88,7 +92,7 @@ void ModelArgs::add_progress_flags(CLI::App& app) {
 
 ProgressMode ModelArgs::progress_mode() const {
   if (quiet && !progress.empty() && progress != "never")
-    throw usage_error("--quiet and --progress " + progress + " contradict each other: give one");
+    bad_argument("--quiet", "and --progress " + progress + " contradict each other: give one");
   if (quiet || progress == "never") return ProgressMode::never;
   return progress == "always" ? ProgressMode::always : ProgressMode::automatic;
 }
@@ -137,8 +141,9 @@ void ModelArgs::add_build_flags(CLI::App& app, bool allow_restack) {
            // restack is the CLI's own word: a layout the library refuses, build's refusal also names it.
            try {
              (void)parse_layout(s);
-           } catch (const std::invalid_argument& e) {
-             throw usage_error("--layout: " + std::string(e.what()) + "; build also takes restack");
+           } catch (const bad_input& e) {
+             throw bad_input("--layout", e.value(), e.problem() + "; build also takes restack",
+                             "--layout: " + std::string(e.what()) + "; build also takes restack");
            }
          },
          "Memory layout: " + layouts + (allow_restack ? " (per-layer, then stack in place)" : ""))
@@ -185,16 +190,19 @@ void ModelArgs::add_parallel_flags(CLI::App& app) {
       ->type_name("UINT");
 }
 
+bad_input missing_rank(const ParallelPlan& plan, const std::string& what) {
+  const std::string problem = "is required: a mesh of " + std::to_string(plan.ranks()) + " ranks";
+  return bad_input("--rank", "", problem,
+                   "--tp, --pp, --ep and --fsdp describe a mesh of " + std::to_string(plan.ranks()) + " ranks: " + what +
+                       " (0-" + std::to_string(plan.ranks() - 1) + ")");
+}
+
 std::string ModelArgs::layout_text() const { return restack ? "restack" : layout; }
 
 bool ModelArgs::sharded() const { return rank || parallel != ParallelDegrees{}; }
 
 ParallelPlan ModelArgs::parallel_plan(const ModelSpec& spec) const {
-  try {
-    return ParallelPlan::checked(spec, parallel, rank, "--");
-  } catch (const std::invalid_argument& e) {
-    throw usage_error(e.what());
-  }
+  return ParallelPlan::checked(spec, parallel, rank, "--");
 }
 
 namespace {
@@ -211,14 +219,17 @@ bool looks_like_hub_id(const std::string& s) {
 
 ModelSpec ModelArgs::load_spec() const {
   if (preset.empty() && spec_file.empty() && hf_config.empty())
-    throw usage_error("a model is required: --preset or --spec, or --hf-config");
+    throw bad_input("--preset", "", "a model is required: --preset or --spec, or --hf-config",
+                    "a model is required: --preset or --spec, or --hf-config");
   if (!preset.empty()) return make_preset(preset);
   if (!hf_config.empty()) {
     if (struct stat st{}; ::stat(hf_config.c_str(), &st) != 0 && errno == ENOENT && looks_like_hub_id(hf_config))
-      throw usage_error("--hf-config " + printable(hf_config) +
-                        ": no such file; it looks like a Hugging Face Hub id: download its config.json first (hf download " +
-                        printable(hf_config) + " config.json --local-dir DIR, or huggingface-cli download " +
-                        printable(hf_config) + " config.json --local-dir DIR) and pass DIR/config.json");
+    {
+      const std::string problem = "no such file; it looks like a Hugging Face Hub id: download its config.json first (hf download " +
+                                  printable(hf_config) + " config.json --local-dir DIR, or huggingface-cli download " +
+                                  printable(hf_config) + " config.json --local-dir DIR) and pass DIR/config.json";
+      throw bad_input("--hf-config", printable(hf_config), problem, "--hf-config " + printable(hf_config) + ": " + problem);
+    }
     return load_hf_config(hf_config);
   }
   return load_spec_file(spec_file);
@@ -228,7 +239,8 @@ namespace {
 std::pair<std::string, std::string> split_assignment(const std::string& s, const char* flag, const char* value) {
   const auto eq = s.rfind('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
-    throw usage_error(std::string(flag) + " expects PATTERN=" + value + ", got '" + printable(s) + "'");
+    throw bad_input(flag, quote(s), std::string("expects PATTERN=") + value,
+                    std::string(flag) + " expects PATTERN=" + value + ", got '" + printable(s) + "'");
   return {s.substr(0, eq), s.substr(eq + 1)};
 }
 }  // namespace
@@ -257,7 +269,7 @@ void ModelArgs::check_overrides(const ModelSpec& spec, const Recipe& recipe, con
   auto check = [&](const char* flag, const std::string& pattern) {
     if (matches_some_tensor(spec, pattern)) return;
     const std::string what = std::string(flag) + " pattern '" + printable(pattern) + "' matches no tensor of " + printable(spec.name);
-    if (strict) throw usage_error(what + " (--strict)");
+    if (strict) throw bad_input(flag, quote(pattern), "matches no tensor of " + quote(spec.name) + " (--strict)", what + " (--strict)");
     if (warn && !quiet) std::fprintf(stderr, "layerinit: warning: %s\n", what.c_str());
   };
   for (const auto& [pattern, fill] : recipe.overrides()) check("--init-override", pattern);
@@ -269,7 +281,8 @@ void check_memory(const ModelArgs& args, backend& be, const MemoryNeed& need) {
   try {
     layerinit::check_memory(be, need);
   } catch (const memory_refused& e) {
-    throw usage_error(std::string(e.what()) + "; --no-memory-check to go ahead anyway");
+    throw bad_input("memory", "", std::string(e.what()) + "; --no-memory-check to go ahead anyway",
+                    std::string(e.what()) + "; --no-memory-check to go ahead anyway");
   }
 }
 

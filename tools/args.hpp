@@ -1,5 +1,5 @@
 // The command line's arguments: the flags every model command shares, integers as decimals, and
-// bad input as usage_error (one line, exit 2).
+// bad input as the library's bad_input (core/errors.hpp: one line, exit 2).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -21,10 +21,9 @@
 
 namespace layerinit::cli {
 
-// Bad input: reported as one line with exit code 2.
-struct usage_error : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
+// The line of a sharded build or emit without --rank: "--tp, --pp, --ep and --fsdp describe a mesh of N
+// ranks: <what> (0-N-1)", as a bad_input of --rank.
+bad_input missing_rank(const ParallelPlan& plan, const std::string& what);
 
 // --progress: where a long command (emit, verify) shows how far it is, on stderr.
 //   automatic: a bar redrawn in place on a terminal; elsewhere (a batch job's log) a plain line at most
@@ -58,7 +57,7 @@ struct ModelArgs {
 
   void add_quiet_flag(CLI::App& app);     // --quiet (plan, build: no progress there, warnings only)
   void add_progress_flags(CLI::App& app); // --progress and --quiet (emit, verify)
-  // --progress, never under --quiet; --quiet with --progress auto or always is a usage_error.
+  // --progress, never under --quiet; --quiet with --progress auto or always is a bad_input.
   ProgressMode progress_mode() const;
 
   void add_model_flags(CLI::App& app);                      // --preset, --spec, --hf-config
@@ -71,28 +70,28 @@ struct ModelArgs {
   // --layout as given: "per-layer", "stacked" or "restack".
   std::string layout_text() const;
   bool sharded() const;  // a degree above 1, or --rank
-  // The mesh flags' plan for `spec` (bad degrees: usage_error); with --rank, a rank of that mesh.
+  // The mesh flags' plan for `spec` (bad degrees: bad_input); with --rank, a rank of that mesh.
   ParallelPlan parallel_plan(const ModelSpec& spec) const;
 
   ModelSpec load_spec() const;
   // The build flags as the library reads them (OptionsText): each PATTERN=VALUE override split at
-  // its last '=' (neither a dtype nor a fill has one), or a usage_error naming the flag.
+  // its last '=' (neither a dtype nor a fill has one), or a bad_input naming the flag.
   OptionsText options_text() const;
   Recipe load_recipe() const;          // checked_recipe: --recipe and --init-override
   // checked_build_options for `spec` (without --dtype, the model's dtype); restack builds per-layer.
   BuildOptions build_options(const ModelSpec& spec) const;
   // Each --init-override / --dtype-override pattern that matches no tensor of `spec`: a warning line
-  // on stderr (unless !warn: the MPI ranks but rank 0), or with --strict a usage_error naming the first.
+  // on stderr (unless !warn: the MPI ranks but rank 0), or with --strict a bad_input naming the first.
   void check_overrides(const ModelSpec& spec, const Recipe& recipe, const BuildOptions& opts, bool warn = true) const;
 };
 
 // --report FORMAT (json, the one format) and its alias --json, on every subcommand that reports:
-// `report` becomes "json". Another format is a usage_error naming the valid one.
+// `report` becomes "json". Another format is a bad_input naming the valid one.
 void add_report_flags(CLI::App& app, std::string& report, const std::string& help);
 
 // Every integer option goes through these: decimal digits only (no sign, no 0x or octal prefix, no
 // exponent, no spaces; leading zeros are decimal), within [min, max]. CLI11's own conversion read
-// "010" as 8, "0x10" as 16 and "-1" or 2^64 as 2^64 - 1. Throws usage_error naming the option.
+// "010" as 8, "0x10" as 16 and "-1" or 2^64 as 2^64 - 1. Throws bad_input naming the option.
 std::uint64_t parse_decimal(std::string_view text, std::string_view option, std::uint64_t min, std::uint64_t max);
 CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, std::uint64_t& target, std::uint64_t min,
                                 std::uint64_t max, const std::string& help);
@@ -100,7 +99,7 @@ CLI::Option* add_decimal_option(CLI::App& app, const std::string& name, int& tar
                                 const std::string& help);
 
 // The library's memory preflight (check_memory), unless --no-memory-check (the peak is reserved
-// either way); a refusal is a usage_error (exit 2) that names the flag.
+// either way); a refusal is a bad_input (exit 2) that names the flag.
 void check_memory(const ModelArgs& args, backend& be, const MemoryNeed& need);
 
 }  // namespace layerinit::cli

@@ -34,10 +34,10 @@ int build_rank_command(const ModelArgs& args, const ModelSpec& spec, const Recip
                        const std::string& report, const std::string& trace_file, bool force) {
   const ParallelPlan plan = args.parallel_plan(spec);
   if (!args.rank)
-    throw usage_error("--tp, --pp, --ep and --fsdp describe a mesh of " + std::to_string(plan.ranks()) +
-                      " ranks: build needs --rank R, the rank to build (0-" + std::to_string(plan.ranks() - 1) + ")");
+    throw missing_rank(plan, "build needs --rank R, the rank to build");
   if (args.restack)
-    throw usage_error("--layout restack does not apply to --rank (--layout stacked builds a rank's pieces stacked)");
+    throw bad_input("--layout", "restack", "does not apply to --rank (--layout stacked builds a rank's pieces stacked)",
+                    "--layout restack does not apply to --rank (--layout stacked builds a rank's pieces stacked)");
   auto be = args.open_backend();
   tracking_resource tracker(be->memory(), tracking_resource::options{.live_list = !trace_file.empty()});
   const Builder builder(spec, recipe, opts, *be, tracker);

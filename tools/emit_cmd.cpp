@@ -38,7 +38,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
   std::optional<Progress> progress;
   try {
     progress.emplace("emit", "layers", args.progress_mode(), speaks);
-    if (ea.output.empty()) throw usage_error("-o PATH is required");
+    if (ea.output.empty()) bad_argument("-o", "PATH is required");
     format = parse_checkpoint_format(ea.format);
     spec.emplace(args.load_spec());
     recipe.emplace(args.load_recipe());
@@ -47,23 +47,24 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
 
     if (args.sharded()) {
       if (job)
-        throw usage_error("under mpirun, emit splits the checkpoint's files among the processes; --tp, --pp, --ep, "
-                          "--fsdp and --rank write one rank's file: run them without mpirun");
+        throw bad_input("--rank", "", "writes one rank's file: run it without mpirun",
+                        "under mpirun, emit splits the checkpoint's files among the processes; --tp, --pp, --ep, "
+                        "--fsdp and --rank write one rank's file: run them without mpirun");
       plan.emplace(args.parallel_plan(*spec));
       if (!args.rank)
-        throw usage_error("--tp, --pp, --ep and --fsdp describe a mesh of " + std::to_string(plan->ranks()) +
-                          " ranks: emit needs --rank R, the rank to write (0-" + std::to_string(plan->ranks() - 1) + ")");
+        throw missing_rank(*plan, "emit needs --rank R, the rank to write");
       if (!format_given || format != CheckpointFormat::safetensors)
-        throw usage_error("emit --rank writes one safetensors file per rank: give --format safetensors");
-      if (!ea.max_shard_size.empty()) throw usage_error("--max-shard-size does not apply to --rank (a rank is one file)");
+        throw bad_input("--format", "", "emit --rank writes one safetensors file per rank: give --format safetensors",
+                        "emit --rank writes one safetensors file per rank: give --format safetensors");
+      if (!ea.max_shard_size.empty()) bad_argument("--max-shard-size", "does not apply to --rank (a rank is one file)");
     }
 
     eo.format = format;
     eo.writer.overwrite = ea.force;
     if (!ea.max_shard_size.empty()) {
-      if (format != CheckpointFormat::safetensors) throw usage_error("--max-shard-size applies to --format safetensors");
+      if (format != CheckpointFormat::safetensors) bad_argument("--max-shard-size", "applies to --format safetensors");
       eo.writer.max_shard_size = parse_byte_size(ea.max_shard_size);
-      if (eo.writer.max_shard_size == 0) throw usage_error("--max-shard-size must be positive");
+      if (eo.writer.max_shard_size == 0) bad_argument("--max-shard-size", "must be positive");
     }
     if (!plan && format == CheckpointFormat::safetensors)
       if (auto config = hf_config_for(*spec, opts)) {

@@ -45,7 +45,7 @@ std::pair<int, std::string> classify(const std::exception_ptr& e) {
   using namespace layerinit;
   try {
     std::rethrow_exception(e);
-  } catch (const std::invalid_argument& x) {  // bad input: usage_error, spec_error, unknown names
+  } catch (const bad_input& x) {  // the library's and the command line's, spec_error among them
     return {2, x.what()};
   } catch (const std::overflow_error& x) {
     return {2, x.what()};
@@ -240,10 +240,11 @@ int main(int argc, char** argv) {
     if (*plan) return plan_command(plan_args, plan_opts);
     if (*emit && mpi_job) {
       if (!mpi_built())
-        throw usage_error("started by an MPI launcher" +
-                          (launch->size ? " with " + std::to_string(launch->size) + " processes" : std::string()) +
-                          ", but this layerinit was built without MPI (LAYERINIT_MPI=OFF, or CMake found none): "
-                          "run one process, or rebuild with MPI");
+        throw layerinit::bad_input("mpirun", "", "this layerinit was built without MPI",
+                                   "started by an MPI launcher" +
+                                       (launch->size ? " with " + std::to_string(launch->size) + " processes" : std::string()) +
+                                       ", but this layerinit was built without MPI (LAYERINIT_MPI=OFF, or CMake found none): "
+                                       "run one process, or rebuild with MPI");
       return emit_under_mpi(argc, argv, emit_args, emit_opts, emit_format->count() > 0);
     }
     if (*emit) return emit_command(emit_args, emit_opts, emit_format->count() > 0);

@@ -146,11 +146,9 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
                                 ? UINT64_MAX
                                 : spec.pre.size() + L * per_layer + spec.post.size();
     if (n > max_rows)
-      throw usage_error("plan --json: " + std::to_string(n) + " tensors are too many to list (at most " +
-                        std::to_string(max_rows) + ")");
+      bad_argument("plan --json:", n, "tensors are too many to list (at most " + std::to_string(max_rows) + ")");
   } else if (pa.per_layer && spec.num_layers > max_rows) {
-    throw usage_error("plan --per-layer: " + std::to_string(spec.num_layers) + " layers are too many to list (at most " +
-                      std::to_string(max_rows) + ")");
+    bad_argument("plan --per-layer:", spec.num_layers, "layers are too many to list (at most " + std::to_string(max_rows) + ")");
   }
 
   // Plans need no memory: the dry backend only hands out address space, and nothing is built here.
@@ -164,8 +162,7 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   if (args.sharded()) {
     parallel.emplace(args.parallel_plan(spec));
     if (parallel->ranks() > max_rows)
-      throw usage_error("plan: " + std::to_string(parallel->ranks()) + " ranks are too many to list (at most " +
-                        std::to_string(max_rows) + ")");
+      bad_argument("plan:", parallel->ranks(), "ranks are too many to list (at most " + std::to_string(max_rows) + ")");
     if (args.rank) rank.emplace(b, *parallel, *args.rank);
     prep.ranks = plan_ranks(b, *parallel, setup);
     prep.balance = rank_balance(prep.ranks);

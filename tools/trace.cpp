@@ -33,10 +33,12 @@ void MemoryTrace::attach(tracking_resource& tracker, std::string path, bool forc
   target_ = detail::normalize_target(path_);
   struct stat st {};
   if (::lstat(target_.c_str(), &st) == 0) {
-    if (!force_) throw std::invalid_argument("refusing to overwrite existing " + path_ + " (use --force)");
+    if (!force_)
+      throw bad_input("--trace", path_, "exists (use --force)", "refusing to overwrite existing " + path_ + " (use --force)");
     if (!S_ISREG(st.st_mode) || !is_trace(target_))
-      throw std::invalid_argument("refusing to replace " + path_ +
-                                  " (--force replaces only what layerinit wrote): it is not a trace layerinit wrote");
+      throw bad_input("--trace", path_, "is not a trace layerinit wrote (--force replaces only what layerinit wrote)",
+                      "refusing to replace " + path_ +
+                          " (--force replaces only what layerinit wrote): it is not a trace layerinit wrote");
   }
   const std::filesystem::path dir = target_.parent_path();
   int err = 0;
@@ -46,7 +48,8 @@ void MemoryTrace::attach(tracking_resource& tracker, std::string path, bool forc
   if (err != 0) {
     const std::string what = "cannot write trace file '" + path_ + "': " + std::strerror(err);
     // A directory that is not there is a wrong path (exit 2); EACCES, EROFS, EIO are the environment's (exit 1).
-    if (err == ENOENT || err == ENOTDIR || err == ELOOP || err == ENAMETOOLONG) throw std::invalid_argument(what);
+    if (err == ENOENT || err == ENOTDIR || err == ELOOP || err == ENAMETOOLONG)
+      throw bad_input("--trace", path_, std::strerror(err), what);
     throw std::runtime_error(what);
   }
   detail::remove_stale_staging(target_);  // what a killed build left, as emit does

@@ -22,7 +22,7 @@ class MemoryTrace {
   ~MemoryTrace();
   // Checks the path as emit checks -o (an existing file only with `force`, and only a trace
   // layerinit wrote), creates the temporary beside it, then records events in memory (the listener
-  // runs under the tracker's lock: no I/O there). Throws std::invalid_argument on a refused path.
+  // runs under the tracker's lock: no I/O there). Throws bad_input on a refused path.
   void attach(tracking_resource& tracker, std::string path, bool force);
   // Writes the CSV (seconds,event,bytes,current_bytes,layer,tensor) into the temporary and renames
   // it onto the path. Throws on I/O errors; until then, and on any failure, the path is untouched

@@ -36,8 +36,10 @@ int verify_command(const ModelArgs& args, const VerifyArgs& va, const CLI::App& 
   // The model: the flags', else the one the checkpoint says it holds.
   const bool model_flags = given_flag(app, "--preset") || given_flag(app, "--spec") || given_flag(app, "--hf-config");
   if (!model_flags && !claim)
-    throw usage_error(shown + " has no layerinit metadata (model_spec): give the model it should hold (--preset, --spec or "
-                      "--hf-config) and the options it was made with");
+    throw bad_input("checkpoint", shown, "has no layerinit metadata (model_spec): give the model it should hold (--preset, "
+                    "--spec or --hf-config) and the options it was made with",
+                    shown + " has no layerinit metadata (model_spec): give the model it should hold (--preset, --spec or "
+                            "--hf-config) and the options it was made with");
   const ModelSpec spec = model_flags ? args.load_spec() : claim->spec;
 
   // Each build option: the flag when given, else the checkpoint's (when layerinit wrote it), else emit's default.

@@ -18,8 +18,9 @@ the same bytes as ``layerinit emit`` writes (docs/python.md).
   any box of it.
 
 Errors: ``ValueError`` naming the argument for any bad input (a wrong type or value, an unknown
-preset, recipe or fill; an array that is not contiguous, read-only or of another dtype), a malformed
-spec, config.json or composite its subclass :class:`SpecError` (``source``, ``reason``);
+preset, recipe or fill; an array that is not contiguous, read-only or of another dtype); what the
+library refuses is its subclass :class:`BadInputError` (``argument``, ``value``, ``problem``), a malformed
+spec, config.json or composite that one's subclass :class:`SpecError` (``source``, ``reason``);
 ``MemoryError`` when memory runs out, as :class:`OutOfMemoryError` (``requested``, ``in_use``) or, refused before anything
 is allocated, :class:`MemoryRefusedError` (``needed``, ``available``); ``RuntimeError`` for CUDA asked
 where it is unusable, :class:`CudaError` (``call``) for a failed CUDA call (docs/python.md). Each is
@@ -39,12 +40,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
 from . import _core
-from ._core import Array, Composite, CudaError, Fill, MemoryRefusedError, OutOfMemoryError, SpecError
+from ._core import Array, BadInputError, Composite, CudaError, Fill, MemoryRefusedError, OutOfMemoryError, SpecError
 
 __version__: str = _core.__version__
 
 __all__ = [
     "Array",
+    "BadInputError",
     "Composite",
     "CudaError",
     "Fill",

@@ -629,11 +629,12 @@ std::string dtype_of_array(const Array& a) { return std::string(dtype_name(a.ten
 
 // ---------------------------------------------------------------------------------------------
 // Errors: each C++ type has its Python type, carrying what the C++ object carries, so Python code
-// reads attributes instead of editing messages. std::invalid_argument is ValueError (nanobind's own
-// translation); the types below are made once and live as long as the process.
+// reads attributes instead of editing messages: one arm per kind of failure. The types below are
+// made once and live as long as the process.
 
 struct ErrorTypes {
-  PyObject* spec = nullptr;           // spec_error: ValueError with source, reason
+  PyObject* bad_input = nullptr;      // bad_input: ValueError with argument, value, problem
+  PyObject* spec = nullptr;           // spec_error: BadInputError with source, reason too
   PyObject* out_of_memory = nullptr;  // out_of_memory: MemoryError with requested, in_use
   PyObject* refused = nullptr;        // memory_refused: MemoryError with needed, available
   PyObject* cuda = nullptr;           // cuda_error: RuntimeError with call
@@ -656,8 +657,13 @@ void raise_typed(PyObject* type, const char* what, std::initializer_list<std::pa
 void translate_errors(const std::exception_ptr& p, void*) {
   try {
     std::rethrow_exception(p);
-  } catch (const spec_error& e) {
-    raise_typed(error_types.spec, e.what(), {{"source", nb::str(e.source().c_str())}, {"reason", nb::str(e.reason().c_str())}});
+  } catch (const bad_input& e) {
+    const nb::str argument(e.argument().c_str()), value(e.value().c_str()), problem(e.problem().c_str());
+    if (dynamic_cast<const spec_error*>(&e))  // its source and reason are its argument and problem
+      raise_typed(error_types.spec, e.what(), {{"argument", argument}, {"value", value}, {"problem", problem},
+                                               {"source", argument}, {"reason", problem}});
+    else
+      raise_typed(error_types.bad_input, e.what(), {{"argument", argument}, {"value", value}, {"problem", problem}});
   } catch (const out_of_memory& e) {
     raise_typed(error_types.out_of_memory, e.what(), {{"requested", nb::int_(e.requested())}, {"in_use", nb::int_(e.in_use())}});
   } catch (const memory_refused& e) {
@@ -693,7 +699,10 @@ NB_MODULE(_core, m) {
   layerinit::jax::define_xla(xla);
 #endif
 
-  error_types.spec = add_error_type(m, "SpecError", PyExc_ValueError,
+  error_types.bad_input = add_error_type(m, "BadInputError", PyExc_ValueError,
+                                         "Bad input the library refused: argument (what was given), value (as the "
+                                         "message shows it; '' when none) and problem, apart.");
+  error_types.spec = add_error_type(m, "SpecError", error_types.bad_input,
                                     "A malformed or invalid spec, config.json or composite: source ('spec', "
                                     "'config.json' or 'composite') and reason (the message without the source) apart.");
   error_types.out_of_memory = add_error_type(m, "OutOfMemoryError", PyExc_MemoryError,

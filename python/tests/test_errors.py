@@ -295,6 +295,23 @@ def test_cpp_errors_arrive_as_python_types_with_their_numbers(monkeypatch):
     assert issubclass(layerinit.OutOfMemoryError, MemoryError) and issubclass(layerinit.CudaError, RuntimeError)
 
 
+
+def test_the_librarys_bad_input_carries_argument_value_and_problem():
+    # One type of bad input (core/errors.hpp bad_input), its parts as attributes; a spec's error is one too.
+    with pytest.raises(layerinit.BadInputError) as e:
+        layerinit.build("llama-tiny", device="tpu")
+    assert isinstance(e.value, ValueError)
+    assert (e.value.argument, e.value.value, e.value.problem) == ("device", "'tpu'", "is unknown (valid: cpu, cuda, cuda:N)")
+    assert str(e.value) == "device 'tpu' is unknown (valid: cpu, cuda, cuda:N)"
+    with pytest.raises(layerinit.BadInputError) as e:
+        layerinit.build("llama-tiny", dtype="fp8")
+    assert e.value.argument == "dtype" and e.value.value == "'fp8'" and e.value.problem.startswith("is unknown")
+    assert issubclass(layerinit.SpecError, layerinit.BadInputError)
+    with pytest.raises(layerinit.SpecError) as e:
+        layerinit.hf_spec({"model_type": "llama", "hidden_size": "wide"})
+    assert (e.value.argument, e.value.problem) == (e.value.source, e.value.reason)
+
+
 # ---- item 10: a spec of 2^40 layers ----
 
 def test_plan_of_2_to_the_40_layers_needs_no_memory_per_layer():
