@@ -29,13 +29,14 @@ std::string name(Option o, OptionNames n, const std::pair<std::string, std::stri
   return std::string(o.python) + "[" + quote(item.first) + "]";
 }
 
-// f(), its std::invalid_argument starting with the option's name.
+// f(), its bad input starting with the option's name: "--dtype: dtype 'fp8' is unknown (...)", the
+// option its argument, the value and the problem still those of what was refused.
 template <class F>
 auto named(const std::string& option, F&& f) -> decltype(f()) {
   try {
     return f();
-  } catch (const std::invalid_argument& e) {
-    bad_argument(option, std::string(": ") + e.what());
+  } catch (const bad_input& e) {
+    throw bad_input(option, e.value(), e.problem(), option + ": " + e.what());
   }
 }
 

@@ -301,8 +301,8 @@ def test_the_librarys_bad_input_carries_argument_value_and_problem():
     with pytest.raises(layerinit.BadInputError) as e:
         layerinit.build("llama-tiny", device="tpu")
     assert isinstance(e.value, ValueError)
-    assert (e.value.argument, e.value.value, e.value.problem) == ("device", "'tpu'", "is unknown (valid: cpu, cuda, cuda:N)")
-    assert str(e.value) == "device 'tpu' is unknown (valid: cpu, cuda, cuda:N)"
+    assert (e.value.argument, e.value.value, e.value.problem) == ("device", "'tpu'", "is unknown (valid: auto, cpu, cuda, cuda:N)")
+    assert str(e.value) == "device 'tpu' is unknown (valid: auto, cpu, cuda, cuda:N)"
     with pytest.raises(layerinit.BadInputError) as e:
         layerinit.build("llama-tiny", dtype="fp8")
     assert e.value.argument == "dtype" and e.value.value == "'fp8'" and e.value.problem.startswith("is unknown")
