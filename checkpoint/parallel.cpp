@@ -412,15 +412,12 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
     bytes.insert(bytes.end(), s.count, part);
   });
   const std::vector<std::uint64_t> owner = split_by_bytes(bytes, n);
-  // Rank r's layers: a contiguous range, since owners never decrease.
+  // Rank r's layers: a contiguous range, since owners never decrease (the layers' units follow the
+  // o.pre units before them).
   auto layers_of = [&](std::uint64_t r) {
-    std::uint64_t lo = spec.num_layers, hi = 0;
-    for (std::uint64_t i = 0; i < spec.num_layers; ++i)
-      if (owner[o.pre + i] == r) {
-        lo = std::min(lo, i);
-        hi = i + 1;
-      }
-    return Range{hi > lo ? lo : 0, hi > lo ? hi - lo : 0};
+    const auto first = owner.begin() + static_cast<std::ptrdiff_t>(o.pre);
+    const auto [lo, hi] = std::equal_range(first, first + static_cast<std::ptrdiff_t>(spec.num_layers), r);
+    return Range{lo != hi ? static_cast<std::uint64_t>(lo - first) : 0, static_cast<std::uint64_t>(hi - lo)};
   };
   auto holds_anything = [&](std::uint64_t r) { return std::find(owner.begin(), owner.end(), r) != owner.end(); };
 
@@ -446,8 +443,9 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
             add(o.pre + k, std::move(d));
           }
         } else {
-          for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i)
-            for (std::size_t j = 0; j < o.per_layer; ++j) add(o.pre + i * o.per_layer + j, datasets[o.pre + i * o.per_layer + j]);
+          // The datasets of layers L, contiguous in checkpoint_datasets' order.
+          for (std::size_t k = o.pre + L.offset * o.per_layer; k < o.pre + (L.offset + L.size) * o.per_layer; ++k)
+            add(k, datasets[k]);
         }
       }
       for (std::size_t j = 0; j < o.post; ++j)

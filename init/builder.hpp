@@ -99,8 +99,9 @@ struct StackedTensor {
 // How Builder::walk visits the layers.
 enum class WalkMode {
   parts,  // each layer planned, one step per layer: what a build or a stream makes
-  runs,   // runs of layers stored alike, planned once (for_each_layer_run; the stacked layout's layers
-          // are one run, stored in its buffers): lists and sizes, for any number of layers
+  runs,   // runs of layers stored alike, each planned once (one run when uniform_layers(), else one per
+          // layer; the stacked layout's layers are one run, stored in its buffers): lists and sizes,
+          // for any number of layers
 };
 
 struct WalkOptions {
@@ -140,7 +141,7 @@ class LAYERINIT_API Builder {
   backend& target_backend() const noexcept { return *be_; }
   memory_resource& memory() const noexcept { return *mr_; }
 
-  // What will be made, without allocating.
+  // What will be made, without allocating: one part, looked up (to go over the parts, walk).
   std::vector<PlannedTensor> plan_pre() const;
   std::vector<PlannedTensor> plan_layer(std::uint64_t i) const;
   std::vector<PlannedTensor> plan_post() const;
@@ -148,11 +149,6 @@ class LAYERINIT_API Builder {
   // differ), so sizes of all layers follow from plan_layer(0) in O(1): no dtype override can tell
   // layer indices apart. False when an override pattern may (it has '?', '[', '\\' or a digit).
   bool uniform_layers() const;
-  // Layers [first, first + count) as runs of layers stored alike (the same memory shapes and dtypes;
-  // names and fills differ): f(run_first, run_count, plan_layer(run_first)) in order. One run when
-  // uniform_layers(), so a plan of 10^9 layers costs one layer's; else one run per layer.
-  using LayerRunVisitor = std::function<void(std::uint64_t first, std::uint64_t count, const std::vector<PlannedTensor>&)>;
-  void for_each_layer_run(std::uint64_t first, std::uint64_t count, const LayerRunVisitor& f) const;
 
   // The one traversal of the model's parts, in file order: the tensors before the layers, the layers,
   // the tensors after them. Build, stream, the rank builds (shard/ walk_rank), the emits and the
@@ -173,6 +169,12 @@ class LAYERINIT_API Builder {
 
  private:
   PlannedTensor plan_one(const TensorSpec& t, std::optional<std::uint64_t> layer) const;
+  // Layers [first, first + count) as runs of layers stored alike (the same memory shapes and dtypes;
+  // names and fills differ): f(run_first, run_count, plan_layer(run_first)) in order. One run when
+  // uniform_layers(), so a plan of 10^9 layers costs one layer's; else one run per layer. Callers
+  // outside walk use walk's WalkMode::runs.
+  using LayerRunVisitor = std::function<void(std::uint64_t first, std::uint64_t count, const std::vector<PlannedTensor>&)>;
+  void for_each_layer_run(std::uint64_t first, std::uint64_t count, const LayerRunVisitor& f) const;
 
   ModelSpec spec_;
   Recipe recipe_;

@@ -37,35 +37,36 @@ MemoryPlan make_memory_plan(const Builder& b) {
     per_part_peak = std::max(per_part_peak, so_far + fp32_bytes);
   };
   std::uint64_t pre_fp32 = 0, post_fp32 = 0, layers_fp32 = 0;
-  for (const auto& t : b.plan_pre()) {
-    p.pre_bytes += see(t);
-    pre_fp32 += t.numel() * 4;
-    largest_outside = std::max(largest_outside, t.bytes());
-  }
-  part(p.pre_bytes, pre_fp32);
   std::uint64_t layers = 0;
   auto add_run = [&](std::uint64_t first, std::uint64_t count, std::uint64_t bytes) {
     if (!p.layer_runs.empty() && p.layer_runs.back().bytes == bytes) p.layer_runs.back().count += count;
     else p.layer_runs.push_back({first, count, bytes});
     layers += count * bytes;  // within the spec's validated byte count
   };
-  b.for_each_layer_run(0, spec.num_layers, [&](std::uint64_t first, std::uint64_t count, const std::vector<PlannedTensor>& plan) {
-    // Layer `first` stands for its run: the largest tensor keeps the first name, and the naive
+  // Runs of layers stored alike: one layer's plan for any number of layers.
+  b.walk({.mode = WalkMode::runs, .whole_ends = true}, [&](const PlanStep& s) {
+    if (s.kind != Part::Kind::layer) {
+      const bool pre = s.kind == Part::Kind::pre;
+      std::uint64_t& bytes = pre ? p.pre_bytes : p.post_bytes;
+      std::uint64_t& fp32 = pre ? pre_fp32 : post_fp32;
+      for (const auto& t : s.tensors) {
+        bytes += see(t);
+        fp32 += t.numel() * 4;
+        largest_outside = std::max(largest_outside, t.bytes());
+      }
+      part(bytes, fp32);
+      return;
+    }
+    // Layer `s.layer` stands for its run: the largest tensor keeps the first name, and the naive
     // per-part peak grows with every layer, so it is reached after the run's last one.
     std::uint64_t layer = 0, layer_fp32 = 0;
-    for (const auto& t : plan) layer += see(t), layer_fp32 += t.numel() * 4;
-    add_run(first, count, layer);
+    for (const auto& t : s.tensors) layer += see(t), layer_fp32 += t.numel() * 4;
+    add_run(s.layer, s.count, layer);
     p.largest_layer_bytes = std::max(p.largest_layer_bytes, layer);
-    layers_fp32 += count * layer_fp32;
-    so_far += count * layer;
+    layers_fp32 += s.count * layer_fp32;
+    so_far += s.count * layer;
     per_part_peak = std::max(per_part_peak, so_far + layer_fp32);
   });
-  for (const auto& t : b.plan_post()) {
-    p.post_bytes += see(t);
-    post_fp32 += t.numel() * 4;
-    largest_outside = std::max(largest_outside, t.bytes());
-  }
-  part(p.post_bytes, post_fp32);
   p.weight_bytes = p.pre_bytes + layers + p.post_bytes;
 
   p.peak_stacked = p.weight_bytes;
@@ -182,17 +183,17 @@ RankMemoryPlan plan_rank(const RankPlan& r, TrainingSetup setup) {
       m.peak_streamed = std::max(m.peak_streamed, s.bytes());
     }
   };
-  outside(r.pre());
-  const Range L = r.layers();
-  r.builder().for_each_layer_run(L.offset, L.size, [&](std::uint64_t first, std::uint64_t count, const auto& plan) {
+  // Runs of layers stored alike, each step's tensors as the rank's pieces: one layer's plan for any
+  // number of layers.
+  r.walk({.mode = WalkMode::runs, .whole_ends = true}, [&](const RankStep& s) {
+    if (s.kind != Part::Kind::layer) return outside(s.shards);
     std::uint64_t n = 0, bytes = 0;
-    for (const auto& s : r.layer(first, plan)) n += s.numel(), bytes += s.bytes();
-    m.tensors += count * r.layer_tensors().size();
-    m.parameters += count * n;
-    m.weight_bytes += count * bytes;
+    for (const auto& piece : s.shards) n += piece.numel(), bytes += piece.bytes();
+    m.tensors += s.count * r.layer_tensors().size();
+    m.parameters += s.count * n;
+    m.weight_bytes += s.count * bytes;
     m.peak_streamed = std::max(m.peak_streamed, bytes);
   });
-  outside(r.post());
   m.states = training_states(m.parameters, setup);
   return m;
 }

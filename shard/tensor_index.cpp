@@ -226,13 +226,11 @@ std::string TensorIndex::not_in(std::string_view name) const {
     if (n < 3 && k.size() >= tail.size() && k.compare(k.size() - tail.size(), tail.size(), tail) == 0)
       out += (n++ ? ", " : "") + printable(k, 120);
   };
-  for (const auto& t : s.pre) consider(t.name);
-  if (s.num_layers > 0) {
-    if (builder_.options().layout == Layout::stacked)
-      for (const auto& buf : stacked_.buffers) consider(buf.name);
-    for (const auto& t : s.layer.tensors) consider(s.canonical_name(0, t));
-  }
-  for (const auto& t : s.post) consider(t.name);
+  // In file order, layer 0 for the layers (after the stacked buffers holding them).
+  builder_.walk({.mode = WalkMode::runs, .whole_ends = true, .count = 1}, [&](const PlanStep& step) {
+    for (const auto& buf : step.buffers) consider(std::string(buf.name));
+    for (const auto& t : step.tensors) consider(t.name);
+  });
   return "is not in " + printable(s.name) + (out.empty() ? "" : " (tensors such as " + out + ")");
 }
 

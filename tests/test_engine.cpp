@@ -141,8 +141,8 @@ TEST(Engine, LayerRunsAreOneRunForUniformLayersElseOnePerLayer) {
   };
   auto runs = [&](const Builder& b, std::uint64_t first, std::uint64_t count) {
     std::vector<Run> out;
-    b.for_each_layer_run(first, count, [&](std::uint64_t f, std::uint64_t n, const std::vector<PlannedTensor>& plan) {
-      out.push_back({f, n, plan.front().name});
+    b.walk({.mode = WalkMode::runs, .first = first, .count = count}, [&](const PlanStep& s) {
+      if (s.kind == Part::Kind::layer) out.push_back({s.layer, s.count, s.tensors.front().name});
     });
     return out;
   };

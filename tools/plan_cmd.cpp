@@ -48,25 +48,20 @@ void print_rank_pieces(const RankPlan& r, bool per_layer) {
     std::printf("%-52s %-16s %-12s %-16s %-5s %12llu  %s\n", ("  " + what).c_str(), "", "", "", "", (unsigned long long)bytes,
                 format_bytes_short(bytes).c_str());
   };
-  for (const auto& s : r.pre()) row(s);
+  // Each layer's subtotal with --per-layer, else a run of layers stored alike as one row: the walk's
+  // steps, the first layer's pieces listed.
   const Range L = r.layers();
-  if (L.size > 0) {
-    for (const auto& s : r.layer(L.offset)) row(s);
-    if (per_layer) {
-      for (std::uint64_t i = L.offset; i < L.offset + L.size; ++i) {
-        std::uint64_t bytes = 0;
-        for (const auto& s : r.layer(i)) bytes += s.bytes();
-        subtotal("layer " + std::to_string(i) + " subtotal", bytes);
-      }
-    } else {
-      r.builder().for_each_layer_run(L.offset, L.size, [&](std::uint64_t first, std::uint64_t count, const auto& plan) {
-        std::uint64_t bytes = 0;
-        for (const auto& s : r.layer(first, plan)) bytes += s.bytes();
-        subtotal((count == 1 ? "layer " : "layers ") + range_text(first, count) + (count == 1 ? " subtotal" : ", each"), bytes);
-      });
+  r.walk({.mode = per_layer ? WalkMode::parts : WalkMode::runs, .whole_ends = true}, [&](const RankStep& s) {
+    if (s.kind != Part::Kind::layer) {
+      for (const auto& piece : s.shards) row(piece);
+      return;
     }
-  }
-  for (const auto& s : r.post()) row(s);
+    if (s.layer == L.offset)
+      for (const auto& piece : s.shards) row(piece);
+    std::uint64_t bytes = 0;
+    for (const auto& piece : s.shards) bytes += piece.bytes();
+    subtotal((s.count == 1 ? "layer " : "layers ") + range_text(s.layer, s.count) + (s.count == 1 ? " subtotal" : ", each"), bytes);
+  });
   std::printf("\n");
 }
 
@@ -117,10 +112,9 @@ nlohmann::ordered_json parallel_json(const ParallelPlan& plan, const ParallelRep
       if (layer) j["layer"] = *layer;
       pieces.push_back(std::move(j));
     };
-    for (const auto& s : rank->pre()) add(s, std::nullopt);
-    for (std::uint64_t i = rank->layers().offset; i < rank->layers().offset + rank->layers().size; ++i)
-      for (const auto& s : rank->layer(i)) add(s, i);
-    for (const auto& s : rank->post()) add(s, std::nullopt);
+    rank->walk({.whole_ends = true}, [&](const RankStep& s) {
+      for (const auto& piece : s.shards) add(piece, s.kind == Part::Kind::layer ? std::optional(s.layer) : std::nullopt);
+    });
     out["rank"] = rank->rank();
     out["rank_tensors"] = pieces;
   }
@@ -182,10 +176,10 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
       if (layer) j["layer"] = *layer;
       tensors.push_back(std::move(j));
     };
-    for (const auto& t : b.plan_pre()) add(t, std::nullopt);
-    for (std::uint64_t i = 0; i < spec.num_layers; ++i)
-      for (const auto& t : b.plan_layer(i)) add(t, spec.first_layer + i);
-    for (const auto& t : b.plan_post()) add(t, std::nullopt);
+    b.walk({.whole_ends = true}, [&](const PlanStep& s) {
+      for (const auto& t : s.tensors)
+        add(t, s.kind == Part::Kind::layer ? std::optional(spec.first_layer + s.layer) : std::nullopt);
+    });
     nlohmann::ordered_json layer_bytes = nlohmann::ordered_json::array();
     for (const auto& r : p.layer_runs)
       for (std::uint64_t k = 0; k < r.count; ++k) layer_bytes.push_back(r.bytes);
@@ -249,9 +243,6 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
     std::printf("%-52s %-20s %-5s %14llu\n", t.name.c_str(), shape_string(t.memory_shape).c_str(),
                 std::string(dtype_name(t.dtype)).c_str(), (unsigned long long)t.bytes());
   };
-  for (const auto& t : b.plan_pre()) row(t);
-  if (spec.num_layers > 0)
-    for (const auto& t : b.plan_layer(0)) row(t);
   // Identical layers are one row ("layers 0-79, each 1.59 GiB") unless --per-layer.
   auto subtotal = [](const std::string& what, std::uint64_t bytes) {
     std::printf("%-52s %-20s %-5s %14llu  %s\n", ("  " + what).c_str(), "", "", (unsigned long long)bytes,
@@ -259,16 +250,20 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   };
   // Rows name the model's layer numbers: the block's layer i is layer first_layer + i.
   const std::uint64_t f = spec.first_layer;
-  for (const auto& r : p.layer_runs) {
-    if (pa.per_layer) {
-      for (std::uint64_t i = r.first; i < r.first + r.count; ++i) subtotal("layer " + std::to_string(f + i) + " subtotal", r.bytes);
-    } else if (r.count == 1) {
-      subtotal("layer " + std::to_string(f + r.first) + " subtotal", r.bytes);
-    } else {
-      subtotal("layers " + std::to_string(f + r.first) + "-" + std::to_string(f + r.first + r.count - 1) + ", each", r.bytes);
+  // The tensors before the layers, layer 0's (then its subtotals from the plan's runs), those after.
+  b.walk({.mode = WalkMode::runs, .whole_ends = true, .count = 1}, [&](const PlanStep& s) {
+    for (const auto& t : s.tensors) row(t);
+    if (s.kind != Part::Kind::layer) return;
+    for (const auto& r : p.layer_runs) {
+      if (pa.per_layer) {
+        for (std::uint64_t i = r.first; i < r.first + r.count; ++i) subtotal("layer " + std::to_string(f + i) + " subtotal", r.bytes);
+      } else if (r.count == 1) {
+        subtotal("layer " + std::to_string(f + r.first) + " subtotal", r.bytes);
+      } else {
+        subtotal("layers " + std::to_string(f + r.first) + "-" + std::to_string(f + r.first + r.count - 1) + ", each", r.bytes);
+      }
     }
-  }
-  for (const auto& t : b.plan_post()) row(t);
+  });
   std::printf("\nweights %s   (fp32 %s, fp16 %s, bf16 %s)\n", format_bytes_short(p.weight_bytes).c_str(), format_bytes_short(p.bytes_fp32).c_str(),
               format_bytes_short(p.bytes_fp16).c_str(), format_bytes_short(p.bytes_bf16).c_str());
   std::printf("largest layer %s, largest tensor %s (%s)\n\n", format_bytes_short(p.largest_layer_bytes).c_str(), p.largest_tensor.c_str(),
