@@ -377,6 +377,86 @@ EmitResult emit_safetensors(const Builder& b, backend& be, const fs::path& targe
   return result;
 }
 
+// The HDF5 emit's units in file order (each tensor before the layers, each layer, each tensor after
+// them) and the rank writing each, split by bytes.
+struct UnitOwners {
+  const Origins& o;
+  std::vector<std::uint64_t> owner;
+
+  UnitOwners(const Builder& b, const Origins& o, std::uint64_t ranks) : o(o) {
+    std::vector<std::uint64_t> bytes;
+    b.walk({.mode = WalkMode::runs}, [&](const PlanStep& s) {
+      std::uint64_t part = 0;
+      for (const auto& p : s.tensors) part += p.bytes();
+      bytes.insert(bytes.end(), s.count, part);
+    });
+    owner = split_by_bytes(bytes, ranks);
+  }
+  // Rank r's layers: a contiguous range, since owners never decrease (the layers' units follow the
+  // o.pre units before them).
+  Range layers_of(std::uint64_t r) const {
+    const auto first = owner.begin() + static_cast<std::ptrdiff_t>(o.pre);
+    const auto [lo, hi] = std::equal_range(first, first + static_cast<std::ptrdiff_t>(o.layers), r);
+    return Range{lo != hi ? static_cast<std::uint64_t>(lo - first) : 0, static_cast<std::uint64_t>(hi - lo)};
+  }
+  bool holds_anything(std::uint64_t r) const { return std::find(owner.begin(), owner.end(), r) != owner.end(); }
+  std::uint64_t post_owner(std::size_t j) const { return owner[o.pre + o.layers + j]; }
+
+  // Rank r's datasets (a stacked one cut to its layers, [n, ...] of [L, ...]), each with its index in
+  // `datasets` in `global`.
+  std::vector<DatasetSpec> datasets_of(std::uint64_t r, const std::vector<DatasetSpec>& datasets,
+                                       std::vector<std::size_t>& global) const {
+    const Range L = layers_of(r);
+    std::vector<DatasetSpec> specs;
+    auto add = [&](std::size_t k, DatasetSpec d) {
+      global.push_back(k);
+      specs.push_back(std::move(d));
+    };
+    for (std::size_t j = 0; j < o.pre; ++j)
+      if (owner[j] == r) add(j, datasets[j]);
+    if (L.size > 0) {
+      if (o.stacked) {
+        for (std::size_t k = 0; k < o.middle; ++k) {
+          DatasetSpec d = datasets[o.pre + k];
+          d.shape[0] = L.size;  // [n, ...] of the [L, ...] dataset
+          add(o.pre + k, std::move(d));
+        }
+      } else {
+        // The datasets of layers L, contiguous in checkpoint_datasets' order.
+        for (std::size_t k = o.pre + L.offset * o.per_layer; k < o.pre + (L.offset + L.size) * o.per_layer; ++k)
+          add(k, datasets[k]);
+      }
+    }
+    for (std::size_t j = 0; j < o.post; ++j)
+      if (post_owner(j) == r) add(o.pre + o.middle + j, datasets[o.pre + o.middle + j]);
+    return specs;
+  }
+
+  // Each dataset's sources in the master file: the rank file holding it, or per rank its rows of a
+  // stacked dataset.
+  std::vector<std::vector<detail::VirtualSource>> sources(const std::vector<DatasetSpec>& datasets, const std::string& dir_name,
+                                                          std::uint64_t ranks) const {
+    std::vector<std::vector<detail::VirtualSource>> out(datasets.size());
+    auto file_of = [&](std::uint64_t r) { return dir_name + "/" + hdf5_rank_file_name(r, ranks); };
+    for (std::size_t j = 0; j < o.pre; ++j) out[j].push_back({file_of(owner[j]), 0, datasets[j].shape[0]});
+    for (std::size_t k = o.pre; k < o.pre + o.middle; ++k) {
+      if (o.stacked) {
+        for (std::uint64_t r = 0; r < ranks; ++r) {
+          const Range L = layers_of(r);
+          if (L.size > 0) out[k].push_back({file_of(r), L.offset, L.size});
+        }
+      } else {
+        out[k].push_back({file_of(owner[o.pre + (k - o.pre) / o.per_layer]), 0, datasets[k].shape[0]});
+      }
+    }
+    for (std::size_t j = 0; j < o.post; ++j) {
+      const std::size_t k = o.pre + o.middle + j;
+      out[k].push_back({file_of(post_owner(j)), 0, datasets[k].shape[0]});
+    }
+    return out;
+  }
+};
+
 EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, const EmitOptions& opts, Collective& c,
                      std::chrono::steady_clock::time_point t0) {
   const std::uint64_t me = c.rank(), n = c.size();
@@ -402,54 +482,18 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
   const fs::path dir = tgt.parent_path() / dir_name;
   StagingGuard guard(me == 0 ? fs::path() : dir);
 
-  // Units in file order: each tensor before the layers, each layer, each tensor after them.
   const Origins o(b);
+  const UnitOwners units(b, o, n);
   const ModelSpec& spec = b.spec();
-  std::vector<std::uint64_t> bytes;
-  b.walk({.mode = WalkMode::runs}, [&](const PlanStep& s) {
-    std::uint64_t part = 0;
-    for (const auto& p : s.tensors) part += p.bytes();
-    bytes.insert(bytes.end(), s.count, part);
-  });
-  const std::vector<std::uint64_t> owner = split_by_bytes(bytes, n);
-  // Rank r's layers: a contiguous range, since owners never decrease (the layers' units follow the
-  // o.pre units before them).
-  auto layers_of = [&](std::uint64_t r) {
-    const auto first = owner.begin() + static_cast<std::ptrdiff_t>(o.pre);
-    const auto [lo, hi] = std::equal_range(first, first + static_cast<std::ptrdiff_t>(spec.num_layers), r);
-    return Range{lo != hi ? static_cast<std::uint64_t>(lo - first) : 0, static_cast<std::uint64_t>(hi - lo)};
-  };
-  auto holds_anything = [&](std::uint64_t r) { return std::find(owner.begin(), owner.end(), r) != owner.end(); };
 
   std::vector<DatasetSpec> datasets;
   Share mine;
   try {
     datasets = checkpoint_datasets(b);
-    if (holds_anything(me)) {
-      const Range L = layers_of(me);
-      std::vector<DatasetSpec> specs;
+    if (units.holds_anything(me)) {
+      const Range L = units.layers_of(me);
       std::vector<std::size_t> global;  // of specs[k]
-      auto add = [&](std::size_t k, DatasetSpec d) {
-        global.push_back(k);
-        specs.push_back(std::move(d));
-      };
-      for (std::size_t j = 0; j < o.pre; ++j)
-        if (owner[j] == me) add(j, datasets[j]);
-      if (L.size > 0) {
-        if (o.stacked) {
-          for (std::size_t k = 0; k < o.middle; ++k) {
-            DatasetSpec d = datasets[o.pre + k];
-            d.shape[0] = L.size;  // [n, ...] of the [L, ...] dataset
-            add(o.pre + k, std::move(d));
-          }
-        } else {
-          // The datasets of layers L, contiguous in checkpoint_datasets' order.
-          for (std::size_t k = o.pre + L.offset * o.per_layer; k < o.pre + (L.offset + L.size) * o.per_layer; ++k)
-            add(k, datasets[k]);
-        }
-      }
-      for (std::size_t j = 0; j < o.post; ++j)
-        if (owner[o.pre + spec.num_layers + j] == me) add(o.pre + o.middle + j, datasets[o.pre + o.middle + j]);
+      std::vector<DatasetSpec> specs = units.datasets_of(me, datasets, global);
       CheckpointMetadata rank_meta = meta;
       rank_meta.extra["layerinit.rank"] =
           nlohmann::ordered_json{{"rank", me}, {"ranks", n}, {"layers", {L.offset, L.size}}}.dump();
@@ -479,24 +523,7 @@ EmitResult emit_hdf5(const Builder& b, backend& be, const fs::path& target, cons
       for (const auto& text : gathered) shares.push_back(decode(text));
       verify_staging(ranks_dir->path(), shares, tgt.string());
       result = assemble(datasets, shares);
-      // Each dataset's sources: the rank file holding it, or per rank its rows of a stacked dataset.
-      std::vector<std::vector<detail::VirtualSource>> sources(datasets.size());
-      auto file_of = [&](std::uint64_t r) { return dir_name + "/" + hdf5_rank_file_name(r, n); };
-      for (std::size_t j = 0; j < o.pre; ++j) sources[j].push_back({file_of(owner[j]), 0, datasets[j].shape[0]});
-      for (std::size_t k = o.pre; k < o.pre + o.middle; ++k) {
-        if (o.stacked) {
-          for (std::uint64_t r = 0; r < n; ++r) {
-            const Range L = layers_of(r);
-            if (L.size > 0) sources[k].push_back({file_of(r), L.offset, L.size});
-          }
-        } else {
-          sources[k].push_back({file_of(owner[o.pre + (k - o.pre) / o.per_layer]), 0, datasets[k].shape[0]});
-        }
-      }
-      for (std::size_t j = 0; j < o.post; ++j) {
-        const std::size_t k = o.pre + o.middle + j;
-        sources[k].push_back({file_of(owner[o.pre + spec.num_layers + j]), 0, datasets[k].shape[0]});
-      }
+      const auto sources = units.sources(datasets, dir_name, n);
       CheckpointMetadata master_meta = meta;
       master_meta.extra[detail::kRankFilesAttribute] = dir_name;
       detail::TempPath master(tgt, false);

@@ -20,6 +20,78 @@
 
 namespace layerinit::cli {
 
+// The options of the checkpoint's writer: its format, --force, --max-shard-size, and a Hugging Face
+// config.json beside safetensors weights of a whole model (`note`: say when it declares another dtype).
+EmitOptions emit_options(const EmitArgs& ea, CheckpointFormat format, bool rank, const ModelSpec& spec,
+                         const BuildOptions& opts, bool note) {
+  EmitOptions eo;
+  eo.format = format;
+  eo.writer.overwrite = ea.force;
+  if (!ea.max_shard_size.empty()) {
+    if (format != CheckpointFormat::safetensors) bad_argument("--max-shard-size", "applies to --format safetensors");
+    eo.writer.max_shard_size = parse_byte_size(ea.max_shard_size);
+    if (eo.writer.max_shard_size == 0) bad_argument("--max-shard-size", "must be positive");
+  }
+  if (!rank && format == CheckpointFormat::safetensors)
+    if (auto config = hf_config_for(spec, opts)) {
+      // --dtype other than the config's: config.json says the file's dtype, and the user hears of it.
+      if (!spec.hf_config.empty() && *config != spec.hf_config && note)
+        std::fprintf(stderr, "layerinit: note: the config declares another dtype than --dtype %s; the config.json written "
+                     "beside the weights declares theirs\n", std::string(dtype_name(opts.dtype)).c_str());
+      eo.writer.config_json = std::move(*config);
+    }
+  return eo;
+}
+
+// What emit's report names.
+struct EmitReport {
+  const ModelArgs& args;
+  const EmitArgs& ea;
+  const ModelSpec& spec;
+  const BuildOptions& opts;
+  const Recipe& recipe;
+  CheckpointFormat format;
+  const backend& be;
+  const std::optional<ParallelPlan>& plan;
+  const std::optional<RankPlan>& rank;
+  const MpiJob* job;
+  const std::string& written;
+};
+
+// emit's report on stdout (--report json, or a line); check_stdout throws when any of it was lost.
+void report_emit(const EmitReport& e, const EmitResult& r, std::uint64_t peak, std::uint64_t peak_rank) {
+  const auto& [args, ea, spec, opts, recipe, format, be, plan, rank, job, written] = e;
+  begin_stdout();
+  if (ea.report == "json") {
+    nlohmann::ordered_json out = report_header(spec, opts, recipe, args.layout_text(), be);
+    if (rank) add_rank_json(out, *plan, rank->rank());
+    if (job) out["processes"] = job->size();
+    out["format"] = format_name(format);
+    out["output"] = escape_non_utf8(written);
+    out["parameters"] = rank ? plan_rank(*rank, TrainingSetup::mixed).parameters : spec.parameter_count();
+    if (!rank) out["buffers"] = spec.buffer_count();
+    out["tensors"] = tensors_json(r.tensors);
+    out["total_bytes"] = r.weight_bytes;
+    out["peak_bytes"] = peak;
+    if (job) out["peak_rank"] = peak_rank;
+    out["file_bytes"] = r.file_bytes;
+    out["wall_seconds"] = r.seconds;
+    // Replace (never throw on) any other invalid UTF-8: the report is all that is left to do.
+    std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+  } else if (job) {
+    std::printf("%s: wrote %s (%s on disk) with %llu processes in %.2f s; peak %s (rank %llu, the largest)\n",
+                printable(written).c_str(),
+                format_bytes(r.weight_bytes).c_str(), format_bytes(r.file_bytes).c_str(),
+                static_cast<unsigned long long>(job->size()), r.seconds, format_bytes(peak).c_str(),
+                static_cast<unsigned long long>(peak_rank));
+  } else {
+    std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", printable(written).c_str(),
+                format_bytes(r.weight_bytes).c_str(), format_bytes(r.file_bytes).c_str(), r.seconds,
+                format_bytes(peak).c_str());
+  }
+  check_stdout();
+}
+
 int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, MpiJob* job) {
   // Under MPI every rank does the work below, and a failure on any of them (a bad flag is the same
   // everywhere, the memory check is not) is agreed on before the parallel emit starts.
@@ -59,21 +131,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
       if (!ea.max_shard_size.empty()) bad_argument("--max-shard-size", "does not apply to --rank (a rank is one file)");
     }
 
-    eo.format = format;
-    eo.writer.overwrite = ea.force;
-    if (!ea.max_shard_size.empty()) {
-      if (format != CheckpointFormat::safetensors) bad_argument("--max-shard-size", "applies to --format safetensors");
-      eo.writer.max_shard_size = parse_byte_size(ea.max_shard_size);
-      if (eo.writer.max_shard_size == 0) bad_argument("--max-shard-size", "must be positive");
-    }
-    if (!plan && format == CheckpointFormat::safetensors)
-      if (auto config = hf_config_for(*spec, opts)) {
-        // --dtype other than the config's: config.json says the file's dtype, and the user hears of it.
-        if (!spec->hf_config.empty() && *config != spec->hf_config && speaks && !args.quiet)
-          std::fprintf(stderr, "layerinit: note: the config declares another dtype than --dtype %s; the config.json written "
-                       "beside the weights declares theirs\n", std::string(dtype_name(opts.dtype)).c_str());
-        eo.writer.config_json = std::move(*config);
-      }
+    eo = emit_options(ea, format, plan.has_value(), *spec, opts, speaks && !args.quiet);
     // The file's metadata (dtype, seed, recipe, layout, orientation, model spec) is the builder's:
     // emit_checkpoint fills it in.
     eo.cancel = &emit_cancel();
@@ -116,35 +174,7 @@ int emit_command(const ModelArgs& args, const EmitArgs& ea, bool format_given, M
   // The report, on stdout; check_stdout throws when any of it was lost.
   auto report = [&](const EmitResult& r, std::uint64_t peak, std::uint64_t peak_rank) {
     end_line();
-    begin_stdout();
-    if (ea.report == "json") {
-      nlohmann::ordered_json out = report_header(*spec, opts, *recipe, args.layout_text(), *be);
-      if (rank) add_rank_json(out, *plan, rank->rank());
-      if (job) out["processes"] = job->size();
-      out["format"] = format_name(format);
-      out["output"] = escape_non_utf8(written);
-      out["parameters"] = rank ? plan_rank(*rank, TrainingSetup::mixed).parameters : spec->parameter_count();
-      if (!rank) out["buffers"] = spec->buffer_count();
-      out["tensors"] = tensors_json(r.tensors);
-      out["total_bytes"] = r.weight_bytes;
-      out["peak_bytes"] = peak;
-      if (job) out["peak_rank"] = peak_rank;
-      out["file_bytes"] = r.file_bytes;
-      out["wall_seconds"] = r.seconds;
-      // Replace (never throw on) any other invalid UTF-8: the report is all that is left to do.
-      std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
-    } else if (job) {
-      std::printf("%s: wrote %s (%s on disk) with %llu processes in %.2f s; peak %s (rank %llu, the largest)\n",
-                  printable(written).c_str(),
-                  format_bytes(r.weight_bytes).c_str(), format_bytes(r.file_bytes).c_str(),
-                  static_cast<unsigned long long>(job->size()), r.seconds, format_bytes(peak).c_str(),
-                  static_cast<unsigned long long>(peak_rank));
-    } else {
-      std::printf("%s: wrote %s (%s on disk) in %.2f s; peak %s\n", printable(written).c_str(),
-                  format_bytes(r.weight_bytes).c_str(), format_bytes(r.file_bytes).c_str(), r.seconds,
-                  format_bytes(peak).c_str());
-    }
-    check_stdout();
+    report_emit({args, ea, *spec, opts, *recipe, format, *be, plan, rank, job, written}, r, peak, peak_rank);
   };
   // One process: the report is written, and its write checked, before the checkpoint is renamed into
   // place, so a report that cannot be written publishes nothing (exit 1, the target as it was). Under

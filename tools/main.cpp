@@ -125,6 +125,93 @@ int help_written(int rc) {
   }
   return rc;
 }
+// The subcommands and their flags, bound to the variables main reads after parsing.
+using layerinit::cli::EmitArgs;
+using layerinit::cli::ModelArgs;
+using layerinit::cli::PlanArgs;
+using layerinit::cli::VerifyArgs;
+using layerinit::cli::add_decimal_option;
+using layerinit::cli::add_report_flags;
+using layerinit::cli::parse_decimal;
+
+CLI::App* add_build(CLI::App& app, ModelArgs& build_args, std::string& build_report, std::string& build_trace, bool& build_force) {
+  auto* build = app.add_subcommand("build", "Build a model in memory and report its tensors, hashes, peak memory and time");
+  build_args.add_model_flags(*build);
+  build_args.add_build_flags(*build, true);
+  build_args.add_backend_flags(*build);
+  build_args.add_parallel_flags(*build);
+  add_report_flags(*build, build_report, "Print a machine-readable report");
+  build_args.add_quiet_flag(*build);
+  build->add_option("--trace", build_trace, "Write bytes in use after each allocation and free to a CSV file");
+  build->add_flag("--force", build_force, "Replace an existing --trace file (only a trace layerinit wrote)");
+  return build;
+}
+
+CLI::App* add_plan(CLI::App& app, ModelArgs& plan_args, PlanArgs& plan_opts) {
+  auto* plan = app.add_subcommand("plan", "Predict memory (build peaks, naive strategies, disk, training) without allocating");
+  plan_args.add_model_flags(*plan);
+  plan_args.add_build_flags(*plan, false);
+  plan_args.add_parallel_flags(*plan);
+  add_report_flags(*plan, plan_opts.report, "Print JSON instead of tables");
+  plan_args.add_quiet_flag(*plan);
+  plan->add_flag("--per-layer", plan_opts.per_layer, "A subtotal row per layer (default: one per run of identical layers)");
+  plan->add_option("--precision", plan_opts.training, "Training setup for the estimate: mixed, fp32, pure-bf16")->capture_default_str();
+  add_decimal_option(*plan, "--batch", plan_opts.batch, 1, std::numeric_limits<std::uint64_t>::max(),
+                     "Batch size for activation memory");
+  add_decimal_option(*plan, "--seq", plan_opts.seq, 1, std::numeric_limits<std::uint64_t>::max(),
+                     "Sequence length for activation memory");
+  plan->add_option("--gpu-mem", plan_opts.gpu_mem, "GPU memory (e.g. 80GiB): also print the largest batch that fits");
+  return plan;
+}
+
+// emit_format: its --format option (emit reads whether it was given).
+CLI::App* add_emit(CLI::App& app, ModelArgs& emit_args, EmitArgs& emit_opts, CLI::Option*& emit_format) {
+  auto* emit = app.add_subcommand("emit", "Build layer by layer and stream into an HDF5 file or a safetensors directory");
+  emit_args.add_model_flags(*emit);
+  emit_args.add_build_flags(*emit, false);
+  emit_args.add_backend_flags(*emit);
+  emit_args.add_parallel_flags(*emit);
+  emit_format = emit->add_option("--format", emit_opts.format,
+                                       "hdf5 (a file) or safetensors (a directory with config.json; with --rank, "
+                                       "the rank's file in it)")->capture_default_str();
+  emit->add_option("-o,--output", emit_opts.output, "Target path; written to a temporary file beside it, then renamed");
+  emit->add_flag("--force", emit_opts.force, "Replace an existing target");
+  add_report_flags(*emit, emit_opts.report, "Print a machine-readable report (hashes equal build's)");
+  emit_args.add_progress_flags(*emit);
+  emit->add_option("--max-shard-size", emit_opts.max_shard_size, "safetensors: shard above this size (e.g. 5GB)");
+  return emit;
+}
+
+CLI::App* add_verify(CLI::App& app, ModelArgs& verify_args, VerifyArgs& verify_opts) {
+  auto* verify = app.add_subcommand("verify", "Check that a checkpoint holds the init it claims, tensor by tensor, streamed "
+                                              "(exit 0: every tensor equal, 1: something differs or is missing)");
+  verify->add_option("path", verify_opts.path,
+                     "A safetensors file or directory (sharded, with its index), an HDF5 file, or a directory of emit --rank "
+                     "files")->required();
+  verify_args.add_model_flags(*verify);
+  verify_args.add_build_flags(*verify, false);
+  // The values are made again on the host, beside the file's: --threads, but no --backend.
+  add_decimal_option(*verify, "--threads", verify_args.threads, 0, 4096,
+                     "Host threads (0 = the CPUs this process may use: its affinity mask and cgroup CPU quota)");
+  verify->add_flag("--no-memory-check", verify_args.no_memory_check,
+                   "Go ahead even when the model's tensor records and the compare's buffers exceed the memory this "
+                   "process may use");
+  add_report_flags(*verify, verify_opts.report, "Print a machine-readable report");
+  verify_args.add_progress_flags(*verify);
+  verify->add_flag("--all", verify_opts.all, "List every tensor, the equal ones too (text report)");
+  verify->add_flag("--no-diagnose", verify_opts.no_diagnose,
+                   "Do not look for the transformation behind a difference (transposed, permuted, another seed, ...)");
+  verify->add_option_function<std::vector<std::string>>(
+            "--seed-guess",
+            [&verify_opts](const std::vector<std::string>& v) {
+              for (const auto& s : v)
+                verify_opts.seed_guesses.push_back(parse_decimal(s, "--seed-guess", 0, std::numeric_limits<std::uint64_t>::max()));
+            },
+            "A seed the file may have been made with, tried besides 0..1023 when values differ (repeatable)")
+      ->type_name("UINT");
+  return verify;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -152,76 +239,20 @@ int main(int argc, char** argv) {
   ModelArgs build_args;
   std::string build_report, build_trace;
   bool build_force = false;
-  auto* build = app.add_subcommand("build", "Build a model in memory and report its tensors, hashes, peak memory and time");
-  build_args.add_model_flags(*build);
-  build_args.add_build_flags(*build, true);
-  build_args.add_backend_flags(*build);
-  build_args.add_parallel_flags(*build);
-  add_report_flags(*build, build_report, "Print a machine-readable report");
-  build_args.add_quiet_flag(*build);
-  build->add_option("--trace", build_trace, "Write bytes in use after each allocation and free to a CSV file");
-  build->add_flag("--force", build_force, "Replace an existing --trace file (only a trace layerinit wrote)");
+  auto* build = add_build(app, build_args, build_report, build_trace, build_force);
 
   ModelArgs plan_args;
   PlanArgs plan_opts;
-  auto* plan = app.add_subcommand("plan", "Predict memory (build peaks, naive strategies, disk, training) without allocating");
-  plan_args.add_model_flags(*plan);
-  plan_args.add_build_flags(*plan, false);
-  plan_args.add_parallel_flags(*plan);
-  add_report_flags(*plan, plan_opts.report, "Print JSON instead of tables");
-  plan_args.add_quiet_flag(*plan);
-  plan->add_flag("--per-layer", plan_opts.per_layer, "A subtotal row per layer (default: one per run of identical layers)");
-  plan->add_option("--precision", plan_opts.training, "Training setup for the estimate: mixed, fp32, pure-bf16")->capture_default_str();
-  add_decimal_option(*plan, "--batch", plan_opts.batch, 1, std::numeric_limits<std::uint64_t>::max(),
-                     "Batch size for activation memory");
-  add_decimal_option(*plan, "--seq", plan_opts.seq, 1, std::numeric_limits<std::uint64_t>::max(),
-                     "Sequence length for activation memory");
-  plan->add_option("--gpu-mem", plan_opts.gpu_mem, "GPU memory (e.g. 80GiB): also print the largest batch that fits");
+  auto* plan = add_plan(app, plan_args, plan_opts);
 
   ModelArgs emit_args;
   EmitArgs emit_opts;
-  auto* emit = app.add_subcommand("emit", "Build layer by layer and stream into an HDF5 file or a safetensors directory");
-  emit_args.add_model_flags(*emit);
-  emit_args.add_build_flags(*emit, false);
-  emit_args.add_backend_flags(*emit);
-  emit_args.add_parallel_flags(*emit);
-  auto* emit_format = emit->add_option("--format", emit_opts.format,
-                                       "hdf5 (a file) or safetensors (a directory with config.json; with --rank, "
-                                       "the rank's file in it)")->capture_default_str();
-  emit->add_option("-o,--output", emit_opts.output, "Target path; written to a temporary file beside it, then renamed");
-  emit->add_flag("--force", emit_opts.force, "Replace an existing target");
-  add_report_flags(*emit, emit_opts.report, "Print a machine-readable report (hashes equal build's)");
-  emit_args.add_progress_flags(*emit);
-  emit->add_option("--max-shard-size", emit_opts.max_shard_size, "safetensors: shard above this size (e.g. 5GB)");
+  CLI::Option* emit_format = nullptr;
+  auto* emit = add_emit(app, emit_args, emit_opts, emit_format);
 
   ModelArgs verify_args;
   VerifyArgs verify_opts;
-  auto* verify = app.add_subcommand("verify", "Check that a checkpoint holds the init it claims, tensor by tensor, streamed "
-                                              "(exit 0: every tensor equal, 1: something differs or is missing)");
-  verify->add_option("path", verify_opts.path,
-                     "A safetensors file or directory (sharded, with its index), an HDF5 file, or a directory of emit --rank "
-                     "files")->required();
-  verify_args.add_model_flags(*verify);
-  verify_args.add_build_flags(*verify, false);
-  // The values are made again on the host, beside the file's: --threads, but no --backend.
-  add_decimal_option(*verify, "--threads", verify_args.threads, 0, 4096,
-                     "Host threads (0 = the CPUs this process may use: its affinity mask and cgroup CPU quota)");
-  verify->add_flag("--no-memory-check", verify_args.no_memory_check,
-                   "Go ahead even when the model's tensor records and the compare's buffers exceed the memory this "
-                   "process may use");
-  add_report_flags(*verify, verify_opts.report, "Print a machine-readable report");
-  verify_args.add_progress_flags(*verify);
-  verify->add_flag("--all", verify_opts.all, "List every tensor, the equal ones too (text report)");
-  verify->add_flag("--no-diagnose", verify_opts.no_diagnose,
-                   "Do not look for the transformation behind a difference (transposed, permuted, another seed, ...)");
-  verify->add_option_function<std::vector<std::string>>(
-            "--seed-guess",
-            [&verify_opts](const std::vector<std::string>& v) {
-              for (const auto& s : v)
-                verify_opts.seed_guesses.push_back(parse_decimal(s, "--seed-guess", 0, std::numeric_limits<std::uint64_t>::max()));
-            },
-            "A seed the file may have been made with, tried besides 0..1023 when values differ (repeatable)")
-      ->type_name("UINT");
+  auto* verify = add_verify(app, verify_args, verify_opts);
 
   check_stdout_open();
   // CLI11 answers a word that is no command with "A subcommand is required": name it and the commands.

@@ -124,105 +124,82 @@ nlohmann::ordered_json parallel_json(const ParallelPlan& plan, const ParallelRep
 }  // namespace
 
 
-int plan_command(const ModelArgs& args, const PlanArgs& pa) {
-  const ModelSpec spec = args.load_spec();
-  const Recipe recipe = args.load_recipe();
-  const BuildOptions opts = args.build_options(spec);
-  args.check_overrides(spec, recipe, opts);
-  const TrainingSetup setup = parse_training_setup(pa.training);
-  const std::optional<std::uint64_t> gpu_mem = pa.gpu_mem.empty() ? std::nullopt : std::optional(parse_byte_size(pa.gpu_mem));
-  // The table has a row per layer, --json an entry per tensor: a spec of 10^9 layers would print for
-  // hours (and --json build its whole tree in memory first). Refused before anything is computed.
-  constexpr std::uint64_t max_rows = 1u << 20;
-  if (pa.report == "json") {
-    const std::uint64_t per_layer = spec.layer.tensors.size(), L = spec.num_layers;
-    const std::uint64_t n = per_layer && L > (UINT64_MAX - spec.pre.size() - spec.post.size()) / per_layer
-                                ? UINT64_MAX
-                                : spec.pre.size() + L * per_layer + spec.post.size();
-    if (n > max_rows)
-      bad_argument("plan --json:", n, "tensors are too many to list (at most " + std::to_string(max_rows) + ")");
-  } else if (pa.per_layer && spec.num_layers > max_rows) {
-    bad_argument("plan --per-layer:", spec.num_layers, "layers are too many to list (at most " + std::to_string(max_rows) + ")");
-  }
+// What plan prints, computed before any of it is.
+struct PlanFacts {
+  const ModelSpec& spec;
+  const BuildOptions& opts;
+  const Builder& b;
+  const MemoryPlan& p;
+  TrainingSetup setup;
+  std::optional<std::uint64_t> gpu_mem;
+  const std::optional<ParallelPlan>& parallel;
+  const std::optional<RankPlan>& rank;
+  const ParallelReport& prep;
+  std::uint64_t disk_hdf5, disk_st;
+  const TrainingEstimate& te;
+};
 
-  // Plans need no memory: the dry backend only hands out address space, and nothing is built here.
-  auto be = make_dry_backend();
-  const Builder b(spec, recipe, opts, *be, be->memory());
-  const MemoryPlan p = make_memory_plan(b);
-  // With mesh flags: the numbers of every rank (docs/sharding.md), a row per run of alike ranks.
-  std::optional<ParallelPlan> parallel;
-  std::optional<RankPlan> rank;
-  ParallelReport prep;
-  if (args.sharded()) {
-    parallel.emplace(args.parallel_plan(spec));
-    if (parallel->ranks() > max_rows)
-      bad_argument("plan:", parallel->ranks(), "ranks are too many to list (at most " + std::to_string(max_rows) + ")");
-    if (args.rank) rank.emplace(b, *parallel, *args.rank);
-    prep.ranks = plan_ranks(b, *parallel, setup);
-    prep.balance = rank_balance(prep.ranks);
+// plan --json: the whole plan as one document.
+int print_plan_json(const PlanFacts& facts, const PlanArgs& pa) {
+  const auto& [spec, opts, b, p, setup, gpu_mem, parallel, rank, prep, disk_hdf5, disk_st, te] = facts;
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+  auto add = [&](const PlannedTensor& t, std::optional<std::uint64_t> layer) {
+    nlohmann::ordered_json j{{"name", t.name}, {"shape", shape_json(t.memory_shape)}, {"dtype", dtype_name(t.dtype)},
+                             {"bytes", t.bytes()}, {"fill", t.fill.text()}};  // exact: it reads back
+    if (layer) j["layer"] = *layer;
+    tensors.push_back(std::move(j));
+  };
+  b.walk({.whole_ends = true}, [&](const PlanStep& s) {
+    for (const auto& t : s.tensors)
+      add(t, s.kind == Part::Kind::layer ? std::optional(spec.first_layer + s.layer) : std::nullopt);
+  });
+  nlohmann::ordered_json layer_bytes = nlohmann::ordered_json::array();
+  for (const auto& r : p.layer_runs)
+    for (std::uint64_t k = 0; k < r.count; ++k) layer_bytes.push_back(r.bytes);
+  nlohmann::ordered_json naive;
+  for (NaiveStrategy n : all_naive_strategies) naive[std::string(naive_name(n))] = p.peak_naive[static_cast<int>(n)];
+  nlohmann::ordered_json training{{"precision", training_setup_name(setup)}, {"batch", pa.batch}, {"seq", pa.seq},
+                                  {"weights", te.weights}, {"gradients", te.gradients}, {"optimizer", te.optimizer},
+                                  {"master_weights", te.master}, {"states", te.states()}};
+  nlohmann::ordered_json acts;
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+    const int k = static_cast<int>(r);
+    nlohmann::ordered_json a;
+    a["per_layer"] = te.activation_per_layer[k] ? nlohmann::ordered_json(*te.activation_per_layer[k]) : nlohmann::ordered_json();
+    a["total"] = te.activation_total[k] ? nlohmann::ordered_json(*te.activation_total[k]) : nlohmann::ordered_json();
+    if (gpu_mem) a["largest_batch"] = largest_batch(spec, setup, pa.seq, r, *gpu_mem);
+    acts[std::string(recompute_name(r))] = a;
   }
-  CheckpointMetadata meta;
-  meta.model_spec = spec_to_json(spec);
-  const std::uint64_t disk_hdf5 = planned_checkpoint_bytes(b, CheckpointFormat::hdf5, meta, {});
-  const std::uint64_t disk_st = planned_checkpoint_bytes(b, CheckpointFormat::safetensors, meta, {});
-  const TrainingEstimate te = estimate_training(spec, setup, pa.batch, pa.seq);
+  training["activations"] = acts;
+  if (gpu_mem) training["gpu_memory"] = *gpu_mem;
+  nlohmann::ordered_json out{{"model", spec.name},
+                             {"family", spec.family},
+                             {"parameters", p.parameters},
+                             {"buffers", p.buffer_elements},
+                             {"layers", spec.total_layers()},
+                             {"first_layer", spec.first_layer},
+                             {"dtype", dtype_name(opts.dtype)},
+                             {"layout", layout_name(opts.layout)},
+                             {"tensors", tensors},
+                             {"layer_bytes", layer_bytes},
+                             {"totals", {{"weights", p.weight_bytes}, {"fp32", p.bytes_fp32}, {"fp16", p.bytes_fp16}, {"bf16", p.bytes_bf16}}},
+                             {"largest_layer_bytes", p.largest_layer_bytes},
+                             {"largest_tensor", {{"name", p.largest_tensor}, {"bytes", p.largest_tensor_bytes}}},
+                             {"peaks", {{"stacked", p.peak_stacked}, {"per-layer", p.peak_per_layer}, {"restack", p.peak_restack},
+                                        {"streamed", p.peak_streamed}}},
+                             {"naive_peaks", naive},
+                             {"disk", {{"hdf5", disk_hdf5}, {"safetensors", disk_st}}},
+                             {"training", training}};
+  if (parallel) out["parallel"] = parallel_json(*parallel, prep, rank);
+  std::cout << out.dump(2) << "\n";
+  check_stdout();
+  return 0;
+}
 
-  begin_stdout();
-  if (pa.report == "json") {
-    nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
-    auto add = [&](const PlannedTensor& t, std::optional<std::uint64_t> layer) {
-      nlohmann::ordered_json j{{"name", t.name}, {"shape", shape_json(t.memory_shape)}, {"dtype", dtype_name(t.dtype)},
-                               {"bytes", t.bytes()}, {"fill", t.fill.text()}};  // exact: it reads back
-      if (layer) j["layer"] = *layer;
-      tensors.push_back(std::move(j));
-    };
-    b.walk({.whole_ends = true}, [&](const PlanStep& s) {
-      for (const auto& t : s.tensors)
-        add(t, s.kind == Part::Kind::layer ? std::optional(spec.first_layer + s.layer) : std::nullopt);
-    });
-    nlohmann::ordered_json layer_bytes = nlohmann::ordered_json::array();
-    for (const auto& r : p.layer_runs)
-      for (std::uint64_t k = 0; k < r.count; ++k) layer_bytes.push_back(r.bytes);
-    nlohmann::ordered_json naive;
-    for (NaiveStrategy n : all_naive_strategies) naive[std::string(naive_name(n))] = p.peak_naive[static_cast<int>(n)];
-    nlohmann::ordered_json training{{"precision", training_setup_name(setup)}, {"batch", pa.batch}, {"seq", pa.seq},
-                                    {"weights", te.weights}, {"gradients", te.gradients}, {"optimizer", te.optimizer},
-                                    {"master_weights", te.master}, {"states", te.states()}};
-    nlohmann::ordered_json acts;
-    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
-      const int k = static_cast<int>(r);
-      nlohmann::ordered_json a;
-      a["per_layer"] = te.activation_per_layer[k] ? nlohmann::ordered_json(*te.activation_per_layer[k]) : nlohmann::ordered_json();
-      a["total"] = te.activation_total[k] ? nlohmann::ordered_json(*te.activation_total[k]) : nlohmann::ordered_json();
-      if (gpu_mem) a["largest_batch"] = largest_batch(spec, setup, pa.seq, r, *gpu_mem);
-      acts[std::string(recompute_name(r))] = a;
-    }
-    training["activations"] = acts;
-    if (gpu_mem) training["gpu_memory"] = *gpu_mem;
-    nlohmann::ordered_json out{{"model", spec.name},
-                               {"family", spec.family},
-                               {"parameters", p.parameters},
-                               {"buffers", p.buffer_elements},
-                               {"layers", spec.total_layers()},
-                               {"first_layer", spec.first_layer},
-                               {"dtype", dtype_name(opts.dtype)},
-                               {"layout", layout_name(opts.layout)},
-                               {"tensors", tensors},
-                               {"layer_bytes", layer_bytes},
-                               {"totals", {{"weights", p.weight_bytes}, {"fp32", p.bytes_fp32}, {"fp16", p.bytes_fp16}, {"bf16", p.bytes_bf16}}},
-                               {"largest_layer_bytes", p.largest_layer_bytes},
-                               {"largest_tensor", {{"name", p.largest_tensor}, {"bytes", p.largest_tensor_bytes}}},
-                               {"peaks", {{"stacked", p.peak_stacked}, {"per-layer", p.peak_per_layer}, {"restack", p.peak_restack},
-                                          {"streamed", p.peak_streamed}}},
-                               {"naive_peaks", naive},
-                               {"disk", {{"hdf5", disk_hdf5}, {"safetensors", disk_st}}},
-                               {"training", training}};
-    if (parallel) out["parallel"] = parallel_json(*parallel, prep, rank);
-    std::cout << out.dump(2) << "\n";
-    check_stdout();
-    return 0;
-  }
-
+// plan's tables: the tensors with a row per run of alike layers (or per layer), the peaks, the disk and
+// the training estimate; with mesh flags, the ranks instead.
+int print_plan_table(const PlanFacts& facts, const PlanArgs& pa) {
+  const auto& [spec, opts, b, p, setup, gpu_mem, parallel, rank, prep, disk_hdf5, disk_st, te] = facts;
   const std::string before = spec.first_layer ? " (" + std::to_string(spec.first_layer) + " before the repeated block)" : "";
   std::printf("%s (%s): %s, %llu layers%s, %s, %s layout\n\n", spec.name.c_str(), spec.family.c_str(),
               parameters_text(p.parameters, p.buffer_elements).c_str(), (unsigned long long)spec.total_layers(), before.c_str(),
@@ -295,6 +272,54 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   }
   check_stdout();
   return 0;
+}
+
+int plan_command(const ModelArgs& args, const PlanArgs& pa) {
+  const ModelSpec spec = args.load_spec();
+  const Recipe recipe = args.load_recipe();
+  const BuildOptions opts = args.build_options(spec);
+  args.check_overrides(spec, recipe, opts);
+  const TrainingSetup setup = parse_training_setup(pa.training);
+  const std::optional<std::uint64_t> gpu_mem = pa.gpu_mem.empty() ? std::nullopt : std::optional(parse_byte_size(pa.gpu_mem));
+  // The table has a row per layer, --json an entry per tensor: a spec of 10^9 layers would print for
+  // hours (and --json build its whole tree in memory first). Refused before anything is computed.
+  constexpr std::uint64_t max_rows = 1u << 20;
+  if (pa.report == "json") {
+    const std::uint64_t per_layer = spec.layer.tensors.size(), L = spec.num_layers;
+    const std::uint64_t n = per_layer && L > (UINT64_MAX - spec.pre.size() - spec.post.size()) / per_layer
+                                ? UINT64_MAX
+                                : spec.pre.size() + L * per_layer + spec.post.size();
+    if (n > max_rows)
+      bad_argument("plan --json:", n, "tensors are too many to list (at most " + std::to_string(max_rows) + ")");
+  } else if (pa.per_layer && spec.num_layers > max_rows) {
+    bad_argument("plan --per-layer:", spec.num_layers, "layers are too many to list (at most " + std::to_string(max_rows) + ")");
+  }
+
+  // Plans need no memory: the dry backend only hands out address space, and nothing is built here.
+  auto be = make_dry_backend();
+  const Builder b(spec, recipe, opts, *be, be->memory());
+  const MemoryPlan p = make_memory_plan(b);
+  // With mesh flags: the numbers of every rank (docs/sharding.md), a row per run of alike ranks.
+  std::optional<ParallelPlan> parallel;
+  std::optional<RankPlan> rank;
+  ParallelReport prep;
+  if (args.sharded()) {
+    parallel.emplace(args.parallel_plan(spec));
+    if (parallel->ranks() > max_rows)
+      bad_argument("plan:", parallel->ranks(), "ranks are too many to list (at most " + std::to_string(max_rows) + ")");
+    if (args.rank) rank.emplace(b, *parallel, *args.rank);
+    prep.ranks = plan_ranks(b, *parallel, setup);
+    prep.balance = rank_balance(prep.ranks);
+  }
+  CheckpointMetadata meta;
+  meta.model_spec = spec_to_json(spec);
+  const std::uint64_t disk_hdf5 = planned_checkpoint_bytes(b, CheckpointFormat::hdf5, meta, {});
+  const std::uint64_t disk_st = planned_checkpoint_bytes(b, CheckpointFormat::safetensors, meta, {});
+  const TrainingEstimate te = estimate_training(spec, setup, pa.batch, pa.seq);
+
+  begin_stdout();
+  const PlanFacts facts{spec, opts, b, p, setup, gpu_mem, parallel, rank, prep, disk_hdf5, disk_st, te};
+  return pa.report == "json" ? print_plan_json(facts, pa) : print_plan_table(facts, pa);
 }
 
 }  // namespace layerinit::cli

@@ -684,21 +684,9 @@ void translate_errors(const std::exception_ptr& p, void*) {
   }
 }
 
-}  // namespace
-}  // namespace layerinit::python
-
-NB_MODULE(_core, m) {
+// The error types (see translate_errors above).
+void define_errors(nb::module_& m) {
   using namespace layerinit;
-  using namespace layerinit::python;
-  m.doc() = "layerinit's C++ core; use the layerinit package's functions (docs/python.md)";
-  m.attr("__version__") = LAYERINIT_PYTHON_VERSION;
-  m.attr("has_cuda_build") = bool(LAYERINIT_HAS_CUDA);
-  m.attr("has_hdf5_build") = bool(LAYERINIT_HAS_HDF5);
-#if LAYERINIT_HAS_XLA
-  nb::module_ xla = m.def_submodule("xla");
-  layerinit::jax::define_xla(xla);
-#endif
-
   error_types.bad_input = add_error_type(m, "BadInputError", PyExc_ValueError,
                                          "Bad input the library refused: argument (what was given), value (as the "
                                          "message shows it; '' when none) and problem, apart.");
@@ -711,7 +699,11 @@ NB_MODULE(_core, m) {
                                        "A build refused before anything is allocated: needed and available, in bytes.");
   error_types.cuda = add_error_type(m, "CudaError", PyExc_RuntimeError, "A CUDA call failed: call, the call's text.");
   nb::register_exception_translator(&translate_errors);
+}
 
+// Devices, and the names of presets and recipes.
+void define_devices(nb::module_& m) {
+  using namespace layerinit;
   m.def("cuda_available", [] { const CudaProbe p = cuda_probe(); return std::make_pair(p.usable, p.usable ? p.device_name : p.why); },
         "(usable, device name or why not)");
   m.def("cuda_device_count", &cuda_device_count, "The CUDA devices this process sees (0 when CUDA is unusable).");
@@ -727,7 +719,11 @@ NB_MODULE(_core, m) {
      "(LAYERINIT_TEST_SIMULATED_CUDA_DEVICES; backends/backend.hpp), in order; clears the record.");
   m.def("preset_names", &preset_names);
   m.def("recipe_names", &recipe_names);
+}
 
+// Fills, specs, descriptions and names.
+void define_specs(nb::module_& m) {
+  using namespace layerinit;
   nb::class_<FillSpec>(m, "Fill", "A fill as the CLI writes it: normal(0, 0.02), trunc_normal(0, 0.02, -2, 2), ...")
       .def_static("parse", [](nb::handle text) {
         FillSpec f = parse_fill(text_arg(text, "Fill.parse: text (a fill like 'normal(0, 0.02)')"));
@@ -829,7 +825,11 @@ NB_MODULE(_core, m) {
   m.def("framework_fill", [](const std::string& name, const std::string& naming) {
     return framework_fill(name, parse_naming(naming));
   }, "name"_a, "naming"_a, "The Fill a framework always gives a leaf of this name (init/describe.hpp), or None.");
+}
 
+// Plans, and fills into arrays.
+void define_plans(nb::module_& m) {
+  using namespace layerinit;
   nb::class_<Plan>(m, "Plan", "What a build makes: every tensor's name, shape, dtype and fill, without memory.")
       .def(nb::init<const Spec&, const std::string&, const TextPairs&, const std::optional<std::string>&, const TextPairs&,
                     std::uint64_t, const std::string&, const std::string&, const std::string&>(),
@@ -923,6 +923,11 @@ NB_MODULE(_core, m) {
   }, "arrays"_a, "composites"_a, "seed"_a, "offsets"_a, "allow_strided"_a = false,
   "Fills each array in place, the piece at offsets[i] of composites[i], all in one call: what fill_composite does for each.");
 
+}
+
+// Composite parameters and the arrays layerinit allocates.
+void define_composites_and_arrays(nb::module_& m) {
+  using namespace layerinit;
   nb::class_<Composite>(m, "Composite",
                         "A parameter made of canonical tensors: stacked along axes at any dimensions (leading by default), "
                         "concatenated, each part a box of its tensor, rows optionally permuted (docs/python.md).")
@@ -983,7 +988,11 @@ NB_MODULE(_core, m) {
         if (a.global_shape != a.tensor.view.shape) s += ", piece at " + shape_text(a.offset) + " of " + shape_text(a.global_shape);
         return s + ", " + a.ctx->name() + ")";
       });
+}
 
+// Verification and the memory statistics.
+void define_verify_and_memory(nb::module_& m) {
+  using namespace layerinit;
   m.def("verify_tensors", [](const std::vector<PyStored>& tensors, nb::object get, const std::vector<std::string>& aliases,
                              const std::optional<Spec>& model,
                              const std::optional<std::string>& dtype, std::optional<std::uint64_t> seed,
@@ -1017,4 +1026,25 @@ NB_MODULE(_core, m) {
   m.def("memory_stats", [](const std::string& device) { return stats_dict(context_for(device).tracker->stats()); },
         "device"_a = "cpu");
   m.def("reset_peak", [](const std::string& device) { context_for(device).tracker->reset_peak(); }, "device"_a = "cpu");
+}
+
+}  // namespace
+}  // namespace layerinit::python
+NB_MODULE(_core, m) {
+  using namespace layerinit;
+  using namespace layerinit::python;
+  m.doc() = "layerinit's C++ core; use the layerinit package's functions (docs/python.md)";
+  m.attr("__version__") = LAYERINIT_PYTHON_VERSION;
+  m.attr("has_cuda_build") = bool(LAYERINIT_HAS_CUDA);
+  m.attr("has_hdf5_build") = bool(LAYERINIT_HAS_HDF5);
+#if LAYERINIT_HAS_XLA
+  nb::module_ xla = m.def_submodule("xla");
+  layerinit::jax::define_xla(xla);
+#endif
+  define_errors(m);
+  define_devices(m);
+  define_specs(m);
+  define_plans(m);
+  define_composites_and_arrays(m);
+  define_verify_and_memory(m);
 }
