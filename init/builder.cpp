@@ -1,6 +1,9 @@
 #include <layerinit/init/builder.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 
@@ -52,8 +55,16 @@ void Model::for_each(const std::function<void(const TensorView&)>& f) const {
   for (const auto& t : post) f(t.view);
 }
 
+struct Builder::PlanCache {
+  static constexpr std::size_t kKeptLayers = 64;  // the run starts of a few rank windows; never one per layer
+  std::mutex mu;
+  Planned pre, post;
+  std::map<std::uint64_t, Planned> layers;
+  std::atomic<std::uint64_t> tensors_planned{0};
+};
+
 Builder::Builder(const ModelSpec& spec, const Recipe& recipe, BuildOptions opts, backend& be, memory_resource& memory)
-    : spec_(spec), recipe_(recipe), opts_(std::move(opts)), be_(&be), mr_(&memory) {
+    : spec_(spec), recipe_(recipe), opts_(std::move(opts)), be_(&be), mr_(&memory), cache_(std::make_shared<PlanCache>()) {
   spec_.validate();
   if (!opts_.layer_order.empty()) {
     std::vector<std::uint64_t> sorted = opts_.layer_order;
@@ -65,6 +76,7 @@ Builder::Builder(const ModelSpec& spec, const Recipe& recipe, BuildOptions opts,
 }
 
 PlannedTensor Builder::plan_one(const TensorSpec& t, std::optional<std::uint64_t> layer) const {
+  cache_->tensors_planned.fetch_add(1, std::memory_order_relaxed);
   PlannedTensor p;
   p.name = layer ? spec_.canonical_name(*layer, t) : t.name;
   p.shape = t.shape;
@@ -95,24 +107,36 @@ PlannedTensor Builder::plan_one(const TensorSpec& t, std::optional<std::uint64_t
   return p;
 }
 
-std::vector<PlannedTensor> Builder::plan_pre() const {
-  std::vector<PlannedTensor> out;
-  for (const auto& t : spec_.pre) out.push_back(plan_one(t, std::nullopt));
-  return out;
+Builder::Planned Builder::planned_ends(bool pre) const {
+  PlanCache& c = *cache_;
+  std::lock_guard lock(c.mu);  // planned under the lock: two threads never plan the same part twice
+  Planned& kept = pre ? c.pre : c.post;
+  if (!kept) {
+    std::vector<PlannedTensor> out;
+    for (const auto& t : pre ? spec_.pre : spec_.post) out.push_back(plan_one(t, std::nullopt));
+    kept = std::make_shared<const std::vector<PlannedTensor>>(std::move(out));
+  }
+  return kept;
 }
 
-std::vector<PlannedTensor> Builder::plan_layer(std::uint64_t i) const {
+Builder::Planned Builder::planned_layer(std::uint64_t i, bool keep) const {
   if (i >= spec_.num_layers) throw std::out_of_range("layer " + std::to_string(i) + " of " + std::to_string(spec_.num_layers));
+  PlanCache& c = *cache_;
+  std::unique_lock lock(c.mu);
+  if (const auto it = c.layers.find(i); it != c.layers.end()) return it->second;
+  lock.unlock();
   std::vector<PlannedTensor> out;
   for (const auto& t : spec_.layer.tensors) out.push_back(plan_one(t, i));
-  return out;
+  auto planned = std::make_shared<const std::vector<PlannedTensor>>(std::move(out));
+  lock.lock();
+  if (keep && uniform_layers() && c.layers.size() < PlanCache::kKeptLayers) c.layers.emplace(i, planned);
+  return planned;
 }
 
-std::vector<PlannedTensor> Builder::plan_post() const {
-  std::vector<PlannedTensor> out;
-  for (const auto& t : spec_.post) out.push_back(plan_one(t, std::nullopt));
-  return out;
-}
+std::vector<PlannedTensor> Builder::plan_pre() const { return *planned_ends(true); }
+std::vector<PlannedTensor> Builder::plan_layer(std::uint64_t i) const { return *planned_layer(i, false); }
+std::vector<PlannedTensor> Builder::plan_post() const { return *planned_ends(false); }
+std::uint64_t Builder::tensors_planned() const { return cache_->tensors_planned.load(std::memory_order_relaxed); }
 
 bool Builder::uniform_layers() const {
   // Canonical names of two layers differ only in the index, a non-empty run of digits. A glob whose
@@ -125,8 +149,8 @@ bool Builder::uniform_layers() const {
 
 void Builder::for_each_layer_run(std::uint64_t first, std::uint64_t count, const LayerRunVisitor& f) const {
   if (count == 0) return;
-  if (uniform_layers()) return f(first, count, plan_layer(first));
-  for (std::uint64_t i = first; i < first + count; ++i) f(i, 1, plan_layer(i));
+  if (uniform_layers()) return f(first, count, *planned_layer(first, true));
+  for (std::uint64_t i = first; i < first + count; ++i) f(i, 1, *planned_layer(i, false));
 }
 
 Engine Builder::engine(const std::function<void()>& also) const {
@@ -139,13 +163,13 @@ Engine Builder::engine(const std::function<void()>& also) const {
 }
 
 void Builder::walk(const WalkOptions& w, const PlanVisitor& f) const {
-  auto ends = [&](Part::Kind kind, const std::vector<TensorSpec>& specs) {
-    std::vector<PlannedTensor> planned;
-    for (const auto& t : specs) planned.push_back(plan_one(t, std::nullopt));
+  auto ends = [&](Part::Kind kind) {
+    const Planned kept = planned_ends(kind == Part::Kind::pre);
+    const std::span<const PlannedTensor> planned(*kept);
     if (w.whole_ends) return f({kind, 0, 1, 0, planned, nullptr, {}});
-    for (std::size_t j = 0; j < planned.size(); ++j) f({kind, 0, 1, j, std::span(planned).subspan(j, 1), nullptr, {}});
+    for (std::size_t j = 0; j < planned.size(); ++j) f({kind, 0, 1, j, planned.subspan(j, 1), nullptr, {}});
   };
-  ends(Part::Kind::pre, spec_.pre);
+  ends(Part::Kind::pre);
   const std::uint64_t L = spec_.num_layers;
   const std::uint64_t first = w.layer_order ? 0 : std::min(w.first, L);
   const std::uint64_t count = w.layer_order ? L : std::min(w.count, L - first);
@@ -154,7 +178,8 @@ void Builder::walk(const WalkOptions& w, const PlanVisitor& f) const {
   std::vector<StackedTensor> buffers;
   if (opts_.layout == Layout::stacked && count > 0) {
     sl = stacked_layout(spec_, opts_.experts);
-    const std::vector<PlannedTensor> layer0 = plan_layer(0);
+    const Planned layer0_kept = planned_layer(0, true);
+    const std::vector<PlannedTensor>& layer0 = *layer0_kept;
     for (std::size_t b = 0; b < sl->buffers.size(); ++b) {
       const PlannedTensor& p = layer0[sl->buffers[b].first];
       buffers.push_back({sl->buffers[b].name, sl->shape(spec_, b, p.memory_shape), p.dtype, p.numel()});
@@ -165,17 +190,17 @@ void Builder::walk(const WalkOptions& w, const PlanVisitor& f) const {
   };
   if (w.mode == WalkMode::runs) {
     if (sl) {
-      if (count > 0) layers(first, count, plan_layer(first));  // stored alike in the buffers
+      if (count > 0) layers(first, count, *planned_layer(first, true));  // stored alike in the buffers
     } else {
       for_each_layer_run(first, count, layers);
     }
   } else if (w.layer_order && !opts_.layer_order.empty()) {
-    for (std::uint64_t i : opts_.layer_order) layers(i, 1, plan_layer(i));
+    for (std::uint64_t i : opts_.layer_order) layers(i, 1, *planned_layer(i, false));
   } else {
     // Ascending without a list of every index: a stream's memory stays one part for any layer count.
-    for (std::uint64_t i = first; i < first + count; ++i) layers(i, 1, plan_layer(i));
+    for (std::uint64_t i = first; i < first + count; ++i) layers(i, 1, *planned_layer(i, false));
   }
-  ends(Part::Kind::post, spec_.post);
+  ends(Part::Kind::post);
 }
 
 std::vector<PartTensor> whole_tensors(const PlanStep& s) {

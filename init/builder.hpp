@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -149,6 +150,13 @@ class LAYERINIT_API Builder {
   // differ), so sizes of all layers follow from plan_layer(0) in O(1): no dtype override can tell
   // layer indices apart. False when an override pattern may (it has '?', '[', '\\' or a digit).
   bool uniform_layers() const;
+  // Tensors planned so far (a fill chosen by the recipe and prepared in its dtype), by this builder
+  // and its copies. Each part is planned once however often the model is walked: the tensors before
+  // and after the layers, and the layers a walk of runs plans when the layers are uniform (any
+  // others), are kept and handed to every later walk, so an emit's memory plan, checkpoint size,
+  // dataset list and stream share one plan; a walk of parts plans the layers it meets that were not
+  // kept, one at a time (a stream's memory stays one part).
+  std::uint64_t tensors_planned() const;
 
   // The one traversal of the model's parts, in file order: the tensors before the layers, the layers,
   // the tensors after them. Build, stream, the rank builds (shard/ walk_rank), the emits and the
@@ -169,6 +177,11 @@ class LAYERINIT_API Builder {
 
  private:
   PlannedTensor plan_one(const TensorSpec& t, std::optional<std::uint64_t> layer) const;
+  using Planned = std::shared_ptr<const std::vector<PlannedTensor>>;
+  // The kept plan of the tensors before (after) the layers, and of layer i: kept when `keep` and
+  // the layers are uniform (at most kKeptLayers of them), else planned for this call.
+  Planned planned_ends(bool pre) const;
+  Planned planned_layer(std::uint64_t i, bool keep) const;
   // Layers [first, first + count) as runs of layers stored alike (the same memory shapes and dtypes;
   // names and fills differ): f(run_first, run_count, plan_layer(run_first)) in order. One run when
   // uniform_layers(), so a plan of 10^9 layers costs one layer's; else one run per layer. Callers
@@ -181,6 +194,8 @@ class LAYERINIT_API Builder {
   BuildOptions opts_;
   backend* be_;
   memory_resource* mr_;
+  struct PlanCache;
+  std::shared_ptr<PlanCache> cache_;  // shared by copies: their spec, recipe and options are the same
 };
 
 // The step's tensors, whole, each into a new allocation; a stacked layer's with the buffer it is a

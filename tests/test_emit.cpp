@@ -557,3 +557,30 @@ TEST(Emit, PeakIsTheLargestPartForEveryPresetShape) {
     EXPECT_EQ(p.peak_streamed, std::max(p.largest_layer_bytes, p.largest_tensor_bytes));
   }
 }
+
+// An emit plans the model once: what the CLI's emit asks of one builder (its memory plan, the
+// checkpoint's size, its dataset list, the stream) plans each tensor exactly once, in both layouts
+// and formats; a second emit of the same builder plans only the layers a stream meets beyond those kept.
+TEST(Emit, PlansEachTensorOnce) {
+  auto be = make_host_backend(2);
+  for (Layout l : {Layout::per_layer, Layout::stacked})
+    for (CheckpointFormat f : {CheckpointFormat::hdf5, CheckpointFormat::safetensors}) {
+      SCOPED_TRACE(std::string(layout_name(l)) + " " + std::string(format_name(f)));
+      TempDir dir;
+      const ModelSpec spec = make_preset("llama-tiny");
+      const std::uint64_t tensors = spec.pre.size() + spec.num_layers * spec.layer.tensors.size() + spec.post.size();
+      const Builder b(spec, make_recipe("hf"), opts(l), *be, be->memory());
+      EXPECT_EQ(b.tensors_planned(), 0u);
+      (void)make_memory_plan(b);
+      EXPECT_EQ(b.tensors_planned(), spec.pre.size() + spec.layer.tensors.size() + spec.post.size());
+      EmitOptions eo;
+      eo.format = f;
+      (void)planned_checkpoint_bytes(b, f, {}, {});
+      (void)checkpoint_datasets(b);
+      emit_checkpoint(b, *be, dir.path() / "m", eo);
+      EXPECT_EQ(b.tensors_planned(), tensors);
+      // Layer 0 and the ends are kept; layers 1.. are planned as the stream meets them, one at a time.
+      emit_checkpoint(b, *be, dir.path() / "n", eo);
+      EXPECT_EQ(b.tensors_planned(), tensors + (spec.num_layers - 1) * spec.layer.tensors.size());
+    }
+}
