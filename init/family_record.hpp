@@ -117,4 +117,7 @@ const std::vector<FamilyRecord>& family_records();
 // The record of `model_type`, nullptr for none.
 const FamilyRecord* find_family(std::string_view model_type);
 
+// The records in files of their own (init/families/<model_type>.cpp), each listed in family_records().
+FamilyRecord gpt_neox_record();
+
 }  // namespace layerinit::hf

@@ -516,6 +516,7 @@ const std::vector<FamilyRecord>& family_records() {
       {"qwen3_moe", "Qwen3MoeForCausalLM", {151936, 2048, 6144, 24, 32, 4, nullopt, 32768, 1e-6, false, 1e4, nullopt},
        {{"num_experts", "num_local_experts"}}, read_qwen3_moe},
       {"smollm3", "SmolLM3ForCausalLM", {128256, 2048, 11008, 36, 16, 4, nullopt, 32768, 1e-6, true, 2e6, 128004}, {}, read_llama},
+      gpt_neox_record(),
   };
   return all;
 }
