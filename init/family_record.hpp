@@ -98,6 +98,15 @@ using Reader = ModelSpec (*)(const Config&, const Defaults&, std::string name);
 // the "architectures" and "model_type" config_json writes from the record and before its "torch_dtype".
 using Writer = void (*)(const ModelSpec&, nlohmann::ordered_json&);
 
+// What a family's PreTrainedModel._init_weights (transformers' modeling_<type>.py) does beyond the base
+// class's rules, for the hf recipe (recipes.cpp).
+struct HfInitQuirks {
+  // GPT2PreTrainedModel: every output projection (c_proj.weight) normal(0, initializer_range / sqrt(2 n_layer)).
+  bool depth_scaled_outputs = false;
+  // GptOssPreTrainedModel: the attention sinks and the router's bias drawn normal(0, initializer_range) like weights.
+  bool sinks_and_router_bias_drawn = false;
+};
+
 struct FamilyRecord {
   const char* model_type;
   const char* causal_lm;  // the class that builds these tensors, as `architectures` names it
@@ -110,6 +119,7 @@ struct FamilyRecord {
   bool padding_idx = true;
   // nullptr: layerinit reads this family's config.json but writes none of its own.
   Writer write = nullptr;
+  HfInitQuirks hf_init = {};
 };
 
 // Every family, in the order config_json's messages list the ones it writes (hf_spec.cpp's table).
@@ -118,6 +128,7 @@ const std::vector<FamilyRecord>& family_records();
 const FamilyRecord* find_family(std::string_view model_type);
 
 // The records in files of their own (init/families/<model_type>.cpp), each listed in family_records().
+FamilyRecord gpt2_record();
 FamilyRecord gpt_neox_record();
 
 }  // namespace layerinit::hf

@@ -359,26 +359,6 @@ ModelSpec read_deepseek_v3(const Config& c, const Defaults& d, std::string name)
   return decoder(c, d, std::move(name), h, l, "n_routed_experts");
 }
 
-// GPT-2 under its own names (n_embd, n_layer, ...; transformers maps hidden_size and the like to them).
-ModelSpec read_gpt2(const Config& c, const Defaults&, std::string name) {
-  Hyper h;
-  h.vocab_size = c.count("vocab_size", 50257);
-  h.hidden_size = c.count("n_embd", 768);
-  h.num_heads = c.count("n_head", 12);
-  h.max_position_embeddings = c.count("n_positions", 1024);
-  h.intermediate_size = c.derived("n_inner", std::nullopt);  // null: 4 * n_embd
-  h.norm_eps = c.real("layer_norm_epsilon", 1e-5);
-  h.initializer_range = c.initializer_range();
-  h.rope_theta = 0;  // learned positions
-  if (!c.flag("tie_word_embeddings", true))
-    r.fail("tie_word_embeddings", "false is not supported for gpt2 (layerinit's GPT-2 ties lm_head to the embedding)");
-  if (c.flag("add_cross_attention", false))
-    r.fail("add_cross_attention", "true is not supported (a decoder with cross-attention has tensors layerinit does not make)");
-  if (h.hidden_size % h.num_heads != 0)
-    r.fail("n_head", std::to_string(h.num_heads) + " does not divide n_embd " + std::to_string(h.hidden_size));
-  return gpt2_spec(std::move(name), h, c.count("n_layer", 12));
-}
-
 // ---- writing: the config.json of a spec made without one (a preset, a JSON spec) ----
 
 using ojson = nlohmann::ordered_json;
@@ -452,28 +432,6 @@ void write_gemma2(const ModelSpec& spec, ojson& j) {
   j["bos_token_id"] = 2;
 }
 
-// GPT-2 under its own names.
-void write_gpt2(const ModelSpec& spec, ojson& j) {
-  const Hyper& h = spec.hyper;
-  j["vocab_size"] = h.vocab_size;
-  j["n_positions"] = h.max_position_embeddings;
-  j["n_embd"] = h.hidden_size;
-  j["n_layer"] = spec.num_layers;
-  j["n_head"] = h.num_heads;
-  if (h.intermediate_size && h.intermediate_size != 4 * h.hidden_size) j["n_inner"] = h.intermediate_size;
-  else j["n_inner"] = nullptr;
-  j["activation_function"] = "gelu_new";
-  j["layer_norm_epsilon"] = h.norm_eps;
-  j["initializer_range"] = h.initializer_range;
-  j["tie_word_embeddings"] = true;
-  // GPT2Config defaults both to 50256 (GPT-2's <|endoftext|>, its last token), which lies outside a
-  // smaller vocabulary (gpt2-tiny's 512): the last token of this one.
-  if (h.vocab_size > 0) {
-    j["bos_token_id"] = h.vocab_size - 1;
-    j["eos_token_id"] = h.vocab_size - 1;
-  }
-}
-
 }  // namespace
 
 // ---- the records ----
@@ -496,9 +454,7 @@ const std::vector<FamilyRecord>& family_records() {
        {}, true, write_qwen2},
       {"gemma2", "Gemma2ForCausalLM", {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6, true, 1e4, 0}, {}, read_gemma,
        {"Gemma2Config", false}, true, write_gemma2},
-      {"gpt2", "GPT2LMHeadModel", {}, {{"hidden_size", "n_embd"}, {"max_position_embeddings", "n_positions"},
-                                        {"num_attention_heads", "n_head"}, {"num_hidden_layers", "n_layer"}}, read_gpt2, {},
-       /*padding_idx=*/false, write_gpt2},
+      gpt2_record(),
       {"deepseek_v3", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4, nullopt},
        {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3, {nullptr, true}},
       {"gemma3_text", "Gemma3ForCausalLM", {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6, true, 1e6, 0}, {}, read_gemma,
@@ -506,7 +462,7 @@ const std::vector<FamilyRecord>& family_records() {
       {"glm4_moe", "Glm4MoeForCausalLM", {151552, 4096, 10944, 46, 96, 8, nullopt, 131072, 1e-5, false, 1e4, nullopt},
        {{"num_local_experts", "n_routed_experts"}}, read_glm4_moe},
       {"gpt_oss", "GptOssForCausalLM", {201088, 2880, 2880, 36, 64, 8, 64, 131072, 1e-5, false, 150000, nullopt},
-       {{"num_experts", "num_local_experts"}}, read_gpt_oss},
+       {{"num_experts", "num_local_experts"}}, read_gpt_oss, {}, true, nullptr, {.sinks_and_router_bias_drawn = true}},
       // Kimi K2 is DeepSeek-V3's architecture under its own model_type (its remote code's DeepseekV3Config).
       {"kimi_k2", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4, nullopt},
        {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3, {nullptr, true}},
