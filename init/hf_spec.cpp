@@ -23,7 +23,6 @@ namespace {
 
 const JsonReader r("config.json");
 
-using hf::AttentionChecks;
 using hf::Config;
 using hf::Defaults;
 using hf::FamilyRecord;
