@@ -8,6 +8,8 @@
 
 #include <layerinit/core/errors.hpp>
 
+#include "family_record.hpp"
+
 namespace layerinit {
 
 namespace {
@@ -187,6 +189,16 @@ class LayerWriter {
 };
 
 }  // namespace
+
+// The helpers above for the family records in files of their own (family_record.hpp).
+TensorSpec hf::linear_tensor(std::string name, std::uint64_t in, std::uint64_t out, TensorRole role) {
+  return linear(std::move(name), in, out, role);
+}
+TensorSpec hf::bias_tensor(std::string name, std::uint64_t in, std::uint64_t out) { return bias(std::move(name), in, out); }
+TensorSpec hf::norm_tensor(std::string name, std::uint64_t d, TensorRole role) { return norm(std::move(name), d, role); }
+TensorSpec hf::embedding_tensor(std::string name, std::uint64_t rows, std::uint64_t d, TensorRole role) {
+  return embedding(std::move(name), rows, d, role);
+}
 
 ModelSpec mlp_spec(std::string name, const std::vector<std::uint64_t>& widths, bool with_bias) {
   require(widths.size() >= 2, name, "an MLP needs at least an input and an output width");

@@ -1,6 +1,7 @@
-// Hugging Face config.json -> model spec. Each family reads the fields its modeling_<type>.py reads
-// to make tensors, with the defaults of its configuration_<type>.py (transformers 5.23, listed in
-// kFamilies), and refuses values that would make tensors this family does not make.
+// Hugging Face config.json <-> model spec, through the family records (family_record.hpp). Each family
+// reads the fields its modeling_<type>.py reads to make tensors, with the defaults of its
+// configuration_<type>.py (transformers 5.23, listed in family_records()), and refuses values that
+// would make tensors this family does not make; the families layerinit has presets of write one.
 #include <layerinit/init/hf_spec.hpp>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <layerinit/init/families.hpp>
 #include <layerinit/init/spec_json.hpp>
 
+#include "family_record.hpp"
 #include "json_read.hpp"
 
 namespace layerinit {
@@ -21,103 +23,9 @@ namespace {
 
 const JsonReader r("config.json");
 
-// The numbers every decoder config has, as its config class defaults them. nullopt: the class
-// default is None, which the model derives (kv heads = heads, head_dim = hidden / heads).
-struct Defaults {
-  std::uint64_t vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;
-  std::optional<std::uint64_t> num_key_value_heads;
-  std::optional<std::uint64_t> head_dim;
-  std::uint64_t max_position_embeddings;
-  double rms_norm_eps;
-  bool tie_word_embeddings;
-  double rope_theta;  // the default rope_parameters' (full attention's, for Gemma 3)
-  std::optional<std::int64_t> pad_token_id;  // nullopt: the class default is None
-};
-
-// What a family's config class validates of the attention numbers (transformers 5.24,
-// models/<type>/configuration_<type>.py): a checkpoint of numbers it refuses would not load.
-struct AttentionChecks {
-  // The config class whose validate_architecture raises when num_attention_heads does not divide
-  // hidden_size, whatever head_dim is (LlamaConfig, Gemma2Config, Gemma3TextConfig); nullptr: none.
-  const char* heads_divide_hidden = nullptr;
-  // head_dim: null is hidden_size // num_attention_heads: the class declares `head_dim: int | None`
-  // and derives it (Llama, Mistral, Mixtral) or sets it itself (DeepseekV3Config.__post_init__).
-  // Elsewhere null fails @strict's `head_dim: int` (Gemma 2 and 3, Qwen3, gpt-oss), or is kept as
-  // an attribute the attention's getattr(config, "head_dim", ...) reads as None (the rest).
-  bool null_head_dim = false;
-};
-
-// A config.json object read field by field. Aliases are transformers' attribute_map: a config may
-// give "num_experts" for Mixtral's num_local_experts.
-class Config {
- public:
-  Config(const json& doc, std::string model_type, std::vector<std::pair<std::string, std::string>> aliases,
-         AttentionChecks checks)
-      : doc_(doc), model_type_(std::move(model_type)), aliases_(std::move(aliases)), checks_(checks) {}
-
-  const std::string& model_type() const { return model_type_; }
-
-  // The value of `key` (or of an alias of it), nullptr when absent.
-  const json* get(const char* key) const {
-    const json* v = find(doc_, key);
-    for (const auto& [alias, canonical] : aliases_) {
-      if (canonical != key) continue;
-      if (const json* a = find(doc_, alias.c_str())) {
-        if (v && *v != *a)
-          r.fail(key, "given twice, as " + std::string(key) + " and as its alias " + alias + ", with different values");
-        v = a;
-      }
-    }
-    return v;
-  }
-  // The key a config gives `key` under: an alias of it when the config uses that, for messages.
-  std::string given(const char* key) const {
-    for (const auto& [alias, canonical] : aliases_)
-      if (canonical == key && find(doc_, alias.c_str()) && !find(doc_, key)) return alias;
-    return key;
-  }
-  // A positive integer; absent: `def`.
-  std::uint64_t count(const char* key, std::uint64_t def) const {
-    const json* v = get(key);
-    return v ? r.to_uint(*v, key, true) : def;
-  }
-  // A non-negative integer (a count that may be zero); absent: `def`.
-  std::uint64_t count0(const char* key, std::uint64_t def) const {
-    const json* v = get(key);
-    return v ? r.to_uint(*v, key, false) : def;
-  }
-  // A positive integer that null (or an absent key whose class default is None) leaves to the
-  // model: 0 stands for that.
-  std::uint64_t derived(const char* key, std::optional<std::uint64_t> def) const {
-    const json* v = get(key);
-    if (!v) return def.value_or(0);
-    return v->is_null() ? 0 : r.to_uint(*v, key, true);
-  }
-  bool flag(const char* key, bool def) const {
-    const json* v = get(key);
-    return v ? r.to_bool(*v, key) : def;
-  }
-  // A finite number >= 0; absent: `def`.
-  double real(const char* key, double def) const {
-    const json* v = get(key);
-    if (!v) return def;
-    const double x = r.to_double(*v, key);
-    if (x < 0) r.fail(key, "must not be negative");
-    return x;
-  }
-  // The common numbers of a decoder: Hyper, with rope_theta from rope_parameters (transformers 5)
-  // or rope_theta (older configs), and Llama 3.1's rope scaling.
-  Hyper hyper(const Defaults& d) const;
-  std::uint64_t layers(const Defaults& d) const { return count("num_hidden_layers", d.num_hidden_layers); }
-
- private:
-  void read_rope(Hyper& h, double default_theta) const;
-
-  const json& doc_;
-  std::string model_type_;
-  std::vector<std::pair<std::string, std::string>> aliases_;  // alias, canonical
-  AttentionChecks checks_;
-};
+using hf::Config;
+using hf::Defaults;
+using hf::FamilyRecord;
 
 // Llama 3.1's scaling ("rope_type": "llama3"), from rope_parameters or rope_scaling (`path`).
 RopeScaling llama3_scaling(const json& o, const std::string& path) {
@@ -135,6 +43,67 @@ std::optional<std::string> rope_type(const json& o, const std::string& path) {
   if (!t) t = find(o, "type");  // configs before rope_type
   if (!t) return std::nullopt;
   return r.to_string(*t, join(path, "rope_type"), true);
+}
+
+}  // namespace
+
+// ---- hf::Config ----
+
+namespace hf {
+
+void Config::fail(const std::string& key, const std::string& what) const { r.fail(key, what); }
+
+const json* Config::get(const char* key) const {
+  const json* v = find(doc_, key);
+  for (const auto& [alias, canonical] : aliases_) {
+    if (canonical != key) continue;
+    if (const json* a = find(doc_, alias.c_str())) {
+      if (v && *v != *a)
+        r.fail(key, "given twice, as " + std::string(key) + " and as its alias " + alias + ", with different values");
+      v = a;
+    }
+  }
+  return v;
+}
+
+std::string Config::given(const char* key) const {
+  for (const auto& [alias, canonical] : aliases_)
+    if (canonical == key && find(doc_, alias.c_str()) && !find(doc_, key)) return alias;
+  return key;
+}
+
+std::uint64_t Config::count(const char* key, std::uint64_t def) const {
+  const json* v = get(key);
+  return v ? r.to_uint(*v, key, true) : def;
+}
+
+std::uint64_t Config::count0(const char* key, std::uint64_t def) const {
+  const json* v = get(key);
+  return v ? r.to_uint(*v, key, false) : def;
+}
+
+std::uint64_t Config::derived(const char* key, std::optional<std::uint64_t> def) const {
+  const json* v = get(key);
+  if (!v) return def.value_or(0);
+  return v->is_null() ? 0 : r.to_uint(*v, key, true);
+}
+
+bool Config::flag(const char* key, bool def) const {
+  const json* v = get(key);
+  return v ? r.to_bool(*v, key) : def;
+}
+
+double Config::real(const char* key, double def) const {
+  const json* v = get(key);
+  if (!v) return def;
+  const double x = r.to_double(*v, key);
+  if (x < 0) r.fail(key, "must not be negative");
+  return x;
+}
+
+double Config::initializer_range() const {
+  const double x = real("initializer_range", 0.02);
+  return x == 0 ? 0.02 : x;
 }
 
 void Config::read_rope(Hyper& h, double default_theta) const {
@@ -173,9 +142,7 @@ Hyper Config::hyper(const Defaults& d) const {
                        "mistral and mixtral only): give the width or leave head_dim out");
   h.head_dim = derived("head_dim", d.head_dim);
   h.max_position_embeddings = count("max_position_embeddings", d.max_position_embeddings);
-  // _init_weights: `self.config.initializer_range or 0.02`.
-  h.initializer_range = real("initializer_range", 0.02);
-  if (h.initializer_range == 0) h.initializer_range = 0.02;
+  h.initializer_range = initializer_range();
   h.norm_eps = real("rms_norm_eps", d.rms_norm_eps);
   h.tie_word_embeddings = flag("tie_word_embeddings", d.tie_word_embeddings);
   if (checks_.heads_divide_hidden && h.hidden_size % h.num_heads != 0)
@@ -187,6 +154,10 @@ Hyper Config::hyper(const Defaults& d) const {
   read_rope(h, d.rope_theta);
   return h;
 }
+
+}  // namespace hf
+
+namespace {
 
 // The config.json key of a Hyper field, for messages.
 std::string config_key(const std::string& field) {
@@ -387,75 +358,133 @@ ModelSpec read_deepseek_v3(const Config& c, const Defaults& d, std::string name)
   return decoder(c, d, std::move(name), h, l, "n_routed_experts");
 }
 
-// GPT-2 under its own names (n_embd, n_layer, ...; transformers maps hidden_size and the like to them).
-ModelSpec read_gpt2(const Config& c, const Defaults&, std::string name) {
-  Hyper h;
-  h.vocab_size = c.count("vocab_size", 50257);
-  h.hidden_size = c.count("n_embd", 768);
-  h.num_heads = c.count("n_head", 12);
-  h.max_position_embeddings = c.count("n_positions", 1024);
-  h.intermediate_size = c.derived("n_inner", std::nullopt);  // null: 4 * n_embd
-  h.norm_eps = c.real("layer_norm_epsilon", 1e-5);
-  h.initializer_range = c.real("initializer_range", 0.02);
-  if (h.initializer_range == 0) h.initializer_range = 0.02;
-  h.rope_theta = 0;  // learned positions
-  if (!c.flag("tie_word_embeddings", true))
-    r.fail("tie_word_embeddings", "false is not supported for gpt2 (layerinit's GPT-2 ties lm_head to the embedding)");
-  if (c.flag("add_cross_attention", false))
-    r.fail("add_cross_attention", "true is not supported (a decoder with cross-attention has tensors layerinit does not make)");
-  if (h.hidden_size % h.num_heads != 0)
-    r.fail("n_head", std::to_string(h.num_heads) + " does not divide n_embd " + std::to_string(h.hidden_size));
-  return gpt2_spec(std::move(name), h, c.count("n_layer", 12));
+// ---- writing: the config.json of a spec made without one (a preset, a JSON spec) ----
+
+using ojson = nlohmann::ordered_json;
+
+// The keys of transformers' decoder configs, from the spec's numbers; `act` is the MLP's activation
+// key and value (Gemma 2's hidden_activation, the others' hidden_act). transformers 5 reads
+// rope_parameters, older releases rope_theta and rope_scaling: both are written.
+void write_decoder(const ModelSpec& spec, ojson& j, const char* act_key = "hidden_act", const char* act = "silu") {
+  const Hyper& h = spec.hyper;
+  j["vocab_size"] = h.vocab_size;
+  j["hidden_size"] = h.hidden_size;
+  j["intermediate_size"] = h.intermediate_size;
+  j["num_hidden_layers"] = spec.total_layers();
+  j["num_attention_heads"] = h.num_heads;
+  j["num_key_value_heads"] = h.num_kv_heads ? h.num_kv_heads : h.num_heads;
+  if (h.head_dim) j["head_dim"] = h.head_dim;
+  j[act_key] = act;
+  j["max_position_embeddings"] = h.max_position_embeddings;
+  j["rms_norm_eps"] = h.norm_eps;
+  j["rope_theta"] = h.rope_theta;
+  ojson rope{{"rope_theta", h.rope_theta}, {"rope_type", "default"}};
+  if (const RopeScaling& rs = h.rope_scaling; rs != RopeScaling{}) {  // Llama 3.1's, as its config.json writes it
+    j["rope_scaling"] = {{"factor", rs.factor},
+                         {"low_freq_factor", rs.low_freq_factor},
+                         {"high_freq_factor", rs.high_freq_factor},
+                         {"original_max_position_embeddings", rs.original_max_position_embeddings},
+                         {"rope_type", "llama3"}};
+    rope = j["rope_scaling"];
+    rope["rope_theta"] = h.rope_theta;
+  }
+  j["rope_parameters"] = rope;
+  j["tie_word_embeddings"] = h.tie_word_embeddings;
+  j["initializer_range"] = h.initializer_range;
 }
 
-struct Family {
-  const char* model_type;
-  const char* causal_lm;  // the class that builds these tensors, as `architectures` names it
-  Defaults defaults;
-  std::vector<std::pair<std::string, std::string>> aliases;  // attribute_map: alias, canonical
-  Reader read;
-  AttentionChecks checks = {};
-  // The model makes its token embedding nn.Embedding(vocab_size, hidden_size, padding_idx=pad_token_id),
-  // whose row transformers' _init_weights zeroes (every family here but GPT-2, whose wte has none).
-  bool padding_idx = true;
-};
+void write_llama(const ModelSpec& spec, ojson& j) {
+  write_decoder(spec, j);
+  j["attention_bias"] = spec.hyper.bias;
+  j["mlp_bias"] = false;
+}
+
+void write_mistral(const ModelSpec& spec, ojson& j) {
+  write_decoder(spec, j);
+  j["sliding_window"] = nullptr;
+}
+
+void write_mixtral(const ModelSpec& spec, ojson& j) {
+  write_mistral(spec, j);
+  j["num_local_experts"] = spec.hyper.num_experts;
+  j["num_experts_per_tok"] = spec.hyper.experts_per_token;
+}
+
+// Qwen2.5's configs: full attention in every layer.
+void write_qwen2(const ModelSpec& spec, ojson& j) {
+  write_decoder(spec, j);
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = spec.hyper.max_position_embeddings;
+  j["max_window_layers"] = spec.total_layers();
+}
+
+// google/gemma-2-9b's attention numbers.
+void write_gemma2(const ModelSpec& spec, ojson& j) {
+  const Hyper& h = spec.hyper;
+  write_decoder(spec, j, "hidden_activation", "gelu_pytorch_tanh");
+  j["query_pre_attn_scalar"] = h.head_dim ? h.head_dim : h.hidden_size / h.num_heads;
+  j["sliding_window"] = 4096;
+  j["final_logit_softcapping"] = 30.0;
+  j["attn_logit_softcapping"] = 50.0;
+  j["pad_token_id"] = 0;
+  j["eos_token_id"] = 1;
+  j["bos_token_id"] = 2;
+}
+
+}  // namespace
+
+// ---- the records ----
+
+namespace hf {
 
 // Defaults: each configuration_<type>.py's class fields (transformers 5.23; pad_token_id as 5.24's).
-const std::vector<Family>& families() {
+// The families layerinit writes a config.json for come first, in the order config_json's messages
+// list them; hf_model_types() sorts them all.
+const std::vector<FamilyRecord>& family_records() {
   using std::nullopt;
-  static const std::vector<Family> all = {
+  static const std::vector<FamilyRecord> all = {
+      {"llama", "LlamaForCausalLM", {32000, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-6, false, 1e4, nullopt}, {}, read_llama,
+       {"LlamaConfig", true}, true, write_llama},
+      {"mistral", "MistralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-6, false, 1e4, nullopt}, {}, read_mistral,
+       {nullptr, true}, true, write_mistral},
+      {"mixtral", "MixtralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-5, false, 1e6, nullopt},
+       {{"num_experts", "num_local_experts"}}, read_mixtral, {nullptr, true}, true, write_mixtral},
+      {"qwen2", "Qwen2ForCausalLM", {151936, 4096, 22016, 32, 32, 32, nullopt, 32768, 1e-6, false, 1e4, nullopt}, {}, read_qwen2,
+       {}, true, write_qwen2},
+      {"gemma2", "Gemma2ForCausalLM", {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6, true, 1e4, 0}, {}, read_gemma,
+       {"Gemma2Config", false}, true, write_gemma2},
+      gpt2_record(),
       {"deepseek_v3", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4, nullopt},
        {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3, {nullptr, true}},
-      {"gemma2", "Gemma2ForCausalLM", {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6, true, 1e4, 0}, {}, read_gemma,
-       {"Gemma2Config", false}},
       {"gemma3_text", "Gemma3ForCausalLM", {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6, true, 1e6, 0}, {}, read_gemma,
        {"Gemma3TextConfig", false}},
       {"glm4_moe", "Glm4MoeForCausalLM", {151552, 4096, 10944, 46, 96, 8, nullopt, 131072, 1e-5, false, 1e4, nullopt},
        {{"num_local_experts", "n_routed_experts"}}, read_glm4_moe},
-      {"gpt2", "GPT2LMHeadModel", {}, {{"hidden_size", "n_embd"}, {"max_position_embeddings", "n_positions"},
-                                        {"num_attention_heads", "n_head"}, {"num_hidden_layers", "n_layer"}}, read_gpt2, {},
-       /*padding_idx=*/false},
       {"gpt_oss", "GptOssForCausalLM", {201088, 2880, 2880, 36, 64, 8, 64, 131072, 1e-5, false, 150000, nullopt},
-       {{"num_experts", "num_local_experts"}}, read_gpt_oss},
+       {{"num_experts", "num_local_experts"}}, read_gpt_oss, {}, true, nullptr, {.sinks_and_router_bias_drawn = true}},
       // Kimi K2 is DeepSeek-V3's architecture under its own model_type (its remote code's DeepseekV3Config).
       {"kimi_k2", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4, nullopt},
        {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3, {nullptr, true}},
-      {"llama", "LlamaForCausalLM", {32000, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-6, false, 1e4, nullopt}, {}, read_llama,
-       {"LlamaConfig", true}},
-      {"mistral", "MistralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-6, false, 1e4, nullopt}, {}, read_mistral,
-       {nullptr, true}},
-      {"mixtral", "MixtralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-5, false, 1e6, nullopt},
-       {{"num_experts", "num_local_experts"}}, read_mixtral, {nullptr, true}},
       {"olmo2", "Olmo2ForCausalLM", {50304, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-5, false, 1e4, 1}, {}, read_olmo2},
       {"phi3", "Phi3ForCausalLM", {32064, 3072, 8192, 32, 32, nullopt, nullopt, 4096, 1e-5, false, 1e4, 32000}, {}, read_phi3},
-      {"qwen2", "Qwen2ForCausalLM", {151936, 4096, 22016, 32, 32, 32, nullopt, 32768, 1e-6, false, 1e4, nullopt}, {}, read_qwen2},
       {"qwen3", "Qwen3ForCausalLM", {151936, 4096, 22016, 32, 32, 32, 128, 32768, 1e-6, false, 1e4, nullopt}, {}, read_qwen3},
       {"qwen3_moe", "Qwen3MoeForCausalLM", {151936, 2048, 6144, 24, 32, 4, nullopt, 32768, 1e-6, false, 1e4, nullopt},
        {{"num_experts", "num_local_experts"}}, read_qwen3_moe},
       {"smollm3", "SmolLM3ForCausalLM", {128256, 2048, 11008, 36, 16, 4, nullopt, 32768, 1e-6, true, 2e6, 128004}, {}, read_llama},
+      gpt_neox_record(),
   };
   return all;
 }
+
+const FamilyRecord* find_family(std::string_view model_type) {
+  for (const FamilyRecord& f : family_records())
+    if (model_type == f.model_type) return &f;
+  return nullptr;
+}
+
+}  // namespace hf
+
+namespace {
 
 // PreTrainedConfig.validate_layer_type (transformers/configuration_utils.py): a layer_types or
 // mlp_layer_types list has one entry per layer. The entries' names are not checked here: no family
@@ -479,7 +508,7 @@ void check_layer_types(const json& doc, std::uint64_t layers) {
 // `int | None` (@strict refuses a list, a float, a string); absent, the class default. nn.Embedding
 // counts a negative index from the end (-1: the last row) and refuses one outside [-vocab, vocab)
 // ("Padding_idx must be within num_embeddings"): a model transformers cannot build, refused here.
-void pad_row(const json& doc, const Family& family, ModelSpec& m) {
+void pad_row(const json& doc, const FamilyRecord& family, ModelSpec& m) {
   const json* v = find(doc, "pad_token_id");
   if (v && !v->is_null() && !v->is_number_integer())
     r.fail("pad_token_id", "must be an integer or null (transformers' pad_token_id: int | None)");
@@ -535,7 +564,7 @@ DType default_dtype(const ModelSpec& spec) { return hf_config_dtype(spec).value_
 
 std::vector<std::string> hf_model_types() {
   std::vector<std::string> out;
-  for (const auto& f : families()) out.emplace_back(f.model_type);
+  for (const auto& f : hf::family_records()) out.emplace_back(f.model_type);
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -544,9 +573,8 @@ ModelSpec spec_from_hf_config(std::string_view text, std::string name) {
   const json doc = r.parse(text);
   if (!doc.is_object()) r.fail("", "must be an object");
   const std::string type = r.to_string(r.require(doc, "", "model_type"), "model_type", false);
-  const auto& all = families();
-  const auto family = std::find_if(all.begin(), all.end(), [&](const Family& f) { return type == f.model_type; });
-  if (family == all.end()) {
+  const FamilyRecord* family = hf::find_family(type);
+  if (!family) {
     if (type == "gemma3")
       r.fail("model_type", "'gemma3' is Gemma 3's image-text model: give its text_config (model_type gemma3_text)");
     r.fail("model_type", "no layerinit spec for Hugging Face model_type '" + type + "' (supported: " + supported() + ")");

@@ -19,7 +19,7 @@ namespace layerinit {
 // the config's _name_or_path, else its model_type. Throws spec_error ("config.json: <field>: <what>")
 // for malformed JSON, a field of the wrong type or out of range, an unknown model_type (listing
 // hf_model_types()), and a field the family does not support (naming it). The token embedding of
-// every family with a padding_idx (all but gpt2) has its pad_token_id row (the config's, else the
+// every family with a padding_idx (all but gpt2 and gpt_neox) has its pad_token_id row (the config's, else the
 // class default's) as a region of zeros, as transformers' _init_weights leaves it (docs/spec.md).
 LAYERINIT_API ModelSpec spec_from_hf_config(std::string_view config_json, std::string name = "");
 

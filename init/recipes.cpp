@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "family_record.hpp"
 #include "haiku_names.hpp"
 
 namespace layerinit {
@@ -69,11 +70,12 @@ std::optional<FillSpec> norm_rule(const TensorContext& c) {
 FillSpec hf_rule(const TensorContext& c) {
   if (auto n = norm_rule(c)) return *n;
   const double r = c.model.hyper.initializer_range;
-  // GptOssPreTrainedModel._init_weights draws the attention sinks and the router's bias like weights.
-  const bool gpt_oss = c.model.family == "gpt_oss";
+  // What the family's own _init_weights adds, as its record says (none for an MLP or a custom spec).
+  const hf::FamilyRecord* family = hf::find_family(c.model.family);
+  const hf::HfInitQuirks quirks = family ? family->hf_init : hf::HfInitQuirks{};
   switch (c.tensor.role) {
     case TensorRole::linear_bias:
-      if (gpt_oss && ends_with(c.tensor.name, "mlp.router.bias")) return FillSpec::normal(0.0, r);
+      if (quirks.sinks_and_router_bias_drawn && ends_with(c.tensor.name, "mlp.router.bias")) return FillSpec::normal(0.0, r);
       return FillSpec::constant(0.0);
     case TensorRole::embedding:
     case TensorRole::position_embedding:
@@ -81,11 +83,10 @@ FillSpec hf_rule(const TensorContext& c) {
     case TensorRole::router_weight:
     case TensorRole::head_weight: return FillSpec::normal(0.0, r);
     case TensorRole::output_weight:
-      // GPT2PreTrainedModel._init_weights re-draws every "c_proj.weight" with std r / sqrt(2 n_layer).
-      if (c.model.family == "gpt2") return FillSpec::normal(0.0, r / std::sqrt(2.0 * num_layers(c)));
+      if (quirks.depth_scaled_outputs) return FillSpec::normal(0.0, r / std::sqrt(2.0 * num_layers(c)));
       return FillSpec::normal(0.0, r);
     case TensorRole::other:
-      if (gpt_oss && ends_with(c.tensor.name, "self_attn.sinks")) return FillSpec::normal(0.0, r);
+      if (quirks.sinks_and_router_bias_drawn && ends_with(c.tensor.name, "self_attn.sinks")) return FillSpec::normal(0.0, r);
       no_rule("hf", c);
     default: no_rule("hf", c);
   }

@@ -494,7 +494,7 @@ TEST(CheckpointSafetensors, ConfigJsonForEachFamily) {
     FAIL();
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()), "config.json: family 'mlp' has no Hugging Face model_type (supported: llama, mistral, "
-                                     "mixtral, qwen2, gemma2, gpt2); a spec read from a config.json carries its own");
+                                     "mixtral, qwen2, gemma2, gpt2, gpt_neox); a spec read from a config.json carries its own");
   }
 }
 

@@ -93,7 +93,7 @@ TEST(HfSpec, RealConfigsHaveTransformersParameterCounts) {
 TEST(HfSpec, MissingFieldsTakeTheConfigClassDefaults) {
   const std::map<std::string, Count> expected = {
       {"deepseek_v3", {671'026'404'352ULL, 14848}}, {"gemma2", {2'614'341'888ULL, 0}},
-      {"gemma3_text", {2'628'658'432ULL, 0}},           {"glm4_moe", {103'481'200'640ULL, 5760}}, {"gpt2", {124'439'808ULL, 0}},
+      {"gemma3_text", {2'628'658'432ULL, 0}},           {"glm4_moe", {103'481'200'640ULL, 5760}}, {"gpt2", {124'439'808ULL, 0}}, {"gpt_neox", {20'554'567'680ULL, 0}},
       {"gpt_oss", {116'829'156'672ULL, 0}},           {"kimi_k2", {671'026'404'352ULL, 14848}},
       {"llama", {6'738'415'616ULL, 0}},             {"mistral", {7'241'732'096ULL, 0}}, {"mixtral", {46'702'792'704ULL, 0}},
       {"olmo2", {6'888'624'128ULL, 0}},               {"phi3", {3'821'079'552ULL, 0}},
@@ -317,7 +317,7 @@ TEST(HfSpec, EveryProblemIsOneLineNamingTheField) {
   const std::pair<std::string, std::string> cases[] = {
       {R"({"model_type": "bert"})",
        "config.json: model_type: no layerinit spec for Hugging Face model_type 'bert' (supported: deepseek_v3, gemma2, "
-       "gemma3_text, glm4_moe, gpt2, gpt_oss, kimi_k2, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, "
+       "gemma3_text, glm4_moe, gpt2, gpt_neox, gpt_oss, kimi_k2, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, "
        "smollm3)"},
       {R"({"vocab_size": 10})", "config.json: top level: missing key 'model_type'"},
       {R"([1, 2])", "config.json: top level: must be an object"},
