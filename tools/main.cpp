@@ -125,6 +125,7 @@ int help_written(int rc) {
   }
   return rc;
 }
+
 // The subcommands and their flags, bound to the variables main reads after parsing.
 using layerinit::cli::EmitArgs;
 using layerinit::cli::ModelArgs;
