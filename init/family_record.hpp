@@ -120,6 +120,10 @@ struct FamilyRecord {
   // nullptr: layerinit reads this family's config.json but writes none of its own.
   Writer write = nullptr;
   HfInitQuirks hf_init = {};
+  // transformers' module names that differ from the checkpoint's (its conversion_mapping.py renames a
+  // checkpoint's key to them when it loads): module name -> tensor name. A framework adapter maps a
+  // model's parameters through it (layerinit.torch.init_ on GPTNeoXForCausalLM's lm_head).
+  std::vector<std::pair<std::string, std::string>> module_names = {};
 };
 
 // Every family, in the order config_json's messages list the ones it writes (hf_spec.cpp's table).

@@ -569,6 +569,11 @@ std::vector<std::string> hf_model_types() {
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> hf_module_names(std::string_view model_type) {
+  const hf::FamilyRecord* f = hf::find_family(model_type);
+  return f ? f->module_names : std::vector<std::pair<std::string, std::string>>{};
+}
+
 ModelSpec spec_from_hf_config(std::string_view text, std::string name) {
   const json doc = r.parse(text);
   if (!doc.is_object()) r.fail("", "must be an object");

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <layerinit/core/api.hpp>
@@ -43,5 +44,8 @@ LAYERINIT_API DType default_dtype(const ModelSpec& spec);
 
 // The model_types spec_from_hf_config reads, sorted.
 LAYERINIT_API std::vector<std::string> hf_model_types();
+// The transformers module names of `model_type`'s parameters that differ from the names its spec
+// (and checkpoints) give them, as (module name, tensor name); empty for none or an unknown type.
+LAYERINIT_API std::vector<std::pair<std::string, std::string>> hf_module_names(std::string_view model_type);
 
 }  // namespace layerinit

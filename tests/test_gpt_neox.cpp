@@ -150,3 +150,12 @@ TEST(GptNeox, WritesAConfigThatReadsBack) {
   back.hf_config.clear();
   EXPECT_EQ(back, bare);
 }
+
+// transformers 5 names the head lm_head where checkpoints hold embed_out (conversion_mapping.py renames
+// it on load): the record says so for the framework adapters; a family with no renames says nothing.
+TEST(GptNeox, ItsModuleNamesTheHeadLmHead) {
+  using Names = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(hf_module_names("gpt_neox"), (Names{{"lm_head.weight", "embed_out.weight"}}));
+  EXPECT_EQ(hf_module_names("llama"), Names{});
+  EXPECT_EQ(hf_module_names("no-such-family"), Names{});
+}

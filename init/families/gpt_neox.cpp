@@ -100,7 +100,10 @@ void write(const ModelSpec& spec, nlohmann::ordered_json& j) {
 }  // namespace
 
 FamilyRecord gpt_neox_record() {
-  return {"gpt_neox", "GPTNeoXForCausalLM", kDefaults, {}, read, {}, /*padding_idx=*/false, write};
+  // Checkpoints (Pythia's, the hub's) hold the head as embed_out; transformers 5's module is lm_head
+  // (conversion_mapping.py: WeightRenaming "^embed_out." -> "lm_head.").
+  return {"gpt_neox", "GPTNeoXForCausalLM", kDefaults, {}, read, {}, /*padding_idx=*/false, write, {},
+          {{"lm_head.weight", "embed_out.weight"}}};
 }
 
 }  // namespace layerinit::hf

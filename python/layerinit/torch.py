@@ -1309,6 +1309,7 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
         raise ValueError(f"{len(bad)} parameter(s) of a dtype layerinit does not fill (float32, float16, bfloat16): "
                          f"{_listed(bad)}; skip them with name_map= (None)")
     makers: Optional[dict[str, Maker]] = None
+    module_names: dict[str, str] = {}  # module name -> tensor name, where a family's differ (_core.hf_module_names)
     if spec is not None:
         s = _spec(spec)
     elif _is_torchtitan(module):
@@ -1319,6 +1320,8 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
     elif getattr(module, "config", None) is not None and hasattr(module.config, "model_type") and (
             recipe is not None or module.config.model_type in _core.hf_model_types()):
         s = hf_spec(module.config)  # the family's tensors under their Hugging Face names, as emit writes them
+        # Where transformers' module names a parameter otherwise than the checkpoints (GPT-NeoX's lm_head).
+        module_names = dict(_core.hf_module_names(module.config.model_type))
     else:  # the module's own names (a transformers family layerinit has no spec of, under its own init)
         description = _description(module, skip, type(module).__name__, places)
         if not description["parameters"]:  # nothing to fill
@@ -1363,7 +1366,7 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
         buffers = [(n, b) for n, b in module.named_buffers() if named(n)]
         entries = params + buffers
         makers = _makers([(n, places[n].shape) for n, t in entries], p0, spec_names, name_map,
-                         lambda n: _tensor_name(module, n))
+                         lambda n: module_names.get(t := _tensor_name(module, n), t))
     # Every check before anything is allocated or written: dtypes, then each parameter as a Composite
     # of its dtype's plan (its tensors, their fills in that dtype) of its global shape.
     bad = [f"{n} ({t.dtype})" for n, t in entries if n in makers and t.dtype not in _DTYPES]

@@ -818,6 +818,9 @@ void define_specs(nb::module_& m) {
                "(why no fill: '' when one does)}].");
 
   m.def("hf_model_types", &hf_model_types, "The Hugging Face model_types spec_from_hf_config reads (init/hf_spec.hpp).");
+  m.def("hf_module_names", [](const std::string& model_type) { return hf_module_names(model_type); }, "model_type"_a,
+        "[(transformers module name, tensor name)] where a family's module names its parameter otherwise than its "
+        "checkpoints (GPT-NeoX's lm_head, embed_out).");
 
   m.def("name_matches", [](const std::string& pattern, const std::string& name) { return name_matches(pattern, name); },
         "pattern"_a, "name"_a, "Whether the glob matches the name as --init-override matches tensor names (core/text.hpp).");
