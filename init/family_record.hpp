@@ -131,8 +131,8 @@ const std::vector<FamilyRecord>& family_records();
 // The record of `model_type`, nullptr for none.
 const FamilyRecord* find_family(std::string_view model_type);
 
-// The records in files of their own (init/families/<model_type>.cpp), each listed in family_records().
-FamilyRecord gpt2_record();
-FamilyRecord gpt_neox_record();
+// The records in files of their own, init/families/<name>.cpp each defining `FamilyRecord <name>_record()`,
+// by file name: the list is generated from the folder (init/CMakeLists.txt), family_records() appends it.
+std::vector<FamilyRecord> family_file_records();
 
 }  // namespace layerinit::hf

@@ -439,40 +439,42 @@ namespace hf {
 
 // Defaults: each configuration_<type>.py's class fields (transformers 5.23; pad_token_id as 5.24's).
 // The families layerinit writes a config.json for come first, in the order config_json's messages
-// list them; hf_model_types() sorts them all.
+// list them, then the records in files of their own (by file name); hf_model_types() sorts them all.
 const std::vector<FamilyRecord>& family_records() {
   using std::nullopt;
-  static const std::vector<FamilyRecord> all = {
-      {"llama", "LlamaForCausalLM", {32000, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-6, false, 1e4, nullopt}, {}, read_llama,
-       {"LlamaConfig", true}, true, write_llama},
-      {"mistral", "MistralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-6, false, 1e4, nullopt}, {}, read_mistral,
-       {nullptr, true}, true, write_mistral},
-      {"mixtral", "MixtralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-5, false, 1e6, nullopt},
-       {{"num_experts", "num_local_experts"}}, read_mixtral, {nullptr, true}, true, write_mixtral},
-      {"qwen2", "Qwen2ForCausalLM", {151936, 4096, 22016, 32, 32, 32, nullopt, 32768, 1e-6, false, 1e4, nullopt}, {}, read_qwen2,
-       {}, true, write_qwen2},
-      {"gemma2", "Gemma2ForCausalLM", {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6, true, 1e4, 0}, {}, read_gemma,
-       {"Gemma2Config", false}, true, write_gemma2},
-      gpt2_record(),
-      {"deepseek_v3", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4, nullopt},
-       {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3, {nullptr, true}},
-      {"gemma3_text", "Gemma3ForCausalLM", {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6, true, 1e6, 0}, {}, read_gemma,
-       {"Gemma3TextConfig", false}},
-      {"glm4_moe", "Glm4MoeForCausalLM", {151552, 4096, 10944, 46, 96, 8, nullopt, 131072, 1e-5, false, 1e4, nullopt},
-       {{"num_local_experts", "n_routed_experts"}}, read_glm4_moe},
-      {"gpt_oss", "GptOssForCausalLM", {201088, 2880, 2880, 36, 64, 8, 64, 131072, 1e-5, false, 150000, nullopt},
-       {{"num_experts", "num_local_experts"}}, read_gpt_oss, {}, true, nullptr, {.sinks_and_router_bias_drawn = true}},
-      // Kimi K2 is DeepSeek-V3's architecture under its own model_type (its remote code's DeepseekV3Config).
-      {"kimi_k2", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4, nullopt},
-       {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3, {nullptr, true}},
-      {"olmo2", "Olmo2ForCausalLM", {50304, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-5, false, 1e4, 1}, {}, read_olmo2},
-      {"phi3", "Phi3ForCausalLM", {32064, 3072, 8192, 32, 32, nullopt, nullopt, 4096, 1e-5, false, 1e4, 32000}, {}, read_phi3},
-      {"qwen3", "Qwen3ForCausalLM", {151936, 4096, 22016, 32, 32, 32, 128, 32768, 1e-6, false, 1e4, nullopt}, {}, read_qwen3},
-      {"qwen3_moe", "Qwen3MoeForCausalLM", {151936, 2048, 6144, 24, 32, 4, nullopt, 32768, 1e-6, false, 1e4, nullopt},
-       {{"num_experts", "num_local_experts"}}, read_qwen3_moe},
-      {"smollm3", "SmolLM3ForCausalLM", {128256, 2048, 11008, 36, 16, 4, nullopt, 32768, 1e-6, true, 2e6, 128004}, {}, read_llama},
-      gpt_neox_record(),
-  };
+  static const std::vector<FamilyRecord> all = [] {
+    std::vector<FamilyRecord> records = {
+        {"llama", "LlamaForCausalLM", {32000, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-6, false, 1e4, nullopt}, {}, read_llama,
+         {"LlamaConfig", true}, true, write_llama},
+        {"mistral", "MistralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-6, false, 1e4, nullopt}, {}, read_mistral,
+         {nullptr, true}, true, write_mistral},
+        {"mixtral", "MixtralForCausalLM", {32000, 4096, 14336, 32, 32, 8, nullopt, 131072, 1e-5, false, 1e6, nullopt},
+         {{"num_experts", "num_local_experts"}}, read_mixtral, {nullptr, true}, true, write_mixtral},
+        {"qwen2", "Qwen2ForCausalLM", {151936, 4096, 22016, 32, 32, 32, nullopt, 32768, 1e-6, false, 1e4, nullopt}, {}, read_qwen2,
+         {}, true, write_qwen2},
+        {"gemma2", "Gemma2ForCausalLM", {256000, 2304, 9216, 26, 8, 4, 256, 8192, 1e-6, true, 1e4, 0}, {}, read_gemma,
+         {"Gemma2Config", false}, true, write_gemma2},
+        {"deepseek_v3", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4, nullopt},
+         {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3, {nullptr, true}},
+        {"gemma3_text", "Gemma3ForCausalLM", {262208, 2304, 9216, 26, 8, 4, 256, 131072, 1e-6, true, 1e6, 0}, {}, read_gemma,
+         {"Gemma3TextConfig", false}},
+        {"glm4_moe", "Glm4MoeForCausalLM", {151552, 4096, 10944, 46, 96, 8, nullopt, 131072, 1e-5, false, 1e4, nullopt},
+         {{"num_local_experts", "n_routed_experts"}}, read_glm4_moe},
+        {"gpt_oss", "GptOssForCausalLM", {201088, 2880, 2880, 36, 64, 8, 64, 131072, 1e-5, false, 150000, nullopt},
+         {{"num_experts", "num_local_experts"}}, read_gpt_oss, {}, true, nullptr, {.sinks_and_router_bias_drawn = true}},
+        // Kimi K2 is DeepSeek-V3's architecture under its own model_type (its remote code's DeepseekV3Config).
+        {"kimi_k2", "DeepseekV3ForCausalLM", {129280, 7168, 18432, 61, 128, 128, nullopt, 4096, 1e-6, false, 1e4, nullopt},
+         {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3, {nullptr, true}},
+        {"olmo2", "Olmo2ForCausalLM", {50304, 4096, 11008, 32, 32, nullopt, nullopt, 2048, 1e-5, false, 1e4, 1}, {}, read_olmo2},
+        {"phi3", "Phi3ForCausalLM", {32064, 3072, 8192, 32, 32, nullopt, nullopt, 4096, 1e-5, false, 1e4, 32000}, {}, read_phi3},
+        {"qwen3", "Qwen3ForCausalLM", {151936, 4096, 22016, 32, 32, 32, 128, 32768, 1e-6, false, 1e4, nullopt}, {}, read_qwen3},
+        {"qwen3_moe", "Qwen3MoeForCausalLM", {151936, 2048, 6144, 24, 32, 4, nullopt, 32768, 1e-6, false, 1e4, nullopt},
+         {{"num_experts", "num_local_experts"}}, read_qwen3_moe},
+        {"smollm3", "SmolLM3ForCausalLM", {128256, 2048, 11008, 36, 16, 4, nullopt, 32768, 1e-6, true, 2e6, 128004}, {}, read_llama},
+    };
+    for (FamilyRecord& f : family_file_records()) records.push_back(std::move(f));
+    return records;
+  }();
   return all;
 }
 

@@ -112,7 +112,8 @@ def test_padding_row_is_zero_where_transformers_zeroes_it(family, pad, cli, tmp_
     truth = zero_rows(cpu.get_input_embeddings().weight)
     vocab = cpu.get_input_embeddings().weight.shape[0]
     row = cfg.pad_token_id
-    expected = [] if family in ("gpt2", "gpt_neox") or row is None else [row % vocab]  # no padding_idx
+    no_padding_idx = cpu.get_input_embeddings().padding_idx is None  # GPT-2's wte, GPT-NeoX's embed_in
+    expected = [] if no_padding_idx or row is None else [row % vocab]
     assert truth == expected, f"transformers {transformers.__version__} zeroes rows {truth} of {family}"
     head = cpu.get_output_embeddings()
     if head.weight is cpu.get_input_embeddings().weight:

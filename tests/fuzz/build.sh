@@ -28,11 +28,14 @@ object() { echo "$objects/$(echo "$1" | tr / _).o"; }
 printf '%s\n' $spec $checkpoint | sort -u | xargs -P "$(nproc)" -I{} sh -c '
   '"${launcher:+$launcher }"'${CXX:-clang++} '"$flags"' -I"$1/include/all" ${2:+-I"$2"} -I/usr/include/eigen3 '"$hdf5_cflags"' \
     -c "$3/{}" -o "$4/$(echo {} | tr / _).o"' _ "$build" "$philox" "$root" "$objects"
+# The list of init/families/*.cpp's records, which the configure step generates into the build.
+${launcher:+$launcher }${CXX:-clang++} $flags -I"$build/include/all" -c "$build/init/family_files.cpp" -o "$objects/family_files.o"
 link() {
   name=$1
   shift
   objs=""
   for s in "$@"; do objs="$objs $(object "$s")"; done
+  [ "$name" != fuzz_spec_json ] || objs="$objs $objects/family_files.o"
   ${CXX:-clang++} $flags $objs -o "$out/$name" $hdf5_libs
   echo "built $out/$name"
 }
