@@ -13,6 +13,7 @@
 #include <layerinit/memory/tensor.hpp>
 #include <layerinit/memory/tracking.hpp>
 #include <layerinit/backends/backend.hpp>
+#include <layerinit/backends/caller_queue.hpp>
 #include <layerinit/init/box_fill.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/init/families.hpp>

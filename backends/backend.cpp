@@ -1,4 +1,5 @@
 #include <layerinit/backends/backend.hpp>
+#include <layerinit/backends/caller_queue.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -10,14 +11,15 @@
 
 namespace layerinit {
 
-std::unique_ptr<backend> make_simulated_backend(int device);  // backends/simulated_backend.cpp
-
 #if !LAYERINIT_HAS_CUDA
 namespace {
 CudaProbe real_cuda_probe(int) { return CudaProbe{false, "layerinit was built without CUDA", ""}; }
 int real_cuda_device_count() noexcept { return 0; }
 std::unique_ptr<backend> make_cuda_backend(int) { throw error("CUDA backend unavailable: layerinit was built without CUDA"); }
 }  // namespace
+std::unique_ptr<backend> make_cuda_backend_on_stream(int, void*) {
+  throw error("CUDA backend unavailable: layerinit was built without CUDA");
+}
 #else
 CudaProbe real_cuda_probe(int device);        // backends/cuda_backend.cu
 int real_cuda_device_count() noexcept;        // backends/cuda_backend.cu
@@ -72,7 +74,7 @@ std::unique_ptr<backend> make_backend(const DeviceChoice& device, int threads) {
   if (threads < 0) bad_argument("thread count", threads, "must be >= 0 (0 = the CPUs this process may use)");
   if (device.kind == BackendKind::host) return make_host_backend(threads);
   if (device.kind == BackendKind::dry) return make_dry_backend();
-  if (simulated_cuda_devices() > 0) return make_simulated_backend(device.cuda_device);
+  if (simulated_cuda_devices() > 0) return make_simulated_cuda_backend(device.cuda_device);
   return make_cuda_backend(device.cuda_device);
 }
 

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <layerinit/backends/caller_queue.hpp>
 #include <layerinit/backends/cuda_resource.hpp>
 #include <layerinit/core/cuda_check.hpp>
 #include <layerinit/core/errors.hpp>
@@ -19,26 +20,29 @@ namespace {
 
 class cuda_backend final : public backend {
  public:
-  explicit cuda_backend(int device) : device_(device) {
+  // `caller_stream` null: a stream of its own; else the caller's, which it never synchronizes on
+  // destruction nor destroys (make_cuda_backend_on_stream).
+  explicit cuda_backend(int device, cudaStream_t caller_stream = nullptr)
+      : device_(device), stream_(caller_stream), owns_stream_(caller_stream == nullptr) {
     DeviceScope scope(device_);
     cudaDeviceProp prop{};
     LAYERINIT_CUDA_TRY(cudaGetDeviceProperties(&prop, device_));
     name_ = "cuda:" + std::to_string(device_) + " " + prop.name;
     fill_cuda_prepare(device_);  // the tables and launch shapes now, not at the first fill
-    LAYERINIT_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    if (owns_stream_) LAYERINIT_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     try {
       mr_ = make_cuda_resource(device_, stream_, name_);
     } catch (...) {
-      (void)cudaStreamDestroy(stream_);
+      if (owns_stream_) (void)cudaStreamDestroy(stream_);
       throw;
     }
   }
 
   ~cuda_backend() override {
     DeviceScope scope(device_);
-    LAYERINIT_CUDA_TRY_NOTHROW(cudaStreamSynchronize(stream_));
+    if (owns_stream_) LAYERINIT_CUDA_TRY_NOTHROW(cudaStreamSynchronize(stream_));
     mr_.reset();
-    LAYERINIT_CUDA_TRY_NOTHROW(cudaStreamDestroy(stream_));
+    if (owns_stream_) LAYERINIT_CUDA_TRY_NOTHROW(cudaStreamDestroy(stream_));
   }
 
   cuda_backend(const cuda_backend&) = delete;
@@ -89,6 +93,7 @@ class cuda_backend final : public backend {
   int device_;
   std::string name_;
   cudaStream_t stream_ = nullptr;
+  bool owns_stream_ = true;
   std::unique_ptr<memory_resource> mr_;  // destroyed before the stream
 };
 
@@ -98,6 +103,13 @@ std::unique_ptr<backend> make_cuda_backend(int device) {
   const CudaProbe p = real_cuda_probe(device);
   if (!p.usable) throw error("CUDA backend unusable: " + p.why);
   return std::make_unique<cuda_backend>(device);
+}
+
+std::unique_ptr<backend> make_cuda_backend_on_stream(int device, void* stream) {
+  LAYERINIT_EXPECTS(stream != nullptr, "make_cuda_backend_on_stream: no stream (the legacy default stream is not a caller's queue)");
+  const CudaProbe p = real_cuda_probe(device);
+  if (!p.usable) throw error("CUDA backend unusable: " + p.why);
+  return std::make_unique<cuda_backend>(device, static_cast<cudaStream_t>(stream));
 }
 
 int real_cuda_device_count() noexcept {

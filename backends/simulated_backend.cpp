@@ -7,6 +7,7 @@
 #include <utility>
 
 #include <layerinit/backends/backend.hpp>
+#include <layerinit/backends/caller_queue.hpp>
 #include <layerinit/core/errors.hpp>
 #include <layerinit/kernels/fill_grid.hpp>
 
@@ -109,7 +110,6 @@ std::vector<SimulatedDeviceEvent> take_simulated_device_events() {
   return std::exchange(record(), {});
 }
 
-// backend.cpp's make_backend, for a device of the simulated node.
-std::unique_ptr<backend> make_simulated_backend(int device) { return std::make_unique<simulated_backend>(device); }
+std::unique_ptr<backend> make_simulated_cuda_backend(int device) { return std::make_unique<simulated_backend>(device); }
 
 }  // namespace layerinit

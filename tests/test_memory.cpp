@@ -18,6 +18,7 @@
 #include <layerinit/kernels/fill_host.hpp>
 #include <layerinit/config.hpp>
 #include <layerinit/backends/backend.hpp>
+#include <layerinit/backends/caller_queue.hpp>
 #include <layerinit/core/errors.hpp>
 #include <layerinit/memory/recycling.hpp>
 #include <layerinit/memory/resource.hpp>
@@ -531,6 +532,59 @@ TEST(Backend, HostFillAndCopies) {
   be->copy(other.data(), buf.data(), n * 2);
   EXPECT_EQ(std::memcmp(other.data(), ref.data(), n * 2), 0);
   expect_stats(tr.stats(), 4 * n, 4 * n, 4 * n, 2, 2, 2, "two tensors");
+}
+
+// Backends over a caller's queue (backends/caller_queue.hpp), which the XLA FFI handlers fill through:
+// the simulated CUDA stand-in writes the host backend's bytes and records its device when the node is
+// simulated; the CUDA backend on a caller's stream refuses where CUDA is unusable, naming why.
+namespace {
+
+// A normal fill of `n` bf16 elements named `name` by `be`, as bytes.
+std::vector<std::uint16_t> filled_by(backend& be, std::uint64_t n, const std::string& name) {
+  std::vector<std::uint16_t> out(n);
+  const FillJob job = make_fill_job(out.data(), DType::bf16, n, 7, name, FillSpec::normal(0, 0.02));
+  be.fill({&job, 1});
+  be.synchronize();
+  return out;
+}
+
+}  // namespace
+
+TEST(Backend, SimulatedCudaBackendWritesTheHostBytes) {
+  const auto host = make_host_backend(2);
+  const auto sim = make_simulated_cuda_backend(5);
+  EXPECT_EQ(sim->kind(), BackendKind::cuda);
+  EXPECT_EQ(sim->describe(), "cuda:5 simulated (host memory)");
+  const std::vector<std::uint16_t> want = filled_by(*host, 10'007, "w");
+  EXPECT_EQ(filled_by(*sim, 10'007, "w"), want);
+  EXPECT_NE(filled_by(*sim, 10'007, "v"), want);
+}
+
+TEST(Backend, SimulatedCudaBackendRecordsItsDeviceOnASimulatedNode) {
+  const layerinit::testing::SimulatedNode node(8);
+  const auto sim = make_simulated_cuda_backend(6);
+  (void)filled_by(*sim, 100, "w");
+  const std::vector<SimulatedDeviceEvent> events = layerinit::testing::SimulatedNode::events();
+  ASSERT_EQ(events.size(), 2u);  // the fill, then filled_by's synchronize
+  EXPECT_EQ(events[0].device, 6);
+  EXPECT_EQ(events[0].what, SimulatedDeviceEvent::What::fill);
+  EXPECT_EQ(events[0].bytes, 200u);
+  EXPECT_EQ(events[1].device, 6);
+  EXPECT_EQ(events[1].what, SimulatedDeviceEvent::What::synchronize);
+}
+
+TEST(Backend, CudaBackendOnAStreamNamesWhyCudaIsUnusable) {
+  const CudaProbe p = cuda_probe(0);
+  if (p.usable) GTEST_SKIP() << "a CUDA device is usable here: tests/gpu/ fill on a caller's stream";
+  int stream_stand_in = 0;  // never used: the backend is refused first
+  try {
+    (void)make_cuda_backend_on_stream(0, &stream_stand_in);
+    FAIL() << "made a CUDA backend where CUDA is unusable";
+  } catch (const error& e) {
+    EXPECT_TRUE(std::string(e.what()).starts_with("CUDA backend unusable: ") ||
+                std::string(e.what()) == "CUDA backend unavailable: layerinit was built without CUDA")
+        << e.what();
+  }
 }
 
 // A freed block comes back to the next allocation of its exact size; a size no kept block has hands

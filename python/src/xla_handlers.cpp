@@ -1,25 +1,41 @@
 #include "xla_handlers.hpp"
 
+#include <map>
+#include <memory>
+#include <mutex>
+
 #include <layerinit/backends/backend.hpp>
-#include <layerinit/kernels/fill_grid.hpp>
-#include <layerinit/kernels/fill_host.hpp>
+#include <layerinit/backends/caller_queue.hpp>
 
 namespace layerinit::jax {
 namespace {
 
+// The backends are made on first use and never destroyed: XLA may still run a fill while the
+// process exits, after static destructors.
+backend& host() {
+  static backend* const be = make_host_backend().release();  // all the CPUs the process may use
+  return *be;
+}
+
+// The CUDA path's stand-in for device `ordinal`: the kernel's work split over a simulated grid,
+// recorded for the device XLA ran the call on (for the simulated node's tests).
+backend& simulated(std::int32_t ordinal) {
+  static std::mutex mu;
+  static auto* const made = new std::map<std::int32_t, std::unique_ptr<backend>>;
+  std::lock_guard lock(mu);
+  std::unique_ptr<backend>& be = (*made)[ordinal];
+  if (!be) be = make_simulated_cuda_backend(ordinal);
+  return *be;
+}
+
 ffi::Error fill_host_impl(std::int32_t ordinal, std::optional<ffi::AnyBuffer>, std::int64_t seed, std::string_view param,
                           ffi::Span<const std::int64_t> table, ffi::Result<ffi::AnyBuffer> out) {
-  return fill_piece(ordinal, seed, param, table, *out, [](const std::vector<FillJob>& jobs) { fill_host(jobs); });
+  return fill_piece(ordinal, seed, param, table, *out, [] { return &host(); });
 }
 
 ffi::Error fill_grid_impl(std::int32_t ordinal, std::optional<ffi::AnyBuffer>, std::int64_t seed, std::string_view param,
                           ffi::Span<const std::int64_t> table, ffi::Result<ffi::AnyBuffer> out) {
-  // A small odd grid, so tasks wrap around blocks as they do on a GPU with more work than blocks.
-  return fill_piece(ordinal, seed, param, table, *out,
-                    [ordinal](const std::vector<FillJob>& jobs) {
-                      grid::fill_grid_simulated(jobs, 3, 64);
-                      record_simulated_fill(ordinal, jobs);  // which device XLA ran it on, for the simulated node's tests
-                    });
+  return fill_piece(ordinal, seed, param, table, *out, [ordinal] { return &simulated(ordinal); });
 }
 
 ffi::Error ordinal_host_impl(std::int32_t ordinal, ffi::Result<ffi::Buffer<ffi::DataType::S32>> out) {

@@ -22,6 +22,7 @@
 
 #include <xla/ffi/api/ffi.h>
 
+#include <layerinit/backends/backend.hpp>
 #include <layerinit/config.hpp>
 
 #include "xla_piece.hpp"
@@ -40,11 +41,12 @@ namespace layerinit::jax {
 
 namespace ffi = ::xla::ffi;
 
-// Runs `fill(jobs)` with this call's jobs (xla_piece.hpp's piece_jobs); a C++ exception becomes the
-// error XLA raises in Python (an XlaRuntimeError with the message).
-template <class Fill>
+// Fills this call's jobs (xla_piece.hpp's piece_jobs) through backend::fill of `device()`'s backend,
+// which returns without waiting where the backend's queue is XLA's stream; a C++ exception becomes
+// the error XLA raises in Python (an XlaRuntimeError with the message).
+template <class Device>
 ffi::Error fill_piece(std::int32_t ordinal, std::int64_t seed_bits, std::string_view param,
-                      ffi::Span<const std::int64_t> table, ffi::AnyBuffer out, Fill&& fill) {
+                      ffi::Span<const std::int64_t> table, ffi::AnyBuffer out, Device&& device) {
   if (fills_cancelled()) return ffi::Error(ffi::ErrorCode::kCancelled, "layerinit: interrupted");
   try {
     PieceCall c;
@@ -62,7 +64,7 @@ ffi::Error fill_piece(std::int32_t ordinal, std::int64_t seed_bits, std::string_
     }
     c.dst = out.untyped_data();
     const std::vector<FillJob> jobs = piece_jobs(c);
-    if (!jobs.empty()) fill(jobs);
+    if (!jobs.empty()) device()->fill(jobs);
     after_fill();
     return ffi::Error::Success();
   } catch (const std::invalid_argument& e) {

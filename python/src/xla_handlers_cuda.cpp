@@ -1,24 +1,36 @@
-// The CUDA handler: the jobs are made on the host from the attributes alone and enqueued on the stream
-// XLA hands the handler, writing XLA's device buffer; nothing is copied and nothing waits.
+// The CUDA handler: the jobs are made on the host from the attributes alone and enqueued, through
+// backend::fill, on the stream XLA hands the handler, writing XLA's device buffer; nothing is copied
+// and nothing waits.
 #include "xla_handlers.hpp"
 
 #include <cuda_runtime_api.h>
 
-#include <layerinit/core/cuda_check.hpp>
-#include <layerinit/kernels/fill_cuda.hpp>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include <layerinit/backends/backend.hpp>
+#include <layerinit/backends/caller_queue.hpp>
 
 namespace layerinit::jax {
 namespace {
 
+// The CUDA backend of the device XLA runs the call on, ordered on the stream XLA hands the call (the
+// tables and launch shapes are per device). Made on first use and never destroyed: XLA may still run
+// a fill while the process exits.
+backend& on_stream(std::int32_t ordinal, cudaStream_t stream) {
+  static std::mutex mu;
+  static auto* const made = new std::map<std::pair<std::int32_t, cudaStream_t>, std::unique_ptr<backend>>;
+  std::lock_guard lock(mu);
+  std::unique_ptr<backend>& be = (*made)[{ordinal, stream}];
+  if (!be) be = make_cuda_backend_on_stream(ordinal, stream);
+  return *be;
+}
+
 ffi::Error fill_cuda_impl(cudaStream_t stream, std::int32_t ordinal, std::optional<ffi::AnyBuffer>, std::int64_t seed,
                           std::string_view param, ffi::Span<const std::int64_t> table, ffi::Result<ffi::AnyBuffer> out) {
-  return fill_piece(ordinal, seed, param, table, *out, [stream, ordinal](const std::vector<FillJob>& jobs) {
-    // The device XLA runs the call on current for the launch: XLA's stream is that device's, and the
-    // tables and launch shapes are per device.
-    const DeviceScope on(ordinal);
-    LAYERINIT_CUDA_TRY(on.status());
-    fill_cuda(jobs, stream);
-  });
+  return fill_piece(ordinal, seed, param, table, *out, [ordinal, stream] { return &on_stream(ordinal, stream); });
 }
 
 ffi::Error ordinal_cuda_impl(cudaStream_t stream, std::int32_t ordinal, ffi::Result<ffi::Buffer<ffi::DataType::S32>> out) {

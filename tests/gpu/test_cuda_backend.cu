@@ -12,6 +12,7 @@
 #include "gpu_compare.hpp"
 #include <layerinit/kernels/fill_host.hpp>
 #include <layerinit/backends/backend.hpp>
+#include <layerinit/backends/caller_queue.hpp>
 #include <layerinit/backends/cuda_backend.hpp>
 #include <layerinit/core/errors.hpp>
 #include <layerinit/memory/tracking.hpp>
@@ -87,6 +88,24 @@ TEST(CudaBackend, CopyWithinDeviceAndToHost) {
   b->copy_to_host(from_a.data(), a.data(), n * 2);
   b->copy_to_host(from_c.data(), c.data(), n * 2);
   EXPECT_EQ(from_a, from_c);
+}
+
+// The XLA handlers' backend: fills enqueued on the caller's stream, which outlives the backend.
+TEST(CudaBackend, OnACallersStreamFillsThereAndLeavesTheStream) {
+  LAYERINIT_SKIP_WITHOUT_GPU();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const std::uint64_t n = 100003;
+  void* dst = nullptr;
+  ASSERT_EQ(cudaMalloc(&dst, n * 2), cudaSuccess);
+  {
+    auto b = make_cuda_backend_on_stream(0, stream);
+    EXPECT_EQ(cuda_backend_stream(*b), stream);
+    fill_and_check(*b, dst, n, "on.stream");
+  }
+  EXPECT_EQ(cudaStreamQuery(stream), cudaSuccess);  // still the caller's: not destroyed
+  EXPECT_EQ(cudaFree(dst), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 TEST(CudaBackend, EmptyAllocationsAreDistinctAndFreeable) {
