@@ -105,6 +105,15 @@ def _unwrapped(name: str) -> str:
     return _WRAPPER_COMPONENTS.sub("", name)
 
 
+def _bad(argument: str, value: str, problem: str, line: Optional[str] = None) -> BadInputError:
+    """The error of bad input, the library's own (C++ bad_input, core/errors.hpp): argument, value (as the
+    line shows it; '' when none) and problem apart, the line "<argument> <value> <problem>" unless given.
+    Raise it: ``raise _bad(...)``."""
+    e = BadInputError(line if line is not None else " ".join(part for part in (argument, value, problem) if part))
+    e.argument, e.value, e.problem = argument, value, problem
+    return e
+
+
 def _show(v: Any) -> str:
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -114,24 +123,26 @@ def _int(arg: str, v: Any, lo: int = 0, hi: int = _MAX_U64) -> int:
     """An integer argument in [lo, hi] (Python or NumPy integers, not bool); ValueError naming it."""
     span = f"[{lo}, 2**64)" if hi == _MAX_U64 else f"[{lo}, {hi}]"
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise ValueError(f"{arg} must be an integer in {span}, got {type(v).__name__} {_show(v)}")
+        raise _bad(arg, f"{type(v).__name__} {_show(v)}", f"must be an integer in {span}",
+                   f"{arg} must be an integer in {span}, got {type(v).__name__} {_show(v)}")
     try:  # a registered numbers.Integral whose __int__ raises
         n = int(v)
     except Exception as e:
-        raise ValueError(f"{arg}: int() of the {type(v).__name__} raised {type(e).__name__}: {e}") from e
+        raise _bad(arg, type(v).__name__, f"int() raised {type(e).__name__}: {e}",
+                   f"{arg}: int() of the {type(v).__name__} raised {type(e).__name__}: {e}") from e
     if not lo <= n <= hi:
-        raise ValueError(f"{arg} must be in {span}, got {n}")
+        raise _bad(arg, str(n), f"must be in {span}", f"{arg} must be in {span}, got {n}")
     return n
 
 
 def _str(arg: str, v: Any) -> str:
     """A text argument: a str that UTF-8 can encode (no lone surrogates); ValueError naming it."""
     if not isinstance(v, str):
-        raise ValueError(f"{arg} must be a str, got {type(v).__name__} {_show(v)}")
+        raise _bad(arg, f"{type(v).__name__} {_show(v)}", "must be a str", f"{arg} must be a str, got {type(v).__name__} {_show(v)}")
     try:
         v.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise ValueError(f"{arg} is not valid text: {e.reason} at index {e.start}") from None
+        raise _bad(arg, "", f"is not valid text: {e.reason} at index {e.start}") from None
     return v
 
 
@@ -168,15 +179,18 @@ def _dtype(arg: str, v: Any) -> str:
         return _str(arg, v)
     name = _dtype_object_name(v)
     if name is None:
-        raise ValueError(f"{arg} must be {_DTYPES_VALID}; got {type(v).__name__} {_show(v)}")
+        raise _bad(arg, f"{type(v).__name__} {_show(v)}", f"must be {_DTYPES_VALID}",
+                   f"{arg} must be {_DTYPES_VALID}; got {type(v).__name__} {_show(v)}")
     if name not in _DTYPE_NAMES:
-        raise ValueError(f"{arg} is {name}, which layerinit does not make (valid: {_DTYPES_VALID})")
+        raise _bad(arg, name, f"is not a dtype layerinit makes (valid: {_DTYPES_VALID})",
+                   f"{arg} is {name}, which layerinit does not make (valid: {_DTYPES_VALID})")
     return _DTYPE_NAMES[name]
 
 
 def _bool(arg: str, v: Any) -> bool:
     if not isinstance(v, bool):
-        raise ValueError(f"{arg} must be True or False, got {type(v).__name__} {_show(v)}")
+        raise _bad(arg, f"{type(v).__name__} {_show(v)}", "must be True or False",
+                   f"{arg} must be True or False, got {type(v).__name__} {_show(v)}")
     return v
 
 
@@ -184,11 +198,12 @@ def _seq(arg: str, v: Any, what: str = "a sequence") -> list[Any]:
     """The items of a sequence argument (a tuple, a list, a torch.Size, a NumPy array; not a str,
     bytes or mapping); ValueError naming it, also when iterating it raises."""
     if isinstance(v, (str, bytes, Mapping)) or not hasattr(v, "__iter__") or not hasattr(v, "__len__"):
-        raise ValueError(f"{arg} must be {what}, got {type(v).__name__} {_show(v)}")
+        raise _bad(arg, f"{type(v).__name__} {_show(v)}", f"must be {what}", f"{arg} must be {what}, got {type(v).__name__} {_show(v)}")
     try:
         return list(v)
     except Exception as e:
-        raise ValueError(f"{arg}: iterating the {type(v).__name__} raised {type(e).__name__}: {e}") from e
+        raise _bad(arg, type(v).__name__, f"iterating it raised {type(e).__name__}: {e}",
+                   f"{arg}: iterating the {type(v).__name__} raised {type(e).__name__}: {e}") from e
 
 
 def _ints(arg: str, v: Any, lo: int = 0) -> list[int]:
@@ -200,7 +215,7 @@ def _shape(arg: str, v: Any) -> list[int]:
     """A shape: integers whose product (the element count) fits in 64 bits, as the library counts."""
     dims = _ints(arg, v)
     if math.prod(dims) > _MAX_U64:
-        raise ValueError(f"{arg} {tuple(dims)} has more than 2**64 elements")
+        raise _bad(arg, str(tuple(dims)), "has more than 2**64 elements")
     return dims
 
 
@@ -208,11 +223,12 @@ def _items(arg: str, v: Any) -> list[tuple[Any, Any]]:
     """The (key, value) pairs of a mapping argument; ValueError naming it when it is not a mapping or
     reading it raises (an items() of its own)."""
     if not isinstance(v, Mapping):
-        raise ValueError(f"{arg} must be a mapping, got {type(v).__name__} {_show(v)}")
+        raise _bad(arg, f"{type(v).__name__} {_show(v)}", "must be a mapping", f"{arg} must be a mapping, got {type(v).__name__} {_show(v)}")
     try:
         return list(v.items())
     except Exception as e:
-        raise ValueError(f"{arg}: reading the {type(v).__name__} raised {type(e).__name__}: {e}") from e
+        raise _bad(arg, type(v).__name__, f"reading it raised {type(e).__name__}: {e}",
+                   f"{arg}: reading the {type(v).__name__} raised {type(e).__name__}: {e}") from e
 
 
 def _str_map(arg: str, v: Any, value: Any) -> dict[str, Any]:
@@ -234,12 +250,14 @@ def _json_value(arg: str, v: Any, depth: int = 1, path: str = "") -> Any:
     if isinstance(v, Mapping) or (isinstance(v, (list, tuple))):
         where = arg + (path if len(path) <= 60 else "..." + path[-57:])
         if depth > _MAX_JSON_DEPTH:
-            raise ValueError(f"{arg}: nested deeper than {_MAX_JSON_DEPTH} levels (objects and arrays)")
+            raise _bad(arg, "", f"nested deeper than {_MAX_JSON_DEPTH} levels (objects and arrays)",
+                           f"{arg}: nested deeper than {_MAX_JSON_DEPTH} levels (objects and arrays)")
         if isinstance(v, Mapping):
             out = {}
             for k, x in _items(where, v):
                 if not isinstance(k, str):
-                    raise ValueError(f"{where}: key {_show(k)} ({type(k).__name__}) is not a str")
+                    raise _bad(where, f"key {_show(k)}", f"({type(k).__name__}) is not a str",
+                               f"{where}: key {_show(k)} ({type(k).__name__}) is not a str")
                 out[k] = _json_value(arg, x, depth + 1, f"{path}[{k!r}]")
             return out
         return [_json_value(arg, x, depth + 1, f"{path}[{i}]") for i, x in enumerate(v)]
@@ -252,7 +270,7 @@ def _json_text(arg: str, v: Any) -> str:
     try:
         return _str(arg, json.dumps(value))
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{arg}: the dict is not JSON: {e}") from None
+        raise _bad(arg, "", f"is not JSON: {e}", f"{arg}: the dict is not JSON: {e}") from None
 
 
 def _fspath(arg: str, v: Any) -> str:
@@ -261,9 +279,10 @@ def _fspath(arg: str, v: Any) -> str:
     try:
         text = os.fspath(v)
     except Exception as e:
-        raise ValueError(f"{arg}: os.fspath of the {type(v).__name__} raised {type(e).__name__}: {e}") from e
+        raise _bad(arg, type(v).__name__, f"os.fspath raised {type(e).__name__}: {e}",
+                   f"{arg}: os.fspath of the {type(v).__name__} raised {type(e).__name__}: {e}") from e
     if not isinstance(text, str):
-        raise ValueError(f"{arg} must be a path as str, got {type(text).__name__}")
+        raise _bad(arg, type(text).__name__, "must be a path as str", f"{arg} must be a path as str, got {type(text).__name__}")
     return _str(arg, text)
 
 
@@ -271,7 +290,8 @@ def _mesh(mesh: Any) -> Optional[dict[str, int]]:
     if mesh is None:
         return None
     if not isinstance(mesh, Mapping):
-        raise ValueError(f"mesh must be a mapping like {{'tp': 2, 'fsdp': 2}}, got {type(mesh).__name__} {_show(mesh)}")
+        raise _bad("mesh", f"{type(mesh).__name__} {_show(mesh)}", "must be a mapping like {'tp': 2, 'fsdp': 2}",
+                   f"mesh must be a mapping like {{'tp': 2, 'fsdp': 2}}, got {type(mesh).__name__} {_show(mesh)}")
     return _str_map("mesh", mesh, lambda a, x: _int(a, x, 1))
 
 
@@ -314,12 +334,15 @@ def _progress(v: Any, what: str) -> Optional[_Progress]:
         try:
             from tqdm.auto import tqdm
         except ImportError:
-            raise ValueError("progress=True draws a tqdm bar, and tqdm is not installed: pip install tqdm, or pass "
-                             "a function f(done_bytes, total_bytes)") from None
+            raise _bad("progress", "True", "draws a tqdm bar, and tqdm is not installed",
+                       "progress=True draws a tqdm bar, and tqdm is not installed: pip install tqdm, or pass "
+                       "a function f(done_bytes, total_bytes)") from None
         return _Progress(bar=lambda total: tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=what))
     if not callable(v):
-        raise ValueError(f"progress must be None, True or a function f(done_bytes, total_bytes), got "
-                         f"{type(v).__name__} {_show(v)}")
+        raise _bad("progress", f"{type(v).__name__} {_show(v)}",
+                   "must be None, True or a function f(done_bytes, total_bytes)",
+                   f"progress must be None, True or a function f(done_bytes, total_bytes), got "
+                   f"{type(v).__name__} {_show(v)}")
     return _Progress(fn=v)
 
 
@@ -350,7 +373,8 @@ def _array_method(self: Array, dtype: Any = None, copy: Optional[bool] = None) -
         view = view.copy()
     if dtype is not None and view.dtype != dtype:
         if copy is False:
-            raise ValueError(f"a {self.dtype} array cannot become {dtype} without a copy")
+            raise _bad("dtype", str(dtype), f"needs a copy of the {self.dtype} array (copy=False)",
+                       f"a {self.dtype} array cannot become {dtype} without a copy")
         view = view.astype(dtype)
     return view
 
@@ -400,7 +424,8 @@ def hf_spec(config: Any) -> Spec:
     to_json = getattr(config, "to_json_string", None)
     if callable(to_json):
         return _core.Spec.from_hf_config(_str("config", to_json(use_diff=False)))
-    raise ValueError(f"config must be a transformers config, a config.json dict or path, got {type(config).__name__}")
+    raise _bad("config", type(config).__name__, "must be a transformers config, a config.json dict or path",
+               f"config must be a transformers config, a config.json dict or path, got {type(config).__name__}")
 
 
 def spec(model: ModelLike) -> Spec:
@@ -427,7 +452,8 @@ def spec(model: ModelLike) -> Spec:
             # /dev/zero is refused at once), errors naming the OS's reason.
             return _core.Spec.from_json_file(text)
         return _core.Spec.preset(text)  # ValueError listing the presets
-    raise ValueError(f"model must be a preset name, a spec file path, a spec dict or a Spec, got {type(model).__name__}")
+    raise _bad("model", type(model).__name__, "must be a preset name, a spec file path, a spec dict or a Spec",
+               f"model must be a preset name, a spec file path, a spec dict or a Spec, got {type(model).__name__}")
 
 
 def _fill(f: FillLike, arg: str = "fill") -> Fill:
@@ -435,7 +461,8 @@ def _fill(f: FillLike, arg: str = "fill") -> Fill:
         return f
     if isinstance(f, str):
         return _core.Fill.parse(_str(arg, f))
-    raise ValueError(f"{arg} must be a string like 'normal(0, 0.02)' or a Fill, got {type(f).__name__} {_show(f)}")
+    raise _bad(arg, f"{type(f).__name__} {_show(f)}", "must be a string like 'normal(0, 0.02)' or a Fill",
+               f"{arg} must be a string like 'normal(0, 0.02)' or a Fill, got {type(f).__name__} {_show(f)}")
 
 
 def _fill_text(f: FillLike, arg: str) -> str:
@@ -444,7 +471,8 @@ def _fill_text(f: FillLike, arg: str) -> str:
         return f.text
     if isinstance(f, str):
         return _str(arg, f)
-    raise ValueError(f"{arg} must be a string like 'normal(0, 0.02)' or a Fill, got {type(f).__name__} {_show(f)}")
+    raise _bad(arg, f"{type(f).__name__} {_show(f)}", "must be a string like 'normal(0, 0.02)' or a Fill",
+               f"{arg} must be a string like 'normal(0, 0.02)' or a Fill, got {type(f).__name__} {_show(f)}")
 
 
 def _overrides(arg: str, v: Any, value: Any) -> list[tuple[str, str]]:
@@ -513,14 +541,15 @@ def _check_patterns(s: Spec, fills: Sequence[tuple[str, str]], dtypes: Sequence[
         for pattern in s._unmatched([k for k, _ in pairs]):
             what = f"{arg} pattern {pattern!r} matches no tensor of {s.name!r}"
             if strict:
-                raise ValueError(what + " (strict=True)")
+                raise _bad(arg, f"pattern {pattern!r}", f"matches no tensor of {s.name!r} (strict=True)")
             warnings.warn(what, stacklevel=stacklevel)
 
 
 def _target(array: Any) -> tuple[Any, Optional[str]]:
     """The array DLPack can export, and the dtype its elements' bits hold when it differs."""
     if array is None:
-        raise ValueError("array must export DLPack (__dlpack__) or the buffer protocol, got None")
+        raise _bad("array", "None", "must export DLPack (__dlpack__) or the buffer protocol",
+                   "array must export DLPack (__dlpack__) or the buffer protocol, got None")
     if getattr(array, "requires_grad", False) and hasattr(array, "detach"):
         return array.detach(), None  # same storage; DLPack refuses tensors that require grad
     if type(array).__module__ == "numpy" and getattr(array.dtype, "name", "") == "bfloat16":
@@ -574,11 +603,11 @@ def _plan_composite(
     sizes = _ints("stack", stack, 1)
     firsts = [0] * len(sizes) if first is None else _ints("first", first)
     if len(firsts) != len(sizes):
-        raise ValueError(f"first has {len(firsts)} entries for {len(sizes)} stack axes")
+        raise _bad("first", f"has {len(firsts)} entries", f"for {len(sizes)} stack axes")
     perms: list[Optional[str]] = [None] * len(templates) if rows is None else _seq("rows", rows, "a sequence of "
                                                                                    "None or str")
     if len(perms) != len(templates):
-        raise ValueError(f"rows has {len(perms)} entries for {len(templates)} names")
+        raise _bad("rows", f"has {len(perms)} entries", f"for {len(templates)} names")
     perms = [None if r is None else _str(f"rows[{i}]", r) for i, r in enumerate(perms)]
     return _core.Plan._assemble(self, templates, list(zip(sizes, firsts)), _int("dim", dim, 0, 63), perms,
                                 _int("groups", groups, 1))
@@ -610,7 +639,7 @@ def _composite_tensor_name(self: Composite, part: int, index: Sequence[int] = ()
     p = _int("part", part, 0, len(self.parts) - 1)
     idx = _ints("index", index)
     if len(idx) != len(self.stack) or any(i >= size for i, (size, _) in zip(idx, self.stack)):
-        raise ValueError(f"index {tuple(idx)} is not a position of the stack axes {[size for size, _ in self.stack]}")
+        raise _bad("index", str(tuple(idx)), f"is not a position of the stack axes {[size for size, _ in self.stack]}")
     return _core_tensor_name(self, p, idx)
 
 
@@ -721,13 +750,16 @@ def fill_(
     want = None if dtype is None else _dtype("dtype", dtype)
     if isinstance(name, _core.Composite):
         if fill is not None or global_shape is not None or transposed:
-            raise ValueError("fill, global_shape and transposed come from the Composite: leave them out")
+            raise _bad("fill", "", "comes from the Composite (and global_shape and transposed): leave them out",
+                       "fill, global_shape and transposed come from the Composite: leave them out")
         if want is not None and _canonical_dtype(want) != name.dtype:
-            raise ValueError(f"dtype mismatch: asked for {want}, the composite is {name.dtype}")
+            raise _bad("dtype", str(want), f"is not the composite's {name.dtype}",
+                       f"dtype mismatch: asked for {want}, the composite is {name.dtype}")
         _core.fill_composite(target, name, seed, [] if off is None else off, False, bits_as)
         return array
     if fill is None:
-        raise ValueError("fill is required with a tensor name (a Composite carries its own)")
+        raise _bad("fill", "None", "is required with a tensor name (a Composite carries its own)",
+                   "fill is required with a tensor name (a Composite carries its own)")
     _core.fill(
         target,
         _str("name", name),
@@ -828,11 +860,11 @@ def _stored_tensors(source: Mapping[str, Any]) -> tuple[list[tuple[str, str, lis
             import torch
 
             if not isinstance(v, torch.Tensor):
-                raise ValueError(f"{arg} must be an array, got {type(v).__name__}")
+                raise _bad(arg, type(v).__name__, "must be an array", f"{arg} must be an array, got {type(v).__name__}")
             if type(v).__name__ == "DTensor" or hasattr(v, "full_tensor"):
-                raise ValueError(f"{arg} is a DTensor: pass its full_tensor() (a collective: call it on every rank)")
+                raise _bad(arg, "", "is a DTensor: pass its full_tensor() (a collective: call it on every rank)")
             if v.layout != torch.strided or v.is_meta:
-                raise ValueError(f"{arg} holds no dense values (layout {v.layout}, device {v.device})")
+                raise _bad(arg, "", f"holds no dense values (layout {v.layout}, device {v.device})")
             dtype = str(v.dtype).removeprefix("torch.")
             shape, esize = list(v.shape), v.element_size()
             if v.numel():  # ties: one tensor under two names, as state_dict() gives them
@@ -854,13 +886,14 @@ def _stored_tensors(source: Mapping[str, Any]) -> tuple[list[tuple[str, str, lis
                 a, dt, shape = v, v.dtype, list(v.shape)
             elif isinstance(v, Array):
                 if v.device != "cpu":
-                    raise ValueError(f"{arg} is a layerinit.Array on {v.device}: take it with torch.from_dlpack")
+                    raise _bad(arg, "", f"is a layerinit.Array on {v.device}: take it with torch.from_dlpack")
                 a = v._numpy_view()  # bf16 as uint16
                 dt, shape = a.dtype, list(v.shape)
             else:
-                raise ValueError(f"{arg} must be a torch tensor, a NumPy or JAX array, got {type(v).__name__}")
+                raise _bad(arg, type(v).__name__, "must be a torch tensor, a NumPy or JAX array",
+                           f"{arg} must be a torch tensor, a NumPy or JAX array, got {type(v).__name__}")
             if dt.kind == "O" or dt.fields is not None:
-                raise ValueError(f"{arg} of dtype {dt} holds no numbers")
+                raise _bad(arg, f"of dtype {dt}", "holds no numbers")
             dtype = dt.name
             if isinstance(v, Array):
                 dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[v.dtype]
@@ -948,8 +981,8 @@ def verify(
         path = _fspath("source", source)
         found, text = _reporting(report, lambda f: _core.verify_path(path, m, progress=f, **args))
     else:
-        raise ValueError("source must be a checkpoint's path or a mapping of names to arrays, got "
-                         f"{type(source).__name__}")
+        raise _bad("source", type(source).__name__, "must be a checkpoint's path or a mapping of names to arrays",
+                   f"source must be a checkpoint's path or a mapping of names to arrays, got {type(source).__name__}")
     j = json.loads(found)
     return VerifyReport(j["ok"], j["equal"], j["differs"], j["missing"], j["unexpected"], j["bytes_read"], j["seconds"],
                         j["tensors"], found, text)

@@ -312,6 +312,32 @@ def test_the_librarys_bad_input_carries_argument_value_and_problem():
     assert (e.value.argument, e.value.problem) == (e.value.source, e.value.reason)
 
 
+@pytest.mark.parametrize("call, parts, line", [
+    (lambda: layerinit.build("llama-tiny", seed=-1), ("seed", "-1", "must be in [0, 2**64)"),
+     "seed must be in [0, 2**64), got -1"),
+    (lambda: layerinit.build("llama-tiny", seed=1.5), ("seed", "float 1.5", "must be an integer in [0, 2**64)"),
+     "seed must be an integer in [0, 2**64), got float 1.5"),
+    (lambda: layerinit.build("llama-tiny", dtype=3), ("dtype", "int 3", None), None),
+    (lambda: layerinit.plan("llama-tiny", overrides={"*nope*": "zeros"}, strict=True),
+     ("overrides", "pattern '*nope*'", "matches no tensor of 'llama-tiny' (strict=True)"),
+     "overrides pattern '*nope*' matches no tensor of 'llama-tiny' (strict=True)"),
+    (lambda: layerinit.spec(5), ("model", "int", "must be a preset name, a spec file path, a spec dict or a Spec"),
+     "model must be a preset name, a spec file path, a spec dict or a Spec, got int"),
+    (lambda: layerinit.build("llama-tiny", progress=5), ("progress", "int 5", None), None),
+])
+def test_the_packages_own_refusals_are_the_librarys_bad_input(call, parts, line):
+    # The package's own checks of Python types raise the library's one type, parts apart, as the C++ does.
+    with pytest.raises(layerinit.BadInputError) as e:
+        call()
+    argument, value, problem = parts
+    assert (e.value.argument, e.value.value) == (argument, value)
+    if problem is not None:
+        assert e.value.problem == problem
+    assert e.value.problem and e.value.problem in str(e.value)
+    if line is not None:
+        assert str(e.value) == line
+
+
 # ---- item 10: a spec of 2^40 layers ----
 
 def test_plan_of_2_to_the_40_layers_needs_no_memory_per_layer():
