@@ -318,7 +318,7 @@ def test_the_librarys_bad_input_carries_argument_value_and_problem():
     (lambda: layerinit.build("llama-tiny", seed=1.5), ("seed", "float 1.5", "must be an integer in [0, 2**64)"),
      "seed must be an integer in [0, 2**64), got float 1.5"),
     (lambda: layerinit.build("llama-tiny", dtype=3), ("dtype", "int 3", None), None),
-    (lambda: layerinit.plan("llama-tiny", overrides={"*nope*": "zeros"}, strict=True),
+    (lambda: layerinit.plan("llama-tiny", overrides={"*nope*": "normal(0, 0.02)"}, strict=True),
      ("overrides", "pattern '*nope*'", "matches no tensor of 'llama-tiny' (strict=True)"),
      "overrides pattern '*nope*' matches no tensor of 'llama-tiny' (strict=True)"),
     (lambda: layerinit.spec(5), ("model", "int", "must be a preset name, a spec file path, a spec dict or a Spec"),
