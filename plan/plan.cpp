@@ -19,6 +19,47 @@ std::string_view naive_name(NaiveStrategy s) {
   return "?";
 }
 
+namespace {
+
+std::string record_shape(const Shape& s) {
+  std::string out = "[";
+  for (std::size_t d = 0; d < s.size(); ++d) out += (d ? "," : "") + std::to_string(s[d]);
+  return out + "]";
+}
+
+std::string record_regions(const PlannedTensor& t) {
+  if (t.regions.empty()) return "-";
+  std::string out;
+  for (const PlannedRegion& r : t.regions)
+    out += (out.empty() ? "" : ";") + record_shape(r.region.offset) + "+" + record_shape(r.region.shape) + "=" +
+           r.region.fill.text();
+  return out;
+}
+
+}  // namespace
+
+std::uint64_t listed_tensor_count(const ModelSpec& spec) {
+  const std::uint64_t per_layer = spec.layer.tensors.size(), L = spec.num_layers;
+  if (per_layer && L > (UINT64_MAX - spec.pre.size() - spec.post.size()) / per_layer) return UINT64_MAX;
+  return spec.pre.size() + L * per_layer + spec.post.size();
+}
+
+std::string plan_record(const Builder& b) {
+  std::string out = "layerinit plan record 1\nseed " + std::to_string(b.options().seed) + "\nlayout " +
+                    std::string(layout_name(b.options().layout)) + "\n";
+  b.walk({.whole_ends = true}, [&](const PlanStep& s) {
+    for (std::size_t j = 0; j < s.tensors.size(); ++j) {
+      const PlannedTensor& t = s.tensors[j];
+      std::string where = s.kind == Part::Kind::pre ? "pre" : s.kind == Part::Kind::post ? "post" : "layer " + std::to_string(b.spec().first_layer + s.layer);
+      if (s.layout != nullptr)
+        where += " " + std::string(s.buffers[s.layout->buffer[j]].name) + "[" + std::to_string(s.layout->slice(j, s.layer)) + "]";
+      out += t.name + "\t" + record_shape(t.shape) + "\t" + record_shape(t.memory_shape) + "\t" +
+             std::string(dtype_name(t.dtype)) + "\t" + t.fill.text() + "\t" + record_regions(t) + "\t" + where + "\n";
+    }
+  });
+  return out;
+}
+
 MemoryPlan make_memory_plan(const Builder& b) {
   const ModelSpec& spec = b.spec();
   MemoryPlan p;

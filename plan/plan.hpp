@@ -54,6 +54,19 @@ struct LAYERINIT_API MemoryPlan {
 
 LAYERINIT_API MemoryPlan make_memory_plan(const Builder& b);
 
+// The plan's record: what a build of `b` makes, as bytes every face of layerinit gives for the same
+// model and options (the CLI's `plan --record`, Python's Plan.record(), layerinit.torch.plan and
+// layerinit.jax.plan; docs/design.md, "The plan's record"). Its first line is
+// "layerinit plan record 1", then "seed <seed>" and "layout <layout>", then one line per tensor in
+// walk order, tab-separated: the canonical name, logical shape, memory shape, dtype, fill (its exact
+// text), regions ("-", or "<offset>+<shape>=<fill>" joined by ";"), and where the tensor goes ("pre",
+// "layer <i>" with i the canonical index, "post"; in the stacked layout "layer <i> <buffer>[<slice>]"). The model's name is not
+// in it: the same tensors under another model name are the same plan. It lists every tensor, so a
+// caller bounds listed_tensor_count first (the CLI and the binding refuse above 2^20).
+LAYERINIT_API std::string plan_record(const Builder& b);
+// The tensors plan_record lists: pre + layers x per-layer + post, UINT64_MAX where that overflows.
+LAYERINIT_API std::uint64_t listed_tensor_count(const ModelSpec& spec);
+
 // Optimizer-state setups (bytes per parameter: weights, gradients, optimizer, master weights).
 enum class TrainingSetup {
   mixed,      // 16-bit weights and gradients, fp32 master weights, fp32 Adam m and v: 2+2+4+8 = 16

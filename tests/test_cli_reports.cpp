@@ -102,6 +102,26 @@ TEST_F(Cli, PlanPrintsRunsOfIdenticalLayersAsOneRow) {
   EXPECT_EQ(subtotals(r.out), (std::vector<std::string>{"layers 0-3999999999, each"}));
 }
 
+// plan --record is the plan's record (plan/plan.hpp): the golden record every face's test compares
+// with (tests/plan_records/; test_plan.cpp for C++, python/tests/test_plan_record.py for the rest).
+TEST_F(Cli, PlanRecordIsTheGoldenRecordOfEveryFace) {
+  const fs::path source = LAYERINIT_SOURCE_DIR;
+  Result r = run({"plan", "--hf-config", (source / "tests/hf_configs/tiny/llama.json").string(), "--recipe", "hf",
+                  "--dtype", "fp32", "--record"});
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_EQ(r.out, slurp(source / "tests/plan_records/llama_tiny_hf_fp32.txt"));
+  EXPECT_EQ(r.err, "");
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"--json"}, std::vector<std::string>{"--tp", "2"}}) {
+    std::vector<std::string> args = {"plan", "--preset", "llama-tiny", "--record"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    r = run(args);
+    EXPECT_EQ(r.code(), 2) << extra[0];
+    EXPECT_EQ(r.err, "layerinit: error: --record is the whole model's plan in a text of its own: leave out --json and the "
+                     "mesh flags\n");
+    EXPECT_EQ(r.out, "");
+  }
+}
+
 TEST_F(Cli, PythonReadersHashTheFilesToTheReport) {
   if (::access(kPython.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << kPython << " (run scripts/python-env to create it)";
   if (run_command({kPython, "-c", "import h5py, safetensors, xxhash"}).code() != 0)

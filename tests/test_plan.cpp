@@ -9,7 +9,11 @@
 #include "builder_util.hpp"
 #include "naive.hpp"
 #include <layerinit/core/bytes.hpp>
+#include <layerinit/init/hf_spec.hpp>
+#include <layerinit/init/recipes.hpp>
 #include <layerinit/plan/plan.hpp>
+
+#include "test_util.hpp"
 
 using namespace layerinit;
 
@@ -79,6 +83,39 @@ void expect_plan_equals_measured(const ModelSpec& spec, backend& be, const Build
 }
 
 }  // namespace
+
+// The plan's record from C++: the golden record the CLI's plan --record and the Python, torch and
+// JAX faces give too (test_cli_reports.cpp, python/tests/test_plan_record.py).
+TEST(PlanRecord, TinyLlamaIsTheGoldenRecord) {
+  const std::filesystem::path source = LAYERINIT_SOURCE_DIR;
+  const ModelSpec spec = load_hf_config((source / "tests/hf_configs/tiny/llama.json").string());
+  BuildOptions o;
+  o.dtype = DType::f32;
+  auto be = make_dry_backend();
+  const Builder b(spec, make_recipe("hf"), o, *be, be->memory());
+  EXPECT_EQ(plan_record(b), layerinit::testing::slurp(source / "tests/plan_records/llama_tiny_hf_fp32.txt"));
+  EXPECT_EQ(listed_tensor_count(spec), 2u + 4u * 9u + 1u);
+}
+
+// Each field as plan_record's comment says: the seed, the layout, a region, the stacked slot of a
+// layer tensor (its buffer and slice), a layer index past first_layer, and the name left out.
+TEST(PlanRecord, SeedLayoutRegionsStackedSlotsAndLayers) {
+  ModelSpec spec = make_preset("llama-tiny");
+  spec.pre[0].regions = {FillRegion{{3, 0}, {1, spec.pre[0].shape[1]}, FillSpec::constant(0)}};
+  BuildOptions o = opts(Layout::stacked);
+  auto be = make_dry_backend();
+  const std::string rec = plan_record(Builder(spec, make_recipe("hf"), o, *be, be->memory()));
+  EXPECT_EQ(rec.rfind("layerinit plan record 1\nseed 11\nlayout stacked\nmodel.embed_tokens.weight\t[512,64]\t[512,64]\tbf16\t"
+                      "normal(0,0.02)\t[3,0]+[1,64]=constant(0)\tpre\n", 0), 0u) << rec;
+  EXPECT_NE(rec.find("\tlayer 2 model.layers.self_attn.q_proj.weight[2]\n"), std::string::npos) << rec;
+  spec.first_layer = 5;
+  spec.name = "another name";
+  o.layout = Layout::per_layer;
+  const std::string shifted = plan_record(Builder(spec, make_recipe("hf"), o, *be, be->memory()));
+  EXPECT_NE(shifted.find("model.layers.7.self_attn.q_proj.weight\t[64,64]\t[64,64]\tbf16\tnormal(0,0.02)\t-\tlayer 7\n"),
+            std::string::npos) << shifted;
+  EXPECT_EQ(shifted.find("another name"), std::string::npos);
+}
 
 TEST(Plan, EveryPresetPeakEqualsMeasuredDry) {
   auto be = make_dry_backend();

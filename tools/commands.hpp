@@ -14,6 +14,7 @@ int build_command(const ModelArgs& args, const std::string& report, const std::s
 
 struct PlanArgs {
   std::string report;  // "json" (--report json, --json): JSON instead of tables
+  bool record = false;  // --record: plan_record (plan/plan.hpp) instead of tables
   bool per_layer = false;  // a subtotal row per layer instead of one per run of identical layers
   std::string training = "mixed";
   std::uint64_t batch = 1;

@@ -155,6 +155,9 @@ CLI::App* add_plan(CLI::App& app, ModelArgs& plan_args, PlanArgs& plan_opts) {
   plan_args.add_parallel_flags(*plan);
   add_report_flags(*plan, plan_opts.report, "Print JSON instead of tables");
   plan_args.add_quiet_flag(*plan);
+  plan->add_flag("--record", plan_opts.record,
+                 "Print the plan's record instead: a line per tensor, the bytes every face of layerinit plans for this "
+                 "model (docs/design.md)");
   plan->add_flag("--per-layer", plan_opts.per_layer, "A subtotal row per layer (default: one per run of identical layers)");
   plan->add_option("--precision", plan_opts.training, "Training setup for the estimate: mixed, fp32, pure-bf16")->capture_default_str();
   add_decimal_option(*plan, "--batch", plan_opts.batch, 1, std::numeric_limits<std::uint64_t>::max(),

@@ -284,13 +284,12 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   // The table has a row per layer, --json an entry per tensor: a spec of 10^9 layers would print for
   // hours (and --json build its whole tree in memory first). Refused before anything is computed.
   constexpr std::uint64_t max_rows = 1u << 20;
-  if (pa.report == "json") {
-    const std::uint64_t per_layer = spec.layer.tensors.size(), L = spec.num_layers;
-    const std::uint64_t n = per_layer && L > (UINT64_MAX - spec.pre.size() - spec.post.size()) / per_layer
-                                ? UINT64_MAX
-                                : spec.pre.size() + L * per_layer + spec.post.size();
-    if (n > max_rows)
-      bad_argument("plan --json:", n, "tensors are too many to list (at most " + std::to_string(max_rows) + ")");
+  if (pa.record || pa.report == "json") {
+    const char* flag = pa.record ? "plan --record:" : "plan --json:";
+    if (const std::uint64_t n = listed_tensor_count(spec); n > max_rows)
+      bad_argument(flag, n, "tensors are too many to list (at most " + std::to_string(max_rows) + ")");
+    if (pa.record && (pa.report == "json" || args.sharded()))
+      bad_argument("--record", "is the whole model's plan in a text of its own: leave out --json and the mesh flags");
   } else if (pa.per_layer && spec.num_layers > max_rows) {
     bad_argument("plan --per-layer:", spec.num_layers, "layers are too many to list (at most " + std::to_string(max_rows) + ")");
   }
@@ -298,6 +297,12 @@ int plan_command(const ModelArgs& args, const PlanArgs& pa) {
   // Plans need no memory: the dry backend only hands out address space, and nothing is built here.
   auto be = make_dry_backend();
   const Builder b(spec, recipe, opts, *be, be->memory());
+  if (pa.record) {
+    begin_stdout();
+    std::cout << plan_record(b);
+    check_stdout();
+    return 0;
+  }
   const MemoryPlan p = make_memory_plan(b);
   // With mesh flags: the numbers of every rank (docs/sharding.md), a row per run of alike ranks.
   std::optional<ParallelPlan> parallel;
