@@ -28,9 +28,10 @@ from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSha
 
 from ._jax_record import Recorded, eval_shape
 from . import (_DTYPES_VALID, DTypeLike, Fill, FillLike, ModelLike, Plan, Spec, _bool, _canonical_dtype, _core, _describe,
-               _dtype, _dtype_object_name, _items, _json_value, _seq, _show, _str, _str_map, plan)
+               _bad, _dtype, _dtype_object_name, _items, _json_value, _seq, _show, _str, _str_map)
+from . import plan as _layerinit_plan
 
-__all__ = ["ROLES", "Recorded", "build", "eval_shape", "init", "spec_of"]
+__all__ = ["ROLES", "Recorded", "build", "eval_shape", "init", "plan", "spec_of"]
 
 #: Roles a rule may give a leaf (docs/spec.md): recipes pick each tensor's fill by its role.
 ROLES = ("embedding", "position_embedding", "linear_weight", "output_weight", "linear_bias", "norm_weight",
@@ -951,6 +952,39 @@ def spec_of(
     return s
 
 
+def plan(
+    tree: Any,
+    *,
+    seed: int = 0,
+    recipe: Optional[str] = None,
+    rules: Optional[Mapping[str, Any]] = None,
+    stacked: Union[str, Sequence[str], None] = None,
+    dtype: Optional[DTypeLike] = None,
+    hyper: Optional[Mapping[str, Any]] = None,
+    strict: bool = False,
+) -> Plan:
+    """The plan :func:`init` fills the leaves of ``tree`` from, nothing built: a :class:`layerinit.Plan`
+    (its tensors, their fills, and ``record()``, the bytes every face of layerinit gives for the model:
+    ``layerinit plan --record --spec`` of :func:`spec_of`'s JSON with the same recipe, dtype and seed).
+    ``dtype``: the plan's, default the leaves' own when they share one. Arguments as :func:`init`'s; a tree
+    whose 2-D weights are stored some ``[in, out]`` and some ``[out, in]`` has a plan per storage and is
+    refused."""
+    seed = _check_seed(seed)
+    m = _model(tree, rules, stacked, dtype, hyper, strict, recipe)
+    made = [lf for lf in m.leaves if 0 not in lf.shape]
+    if m.spec is None or not made:
+        raise _bad("tree", "", "has no float array leaf")
+    dtypes = sorted({lf.dtype for lf in made})
+    if len(dtypes) != 1:
+        raise _bad("dtype", "None", f"leaves the plan's dtype to the leaves, which are {', '.join(dtypes)}: name one")
+    storages = {m.described[lf.names[0]]["stored_in_out"] for lf in made}
+    if len(storages) != 1:
+        raise _bad("tree", "", "stores some 2-D weights [in, out] and others [out, in]: init fills each from the plan of its "
+                   "storage, and there is no one plan to give")
+    return _layerinit_plan(m.spec, dtype=dtypes[0], seed=seed, recipe=m.recipe,
+                           orientation="in-out" if storages.pop() else "out-in")
+
+
 def init(
     tree: Any,
     *,
@@ -1029,7 +1063,7 @@ def init(
         # Each leaf from the plan of its storage: in-out stores every transposable tensor [in, out].
         orientation = "in-out" if described[lf.names[0]]["stored_in_out"] else "out-in"
         if orientation not in plans:
-            plans[orientation] = plan(s, dtype="fp32", recipe=m.recipe, orientation=orientation)  # each leaf its own dtype
+            plans[orientation] = _layerinit_plan(s, dtype="fp32", recipe=m.recipe, orientation=orientation)  # each leaf its own dtype
         stored = lf.shape if lf.shape else (1,)
         try:
             param = plans[orientation]._leaf(_template(lf), [size for _, size in lf.lead], list(stored), lf.dtype,
@@ -1116,7 +1150,7 @@ def build(
     seed = _check_seed(seed)
     _outside_shard_map("build")
     sharding, mesh = _sharding_arg(sharding, False), _mesh_arg(mesh)
-    p = plan(model, dtype=dtype, recipe=recipe, layout=layout, orientation=orientation, experts=experts,
+    p = _layerinit_plan(model, dtype=dtype, recipe=recipe, layout=layout, orientation=orientation, experts=experts,
               overrides=overrides)
     arrays = []
     for name, shape, tdtype, _, _ in p.tensors():  # file order; a stacked buffer [L, ...] as one array

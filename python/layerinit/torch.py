@@ -22,10 +22,10 @@ from typing import Any, NamedTuple, Optional, TypeVar, Union
 
 import torch
 
-from . import (Composite, ModelLike, Plan, ProgressLike, Spec, _bool, _check_patterns, _core, _describe, _fill_text, _int,
+from . import (Composite, ModelLike, Plan, ProgressLike, Spec, _bad, _bool, _check_patterns, _core, _describe, _fill_text, _int,
                _items, _overrides, _plan, _Progress, _progress, _reporting, _show, _str, _unwrapped, hf_spec, spec as _spec)
 
-__all__ = ["init_", "hf_spec", "make", "module_spec", "tensor_map", "torchtitan_spec"]
+__all__ = ["init_", "hf_spec", "make", "module_spec", "plan", "tensor_map", "torchtitan_spec"]
 
 NameMap = Union[Mapping[str, Any], Callable[[str], Any]]
 
@@ -1383,6 +1383,44 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
     return composites, makers, plan_for, computed
 
 
+def _recipe_of(module: torch.nn.Module, recipe: Optional[str], spec: Optional[ModelLike]) -> Optional[str]:
+    """The recipe init_ fills `module` by; None: the model's own init."""
+    if recipe is not None:
+        return _str("recipe", recipe)
+    # A spec given names the values: its recipe's (hf unless told), as `layerinit emit --spec` writes them.
+    # A Megatron-core model already built ran its init in its constructor, which no code can run again:
+    # its config's init (recipe megatron, init_method_std and the output layers' scaling; make() records
+    # the constructor itself).
+    return "hf" if spec is not None else "megatron" if _megatron_config(module) is not None else None
+
+
+def plan(
+    module: torch.nn.Module,
+    *,
+    dtype: torch.dtype = torch.float32,
+    recipe: Optional[str] = None,
+    seed: int = 0,
+    name_map: Optional[NameMap] = None,
+    spec: Optional[ModelLike] = None,
+    overrides: Optional[Mapping[str, str]] = None,
+) -> Plan:
+    """The plan :func:`init_` fills the parameters of ``module`` of ``dtype`` from, nothing written: a
+    :class:`layerinit.Plan` (its tensors, their fills, and ``record()``, the bytes every face of layerinit
+    gives for the model: ``layerinit plan --record`` of the same spec, recipe, dtype and seed). Made as
+    init_ makes it (the model's own init recorded when no recipe is given, on the meta device as init_
+    does), with init_'s refusals; a module with nothing to fill is refused. Arguments as init_'s."""
+    _module("module", module)
+    name_map = _name_map(name_map)
+    recipe = _recipe_of(module, recipe, spec)
+    seed = _int("seed", seed)
+    if dtype not in _DTYPES:
+        raise _bad("dtype", str(dtype), "is not a dtype layerinit fills (torch.float32, torch.float16, torch.bfloat16)")
+    prepared = _prepare(module, recipe, seed, name_map, spec, overrides, None, _places(module))
+    if prepared is None:
+        raise _bad("module", type(module).__name__, "has no parameter layerinit fills")
+    return prepared[2](dtype)
+
+
 @torch.no_grad()
 def init_(
     module: M,
@@ -1455,14 +1493,7 @@ def init_(
     _module("module", module)
     name_map = _name_map(name_map)
     device = _device(device)
-    # A spec given names the values: its recipe's (hf unless told), as `layerinit emit --spec` writes them.
-    # A Megatron-core model already built ran its init in its constructor, which no code can run again:
-    # its config's init (recipe megatron, init_method_std and the output layers' scaling; make() records
-    # the constructor itself).
-    if recipe is None:
-        recipe = "hf" if spec is not None else "megatron" if _megatron_config(module) is not None else None
-    else:
-        recipe = _str("recipe", recipe)
+    recipe = _recipe_of(module, recipe, spec)
     seed = _int("seed", seed)
     strict = _bool("strict", strict)
     report = _progress(progress, "init_")

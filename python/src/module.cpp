@@ -839,6 +839,12 @@ void define_plans(nb::module_& m) {
            "spec"_a, "recipe"_a, "overrides"_a, "dtype"_a.none(), "dtype_overrides"_a, "seed"_a, "layout"_a, "orientation"_a,
            "experts"_a)
       .def("tensors", &Plan::tensors, "[(name, memory shape, dtype, kind, layer)] in file order")
+      .def("record", [](const Plan& p) {
+        if (const std::uint64_t n = listed_tensor_count(p.builder().spec()); n > max_listed_tensors)
+          bad_argument("plan of", p.builder().spec().name, ": " + std::to_string(n) + " tensors are too many to record (at most " +
+                                                             std::to_string(max_listed_tensors) + ")");
+        return plan_record(p.builder());
+      }, "The plan's record (plan/plan.hpp plan_record): a line per tensor, the same bytes from every face.")
       .def("_fill_of", [](const Plan& p, const std::string& name) { return p.planned(name).fill; }, "name"_a)
       .def("_logical_shape", [](const Plan& p, const std::string& name) { return as_vector(p.planned(name).shape); }, "name"_a)
       .def("_fill", [](const Plan& p, const std::string& name, nb::handle array, const std::vector<std::uint64_t>& offset,
