@@ -114,6 +114,14 @@ def _bad(argument: str, value: str, problem: str, line: Optional[str] = None) ->
     return e
 
 
+def _refused(argument: str, line: str) -> BadInputError:
+    """_bad for a line of the package's own words about `argument` (a module, a tree, rules, a sharding):
+    the line as it is, no one value in it, and its problem the line after the argument where it starts
+    with it."""
+    problem = line[len(argument):].lstrip(" :") if line.startswith(argument) else line
+    return _bad(argument, "", problem, line)
+
+
 def _show(v: Any) -> str:
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSha
 
 from ._jax_record import Recorded, eval_shape
 from . import (_DTYPES_VALID, DTypeLike, Fill, FillLike, ModelLike, Plan, Spec, _bool, _canonical_dtype, _core, _describe,
-               _bad, _dtype, _dtype_object_name, _items, _json_value, _seq, _show, _str, _str_map)
+               _bad, _dtype, _refused, _dtype_object_name, _items, _json_value, _seq, _show, _str, _str_map)
 from . import plan as _layerinit_plan
 
 __all__ = ["ROLES", "Recorded", "build", "eval_shape", "init", "plan", "spec_of"]
@@ -65,7 +65,7 @@ def _dtype_name(dtype: Any, what: str) -> str:
     """"fp32", "fp16" or "bf16" of a leaf's dtype; ValueError naming the leaf (`what`) for another."""
     name = _dtype_object_name(dtype) or str(dtype)
     if name not in _DTYPES:
-        raise ValueError(f"{what} is {name}: layerinit fills float32, float16 and bfloat16 arrays")
+        raise _refused(what, f"{what} is {name}: layerinit fills float32, float16 and bfloat16 arrays")
     return _DTYPES[name]
 
 
@@ -76,7 +76,7 @@ def _dtype_arg(dtype: Any) -> Optional[str]:
         return None
     name = _canonical_dtype(_dtype("dtype", dtype))
     if name not in _DTYPES.values():
-        raise ValueError(f"dtype {dtype!r} is unknown (valid: {_DTYPES_VALID})")
+        raise _refused("dtype", f"dtype {dtype!r} is unknown (valid: {_DTYPES_VALID})")
     return name
 
 
@@ -132,14 +132,14 @@ def _place(a: _Array) -> None:
     if sh is None or isinstance(sh, SingleDeviceSharding) or sh.is_fully_replicated:
         return
     if not isinstance(sh, NamedSharding):
-        raise ValueError(f"'{a.name}': sharding {type(sh).__name__} is not a NamedSharding: layerinit.jax fills the "
-                         "pieces of a NamedSharding (a mesh and a PartitionSpec) or arrays on one device")
+        raise _refused("sharding", f"'{a.name}': sharding {type(sh).__name__} is not a NamedSharding: layerinit.jax fills the "
+                                   "pieces of a NamedSharding (a mesh and a PartitionSpec) or arrays on one device")
     a.pieces = True
     try:
         a.local = tuple(sh.shard_shape(a.shape))
         pieces = sh.devices_indices_map(a.shape)
     except Exception as e:  # IndivisibleError, a spec longer than the shape, ...
-        raise ValueError(f"'{a.name}': {sh.spec} cannot split {a.shape}: {e}") from None
+        raise _refused("sharding", f"'{a.name}': {sh.spec} cannot split {a.shape}: {e}") from None
     rows = []
     me = jax.process_index()
     _learn_ordinals([d for d in pieces if d.process_index == me])
@@ -148,10 +148,10 @@ def _place(a: _Array) -> None:
         for d, n in enumerate(a.shape):
             s = index[d] if d < len(index) else slice(None)
             if not isinstance(s, slice) or s.step not in (None, 1):
-                raise ValueError(f"'{a.name}': the piece of {device} is {index}, not a box: layerinit fills boxes")
+                raise _refused("sharding", f"'{a.name}': the piece of {device} is {index}, not a box: layerinit fills boxes")
             start, stop, _ = s.indices(n)
             if stop - start != a.local[d]:
-                raise ValueError(f"'{a.name}': the piece of {device} is {index}, not of the shard shape {a.local}")
+                raise _refused("sharding", f"'{a.name}': the piece of {device} is {index}, not of the shard shape {a.local}")
             offset.append(start)
         if device.process_index == me:
             rows.append([_ORDINALS[device], *offset])
@@ -239,7 +239,7 @@ def _outside_shard_map(fn: str) -> None:
     device's piece, whose place in the whole tensor init cannot know."""
     manual = tuple(getattr(jax.sharding.get_abstract_mesh(), "manual_axes", ()) or ())
     if manual:
-        raise ValueError(
+        raise _refused("tree",
             f"layerinit.jax.{fn} runs inside jax.shard_map (manual mesh axes {', '.join(map(repr, manual))}), where a "
             f"leaf's shape is one device's piece and not the tensor's: call layerinit.jax.{fn} outside shard_map with "
             "sharding=NamedSharding(mesh, spec) (each device still makes only its own piece) and pass the arrays in")
@@ -247,7 +247,7 @@ def _outside_shard_map(fn: str) -> None:
 
 def _check_seed(seed: int) -> int:
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= int(seed) < 2**64:
-        raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+        raise _refused("seed", f"seed must be an integer in [0, 2**64), got {seed!r}")
     return int(seed)
 
 
@@ -280,10 +280,10 @@ def _sharding_for(sharding: ShardingLike, name: str, leaf: Any, mesh: Any, given
     if isinstance(s, PartitionSpec):
         m = mesh if mesh is not None else jax.sharding.get_mesh()
         if m is None or getattr(m, "empty", False):
-            raise ValueError(f"'{name}': a PartitionSpec needs a mesh: pass mesh=... or call under jax.set_mesh(mesh)")
+            raise _refused("sharding", f"'{name}': a PartitionSpec needs a mesh: pass mesh=... or call under jax.set_mesh(mesh)")
         s = NamedSharding(m, s)
     if s is not None and not isinstance(s, Sharding):
-        raise ValueError(f"'{name}': sharding must be a jax.sharding.Sharding or a PartitionSpec, got {type(s).__name__}")
+        raise _refused("sharding", f"'{name}': sharding must be a jax.sharding.Sharding or a PartitionSpec, got {type(s).__name__}")
     return s
 
 
@@ -295,15 +295,15 @@ def _sharding_arg(sharding: Any, pytree: bool) -> Any:
     if isinstance(sharding, Mapping) and all(_is_sharding(v) for _, v in _items("sharding", sharding)):
         return _str_map("sharding", sharding, lambda a, x: x)
     if not pytree and not isinstance(sharding, Mapping) and not callable(sharding):
-        raise ValueError(f"sharding must be a Sharding, a PartitionSpec, a mapping of name globs to them or a "
-                         f"function of the name, got {type(sharding).__name__} {_show(sharding)}")
+        raise _refused("sharding", f"sharding must be a Sharding, a PartitionSpec, a mapping of name globs to them or a "
+                                   f"function of the name, got {type(sharding).__name__} {_show(sharding)}")
     return sharding
 
 
 def _mesh_arg(mesh: Any) -> Any:
     kinds = tuple(k for k in (getattr(jax.sharding, "Mesh", None), getattr(jax.sharding, "AbstractMesh", None)) if k)
     if mesh is not None and not isinstance(mesh, kinds):
-        raise ValueError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__} {_show(mesh)}")
+        raise _refused("mesh", f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__} {_show(mesh)}")
     return mesh
 
 
@@ -318,8 +318,8 @@ def _sharding_leaves(sharding: ShardingLike, treedef: Any, count: int) -> list[A
     except (ValueError, TypeError) as e:
         if callable(sharding):
             return [_NOT_TREE] * count
-        raise ValueError("sharding must be a Sharding, a PartitionSpec, a mapping of name globs to them, a function "
-                         f"of the leaf name, or a pytree of the model's structure: {e}") from None
+        raise _refused("sharding", "sharding must be a Sharding, a PartitionSpec, a mapping of name globs to them, a function "
+                                   f"of the leaf name, or a pytree of the model's structure: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -594,14 +594,14 @@ def _integers(integers: list[_Leaf], rules: list[_Rule], haiku: bool) -> dict[in
                 r.used = True
                 c = _constant(r.fill)
                 if c is None or c != int(c):
-                    raise ValueError(f"leaf '{lf.name}' is {jax.numpy.dtype(lf.leaf.dtype).name}: a rule gives an integer "
-                                     f"leaf an integer constant (\"constant(0)\"), not {r.fill or r.role}")
+                    raise _refused("tree", f"leaf '{lf.name}' is {jax.numpy.dtype(lf.leaf.dtype).name}: a rule gives an integer "
+                                           f"leaf an integer constant (\"constant(0)\"), not {r.fill or r.role}")
                 value = int(c)
         if value is None:
             why = f" ({lf.rec.why})" if lf.rec is not None and lf.rec.why else ""
-            raise ValueError(f"leaf '{lf.name}' is {jax.numpy.dtype(lf.leaf.dtype).name}{why}: layerinit fills float32, "
-                             f"float16 and bfloat16 arrays, and makes an integer leaf only as a rule's constant "
-                             f"(rules={{{lf.name!r}: \"constant(0)\"}})")
+            raise _refused("tree", f"leaf '{lf.name}' is {jax.numpy.dtype(lf.leaf.dtype).name}{why}: layerinit fills float32, "
+                                   f"float16 and bfloat16 arrays, and makes an integer leaf only as a rule's constant "
+                                   f"(rules={{{lf.name!r}: \"constant(0)\"}})")
         out[lf.index] = value
     return out
 
@@ -635,21 +635,21 @@ def _stacking(leaves: list[_Leaf], stacked: Union[str, Sequence[str], None], hai
             pp = re.split(r"[./]", p) if haiku else p.split(".")
             under = [lf for lf in leaves if lf.parts[:len(pp)] == pp and len(lf.parts) > len(pp)]
             if not under:
-                raise ValueError(f"stacked: no leaf lies under '{p}' (leaves: {_some(lf.name for lf in leaves)})")
+                raise _refused("stacked", f"stacked: no leaf lies under '{p}' (leaves: {_some(lf.name for lf in leaves)})")
             for lf in under:
                 lf.lead.append((len(pp), -1))
         for lf in leaves:
             lf.lead.sort()
             for a, (p, _) in enumerate(lf.lead):
                 if len(lf.shape) <= a:
-                    raise ValueError(f"leaf '{lf.name}' of shape {lf.shape} has no stacked axis {a} for '{'.'.join(lf.parts[:p])}'")
+                    raise _refused("tree", f"leaf '{lf.name}' of shape {lf.shape} has no stacked axis {a} for '{'.'.join(lf.parts[:p])}'")
                 lf.lead[a] = (p, lf.shape[a])
         for p in prefixes:  # one size per prefix: its slices are one list of layers
             pp = re.split(r"[./]", p) if haiku else p.split(".")
             sizes = {size for lf in leaves for q, size in lf.lead if q == len(pp) and lf.parts[:len(pp)] == pp}
             if len(sizes) > 1:
-                raise ValueError(f"stacked: the leaves under '{p}' have leading axes of sizes {sorted(sizes)}, not one "
-                                 "number of layers")
+                raise _refused("stacked", f"stacked: the leaves under '{p}' have leading axes of sizes {sorted(sizes)}, not one "
+                                          "number of layers")
     elif any(lf.rec is not None and lf.rec.layers for lf in leaves):
         _recorded_stacking(leaves, haiku)
     else:
@@ -658,7 +658,7 @@ def _stacking(leaves: list[_Leaf], stacked: Union[str, Sequence[str], None], hai
         for lf in owned:
             k = len(lf.shape) - len(lf.expected)
             if k < 0 or lf.shape[k:] != lf.expected:
-                raise ValueError(f"leaf '{lf.name}' is {lf.shape}, but {lf.owner} stores it as {lf.expected}")
+                raise _refused("tree", f"leaf '{lf.name}' is {lf.shape}, but {lf.owner} stores it as {lf.expected}")
             extra[id(lf)] = lf.shape[:k]
         nodes: dict[tuple[str, ...], tuple[int, int]] = {}  # stacked node -> (axis, size)
         for lf in owned:
@@ -676,22 +676,22 @@ def _stacking(leaves: list[_Leaf], stacked: Union[str, Sequence[str], None], hai
                 marks = [p for p in range(1, len(lf.parts)) if _HAIKU_STACK.fullmatch(lf.parts[p - 1])]
                 for a, p in enumerate(marks):
                     if len(lf.shape) <= a:
-                        raise ValueError(f"leaf '{lf.name}' lies under the hk.layer_stack '{_joined(lf.parts[:p], lf.seps, {})}' "
-                                         f"but is {lf.shape}, without a layer axis")
+                        raise _refused("tree", f"leaf '{lf.name}' lies under the hk.layer_stack '{_joined(lf.parts[:p], lf.seps, {})}' "
+                                               f"but is {lf.shape}, without a layer axis")
                     nodes.setdefault(tuple(lf.parts[:p]), (a, lf.shape[a]))
         for lf in leaves:
             for node, (a, size) in sorted(nodes.items(), key=lambda kv: kv[1][0]):
                 if tuple(lf.parts[:len(node)]) == node and len(lf.parts) > len(node):
                     if len(lf.shape) <= a or lf.shape[a] != size:
-                        raise ValueError(f"leaf '{lf.name}' lies under the stacked '{_joined(node, lf.seps, {})}' ({size} "
-                                         f"slices) but is {lf.shape}")
+                        raise _refused("tree", f"leaf '{lf.name}' lies under the stacked '{_joined(node, lf.seps, {})}' ({size} "
+                                               f"slices) but is {lf.shape}")
                     lf.lead.append((len(node), size))
     for lf in leaves:
         if not lf.dims:
             lf.dims = list(range(len(lf.lead)))
         if lf.expected is not None and lf.stored != lf.expected:
-            raise ValueError(f"leaf '{lf.name}' is {lf.shape} with {len(lf.lead)} stacked axes, but {lf.owner} "
-                             f"stores it as {lf.expected}")
+            raise _refused("tree", f"leaf '{lf.name}' is {lf.shape} with {len(lf.lead)} stacked axes, but {lf.owner} "
+                                   f"stores it as {lf.expected}")
         lf.names = _canonical_names(lf)
 
 
@@ -789,27 +789,27 @@ def _rules(rules: Optional[Mapping[str, Any]]) -> list[_Rule]:
             "role" if isinstance(value, str) and value in ROLES else "fill": value}
         unknown = set(spec_) - {"role", "fill", "fan_in", "fan_out", "orientation"}
         if unknown:
-            raise ValueError(f"rule '{pattern}': unknown key {sorted(unknown)[0]!r} (valid: role, fill, fan_in, fan_out, "
-                             "orientation)")
+            raise _refused("rules", f"rule '{pattern}': unknown key {sorted(unknown)[0]!r} (valid: role, fill, fan_in, fan_out, "
+                                    "orientation)")
         if "role" in spec_:
             if spec_["role"] not in ROLES:
-                raise ValueError(f"rule '{pattern}': unknown role {spec_['role']!r} (valid: {', '.join(ROLES)})")
+                raise _refused("rules", f"rule '{pattern}': unknown role {spec_['role']!r} (valid: {', '.join(ROLES)})")
             r.role = spec_["role"]
         if "fill" in spec_:
             try:
                 f = _fill(spec_["fill"])
             except ValueError as e:
-                raise ValueError(f"rule '{pattern}': {spec_['fill']!r} is neither a role ({', '.join(ROLES)}) nor a "
-                                 f"fill: {e}") from None
+                raise _refused("rules", f"rule '{pattern}': {spec_['fill']!r} is neither a role ({', '.join(ROLES)}) nor a "
+                                        f"fill: {e}") from None
             r.fill = f  # the Fill itself: its text form rounds to 6 digits
         for k in ("fan_in", "fan_out"):
             if k in spec_:
                 if not isinstance(spec_[k], int) or spec_[k] < 0:
-                    raise ValueError(f"rule '{pattern}': {k} must be a non-negative integer")
+                    raise _refused("rules", f"rule '{pattern}': {k} must be a non-negative integer")
                 setattr(r, k, spec_[k])
         if "orientation" in spec_:
             if spec_["orientation"] not in ("out-in", "in-out"):
-                raise ValueError(f"rule '{pattern}': orientation must be 'out-in' or 'in-out'")
+                raise _refused("rules", f"rule '{pattern}': orientation must be 'out-in' or 'in-out'")
             r.orientation = spec_["orientation"]
         out.append(r)
     return out
@@ -866,7 +866,7 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
                 storage, r.used = r.orientation, True
         stored = lf.stored or (1,)
         if storage is not None and len(stored) != 2:
-            raise ValueError(f"leaf '{lf.name}' is {lf.shape}: an orientation applies to 2-D weights")
+            raise _refused("tree", f"leaf '{lf.name}' is {lf.shape}: an orientation applies to 2-D weights")
         fill = None
         if own and not lf.owner.startswith("eqx."):
             if lf.rec is not None:
@@ -903,10 +903,10 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
         if not r.used:
             msg = f"rule '{r.pattern}' matches no leaf (leaves: {_some(lf.name for lf in leaves)})"
             if strict:
-                raise ValueError(msg)
+                raise _refused("rules", msg)
             warnings.warn(msg, stacklevel=3)
     if unknown and refuse:
-        raise ValueError(_refusal(unknown, tree))
+        raise _refused("tree", _refusal(unknown, tree))
     if not params:
         return _Model(flat, treedef, leaves, None, {}, integers, constants)
     description = {"name": "jax-tree", "hyper": dict(hyper or {}), "parameters": params}
@@ -948,7 +948,7 @@ def spec_of(
     :func:`init`'s."""
     s = _model(tree, rules, stacked, None, hyper, strict, refuse=False).spec
     if s is None:
-        raise ValueError("the tree has no float array leaf")
+        raise _refused("tree", "the tree has no float array leaf")
     return s
 
 
@@ -1051,8 +1051,8 @@ def init(
         lf.sharding = _sharding_for(sharding, lf.name, lf.leaf, mesh, given[lf.index])
     for lf in leaves:
         if isinstance(lf.leaf, jax.Array) and not isinstance(lf.leaf, jax.core.Tracer) and lf.leaf.is_deleted():
-            raise ValueError(f"leaf '{lf.name}' is a deleted array (donated to a jitted call or .delete()d): pass the "
-                             "tree of shapes (jax.eval_shape, eqx.filter_eval_shape, nnx.eval_shape) or live arrays")
+            raise _refused("tree", f"leaf '{lf.name}' is a deleted array (donated to a jitted call or .delete()d): pass the "
+                                   "tree of shapes (jax.eval_shape, eqx.filter_eval_shape, nnx.eval_shape) or live arrays")
         lf.sharding = _sharding_for(sharding, lf.name, lf.leaf, mesh, given[lf.index])
     olds = _donated(leaves) if donate else {}
     arrays = []
@@ -1069,7 +1069,7 @@ def init(
             param = plans[orientation]._leaf(_template(lf), [size for _, size in lf.lead], list(stored), lf.dtype,
                                              dims=lf.dims).text
         except ValueError as e:
-            raise ValueError(f"leaf '{lf.name}': {e}") from None
+            raise _refused("tree", f"leaf '{lf.name}': {e}") from None
         arrays.append(_Array(lf.name, stored, lf.dtype, param, lf.sharding, old=olds.get(lf.index)))
     made = iter(_make(arrays, seed) if arrays else [])
     out = list(flat)
@@ -1107,16 +1107,16 @@ def _donated(leaves: list[_Leaf]) -> dict[int, Any]:
         if not isinstance(x, jax.Array):
             continue  # a ShapeDtypeStruct: nothing to reuse
         if id(x) in seen:
-            raise ValueError(f"donate=True: leaves '{seen[id(x)]}' and '{lf.name}' are one array, which can be "
-                             "reused for one of them only")
+            raise _refused("donate", f"donate=True: leaves '{seen[id(x)]}' and '{lf.name}' are one array, which can be "
+                                     "reused for one of them only")
         seen[id(x)] = lf.name
         made = jax.numpy.dtype(_jnp_dtype(lf.dtype))
         if x.dtype != made:
-            raise ValueError(f"donate=True: leaf '{lf.name}' is {x.dtype.name} but is made {made.name}, so its buffer "
-                             "cannot be reused: leave dtype at the leaf's own, or init without donate")
+            raise _refused("donate", f"donate=True: leaf '{lf.name}' is {x.dtype.name} but is made {made.name}, so its buffer "
+                                     "cannot be reused: leave dtype at the leaf's own, or init without donate")
         if not isinstance(x, jax.core.Tracer) and lf.sharding is not None and not _same_sharding(x, lf.sharding):
-            raise ValueError(f"donate=True: leaf '{lf.name}' lies on {x.sharding} but is made on {lf.sharding}, so its "
-                             "buffer cannot be reused: leave its sharding, or init without donate")
+            raise _refused("donate", f"donate=True: leaf '{lf.name}' lies on {x.sharding} but is made on {lf.sharding}, so its "
+                                     "buffer cannot be reused: leave its sharding, or init without donate")
         out[lf.index] = x
     return out
 

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, Optional, TypeVar, Union
 
 import torch
 
-from . import (Composite, ModelLike, Plan, ProgressLike, Spec, _bad, _bool, _check_patterns, _core, _describe, _fill_text, _int,
+from . import (Composite, ModelLike, Plan, ProgressLike, Spec, _bad, _bool, _refused, _check_patterns, _core, _describe, _fill_text, _int,
                _items, _overrides, _plan, _Progress, _progress, _reporting, _show, _str, _unwrapped, hf_spec, spec as _spec)
 
 __all__ = ["init_", "hf_spec", "make", "module_spec", "plan", "tensor_map", "torchtitan_spec"]
@@ -132,13 +132,13 @@ def _description(module: torch.nn.Module, skip: Callable[[str], bool], name: str
                 first[id(p)] = full
             params.append(d)
     if local_shards:
-        raise ValueError(f"{len(local_shards)} parameter(s) hold a part of their module's weight with nothing saying "
-                         f"which (a plain tensor, not a DTensor, an spmd_types shard with its PartitionSpec or a "
-                         f"Megatron-core shard with its tensor_model_parallel attributes): {_listed(local_shards)}; call "
-                         f"init_ on the meta device after parallelizing (torchtitan's to_empty drops the PartitionSpec)")
+        raise _refused("module", f"{len(local_shards)} parameter(s) hold a part of their module's weight with nothing saying "
+                                 f"which (a plain tensor, not a DTensor, an spmd_types shard with its PartitionSpec or a "
+                                 f"Megatron-core shard with its tensor_model_parallel attributes): {_listed(local_shards)}; call "
+                                 f"init_ on the meta device after parallelizing (torchtitan's to_empty drops the PartitionSpec)")
     if scalars:
-        raise ValueError(f"{len(scalars)} parameter(s) are 0-d (scalars), which layerinit does not fill: "
-                         f"{_listed(scalars)}; skip them with name_map={{{scalars[0]!r}: None}} and set them yourself")
+        raise _refused("module", f"{len(scalars)} parameter(s) are 0-d (scalars), which layerinit does not fill: "
+                                 f"{_listed(scalars)}; skip them with name_map={{{scalars[0]!r}: None}} and set them yourself")
     out: dict[str, Any] = {"name": name, "parameters": params}
     cfg = _megatron_config(module)
     if cfg is not None:
@@ -158,15 +158,15 @@ def _unplaced(module: torch.nn.Module) -> None:
     the rank's partition in ds_tensor and an empty data)."""
     fsdp1 = [n for n, p in module.named_parameters() if getattr(p, "_fsdp_flattened", False) is True]
     if fsdp1:
-        raise ValueError(f"{len(fsdp1)} parameter(s) are FSDP1's flattened shards (FullyShardedDataParallel; "
-                         f"_fsdp_flattened): {_listed(fsdp1)}; call init_ before wrapping the model, or shard it with "
-                         f"FSDP2's fully_shard, whose DTensor shards init_ fills in place")
+        raise _refused("module", f"{len(fsdp1)} parameter(s) are FSDP1's flattened shards (FullyShardedDataParallel; "
+                                 f"_fsdp_flattened): {_listed(fsdp1)}; call init_ before wrapping the model, or shard it with "
+                                 f"FSDP2's fully_shard, whose DTensor shards init_ fills in place")
     zero3 = [f"{n} {tuple(p.shape)} of {tuple(p.ds_shape)}" for n, p in module.named_parameters()
              if hasattr(p, "ds_id") and tuple(p.shape) != tuple(getattr(p, "ds_shape", p.shape))]
     if zero3:
-        raise ValueError(f"{len(zero3)} parameter(s) are DeepSpeed ZeRO-3 partitions (ds_id): {_listed(zero3)}; call "
-                         f"init_ inside deepspeed.zero.GatheredParameters(model.parameters(), modifier_rank=0), or "
-                         f"before deepspeed.zero.Init partitions them")
+        raise _refused("module", f"{len(zero3)} parameter(s) are DeepSpeed ZeRO-3 partitions (ds_id): {_listed(zero3)}; call "
+                                 f"init_ inside deepspeed.zero.GatheredParameters(model.parameters(), modifier_rank=0), or "
+                                 f"before deepspeed.zero.Init partitions them")
 
 
 def _megatron_parts(module: torch.nn.Module) -> None:
@@ -184,19 +184,19 @@ def _megatron_parts(module: torch.nn.Module) -> None:
         numbers = [getattr(layer, "layer_number", None) for layer in block.layers]
         if numbers != list(range(1, block.config.num_layers + 1)):
             held = ", ".join(str(n - 1) if isinstance(n, int) else "?" for n in numbers)
-            raise ValueError(f"Megatron-core's {name or 'model'} holds {len(numbers)} of its config's "
-                             f"{block.config.num_layers} layers (a pipeline stage: layer_number - 1 = {held}) and names "
-                             f"them from 0; layerinit names a tensor by its layer and scales output projections by the "
-                             f"depth, so they would take other layers' values: initialize at pipeline parallelism 1, or "
-                             f"pass spec= (module_spec of the model at pipeline parallelism 1) and name_map= ({name}."
-                             f"layers.i. -> {name}.layers.(layer_number - 1).)")
+            raise _refused("module", f"Megatron-core's {name or 'model'} holds {len(numbers)} of its config's "
+                                     f"{block.config.num_layers} layers (a pipeline stage: layer_number - 1 = {held}) and names "
+                                     f"them from 0; layerinit names a tensor by its layer and scales output projections by the "
+                                     f"depth, so they would take other layers' values: initialize at pipeline parallelism 1, or "
+                                     f"pass spec= (module_spec of the model at pipeline parallelism 1) and name_map= ({name}."
+                                     f"layers.i. -> {name}.layers.(layer_number - 1).)")
     experts = [n for n, p in module.named_parameters() if getattr(p, "allreduce", True) is False]
     if experts:
-        raise ValueError(f"{len(experts)} parameter(s) are experts only this expert-parallel rank holds (Megatron-core's "
-                         f"allreduce=False), named by their index among this rank's experts, not the model's: "
-                         f"{_listed(experts)}; initialize at expert parallelism 1, or pass spec= (module_spec of the "
-                         f"model at expert parallelism 1) and name_map= (each expert's name here -> its name in the "
-                         f"model)")
+        raise _refused("module", f"{len(experts)} parameter(s) are experts only this expert-parallel rank holds (Megatron-core's "
+                                 f"allreduce=False), named by their index among this rank's experts, not the model's: "
+                                 f"{_listed(experts)}; initialize at expert parallelism 1, or pass spec= (module_spec of the "
+                                 f"model at expert parallelism 1) and name_map= (each expert's name here -> its name in the "
+                                 f"model)")
 
 
 def _megatron_config(module: torch.nn.Module) -> Optional[Any]:
@@ -269,14 +269,14 @@ def _megatron_init_check(module: torch.nn.Module, s: Spec, described: list[dict[
             suggested.setdefault(e["tensor"], fill)
     if wrong:
         example = f" such as {dict(list(suggested.items())[:2])}" if suggested else ""
-        raise ValueError(f"recipe 'megatron' is Megatron-core's default init, and this model's TransformerConfig draws "
-                         f"{len(wrong)} parameter(s) otherwise: {_listed(wrong)}; give them the config's fills with "
-                         f"overrides= (a name glob -> fill){example}")
+        raise _refused("recipe", f"recipe 'megatron' is Megatron-core's default init, and this model's TransformerConfig draws "
+                                 f"{len(wrong)} parameter(s) otherwise: {_listed(wrong)}; give them the config's fills with "
+                                 f"overrides= (a name glob -> fill){example}")
 
 
 def _module(arg: str, v: Any) -> torch.nn.Module:
     if not isinstance(v, torch.nn.Module):
-        raise ValueError(f"{arg} must be a torch.nn.Module, got {type(v).__name__} {_show(v)}")
+        raise _refused(arg, f"{arg} must be a torch.nn.Module, got {type(v).__name__} {_show(v)}")
     return v
 
 
@@ -285,8 +285,8 @@ def _name_map(v: Any) -> Optional[NameMap]:
     if v is None or callable(v):
         return v
     if not isinstance(v, Mapping):
-        raise ValueError(f"name_map must be a mapping or a function of the parameter name, got {type(v).__name__} "
-                         f"{_show(v)}")
+        raise _refused("name_map", f"name_map must be a mapping or a function of the parameter name, got {type(v).__name__} "
+                                   f"{_show(v)}")
     return {_str(f"name_map key {_show(k)}", k): x for k, x in _items("name_map", v)}
 
 
@@ -295,14 +295,14 @@ def _device(v: Any) -> Optional[torch.device]:
     if v is None:
         return None
     if not isinstance(v, (str, torch.device)):
-        raise ValueError(f"device must be a str or torch.device like 'cpu' or 'cuda:0', got {type(v).__name__} {_show(v)}")
+        raise _refused("device", f"device must be a str or torch.device like 'cpu' or 'cuda:0', got {type(v).__name__} {_show(v)}")
     try:
         d = torch.device(v)
     except (RuntimeError, ValueError):
-        raise ValueError(f"device {v!r} is not a device torch knows") from None
+        raise _refused("device", f"device {v!r} is not a device torch knows") from None
     why = _device_problem(d)
     if why is not None:
-        raise ValueError(f"device {v!r}: {why}")
+        raise _refused("device", f"device {v!r}: {why}")
     return d
 
 
@@ -354,7 +354,7 @@ def module_spec(module: torch.nn.Module, *, name: str = "module", recipe: Option
     """
     _module("module", module)
     if not callable(skip):
-        raise ValueError(f"skip must be a function of the parameter name, got {type(skip).__name__} {_show(skip)}")
+        raise _refused("skip", f"skip must be a function of the parameter name, got {type(skip).__name__} {_show(skip)}")
     s, described = _describe(_description(module, skip, _str("name", name)), recipe=recipe, overrides=overrides)
     if recipe is not None:
         _megatron_init_check(module, s, described, recipe, overrides)
@@ -374,7 +374,7 @@ def _template(name: str, axes: int = 0) -> str:
     (torchtitan's adapter patterns: the expert index) stack axis k's "{k}", k from 0."""
     parts = name.split("{}")
     if len(parts) != axes + 1:
-        raise ValueError(f"{name}: {len(parts) - 1} '{{}}' for {axes} stack axes")
+        raise _refused("name_map", f"{name}: {len(parts) - 1} '{{}}' for {axes} stack axes")
     out = parts[0].replace("{", "{{").replace("}", "}}")
     for k, part in enumerate(parts[1:]):
         out += "{" + str(k) + "}" + part.replace("{", "{{").replace("}", "}}")
@@ -390,8 +390,8 @@ def _mapped(v: Any, name: str) -> Union[str, Maker]:
         return lambda pl: v
     if callable(v):
         return v
-    raise ValueError(f"name_map[{name!r}] must be a canonical name, a layerinit.Composite, a function of the Plan "
-                     f"returning one, or None; got {type(v).__name__}")
+    raise _refused("name_map", f"name_map[{name!r}] must be a canonical name, a layerinit.Composite, a function of the Plan "
+                               f"returning one, or None; got {type(v).__name__}")
 
 
 def _makers(names: list[tuple[str, tuple[int, ...]]], p0: Plan, spec_names: set[str],
@@ -425,9 +425,9 @@ def _makers(names: list[tuple[str, tuple[int, ...]]], p0: Plan, spec_names: set[
         else:
             missing.append(name if target == name else f"{name} (mapped to {target})")
     if missing:
-        raise ValueError(f"no layerinit tensor for {len(missing)} parameter(s): {_listed(missing)}; pass name_map= "
-                         f"(module name -> canonical name, a Composite, or a function of the Plan returning one; None "
-                         f"to skip)")
+        raise _refused("name_map", f"no layerinit tensor for {len(missing)} parameter(s): {_listed(missing)}; pass name_map= "
+                                   f"(module name -> canonical name, a Composite, or a function of the Plan returning one; None "
+                                   f"to skip)")
     return out
 
 
@@ -445,12 +445,12 @@ def tensor_map(names: list[tuple[str, tuple[int, ...]]], plan: Plan,
 def _checked(name: str, shape: tuple[int, ...], c: Any, dtype: Optional[str]) -> Composite:
     """`c` when it is a Composite of `shape` (and `dtype`); else a ValueError naming the parameter."""
     if not isinstance(c, Composite):
-        raise ValueError(f"name_map for {name} returned {type(c).__name__}, not a layerinit.Composite")
+        raise _refused("name_map", f"name_map for {name} returned {type(c).__name__}, not a layerinit.Composite")
     if tuple(c.shape) != tuple(shape):
         what = ", ".join(sorted({p["name"] for p in c.parts}))
-        raise ValueError(f"parameter {name} of shape {tuple(shape)}: layerinit's {what} is {list(c.shape)}")
+        raise _refused("name_map", f"parameter {name} of shape {tuple(shape)}: layerinit's {what} is {list(c.shape)}")
     if dtype is not None and c.dtype != dtype:
-        raise ValueError(f"parameter {name} is {dtype}, its layerinit.Composite {c.dtype}")
+        raise _refused("name_map", f"parameter {name} is {dtype}, its layerinit.Composite {c.dtype}")
     return c
 
 
@@ -480,8 +480,8 @@ def _is_torchtitan(module: torch.nn.Module) -> bool:
 def _titan_package(model: torch.nn.Module) -> str:
     pkg = _titan_class(model).__module__.split(".")[2]  # type: ignore[union-attr]
     if pkg not in _TITAN_FAMILIES:
-        raise ValueError(f"torchtitan model {_titan_class(model).__name__} ({pkg}) has no layerinit mapping (known: "
-                         f"{', '.join(_TITAN_FAMILIES)}): pass spec= and name_map=")
+        raise _refused("module", f"torchtitan model {_titan_class(model).__name__} ({pkg}) has no layerinit mapping (known: "
+                                 f"{', '.join(_TITAN_FAMILIES)}): pass spec= and name_map=")
     return pkg
 
 
@@ -494,7 +494,7 @@ def _titan_adapter(model: torch.nn.Module) -> Any:
     found = [v for v in vars(pkg).values() if isinstance(v, type) and issubclass(v, BaseStateDictAdapter)
              and v.__module__.startswith(pkg.__name__ + ".")]
     if len(found) != 1:
-        raise ValueError(f"torchtitan package {pkg.__name__} exports {len(found)} state-dict adapters, not one")
+        raise _refused("module", f"torchtitan package {pkg.__name__} exports {len(found)} state-dict adapters, not one")
     return found[0](model.config, None)
 
 
@@ -538,13 +538,13 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Maker]]:
     family = _TITAN_FAMILIES[pkg]
     cfg = model.config
     if getattr(cfg, "mtp_layers", None):
-        raise ValueError("torchtitan DeepSeek-V3 with multi-token prediction layers (mtp_layers) has no layerinit "
-                         "mapping: pass spec= and name_map=")
+        raise _refused("module", "torchtitan DeepSeek-V3 with multi-token prediction layers (mtp_layers) has no layerinit "
+                                 "mapping: pass spec= and name_map=")
     adapter = _titan_adapter(model)
     to_hf = {v: k for k, v in adapter.from_hf_map.items() if v is not None}
     interleaved = pkg in _TITAN_ROPE_INTERLEAVED
     if not interleaved and hasattr(adapter, "_reverse_permute"):
-        raise ValueError(f"torchtitan's {type(adapter).__name__} permutes rows in a way layerinit does not know")
+        raise _refused("module", f"torchtitan's {type(adapter).__name__} permutes rows in a way layerinit does not know")
     att = cfg.layers[-1].attention
     n_heads = att.n_heads
     n_kv = getattr(att, "n_kv_heads", None) or n_heads
@@ -572,8 +572,8 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Maker]]:
     entries = [e for e in described if e["tensor"] == e["name"]]  # a tied parameter under its first name
     unnamed = [e["name"] for e in entries if not e["role_known"]]
     if unnamed:
-        raise ValueError(f"torchtitan {pkg}: no role for {len(unnamed)} linear map(s): {_listed(unnamed)}; "
-                         f"pass spec= and name_map=")
+        raise _refused("module", f"torchtitan {pkg}: no role for {len(unnamed)} linear map(s): {_listed(unnamed)}; "
+                                 f"pass spec= and name_map=")
     tensors: list[dict[str, Any]] = []
     makers: dict[str, Maker] = {}
     missing: list[str] = []
@@ -627,8 +627,8 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Maker]]:
                             "fan_out": int(b.shape[0]), "init": {"constant": {"value": 0}}})
             makers[bname] = lambda pl, n=name: pl.composite(n)
     if missing:
-        raise ValueError(f"torchtitan's {type(adapter).__name__} names no Hugging Face tensor for {len(missing)} "
-                         f"parameter(s): {_listed(missing)}")
+        raise _refused("module", f"torchtitan's {type(adapter).__name__} names no Hugging Face tensor for {len(missing)} "
+                                 f"parameter(s): {_listed(missing)}")
     if family == "qwen3" and cfg.layers[-1].moe is not None:
         family = "qwen3_moe"
     spec, _ = _describe({"name": f"torchtitan-{pkg}", "family": family, "hyper": _titan_hyper(model, family),
@@ -641,7 +641,7 @@ def torchtitan_spec(model: torch.nn.Module) -> dict[str, Any]:
     Hugging Face names: what ``layerinit emit --spec`` writes and torchtitan's own state-dict adapter
     loads into ``model``. :func:`init_` fills such a model with the same values, no map needed."""
     if not _is_torchtitan(model):
-        raise ValueError(f"{type(model).__name__} is not a torchtitan model")
+        raise _refused("module", f"{type(model).__name__} is not a torchtitan model")
     return _titan(model)[0]
 
 
@@ -696,7 +696,7 @@ def _spmd_box(t: torch.Tensor) -> Optional[tuple[tuple[int, ...], tuple[int, ...
         for axis in axes:
             group = next((g for g, a in list(_pg_to_mesh_axis.items()) if a == axis), None)
             if group is None:
-                raise ValueError(f"spmd_types mesh axis {axis} has no process group on this rank")
+                raise _refused("module", f"spmd_types mesh axis {axis} has no process group on this rank")
             ranks.append((axis.size(), dist.get_rank(group)))
         shape[d] = t.shape[d] * math.prod(k for k, _ in ranks)  # even splits: chunk sizes agree below
         start, extent = 0, shape[d]
@@ -705,8 +705,8 @@ def _spmd_box(t: torch.Tensor) -> Optional[tuple[tuple[int, ...], tuple[int, ...
             lo = min(r * chunk, extent)
             start, extent = start + lo, min(chunk, extent - lo)
         if extent != t.shape[d]:
-            raise ValueError(f"an spmd_types shard of {tuple(t.shape)} (PartitionSpec {spec}) does not split its "
-                             f"tensor evenly: layerinit cannot tell its global shape")
+            raise _refused("module", f"an spmd_types shard of {tuple(t.shape)} (PartitionSpec {spec}) does not split its "
+                                     f"tensor evenly: layerinit cannot tell its global shape")
         offset[d] = start
     return tuple(offset), tuple(shape)
 
@@ -754,8 +754,8 @@ def _megatron_place(t: torch.Tensor, tp: tuple[int, int], split: Optional[tuple[
     local = tuple(int(d) for d in t.shape)
     d, stride = split
     if not 0 <= d < len(local) or stride < 1 or local[d] % stride:
-        raise ValueError(f"a Megatron-core shard of {local} with partition_dim {d} and partition_stride {stride}: "
-                         f"not a split layerinit knows")
+        raise _refused("module", f"a Megatron-core shard of {local} with partition_dim {d} and partition_stride {stride}: "
+                                 f"not a split layerinit knows")
     shape = local[:d] + (local[d] * size,) + local[d + 1:]
     stride = stride if size > 1 else 1  # one rank holds every chunk, in order
     chunk = local[d] // stride
@@ -918,7 +918,7 @@ def _run_on_plain_buffers(mod: torch.nn.Module, code: Callable[[], None]) -> Non
     for n, b in dist.items():
         problem = _dtensor_place(b).problem
         if problem is not None:
-            raise ValueError(f"buffer {n}: {problem}")
+            raise _refused("module", f"buffer {n}: {problem}")
         mod._buffers[n] = torch.empty(b.shape, dtype=b.dtype, device=b._local_tensor.device)
     try:
         code()
@@ -1040,13 +1040,13 @@ def _check_targets(targets: list[tuple[str, torch.Tensor]], composites: dict[str
             what = (composites[n], places[n].boxes, local.data_ptr(), tuple(local.shape), tuple(local.stride()))
             regions.append(((local.device, local.untyped_storage().data_ptr()), start, end, n, what))
     if problems:
-        raise ValueError(f"{len(problems)} parameter(s) layerinit cannot fill in place: {_listed(problems)}")
+        raise _refused("module", f"{len(problems)} parameter(s) layerinit cannot fill in place: {_listed(problems)}")
     regions.sort(key=lambda r: (str(r[0][0]), r[0][1], r[1]))
     widest = None  # of the regions so far in this storage, the one reaching furthest
     for r in regions:
         if widest is not None and widest[0] == r[0] and r[1] < widest[2] and widest[4] != r[4]:
-            raise ValueError(f"parameters {widest[3]} and {r[3]} share memory but hold different tensors: filling one "
-                             f"overwrites the other; tie them (one Parameter) or give each its own storage")
+            raise _refused("module", f"parameters {widest[3]} and {r[3]} share memory but hold different tensors: filling one "
+                                     f"overwrites the other; tie them (one Parameter) or give each its own storage")
         if widest is None or widest[0] != r[0] or r[2] > widest[2]:
             widest = r
 
@@ -1232,7 +1232,7 @@ def _own_inits(module: torch.nn.Module, entries: list[tuple[str, torch.Tensor]],
                 refused.append(f"{n}: its tensor {t} is also another parameter's, initialized otherwise")
             inits[t] = init
     if refused:
-        raise ValueError(
+        raise _refused("module",
             f"layerinit.torch.init_: the model's own init code gives {len(refused)} parameter(s) values no fill says: "
             f"{'; '.join(refused[:8])}{f'; and {len(refused) - 8} more' if len(refused) > 8 else ''}. Tell each with "
             f"overrides={{name glob: fill}} (e.g. {{{refused[0].split(':')[0]!r}: 'normal(0, 0.02)'}}), fill them all "
@@ -1306,8 +1306,8 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
     # A parameter's dtype first: the rules that describe it say "no rule" of an int32 index table.
     bad = [f"{n} ({p.dtype})" for n, p in module.named_parameters() if not skip(n) and p.dtype not in _DTYPES]
     if bad:
-        raise ValueError(f"{len(bad)} parameter(s) of a dtype layerinit does not fill (float32, float16, bfloat16): "
-                         f"{_listed(bad)}; skip them with name_map= (None)")
+        raise _refused("module", f"{len(bad)} parameter(s) of a dtype layerinit does not fill (float32, float16, bfloat16): "
+                                 f"{_listed(bad)}; skip them with name_map= (None)")
     makers: Optional[dict[str, Maker]] = None
     module_names: dict[str, str] = {}  # module name -> tensor name, where a family's differ (_core.hf_module_names)
     if spec is not None:
@@ -1371,8 +1371,8 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
     # of its dtype's plan (its tensors, their fills in that dtype) of its global shape.
     bad = [f"{n} ({t.dtype})" for n, t in entries if n in makers and t.dtype not in _DTYPES]
     if bad:
-        raise ValueError(f"{len(bad)} parameter(s) of a dtype layerinit does not fill (float32, float16, bfloat16): "
-                         f"{_listed(bad)}; skip them with name_map= (None)")
+        raise _refused("module", f"{len(bad)} parameter(s) of a dtype layerinit does not fill (float32, float16, bfloat16): "
+                                 f"{_listed(bad)}; skip them with name_map= (None)")
     computed: dict[str, torch.Tensor] = {}
     if recipe is None:
         inits, computed = _own_inits(module, entries, makers, p0, overrides, recorded)
@@ -1582,8 +1582,8 @@ def make(build: Callable[[], M], *, seed: int = 0, device: Optional[Union[str, t
     from . import _torch_record
 
     if not callable(build) or isinstance(build, torch.nn.Module):
-        raise ValueError(f"build must be a function that returns the model (make(lambda: Model(...))), got "
-                         f"{type(build).__name__} {_show(build)}")
+        raise _refused("build", f"build must be a function that returns the model (make(lambda: Model(...))), got "
+                                f"{type(build).__name__} {_show(build)}")
     name_map = _name_map(name_map)
     device = _device(device)
     seed = _int("seed", seed)
@@ -1593,7 +1593,7 @@ def make(build: Callable[[], M], *, seed: int = 0, device: Optional[Union[str, t
         with torch.device("meta"):
             model = build()
         if not isinstance(model, torch.nn.Module):
-            raise ValueError(f"build() must return a torch.nn.Module, got {type(model).__name__} {_show(model)}")
+            raise _refused("build", f"build() must return a torch.nn.Module, got {type(model).__name__} {_show(model)}")
         names = [n for n, _ in model.named_parameters()]
         final = {n: model.get_parameter(n) for n in names}
     recorded = None if _is_transformers(model) or _is_torchtitan(model) else _replayed(rec, final, names)

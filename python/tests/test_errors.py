@@ -338,6 +338,22 @@ def test_the_packages_own_refusals_are_the_librarys_bad_input(call, parts, line)
         assert str(e.value) == line
 
 
+def test_the_package_refuses_with_one_type():
+    # Every refusal of the package's own is layerinit.BadInputError (raise _bad or _refused); the two
+    # plain ValueErrors left say an optional dependency is missing (ml_dtypes, numpy).
+    import pathlib
+    plain = []
+    for f in sorted(pathlib.Path(layerinit.__file__).parent.glob("*.py")):
+        plain += [f"{f.name}: {line.strip()}" for line in f.read_text().splitlines() if "raise ValueError" in line]
+    assert plain == ["__init__.py: raise ValueError(", "__init__.py: raise ValueError(\"verify of a dict of arrays needs numpy\") from e"]
+    torch = pytest.importorskip("torch")
+    with pytest.raises(layerinit.BadInputError) as e:
+        layerinit.torch.init_(torch.nn.Linear(2, 2), name_map=5)
+    assert (e.value.argument, e.value.value) == ("name_map", "")
+    assert str(e.value).startswith("name_map must be a mapping or a function of the parameter name, got int")
+    assert e.value.problem == str(e.value)[len("name_map "):]
+
+
 # ---- item 10: a spec of 2^40 layers ----
 
 def test_plan_of_2_to_the_40_layers_needs_no_memory_per_layer():
