@@ -162,6 +162,8 @@ Engine Builder::engine(const std::function<void()>& also) const {
   return e;
 }
 
+void check_stack_slot(const PlannedTensor& t, const StackSlot& slot);  // engine.cpp: bad_input for another dtype
+
 void Builder::walk(const WalkOptions& w, const PlanVisitor& f) const {
   auto ends = [&](Part::Kind kind) {
     const Planned kept = planned_ends(kind == Part::Kind::pre);
@@ -190,7 +192,17 @@ void Builder::walk(const WalkOptions& w, const PlanVisitor& f) const {
   };
   if (w.mode == WalkMode::runs) {
     if (sl) {
-      if (count > 0) layers(first, count, *planned_layer(first, true));  // stored alike in the buffers
+      // Stored alike in the buffers, which hold one dtype: a layer the dtype overrides tell apart
+      // from layer 0 is refused here, as the engine refuses its slice.
+      if (!uniform_layers())
+        for (std::uint64_t i = first; i < first + count; ++i) {
+          const Planned layer = planned_layer(i, false);
+          for (std::size_t j = 0; j < layer->size(); ++j) {
+            const StackedTensor& buf = buffers[sl->buffer[j]];
+            check_stack_slot((*layer)[j], StackSlot{buf.name, buf.dtype});
+          }
+        }
+      if (count > 0) layers(first, count, *planned_layer(first, true));
     } else {
       for_each_layer_run(first, count, layers);
     }

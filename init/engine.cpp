@@ -31,12 +31,17 @@ std::vector<PartTensor> whole_tensors(std::span<const PlannedTensor> planned) {
   return out;
 }
 
+// builder.cpp's walk refuses a plan with such a slice too, before anything is made.
+void check_stack_slot(const PlannedTensor& t, const StackSlot& slot) {
+  if (slot.dtype != t.dtype)
+    bad_argument("tensor", t.name,
+                 "is " + std::string(dtype_name(t.dtype)) + " but its stacked buffer " + quote(slot.name) + " is " +
+                     std::string(dtype_name(slot.dtype)) + " (a stacked layout needs one dtype per stacked buffer)");
+}
+
 std::vector<Tensor> Engine::fill_part(std::span<const PartTensor> part, const PartJobs& jobs) const {
   for (const PartTensor& t : part)
-    if (t.stack && t.stack->dtype != t.tensor->dtype)
-      bad_argument("tensor", t.tensor->name,
-                   "is " + std::string(dtype_name(t.tensor->dtype)) + " but its stacked buffer " + quote(t.stack->name) +
-                       " is " + std::string(dtype_name(t.stack->dtype)) + " (a stacked layout needs one dtype per stacked buffer)");
+    if (t.stack) check_stack_slot(*t.tensor, *t.stack);
   std::vector<Tensor> made;
   std::vector<FillJob> fill;
   fill.reserve(part.size());

@@ -9,6 +9,7 @@
 #include "builder_util.hpp"
 #include "naive.hpp"
 #include <layerinit/core/bytes.hpp>
+#include <layerinit/core/errors.hpp>
 #include <layerinit/init/hf_spec.hpp>
 #include <layerinit/init/recipes.hpp>
 #include <layerinit/plan/plan.hpp>
@@ -115,6 +116,34 @@ TEST(PlanRecord, SeedLayoutRegionsStackedSlotsAndLayers) {
   EXPECT_NE(shifted.find("model.layers.7.self_attn.q_proj.weight\t[64,64]\t[64,64]\tbf16\tnormal(0,0.02)\t-\tlayer 7\n"),
             std::string::npos) << shifted;
   EXPECT_EQ(shifted.find("another name"), std::string::npos);
+}
+
+// The stacked layout holds one dtype per buffer: an override that makes layer 1 differ is refused by the
+// plan, naming the tensor and its buffer, as the build refuses it (it planned layer 0's dtype for all).
+TEST(Plan, StackedWithALayerOfAnotherDtypeIsRefusedAsTheBuildRefusesIt) {
+  auto be = make_dry_backend();
+  const ModelSpec spec = make_preset("llama-tiny");
+  const Builder b(spec, make_recipe("hf"), opts(Layout::stacked, DType::bf16, {{"model.layers.1.*", DType::f32}}), *be,
+                  be->memory());
+  const std::string want = "tensor 'model.layers.1.self_attn.q_proj.weight' is fp32 but its stacked buffer "
+                           "'model.layers.self_attn.q_proj.weight' is bf16 (a stacked layout needs one dtype per stacked buffer)";
+  try {
+    (void)make_memory_plan(b);
+    FAIL() << "planned";
+  } catch (const bad_input& e) {
+    EXPECT_EQ(std::string(e.what()), want);
+  }
+  try {
+    (void)b.build();
+    FAIL() << "built";
+  } catch (const bad_input& e) {
+    EXPECT_EQ(std::string(e.what()), want);
+  }
+  // Every layer overridden alike is one dtype per buffer again.
+  const Builder all(spec, make_recipe("hf"), opts(Layout::stacked, DType::bf16, {{"model.layers.*", DType::f32}}), *be,
+                    be->memory());
+  const Builder bf16(spec, make_recipe("hf"), opts(Layout::stacked), *be, be->memory());
+  EXPECT_EQ(make_memory_plan(all).layer_bytes(3), 2 * make_memory_plan(bf16).layer_bytes(3));
 }
 
 TEST(Plan, EveryPresetPeakEqualsMeasuredDry) {
