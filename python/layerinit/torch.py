@@ -529,7 +529,7 @@ def _titan_hyper(model: torch.nn.Module, family: str) -> dict[str, Any]:
     return hyper
 
 
-def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Maker]]:
+def _titan(model: torch.nn.Module) -> tuple[Spec, dict[str, Maker]]:
     """(spec in Hugging Face names, how each parameter and buffer is made of its tensors) of a torchtitan model:
     the tensors `layerinit emit` writes and torchtitan's adapter (`from_hf`) loads into it."""
     from torchtitan.models.common.attention import FusedQKVLinear
@@ -633,7 +633,7 @@ def _titan(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, Maker]]:
         family = "qwen3_moe"
     spec, _ = _describe({"name": f"torchtitan-{pkg}", "family": family, "hyper": _titan_hyper(model, family),
                          "parameters": tensors})
-    return json.loads(spec.to_json()), makers
+    return spec, makers
 
 
 def torchtitan_spec(model: torch.nn.Module) -> dict[str, Any]:
@@ -642,7 +642,7 @@ def torchtitan_spec(model: torch.nn.Module) -> dict[str, Any]:
     loads into ``model``. :func:`init_` fills such a model with the same values, no map needed."""
     if not _is_torchtitan(model):
         raise _refused("module", f"{type(model).__name__} is not a torchtitan model")
-    return _titan(model)[0]
+    return json.loads(_titan(model)[0].to_json())
 
 
 # ---- Where each local tensor sits in its parameter ----
@@ -1313,8 +1313,7 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
     if spec is not None:
         s = _spec(spec)
     elif _is_torchtitan(module):
-        titan_spec, makers = _titan(module)
-        s = _spec(titan_spec)
+        s, makers = _titan(module)  # the Spec the library described, as it is
         real = {_tensor_name(module, n): n for n, _ in list(module.named_parameters()) + list(module.named_buffers())}
         makers = {real.get(k, k): v for k, v in makers.items()}  # by the names the module has, wrappers and all
     elif getattr(module, "config", None) is not None and hasattr(module.config, "model_type") and (
