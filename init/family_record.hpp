@@ -1,7 +1,7 @@
 // One record per Hugging Face model family: its model_type and class, how its config.json is read into
-// a spec and how one is written for a spec made without it. Private to the library: hf_spec.cpp reads
-// through the records, checkpoint/hf_config.cpp writes through them, and a family in a file of its own
-// (init/families/<model_type>.cpp) uses the reading helpers declared here.
+// a spec and how one is written for a spec made without it. Private to the library: every family is a
+// file of its own (init/families/<model_type>.cpp) that uses the helpers declared here, hf_spec.cpp
+// reads through the records and checkpoint/hf_config.cpp writes through them.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <layerinit/init/families.hpp>
 #include <layerinit/init/spec.hpp>
 
 #include "json_read.hpp"
@@ -126,13 +127,45 @@ struct FamilyRecord {
   std::vector<std::pair<std::string, std::string>> module_names = {};
 };
 
-// Every family, in the order config_json's messages list the ones it writes (hf_spec.cpp's table).
+// Every family, by model_type (their files' order), the order config_json's messages list the ones it writes.
 const std::vector<FamilyRecord>& family_records();
 // The record of `model_type`, nullptr for none.
 const FamilyRecord* find_family(std::string_view model_type);
 
-// The records in files of their own, init/families/<name>.cpp each defining `FamilyRecord <name>_record()`,
-// by file name: the list is generated from the folder (init/CMakeLists.txt), family_records() appends it.
+// The records, init/families/<name>.cpp each defining `FamilyRecord <name>_record()`, by file name: the
+// list is generated from the folder (init/CMakeLists.txt), family_records() returns it.
 std::vector<FamilyRecord> family_file_records();
+
+// ---- what several families share (init/families_common.cpp) ----
+
+// The experts of an MoE config: `key` (its count, default E) and num_experts_per_tok (default k).
+void read_experts(const Config& c, Hyper& h, const char* key, std::uint64_t E, std::uint64_t k);
+// DeepSeek-V3's MoE layers (GLM-4.5's too): first_k_dense_replace dense layers, then routed experts of
+// moe_intermediate_size, a sigmoid router with its correction-bias buffer, n_shared_experts shared ones.
+void deepseek_moe(const Config& c, const Defaults& d, DecoderLayout& l, std::uint64_t width, std::uint64_t dense);
+// decoder_spec of the config's layers, once `h` and `l` are checked (hyper_problem, decoder_size_problem).
+// `experts` and `dense` name the config's fields that set Hyper.num_experts and the dense layers, for
+// a refusal of their counts: they are checked before any tensor is made (2^40 experts would fill the
+// memory with tensor records).
+ModelSpec decoder(const Config& c, const Defaults& d, std::string name, Hyper h, const DecoderLayout& l,
+                  const char* experts = "num_experts", const char* dense = "first_k_dense_replace");
+
+// The readers of more than one family.
+// Llama, SmolLM3: attention_bias on q, k, v and o; mlp_bias on gate, up and down.
+ModelSpec read_llama(const Config& c, const Defaults& d, std::string name);
+// Gemma 2 and 3: four norms a layer, all stored as offsets from one; Gemma 3 adds q/k norms.
+ModelSpec read_gemma(const Config& c, const Defaults& d, std::string name);
+// DeepSeek-V3 (and Kimi K2, which is one): multi-head latent attention; attention_bias on q_a_proj,
+// kv_a_proj_with_mqa and o_proj. The multi-token-prediction layers (num_nextn_predict_layers) are
+// not built by transformers and not here.
+ModelSpec read_deepseek_v3(const Config& c, const Defaults& d, std::string name);
+
+// The keys of transformers' decoder configs, from the spec's numbers; `act` is the MLP's activation
+// key and value (Gemma 2's hidden_activation, the others' hidden_act). transformers 5 reads
+// rope_parameters, older releases rope_theta and rope_scaling: both are written.
+void write_decoder(const ModelSpec& spec, nlohmann::ordered_json& j, const char* act_key = "hidden_act",
+                   const char* act = "silu");
+// Mistral's config.json (Mixtral's adds its experts).
+void write_mistral(const ModelSpec& spec, nlohmann::ordered_json& j);
 
 }  // namespace layerinit::hf

@@ -96,8 +96,8 @@ std::string joined(const std::vector<std::string>& types) {
   return out;
 }
 
-// {"model_type": T} is transformers' T config with every default: the same model. A family in a file
-// of its own (init/families/<type>.cpp) checks its defaults in its own test, tests/test_<type>.cpp.
+// {"model_type": T} is transformers' T config with every default: the same model. A family not listed
+// here (init/families/<type>.cpp) checks its defaults in its own test, tests/test_<type>.cpp.
 TEST(HfSpec, MissingFieldsTakeTheConfigClassDefaults) {
   const std::map<std::string, Count> expected = {
       {"deepseek_v3", {671'026'404'352ULL, 14848}}, {"gemma2", {2'614'341'888ULL, 0}},

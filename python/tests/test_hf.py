@@ -166,7 +166,7 @@ def test_rope_theta_of_transformers_5_configs_is_kept():
 
 
 def test_the_package_keeps_no_config_mapping():
-    # Every Hugging Face config field lives in the C++ reader (init/hf_spec.cpp): none of the names only
+    # Every Hugging Face config field lives in the C++ reader (init/hf_spec.cpp, init/families/): none of the names only
     # config.json uses is in the Python sources.
     package = Path(layerinit.__file__).parent
     for src in package.glob("*.py"):

@@ -20,7 +20,7 @@ flags="-std=c++20 -O1 -g -ffp-contract=off -fsanitize=fuzzer,address,undefined -
 core="core/errors.cpp core/bytes.cpp core/shape.cpp core/text.cpp core/input_file.cpp dtypes/dtype.cpp init/json_read.cpp"
 # The recipes ask the family records (init/family_record.hpp) for their quirks: the records come along.
 spec="$core tests/fuzz/fuzz_spec_json.cpp init/spec_json.cpp init/spec.cpp init/describe.cpp init/recipes.cpp kernels/fill.cpp
-      kernels/quantile_tables.cpp init/hf_spec.cpp init/families.cpp $(cd "$root" && echo init/families/*.cpp)"
+      kernels/quantile_tables.cpp init/hf_spec.cpp init/families.cpp init/families_common.cpp $(cd "$root" && echo init/families/*.cpp)"
 checkpoint="$core tests/fuzz/fuzz_checkpoint.cpp checkpoint/reader.cpp checkpoint/reader_hdf5.cpp checkpoint/writer.cpp
             checkpoint/hdf5_writer.cpp checkpoint/hdf5_layout.cpp checkpoint/safetensors_writer.cpp"
 object() { echo "$objects/$(echo "$1" | tr / _).o"; }
