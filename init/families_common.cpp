@@ -94,13 +94,18 @@ ModelSpec read_deepseek_v3(const Config& c, const Defaults& d, std::string name)
 
 using ojson = nlohmann::ordered_json;
 
-void write_decoder(const ModelSpec& spec, ojson& j, const char* act_key, const char* act) {
+void write_sizes(const ModelSpec& spec, ojson& j) {
   const Hyper& h = spec.hyper;
   j["vocab_size"] = h.vocab_size;
   j["hidden_size"] = h.hidden_size;
   j["intermediate_size"] = h.intermediate_size;
   j["num_hidden_layers"] = spec.total_layers();
   j["num_attention_heads"] = h.num_heads;
+}
+
+void write_decoder(const ModelSpec& spec, ojson& j, const char* act_key, const char* act) {
+  const Hyper& h = spec.hyper;
+  write_sizes(spec, j);
   j["num_key_value_heads"] = h.num_kv_heads ? h.num_kv_heads : h.num_heads;
   if (h.head_dim) j["head_dim"] = h.head_dim;
   j[act_key] = act;

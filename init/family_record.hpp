@@ -160,6 +160,9 @@ ModelSpec read_gemma(const Config& c, const Defaults& d, std::string name);
 // not built by transformers and not here.
 ModelSpec read_deepseek_v3(const Config& c, const Defaults& d, std::string name);
 
+// The sizes every config.json has first, under transformers' common names: vocab_size, hidden_size,
+// intermediate_size, num_hidden_layers, num_attention_heads.
+void write_sizes(const ModelSpec& spec, nlohmann::ordered_json& j);
 // The keys of transformers' decoder configs, from the spec's numbers; `act` is the MLP's activation
 // key and value (Gemma 2's hidden_activation, the others' hidden_act). transformers 5 reads
 // rope_parameters, older releases rope_theta and rope_scaling: both are written.

@@ -80,11 +80,7 @@ ModelSpec read(const Config& c, const Defaults& d, std::string name) {
 // is the class default.
 void write(const ModelSpec& spec, nlohmann::ordered_json& j) {
   const Hyper& h = spec.hyper;
-  j["vocab_size"] = h.vocab_size;
-  j["hidden_size"] = h.hidden_size;
-  j["intermediate_size"] = h.intermediate_size;
-  j["num_hidden_layers"] = spec.total_layers();
-  j["num_attention_heads"] = h.num_heads;
+  write_sizes(spec, j);
   j["hidden_act"] = "gelu";
   j["max_position_embeddings"] = h.max_position_embeddings;
   j["layer_norm_eps"] = h.norm_eps;
