@@ -39,9 +39,7 @@ std::string record_regions(const PlannedTensor& t) {
 }  // namespace
 
 std::uint64_t listed_tensor_count(const ModelSpec& spec) {
-  const std::uint64_t per_layer = spec.layer.tensors.size(), L = spec.num_layers;
-  if (per_layer && L > (UINT64_MAX - spec.pre.size() - spec.post.size()) / per_layer) return UINT64_MAX;
-  return spec.pre.size() + L * per_layer + spec.post.size();
+  return saturating_add(saturating_add(spec.pre.size(), spec.post.size()), saturating_mul(spec.num_layers, spec.layer.tensors.size()));
 }
 
 std::string plan_record(const Builder& b) {
