@@ -55,6 +55,11 @@ def _xla() -> Any:
             "layerinit was installed without its XLA FFI handlers (layerinit._core.xla): no jaxlib was found when "
             "`pip install .` ran. Install jax first, then reinstall layerinit")
     if not _registered:
+        # XLA takes a type only before the handlers that use it; registrations made before a backend
+        # starts wait, and the backend then takes the handlers first: start every backend first.
+        jax.devices()
+        for name, registration, platform in mod.param_types():
+            jax.ffi.register_ffi_type(name, registration, platform=platform)
         for name, capsule, platform in mod.targets():
             jax.ffi.register_ffi_target(name, capsule, platform=platform, api_version=1)
         _registered = True

@@ -27,18 +27,44 @@ void define_xla(nb::module_& m) {
   m.doc() = "layerinit's XLA FFI fill handlers; use layerinit.jax (docs/python.md)";
   m.attr("has_cuda_handler") = bool(LAYERINIT_HAS_CUDA);
 
-  m.def("targets", [] {
-    // (name, capsule, platform) for jax.ffi.register_ffi_target(name, capsule, platform=..., api_version=1)
+  m.def("param_types", [] {
+    // (name, registration, platform) for jax.ffi.register_ffi_type(name, registration, platform=...)
+    auto reg = [](ffi::TypeId* id, const ffi::TypeInfo* info) {
+      nb::dict r;
+      r["type_id"] = nb::capsule(static_cast<void*>(id));
+      r["type_info"] = nb::capsule(const_cast<void*>(static_cast<const void*>(info)));
+      return r;
+    };
     nb::list out;
-    out.append(nb::make_tuple("layerinit_fill", handler(LayerinitFillHost), "cpu"));
+    out.append(nb::make_tuple("layerinit_param", reg(&ParamState<Platform::host>::id, &param_state_info<Platform::host>),
+                              "cpu"));
+#if LAYERINIT_HAS_CUDA
+    out.append(nb::make_tuple("layerinit_param", reg(&ParamState<Platform::cuda>::id, &param_state_info<Platform::cuda>),
+                              "CUDA"));
+#endif
+    return out;
+  }, "[(type name, registration, platform)] of the state the fill targets' instantiate stage makes");
+
+  m.def("targets", [] {
+    // (name, handler, platform) for jax.ffi.register_ffi_target(name, handler, platform=..., api_version=1);
+    // a fill target's handler is its stages: the parameter parsed once per instance, then each call.
+    auto fill = [](XLA_FFI_Error* (*instantiate)(XLA_FFI_CallFrame*), XLA_FFI_Error* (*execute)(XLA_FFI_CallFrame*)) {
+      nb::dict stages;
+      stages["instantiate"] = handler(instantiate);
+      stages["execute"] = handler(execute);
+      return stages;
+    };
+    nb::list out;
+    out.append(nb::make_tuple("layerinit_fill", fill(LayerinitParamHost, LayerinitFillHost), "cpu"));
     out.append(nb::make_tuple("layerinit_ordinal", handler(LayerinitOrdinalHost), "cpu"));
 #if LAYERINIT_HAS_CUDA
-    out.append(nb::make_tuple("layerinit_fill", handler(LayerinitFillCuda), "CUDA"));
+    out.append(nb::make_tuple("layerinit_fill", fill(LayerinitParamCuda, LayerinitFillCuda), "CUDA"));
     out.append(nb::make_tuple("layerinit_ordinal", handler(LayerinitOrdinalCuda), "CUDA"));
 #endif
-    out.append(nb::make_tuple("layerinit_fill_grid", handler(LayerinitFillGrid), "cpu"));
+    out.append(nb::make_tuple("layerinit_fill_grid", fill(LayerinitParamHost, LayerinitFillGrid), "cpu"));
     return out;
-  }, "[(target name, handler capsule, platform)]");
+  }, "[(target name, handler capsule or {stage: capsule}, platform)]");
+  m.def("params_parsed", &params_parsed, "Test hook: how many param attributes the instantiate stage has parsed.");
 
   m.def("cancel_fills", &cancel_fills, "on"_a,
         "While on, every fill handler call fails with 'interrupted' (layerinit.jax's Ctrl-C).");

@@ -8,6 +8,7 @@
 #include <layerinit/backends/caller_queue.hpp>
 
 namespace layerinit::jax {
+
 namespace {
 
 // The backends are made on first use and never destroyed: XLA may still run a fill while the
@@ -28,14 +29,14 @@ backend& simulated(std::int32_t ordinal) {
   return *be;
 }
 
-ffi::Error fill_host_impl(std::int32_t ordinal, std::optional<ffi::AnyBuffer>, std::int64_t seed, std::string_view param,
-                          ffi::Span<const std::int64_t> table, ffi::Result<ffi::AnyBuffer> out) {
-  return fill_piece(ordinal, seed, param, table, *out, [] { return &host(); });
+ffi::Error fill_host_impl(std::int32_t ordinal, ParamState<Platform::host>* param, std::optional<ffi::AnyBuffer>, std::int64_t seed,
+                          std::string_view, ffi::Span<const std::int64_t> table, ffi::Result<ffi::AnyBuffer> out) {
+  return fill_piece(ordinal, param, seed, table, *out, [] { return &host(); });
 }
 
-ffi::Error fill_grid_impl(std::int32_t ordinal, std::optional<ffi::AnyBuffer>, std::int64_t seed, std::string_view param,
-                          ffi::Span<const std::int64_t> table, ffi::Result<ffi::AnyBuffer> out) {
-  return fill_piece(ordinal, seed, param, table, *out, [ordinal] { return &simulated(ordinal); });
+ffi::Error fill_grid_impl(std::int32_t ordinal, ParamState<Platform::host>* param, std::optional<ffi::AnyBuffer>, std::int64_t seed,
+                          std::string_view, ffi::Span<const std::int64_t> table, ffi::Result<ffi::AnyBuffer> out) {
+  return fill_piece(ordinal, param, seed, table, *out, [ordinal] { return &simulated(ordinal); });
 }
 
 ffi::Error ordinal_host_impl(std::int32_t ordinal, ffi::Result<ffi::Buffer<ffi::DataType::S32>> out) {
@@ -46,10 +47,12 @@ ffi::Error ordinal_host_impl(std::int32_t ordinal, ffi::Result<ffi::Buffer<ffi::
 }  // namespace
 }  // namespace layerinit::jax
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LayerinitParamHost, layerinit::jax::instantiate_param<layerinit::jax::Platform::host>,
+                              layerinit::jax::instantiate_binding());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LayerinitFillHost, layerinit::jax::fill_host_impl,
-                              layerinit::jax::fill_binding(layerinit::jax::ffi::Ffi::Bind().Ctx<layerinit::jax::ffi::DeviceOrdinal>()));
+                              layerinit::jax::fill_binding<layerinit::jax::Platform::host>(layerinit::jax::ffi::Ffi::Bind().Ctx<layerinit::jax::ffi::DeviceOrdinal>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LayerinitFillGrid, layerinit::jax::fill_grid_impl,
-                              layerinit::jax::fill_binding(layerinit::jax::ffi::Ffi::Bind().Ctx<layerinit::jax::ffi::DeviceOrdinal>()));
+                              layerinit::jax::fill_binding<layerinit::jax::Platform::host>(layerinit::jax::ffi::Ffi::Bind().Ctx<layerinit::jax::ffi::DeviceOrdinal>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LayerinitOrdinalHost, layerinit::jax::ordinal_host_impl,
                               layerinit::jax::ffi::Ffi::Bind()
                                   .Ctx<layerinit::jax::ffi::DeviceOrdinal>()

@@ -1,4 +1,5 @@
-// The CUDA handler: the jobs are made on the host from the attributes alone and enqueued, through
+// The CUDA handler: the jobs are made on the host from the attributes alone (the parameter parsed at
+// instantiation, LayerinitParamCuda) and enqueued, through
 // backend::fill, on the stream XLA hands the handler, writing XLA's device buffer; nothing is copied
 // and nothing waits.
 #include "xla_handlers.hpp"
@@ -28,9 +29,10 @@ backend& on_stream(std::int32_t ordinal, cudaStream_t stream) {
   return *be;
 }
 
-ffi::Error fill_cuda_impl(cudaStream_t stream, std::int32_t ordinal, std::optional<ffi::AnyBuffer>, std::int64_t seed,
-                          std::string_view param, ffi::Span<const std::int64_t> table, ffi::Result<ffi::AnyBuffer> out) {
-  return fill_piece(ordinal, seed, param, table, *out, [ordinal, stream] { return &on_stream(ordinal, stream); });
+ffi::Error fill_cuda_impl(cudaStream_t stream, std::int32_t ordinal, ParamState<Platform::cuda>* param, std::optional<ffi::AnyBuffer>,
+                          std::int64_t seed, std::string_view, ffi::Span<const std::int64_t> table,
+                          ffi::Result<ffi::AnyBuffer> out) {
+  return fill_piece(ordinal, param, seed, table, *out, [ordinal, stream] { return &on_stream(ordinal, stream); });
 }
 
 ffi::Error ordinal_cuda_impl(cudaStream_t stream, std::int32_t ordinal, ffi::Result<ffi::Buffer<ffi::DataType::S32>> out) {
@@ -43,8 +45,10 @@ ffi::Error ordinal_cuda_impl(cudaStream_t stream, std::int32_t ordinal, ffi::Res
 }  // namespace
 }  // namespace layerinit::jax
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LayerinitParamCuda, layerinit::jax::instantiate_param<layerinit::jax::Platform::cuda>,
+                              layerinit::jax::instantiate_binding());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LayerinitFillCuda, layerinit::jax::fill_cuda_impl,
-                              layerinit::jax::fill_binding(layerinit::jax::ffi::Ffi::Bind()
+                              layerinit::jax::fill_binding<layerinit::jax::Platform::cuda>(layerinit::jax::ffi::Ffi::Bind()
                                                                .Ctx<layerinit::jax::ffi::PlatformStream<cudaStream_t>>()
                                                                .Ctx<layerinit::jax::ffi::DeviceOrdinal>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LayerinitOrdinalCuda, layerinit::jax::ordinal_cuda_impl,

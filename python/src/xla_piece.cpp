@@ -20,6 +20,7 @@ std::vector<Written> writes;
 std::atomic<bool> cancelled{false};
 std::atomic<std::int64_t> interrupt_countdown{-1};
 std::atomic<bool> interrupted{false};  // the hook raised its SIGINT
+std::atomic<std::uint64_t> parsed{0};
 
 void wait_for_cancel() {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -61,8 +62,15 @@ std::vector<Written> take_writes() {
   return std::exchange(writes, {});
 }
 
+Composite parse_param(std::string_view text) {
+  parsed.fetch_add(1);
+  return composite_from_text(text);
+}
+
+std::uint64_t params_parsed() { return parsed.load(); }
+
 std::vector<FillJob> piece_jobs(const PieceCall& c) {
-  const Composite p = composite_from_text(c.param);
+  const Composite& p = *c.param;
   const std::string& name = p.parts.front().name;
   const std::size_t n = p.shape.size();
   if (c.dtype != p.dtype)

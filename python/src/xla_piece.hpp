@@ -1,7 +1,7 @@
 // One device's piece of a parameter, as an XLA FFI fill handler call sees it: the parameter is a
-// composite (shard/composite.hpp: canonical tensors stacked along axes at any dimensions, in its
-// versioned text form, the same attribute on every device) and the piece is the box of it this device
-// holds.
+// composite (shard/composite.hpp: canonical tensors stacked along axes at any dimensions; its
+// versioned text form is the attribute, the same on every device, parsed once per instance of the XLA
+// program) and the piece is the box of it this device holds.
 #pragma once
 
 #include <cstdint>
@@ -11,12 +11,13 @@
 #include <vector>
 
 #include <layerinit/kernels/fill.hpp>
+#include <layerinit/shard/composite.hpp>
 
 namespace layerinit::jax {
 
 // What one handler call knows: the attributes, the device it runs on and its output buffer.
 struct PieceCall {
-  std::string_view param;                 // composite_to_text of the parameter
+  const Composite* param = nullptr;       // the parameter (parse_param of its text)
   std::uint64_t seed = 0;
   // Per device of this process that holds a piece: its ordinal, then the piece's offset in every
   // dimension of the parameter (rank + 1 numbers a row). Empty: every device holds the whole.
@@ -27,9 +28,16 @@ struct PieceCall {
   void* dst = nullptr;
 };
 
+// The parameter of a `param` attribute (composite_from_text): what the handlers' instantiate stage
+// keeps for every call of one instance of the program. Throws std::invalid_argument for a malformed
+// text.
+Composite parse_param(std::string_view text);
+// Test hook: how many texts parse_param has parsed in this process.
+std::uint64_t params_parsed();
+
 // The jobs that fill this call's piece densely into its output buffer (composite_fill_jobs). Throws
 // std::invalid_argument when the output is not a piece of the parameter (rank, dtype, a box outside
-// its shape), the device has no row in the table, or the text is malformed.
+// its shape) or the device has no row in the table.
 std::vector<FillJob> piece_jobs(const PieceCall& c);
 
 // Test hook: while on, piece_jobs records every output buffer it is given (the first tensor's name

@@ -326,6 +326,57 @@ def test_the_handlers_write_a_tensors_fill_regions(monkeypatch, target, orientat
 
 
 @pytest.mark.parametrize("target", ["layerinit_fill", "layerinit_fill_grid"])
+def test_the_handlers_parse_a_param_once_per_program_and_again_from_the_persistent_cache(monkeypatch, tmp_path, target):
+    """The `param` attribute (the composite text) is parsed by the FFI instantiate stage, once per
+    instance of the program, not on every call; a program JAX loads from its persistent compilation
+    cache carries the text, not a handle into the process that compiled it, so it is parsed again
+    there and fills the same bytes."""
+    plan = layerinit.plan(REGIONS_SPEC, dtype="fp32", seed=5)
+    built = np.asarray(layerinit.build(REGIONS_SPEC, dtype="fp32", seed=5)["emb"])
+    xla = ljax._xla()
+    monkeypatch.setattr(ljax, "_TARGET", target)
+    a = ljax._Array(name="emb", shape=(40, 24), dtype="fp32", param=plan.composite("emb").text)
+    a.local = (40, 24)
+    with jax.default_device(jax.devices("cpu")[0]):
+        before = xla.params_parsed()
+        compiled = jax.jit(lambda: ljax._fill(a, 5)).lower().compile()
+        assert xla.params_parsed() == before + 1
+        for _ in range(3):
+            assert np.array_equal(bits(np.asarray(compiled())), bits(built))
+        assert xla.params_parsed() == before + 1
+
+        hits: list[str] = []
+        listener = lambda event, **kw: hits.append(event) if event == "/jax/compilation_cache/cache_hits" else None  # noqa: E731
+        jax.monitoring.register_event_listener(listener)
+        options = {"jax_compilation_cache_dir": str(tmp_path), "jax_persistent_cache_min_compile_time_secs": 0,
+                   "jax_persistent_cache_min_entry_size_bytes": 0}
+        old = {option: getattr(jax.config, option) for option in options}
+        try:
+            for option, value in options.items():
+                jax.config.update(option, value)
+            fresh = lambda: ljax._fill(a, 5) + 0.0  # noqa: E731 (a program not compiled above)
+            first = np.asarray(jax.jit(fresh)())
+            jax.clear_caches()
+            parsed = xla.params_parsed()
+            again = np.asarray(jax.jit(fresh)())
+            assert xla.params_parsed() == parsed + 1
+        finally:
+            jax.monitoring.unregister_event_listener(listener)
+            for option, value in old.items():
+                jax.config.update(option, value)
+            from jax._src import compilation_cache
+            compilation_cache.reset_cache()  # the cache it opened stays in use otherwise
+        # A malformed text is refused when the program is made, before anything runs.
+        bad = ljax._Array(name="emb", shape=(40, 24), dtype="fp32", param="[1]")
+        bad.local = (40, 24)
+        with pytest.raises(Exception, match="INVALID_ARGUMENT: layerinit: composite: ") as refused:
+            jax.jit(lambda: ljax._fill(bad, 5)).lower().compile()
+        assert xla.params_parsed() == parsed + 2, refused.value
+    assert hits, "the second program did not come from the persistent cache"
+    assert np.array_equal(bits(first), bits(built)) and np.array_equal(bits(again), bits(built))
+
+
+@pytest.mark.parametrize("target", ["layerinit_fill", "layerinit_fill_grid"])
 def test_the_handlers_write_a_leaf_whose_layer_axis_is_at_dimension_1(monkeypatch, target):
     """Flax linen's nn.scan(..., variable_axes={"params": 1}) (MaxText's param_scan_axis=1) keeps a kernel
     [out, L, in] whose [:, l, :] is layer l's tensor: the handlers (the host's, and the CUDA handler's
