@@ -86,8 +86,9 @@ const json& JsonReader::require(const json& j, const std::string& path, const ch
 
 std::uint64_t JsonReader::to_uint(const json& v, const std::string& path, bool positive) const {
   const char* what = positive ? "must be a positive integer" : "must be a non-negative integer";
-  if (v.is_number_unsigned()) {
-    const auto x = v.get<std::uint64_t>();
+  // A document built in code holds a non-negative integer as signed (nlohmann's int), parsed text as unsigned.
+  if (v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0)) {
+    const auto x = v.is_number_unsigned() ? v.get<std::uint64_t>() : static_cast<std::uint64_t>(v.get<std::int64_t>());
     if (positive && x == 0) fail(path, what);
     return x;
   }
@@ -216,6 +217,21 @@ json JsonReader::parse(std::string_view text) const {
     }
     throw spec_error(source_, "malformed JSON: " + printable(reason, kMaxMessagePart));
   }
+}
+
+void JsonReader::check_limits(const json& doc) const {
+  // Recursive, but never deeper than max_depth_ + 1 frames: deeper is refused before it is entered.
+  auto walk = [this](const auto& self, const json& j, const std::string& path, std::size_t depth) -> void {
+    if (!j.is_object() && !j.is_array()) return;
+    if (depth > max_depth_) fail(path, "nesting deeper than " + std::to_string(max_depth_) + " levels");
+    if (j.is_array() && j.size() > max_elements_)
+      fail(path, "has more than " + std::to_string(max_elements_) + " elements");
+    if (j.is_object())
+      for (const auto& [key, v] : j.items()) self(self, v, join(path, printable(key, 64)), depth + 1);
+    else
+      for (std::size_t i = 0; i < j.size(); ++i) self(self, j[i], at(path, i), depth + 1);
+  };
+  walk(walk, doc, "", 1);
 }
 
 }  // namespace layerinit

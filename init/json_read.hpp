@@ -35,6 +35,9 @@ class JsonReader {
   // nlohmann's parser with nesting deeper than max_depth levels, arrays longer than max_elements and
   // repeated keys refused, and positions as line and column.
   json parse(std::string_view text) const;
+  // What parse refuses in a text (nesting deeper than max_depth levels, arrays longer than
+  // max_elements), refused in a document built otherwise; the first found, named by its path.
+  void check_limits(const json& doc) const;
 
   // An object whose keys are all in `valid`.
   void check_object(const json& j, const std::string& path, const std::vector<std::string>& valid) const;

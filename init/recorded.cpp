@@ -12,6 +12,7 @@
 #include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
 
+#include "json_documents.hpp"
 #include "json_read.hpp"
 
 namespace layerinit {
@@ -692,8 +693,10 @@ Shape shape_field(const json& j, const std::string& path) {
 
 }  // namespace
 
-RecordedInit recorded_init_from_json(std::string_view text) {
-  const json doc = reader.parse(text);
+RecordedInit recorded_init_from_json(std::string_view text) { return recorded_init_from_document(reader.parse(text)); }
+
+RecordedInit recorded_init_from_document(const json& doc) {
+  reader.check_limits(doc);
   reader.check_object(doc, "", {"tensors", "writes"});
   RecordedInit r;
   const json& tensors = reader.require(doc, "", "tensors");

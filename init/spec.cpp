@@ -149,6 +149,26 @@ TensorRole parse_role(std::string_view s) {
   bad_argument("tensor role", s, "is unknown (valid: " + valid + ")");
 }
 
+std::vector<std::string> role_names() {
+  std::vector<std::string> out;
+  for (auto r : kRoles) out.emplace_back(role_name(r));
+  return out;
+}
+
+std::variant<TensorRole, FillSpec> parse_role_or_fill(std::string_view text, std::string_view argument) {
+  for (auto r : kRoles)
+    if (role_name(r) == text) return r;
+  try {
+    FillSpec f = parse_fill(text);
+    validate_fill(f);
+    return f;
+  } catch (const bad_input& e) {
+    std::string roles;
+    for (const auto& name : role_names()) roles += (roles.empty() ? "" : ", ") + name;
+    bad_argument(argument, text, "is neither a tensor role (valid: " + roles + ") nor a fill: " + e.problem());
+  }
+}
+
 std::string ModelSpec::canonical_name(std::uint64_t layer_index, const TensorSpec& t) const {
   return layer_prefix + std::to_string(first_layer + layer_index) + "." + t.name;
 }

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include <layerinit/core/api.hpp>
@@ -40,6 +41,11 @@ enum class TensorRole : std::uint8_t {
 };
 LAYERINIT_API std::string_view role_name(TensorRole r);
 LAYERINIT_API TensorRole parse_role(std::string_view s);  // throws bad_input listing valid names
+LAYERINIT_API std::vector<std::string> role_names();       // every role's name, in declaration order
+// A rule's text that may name either (layerinit.jax's rules={glob: "head_weight" | "normal(0, 0.02)"}):
+// the role of that name, else the fill parse_fill reads (validated); bad_input "<argument> '<text>' is
+// neither a tensor role (valid: ...) nor a fill: <why not a fill>".
+LAYERINIT_API std::variant<TensorRole, FillSpec> parse_role_or_fill(std::string_view text, std::string_view argument);
 
 // A box of a tensor's logical shape that its framework gives a fill of its own: the padding row of an
 // embedding (nn.Embedding's padding_idx, transformers' _init_weights), a slice a model's init writes

@@ -17,6 +17,7 @@
 #include <layerinit/core/errors.hpp>
 #include <layerinit/core/input_file.hpp>
 
+#include "json_documents.hpp"
 #include "json_read.hpp"
 
 namespace layerinit {
@@ -263,8 +264,9 @@ ojson hyper_to_json(const Hyper& h) {
 
 }  // namespace
 
-ModelSpec spec_from_json(std::string_view text) {
-  const json doc = r.parse(text);
+namespace {
+
+ModelSpec spec_read(const json& doc) {
   r.check_object(doc, "", {"name", "family", "hyper", "pre", "layer", "post", "hf_config"});
   ModelSpec m;
   m.name = r.to_string(r.require(doc, "", "name"), "name", true);
@@ -309,8 +311,19 @@ ModelSpec spec_from_json(std::string_view text) {
   return m;
 }
 
-ModelDescription description_from_json(std::string_view text) {
-  const json doc = r.parse(text);
+}  // namespace
+
+ModelSpec spec_from_json(std::string_view text) { return spec_read(r.parse(text)); }
+
+ModelSpec spec_from_document(const json& doc) {
+  r.check_limits(doc);
+  return spec_read(doc);
+}
+
+ModelDescription description_from_json(std::string_view text) { return description_from_document(r.parse(text)); }
+
+ModelDescription description_from_document(const json& doc) {
+  r.check_limits(doc);
   r.check_object(doc, "", {"name", "family", "naming", "hyper", "parameters"});
   ModelDescription d;
   if (const json* v = find(doc, "name")) d.name = r.to_string(*v, "name", true);
@@ -365,7 +378,7 @@ ModelDescription description_from_json(std::string_view text) {
 
 ModelSpec load_spec_file(const std::string& path) { return spec_from_json(read_input_file(path, "spec file")); }
 
-std::string spec_to_json(const ModelSpec& s) {
+ojson spec_document(const ModelSpec& s) {
   ojson j = ojson::object();
   j["name"] = s.name;
   j["family"] = s.family;
@@ -385,8 +398,12 @@ std::string spec_to_json(const ModelSpec& s) {
   j["layer"] = layer;
   j["post"] = tensors(s.post);
   if (!s.hf_config.empty()) j["hf_config"] = s.hf_config;
+  return j;
+}
+
+std::string spec_to_json(const ModelSpec& s) {
   // Invalid UTF-8 in a name (possible only from C++) is replaced rather than thrown.
-  return j.dump(2, ' ', false, ojson::error_handler_t::replace) + "\n";
+  return spec_document(s).dump(2, ' ', false, ojson::error_handler_t::replace) + "\n";
 }
 
 }  // namespace layerinit

@@ -9,7 +9,11 @@
 #include <string>
 
 #include <layerinit/init/describe.hpp>
+#include <layerinit/init/presets.hpp>
 #include <layerinit/init/spec_json.hpp>
+
+#include "../init/json_documents.hpp"
+#include "../init/json_read.hpp"
 
 using namespace layerinit;
 
@@ -295,6 +299,40 @@ TEST(Describe, ReadFromJsonWithErrorsNamingTheField) {
             "spec: parameters[0].storage: applies to a 2-D weight");
   EXPECT_EQ(error(R"j({"parameters": [{"name": "a", "shape": [2], "init": "gauss(1)"}]})j").rfind("spec: parameters[0].init: ", 0), 0u);
   EXPECT_EQ(error(R"({"name": "m"})"), "spec: top level: missing key 'parameters'");
+}
+
+// A document built without text (the Python binding's dicts) reads as its text does, errors and the
+// limits parsing a text applies included; a spec's document reads back as the spec.
+TEST(Describe, ADocumentReadsAsItsText) {
+  const nlohmann::json doc = {{"name", "m"},
+                              {"parameters", {{{"name", "w.kernel"}, {"shape", {8, 4}}, {"storage", "in-out"}},
+                                              {{"name", "e.weight"}, {"shape", {4, 8}}, {"module", "embedding"}}}}};
+  const ModelDescription a = description_from_document(doc), b = description_from_json(doc.dump());
+  ASSERT_EQ(a.parameters.size(), 2u);
+  EXPECT_EQ(describe(a).spec, describe(b).spec);
+  EXPECT_EQ(a.parameters[0].storage, WeightStorage::in_out);
+  auto error = [](auto read) {
+    try {
+      read();
+    } catch (const spec_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  nlohmann::json bad = doc;
+  bad["parameters"][1]["module"] = "conv";
+  EXPECT_EQ(error([&] { description_from_document(bad); }), error([&] { description_from_json(bad.dump()); }));
+  EXPECT_NE(error([&] { description_from_document(bad); }), "");
+  nlohmann::json deep = nullptr;
+  for (int i = 0; i < 70; ++i) deep = nlohmann::json{{"a", deep}};
+  bad = doc;
+  bad["hyper"] = deep;
+  EXPECT_EQ(error([&] { description_from_document(bad); }).rfind("spec: hyper.a.a.", 0), 0u);
+  EXPECT_NE(error([&] { description_from_document(bad); }).find(": nesting deeper than 64 levels"), std::string::npos);
+  EXPECT_NE(error([&] { spec_from_document(bad); }).find(": nesting deeper than 64 levels"), std::string::npos);
+  const ModelSpec llama = make_preset("llama-tiny");
+  EXPECT_EQ(spec_from_document(nlohmann::json::parse(spec_document(llama).dump())), llama);
+  EXPECT_EQ(spec_document(llama).dump(2) + "\n", spec_to_json(llama));
 }
 
 // Regions are given in the coordinates of the parameter as stored: describe() puts them on the spec's

@@ -7,6 +7,8 @@
 #include <layerinit/init/recorded.hpp>
 #include <layerinit/init/spec_json.hpp>
 
+#include "../init/json_documents.hpp"
+
 using namespace layerinit;
 
 namespace {
@@ -201,6 +203,13 @@ TEST(Recorded, FromJson) {
   EXPECT_NE(out[0].refusal.find("clamp (m.py:3) inside a uniform's range"), std::string::npos) << out[0].refusal;
   EXPECT_THROW(recorded_init_from_json(R"({"tensors": [], "extra": 1})"), spec_error);
   EXPECT_THROW(recorded_init_from_json(R"({"tensors": [{"shape": [2], "name": ""}]})"), spec_error);
+  // The document itself (the Python binding's dict, no text between) reads the same.
+  const RecordedInit d = recorded_init_from_document(nlohmann::json::parse(R"({"tensors": [{"name": "w", "shape": [3, 2]}],
+    "writes": [{"tensor": 0, "op": "uniform", "args": [-1, 1], "where": "m.py:3"}]})"));
+  ASSERT_EQ(d.writes.size(), 1u);
+  EXPECT_EQ(d.writes[0].args, (std::vector<double>{-1, 1}));
+  EXPECT_EQ(d.writes[0].where, "m.py:3");
+  EXPECT_THROW(recorded_init_from_document(nlohmann::json{{"tensors", nlohmann::json::array()}, {"extra", 1}}), spec_error);
 }
 
 TEST(Recorded, SpecWithInitsKeepsTheBlockWhenEveryLayerAgrees) {

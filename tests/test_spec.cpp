@@ -3,7 +3,9 @@
 
 #include <limits>
 #include <stdexcept>
+#include <variant>
 
+#include <layerinit/core/errors.hpp>
 #include <layerinit/init/presets.hpp>
 #include <layerinit/init/spec.hpp>
 
@@ -74,6 +76,22 @@ TEST(Spec, Roles) {
     EXPECT_EQ(std::string(e.what()),
               "tensor role 'weight' is unknown (valid: embedding, position_embedding, linear_weight, output_weight, "
               "linear_bias, norm_weight, norm_bias, router_weight, head_weight, other)");
+  }
+  EXPECT_EQ(role_names().size(), 10u);
+  EXPECT_EQ(role_names().front(), "embedding");
+  EXPECT_EQ(role_names().back(), "other");
+  // A rule's text: a role's name, else a fill; neither is one line naming the caller's argument.
+  EXPECT_EQ(std::get<TensorRole>(parse_role_or_fill("head_weight", "rules['*']")), TensorRole::head_weight);
+  EXPECT_EQ(std::get<FillSpec>(parse_role_or_fill("normal(0, 0.02)", "rules['*']")), FillSpec::normal(0, 0.02));
+  try {
+    parse_role_or_fill("normal(0, -1)", "rules['*.w']");
+    FAIL();
+  } catch (const bad_input& e) {
+    EXPECT_EQ(e.argument(), "rules['*.w']");
+    EXPECT_EQ(std::string(e.what()),
+              "rules['*.w'] 'normal(0, -1)' is neither a tensor role (valid: embedding, position_embedding, linear_weight, "
+              "output_weight, linear_bias, norm_weight, norm_bias, router_weight, head_weight, other) nor a fill: is "
+              "invalid: std must be positive");
   }
 }
 

@@ -246,41 +246,6 @@ def _str_map(arg: str, v: Any, value: Any) -> dict[str, Any]:
     return {_str(f"{arg} key {_show(k)}", k): value(f"{arg}[{k!r}]", x) for k, x in _items(arg, v)}
 
 
-# The C++ JSON reader's nesting limit (init/json_read.hpp, kDefaultMaxDepth): a dict nested deeper is
-# refused here, before json.dumps recurses through it.
-_MAX_JSON_DEPTH = 64
-
-
-def _json_value(arg: str, v: Any, depth: int = 1, path: str = "") -> Any:
-    """A JSON document given as Python objects (a spec or config.json dict), as dicts, lists and
-    scalars: str keys only (json.dumps would turn 5 into "5" silently), at most _MAX_JSON_DEPTH
-    levels of objects and arrays; ValueError naming the argument and where."""
-    if isinstance(v, Mapping) or (isinstance(v, (list, tuple))):
-        where = arg + (path if len(path) <= 60 else "..." + path[-57:])
-        if depth > _MAX_JSON_DEPTH:
-            raise _bad(arg, "", f"nested deeper than {_MAX_JSON_DEPTH} levels (objects and arrays)",
-                           f"{arg}: nested deeper than {_MAX_JSON_DEPTH} levels (objects and arrays)")
-        if isinstance(v, Mapping):
-            out = {}
-            for k, x in _items(where, v):
-                if not isinstance(k, str):
-                    raise _bad(where, f"key {_show(k)}", f"({type(k).__name__}) is not a str",
-                               f"{where}: key {_show(k)} ({type(k).__name__}) is not a str")
-                out[k] = _json_value(arg, x, depth + 1, f"{path}[{k!r}]")
-            return out
-        return [_json_value(arg, x, depth + 1, f"{path}[{i}]") for i, x in enumerate(v)]
-    return v
-
-
-def _json_text(arg: str, v: Any) -> str:
-    """_json_value of `v` as JSON text; ValueError naming the argument for what JSON cannot hold."""
-    value = _json_value(arg, v)
-    try:
-        return _str(arg, json.dumps(value))
-    except (TypeError, ValueError) as e:
-        raise _bad(arg, "", f"is not JSON: {e}", f"{arg}: the dict is not JSON: {e}") from None
-
-
 def _fspath(arg: str, v: Any) -> str:
     """A path argument (a str or an os.PathLike) as a str; ValueError naming it, also when its
     __fspath__ raises or returns bytes."""
@@ -428,7 +393,7 @@ def hf_spec(config: Any) -> Spec:
     if isinstance(config, (str, os.PathLike)):
         return _core.Spec.from_hf_config_path(_fspath("config", config))
     if isinstance(config, Mapping):
-        return _core.Spec.from_hf_config(_json_text("config", config))
+        return _core.Spec.from_hf_config(config)
     to_json = getattr(config, "to_json_string", None)
     if callable(to_json):
         return _core.Spec.from_hf_config(_str("config", to_json(use_diff=False)))
@@ -445,10 +410,7 @@ def spec(model: ModelLike) -> Spec:
     if isinstance(model, _core.Spec):
         return model
     if isinstance(model, Mapping):
-        value = _json_value("model", model)
-        if "model_type" in value:
-            return hf_spec(value)
-        return _core.Spec.from_json(_json_text("model", value))
+        return hf_spec(model) if "model_type" in model else _core.Spec.from_json(model)
     if isinstance(model, (str, os.PathLike)):
         text = _fspath("model", model)
         if os.path.isdir(text):
@@ -468,7 +430,7 @@ def _fill(f: FillLike, arg: str = "fill") -> Fill:
     if isinstance(f, _core.Fill):
         return f
     if isinstance(f, str):
-        return _core.Fill.parse(_str(arg, f))
+        return _core.Fill.parse(_str(arg, f), arg)
     raise _bad(arg, f"{type(f).__name__} {_show(f)}", "must be a string like 'normal(0, 0.02)' or a Fill",
                f"{arg} must be a string like 'normal(0, 0.02)' or a Fill, got {type(f).__name__} {_show(f)}")
 
@@ -490,12 +452,12 @@ def _overrides(arg: str, v: Any, value: Any) -> list[tuple[str, str]]:
 
 
 def _describe(description: Mapping[str, Any], *, recipe: Optional[str] = None,
-              overrides: Optional[Mapping[str, FillLike]] = None) -> tuple[Spec, list[dict[str, Any]]]:
+              overrides: Optional[Mapping[str, FillLike]] = None) -> tuple[Spec, list[_core.DescribedParameter]]:
     """(Spec, what each parameter became) of a model description (docs/spec.md, "Descriptions"): the
     one set of rules both adapters hand their framework's parameters to. With ``recipe``, ValueError
     listing the parameters whose fill it cannot tell from the description."""
     fills = _overrides("overrides", overrides, lambda a, f: _fill_text(f, a))
-    return _core.describe(json.dumps(description), None if recipe is None else _str("recipe", recipe), fills)
+    return _core.describe(description, None if recipe is None else _str("recipe", recipe), fills)
 
 
 def plan(

@@ -20,7 +20,6 @@ strides against the tensor that owns the storage (a parameter, or a temporary th
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -397,7 +396,7 @@ class Recorder(TorchDispatchMode):
         """What each root holds at the end (the library's replay), roots named by `names` (root index
         -> the parameter's name)."""
         tensors = [{"shape": r.shape, **({"name": names[r.index]} if r.index in names else {})} for r in self.order]
-        return _core.replay_init(json.dumps({"tensors": tensors, "writes": self.writes}))
+        return _core.replay_init({"tensors": tensors, "writes": self.writes})
 
 
 def _keyable(t: Any) -> bool:

@@ -13,7 +13,6 @@ own piece, and the global array is the same for every mesh and PartitionSpec. Wo
 from __future__ import annotations
 
 import fnmatch
-import json
 import re
 import sys
 import threading
@@ -28,14 +27,13 @@ from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSha
 
 from ._jax_record import Recorded, eval_shape
 from . import (_DTYPES_VALID, DTypeLike, Fill, FillLike, ModelLike, Plan, Spec, _bool, _canonical_dtype, _core, _describe,
-               _bad, _dtype, _refused, _dtype_object_name, _items, _json_value, _seq, _show, _str, _str_map)
+               _bad, _dtype, _refused, _dtype_object_name, _items, _seq, _show, _str, _str_map)
 from . import plan as _layerinit_plan
 
 __all__ = ["ROLES", "Recorded", "build", "eval_shape", "init", "plan", "spec_of"]
 
 #: Roles a rule may give a leaf (docs/spec.md): recipes pick each tensor's fill by its role.
-ROLES = ("embedding", "position_embedding", "linear_weight", "output_weight", "linear_bias", "norm_weight",
-         "norm_bias", "router_weight", "head_weight", "other")
+ROLES = tuple(_core.role_names())
 
 ShardingLike = Union[Sharding, PartitionSpec, Mapping[str, Any], Callable[[str], Any], Any, None]
 
@@ -790,8 +788,11 @@ def _rules(rules: Optional[Mapping[str, Any]]) -> list[_Rule]:
     out = []
     for pattern, value in _str_map("rules", rules, lambda a, x: x).items():
         r = _Rule(pattern)
-        spec_ = dict(_items(f"rules[{pattern!r}]", value)) if isinstance(value, Mapping) else {
-            "role" if isinstance(value, str) and value in ROLES else "fill": value}
+        where = f"rules[{pattern!r}]"
+        if isinstance(value, str):  # a role's name or a fill's text: the library tells which
+            value = _core.role_or_fill(value, where)
+        spec_ = dict(_items(where, value)) if isinstance(value, Mapping) else {
+            "role" if isinstance(value, str) else "fill": value}
         unknown = set(spec_) - {"role", "fill", "fan_in", "fan_out", "orientation"}
         if unknown:
             raise _refused("rules", f"rule '{pattern}': unknown key {sorted(unknown)[0]!r} (valid: role, fill, fan_in, fan_out, "
@@ -801,12 +802,7 @@ def _rules(rules: Optional[Mapping[str, Any]]) -> list[_Rule]:
                 raise _refused("rules", f"rule '{pattern}': unknown role {spec_['role']!r} (valid: {', '.join(ROLES)})")
             r.role = spec_["role"]
         if "fill" in spec_:
-            try:
-                f = _fill(spec_["fill"])
-            except ValueError as e:
-                raise _refused("rules", f"rule '{pattern}': {spec_['fill']!r} is neither a role ({', '.join(ROLES)}) nor a "
-                                        f"fill: {e}") from None
-            r.fill = f  # the Fill itself: its text form rounds to 6 digits
+            r.fill = _fill(spec_["fill"], f"{where}['fill']")  # the Fill itself: its text form rounds to 6 digits
         for k in ("fan_in", "fan_out"):
             if k in spec_:
                 if not isinstance(spec_[k], int) or spec_[k] < 0:
@@ -833,7 +829,7 @@ class _Model:
     treedef: Any
     leaves: list[_Leaf]
     spec: Optional[Spec]                  # None: no float leaf
-    described: dict[str, dict[str, Any]]  # what each slice became, by canonical name
+    described: dict[str, _core.DescribedParameter]  # what each slice became, by canonical name
     integers: list[_Leaf]
     constants: dict[int, Any]             # each integer or key leaf's value (or its maker), by leaf index
     recipe: str = "hf"                    # the recipe the plan is made with (every own fill explicit)
@@ -849,7 +845,7 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
     if stacked is not None:
         stacked = [_str(f"stacked[{i}]", p) for i, p in enumerate(
             [stacked] if isinstance(stacked, str) else _seq("stacked", stacked, "a path prefix or a sequence of them"))]
-    hyper = _json_value("hyper", _str_map("hyper", hyper, lambda a, x: x))
+    hyper = _str_map("hyper", hyper, lambda a, x: x)  # the values: the library's, as the description's
     strict = _bool("strict", strict)
     haiku = _haiku_tree(tree)
     flat, treedef, leaves, integers = _leaves(tree, _dtype_arg(dtype), haiku)
@@ -919,7 +915,7 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
         description["naming"] = "haiku"
     effective = ("equinox" if typed else None) if own else recipe
     s, described = _describe(description, recipe=effective)
-    return _Model(flat, treedef, leaves, s, {d["name"]: d for d in described}, integers, constants,
+    return _Model(flat, treedef, leaves, s, {d.name: d for d in described}, integers, constants,
                   effective or "hf")
 
 
@@ -982,7 +978,7 @@ def plan(
     dtypes = sorted({lf.dtype for lf in made})
     if len(dtypes) != 1:
         raise _bad("dtype", "None", f"leaves the plan's dtype to the leaves, which are {', '.join(dtypes)}: name one")
-    storages = {m.described[lf.names[0]]["stored_in_out"] for lf in made}
+    storages = {m.described[lf.names[0]].stored_in_out for lf in made}
     if len(storages) != 1:
         raise _bad("tree", "", "stores some 2-D weights [in, out] and others [out, in]: init fills each from the plan of its "
                    "storage, and there is no one plan to give")
@@ -1066,15 +1062,12 @@ def init(
         if 0 in lf.shape or s is None:
             continue
         # Each leaf from the plan of its storage: in-out stores every transposable tensor [in, out].
-        orientation = "in-out" if described[lf.names[0]]["stored_in_out"] else "out-in"
+        orientation = "in-out" if described[lf.names[0]].stored_in_out else "out-in"
         if orientation not in plans:
             plans[orientation] = _layerinit_plan(s, dtype="fp32", recipe=m.recipe, orientation=orientation)  # each leaf its own dtype
         stored = lf.shape if lf.shape else (1,)
-        try:
-            param = plans[orientation]._leaf(_template(lf), [size for _, size in lf.lead], list(stored), lf.dtype,
-                                             dims=lf.dims).text
-        except ValueError as e:
-            raise _refused("tree", f"leaf '{lf.name}': {e}") from None
+        param = plans[orientation]._leaf(_template(lf), [size for _, size in lf.lead], list(stored), lf.dtype,
+                                         dims=lf.dims, leaf=lf.name).text
         arrays.append(_Array(lf.name, stored, lf.dtype, param, lf.sharding, old=olds.get(lf.index)))
     made = iter(_make(arrays, seed) if arrays else [])
     out = list(flat)

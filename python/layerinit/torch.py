@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import importlib
 import itertools
-import json
 import math
 import re
 import sys
@@ -242,8 +241,8 @@ def _megatron_fill(cfg: Any, role: str, tensor: str) -> Optional[tuple[str, Opti
     return field, None if std is None else f"normal(0, {std!r})"
 
 
-def _megatron_init_check(module: torch.nn.Module, s: Spec, described: list[dict[str, Any]], recipe: Optional[str],
-                         overrides: Optional[Mapping[str, Any]]) -> None:
+def _megatron_init_check(module: torch.nn.Module, s: Spec, described: list[_core.DescribedParameter],
+                         recipe: Optional[str], overrides: Optional[Mapping[str, Any]]) -> None:
     """Recipe megatron is TransformerConfig's default init (init_method_std for init_method and
     embedding_init_method, init_method_std / sqrt(2 L) for output_layer_init_method, norms ones):
     ValueError listing the parameters this model's config draws otherwise (embedding_init_method_std,
@@ -256,17 +255,17 @@ def _megatron_init_check(module: torch.nn.Module, s: Spec, described: list[dict[
     patterns = list(overrides or ())
     wrong, suggested = [], {}
     for e in described:
-        theirs = _megatron_fill(cfg, e["role"], e["tensor"])
-        if e["tensor"] != e["name"] or theirs is None or any(_core.name_matches(p, e["tensor"]) for p in patterns):
+        theirs = _megatron_fill(cfg, e.role, e.tensor)
+        if e.tensor != e.name or theirs is None or any(_core.name_matches(p, e.tensor) for p in patterns):
             continue
         field, fill = theirs
-        have = fills.fill_of(e["tensor"])
+        have = fills.fill_of(e.tensor)
         if fill is not None and _core.Fill.parse(fill) == have:
             continue
         shown = fill if fill is not None else f"{getattr(cfg, field, None)!r}, which layerinit does not read"
-        wrong.append(f"{e['tensor']} (config.{field}: {shown}; the recipe's {have})")
+        wrong.append(f"{e.tensor} (config.{field}: {shown}; the recipe's {have})")
         if fill is not None:
-            suggested.setdefault(e["tensor"], fill)
+            suggested.setdefault(e.tensor, fill)
     if wrong:
         example = f" such as {dict(list(suggested.items())[:2])}" if suggested else ""
         raise _refused("recipe", f"recipe 'megatron' is Megatron-core's default init, and this model's TransformerConfig draws "
@@ -358,7 +357,7 @@ def module_spec(module: torch.nn.Module, *, name: str = "module", recipe: Option
     s, described = _describe(_description(module, skip, _str("name", name)), recipe=recipe, overrides=overrides)
     if recipe is not None:
         _megatron_init_check(module, s, described, recipe, overrides)
-    return json.loads(s.to_json())
+    return s.to_dict()
 
 
 # ---- Which tensors make up a parameter ----
@@ -569,8 +568,8 @@ def _titan(model: torch.nn.Module) -> tuple[Spec, dict[str, Maker]]:
         return f"rope_interleave({rows // heads})"
 
     _, described = _describe(_description(model, lambda n: False))
-    entries = [e for e in described if e["tensor"] == e["name"]]  # a tied parameter under its first name
-    unnamed = [e["name"] for e in entries if not e["role_known"]]
+    entries = [e for e in described if e.tensor == e.name]  # a tied parameter under its first name
+    unnamed = [e.name for e in entries if not e.role_known]
     if unnamed:
         raise _refused("module", f"torchtitan {pkg}: no role for {len(unnamed)} linear map(s): {_listed(unnamed)}; "
                                  f"pass spec= and name_map=")
@@ -578,14 +577,14 @@ def _titan(model: torch.nn.Module) -> tuple[Spec, dict[str, Maker]]:
     makers: dict[str, Maker] = {}
     missing: list[str] = []
     for e in entries:
-        shape = tuple(e["logical"])
-        t = {"role": e["role"], "fan_in": e["fan_in"], "fan_out": e["fan_out"], "shape": list(shape)}
-        owner_name = e["name"].rpartition(".")[0]
+        shape = tuple(e.logical)
+        t = {"role": e.role, "fan_in": e.fan_in, "fan_out": e.fan_out, "shape": list(shape)}
+        owner_name = e.name.rpartition(".")[0]
         parent = modules.get(owner_name.rpartition(".")[0])
         if isinstance(parent, FusedQKVLinear) and owner_name.endswith(".wqkv"):
             # [n_kv, R, hd, ...] with R = heads per kv + 2: each kv group's q heads, then its k, then its v
             # (attention.py, FusedQKVLinear._split_qkv_on_save).
-            base, attr = owner_name[: -len("wqkv")], e["name"].rpartition(".")[2]
+            base, attr = owner_name[: -len("wqkv")], e.name.rpartition(".")[2]
             hd, hpk = parent.head_dim, parent.heads_per_kv
             tail = shape[1:]
             parts = []
@@ -598,23 +597,23 @@ def _titan(model: torch.nn.Module) -> tuple[Spec, dict[str, Maker]]:
                 tensors.append(dict(t, name=name, shape=[rows, *tail], role="linear_weight" if tail else "linear_bias",
                                     fan_out=rows))
             if len(parts) == 3:
-                makers[e["name"]] = lambda pl, parts=parts, g=n_kv: pl.composite(
+                makers[e.name] = lambda pl, parts=parts, g=n_kv: pl.composite(
                     [n for n, _ in parts], rows=[r for _, r in parts], groups=g)
             continue
-        name, pattern = hf_name(e["name"])
+        name, pattern = hf_name(e.name)
         if not name:
-            missing.append(e["name"])
+            missing.append(e.name)
             continue
         if pattern is not None and pattern.count("{}") == 2:
             # Stacked experts [E, ...]: expert e is the Hugging Face tensor of expert e.
             per = list(shape[1:])
             for x in range(shape[0]):
                 tensors.append(dict(t, name=name.replace("{}", str(x), 1), shape=per))
-            makers[e["name"]] = lambda pl, n=_template(name, 1), E=shape[0]: pl.composite([n], stack=[E])
+            makers[e.name] = lambda pl, n=_template(name, 1), E=shape[0]: pl.composite([n], stack=[E])
             continue
         tensors.append(dict(t, name=name))
         perm = rows_of(name, n_heads if name.endswith("q_proj.weight") else n_kv, shape[0])
-        makers[e["name"]] = (lambda pl, n=name: pl.composite(n)) if perm is None else (
+        makers[e.name] = (lambda pl, n=name: pl.composite(n)) if perm is None else (
             lambda pl, n=_template(name), r=perm: pl.composite([n], rows=[r]))
     # Buffers the checkpoint holds: DeepSeek-V3's router correction bias, zero at the start (torchtitan's
     # MoE._init_self_buffers, layerinit's deepseek_v3 family); any other is not known.
@@ -642,7 +641,7 @@ def torchtitan_spec(model: torch.nn.Module) -> dict[str, Any]:
     loads into ``model``. :func:`init_` fills such a model with the same values, no map needed."""
     if not _is_torchtitan(model):
         raise _refused("module", f"{type(model).__name__} is not a torchtitan model")
-    return json.loads(_titan(model)[0].to_json())
+    return _titan(model)[0].to_dict()
 
 
 # ---- Where each local tensor sits in its parameter ----

@@ -44,9 +44,11 @@
 #include <layerinit/shard/rank.hpp>
 #include <layerinit/shard/tensor_index.hpp>
 #include <layerinit/plan/memory_check.hpp>
+#include <layerinit/init/json_documents.hpp>
 #include <layerinit/plan/plan.hpp>
 
 #if LAYERINIT_HAS_XLA
+#include "json_value.hpp"
 #include "xla_binding.hpp"
 #endif
 
@@ -138,13 +140,9 @@ std::string shape_text(const Shape& s) { return shape_string(s); }
 std::string text_arg(nb::handle v, const std::string& what) {
   if (!nb::isinstance<nb::str>(v))
     bad_argument(what, "must be a str, got " + quote(nb::cast<std::string>(nb::str(v.type().attr("__name__")))));
-  Py_ssize_t size = 0;
-  const char* utf8 = PyUnicode_AsUTF8AndSize(v.ptr(), &size);
-  if (utf8 == nullptr) {
-    PyErr_Clear();
-    bad_argument(what, "is not valid text (a lone surrogate)");
-  }
-  return std::string(utf8, static_cast<std::size_t>(size));
+  std::optional<std::string> text = python::utf8_of(v);
+  if (!text) bad_argument(what, "is not valid text (a lone surrogate)");
+  return *std::move(text);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -309,7 +307,8 @@ class Plan {
   // per call). std::invalid_argument unless dims has one entry per axis, at distinct dimensions of
   // the leaf, the tensors make an array of `shape` and every fill suits the dtype.
   Composite leaf(const std::string& name, const std::vector<std::uint64_t>& stack, const std::vector<std::uint64_t>& shape,
-                 const std::string& dtype, const std::optional<std::vector<std::size_t>>& dims) const {
+                 const std::string& dtype, const std::optional<std::vector<std::size_t>>& dims, const std::string& leaf_name) const {
+    const std::string leaf = leaf_name.empty() ? "the leaf" : "leaf " + quote(leaf_name);
     if (dims && dims->size() != stack.size())
       bad_argument("dims", "has " + std::to_string(dims->size()) + " entries for " + std::to_string(stack.size()) +
                                " stack sizes: one dimension per stack axis");
@@ -317,11 +316,11 @@ class Plan {
     for (std::size_t k = 0; k < stack.size(); ++k)
       axes.push_back({stack[k], 0, dims ? std::optional<std::size_t>((*dims)[k]) : std::nullopt});
     const std::string templates[] = {name};
-    Composite c = index_->assemble(templates, axes, 0, {}, 1, "the leaf");
+    Composite c = index_->assemble(templates, axes, 0, {}, 1, leaf);
     c.dtype = parse_dtype(dtype);
     for (auto& part : c.parts) part.dtype = c.dtype;
     if (const Shape want(shape.begin(), shape.end()); c.shape != want)
-      bad_argument("the leaf", "is " + shape_string(want) + " but its tensors make " + shape_string(c.shape));
+      bad_argument(leaf, "is " + shape_string(want) + " but its tensors make " + shape_string(c.shape));
     c.validate();
     return c;
   }
@@ -725,11 +724,17 @@ void define_devices(nb::module_& m) {
 void define_specs(nb::module_& m) {
   using namespace layerinit;
   nb::class_<FillSpec>(m, "Fill", "A fill as the CLI writes it: normal(0, 0.02), trunc_normal(0, 0.02, -2, 2), ...")
-      .def_static("parse", [](nb::handle text) {
-        FillSpec f = parse_fill(text_arg(text, "Fill.parse: text (a fill like 'normal(0, 0.02)')"));
-        validate_fill(f);
-        return f;
-      }, "text"_a.none(), "Parses the CLI's grammar; ValueError naming the problem.")
+      .def_static("parse", [](nb::handle text, const std::string& argument) {
+        const std::string t = text_arg(text, "Fill.parse: text (a fill like 'normal(0, 0.02)')");
+        try {
+          FillSpec f = parse_fill(t);
+          validate_fill(f);
+          return f;
+        } catch (const bad_input& e) {  // the caller's name for the text: "rules['*.w']['fill'] 'x' cannot be parsed"
+          if (argument == e.argument() || std::string_view(e.what()).substr(0, e.argument().size()) != e.argument()) throw;
+          throw bad_input(argument, e.value(), e.problem(), argument + std::string(e.what()).substr(e.argument().size()));
+        }
+      }, "text"_a.none(), "argument"_a = "fill", "Parses the CLI's grammar; ValueError naming `argument` and the problem.")
       .def_prop_ro("kind", [](const FillSpec& f) { return std::string(fill_kind_name(f.kind)); })
       .def("__repr__", [](const FillSpec& f) { return "Fill(" + f.describe() + ")"; })
       .def("__str__", &FillSpec::describe)
@@ -739,14 +744,21 @@ void define_specs(nb::module_& m) {
 
   nb::class_<Spec>(m, "Spec", "A model spec: a preset or a JSON spec (docs/spec.md).")
       .def_static("preset", [](const std::string& name) { return Spec{make_preset(name)}; }, "name"_a)
-      .def_static("from_json", [](const std::string& text) { return Spec{spec_from_json(text)}; }, "text"_a)
+      .def_static("from_json", [](nb::handle v) {
+        return Spec{nb::isinstance<nb::str>(v) ? spec_from_json(text_arg(v, "model")) : spec_from_document(python::json_of(v, "model"))};
+      }, "model"_a, "A JSON spec: its text, or the dict itself (no text between).")
       .def_static("from_json_file", [](const std::string& path) { return Spec{load_spec_file(path)}; }, "path"_a,
                   "The spec file at `path`, read as the CLI's --spec reads it (a regular file, at most 16 MiB).")
-      .def_static("from_hf_config", [](const std::string& text, const std::string& name) { return Spec{spec_from_hf_config(text, name)}; },
-                  "text"_a, "name"_a = "", "A Hugging Face config.json's spec (its text); ValueError naming the field.")
+      .def_static("from_hf_config", [](nb::handle v, const std::string& name) {
+        // A dict's config.json (the spec keeps it to write) is as transformers writes one: keys sorted, indent 2.
+        return Spec{spec_from_hf_config(nb::isinstance<nb::str>(v) ? text_arg(v, "config")
+                                                                   : python::json_of(v, "config").dump(2) + "\n", name)};
+      }, "config"_a, "name"_a = "", "A Hugging Face config.json's spec (its text, or its dict); ValueError naming the field.")
       .def_static("from_hf_config_path", [](const std::string& path) { return Spec{load_hf_config(path)}; }, "path"_a,
                   "The spec of the config.json at `path`, or in the directory `path`.")
       .def("to_json", [](const Spec& s) { return spec_to_json(s.spec); })
+      .def("to_dict", [](const Spec& s) { return python::python_of(spec_document(s.spec)); },
+           "The JSON spec as a dict (Spec.from_json(s.to_dict()) == s), made without JSON text.")
       .def("_unmatched", [](const Spec& s, const std::vector<std::string>& patterns) {
         std::vector<std::string> out;
         for (const auto& p : patterns)
@@ -769,8 +781,24 @@ void define_specs(nb::module_& m) {
       .def_prop_ro("parameter_count", [](const Spec& s) { return s.spec.parameter_count(); })
       .def_prop_ro("buffer_count", [](const Spec& s) { return s.spec.buffer_count(); })
       .def_prop_ro("tie_word_embeddings", [](const Spec& s) { return s.spec.hyper.tie_word_embeddings; });
+}
 
-  m.def("describe", [](const std::string& text, const std::optional<std::string>& recipe, const TextPairs& overrides) {
+// Model descriptions, recorded inits and the names and rules the adapters ask about.
+void define_descriptions(nb::module_& m) {
+  using namespace layerinit;
+  nb::class_<DescribedParameter>(m, "DescribedParameter", "What describe decided for one parameter (init/describe.hpp).")
+      .def_ro("name", &DescribedParameter::name, "The parameter's own name.")
+      .def_ro("tensor", &DescribedParameter::tensor, "Its canonical tensor's (the group's first name for a tied one).")
+      .def_prop_ro("role", [](const DescribedParameter& p) { return std::string(role_name(p.role)); })
+      .def_ro("role_known", &DescribedParameter::role_known, "False: a linear map whose names do not tell its role.")
+      .def_ro("layer", &DescribedParameter::layer, "Its layer in the spec's layers, or None.")
+      .def_prop_ro("logical", [](const DescribedParameter& p) { return as_vector(p.logical); }, "[out, in] for a map weight.")
+      .def_ro("fan_in", &DescribedParameter::fan_in)
+      .def_ro("fan_out", &DescribedParameter::fan_out)
+      .def_ro("transposable", &DescribedParameter::transposable)
+      .def_ro("stored_in_out", &DescribedParameter::stored_in_out, "A 2-D map weight stored [in, out].");
+
+  m.def("describe", [](nb::handle description, const std::optional<std::string>& recipe, const TextPairs& overrides) {
     std::optional<Recipe> r;
     if (recipe) {
       OptionsText options;
@@ -778,30 +806,17 @@ void define_specs(nb::module_& m) {
       options.init_overrides = overrides;
       r = checked_recipe(options, OptionNames::python);
     }
-    DescribedModel dm = describe(description_from_json(text), r ? &*r : nullptr);
+    DescribedModel dm = describe(description_from_document(python::json_of(description, "description")), r ? &*r : nullptr);
     nb::list params;
-    for (const auto& p : dm.parameters) {
-      nb::dict e;
-      e["name"] = p.name;
-      e["tensor"] = p.tensor;
-      e["role"] = std::string(role_name(p.role));
-      e["role_known"] = p.role_known;
-      e["layer"] = p.layer ? nb::cast(*p.layer) : nb::none();
-      e["logical"] = as_vector(p.logical);
-      e["fan_in"] = p.fan_in;
-      e["fan_out"] = p.fan_out;
-      e["transposable"] = p.transposable;
-      e["stored_in_out"] = p.stored_in_out;
-      params.append(e);
-    }
+    for (auto& p : dm.parameters) params.append(nb::cast(std::move(p)));
     return nb::make_tuple(Spec{std::move(dm.spec)}, params);
-  }, "text"_a, "recipe"_a.none() = nb::none(), "overrides"_a = TextPairs{},
-  "(Spec, [what each parameter became]) of a model description's JSON (init/describe.hpp); with `recipe`, "
+  }, "description"_a, "recipe"_a.none() = nb::none(), "overrides"_a = TextPairs{},
+  "(Spec, [what each parameter became]) of a model description (a dict of the JSON form, init/describe.hpp); with `recipe`, "
   "ValueError listing the parameters whose fill it cannot tell.");
 
-  m.def("replay_init", [](const std::string& text) {
+  m.def("replay_init", [](nb::handle recording) {
     nb::list out;
-    for (const ReplayedTensor& t : replay_init(recorded_init_from_json(text))) {
+    for (const ReplayedTensor& t : replay_init(recorded_init_from_document(python::json_of(recording, "recording")))) {
       nb::dict e;
       e["fill"] = t.fill ? nb::cast(*t.fill) : nb::none();
       nb::list regions;
@@ -813,9 +828,16 @@ void define_specs(nb::module_& m) {
       out.append(e);
     }
     return out;
-  }, "text"_a, "What each tensor of a recorded init (its JSON, init/recorded.hpp) holds at the end: [{fill (a Fill or "
+  }, "recording"_a, "What each tensor of a recorded init (a dict of its JSON form, init/recorded.hpp) holds at the end: [{fill (a Fill or "
                "None), regions [(offset, shape, Fill)], copy_of (a tensor index or None), data (a data index or None), refusal "
                "(why no fill: '' when one does)}].");
+
+  m.def("role_names", &role_names, "Every tensor role's name (init/spec.hpp), as specs and rules name them.");
+  m.def("role_or_fill", [](const std::string& text, const std::string& argument) -> nb::object {
+    auto v = parse_role_or_fill(text, argument);
+    if (const auto* r = std::get_if<TensorRole>(&v)) return nb::str(std::string(role_name(*r)).c_str());
+    return nb::cast(std::get<FillSpec>(v));
+  }, "text"_a, "argument"_a, "A rule's text as the role it names (a str) or the Fill it is; ValueError naming `argument`.");
 
   m.def("hf_model_types", &hf_model_types, "The Hugging Face model_types spec_from_hf_config reads (init/hf_spec.hpp).");
   m.def("hf_module_names", [](const std::string& model_type) { return hf_module_names(model_type); }, "model_type"_a,
@@ -867,9 +889,9 @@ void define_plans(nb::module_& m) {
         return p.index().assemble(templates, axes, dim, perms, groups);
       }, "templates"_a, "stack"_a, "dim"_a, "rows"_a, "groups"_a,
       "Tensors named by templates over stack axes [(size, first)], concatenated along `dim` in `groups`, as a Composite.")
-      .def("_leaf", &Plan::leaf, "name"_a, "stack"_a, "shape"_a, "dtype"_a, "dims"_a = nb::none(),
+      .def("_leaf", &Plan::leaf, "name"_a, "stack"_a, "shape"_a, "dtype"_a, "dims"_a = nb::none(), "leaf"_a = "",
            "A JAX leaf of the tensors named by a template over stack axes, in the leaf's dtype, as a Composite: stack "
-           "axis k at dimension dims[k] of the leaf (None: the leading dimensions).")
+           "axis k at dimension dims[k] of the leaf (None: the leading dimensions); errors name the leaf by `leaf`.")
       .def("_fused_experts", [](const Plan& p, const std::string& name, const std::vector<std::uint64_t>& shape) {
         return p.index().hf_fused_experts(name, Shape(shape.begin(), shape.end()));
       }, "name"_a, "shape"_a, "transformers 5's fused experts parameter as a Composite, or None for other names.")
@@ -1053,6 +1075,7 @@ NB_MODULE(_core, m) {
   define_errors(m);
   define_devices(m);
   define_specs(m);
+  define_descriptions(m);
   define_plans(m);
   define_composites_and_arrays(m);
   define_verify_and_memory(m);

@@ -119,6 +119,18 @@ def test_spec_dict_and_file(tmp_path):
     assert np.all(np.asarray(c).astype(np.float32) == 1.0)
 
 
+@pytest.mark.parametrize("model", ["llama-tiny", "mixtral-tiny"])
+def test_a_spec_crosses_as_a_dict_without_json_text(model):
+    """Spec.to_dict is the JSON spec (to_json) as Python values, keys in its order, and a dict reads
+    back as the same spec: the package hands dicts to the library as documents, no text between."""
+    s = layerinit.spec(model)
+    d = s.to_dict()
+    assert d == json.loads(s.to_json()) and list(d) == list(json.loads(s.to_json()))
+    assert layerinit.spec(d).to_json() == s.to_json() == layerinit._core.Spec.from_json(s.to_json()).to_json()
+    d["layer"]["tensors"][0]["fan_in"] = 2**64 - 1  # as JSON text reads it: the library's u64 maximum
+    assert layerinit.spec(d).to_dict()["layer"]["tensors"][0]["fan_in"] == 2**64 - 1
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

@@ -82,10 +82,10 @@ def test_roles_layers_and_refusals_come_from_one_set_of_rules():
         {"name": "output.weight", "shape": [V, D], "module": "linear"},
     ]}
     spec, params = layerinit._describe(desc)
-    by = {p["name"]: p for p in params}
-    assert by["layers.0.wo.weight"]["role"] == "output_weight" and by["output.weight"]["role"] == "head_weight"
-    assert by["layers.0.mix.kernel"]["logical"] == [2 * D, D] and by["layers.0.mix.kernel"]["stored_in_out"]
-    assert not by["layers.0.mix.kernel"]["role_known"] and by["layers.1.wo.weight"]["layer"] == 1
+    by = {p.name: p for p in params}
+    assert by["layers.0.wo.weight"].role == "output_weight" and by["output.weight"].role == "head_weight"
+    assert by["layers.0.mix.kernel"].logical == [2 * D, D] and by["layers.0.mix.kernel"].stored_in_out
+    assert not by["layers.0.mix.kernel"].role_known and by["layers.1.wo.weight"].layer == 1
     assert spec.num_layers == 2
     with pytest.raises(ValueError, match=r"recipe 'torchtitan' cannot tell the fill of 2 parameter\(s\): linear maps "
                                          r"whose names do not say .*: layers.0.mix.kernel, layers.1.mix.kernel"):

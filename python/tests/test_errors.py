@@ -200,6 +200,12 @@ class PathWhoseFspathRaises(os.PathLike):
         raise Boom("no path")
 
 
+def cyclic():
+    d = {"name": "x"}
+    d["hyper"] = d
+    return d
+
+
 def nested(depth):
     d = top = {}
     for _ in range(depth):
@@ -265,7 +271,18 @@ HOSTILE = [
     ("hf_spec __fspath__ raises", lambda: layerinit.hf_spec(PathWhoseFspathRaises()), "config"),
     # accepted silently: json.dumps made the key "5", and the device and sharding went unread
     ("hf_spec int key", lambda: layerinit.hf_spec({"model_type": "llama", 5: 1}), "config"),
-    ("spec int key", lambda: layerinit.spec({"name": "x", "hyper": {5: 1}}), "model"),
+    ("spec int key", lambda: layerinit.spec({"name": "x", "hyper": {5: 1}}), "model['hyper']: key 5 (int) is not a str"),
+    ("spec cyclic", lambda: layerinit.spec(cyclic()), "model: nested deeper than 64 levels"),
+    ("spec numpy int", lambda: layerinit.spec({"name": "x", "layer": {"count": np.int64(2), "tensors": []}}),
+     "model['layer']['count']: np.int64(2) (int64) is not a JSON value"),
+    ("spec surrogate key", lambda: layerinit.spec({"name\udc80": "x"}), "model: a str that is not valid text"),
+    ("spec items() raises", lambda: layerinit.spec({"name": "x", "hyper": MappingWhoseItemsRaise(a=1)}),
+     "model['hyper']: reading the MappingWhoseItemsRaise raised Boom: no items"),
+    ("hf_spec 2^70", lambda: layerinit.hf_spec({"model_type": "llama", "vocab_size": 2**70}), "config.json: vocab_size"),
+    ("hf_spec 10^400", lambda: layerinit.hf_spec({"model_type": "llama", "vocab_size": 10**400}),
+     "config['vocab_size']: the integer 1000"),
+    ("jax hyper nested int key", lambda: lj().init(eqx_tree(), hyper={"rope_scaling": {5: 1}}),
+     "description['hyper']['rope_scaling']: key 5 (int) is not a str"),
     ("init_ cpu device=5", lambda: lt().init_(torch.nn.Linear(4, 4), device=5, recipe="pytorch-default"), "device"),
     ("jax.build sharding=5", lambda: lj().build("llama-tiny", sharding=5), "sharding"),
 ]

@@ -525,8 +525,12 @@ def test_a_rule_that_matches_nothing(nothing_built):
 
 
 def test_bad_rules_and_recipes(nothing_built):
-    with pytest.raises(ValueError, match=r"rule '\*\.gain': 'gaussian' is neither a role"):
+    with pytest.raises(ValueError, match=r"^rules\['\*\.gain'\] 'gaussian' is neither a tensor role \(valid: embedding, .*\) nor a fill: cannot be parsed"):
         ljax.init(abstract(), rules={"*.gain": "gaussian"})
+    # The library's own message, under the argument's name: no prefix of the package's.
+    with pytest.raises(layerinit.BadInputError, match=r"^rules\['\*\.gain'\]\['fill'\] 'normal\(0\)': fill 'normal' takes 2 numbers, got 1$") as e:
+        ljax.init(abstract(), rules={"*.gain": {"fill": "normal(0)"}})
+    assert (e.value.argument, e.value.value) == ("rules['*.gain']['fill']", "'normal(0)'")
     with pytest.raises(ValueError, match=r"recipe 'nope' is unknown \(valid: hf, torchtitan"):
         ljax.init(abstract(), rules=RULES, recipe="nope")
     with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*64\)"):
