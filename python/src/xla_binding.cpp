@@ -36,10 +36,11 @@ void define_xla(nb::module_& m) {
       return r;
     };
     nb::list out;
-    out.append(nb::make_tuple("layerinit_param", reg(&ParamState<Platform::host>::id, &param_state_info<Platform::host>),
+    // A name per platform: jaxlib's XLA and a GPU plugin's may share one registry of type names.
+    out.append(nb::make_tuple("layerinit_param_cpu", reg(&ParamState<Platform::host>::id, &param_state_info<Platform::host>),
                               "cpu"));
 #if LAYERINIT_HAS_CUDA
-    out.append(nb::make_tuple("layerinit_param", reg(&ParamState<Platform::cuda>::id, &param_state_info<Platform::cuda>),
+    out.append(nb::make_tuple("layerinit_param_cuda", reg(&ParamState<Platform::cuda>::id, &param_state_info<Platform::cuda>),
                               "CUDA"));
 #endif
     return out;
