@@ -691,12 +691,7 @@ Shape shape_field(const json& j, const std::string& path) {
   return s;
 }
 
-}  // namespace
-
-RecordedInit recorded_init_from_json(std::string_view text) { return recorded_init_from_document(reader.parse(text)); }
-
-RecordedInit recorded_init_from_document(const json& doc) {
-  reader.check_limits(doc);
+RecordedInit recorded_init_read(const json& doc) {
   reader.check_object(doc, "", {"tensors", "writes"});
   RecordedInit r;
   const json& tensors = reader.require(doc, "", "tensors");
@@ -736,6 +731,16 @@ RecordedInit recorded_init_from_document(const json& doc) {
     }
   }
   return r;
+}
+
+}  // namespace
+
+// The text's limits are parse's; a document's, check_limits's: one pass over either.
+RecordedInit recorded_init_from_json(std::string_view text) { return recorded_init_read(reader.parse(text)); }
+
+RecordedInit recorded_init_from_document(const json& doc) {
+  reader.check_limits(doc);
+  return recorded_init_read(doc);
 }
 
 }  // namespace layerinit

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string_view>
 #include <unordered_map>
@@ -140,13 +141,25 @@ std::string_view role_name(TensorRole r) {
   return "?";
 }
 
-TensorRole parse_role(std::string_view s) {
-  std::string valid;
-  for (auto r : kRoles) {
+namespace {
+
+std::optional<TensorRole> find_role(std::string_view s) {
+  for (auto r : kRoles)
     if (role_name(r) == s) return r;
-    valid += (valid.empty() ? "" : ", ") + std::string(role_name(r));
-  }
-  bad_argument("tensor role", s, "is unknown (valid: " + valid + ")");
+  return std::nullopt;
+}
+
+std::string valid_roles() {
+  std::string out = "valid: ";
+  for (auto r : kRoles) out += (r == kRoles[0] ? "" : ", ") + std::string(role_name(r));
+  return out;
+}
+
+}  // namespace
+
+TensorRole parse_role(std::string_view s) {
+  if (auto r = find_role(s)) return *r;
+  bad_argument("tensor role", s, "is unknown (" + valid_roles() + ")");
 }
 
 std::vector<std::string> role_names() {
@@ -156,16 +169,13 @@ std::vector<std::string> role_names() {
 }
 
 std::variant<TensorRole, FillSpec> parse_role_or_fill(std::string_view text, std::string_view argument) {
-  for (auto r : kRoles)
-    if (role_name(r) == text) return r;
+  if (auto r = find_role(text)) return *r;
   try {
     FillSpec f = parse_fill(text);
     validate_fill(f);
     return f;
   } catch (const bad_input& e) {
-    std::string roles;
-    for (const auto& name : role_names()) roles += (roles.empty() ? "" : ", ") + name;
-    bad_argument(argument, text, "is neither a tensor role (valid: " + roles + ") nor a fill: " + e.problem());
+    bad_argument(argument, text, "is neither a tensor role (" + valid_roles() + ") nor a fill: " + e.problem());
   }
 }
 

@@ -320,10 +320,9 @@ ModelSpec spec_from_document(const json& doc) {
   return spec_read(doc);
 }
 
-ModelDescription description_from_json(std::string_view text) { return description_from_document(r.parse(text)); }
+namespace {
 
-ModelDescription description_from_document(const json& doc) {
-  r.check_limits(doc);
+ModelDescription description_read(const json& doc) {
   r.check_object(doc, "", {"name", "family", "naming", "hyper", "parameters"});
   ModelDescription d;
   if (const json* v = find(doc, "name")) d.name = r.to_string(*v, "name", true);
@@ -374,6 +373,16 @@ ModelDescription description_from_document(const json& doc) {
     d.parameters.push_back(std::move(p));
   }
   return d;
+}
+
+}  // namespace
+
+// The text's limits are parse's; a document's, check_limits's: one pass over either.
+ModelDescription description_from_json(std::string_view text) { return description_read(r.parse(text)); }
+
+ModelDescription description_from_document(const json& doc) {
+  r.check_limits(doc);
+  return description_read(doc);
 }
 
 ModelSpec load_spec_file(const std::string& path) { return spec_from_json(read_input_file(path, "spec file")); }

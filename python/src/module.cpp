@@ -47,8 +47,8 @@
 #include <layerinit/init/json_documents.hpp>
 #include <layerinit/plan/plan.hpp>
 
-#if LAYERINIT_HAS_XLA
 #include "json_value.hpp"
+#if LAYERINIT_HAS_XLA
 #include "xla_binding.hpp"
 #endif
 
