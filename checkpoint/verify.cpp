@@ -20,6 +20,7 @@
 
 #include <layerinit/backends/content_hash.hpp>
 #include <layerinit/checkpoint/detail.hpp>
+#include <layerinit/checkpoint/verify_document.hpp>
 #include <layerinit/checkpoint/emit.hpp>
 #include <layerinit/core/bytes.hpp>
 #include <layerinit/core/errors.hpp>
@@ -1052,7 +1053,7 @@ void check_same_model(const ModelSpec& spec, const Builder& b, const CheckpointR
                    ": give the model, layout and orientation it was made with");
 }
 
-std::string verify_report_json(const VerifyReport& report, int indent) {
+nlohmann::ordered_json verify_report_document(const VerifyReport& report) {
   nlohmann::ordered_json j;
   j["ok"] = report.ok();
   j["equal"] = report.equal;
@@ -1095,7 +1096,11 @@ std::string verify_report_json(const VerifyReport& report, int indent) {
     tensors.push_back(std::move(o));
   }
   j["tensors"] = std::move(tensors);
-  return j.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  return j;
+}
+
+std::string verify_report_json(const VerifyReport& report, int indent) {
+  return verify_report_document(report).dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 std::string verify_report_text(const VerifyReport& report, bool all) {

@@ -1,4 +1,5 @@
 #include <layerinit/shard/composite.hpp>
+#include <layerinit/shard/composite_document.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -591,7 +592,7 @@ FillSpec fill_of(const json& j, const std::string& path) {
 
 }  // namespace
 
-std::string composite_to_text(const Composite& c) {
+ojson composite_document(const Composite& c) {
   ojson o;
   o["layerinit_composite"] = kVersion;
   o["dtype"] = std::string(dtype_name(c.dtype));
@@ -633,8 +634,12 @@ std::string composite_to_text(const Composite& c) {
     parts.push_back(j);
   }
   o["parts"] = parts;
+  return o;
+}
+
+std::string composite_to_text(const Composite& c) {
   try {
-    return o.dump();
+    return composite_document(c).dump();
   } catch (const json::exception&) {
     fail("a part's name is not valid UTF-8");
   }

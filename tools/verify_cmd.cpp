@@ -6,6 +6,7 @@
 #include <layerinit/backends/backend.hpp>
 #include <layerinit/checkpoint/reader.hpp>
 #include <layerinit/checkpoint/verify.hpp>
+#include <layerinit/checkpoint/verify_document.hpp>
 #include <layerinit/core/bytes.hpp>
 #include <layerinit/core/text.hpp>
 #include <layerinit/memory/tracking.hpp>
@@ -88,9 +89,9 @@ int verify_command(const ModelArgs& args, const VerifyArgs& va, const CLI::App& 
     for (const auto& [key, value] : header.items()) out[key] = value;
     out["dtype_overrides"] = pairs_json(text.dtype_overrides);
     out["init_overrides"] = pairs_json(text.init_overrides);
-    // The tensor fields are the library's (verify_report_json), as layerinit.verify gives them.
-    const nlohmann::ordered_json fields = nlohmann::ordered_json::parse(verify_report_json(report));
-    for (const auto& [key, value] : fields.items()) out[key] = value;
+    // The tensor fields are the library's (verify_report_document), as layerinit.verify gives them.
+    nlohmann::ordered_json fields = verify_report_document(report);
+    for (auto& [key, value] : fields.items()) out[key] = std::move(value);
     std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   } else {
     std::printf("%s: %s of %s (from %s), %s, seed %llu, recipe %s, layout %s, orientation %s\n", shown.c_str(),

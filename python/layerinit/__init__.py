@@ -28,7 +28,7 @@ the C++ exception's type translated by the binding, its attributes the C++ objec
 """
 from __future__ import annotations
 
-import json
+import copy
 import math
 import numbers
 import os
@@ -619,10 +619,6 @@ Plan.fill_of = _plan_fill_of  # type: ignore[attr-defined]
 Plan.logical_shape = _plan_logical_shape  # type: ignore[attr-defined]
 Plan.composite = _plan_composite  # type: ignore[attr-defined]
 Plan.fused_experts = _plan_fused_experts  # type: ignore[attr-defined]
-Composite.parts = property(  # type: ignore[attr-defined]
-    lambda self: json.loads(self.text)["parts"],
-    doc="The parts as the text form lists them: name (template), shape, at, fill, and transposed, rows, from, size, "
-        "regions where they are not the default.")
 
 
 def build(
@@ -786,7 +782,7 @@ class VerifyReport:
     bytes_read: int
     seconds: float
     tensors: list[dict[str, Any]] = field(repr=False)
-    _json: str = field(repr=False, compare=False)
+    _document: dict[str, Any] = field(repr=False, compare=False)
     _text: str = field(repr=False, compare=False)
 
     def __str__(self) -> str:
@@ -794,7 +790,7 @@ class VerifyReport:
 
     def as_dict(self) -> dict[str, Any]:
         """The report as the JSON object: ok, the counts, bytes_read, seconds, tensors (a new copy)."""
-        return json.loads(self._json)
+        return copy.deepcopy(self._document)
 
     def tensor(self, name: str) -> dict[str, Any]:
         """The entry of tensor ``name``; KeyError when the report has none."""
@@ -953,6 +949,6 @@ def verify(
     else:
         raise _bad("source", type(source).__name__, "must be a checkpoint's path or a mapping of names to arrays",
                    f"source must be a checkpoint's path or a mapping of names to arrays, got {type(source).__name__}")
-    j = json.loads(found)
+    j = found  # the library's document, a dict of its own (tensors a list apart from it, as the report hands it on)
     return VerifyReport(j["ok"], j["equal"], j["differs"], j["missing"], j["unexpected"], j["bytes_read"], j["seconds"],
-                        j["tensors"], found, text)
+                        copy.deepcopy(j["tensors"]), j, text)

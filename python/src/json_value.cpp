@@ -117,11 +117,23 @@ std::optional<std::string> utf8_of(nb::handle str) {
 
 json json_of(nb::handle v, const std::string& argument) { return convert(v, argument, "", 1); }
 
+namespace {
+
+// Bytes that are not UTF-8 (a stored tensor's name in a file) as U+FFFD, as the JSON text shows them
+// (nlohmann's error_handler_t::replace).
+nb::str str_of(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+  if (o == nullptr) throw nb::python_error();
+  return nb::steal<nb::str>(o);
+}
+
+}  // namespace
+
 nb::object python_of(const nlohmann::ordered_json& j) {
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::object: {
       nb::dict d;
-      for (const auto& [k, v] : j.items()) d[nb::str(k.c_str(), k.size())] = python_of(v);
+      for (const auto& [k, v] : j.items()) d[str_of(k)] = python_of(v);
       return std::move(d);
     }
     case nlohmann::ordered_json::value_t::array: {
@@ -129,10 +141,7 @@ nb::object python_of(const nlohmann::ordered_json& j) {
       for (const auto& v : j) l.append(python_of(v));
       return std::move(l);
     }
-    case nlohmann::ordered_json::value_t::string: {
-      const auto& s = j.get_ref<const std::string&>();
-      return nb::str(s.c_str(), s.size());
-    }
+    case nlohmann::ordered_json::value_t::string: return str_of(j.get_ref<const std::string&>());
     case nlohmann::ordered_json::value_t::boolean: return nb::bool_(j.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer: return nb::int_(j.get<std::int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: return nb::int_(j.get<std::uint64_t>());

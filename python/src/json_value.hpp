@@ -1,6 +1,7 @@
 // Python values as JSON documents and back, without JSON text: a dict the package hands the library
 // (a spec, a model description, a recorded init) becomes the document its readers read
-// (init/json_documents.hpp), and a document the library writes (a spec) becomes a dict.
+// (init/json_documents.hpp), and a document the library writes (a spec, a verify report, a
+// composite's parts) becomes a dict.
 #pragma once
 
 #include <optional>
@@ -19,7 +20,8 @@ std::optional<std::string> utf8_of(nanobind::handle str);
 // bad_input naming `argument` and where in it (`model['pre'][0]`) for anything else.
 nlohmann::json json_of(nanobind::handle v, const std::string& argument);
 
-// A document as Python values: objects as dicts in the document's order, arrays as lists.
+// A document as Python values: objects as dicts in the document's order, arrays as lists, strings
+// as str (bytes that are not UTF-8 as U+FFFD, as the JSON text shows them).
 nanobind::object python_of(const nlohmann::ordered_json& j);
 
 }  // namespace layerinit::python

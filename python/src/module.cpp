@@ -28,6 +28,7 @@
 #include <layerinit/core/errors.hpp>
 #include <layerinit/checkpoint/emit.hpp>
 #include <layerinit/checkpoint/verify.hpp>
+#include <layerinit/checkpoint/verify_document.hpp>
 #include <layerinit/core/text.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/init/describe.hpp>
@@ -40,6 +41,7 @@
 #include <layerinit/memory/tracking.hpp>
 #include <layerinit/init/box_fill.hpp>
 #include <layerinit/shard/composite.hpp>
+#include <layerinit/shard/composite_document.hpp>
 #include <layerinit/shard/parallel.hpp>
 #include <layerinit/shard/rank.hpp>
 #include <layerinit/shard/tensor_index.hpp>
@@ -528,7 +530,7 @@ struct VerifyArgs {
 // `shown` names the source in check_same_model's refusal (quoted there), `said` in this one's ("checkpoint
 // 'out/'", "the state dict").
 // `progress`: None, or f(bytes_done, bytes_total) after each chunk and tensor compared (VerifyOptions::progress).
-std::pair<std::string, std::string> verify_with(const std::map<std::string, std::string>& meta, const std::string& shown,
+std::pair<nb::object, std::string> verify_with(const std::map<std::string, std::string>& meta, const std::string& shown,
                                                 const std::string& said, const std::function<CheckpointReader&(const Builder&)>& reader,
                                                 const std::optional<Spec>& model, const VerifyArgs& a, int threads, bool diagnose,
                                                 const nb::object& progress) {
@@ -563,13 +565,13 @@ std::pair<std::string, std::string> verify_with(const std::map<std::string, std:
     nb::gil_scoped_release release;
     report = verify_checkpoint(builder, r, vo);
   }
-  return {verify_report_json(report), verify_report_text(report)};
+  return {python::python_of(verify_report_document(report)), verify_report_text(report)};
 }
 
 // Tensors Python holds; `aliases` name those that are another entry's memory (a tied parameter's
 // second name in a state_dict): each the model does not have is left out, as save_pretrained and
 // safetensors leave a tie's second name out of the file.
-std::pair<std::string, std::string> verify_tensors(const std::vector<PyStored>& tensors, nb::object get,
+std::pair<nb::object, std::string> verify_tensors(const std::vector<PyStored>& tensors, nb::object get,
                                                    const std::vector<std::string>& aliases, const std::optional<Spec>& model,
                                                    const VerifyArgs& a, int threads, bool diagnose, const nb::object& progress) {
   std::unique_ptr<CheckpointReader> r;
@@ -606,7 +608,7 @@ std::pair<std::string, std::string> verify_tensors(const std::vector<PyStored>& 
 }
 
 // A checkpoint on disk (checkpoint/reader.hpp: safetensors, HDF5, emit --rank files).
-std::pair<std::string, std::string> verify_path(const std::string& path, const std::optional<Spec>& model, const VerifyArgs& a,
+std::pair<nb::object, std::string> verify_path(const std::string& path, const std::optional<Spec>& model, const VerifyArgs& a,
                                                 int threads, bool diagnose, const nb::object& progress) {
   const std::unique_ptr<CheckpointReader> r = open_checkpoint_reader(path);
   return verify_with(r->metadata(), path, "checkpoint " + quote(path, 200), [&](const Builder&) -> CheckpointReader& { return *r; },
@@ -965,6 +967,9 @@ void define_composites_and_arrays(nb::module_& m) {
       .def_static("parse", [](nb::handle text) { return composite_from_text(text_arg(text, "Composite.parse: text"));
       }, "text"_a.none(), "The composite of composite_to_text's versioned JSON; ValueError naming the problem.")
       .def_prop_ro("text", &composite_to_text, "Compact, versioned JSON: parse(c.text) == c.")
+      .def_prop_ro("parts", [](const Composite& c) { return python::python_of(composite_document(c)["parts"]); },
+                   "The parts as the text lists them: name (template), shape, at, fill, and transposed, rows, from, size, "
+                   "regions where they are not the default (a new list each time).")
       .def_prop_ro("shape", [](const Composite& c) { return nb::tuple(nb::cast(as_vector(c.shape))); })
       .def_prop_ro("dtype", [](const Composite& c) { return std::string(dtype_name(c.dtype)); })
       .def_prop_ro("stack", [](const Composite& c) {
@@ -1037,7 +1042,7 @@ void define_verify_and_memory(nb::module_& m) {
   }, "tensors"_a, "get"_a, "aliases"_a, "model"_a.none(), "dtype"_a.none(), "seed"_a.none(), "recipe"_a.none(), "layout"_a.none(),
   "orientation"_a.none(), "experts"_a.none(), "overrides"_a.none(), "dtype_overrides"_a.none(), "threads"_a = 0,
   "diagnose"_a = true, "seed_guesses"_a = std::vector<std::uint64_t>{}, "progress"_a = nb::none(),
-  "(report JSON, report text) of tensors [(name, safetensors dtype, shape, element size)] whose bytes get(k) gives "
+  "(report dict, report text) of tensors [(name, safetensors dtype, shape, element size)] whose bytes get(k) gives "
   "(a C-contiguous buffer), against `model` and the options (None: build's default).");
 
   m.def("verify_path", [](const std::string& path, const std::optional<Spec>& model, const std::optional<std::string>& dtype,
@@ -1051,7 +1056,7 @@ void define_verify_and_memory(nb::module_& m) {
   }, "path"_a, "model"_a.none(), "dtype"_a.none(), "seed"_a.none(), "recipe"_a.none(), "layout"_a.none(),
   "orientation"_a.none(), "experts"_a.none(), "overrides"_a.none(), "dtype_overrides"_a.none(), "threads"_a = 0,
   "diagnose"_a = true, "seed_guesses"_a = std::vector<std::uint64_t>{}, "progress"_a = nb::none(),
-  "(report JSON, report text) of the checkpoint at `path` against `model` (None: the one its metadata names) and the "
+  "(report dict, report text) of the checkpoint at `path` against `model` (None: the one its metadata names) and the "
   "options (None: its metadata's, else build's default).");
 
   m.def("memory_stats", [](const std::string& device) { return stats_dict(context_for(device).tracker->stats()); },

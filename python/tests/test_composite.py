@@ -131,6 +131,10 @@ def test_kv_grouped_qkv_is_groups_of_slabs():
     layerinit.fill_(x, qkv, seed=8)
     assert torch.equal(bits(x), bits(want))
     assert len(qkv.parts) == 3 * kv and qkv.parts[1]["at"] == [32, 0] and qkv.parts[3]["from"] == [32, 0]
+    # The parts are the text's, made from the library's document (no text parsed), a new list each time.
+    assert qkv.parts == json.loads(qkv.text)["parts"] and "rows" in qkv.parts[0] and "rows" not in qkv.parts[2]
+    qkv.parts.clear()
+    assert len(qkv.parts) == 3 * kv
     assert plan.composite(names, rows=[rope, rope, None], groups=1) == plan.composite(names, rows=[rope, rope, None])
     with pytest.raises(ValueError, match="does not split into 3 groups"):
         plan.composite(names, groups=3)

@@ -456,6 +456,14 @@ def test_an_emitted_checkpoint_verifies_with_the_options_its_metadata_says(cli, 
     # An option given wins over the metadata's: seed 0 is not what was made, and the metadata's seed is found.
     r = layerinit.verify(out, seed=0)
     assert not r.ok and diagnosis(r, Q) == {"kind": "other_seed", "text": "the init of seed 4, not 0", "seed": 4}
+    # The CLI's --report json and layerinit.verify give the library's one report document: every field
+    # the same but the time taken, in the same order.
+    cli_report = json.loads(subprocess.run([cli, "verify", str(out), "--seed", "0", "--report", "json"],
+                                           capture_output=True, text=True).stdout)
+    ours = r.as_dict()
+    assert list(ours) == [k for k in cli_report if k in ours] and len(ours) == 8
+    assert {k: v for k, v in ours.items() if k != "seconds"} == {k: cli_report[k] for k in ours if k != "seconds"}
+    assert ours["tensors"][0] is not r.tensors[0]
     # A directory of emit --rank files: each tensor's pieces cover it; one rank's file gone leaves half uncovered.
     ranks = tmp_path / "ranks"
     for rank in ("0", "1"):
