@@ -941,14 +941,14 @@ def verify(
         if len(set(names)) == len(names):
             tensors = [(renamed[t[0]], *t[1:]) for t in tensors]
             aliases = [renamed[a] for a in aliases]
-        found, text = _reporting(report, lambda f: _core.verify_tensors(tensors, lambda k: getters[k](), aliases, m,
-                                                                        progress=f, **args))
+        j, text = _reporting(report, lambda f: _core.verify_tensors(tensors, lambda k: getters[k](), aliases, m,
+                                                                    progress=f, **args))
     elif isinstance(source, (str, os.PathLike)):
         path = _fspath("source", source)
-        found, text = _reporting(report, lambda f: _core.verify_path(path, m, progress=f, **args))
+        j, text = _reporting(report, lambda f: _core.verify_path(path, m, progress=f, **args))
     else:
         raise _bad("source", type(source).__name__, "must be a checkpoint's path or a mapping of names to arrays",
                    f"source must be a checkpoint's path or a mapping of names to arrays, got {type(source).__name__}")
-    j = found  # the library's document, a dict of its own (tensors a list apart from it, as the report hands it on)
+    # j: the library's report document, a dict of its own; tensors a copy, apart from what as_dict() copies.
     return VerifyReport(j["ok"], j["equal"], j["differs"], j["missing"], j["unexpected"], j["bytes_read"], j["seconds"],
                         copy.deepcopy(j["tensors"]), j, text)
