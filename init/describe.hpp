@@ -107,6 +107,46 @@ struct DescribedModel {
 // or that the recipe has no rule for.
 LAYERINIT_API DescribedModel describe(const ModelDescription& d, const Recipe* recipe = nullptr);
 
+// A leaf of a framework's model tree (a JAX pytree: Equinox, Flax NNX, Haiku) that may hold its layers
+// stacked on leading axes, as the JAX adapter reads it.
+struct FrameworkLeaf {
+  std::vector<std::string> parts;  // path components: blocks, attn, wq, weight
+  std::vector<std::string> seps;   // between parts: "." where none is given (Haiku: "/" inside a module path)
+  Shape shape;                     // as stored, stacked axes included
+  std::optional<Shape> expected;   // one slice's shape as its module stores it, where a module says
+  std::string owner;               // that module, for messages: "eqx.nn.Linear(8, 16)"
+  struct Axis {
+    std::size_t dim = 0;
+    std::uint64_t size = 0;
+    std::uint64_t group = 0;  // leaves of one transform (one vmap) share a group
+  };
+  std::vector<Axis> recorded;     // the layer axes the model's code put there (layerinit.jax.eval_shape)
+  bool recorded_constant = false;  // the model's code makes it a constant
+};
+
+// Where a leaf's layers are: its stacked axes and the canonical name of each slice.
+struct LeafSlices {
+  std::vector<std::pair<std::size_t, std::uint64_t>> lead;  // per stacked axis: (path prefix length, size)
+  std::vector<std::size_t> dims;                            // the dimension of each stacked axis
+  Shape stored;                                             // one slice's shape: the leaf's without those
+  std::vector<std::string> names;  // row-major: slice l of blocks.attn.wq.weight is blocks.{l}.attn.wq.weight
+  std::string name_template;       // the same with "{a}" for axis a's index, braces of the path doubled
+};
+
+// Each leaf's stacked axes, by one rule for every JAX framework:
+// - `stacked` given: every leaf under one of those path prefixes (split at '.', with Haiku naming at
+//   '/' too) has one leading axis per prefix, one size under each prefix.
+// - else, where the model's code was recorded (FrameworkLeaf::recorded): a transform's axis stacks its
+//   leaves at their deepest common node (in a Haiku tree, the hk.layer_stack module above them); a
+//   recorded constant under that node with that size at that dimension is one of its slices too.
+// - else from the modules: a leaf with more leading dimensions than its module stores (filter_vmap,
+//   nnx.vmap) is stacked at the highest node under which every such leaf has the same leading size,
+//   and every leaf under that node has the axis too; in a Haiku tree every leaf under an unnamed
+//   hk.layer_stack (a __layer_stack_* module: haiku/_src/layer_stack.py) has one.
+// Throws bad_input ("stacked" or "tree") naming the leaf whose shape does not fit.
+LAYERINIT_API std::vector<LeafSlices> leaf_slices(const std::vector<FrameworkLeaf>& leaves,
+                                                  const std::optional<std::vector<std::string>>& stacked, Naming naming);
+
 // The value a framework always gives a leaf of this name, whatever the recipe (describe's `init` for
 // it; the JAX adapter's value for an integer state leaf): with naming haiku, a moving average's
 // `hidden` zeros (moving_averages.py) and the `counter` of hk.BatchNorm's `mean_ema` and `var_ema` 0

@@ -492,4 +492,110 @@ TEST(Describe, AHaikuWeightOfAnotherRankIsRefused) {
   EXPECT_THROW(description_from_json(R"({"naming": "torch", "parameters": []})"), spec_error);
 }
 
+FrameworkLeaf leaf(std::vector<std::string> parts, Shape shape, std::optional<Shape> expected = std::nullopt) {
+  FrameworkLeaf lf;
+  lf.parts = std::move(parts);
+  lf.shape = std::move(shape);
+  lf.expected = std::move(expected);
+  lf.owner = "eqx.nn.Linear";
+  return lf;
+}
+
+std::string slices_refusal(const std::vector<FrameworkLeaf>& leaves, const std::optional<std::vector<std::string>>& stacked,
+                           Naming naming = Naming::generic) {
+  try {
+    leaf_slices(leaves, stacked, naming);
+  } catch (const bad_input& e) {
+    return e.argument() + " | " + e.what();
+  }
+  return "";
+}
+
+// filter_vmap's blocks: a leaf with more leading dimensions than its module stores is stacked at the
+// highest node where every such leaf has that size; the leaves its module does not own under it too.
+TEST(LeafSlices, ModulesTellTheStackedAxis) {
+  std::vector<FrameworkLeaf> leaves = {leaf({"embed", "weight"}, {100, 8}, Shape{100, 8}),
+                                       leaf({"blocks", "attn", "wq", "weight"}, {3, 16, 8}, Shape{16, 8}),
+                                       leaf({"blocks", "scale"}, {3, 8}),
+                                       leaf({"head", "{w}"}, {8, 100})};
+  const auto s = leaf_slices(leaves, std::nullopt, Naming::generic);
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_TRUE(s[0].lead.empty());
+  EXPECT_EQ(s[0].names, std::vector<std::string>{"embed.weight"});
+  using Lead = std::vector<std::pair<std::size_t, std::uint64_t>>;
+  EXPECT_EQ(s[1].lead, (Lead{{1, 3}}));
+  EXPECT_EQ(s[1].dims, std::vector<std::size_t>{0});
+  EXPECT_EQ(s[1].stored, (Shape{16, 8}));
+  EXPECT_EQ(s[1].names, (std::vector<std::string>{"blocks.0.attn.wq.weight", "blocks.1.attn.wq.weight", "blocks.2.attn.wq.weight"}));
+  EXPECT_EQ(s[1].name_template, "blocks.{0}.attn.wq.weight");
+  EXPECT_EQ(s[2].names, (std::vector<std::string>{"blocks.0.scale", "blocks.1.scale", "blocks.2.scale"}));
+  EXPECT_EQ(s[3].name_template, "head.{{w}}");  // the path's own braces doubled
+  EXPECT_EQ(s[3].names, std::vector<std::string>{"head.{w}"});
+
+  leaves[2].shape = {4, 8};  // under the stacked blocks with another number of slices
+  EXPECT_EQ(slices_refusal(leaves, std::nullopt), "tree | leaf 'blocks.scale' lies under the stacked 'blocks' (3 slices) but is (4, 8)");
+  leaves[1].shape = {3, 8, 16};
+  EXPECT_EQ(slices_refusal(leaves, std::nullopt), "tree | leaf 'blocks.attn.wq.weight' is (3, 8, 16), but eqx.nn.Linear stores it as (16, 8)");
+}
+
+// stacked="layers": one leading axis per prefix for the leaves under it, one size under each prefix.
+TEST(LeafSlices, GivenPrefixesStackTheirLeaves) {
+  const std::vector<FrameworkLeaf> leaves = {leaf({"layers", "w"}, {2, 4, 4}), leaf({"layers", "b"}, {2, 4}), leaf({"out"}, {4})};
+  const auto s = leaf_slices(leaves, std::vector<std::string>{"layers"}, Naming::generic);
+  EXPECT_EQ(s[0].names, (std::vector<std::string>{"layers.0.w", "layers.1.w"}));
+  EXPECT_EQ(s[1].stored, Shape{4});
+  EXPECT_EQ(s[2].names, std::vector<std::string>{"out"});
+  EXPECT_EQ(slices_refusal(leaves, std::vector<std::string>{"blocks"}),
+            "stacked | stacked: no leaf lies under 'blocks' (leaves: layers.w, layers.b, out)");
+  std::vector<FrameworkLeaf> uneven = leaves;
+  uneven[1].shape = {3, 4};
+  EXPECT_EQ(slices_refusal(uneven, std::vector<std::string>{"layers"}),
+            "stacked | stacked: the leaves under 'layers' have leading axes of sizes [2, 3], not one number of layers");
+  uneven[1].shape = {};
+  EXPECT_EQ(slices_refusal(uneven, std::vector<std::string>{"layers"}),
+            "tree | leaf 'layers.b' of shape () has no stacked axis 0 for 'layers'");
+}
+
+// Recorded transforms: a group's leaves at their deepest common node, a recorded constant there too;
+// two nested vmaps give two axes, outer first.
+TEST(LeafSlices, RecordedTransformsPlaceTheAxes) {
+  std::vector<FrameworkLeaf> leaves = {leaf({"blocks", "mlp", "w1"}, {3, 2, 8, 8}), leaf({"blocks", "attn", "wq"}, {3, 8, 8}),
+                                       leaf({"blocks", "attn", "bias"}, {3, 8}), leaf({"other", "bias"}, {3, 8})};
+  leaves[0].recorded = {{1, 2, 7}, {0, 3, 5}};  // inner vmap (group 7) listed first
+  leaves[1].recorded = {{0, 3, 5}};
+  leaves[2].recorded_constant = leaves[3].recorded_constant = true;
+  const auto s = leaf_slices(leaves, std::nullopt, Naming::generic);
+  using Lead = std::vector<std::pair<std::size_t, std::uint64_t>>;
+  EXPECT_EQ(s[0].lead, (Lead{{1, 3}, {2, 2}}));
+  EXPECT_EQ(s[0].dims, (std::vector<std::size_t>{0, 1}));
+  EXPECT_EQ(s[0].names.front(), "blocks.0.mlp.0.w1");
+  EXPECT_EQ(s[0].names.back(), "blocks.2.mlp.1.w1");
+  EXPECT_EQ(s[0].name_template, "blocks.{0}.mlp.{1}.w1");
+  EXPECT_EQ(s[2].names.size(), 3u);  // a constant under blocks with 3 at dim 0
+  EXPECT_TRUE(s[3].lead.empty());    // not under blocks
+  EXPECT_EQ(s[3].stored, (Shape{3, 8}));
+}
+
+// An unnamed hk.layer_stack stacks every leaf under it; its index goes after the module, Haiku's
+// separators kept.
+TEST(LeafSlices, AnUnnamedHaikuLayerStackIsFound) {
+  FrameworkLeaf w = leaf({"__layer_stack_no_per_layer_1", "block", "linear", "w"}, {4, 8, 8});
+  w.seps = {"/", "/", "."};
+  const auto s = leaf_slices({w}, std::nullopt, Naming::haiku);
+  EXPECT_EQ(s[0].names.front(), "__layer_stack_no_per_layer_1.0.block/linear.w");
+  EXPECT_EQ(s[0].stored, (Shape{8, 8}));
+  EXPECT_TRUE(leaf_slices({w}, std::nullopt, Naming::generic)[0].lead.empty());  // only Haiku's names say it
+  w.shape = {};
+  EXPECT_EQ(slices_refusal({w}, std::nullopt, Naming::haiku),
+            "tree | leaf '__layer_stack_no_per_layer_1/block/linear.w' lies under the hk.layer_stack "
+            "'__layer_stack_no_per_layer_1' but is (), without a layer axis");
+  w.parts[0] = "__layer_stack_no_per_layer_x";
+  EXPECT_TRUE(leaf_slices({w}, std::nullopt, Naming::haiku)[0].lead.empty());
+  // stacked="transformer/layers" splits at '/' with Haiku's names
+  FrameworkLeaf named = leaf({"transformer", "layers", "linear", "w"}, {2, 4, 4});
+  named.seps = {"/", "/", "."};
+  EXPECT_EQ(leaf_slices({named}, std::vector<std::string>{"transformer/layers"}, Naming::haiku)[0].names.back(),
+            "transformer/layers.1.linear.w");
+}
+
 }  // namespace

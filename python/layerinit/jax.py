@@ -13,7 +13,6 @@ own piece, and the global array is the same for every mesh and PartitionSpec. Wo
 from __future__ import annotations
 
 import fnmatch
-import re
 import sys
 import threading
 import warnings
@@ -343,6 +342,7 @@ class _Leaf:
     owner: str = ""            # e.g. "eqx.nn.Linear(8, 16)"
     lead: list[tuple[int, int]] = field(default_factory=list)  # stacked axes: (prefix length, size)
     names: list[str] = field(default_factory=list)              # canonical names, one per slice
+    template: str = ""         # the slices' name template: "{a}" where stacked axis a's index goes
     sharding: Optional[Sharding] = None
     seps: list[str] = field(default_factory=list)  # between parts: "." (Haiku: "/" inside a module path)
     rec: Any = None            # a Recorded leaf (layerinit.jax.eval_shape): how the model's code makes it
@@ -356,26 +356,9 @@ class _Leaf:
 
     @property
     def name(self) -> str:
-        return _joined(self.parts, self.seps, {})
-
-
-def _joined(parts: Sequence[str], seps: Sequence[str], at: Mapping[int, list[str]]) -> str:
-    """`parts` joined by `seps` ("." where none is given), with the texts `at[p]` (stacked axes'
-    indices) between parts[p - 1] and parts[p], each as a component of its own: "blocks.3.attn.wq.weight",
-    "__layer_stack_no_per_layer.3.block/linear.w"."""
-    out = ""
-    for i, part in enumerate(parts):
-        if i in at:
-            out += ("." if i else "") + ".".join(at[i]) + "."
-        elif i:
-            out += seps[i - 1] if i - 1 < len(seps) else "."
-        out += part
-    return out
-
-
-# hk.layer_stack's module when it is given no name (haiku/_src/layer_stack.py): its leaves have a
-# leading layer axis.
-_HAIKU_STACK = re.compile(r"__layer_stack_(no|with)_per_layer(_[0-9]+)?")
+        """The parts joined by their seps ("." where none is given)."""
+        seps = ["", *self.seps, *["."] * len(self.parts)]
+        return "".join(sep + part for sep, part in zip(seps, self.parts))
 
 
 def _is_haiku_dict(x: Any) -> bool:
@@ -622,145 +605,15 @@ def _stream_key(seed: int, name: str, shape: tuple[int, ...]) -> Any:
     return jax.random.split(key, shape) if shape else key
 
 
-def _stacking(leaves: list[_Leaf], stacked: Union[str, Sequence[str], None], haiku: bool = False) -> None:
-    """Sets each leaf's stacked axes: (length of the path prefix after which the index goes, size).
-
-    With `stacked` given, every leaf under one of those path prefixes has one leading axis per prefix
-    (a Haiku module path's own components too: "transformer/layers"). Otherwise an axis is found from
-    the modules: a leaf with more leading dimensions than its module stores (filter_vmap, nnx.vmap) is
-    stacked at the highest node under which every such leaf has the same leading size, and every leaf
-    under that node has the axis too; in a Haiku tree, every leaf under an unnamed hk.layer_stack
-    (a __layer_stack_* module) has one.
-    """
-    if stacked is not None:
-        prefixes = [stacked] if isinstance(stacked, str) else list(stacked)
-        for p in prefixes:
-            pp = re.split(r"[./]", p) if haiku else p.split(".")
-            under = [lf for lf in leaves if lf.parts[:len(pp)] == pp and len(lf.parts) > len(pp)]
-            if not under:
-                raise _refused("stacked", f"stacked: no leaf lies under '{p}' (leaves: {_some(lf.name for lf in leaves)})")
-            for lf in under:
-                lf.lead.append((len(pp), -1))
-        for lf in leaves:
-            lf.lead.sort()
-            for a, (p, _) in enumerate(lf.lead):
-                if len(lf.shape) <= a:
-                    raise _refused("tree", f"leaf '{lf.name}' of shape {lf.shape} has no stacked axis {a} for '{'.'.join(lf.parts[:p])}'")
-                lf.lead[a] = (p, lf.shape[a])
-        for p in prefixes:  # one size per prefix: its slices are one list of layers
-            pp = re.split(r"[./]", p) if haiku else p.split(".")
-            sizes = {size for lf in leaves for q, size in lf.lead if q == len(pp) and lf.parts[:len(pp)] == pp}
-            if len(sizes) > 1:
-                raise _refused("stacked", f"stacked: the leaves under '{p}' have leading axes of sizes {sorted(sizes)}, not one "
-                                          "number of layers")
-    elif any(lf.rec is not None and lf.rec.layers for lf in leaves):
-        _recorded_stacking(leaves, haiku)
-    else:
-        owned = [lf for lf in leaves if lf.expected is not None]
-        extra: dict[int, tuple[int, ...]] = {}
-        for lf in owned:
-            k = len(lf.shape) - len(lf.expected)
-            if k < 0 or lf.shape[k:] != lf.expected:
-                raise _refused("tree", f"leaf '{lf.name}' is {lf.shape}, but {lf.owner} stores it as {lf.expected}")
-            extra[id(lf)] = lf.shape[:k]
-        nodes: dict[tuple[str, ...], tuple[int, int]] = {}  # stacked node -> (axis, size)
-        for lf in owned:
-            ex = extra[id(lf)]
-            lo = 0
-            for a, size in enumerate(ex):
-                for p in range(lo, len(lf.parts)):
-                    pre = lf.parts[:p]
-                    if all(len(extra[id(o)]) > a and extra[id(o)][a] == size for o in owned if o.parts[:p] == pre):
-                        break
-                nodes[tuple(lf.parts[:p])] = (a, size)
-                lo = p
-        if haiku:
-            for lf in leaves:
-                marks = [p for p in range(1, len(lf.parts)) if _HAIKU_STACK.fullmatch(lf.parts[p - 1])]
-                for a, p in enumerate(marks):
-                    if len(lf.shape) <= a:
-                        raise _refused("tree", f"leaf '{lf.name}' lies under the hk.layer_stack '{_joined(lf.parts[:p], lf.seps, {})}' "
-                                               f"but is {lf.shape}, without a layer axis")
-                    nodes.setdefault(tuple(lf.parts[:p]), (a, lf.shape[a]))
-        for lf in leaves:
-            for node, (a, size) in sorted(nodes.items(), key=lambda kv: kv[1][0]):
-                if tuple(lf.parts[:len(node)]) == node and len(lf.parts) > len(node):
-                    if len(lf.shape) <= a or lf.shape[a] != size:
-                        raise _refused("tree", f"leaf '{lf.name}' lies under the stacked '{_joined(node, lf.seps, {})}' ({size} "
-                                               f"slices) but is {lf.shape}")
-                    lf.lead.append((len(node), size))
-    for lf in leaves:
-        if not lf.dims:
-            lf.dims = list(range(len(lf.lead)))
-        if lf.expected is not None and lf.stored != lf.expected:
-            raise _refused("tree", f"leaf '{lf.name}' is {lf.shape} with {len(lf.lead)} stacked axes, but {lf.owner} "
-                                   f"stores it as {lf.expected}")
-        lf.names = _canonical_names(lf)
-
-
-def _recorded_stacking(leaves: list[_Leaf], haiku: bool) -> None:
-    """Stacked axes where the model's transforms put them (Recorded.layers): the leaves of one
-    transform's layer axis are stacked at their deepest common node (the module the transform made, so
-    that slice l of blocks.w1 is blocks.{l}.w1, the name of its per-layer twin), in a Haiku tree at the
-    hk.layer_stack module above them. A constant leaf under that node with the axis's size at the same
-    dimension is one of its slices too (a constant says nothing of layers, and its value does not
-    depend on the name)."""
-    groups: dict[Any, list[tuple[_Leaf, int, int]]] = {}
-    for lf in leaves:
-        for d, size, g in (lf.rec.layers if lf.rec is not None else ()):
-            groups.setdefault(g, []).append((lf, d, size))
-    stacks = []
-    for members in groups.values():
-        paths = [lf.parts[:-1] for lf, _, _ in members]
-        node: list[str] = []
-        for comps in zip(*paths):
-            if len(set(comps)) > 1:
-                break
-            node.append(comps[0])
-        if haiku:
-            marks = [p for p in range(1, len(node) + 1) if _HAIKU_STACK.fullmatch(node[p - 1])]
-            if marks:
-                node = node[:marks[-1]]
-        for lf, d, size in members:
-            lf.lead.append((len(node), size))
-            lf.dims.append(d)
-        dims = {d for _, d, _ in members}
-        stacks.append((node, dims.pop() if len(dims) == 1 else None, members[0][2], {id(m[0]) for m in members}))
-    for node, d, size, members in stacks:
-        if d is None:
-            continue
-        for lf in leaves:
-            if (id(lf) not in members and lf.rec is not None and (lf.rec.fill or "").startswith("constant(")
-                    and lf.parts[:len(node)] == node and len(lf.parts) > len(node) and len(lf.shape) > d
-                    and lf.shape[d] == size and d not in lf.dims):
-                lf.lead.append((len(node), size))
-                lf.dims.append(d)
-    for lf in leaves:  # outer stacks first
-        order = sorted(range(len(lf.lead)), key=lambda a: (lf.lead[a][0], lf.dims[a]))
-        lf.lead, lf.dims = [lf.lead[a] for a in order], [lf.dims[a] for a in order]
-
-
-def _indexed(lf: _Leaf, parts: Sequence[str], texts: Sequence[str]) -> str:
-    """`parts` with stacked axis a's text texts[a] as a component after its node (equal nodes, one
-    vmapped twice, outer then inner)."""
-    at: dict[int, list[str]] = {}
-    for (p, _), text in zip(lf.lead, texts):
-        at.setdefault(p, []).append(text)
-    return _joined(parts, lf.seps, at)
-
-
-def _canonical_names(lf: _Leaf) -> list[str]:
-    """Slice names, row-major: slice l of blocks.attn.wq.weight is blocks.{l}.attn.wq.weight, of
-    Haiku's __layer_stack_no_per_layer/block/linear.w __layer_stack_no_per_layer.{l}.block/linear.w."""
-    sizes = [size for _, size in lf.lead]
-    return [_indexed(lf, lf.parts, [str(i) for i in index]) for index in (np.ndindex(*sizes) if sizes else [()])]
-
-
-def _template(lf: _Leaf) -> str:
-    """The slices' name template (shard/composite.hpp): "{a}" where stacked axis a's index goes,
-    braces of the path itself doubled."""
-    parts = [p.replace("{", "{{").replace("}", "}}") for p in lf.parts]
-    return _indexed(lf, parts, ["{" + str(a) + "}" for a in range(len(lf.lead))])
+def _stacking(leaves: list[_Leaf], stacked: Optional[list[str]], haiku: bool = False) -> None:
+    """Sets each leaf's stacked axes, dims and slice names as the library decides them (leaf_slices,
+    init/describe.hpp): under the `stacked` path prefixes, else where the model's recorded transforms
+    put them, else from the modules (filter_vmap, nnx.vmap, an unnamed hk.layer_stack)."""
+    given = [(lf.parts, lf.seps, list(lf.shape), None if lf.expected is None else list(lf.expected), lf.owner,
+              list(lf.rec.layers) if lf.rec is not None else [],
+              lf.rec is not None and (lf.rec.fill or "").startswith("constant(")) for lf in leaves]
+    for lf, (lead, dims, _, names, template) in zip(leaves, _core.leaf_slices(given, stacked, "haiku" if haiku else "generic")):
+        lf.lead, lf.dims, lf.names, lf.template = [tuple(x) for x in lead], list(dims), list(names), template
 
 
 def _some(names: Any, n: int = 8) -> str:
@@ -814,10 +667,6 @@ def _rules(rules: Optional[Mapping[str, Any]]) -> list[_Rule]:
             r.orientation = spec_["orientation"]
         out.append(r)
     return out
-
-
-def _glob_escape(name: str) -> str:
-    return re.sub(r"([*?\[\\])", r"\\\1", name)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1066,7 +915,7 @@ def init(
         if orientation not in plans:
             plans[orientation] = _layerinit_plan(s, dtype="fp32", recipe=m.recipe, orientation=orientation)  # each leaf its own dtype
         stored = lf.shape if lf.shape else (1,)
-        param = plans[orientation]._leaf(_template(lf), [size for _, size in lf.lead], list(stored), lf.dtype,
+        param = plans[orientation]._leaf(lf.template, [size for _, size in lf.lead], list(stored), lf.dtype,
                                          dims=lf.dims, leaf=lf.name).text
         arrays.append(_Array(lf.name, stored, lf.dtype, param, lf.sharding, old=olds.get(lf.index)))
     made = iter(_make(arrays, seed) if arrays else [])

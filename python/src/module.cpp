@@ -852,6 +852,25 @@ void define_descriptions(nb::module_& m) {
   m.def("framework_fill", [](const std::string& name, const std::string& naming) {
     return framework_fill(name, parse_naming(naming));
   }, "name"_a, "naming"_a, "The Fill a framework always gives a leaf of this name (init/describe.hpp), or None.");
+
+  using LeafTuple = std::tuple<std::vector<std::string>, std::vector<std::string>, Shape, std::optional<Shape>, std::string,
+                               std::vector<std::tuple<std::size_t, std::uint64_t, std::uint64_t>>, bool>;
+  m.def("leaf_slices", [](const std::vector<LeafTuple>& given, const std::optional<std::vector<std::string>>& stacked,
+                          const std::string& naming) {
+    std::vector<FrameworkLeaf> leaves;
+    for (const auto& [parts, seps, shape, expected, owner, recorded, constant] : given) {
+      FrameworkLeaf lf{parts, seps, shape, expected, owner, {}, constant};
+      for (const auto& [dim, size, group] : recorded) lf.recorded.push_back({dim, size, group});
+      leaves.push_back(std::move(lf));
+    }
+    nb::list out;
+    for (LeafSlices& s : leaf_slices(leaves, stacked, parse_naming(naming)))
+      out.append(nb::make_tuple(s.lead, s.dims, as_vector(s.stored), s.names, s.name_template));
+    return out;
+  }, "leaves"_a, "stacked"_a.none(), "naming"_a,
+  "Each leaf's (stacked axes [(path prefix length, size)], their dims, a slice's shape, slice names, name template) "
+  "(init/describe.hpp leaf_slices); a leaf is (parts, seps, shape, expected shape or None, owner, recorded axes "
+  "[(dim, size, group)], recorded constant).");
 }
 
 // Plans, and fills into arrays.
