@@ -125,6 +125,13 @@ struct FamilyRecord {
   // checkpoint's key to them when it loads): module name -> tensor name. A framework adapter maps a
   // model's parameters through it (layerinit.torch.init_ on GPTNeoXForCausalLM's lm_head).
   std::vector<std::pair<std::string, std::string>> module_names = {};
+  // torchtitan's model package whose state-dict adapter (its from_hf) loads this family's checkpoints,
+  // nullptr for none (torchtitan/models/<package>/__init__.py and state_dict_adapter.py).
+  struct Torchtitan {
+    const char* package = nullptr;
+    std::optional<bool> moe;        // the family of the package's models with MoE layers (true) or without; none: either
+    bool rope_interleaved = false;  // its adapter permutes q/k rows to interleaved RoPE (llama3's _reverse_permute)
+  } torchtitan = {};
 };
 
 // Every family, by model_type (their files' order), the order config_json's messages list the ones it writes.

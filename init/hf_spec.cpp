@@ -260,6 +260,22 @@ std::vector<std::pair<std::string, std::string>> hf_module_names(std::string_vie
   return f ? f->module_names : std::vector<std::pair<std::string, std::string>>{};
 }
 
+std::optional<TorchtitanFamily> torchtitan_family(std::string_view package, bool moe) {
+  for (const auto& f : hf::family_records()) {
+    const auto& t = f.torchtitan;
+    if (t.package && package == t.package && (!t.moe || *t.moe == moe)) return TorchtitanFamily{f.model_type, t.rope_interleaved};
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> torchtitan_packages() {
+  std::vector<std::string> out;
+  for (const auto& f : hf::family_records())
+    if (f.torchtitan.package && std::find(out.begin(), out.end(), f.torchtitan.package) == out.end())
+      out.emplace_back(f.torchtitan.package);
+  return out;
+}
+
 ModelSpec spec_from_hf_config(std::string_view text, std::string name) {
   const json doc = r.parse(text);
   if (!doc.is_object()) r.fail("", "must be an object");

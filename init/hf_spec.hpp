@@ -48,4 +48,15 @@ LAYERINIT_API std::vector<std::string> hf_model_types();
 // (and checkpoints) give them, as (module name, tensor name); empty for none or an unknown type.
 LAYERINIT_API std::vector<std::pair<std::string, std::string>> hf_module_names(std::string_view model_type);
 
+// The family whose checkpoints torchtitan's model package `package` (torchtitan.models.<package>) loads
+// through its state-dict adapter, for a model of it with MoE layers or without (`moe`); nullopt for a
+// package no family record names.
+struct TorchtitanFamily {
+  std::string model_type;
+  bool rope_interleaved = false;  // the adapter permutes q/k rows between rotate-half and interleaved RoPE
+};
+LAYERINIT_API std::optional<TorchtitanFamily> torchtitan_family(std::string_view package, bool moe);
+// The torchtitan packages the family records name, in the records' order, each once.
+LAYERINIT_API std::vector<std::string> torchtitan_packages();
+
 }  // namespace layerinit

@@ -646,3 +646,20 @@ TEST(HfSpec, WhatTransformersConfigClassesRefuse) {
   EXPECT_NO_THROW(spec_from_hf_config(R"({"model_type": "qwen2", "layer_types": ["full_attention", "sliding_attention"], )" +
                                       dims + "}"));
 }
+
+// torchtitan's model packages, each the family whose checkpoints its state-dict adapter loads: the
+// family records say it (a new family names its package in its own file).
+TEST(HfSpec, TorchtitanPackagesAreTheFamilyRecords) {
+  EXPECT_EQ(torchtitan_packages(), (std::vector<std::string>{"deepseek_v3", "llama3", "qwen3"}));
+  const auto llama = torchtitan_family("llama3", false);
+  ASSERT_TRUE(llama);
+  EXPECT_EQ(llama->model_type, "llama");
+  EXPECT_TRUE(llama->rope_interleaved);  // llama3/state_dict_adapter.py's _reverse_permute
+  EXPECT_EQ(torchtitan_family("qwen3", false)->model_type, "qwen3");
+  EXPECT_EQ(torchtitan_family("qwen3", true)->model_type, "qwen3_moe");
+  EXPECT_FALSE(torchtitan_family("qwen3", true)->rope_interleaved);
+  EXPECT_EQ(torchtitan_family("deepseek_v3", true)->model_type, "deepseek_v3");
+  EXPECT_EQ(torchtitan_family("deepseek_v3", false)->model_type, "deepseek_v3");
+  EXPECT_FALSE(torchtitan_family("gpt_oss", true));
+  EXPECT_FALSE(torchtitan_family("", false));
+}

@@ -13,8 +13,10 @@ const Defaults kDefaults = {129280, 7168, 18432, 61, 128, 128, std::nullopt, 409
 }  // namespace
 
 FamilyRecord deepseek_v3_record() {
-  return {"deepseek_v3", "DeepseekV3ForCausalLM", kDefaults, {{"num_local_experts", "n_routed_experts"}}, read_deepseek_v3,
-          {nullptr, true}};
+  FamilyRecord r{"deepseek_v3", "DeepseekV3ForCausalLM", kDefaults, {{"num_local_experts", "n_routed_experts"}},
+                 read_deepseek_v3, {nullptr, true}};
+  r.torchtitan = {"deepseek_v3", std::nullopt, false};
+  return r;
 }
 
 }  // namespace layerinit::hf

@@ -18,7 +18,9 @@ void write(const ModelSpec& spec, nlohmann::ordered_json& j) {
 }  // namespace
 
 FamilyRecord llama_record() {
-  return {"llama", "LlamaForCausalLM", kDefaults, {}, read_llama, {"LlamaConfig", true}, true, write};
+  FamilyRecord r{"llama", "LlamaForCausalLM", kDefaults, {}, read_llama, {"LlamaConfig", true}, true, write};
+  r.torchtitan = {"llama3", std::nullopt, true};
+  return r;
 }
 
 }  // namespace layerinit::hf

@@ -19,6 +19,10 @@ ModelSpec read(const Config& c, const Defaults& d, std::string name) {
 
 }  // namespace
 
-FamilyRecord qwen3_record() { return {"qwen3", "Qwen3ForCausalLM", kDefaults, {}, read}; }
+FamilyRecord qwen3_record() {
+  FamilyRecord r{"qwen3", "Qwen3ForCausalLM", kDefaults, {}, read};
+  r.torchtitan = {"qwen3", false, false};
+  return r;
+}
 
 }  // namespace layerinit::hf

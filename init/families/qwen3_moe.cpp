@@ -60,7 +60,9 @@ ModelSpec read(const Config& c, const Defaults& d, std::string name) {
 }  // namespace
 
 FamilyRecord qwen3_moe_record() {
-  return {"qwen3_moe", "Qwen3MoeForCausalLM", kDefaults, {{"num_experts", "num_local_experts"}}, read};
+  FamilyRecord r{"qwen3_moe", "Qwen3MoeForCausalLM", kDefaults, {{"num_experts", "num_local_experts"}}, read};
+  r.torchtitan = {"qwen3", true, false};  // torchtitan's qwen3 package, its models with MoE layers
+  return r;
 }
 
 }  // namespace layerinit::hf

@@ -455,16 +455,6 @@ def _checked(name: str, shape: tuple[int, ...], c: Any, dtype: Optional[str]) ->
 
 # ---- torchtitan models: their tensors in Hugging Face names, as torchtitan's own adapter loads them ----
 
-# torchtitan's model packages layerinit maps, and the Hugging Face family each one's adapter reads;
-# recipe torchtitan follows the param_init each package's __init__.py sets (docs/recipes.md).
-_TITAN_FAMILIES = {"llama3": "llama", "qwen3": "qwen3", "deepseek_v3": "deepseek_v3"}
-# Packages whose adapter permutes q/k rows between Hugging Face's rotate-half layout and
-# torchtitan's interleaved RoPE (llama3/state_dict_adapter.py, from_hf: _reverse_permute).
-_TITAN_ROPE_INTERLEAVED = frozenset({"llama3"})
-
-
-
-
 def _titan_class(module: torch.nn.Module) -> Optional[type]:
     """The torchtitan model class of `module` (FSDP2's fully_shard makes a subclass of it), or None."""
     if not hasattr(getattr(module, "config", None), "layers"):
@@ -476,12 +466,16 @@ def _is_torchtitan(module: torch.nn.Module) -> bool:
     return _titan_class(module) is not None
 
 
-def _titan_package(model: torch.nn.Module) -> str:
-    pkg = _titan_class(model).__module__.split(".")[2]  # type: ignore[union-attr]
-    if pkg not in _TITAN_FAMILIES:
-        raise _refused("module", f"torchtitan model {_titan_class(model).__name__} ({pkg}) has no layerinit mapping (known: "
-                                 f"{', '.join(_TITAN_FAMILIES)}): pass spec= and name_map=")
-    return pkg
+def _titan_family(model: torch.nn.Module) -> tuple[str, str, bool]:
+    """(torchtitan package, the Hugging Face family whose checkpoints its adapter loads, whether the adapter
+    permutes q/k rows to interleaved RoPE), as the family records say (torchtitan_family, init/hf_spec.hpp)."""
+    cls = _titan_class(model)
+    pkg = cls.__module__.split(".")[2]  # type: ignore[union-attr]
+    found = _core.torchtitan_family(pkg, getattr(model.config.layers[-1], "moe", None) is not None)
+    if found is None:
+        raise _refused("module", f"torchtitan model {cls.__name__} ({pkg}) has no layerinit mapping (known: "  # type: ignore[union-attr]
+                                 f"{', '.join(_core.torchtitan_packages())}): pass spec= and name_map=")
+    return (pkg, *found)
 
 
 def _titan_adapter(model: torch.nn.Module) -> Any:
@@ -533,15 +527,13 @@ def _titan(model: torch.nn.Module) -> tuple[Spec, dict[str, Maker]]:
     the tensors `layerinit emit` writes and torchtitan's adapter (`from_hf`) loads into it."""
     from torchtitan.models.common.attention import FusedQKVLinear
 
-    pkg = _titan_package(model)
-    family = _TITAN_FAMILIES[pkg]
+    pkg, family, interleaved = _titan_family(model)
     cfg = model.config
     if getattr(cfg, "mtp_layers", None):
         raise _refused("module", "torchtitan DeepSeek-V3 with multi-token prediction layers (mtp_layers) has no layerinit "
                                  "mapping: pass spec= and name_map=")
     adapter = _titan_adapter(model)
     to_hf = {v: k for k, v in adapter.from_hf_map.items() if v is not None}
-    interleaved = pkg in _TITAN_ROPE_INTERLEAVED
     if not interleaved and hasattr(adapter, "_reverse_permute"):
         raise _refused("module", f"torchtitan's {type(adapter).__name__} permutes rows in a way layerinit does not know")
     att = cfg.layers[-1].attention
@@ -628,8 +620,6 @@ def _titan(model: torch.nn.Module) -> tuple[Spec, dict[str, Maker]]:
     if missing:
         raise _refused("module", f"torchtitan's {type(adapter).__name__} names no Hugging Face tensor for {len(missing)} "
                                  f"parameter(s): {_listed(missing)}")
-    if family == "qwen3" and cfg.layers[-1].moe is not None:
-        family = "qwen3_moe"
     spec, _ = _describe({"name": f"torchtitan-{pkg}", "family": family, "hyper": _titan_hyper(model, family),
                          "parameters": tensors})
     return spec, makers

@@ -134,12 +134,12 @@ nb::object python_of(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::object: {
       nb::dict d;
       for (const auto& [k, v] : j.items()) d[str_of(k)] = python_of(v);
-      return std::move(d);
+      return d;  // moved (C++20 implicit move into nb::object)
     }
     case nlohmann::ordered_json::value_t::array: {
       nb::list l;
       for (const auto& v : j) l.append(python_of(v));
-      return std::move(l);
+      return l;
     }
     case nlohmann::ordered_json::value_t::string: return str_of(j.get_ref<const std::string&>());
     case nlohmann::ordered_json::value_t::boolean: return nb::bool_(j.get<bool>());

@@ -385,7 +385,7 @@ nb::dict build(const Plan& plan, const std::string& device, const std::optional<
   // Ctrl-C between parts: the build (GIL released) takes the GIL back after each part to let Python
   // run its signal handlers; KeyboardInterrupt unwinds the build, and what it made is freed.
   BuildOptions opts = plan.options();
-  BuildProgress report{std::move(progress)};
+  BuildProgress report{std::move(progress), {}, 0, 0, 0};
   opts.after_part = [&report] {
     nb::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
@@ -845,6 +845,13 @@ void define_descriptions(nb::module_& m) {
   m.def("hf_module_names", [](const std::string& model_type) { return hf_module_names(model_type); }, "model_type"_a,
         "[(transformers module name, tensor name)] where a family's module names its parameter otherwise than its "
         "checkpoints (GPT-NeoX's lm_head, embed_out).");
+
+  m.def("torchtitan_family", [](const std::string& package, bool moe) -> std::optional<std::tuple<std::string, bool>> {
+    if (auto f = torchtitan_family(package, moe)) return std::tuple(f->model_type, f->rope_interleaved);
+    return std::nullopt;
+  }, "package"_a, "moe"_a, "(model_type, rope_interleaved) of the family torchtitan's model package loads "
+     "(init/hf_spec.hpp), or None.");
+  m.def("torchtitan_packages", &torchtitan_packages, "The torchtitan model packages the family records name.");
 
   m.def("name_matches", [](const std::string& pattern, const std::string& name) { return name_matches(pattern, name); },
         "pattern"_a, "name"_a, "Whether the glob matches the name as --init-override matches tensor names (core/text.hpp).");
