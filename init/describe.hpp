@@ -147,6 +147,44 @@ struct LeafSlices {
 LAYERINIT_API std::vector<LeafSlices> leaf_slices(const std::vector<FrameworkLeaf>& leaves,
                                                   const std::optional<std::vector<std::string>>& stacked, Naming naming);
 
+// A torchtitan model as its state-dict adapter loads a Hugging Face checkpoint into it
+// (torchtitan/models/<package>/state_dict_adapter.py, from_hf): what the PyTorch adapter reads of it.
+struct TorchtitanModel {
+  std::string package;  // torchtitan.models.<package>, for messages
+  std::string adapter;  // the adapter's class, for messages
+  // The adapter's key patterns, torchtitan's -> Hugging Face's ("{}" where the layer, then the expert,
+  // goes): from_hf_map reversed.
+  std::vector<std::pair<std::string, std::string>> to_hf;
+  bool rope_interleaved = false;  // its from_hf permutes q/k rows to interleaved RoPE (torchtitan_family)
+  std::uint64_t heads = 0, kv_heads = 0;
+  std::uint64_t width = 0;  // the model's dim: a router correction bias's fan_in
+  struct FusedQkv {
+    std::string module;  // a FusedQKVLinear's name ("layers.0.attention")
+    std::uint64_t head_dim = 0, heads_per_kv = 0;
+  };
+  std::vector<FusedQkv> fused_qkv;
+  std::vector<DescribedParameter> parameters;  // describe() of the model's own description
+  std::vector<std::pair<std::string, Shape>> buffers;
+};
+
+// How one parameter (or buffer) is made of the spec's tensors: Plan::composite's arguments.
+struct TorchtitanPart {
+  std::string name;                    // the parameter's
+  std::vector<std::string> templates;  // a composite's name templates; whole: the one tensor's name
+  bool whole = false;                  // the tensor as it is
+  std::vector<std::optional<std::string>> rows;  // a row permutation per template ("rope_interleave(64)")
+  std::vector<std::uint64_t> stack;    // stacked experts [E, ...]: {E}
+  std::uint64_t groups = 1;            // a fused wqkv: its kv heads (each group's q, then k, then v)
+};
+
+// The tensors of a torchtitan model under the Hugging Face names its adapter loads (appended to
+// `d.parameters`, with the roles and fans the model's description gave), and how each parameter is
+// made of them: a fused wqkv as q, k and v grouped by kv head (FusedQKVLinear._split_qkv_on_save),
+// stacked experts [E, ...] as expert e's tensors, q/k rows interleaved where the adapter permutes them,
+// DeepSeek-V3's router correction bias (a buffer) zeros (MoE._init_self_buffers). Throws bad_input
+// ("module") naming the linear maps without a role or the parameters and buffers without a tensor.
+LAYERINIT_API std::vector<TorchtitanPart> torchtitan_parameters(const TorchtitanModel& m, ModelDescription& d);
+
 // The value a framework always gives a leaf of this name, whatever the recipe (describe's `init` for
 // it; the JAX adapter's value for an integer state leaf): with naming haiku, a moving average's
 // `hidden` zeros (moving_averages.py) and the `counter` of hk.BatchNorm's `mean_ema` and `var_ema` 0

@@ -598,4 +598,92 @@ TEST(LeafSlices, AnUnnamedHaikuLayerStackIsFound) {
             "transformer/layers.1.linear.w");
 }
 
+DescribedParameter described(std::string name, Shape logical, TensorRole role) {
+  DescribedParameter e;
+  e.name = e.tensor = std::move(name);
+  e.logical = std::move(logical);
+  e.role = role;
+  if (e.logical.size() >= 2) e.fan_in = e.logical.back(), e.fan_out = e.logical[e.logical.size() - 2];
+  return e;
+}
+
+// torchtitan's llama3-like model with a fused wqkv and stacked experts, as its adapter's from_hf loads it.
+TorchtitanModel titan_model() {
+  TorchtitanModel m;
+  m.package = "llama3";
+  m.adapter = "Llama3StateDictAdapter";
+  m.to_hf = {{"tok_embeddings.weight", "model.embed_tokens.weight"},
+             {"layers.{}.attention.wq.weight", "model.layers.{}.self_attn.q_proj.weight"},
+             {"layers.{}.attention.wk.weight", "model.layers.{}.self_attn.k_proj.weight"},
+             {"layers.{}.attention.wv.weight", "model.layers.{}.self_attn.v_proj.weight"},
+             {"layers.{}.attention.wo.weight", "model.layers.{}.self_attn.o_proj.weight"},
+             {"layers.{}.moe.experts.w1", "model.layers.{}.mlp.experts.{}.gate_proj.weight"},
+             {"layers.{}.moe.expert_bias", "model.layers.{}.mlp.gate.e_score_correction_bias"},
+             {"output.weight", "lm_head.weight"}};
+  m.rope_interleaved = true;
+  m.heads = 4, m.kv_heads = 2, m.width = 16;
+  m.fused_qkv = {{"layers.0.attention", 4, 2}};  // hd 4, 2 q heads per kv head: [2 * (2 + 2) * 4, 16]
+  m.parameters = {described("tok_embeddings.weight", {100, 16}, TensorRole::embedding),
+                  described("layers.0.attention.wqkv.weight", {32, 16}, TensorRole::linear_weight),
+                  described("layers.0.attention.wo.weight", {16, 16}, TensorRole::output_weight),
+                  described("layers.0.moe.experts.w1", {3, 8, 16}, TensorRole::linear_weight),
+                  described("output.weight", {100, 16}, TensorRole::head_weight)};
+  m.buffers = {{"layers.0.moe.expert_bias", {3}}, {"layers.0.attention.freqs_cis", {64, 2}}};
+  return m;
+}
+
+TEST(Torchtitan, ParametersAreTheTensorsItsAdapterLoads) {
+  ModelDescription d;
+  const auto parts = torchtitan_parameters(titan_model(), d);
+  std::vector<std::string> names;
+  for (const auto& p : d.parameters) names.push_back(p.name + " " + shape_string(p.shape));
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "model.embed_tokens.weight [100, 16]", "model.layers.0.self_attn.q_proj.weight [16, 16]",
+                       "model.layers.0.self_attn.k_proj.weight [8, 16]", "model.layers.0.self_attn.v_proj.weight [8, 16]",
+                       "model.layers.0.self_attn.o_proj.weight [16, 16]", "model.layers.0.mlp.experts.0.gate_proj.weight [8, 16]",
+                       "model.layers.0.mlp.experts.1.gate_proj.weight [8, 16]",
+                       "model.layers.0.mlp.experts.2.gate_proj.weight [8, 16]", "lm_head.weight [100, 16]",
+                       "model.layers.0.mlp.gate.e_score_correction_bias [3]"}));
+  EXPECT_EQ(d.parameters[2].fan_out, 8u);  // k's rows, not the fused wqkv's
+  EXPECT_EQ(d.parameters[4].role, TensorRole::output_weight);
+  EXPECT_EQ(d.parameters.back().init, FillSpec::constant(0));  // MoE._init_self_buffers
+  EXPECT_EQ(d.parameters.back().fan_in, 16u);
+  ASSERT_EQ(parts.size(), 6u);
+  const TorchtitanPart& qkv = parts[1];
+  EXPECT_EQ(qkv.name, "layers.0.attention.wqkv.weight");
+  EXPECT_EQ(qkv.templates, (std::vector<std::string>{"model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+                                                     "model.layers.0.self_attn.v_proj.weight"}));
+  EXPECT_EQ(qkv.rows, (std::vector<std::optional<std::string>>{"rope_interleave(4)", "rope_interleave(4)", std::nullopt}));
+  EXPECT_EQ(qkv.groups, 2u);
+  EXPECT_TRUE(parts[2].whole);
+  EXPECT_EQ(parts[2].templates, std::vector<std::string>{"model.layers.0.self_attn.o_proj.weight"});
+  EXPECT_EQ(parts[3].templates, std::vector<std::string>{"model.layers.0.mlp.experts.{0}.gate_proj.weight"});
+  EXPECT_EQ(parts[3].stack, std::vector<std::uint64_t>{3});
+  EXPECT_EQ(parts[5].name, "layers.0.moe.expert_bias");
+}
+
+TEST(Torchtitan, WhatItsAdapterDoesNotNameIsRefused) {
+  TorchtitanModel m = titan_model();
+  m.to_hf.pop_back();  // no output.weight
+  ModelDescription d;
+  try {
+    torchtitan_parameters(m, d);
+    FAIL() << "accepted";
+  } catch (const bad_input& e) {
+    EXPECT_EQ(e.argument(), "module");
+    EXPECT_STREQ(e.what(), "torchtitan's Llama3StateDictAdapter names no Hugging Face tensor for 1 parameter(s): output.weight");
+  }
+  m = titan_model();
+  m.to_hf.push_back({"layers.{}.attention.freqs_cis", "model.layers.{}.rotary.freqs"});  // a buffer it knows no init of
+  EXPECT_THROW(torchtitan_parameters(m, d), bad_input);
+  m = titan_model();
+  m.parameters[2].role_known = false;
+  try {
+    torchtitan_parameters(m, d);
+    FAIL() << "accepted";
+  } catch (const bad_input& e) {
+    EXPECT_STREQ(e.what(), "torchtitan llama3: no role for 1 linear map(s): layers.0.attention.wo.weight; pass spec= and name_map=");
+  }
+}
+
 }  // namespace

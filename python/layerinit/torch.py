@@ -12,7 +12,6 @@ import functools
 import importlib
 import itertools
 import math
-import re
 import sys
 import warnings
 import weakref
@@ -368,18 +367,6 @@ def module_spec(module: torch.nn.Module, *, name: str = "module", recipe: Option
 Maker = Callable[[Plan], Composite]
 
 
-def _template(name: str, axes: int = 0) -> str:
-    """A canonical name as a Composite name template: braces doubled, then each "{}" left in it
-    (torchtitan's adapter patterns: the expert index) stack axis k's "{k}", k from 0."""
-    parts = name.split("{}")
-    if len(parts) != axes + 1:
-        raise _refused("name_map", f"{name}: {len(parts) - 1} '{{}}' for {axes} stack axes")
-    out = parts[0].replace("{", "{{").replace("}", "}}")
-    for k, part in enumerate(parts[1:]):
-        out += "{" + str(k) + "}" + part.replace("{", "{{").replace("}", "}}")
-    return out
-
-
 def _mapped(v: Any, name: str) -> Union[str, Maker]:
     """A name_map entry: a canonical name, a Composite (used as it is), or a function of the
     Plan that returns one (``lambda p: p.composite([...], groups=...)``)."""
@@ -524,7 +511,8 @@ def _titan_hyper(model: torch.nn.Module, family: str) -> dict[str, Any]:
 
 def _titan(model: torch.nn.Module) -> tuple[Spec, dict[str, Maker]]:
     """(spec in Hugging Face names, how each parameter and buffer is made of its tensors) of a torchtitan model:
-    the tensors `layerinit emit` writes and torchtitan's adapter (`from_hf`) loads into it."""
+    the tensors `layerinit emit` writes and torchtitan's adapter (`from_hf`) loads into it. The library maps
+    them (torchtitan_parameters, init/describe.hpp); this reads the model, its config and its adapter."""
     from torchtitan.models.common.attention import FusedQKVLinear
 
     pkg, family, interleaved = _titan_family(model)
@@ -533,95 +521,21 @@ def _titan(model: torch.nn.Module) -> tuple[Spec, dict[str, Maker]]:
         raise _refused("module", "torchtitan DeepSeek-V3 with multi-token prediction layers (mtp_layers) has no layerinit "
                                  "mapping: pass spec= and name_map=")
     adapter = _titan_adapter(model)
-    to_hf = {v: k for k, v in adapter.from_hf_map.items() if v is not None}
     if not interleaved and hasattr(adapter, "_reverse_permute"):
         raise _refused("module", f"torchtitan's {type(adapter).__name__} permutes rows in a way layerinit does not know")
     att = cfg.layers[-1].attention
-    n_heads = att.n_heads
-    n_kv = getattr(att, "n_kv_heads", None) or n_heads
-    modules = {_tensor_name(model, n): m for n, m in model.named_modules()}  # as _description names them
-
-    def hf_name(name: str) -> tuple[str, Optional[str]]:
-        """(Hugging Face name pattern formatted with the layer, the raw pattern) of a parameter, by
-        its state-dict key as the adapters' to_hf finds it (the first integer is the layer)."""
-        key = _unwrapped(name)
-        m = re.search(r"\d+", key)
-        abstract = key if m is None else key[:m.start()] + "{}" + key[m.end():]
-        pattern = to_hf.get(abstract)
-        if pattern is None:
-            return "", None
-        return (pattern if m is None else pattern.replace("{}", m.group(0), 1)), pattern
-
-    def rows_of(name: str, heads: int, rows: int) -> Optional[str]:
-        """The row permutation of torchtitan's interleaved q/k weight against Hugging Face's
-        (from_hf's _reverse_permute: [heads, 2, hd/2] -> [heads, hd/2, 2]), or None."""
-        if not interleaved or not name.endswith(("q_proj.weight", "k_proj.weight")):
-            return None
-        return f"rope_interleave({rows // heads})"
-
+    fused = [(_tensor_name(model, n), m.head_dim, m.heads_per_kv) for n, m in model.named_modules()
+             if isinstance(m, FusedQKVLinear)]
     _, described = _describe(_description(model, lambda n: False))
-    entries = [e for e in described if e.tensor == e.name]  # a tied parameter under its first name
-    unnamed = [e.name for e in entries if not e.role_known]
-    if unnamed:
-        raise _refused("module", f"torchtitan {pkg}: no role for {len(unnamed)} linear map(s): {_listed(unnamed)}; "
-                                 f"pass spec= and name_map=")
-    tensors: list[dict[str, Any]] = []
+    spec, parts = _core.torchtitan_spec(
+        {"name": f"torchtitan-{pkg}", "family": family, "hyper": _titan_hyper(model, family), "parameters": []}, pkg, type(adapter).__name__,
+        [(v, k) for k, v in adapter.from_hf_map.items() if v is not None], interleaved, att.n_heads,
+        getattr(att, "n_kv_heads", None) or att.n_heads, cfg.dim, fused, described,
+        [(_tensor_name(model, n), list(b.shape)) for n, b in model.named_buffers()])
     makers: dict[str, Maker] = {}
-    missing: list[str] = []
-    for e in entries:
-        shape = tuple(e.logical)
-        t = {"role": e.role, "fan_in": e.fan_in, "fan_out": e.fan_out, "shape": list(shape)}
-        owner_name = e.name.rpartition(".")[0]
-        parent = modules.get(owner_name.rpartition(".")[0])
-        if isinstance(parent, FusedQKVLinear) and owner_name.endswith(".wqkv"):
-            # [n_kv, R, hd, ...] with R = heads per kv + 2: each kv group's q heads, then its k, then its v
-            # (attention.py, FusedQKVLinear._split_qkv_on_save).
-            base, attr = owner_name[: -len("wqkv")], e.name.rpartition(".")[2]
-            hd, hpk = parent.head_dim, parent.heads_per_kv
-            tail = shape[1:]
-            parts = []
-            for w, rows in (("wq", n_kv * hpk * hd), ("wk", n_kv * hd), ("wv", n_kv * hd)):
-                name, _ = hf_name(f"{base}{w}.{attr}")
-                if not name:
-                    missing.append(f"{base}{w}.{attr}")
-                    continue
-                parts.append((_template(name), rows_of(name, rows // hd, rows)))
-                tensors.append(dict(t, name=name, shape=[rows, *tail], role="linear_weight" if tail else "linear_bias",
-                                    fan_out=rows))
-            if len(parts) == 3:
-                makers[e.name] = lambda pl, parts=parts, g=n_kv: pl.composite(
-                    [n for n, _ in parts], rows=[r for _, r in parts], groups=g)
-            continue
-        name, pattern = hf_name(e.name)
-        if not name:
-            missing.append(e.name)
-            continue
-        if pattern is not None and pattern.count("{}") == 2:
-            # Stacked experts [E, ...]: expert e is the Hugging Face tensor of expert e.
-            per = list(shape[1:])
-            for x in range(shape[0]):
-                tensors.append(dict(t, name=name.replace("{}", str(x), 1), shape=per))
-            makers[e.name] = lambda pl, n=_template(name, 1), E=shape[0]: pl.composite([n], stack=[E])
-            continue
-        tensors.append(dict(t, name=name))
-        perm = rows_of(name, n_heads if name.endswith("q_proj.weight") else n_kv, shape[0])
-        makers[e.name] = (lambda pl, n=name: pl.composite(n)) if perm is None else (
-            lambda pl, n=_template(name), r=perm: pl.composite([n], rows=[r]))
-    # Buffers the checkpoint holds: DeepSeek-V3's router correction bias, zero at the start (torchtitan's
-    # MoE._init_self_buffers, layerinit's deepseek_v3 family); any other is not known.
-    for bname, b in model.named_buffers():
-        name, _ = hf_name(bname)
-        if name and not name.endswith(".e_score_correction_bias"):
-            missing.append(f"{bname} (a buffer, {name})")
-        elif name:
-            tensors.append({"name": name, "shape": [int(d) for d in b.shape], "role": "linear_bias", "fan_in": cfg.dim,
-                            "fan_out": int(b.shape[0]), "init": {"constant": {"value": 0}}})
-            makers[bname] = lambda pl, n=name: pl.composite(n)
-    if missing:
-        raise _refused("module", f"torchtitan's {type(adapter).__name__} names no Hugging Face tensor for {len(missing)} "
-                                 f"parameter(s): {_listed(missing)}")
-    spec, _ = _describe({"name": f"torchtitan-{pkg}", "family": family, "hyper": _titan_hyper(model, family),
-                         "parameters": tensors})
+    for name, templates, whole, rows, stack, groups in parts:
+        makers[name] = (lambda pl, n=templates[0]: pl.composite(n)) if whole else (
+            lambda pl, t=templates, r=rows, s=stack, g=groups: pl.composite(t, stack=s, rows=r, groups=g))
     return spec, makers
 
 

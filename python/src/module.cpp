@@ -851,6 +851,24 @@ void define_descriptions(nb::module_& m) {
     return std::nullopt;
   }, "package"_a, "moe"_a, "(model_type, rope_interleaved) of the family torchtitan's model package loads "
      "(init/hf_spec.hpp), or None.");
+  m.def("torchtitan_spec", [](nb::handle description, const std::string& package, const std::string& adapter,
+                              const std::vector<std::pair<std::string, std::string>>& to_hf, bool rope_interleaved,
+                              std::uint64_t heads, std::uint64_t kv_heads, std::uint64_t width,
+                              const std::vector<std::tuple<std::string, std::uint64_t, std::uint64_t>>& fused_qkv,
+                              const std::vector<DescribedParameter>& parameters,
+                              const std::vector<std::pair<std::string, Shape>>& buffers) {
+    TorchtitanModel t{package, adapter, to_hf, rope_interleaved, heads, kv_heads, width, {}, parameters, buffers};
+    for (const auto& [module, head_dim, heads_per_kv] : fused_qkv) t.fused_qkv.push_back({module, head_dim, heads_per_kv});
+    ModelDescription d = description_from_document(python::json_of(description, "description"));
+    nb::list parts;
+    for (TorchtitanPart& p : torchtitan_parameters(t, d))
+      parts.append(nb::make_tuple(p.name, p.templates, p.whole, p.rows, p.stack, p.groups));
+    return nb::make_tuple(Spec{describe(d).spec}, parts);
+  }, "description"_a, "package"_a, "adapter"_a, "to_hf"_a, "rope_interleaved"_a, "heads"_a, "kv_heads"_a, "width"_a,
+  "fused_qkv"_a, "parameters"_a, "buffers"_a,
+  "(Spec, [(parameter, templates, whole, rows, stack, groups)]) of a torchtitan model in the Hugging Face names its "
+  "adapter loads (init/describe.hpp torchtitan_parameters); `description` gives the spec's name, family and hyper, "
+  "fused_qkv is [(FusedQKVLinear's name, head_dim, heads_per_kv)], buffers [(name, shape)].");
   m.def("torchtitan_packages", &torchtitan_packages, "The torchtitan model packages the family records name.");
 
   m.def("name_matches", [](const std::string& pattern, const std::string& name) { return name_matches(pattern, name); },
