@@ -2,6 +2,7 @@
 #include <layerinit/shard/composite_document.hpp>
 
 #include <algorithm>
+#include <unordered_set>
 #include <charconv>
 #include <limits>
 #include <stdexcept>
@@ -184,6 +185,27 @@ std::uint64_t Composite::slices() const {
   std::uint64_t n = 1;
   for (const StackAxis& a : stack) n = checked_mul(n, a.size, "stack positions");
   return n;
+}
+
+std::vector<std::string> Composite::tensor_names() const {
+  std::vector<std::string> out;
+  std::unordered_set<std::string> seen;
+  const std::uint64_t n = slices();
+  for (std::size_t p = 0; p < parts.size(); ++p)
+    for (std::uint64_t flat = 0; flat < n; ++flat) {
+      Shape index(stack.size());
+      for (std::uint64_t rest = flat, k = stack.size(); k-- > 0; rest /= stack[k].size) index[k] = rest % stack[k].size;
+      std::string name = tensor(p, index).name;
+      if (seen.insert(name).second) out.push_back(std::move(name));
+    }
+  return out;
+}
+
+bool Composite::whole() const {
+  if (parts.size() != 1 || !stack.empty()) return false;
+  const CompositePart& p = parts[0];
+  return !p.transposed && p.rows.kind == RowPermutation::Kind::none && p.source.shape == p.shape && p.shape == shape &&
+         std::all_of(p.source.offset.begin(), p.source.offset.end(), [](std::uint64_t o) { return o == 0; });
 }
 
 PlannedTensor Composite::tensor(std::size_t p, std::span<const std::uint64_t> index) const {

@@ -104,6 +104,10 @@ struct LAYERINIT_API Composite {
   // std::out_of_range for a part or an index past its axis, bad_input for a count of
   // indices other than the axes'.
   PlannedTensor tensor(std::size_t p, std::span<const std::uint64_t> index) const;
+  // The canonical tensors its parts stand for over the stack, part by part (positions row-major), each once.
+  std::vector<std::string> tensor_names() const;
+  // One tensor whole and as stored: one part, no stack axis, not transposed or row-permuted, its whole box.
+  bool whole() const;
   // Throws spec_error (init/spec_json.hpp, a bad_input) with source "composite" and one
   // line naming the first problem: a stack axis whose dimension is outside the shape or another
   // axis's, a shape whose size at an axis's dimension is not the axis's, parts that do not tile the

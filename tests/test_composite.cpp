@@ -184,6 +184,31 @@ TEST(Composite, RopeInterleaveIsTorchtitansReversePermute) {
     EXPECT_THROW(parse_row_permutation(bad), std::invalid_argument) << bad;
 }
 
+// tensors() lists what a composite holds, once each; whole() is one tensor as stored, nothing more.
+TEST(Composite, TensorsAndWholeSayWhatItHolds) {
+  const PlannedTensor q = tensor("q", {4, 2}, DType::f32, FillSpec::constant(1));
+  const PlannedTensor k = tensor("k", {2, 2}, DType::f32, FillSpec::constant(1));
+  EXPECT_TRUE(whole_tensor(q).whole());
+  EXPECT_EQ(whole_tensor(q).tensor_names(), std::vector<std::string>{"q"});
+  const PlannedTensor qk[] = {q, k}, qq[] = {q, q};
+  EXPECT_FALSE(concatenate(qk, 0).whole());
+  EXPECT_EQ(concatenate(qk, 0).tensor_names(), (std::vector<std::string>{"q", "k"}));
+  EXPECT_EQ(concatenate(qq, 1).tensor_names(), std::vector<std::string>{"q"});
+  EXPECT_FALSE(whole_tensor(tensor("w", {4, 2}, DType::f32, FillSpec::constant(1), /*transposed=*/true)).whole());
+  const RowPermutation rope[] = {RowPermutation::rope_interleave(2)};
+  EXPECT_FALSE(concatenate(std::span(qk, 1), 0, rope).whole());
+  CompositePart layer = whole_part(q, {0, 0});
+  layer.name = "layers.{0}.q";
+  layer.fills = {FillRun{3, FillSpec::constant(1)}};
+  const Composite stacked = concatenate({layer}, 0, {StackAxis{3, 1}});
+  EXPECT_FALSE(stacked.whole());
+  EXPECT_EQ(stacked.tensor_names(), (std::vector<std::string>{"layers.1.q", "layers.2.q", "layers.3.q"}));
+  Composite box = whole_tensor(q);
+  box.parts[0].source = Box{{2, 0}, {2, 2}};  // rows 2..3 of q
+  box.shape = {2, 2};
+  EXPECT_FALSE(box.whole());
+}
+
 TEST(Composite, NameTemplatesWriteEachAxisIndex) {
   const std::vector<std::uint64_t> idx{3, 17};
   EXPECT_EQ(expand_template("model.layers.{0}.mlp.experts.{1}.w1.weight", idx), "model.layers.3.mlp.experts.17.w1.weight");

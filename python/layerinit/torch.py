@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import itertools
 import math
 import sys
 import warnings
@@ -1104,7 +1103,7 @@ def _own_inits(module: torch.nn.Module, entries: list[tuple[str, torch.Tensor]],
     for n in names:
         r = recorded.get(n) or {"refusal": "not recorded", "fill": None, "regions": [], "copy_of": None}
         c = makers[n](p0)
-        tensors = _composite_tensors(c)
+        tensors = c.tensors()
         if r["refusal"] and all(any(_core.name_matches(pat, t) for pat in patterns) for t in tensors):
             continue  # an override fills it
         if r["refusal"]:
@@ -1124,7 +1123,7 @@ def _own_inits(module: torch.nn.Module, entries: list[tuple[str, torch.Tensor]],
             for t in tensors:  # planned, never filled: layerinit writes none of its values
                 inits.setdefault(t, (_core.Fill.parse("constant(0)"), []))
             continue
-        single = len(tensors) == 1 and not c.stack and _whole_part(c)
+        single = c.whole
         if r["regions"] and not single:
             refused.append(f"{n}: boxes of it written apart ({len(r['regions'])}), in a parameter made of several "
                            f"tensors ({_listed(tensors, 3)})")
@@ -1144,20 +1143,6 @@ def _own_inits(module: torch.nn.Module, entries: list[tuple[str, torch.Tensor]],
     for n in computed:
         makers.pop(n)
     return inits, computed
-
-
-def _composite_tensors(c: Composite) -> list[str]:
-    """The canonical tensors a composite's parts stand for, over its stack, in order, once each."""
-    positions = list(itertools.product(*(range(size) for size, _ in c.stack)))
-    return list(dict.fromkeys(c.tensor_name(p, list(i)) for p in range(len(c.parts)) for i in positions))
-
-
-def _whole_part(c: Composite) -> bool:
-    """A composite that is one tensor whole, as stored (no transposition, permutation or box)."""
-    part = c.parts[0]
-    return (len(c.parts) == 1 and not part.get("transposed", False) and part.get("rows", "none") == "none"
-            and not any(part.get("from", [])) and list(part.get("size", part["shape"])) == list(part["shape"])
-            and tuple(part["shape"]) == tuple(c.shape))
 
 
 # ---- init_ ----

@@ -1029,6 +1029,9 @@ void define_composites_and_arrays(nb::module_& m) {
       .def("tensor_name", [](const Composite& c, std::size_t part, const std::vector<std::uint64_t>& index) {
         return c.tensor(part, index).name;
       }, "part"_a, "index"_a, "The name of part `part`'s tensor at stack position `index`.")
+      .def("tensors", &Composite::tensor_names, "The canonical tensors its parts stand for over the stack, in order, each once.")
+      .def_prop_ro("whole", &Composite::whole, "One tensor whole and as stored (one part, no stack, no transposition, "
+                                               "permutation or box).")
       .def("__eq__", [](const Composite& a, nb::handle b) { return nb::isinstance<Composite>(b) && a == nb::cast<const Composite&>(b); })
       .def("__repr__", [](const Composite& c) {
         return "layerinit.Composite(" + shape_text(c.shape) + ", " + std::string(dtype_name(c.dtype)) + ", " +

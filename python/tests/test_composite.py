@@ -89,6 +89,19 @@ def test_a_strided_view_of_a_stacked_buffer():
     assert torch.count_nonzero(big[:, :, :, :3]) == 0 and torch.count_nonzero(big[:, 0]) == 0
 
 
+def test_tensors_and_whole_say_what_a_composite_holds():
+    plan = layerinit.plan("llama-tiny")
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert plan.composite(q).whole and plan.composite(q).tensors() == [q]
+    leaf = plan.composite(["model.layers.{0}.mlp.down_proj.weight"], stack=[4], first=[0])
+    assert not leaf.whole
+    assert leaf.tensors() == [f"model.layers.{l}.mlp.down_proj.weight" for l in range(4)]
+    qkv = plan.composite([q, q.replace("q_proj", "k_proj")])
+    assert not qkv.whole and qkv.tensors() == [q, q.replace("q_proj", "k_proj")]
+    assert not plan.composite([q], rows=["rope_interleave(16)"]).whole
+    assert not layerinit.plan("llama-tiny", orientation="in-out").composite(q).whole  # stored [in, out]
+
+
 def test_fused_qkv_with_torchtitans_rope_rows():
     ref = built("llama-tiny", seed=8)
     plan = layerinit.plan("llama-tiny", seed=8)
