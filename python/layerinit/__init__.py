@@ -122,6 +122,12 @@ def _refused(argument: str, line: str) -> BadInputError:
     return _bad(argument, "", problem, line)
 
 
+def _listed(names: Any, limit: int = 5) -> str:
+    """The first `limit` names, then how many more: "a, b and 3 more"."""
+    names = list(names)
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
 def _show(v: Any) -> str:
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."

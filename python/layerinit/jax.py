@@ -26,7 +26,7 @@ from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSha
 
 from ._jax_record import Recorded, eval_shape
 from . import (_DTYPES_VALID, DTypeLike, Fill, FillLike, ModelLike, Plan, Spec, _bool, _canonical_dtype, _core, _describe,
-               _bad, _dtype, _refused, _dtype_object_name, _items, _seq, _show, _str, _str_map)
+               _bad, _dtype, _listed, _refused, _dtype_object_name, _items, _seq, _show, _str, _str_map)
 from . import plan as _layerinit_plan
 
 __all__ = ["ROLES", "Recorded", "build", "eval_shape", "init", "plan", "spec_of"]
@@ -616,11 +616,6 @@ def _stacking(leaves: list[_Leaf], stacked: Optional[list[str]], haiku: bool = F
         lf.lead, lf.dims, lf.names, lf.template = [tuple(x) for x in lead], list(dims), list(names), template
 
 
-def _some(names: Any, n: int = 8) -> str:
-    names = list(names)
-    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
-
-
 # ---------------------------------------------------------------------------------------------------
 # Rules, and the layerinit spec of the tree.
 
@@ -751,7 +746,7 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
             unknown.append(lf)
     for r in rs:
         if not r.used:
-            msg = f"rule '{r.pattern}' matches no leaf (leaves: {_some(lf.name for lf in leaves)})"
+            msg = f"rule '{r.pattern}' matches no leaf (leaves: {_listed([lf.name for lf in leaves], 8)})"
             if strict:
                 raise _refused("rules", msg)
             warnings.warn(msg, stacklevel=3)

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, Optional, TypeVar, Union
 import torch
 
 from . import (Composite, ModelLike, Plan, ProgressLike, Spec, _bad, _bool, _refused, _check_patterns, _core, _describe, _fill_text, _int,
-               _items, _overrides, _plan, _Progress, _progress, _reporting, _show, _str, _unwrapped, hf_spec, spec as _spec)
+               _items, _listed, _overrides, _plan, _Progress, _progress, _reporting, _show, _str, _unwrapped, hf_spec, spec as _spec)
 
 __all__ = ["init_", "hf_spec", "make", "module_spec", "plan", "tensor_map", "torchtitan_spec"]
 
@@ -323,10 +323,6 @@ def _device_problem(d: torch.device) -> Optional[str]:
     if index >= ours:
         return f"layerinit sees {ours} CUDA device{'s' if ours > 1 else ''} where torch sees {seen}"
     return None
-
-
-def _listed(names: list[str], limit: int = 5) -> str:
-    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def module_spec(module: torch.nn.Module, *, name: str = "module", recipe: Optional[str] = None,
@@ -1192,10 +1188,7 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
     if name_map is not None:
         skip = (lambda n: name_map(n) is None) if callable(name_map) else (lambda n: n in name_map and name_map[n] is None)
     # A parameter's dtype first: the rules that describe it say "no rule" of an int32 index table.
-    bad = [f"{n} ({p.dtype})" for n, p in module.named_parameters() if not skip(n) and p.dtype not in _DTYPES]
-    if bad:
-        raise _refused("module", f"{len(bad)} parameter(s) of a dtype layerinit does not fill (float32, float16, bfloat16): "
-                                 f"{_listed(bad)}; skip them with name_map= (None)")
+    _filled_dtypes((n, p) for n, p in module.named_parameters() if not skip(n))
     makers: Optional[dict[str, Maker]] = None
     module_names: dict[str, str] = {}  # module name -> tensor name, where a family's differ (_core.hf_module_names)
     if spec is not None:
@@ -1256,10 +1249,7 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
                          lambda n: module_names.get(t := _tensor_name(module, n), t))
     # Every check before anything is allocated or written: dtypes, then each parameter as a Composite
     # of its dtype's plan (its tensors, their fills in that dtype) of its global shape.
-    bad = [f"{n} ({t.dtype})" for n, t in entries if n in makers and t.dtype not in _DTYPES]
-    if bad:
-        raise _refused("module", f"{len(bad)} parameter(s) of a dtype layerinit does not fill (float32, float16, bfloat16): "
-                                 f"{_listed(bad)}; skip them with name_map= (None)")
+    _filled_dtypes((n, t) for n, t in entries if n in makers)
     computed: dict[str, torch.Tensor] = {}
     if recipe is None:
         inits, computed = _own_inits(module, entries, makers, p0, overrides, recorded)
@@ -1268,6 +1258,14 @@ def _prepare(module: torch.nn.Module, recipe: Optional[str], seed: int, name_map
     composites = {n: _checked(n, places[n].shape, makers[n](plan_for(t.dtype)), _DTYPES[t.dtype])
                   for n, t in entries if n in makers}
     return composites, makers, plan_for, computed
+
+
+def _filled_dtypes(tensors: Any) -> None:
+    """ValueError listing the (name, tensor) pairs of a dtype layerinit does not fill."""
+    bad = [f"{n} ({t.dtype})" for n, t in tensors if t.dtype not in _DTYPES]
+    if bad:
+        raise _refused("module", f"{len(bad)} parameter(s) of a dtype layerinit does not fill (float32, float16, bfloat16): "
+                                 f"{_listed(bad)}; skip them with name_map= (None)")
 
 
 def _recipe_of(module: torch.nn.Module, recipe: Optional[str], spec: Optional[ModelLike]) -> Optional[str]:
