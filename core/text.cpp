@@ -66,4 +66,21 @@ std::string printable(std::string_view s, std::size_t max) {
   return out;
 }
 
+std::string listed(const std::vector<std::string>& items, std::size_t limit) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size() && i < limit; ++i) out += (i ? ", " : "") + items[i];
+  if (items.size() > limit) out += " and " + std::to_string(items.size() - limit) + " more";
+  return out;
+}
+
+std::string escape_template(std::string_view name) {
+  std::string out;
+  out.reserve(name.size());
+  for (char c : name) {
+    out += c;
+    if (c == '{' || c == '}') out += c;
+  }
+  return out;
+}
+
 }  // namespace layerinit

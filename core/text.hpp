@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <layerinit/core/api.hpp>
 
@@ -21,5 +22,11 @@ LAYERINIT_API std::size_t utf8_sequence_length(std::string_view s, std::size_t i
 // it is. A backslash is kept, so escaping twice changes nothing. Past `max` bytes the text is cut
 // and "..." appended.
 LAYERINIT_API std::string printable(std::string_view s, std::size_t max = std::string_view::npos);
+
+// The first `limit` items of a message's list, then how many more: "a, b, c and 4 more".
+LAYERINIT_API std::string listed(const std::vector<std::string>& items, std::size_t limit = 5);
+
+// Literal text as a name template (shard/composite.hpp: "{k}" is stack axis k's index): braces doubled.
+LAYERINIT_API std::string escape_template(std::string_view name);
 
 }  // namespace layerinit

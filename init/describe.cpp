@@ -11,6 +11,7 @@
 
 #include <layerinit/core/errors.hpp>
 #include <layerinit/core/text.hpp>
+#include <layerinit/core/text.hpp>
 
 #include "haiku_names.hpp"
 
@@ -262,13 +263,6 @@ class Reader {
   std::map<std::string, std::set<std::string>, std::less<>> attrs_;  // module path -> its parameters' names
   std::set<std::string> with_experts_;                               // module paths with an "experts" child
 };
-
-std::string listed(const std::vector<std::string>& items, std::size_t limit = 5) {
-  std::string out;
-  for (std::size_t i = 0; i < items.size() && i < limit; ++i) out += (i ? ", " : "") + items[i];
-  if (items.size() > limit) out += " and " + std::to_string(items.size() - limit) + " more";
-  return out;
-}
 
 // The fill `recipe` gives tensor t in context, or the reason it gives none (a differing outcome).
 std::string outcome(const Recipe& recipe, const TensorContext& c) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <layerinit/core/errors.hpp>
+#include <layerinit/core/text.hpp>
 #include <layerinit/init/describe.hpp>
 
 namespace layerinit {
@@ -83,11 +84,10 @@ Path split_prefix(std::string_view p, Naming naming) {
   }
 }
 
-std::string some(const std::vector<FrameworkLeaf>& leaves, std::size_t n = 8) {
-  std::string out;
-  for (std::size_t i = 0; i < std::min(n, leaves.size()); ++i) out += (i ? ", " : "") + name_of(leaves[i]);
-  if (leaves.size() > n) out += " and " + std::to_string(leaves.size() - n) + " more";
-  return out;
+std::string some(const std::vector<FrameworkLeaf>& leaves) {
+  std::vector<std::string> names;
+  for (const FrameworkLeaf& lf : leaves) names.push_back(name_of(lf));
+  return listed(names, 8);
 }
 
 void given_prefixes(const std::vector<FrameworkLeaf>& leaves, const std::vector<std::string>& prefixes, Naming naming,
@@ -214,8 +214,7 @@ void module_axes(const std::vector<FrameworkLeaf>& leaves, Naming naming, std::v
   }
   std::vector<std::pair<Path, std::pair<std::size_t, std::uint64_t>>> nodes;  // node -> (axis, size), first seen first
   const auto at = [&](const Path& node) {
-    auto it = std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.first == node; });
-    return it;
+    return std::find_if(nodes.begin(), nodes.end(), [&](const auto& n) { return n.first == node; });
   };
   for (const auto& [i, ex] : extra) {
     const Path& parts = leaves[i].parts;
@@ -273,11 +272,7 @@ void name_slices(const FrameworkLeaf& lf, LeafSlices& o) {
   };
   Path escaped;
   std::vector<std::string> axes;
-  for (const auto& part : lf.parts) {
-    std::string e;
-    for (char c : part) e += (c == '{' || c == '}') ? std::string(2, c) : std::string(1, c);
-    escaped.push_back(std::move(e));
-  }
+  for (const auto& part : lf.parts) escaped.push_back(escape_template(part));
   for (std::size_t a = 0; a < o.lead.size(); ++a) axes.push_back("{" + std::to_string(a) + "}");
   o.name_template = with(escaped, axes);
   Shape index(o.lead.size(), 0);

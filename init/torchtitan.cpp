@@ -9,21 +9,14 @@
 #include <vector>
 
 #include <layerinit/core/errors.hpp>
+#include <layerinit/core/text.hpp>
 #include <layerinit/init/describe.hpp>
 
 namespace layerinit {
 namespace {
 
-std::string listed(const std::vector<std::string>& names, std::size_t limit = 5) {
-  std::string out;
-  for (std::size_t i = 0; i < std::min(limit, names.size()); ++i) out += (i ? ", " : "") + names[i];
-  if (names.size() > limit) out += " and " + std::to_string(names.size() - limit) + " more";
-  return out;
-}
-
-[[noreturn]] void refused(const std::string& argument, const std::string& line) {
-  throw bad_input(argument, "", line.starts_with(argument + ": ") ? line.substr(argument.size() + 2) : line, line);
-}
+// A refusal in the adapter's words, no one value in it: the line is the problem.
+[[noreturn]] void refused(const std::string& argument, const std::string& line) { throw bad_input(argument, "", line, line); }
 
 std::string replaced_once(std::string s, std::string_view what, std::string_view with) {
   if (const std::size_t at = s.find(what); at != std::string::npos) s.replace(at, what.size(), with);
@@ -34,15 +27,10 @@ std::string replaced_once(std::string s, std::string_view what, std::string_view
 // expert index) stack axis k's "{k}".
 std::string name_template(const std::string& name, std::size_t axes = 0) {
   std::string out;
-  std::size_t k = 0;
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    if (name.compare(i, 2, "{}") == 0) {
-      out += "{" + std::to_string(k++) + "}";
-      ++i;
-    } else {
-      out += (name[i] == '{' || name[i] == '}') ? std::string(2, name[i]) : std::string(1, name[i]);
-    }
-  }
+  std::size_t k = 0, from = 0;
+  for (std::size_t at; (at = name.find("{}", from)) != std::string::npos; from = at + 2)
+    out += escape_template(name.substr(from, at - from)) + "{" + std::to_string(k++) + "}";
+  out += escape_template(name.substr(from));
   if (k != axes) refused("name_map", name + ": " + std::to_string(k) + " '{}' for " + std::to_string(axes) + " stack axes");
   return out;
 }

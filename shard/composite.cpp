@@ -125,16 +125,6 @@ RowPermutation parse_row_permutation(std::string_view text) {
 
 // ---- names ----
 
-std::string escape_template(std::string_view name) {
-  std::string out;
-  out.reserve(name.size());
-  for (char c : name) {
-    out += c;
-    if (c == '{' || c == '}') out += c;
-  }
-  return out;
-}
-
 std::string expand_template(std::string_view name, std::span<const std::uint64_t> index) {
   std::string out;
   walk_template(

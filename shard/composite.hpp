@@ -26,6 +26,7 @@
 #include <vector>
 
 #include <layerinit/core/api.hpp>
+#include <layerinit/core/text.hpp>
 #include <layerinit/init/builder.hpp>
 #include <layerinit/init/box_fill.hpp>
 #include <layerinit/shard/mesh.hpp>
@@ -138,8 +139,7 @@ LAYERINIT_API Composite concatenate(std::vector<CompositePart> parts, std::size_
                       std::uint64_t groups = 1);
 // Whole tensors concatenated so, each with its row permutation (`rows` empty: none; else one each).
 LAYERINIT_API Composite concatenate(std::span<const PlannedTensor> tensors, std::size_t dim, std::span<const RowPermutation> rows = {});
-// Literal text as a name template: braces doubled.
-LAYERINIT_API std::string escape_template(std::string_view name);
+// Literal text as a name template: escape_template (core/text.hpp).
 // A name template with axis k's index `index[k]` (first included) written in decimal.
 LAYERINIT_API std::string expand_template(std::string_view name, std::span<const std::uint64_t> index);
 

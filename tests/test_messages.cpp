@@ -6,8 +6,10 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <layerinit/core/errors.hpp>
+#include <layerinit/core/text.hpp>
 
 #include <layerinit/dtypes/dtype.hpp>
 #include <layerinit/init/presets.hpp>
@@ -16,6 +18,14 @@
 #include <layerinit/init/spec_json.hpp>
 
 using namespace layerinit;
+
+TEST(Listed, TheFirstItemsThenHowManyMore) {
+  const std::vector<std::string> names{"a", "b", "c", "d", "e", "f", "g"};
+  EXPECT_EQ(listed(names), "a, b, c, d, e and 2 more");
+  EXPECT_EQ(listed(names, 8), "a, b, c, d, e, f, g");
+  EXPECT_EQ(listed({"x"}), "x");
+  EXPECT_EQ(listed({}), "");
+}
 
 TEST(Printable, EscapesControlsAndWhatIsNotUtf8) {
   using namespace std::string_literals;
