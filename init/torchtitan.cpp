@@ -64,6 +64,7 @@ HfName hf_name(const TorchtitanModel& m, const std::string& key) {
 // _reverse_permute, [heads, 2, hd/2] -> [heads, hd/2, 2]), or none.
 std::optional<std::string> rows_of(const TorchtitanModel& m, const std::string& name, std::uint64_t heads, std::uint64_t rows) {
   if (!m.rope_interleaved || !(name.ends_with("q_proj.weight") || name.ends_with("k_proj.weight"))) return std::nullopt;
+  if (heads == 0) refused("module", "torchtitan " + m.package + ": " + name + " has no heads to interleave its rows by");
   return "rope_interleave(" + std::to_string(rows / heads) + ")";
 }
 
@@ -95,7 +96,7 @@ void fused_qkv(const TorchtitanModel& m, const TorchtitanModel::FusedQkv& f, con
       continue;
     }
     part.templates.push_back(name_template(hf.name));
-    part.rows.push_back(rows_of(m, hf.name, rows / f.head_dim, rows));
+    part.rows.push_back(rows_of(m, hf.name, f.head_dim ? rows / f.head_dim : 0, rows));
     Shape shape{rows};
     shape.insert(shape.end(), tail.begin(), tail.end());
     ParameterDescription p = tensor(e, hf.name, shape);
@@ -132,7 +133,7 @@ std::vector<TorchtitanPart> torchtitan_parameters(const TorchtitanModel& m, Mode
     const Shape& shape = e.logical;
     std::size_t holes = 0;
     for (std::size_t at = hf.pattern.find("{}"); at != std::string::npos; at = hf.pattern.find("{}", at + 2)) ++holes;
-    if (holes == 2) {  // stacked experts [E, ...]: expert x is the Hugging Face tensor of expert x
+    if (holes == 2 && !shape.empty()) {  // stacked experts [E, ...]: expert x is the Hugging Face tensor of expert x
       const Shape per(shape.begin() + 1, shape.end());
       for (std::uint64_t x = 0; x < shape[0]; ++x)
         d.parameters.push_back(tensor(e, replaced_once(hf.name, "{}", std::to_string(x)), per));

@@ -677,6 +677,9 @@ TEST(Torchtitan, WhatItsAdapterDoesNotNameIsRefused) {
   m.to_hf.push_back({"layers.{}.attention.freqs_cis", "model.layers.{}.rotary.freqs"});  // a buffer it knows no init of
   EXPECT_THROW(torchtitan_parameters(m, d), bad_input);
   m = titan_model();
+  m.fused_qkv[0].head_dim = 0;  // q's rows cannot be split into heads: refused, not a division by zero
+  EXPECT_THROW(torchtitan_parameters(m, d), bad_input);
+  m = titan_model();
   m.parameters[2].role_known = false;
   try {
     torchtitan_parameters(m, d);
