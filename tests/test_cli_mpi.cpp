@@ -40,7 +40,7 @@ std::vector<std::string> mpirun(int np, const std::vector<std::string>& args, co
                                 int grace = 1) {
   std::vector<std::string> v{"mpirun", "--allow-run-as-root", "--oversubscribe", "-q", "--mca", "btl", "self,tcp",
                              "--mca", "odls_base_sigkill_timeout", std::to_string(grace),
-                             "-x", "ASAN_OPTIONS", "-x", "LAYERINIT_TEST_KILL_RANK", "-x", "LAYERINIT_TEST_SIMULATED_CUDA_DEVICES", "-np", std::to_string(np)};
+                             "-x", "ASAN_OPTIONS", "-x", "LAYERINIT_TEST_KILL_RANK", "-x", "LAYERINIT_TEST_TERM_RANK", "-x", "LAYERINIT_TEST_SIMULATED_CUDA_DEVICES", "-np", std::to_string(np)};
   // The binary and its arguments reach the shell as its own arguments, never as text to parse.
   if (!ulimit_f.empty()) v.insert(v.end(), {"sh", "-c", "ulimit -f " + ulimit_f + "; exec \"$@\"", "sh"});
   v.push_back(kLayerinit);
@@ -49,7 +49,7 @@ std::vector<std::string> mpirun(int np, const std::vector<std::string>& args, co
 }
 
 const SpawnOptions kEnv = {.env = {{"ASAN_OPTIONS", "detect_leaks=0"}, {"LAYERINIT_TEST_KILL_RANK", ""},
-                                   {"LAYERINIT_TEST_SIMULATED_CUDA_DEVICES", ""}}};
+                                   {"LAYERINIT_TEST_TERM_RANK", ""}, {"LAYERINIT_TEST_SIMULATED_CUDA_DEVICES", ""}}};
 
 std::map<std::string, std::string> directory_bytes(const fs::path& dir) {
   std::map<std::string, std::string> m;
@@ -346,6 +346,13 @@ TEST_F(CliMpi, BadInputIsOneLineExitTwo) {
     ASSERT_EQ(lines.size(), 1u) << r.err;
     EXPECT_NE(lines[0].find(c.words), std::string::npos) << lines[0];
   }
+  // mpirun's SIGTERM, sent once the first rank exited 2, reaching rank 0 as it leaves finds the outcome
+  // decided: not "layerinit: interrupted" under the line, nor exit 130 (in CI, now and then).
+  auto env = kEnv;
+  env.env["LAYERINIT_TEST_TERM_RANK"] = "0";
+  const Result r = run_command(mpirun(2, cases[1].args), env);
+  EXPECT_EQ(r.code(), 2) << r.err;
+  EXPECT_EQ(r.our_lines().size(), 1u) << r.err;
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"taken"});
   EXPECT_EQ(slurp(dir / "taken"), "mine");
 }

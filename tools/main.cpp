@@ -98,6 +98,10 @@ int emit_under_mpi(int& argc, char**& argv, const layerinit::cli::ModelArgs& arg
     const std::string packet = job->broadcast(first == job->rank() ? std::to_string(code) + "\n" + line : std::string(), first);
     const std::size_t nl = packet.find('\n');
     code = std::atoi(packet.substr(0, nl).c_str());
+    // Decided: every rank now prints (rank 0) and exits with `code`. The first to exit non-zero makes
+    // mpirun SIGTERM the others grace seconds later, a loaded machine's rank maybe still leaving:
+    // ignored, or it would add "layerinit: interrupted" under the line and exit 130.
+    interrupts_decided();
     if (job->rank() == 0)
       std::fprintf(stderr, "layerinit: error: rank %llu of %llu: %s\n", static_cast<unsigned long long>(first),
                    static_cast<unsigned long long>(job->size()), printable(packet.substr(nl + 1)).c_str());
@@ -105,6 +109,10 @@ int emit_under_mpi(int& argc, char**& argv, const layerinit::cli::ModelArgs& arg
     std::_Exit(emit_cancel().load() ? 130 : 1);
   }
   job->finish();
+  // A test hook: the launcher's SIGTERM reaches this rank as it leaves, as when a peer exited first
+  // (mpirun stops the others grace seconds after a non-zero exit; on a loaded machine they may be there).
+  if (const char* k = std::getenv("LAYERINIT_TEST_TERM_RANK"); k && std::to_string(job->rank()) == k)
+    std::raise(SIGTERM);
   return code == 0 ? 1 : code;
 }
 
