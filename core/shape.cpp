@@ -32,6 +32,14 @@ bool Box::empty() const {
 
 Box whole_box(const Shape& global) { return {Shape(global.size(), 0), global}; }
 
+bool next_index(Shape& index, const Shape& extent) {
+  for (std::size_t d = index.size(); d-- > 0;) {
+    if (++index[d] < extent[d]) return true;
+    index[d] = 0;
+  }
+  return false;
+}
+
 std::optional<Box> intersect(const Box& a, const Box& b) {
   Box out = a;
   for (std::size_t d = 0; d < a.shape.size(); ++d) {

@@ -24,7 +24,10 @@ struct LAYERINIT_API Box {
   bool empty() const;  // some dimension of the piece is 0
   bool operator==(const Box&) const = default;
 };
-LAYERINIT_API Box whole_box(const Shape& global);  // offset 0, the global shape
+LAYERINIT_API Box whole_box(const Shape& global);
+// Steps `index` (over the first index.size() dimensions of `extent`) to the next position in row-major
+// order, the last dimension fastest; false past the last, `index` back at all zeros.
+LAYERINIT_API bool next_index(Shape& index, const Shape& extent);  // offset 0, the global shape
 // a and b's common box (boxes of one rank), when it holds an element.
 LAYERINIT_API std::optional<Box> intersect(const Box& a, const Box& b);
 // a without b as disjoint boxes, cut dimension by dimension, outermost first: the slabs of a below and

@@ -21,16 +21,6 @@ void check_box(const PlannedTensor& p, const Box& box) {
                    ": box at " + shape_string(box.offset) + " of " + shape_string(box.shape) + " lies outside " + shape_string(g));
 }
 
-// Steps `index` (of dimensions 0..index.size()-1 of `extent`) to the next in row-major order, the last
-// dimension fastest; false past the last.
-bool next_index(Shape& index, const Shape& extent) {
-  for (std::size_t d = index.size(); d-- > 0;) {
-    if (++index[d] < extent[d]) return true;
-    index[d] = 0;
-  }
-  return false;
-}
-
 // The jobs of a box already checked, all with one fill (`whole_job`'s), dense at dst.
 void box_jobs(const PlannedTensor& p, const FillJob& whole_job, const Box& box, void* dst, std::vector<FillJob>& out) {
   const Shape& g = p.memory_shape;

@@ -68,10 +68,7 @@ std::optional<std::vector<std::pair<std::uint64_t, std::uint64_t>>> runs_of(cons
     std::uint64_t start = (inner.offset[partial] - outer.offset[partial]) * st[partial];
     for (std::size_t d = 0; d < partial; ++d) start += (inner.offset[d] - outer.offset[d] + idx[d]) * st[d];
     out.push_back({start, length});
-    for (std::size_t d = partial; d-- > 0;) {
-      if (++idx[d] < inner.shape[d]) break;
-      idx[d] = 0;
-    }
+    next_index(idx, inner.shape);
   }
   return out;
 }

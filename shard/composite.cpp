@@ -181,13 +181,15 @@ std::vector<std::string> Composite::tensor_names() const {
   std::vector<std::string> out;
   std::unordered_set<std::string> seen;
   const std::uint64_t n = slices();
-  for (std::size_t p = 0; p < parts.size(); ++p)
-    for (std::uint64_t flat = 0; flat < n; ++flat) {
-      Shape index(stack.size());
-      for (std::uint64_t rest = flat, k = stack.size(); k-- > 0; rest /= stack[k].size) index[k] = rest % stack[k].size;
+  Shape sizes;
+  for (const StackAxis& a : stack) sizes.push_back(a.size);
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    Shape index(stack.size(), 0);
+    for (std::uint64_t flat = 0; flat < n; ++flat, next_index(index, sizes)) {
       std::string name = tensor(p, index).name;
       if (seen.insert(name).second) out.push_back(std::move(name));
     }
+  }
   return out;
 }
 

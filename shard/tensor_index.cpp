@@ -70,7 +70,11 @@ Composite TensorIndex::assemble(std::span<const std::string> templates, std::spa
                     std::string(what) + ": " + std::to_string(rows.size()) + " row permutations for " +
                         std::to_string(templates.size()) + " tensors");
   std::uint64_t positions = 1;
-  for (const StackAxis& a : stack) positions = checked_mul(positions, a.size, "stack positions");
+  Shape sizes;
+  for (const StackAxis& a : stack) {
+    positions = checked_mul(positions, a.size, "stack positions");
+    sizes.push_back(a.size);
+  }
   std::vector<CompositePart> parts(templates.size());
   std::vector<std::string> first_names(templates.size());  // each template's at position 0
   std::optional<PlannedTensor> first;  // the first tensor: every other has its dtype
@@ -109,10 +113,7 @@ Composite TensorIndex::assemble(std::span<const std::string> templates, std::spa
         part.fills.push_back({1, p->fill});
       }
     }
-    for (std::size_t k = stack.size(); k-- > 0;) {  // next position, the last axis fastest
-      if (++pos[k] < stack[k].size) break;
-      pos[k] = 0;
-    }
+    next_index(pos, sizes);
   }
   return concatenate(std::move(parts), dim, std::vector<StackAxis>(stack.begin(), stack.end()), groups);
 }

@@ -63,6 +63,20 @@ TEST(Shard, BoxesIntersectAndSubtractDisjointly) {
   EXPECT_TRUE(subtract(b, a).empty());                               // covered: nothing
 }
 
+// Row-major steps, the last dimension fastest, over a prefix of the extent's dimensions too.
+TEST(Shard, NextIndexStepsRowMajorAndWrapsToZeros) {
+  Shape index{0, 0};
+  std::vector<Shape> seen{index};
+  while (layerinit::next_index(index, {2, 3})) seen.push_back(index);
+  EXPECT_EQ(seen, (std::vector<Shape>{{0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}}));
+  EXPECT_EQ(index, (Shape{0, 0}));
+  Shape outer{1};  // dimension 0 of [2, 5] alone
+  EXPECT_FALSE(layerinit::next_index(outer, {2, 5}));
+  EXPECT_EQ(outer, Shape{0});
+  Shape none;
+  EXPECT_FALSE(layerinit::next_index(none, {}));
+}
+
 TEST(Shard, MeshNumbersRanksRowMajorWithTheLastDimensionFastest) {
   const Mesh m({{"dp", 2}, {"tp", 3}});
   EXPECT_EQ(m.size(), 6u);
