@@ -45,14 +45,8 @@ std::string joined(const Path& parts, const Path& seps, const std::map<std::size
 
 std::string name_of(const FrameworkLeaf& lf) { return joined(lf.parts, lf.seps); }
 
-[[noreturn]] void refused(std::string_view argument, const std::string& line) {
-  std::string_view problem = line;
-  if (problem.starts_with(argument)) {
-    problem.remove_prefix(argument.size());
-    problem.remove_prefix(std::min(problem.find_first_not_of(" :"), problem.size()));
-  }
-  throw bad_input(std::string(argument), "", std::string(problem), line);
-}
+// A leaf the tree does not allow, in the adapter's words: the line is the problem.
+[[noreturn]] void refused(const std::string& line) { throw bad_input("tree", "", line, line); }
 
 Path prefix(const Path& parts, std::size_t n) { return Path(parts.begin(), parts.begin() + std::min(n, parts.size())); }
 
@@ -97,7 +91,7 @@ void given_prefixes(const std::vector<FrameworkLeaf>& leaves, const std::vector<
     bool any = false;
     for (std::size_t i = 0; i < leaves.size(); ++i)
       if (lies_under(leaves[i], pp)) out[i].lead.emplace_back(pp.size(), 0), any = true;
-    if (!any) refused("stacked", "stacked: no leaf lies under '" + p + "' (leaves: " + some(leaves) + ")");
+    if (!any) bad_argument("stacked", ": no leaf lies under '" + p + "' (leaves: " + some(leaves) + ")");
   }
   for (std::size_t i = 0; i < leaves.size(); ++i) {
     auto& lead = out[i].lead;
@@ -105,8 +99,8 @@ void given_prefixes(const std::vector<FrameworkLeaf>& leaves, const std::vector<
     for (std::size_t a = 0; a < lead.size(); ++a) {
       const FrameworkLeaf& lf = leaves[i];
       if (lf.shape.size() <= a)
-        refused("tree", "leaf '" + name_of(lf) + "' of shape " + py_tuple(lf.shape) + " has no stacked axis " +
-                            std::to_string(a) + " for '" + joined(prefix(lf.parts, lead[a].first), {}) + "'");
+        refused("leaf '" + name_of(lf) + "' of shape " + py_tuple(lf.shape) + " has no stacked axis " +
+                std::to_string(a) + " for '" + joined(prefix(lf.parts, lead[a].first), {}) + "'");
       lead[a].second = lf.shape[a];
     }
   }
@@ -119,8 +113,8 @@ void given_prefixes(const std::vector<FrameworkLeaf>& leaves, const std::vector<
     if (sizes.size() > 1) {
       std::string list;
       for (std::uint64_t s : sizes) list += (list.empty() ? "" : ", ") + std::to_string(s);
-      refused("stacked", "stacked: the leaves under '" + p + "' have leading axes of sizes [" + list +
-                             "], not one number of layers");
+      bad_argument("stacked", ": the leaves under '" + p + "' have leading axes of sizes [" + list +
+                   "], not one number of layers");
     }
   }
 }
@@ -208,8 +202,8 @@ void module_axes(const std::vector<FrameworkLeaf>& leaves, Naming naming, std::v
     if (!lf.expected) continue;
     const Shape& want = *lf.expected;
     if (lf.shape.size() < want.size() || !std::equal(want.begin(), want.end(), lf.shape.end() - want.size()))
-      refused("tree", "leaf '" + name_of(lf) + "' is " + py_tuple(lf.shape) + ", but " + lf.owner + " stores it as " +
-                          py_tuple(want));
+      refused("leaf '" + name_of(lf) + "' is " + py_tuple(lf.shape) + ", but " + lf.owner + " stores it as " +
+              py_tuple(want));
     extra[i] = Shape(lf.shape.begin(), lf.shape.end() - want.size());
   }
   std::vector<std::pair<Path, std::pair<std::size_t, std::uint64_t>>> nodes;  // node -> (axis, size), first seen first
@@ -242,8 +236,8 @@ void module_axes(const std::vector<FrameworkLeaf>& leaves, Naming naming, std::v
         if (!haiku_stack(lf.parts[p - 1])) continue;
         const Path node = prefix(lf.parts, p);
         if (lf.shape.size() <= a)
-          refused("tree", "leaf '" + name_of(lf) + "' lies under the hk.layer_stack '" + joined(node, lf.seps) +
-                              "' but is " + py_tuple(lf.shape) + ", without a layer axis");
+          refused("leaf '" + name_of(lf) + "' lies under the hk.layer_stack '" + joined(node, lf.seps) +
+                  "' but is " + py_tuple(lf.shape) + ", without a layer axis");
         if (at(node) == nodes.end()) nodes.emplace_back(node, std::pair(a, lf.shape[a]));
         ++a;
       }
@@ -255,8 +249,8 @@ void module_axes(const std::vector<FrameworkLeaf>& leaves, Naming naming, std::v
       const auto [a, size] = axis;
       if (!lies_under(lf, node)) continue;
       if (lf.shape.size() <= a || lf.shape[a] != size)
-        refused("tree", "leaf '" + name_of(lf) + "' lies under the stacked '" + joined(node, lf.seps) + "' (" +
-                            std::to_string(size) + " slices) but is " + py_tuple(lf.shape));
+        refused("leaf '" + name_of(lf) + "' lies under the stacked '" + joined(node, lf.seps) + "' (" +
+                std::to_string(size) + " slices) but is " + py_tuple(lf.shape));
       out[i].lead.emplace_back(node.size(), size);
     }
   }
@@ -275,17 +269,14 @@ void name_slices(const FrameworkLeaf& lf, LeafSlices& o) {
   for (const auto& part : lf.parts) escaped.push_back(escape_template(part));
   for (std::size_t a = 0; a < o.lead.size(); ++a) axes.push_back("{" + std::to_string(a) + "}");
   o.name_template = with(escaped, axes);
-  Shape index(o.lead.size(), 0);
-  for (const auto& [p, size] : o.lead)
-    if (size == 0) return;
-  for (;;) {
+  Shape index(o.lead.size(), 0), sizes;
+  for (const auto& [p, size] : o.lead) sizes.push_back(size);
+  if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) return;  // an axis of no layers: no slices
+  do {
     std::vector<std::string> texts;
     for (std::uint64_t i : index) texts.push_back(std::to_string(i));
     o.names.push_back(with(lf.parts, texts));
-    std::size_t a = index.size();
-    while (a > 0 && ++index[a - 1] == o.lead[a - 1].second) index[--a] = 0;
-    if (a == 0) return;
-  }
+  } while (next_index(index, sizes));
 }
 
 }  // namespace
@@ -307,8 +298,8 @@ std::vector<LeafSlices> leaf_slices(const std::vector<FrameworkLeaf>& leaves, co
     for (std::size_t d = 0; d < lf.shape.size(); ++d)
       if (std::find(o.dims.begin(), o.dims.end(), d) == o.dims.end()) o.stored.push_back(lf.shape[d]);
     if (lf.expected && o.stored != *lf.expected)
-      refused("tree", "leaf '" + name_of(lf) + "' is " + py_tuple(lf.shape) + " with " + std::to_string(o.lead.size()) +
-                          " stacked axes, but " + lf.owner + " stores it as " + py_tuple(*lf.expected));
+      refused("leaf '" + name_of(lf) + "' is " + py_tuple(lf.shape) + " with " + std::to_string(o.lead.size()) +
+              " stacked axes, but " + lf.owner + " stores it as " + py_tuple(*lf.expected));
     name_slices(lf, o);
   }
   return out;
