@@ -12,7 +12,6 @@ own piece, and the global array is the same for every mesh and PartitionSpec. Wo
 """
 from __future__ import annotations
 
-import fnmatch
 import sys
 import threading
 import warnings
@@ -273,7 +272,7 @@ def _sharding_for(sharding: ShardingLike, name: str, leaf: Any, mesh: Any, given
         s = sharding
     elif isinstance(sharding, Mapping):
         for pattern, value in sharding.items():
-            if fnmatch.fnmatchcase(name, pattern):
+            if _core.name_matches(pattern, name):
                 s = value
     elif callable(sharding):
         s = sharding(name)
@@ -576,7 +575,7 @@ def _integers(integers: list[_Leaf], rules: list[_Rule], haiku: bool) -> dict[in
             known = _constant(_core.framework_fill(lf.name, "haiku" if haiku else "generic"))
             value = None if known is None else int(known)
         for r in rules:
-            if fnmatch.fnmatchcase(lf.name, r.pattern) and not is_key:
+            if _core.name_matches(r.pattern, lf.name) and not is_key:
                 r.used = True
                 c = _constant(r.fill)
                 if c is None or c != int(c):
@@ -707,7 +706,7 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
             continue
         storage = lf.storage
         for r in rs:
-            if r.orientation and any(fnmatch.fnmatchcase(n, r.pattern) for n in [lf.name, *lf.names]):
+            if r.orientation and any(_core.name_matches(r.pattern, n) for n in [lf.name, *lf.names]):
                 storage, r.used = r.orientation, True
         stored = lf.stored or (1,)
         if storage is not None and len(stored) != 2:
@@ -730,7 +729,7 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
             if fill is not None:
                 p["init"] = fill
             for r in rs:
-                if fnmatch.fnmatchcase(lf.name, r.pattern) or fnmatch.fnmatchcase(cname, r.pattern):
+                if _core.name_matches(r.pattern, lf.name) or _core.name_matches(r.pattern, cname):
                     r.used = True
                     if r.role is not None:
                         p["role"] = r.role
@@ -860,8 +859,8 @@ def init(
       against its module's before anything is built.
     - ``rules``: path glob -> a role (:data:`ROLES`), a fill (``"normal(0, 0.02)"``), or a dict with
       ``role``, ``fill``, ``fan_in``, ``fan_out``, ``orientation`` (``"in-out"`` for a 2-D weight stored
-      ``[in, out]``). A glob matches a leaf's name or a slice's canonical name; the last matching rule
-      wins. Rules override what modules say; a leaf that neither covers is an error listing the leaves.
+      ``[in, out]``). A glob (the library's fnmatch, as ``overrides=``: a backslash escapes) matches a
+      leaf's name or a slice's canonical name; the last matching rule wins. Rules override what modules say; a leaf that neither covers is an error listing the leaves.
       A rule that matches nothing warns (raises with ``strict=True``).
     - ``stacked``: path prefix(es) whose leaves carry a leading layer axis; by default found from the
       modules (``eqx.filter_vmap``, ``nnx.vmap``). Slice ``l`` of ``blocks.attn.wq.weight`` is the tensor

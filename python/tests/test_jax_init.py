@@ -524,6 +524,16 @@ def test_a_rule_that_matches_nothing(nothing_built):
         ljax.spec_of(abstract(), rules=rules)
 
 
+def test_rule_globs_are_the_librarys():
+    """rules= and sharding= globs match as overrides= and the CLI's --init-override do (the library's
+    fnmatch): a backslash escapes the character after it, so `blocks\\.gain` is the name itself."""
+    escaped = {k: v for k, v in RULES.items() if k != "*.gain"}
+    escaped["blocks\\.gain"] = "uniform(-0.5, 0.5)"
+    got = named(ljax.init(abstract(), seed=1, rules=escaped, strict=True))
+    want = named(ljax.init(abstract(), seed=1, rules=RULES))
+    assert got.keys() == want.keys() and all(np.array_equal(bits(got[k]), bits(want[k])) for k in got)
+
+
 def test_bad_rules_and_recipes(nothing_built):
     with pytest.raises(ValueError, match=r"^rules\['\*\.gain'\] 'gaussian' is neither a tensor role \(valid: embedding, .*\) nor a fill: cannot be parsed"):
         ljax.init(abstract(), rules={"*.gain": "gaussian"})
