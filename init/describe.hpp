@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -184,6 +185,29 @@ struct TorchtitanPart {
 // DeepSeek-V3's router correction bias (a buffer) zeros (MoE._init_self_buffers). Throws bad_input
 // ("module") naming the linear maps without a role or the parameters and buffers without a tensor.
 LAYERINIT_API std::vector<TorchtitanPart> torchtitan_parameters(const TorchtitanModel& m, ModelDescription& d);
+
+// What the PyTorch adapter read of a Megatron-core model's TransformerConfig
+// (megatron/core/transformer/transformer_config.py).
+struct MegatronConfig {
+  struct Method {
+    std::string field;           // "init_method", "output_layer_init_method", "embedding_init_method"
+    std::optional<double> std;   // σ where the method is normal(0, σ) (utils.py's init_method_normal)
+    std::string shown;           // the method as the config shows it, where `std` is none
+  };
+  std::vector<Method> methods;
+  bool layernorm_zero_centered_gamma = false;
+};
+
+// Recipe megatron is TransformerConfig's default init (init_method_std for init_method and
+// embedding_init_method, init_method_std / sqrt(2 L) for output_layer_init_method, norms ones):
+// throws bad_input (argument "recipe", one line) listing the parameters `config` draws otherwise
+// (megatron_init_field: embedding_init_method_std, an init method of the config's own, zero-centered
+// norms), each with the config's fill and the recipe's (`recipe_fill` of its tensor), and up to two as
+// the overrides that give the config's fills. Parameters tied to another, and those a glob of
+// `overrides` names, are not checked.
+LAYERINIT_API void check_megatron_config(const MegatronConfig& config, const std::vector<DescribedParameter>& described,
+                                         const std::function<FillSpec(const std::string&)>& recipe_fill,
+                                         const std::vector<std::string>& overrides);
 
 // The value a framework always gives a leaf of this name, whatever the recipe (describe's `init` for
 // it; the JAX adapter's value for an integer state leaf): with naming haiku, a moving average's

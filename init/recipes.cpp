@@ -144,24 +144,16 @@ FillSpec torchtitan_rule(const TensorContext& c) {
   }
 }
 
-// ---- megatron: init_method_normal / scaled_init_method_normal (docs/recipes.md, megatron-core 0.16.1) ----
+// ---- megatron: init_method_normal / scaled_init_method_normal (docs/recipes.md, megatron-core 0.16.1):
+// TransformerConfig's default init methods, by megatron_init_field ----
 FillSpec megatron_rule(const TensorContext& c) {
   if (auto n = norm_rule(c)) return *n;
-  const double s = c.model.hyper.initializer_range;  // init_method_std
-  switch (c.tensor.role) {
-    case TensorRole::linear_bias:
-      // Router.reset_parameters (transformer/moe/router.py:67-72) draws the router's bias with init_method;
-      // every other bias is zeros (tensor_parallel/layers.py: "bias is always set to zero").
-      if (ends_with(c.tensor.name, "router.bias")) return FillSpec::normal(0.0, s);
-      return FillSpec::constant(0.0);
-    case TensorRole::embedding:
-    case TensorRole::position_embedding:
-    case TensorRole::linear_weight:
-    case TensorRole::router_weight:
-    case TensorRole::head_weight: return FillSpec::normal(0.0, s);
-    case TensorRole::output_weight: return FillSpec::normal(0.0, s / std::sqrt(2.0 * num_layers(c)));
-    default: no_rule("megatron", c);
-  }
+  const double s = c.model.hyper.initializer_range;  // init_method_std, every init method's σ by default
+  const std::string_view field = megatron_init_field(c.tensor.role, c.tensor.name);
+  if (field == "init_method" || field == "embedding_init_method") return FillSpec::normal(0.0, s);
+  if (field == "output_layer_init_method") return FillSpec::normal(0.0, s / std::sqrt(2.0 * num_layers(c)));
+  if (c.tensor.role == TensorRole::linear_bias) return FillSpec::constant(0.0);
+  no_rule("megatron", c);
 }
 
 // ---- pytorch-default (nn.Linear.reset_parameters, nn.Embedding) and equinox (eqx.nn.Linear,
@@ -538,6 +530,20 @@ Recipe make_recipe(std::string_view text) {
     valid += (valid.empty() ? "" : ", ") + std::string(e.name);
   }
   bad_argument("recipe", name, "is unknown (valid: " + valid + ")");
+}
+
+std::string_view megatron_init_field(TensorRole role, std::string_view tensor) {
+  switch (role) {
+    case TensorRole::norm_weight: return "layernorm_zero_centered_gamma";
+    case TensorRole::linear_weight:
+    case TensorRole::head_weight:
+    case TensorRole::router_weight: return "init_method";
+    case TensorRole::output_weight: return "output_layer_init_method";
+    case TensorRole::embedding:
+    case TensorRole::position_embedding: return "embedding_init_method";
+    case TensorRole::linear_bias: return tensor.ends_with("router.bias") ? "init_method" : "";
+    default: return "";
+  }
 }
 
 }  // namespace layerinit

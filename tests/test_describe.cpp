@@ -77,7 +77,8 @@ TEST(Describe, RolesFromModuleKindsAndTheRecipesNames) {
 
 // Megatron-core's GPTModel as layerinit.torch describes it (megatron/core/models/gpt/gpt_model.py,
 // transformer/attention.py, transformer/mlp.py): its parallel linears are linear maps.
-TEST(Describe, MegatronCoresNames) {
+// A Megatron-core GPT as layerinit.torch describes it: embeddings, 2 layers, final norm, output layer.
+ModelDescription megatron_like() {
   ModelDescription d;
   d.parameters.push_back(param("embedding.word_embeddings.weight", {128, 16}, ModuleKind::embedding));
   d.parameters.push_back(param("embedding.position_embeddings.weight", {32, 16}, ModuleKind::embedding));
@@ -90,6 +91,11 @@ TEST(Describe, MegatronCoresNames) {
   }
   d.parameters.push_back(param("decoder.final_layernorm.weight", {16}, ModuleKind::norm));
   d.parameters.push_back(param("output_layer.weight", {128, 16}, ModuleKind::linear));
+  return d;
+}
+
+TEST(Describe, MegatronCoresNames) {
+  const ModelDescription d = megatron_like();
   const DescribedModel m = describe(d);
   EXPECT_EQ(of(m, "embedding.position_embeddings.weight").role, TensorRole::position_embedding);
   EXPECT_EQ(of(m, "decoder.layers.1.self_attention.linear_qkv.weight").role, TensorRole::linear_weight);
@@ -98,6 +104,75 @@ TEST(Describe, MegatronCoresNames) {
   EXPECT_EQ(of(m, "output_layer.weight").role, TensorRole::head_weight);
   EXPECT_EQ(m.spec.num_layers, 2u);
   EXPECT_EQ(refusal(d, "megatron"), "");
+}
+
+TEST(Describe, MegatronInitFieldsAreTransformerConfigs) {
+  EXPECT_EQ(megatron_init_field(TensorRole::linear_weight, "decoder.layers.0.mlp.linear_fc1.weight"), "init_method");
+  EXPECT_EQ(megatron_init_field(TensorRole::head_weight, "output_layer.weight"), "init_method");
+  EXPECT_EQ(megatron_init_field(TensorRole::router_weight, "decoder.layers.0.mlp.router.weight"), "init_method");
+  EXPECT_EQ(megatron_init_field(TensorRole::linear_bias, "decoder.layers.0.mlp.router.bias"), "init_method");
+  EXPECT_EQ(megatron_init_field(TensorRole::linear_bias, "decoder.layers.0.mlp.linear_fc1.bias"), "");
+  EXPECT_EQ(megatron_init_field(TensorRole::output_weight, "decoder.layers.0.mlp.linear_fc2.weight"), "output_layer_init_method");
+  EXPECT_EQ(megatron_init_field(TensorRole::embedding, "embedding.word_embeddings.weight"), "embedding_init_method");
+  EXPECT_EQ(megatron_init_field(TensorRole::position_embedding, "embedding.position_embeddings.weight"), "embedding_init_method");
+  EXPECT_EQ(megatron_init_field(TensorRole::norm_weight, "decoder.final_layernorm.weight"), "layernorm_zero_centered_gamma");
+  EXPECT_EQ(megatron_init_field(TensorRole::norm_bias, "decoder.final_layernorm.bias"), "");
+}
+
+// check_megatron_config against recipe megatron's fills of megatron_like() (init_method_std 0.02, 2 layers).
+std::string megatron_conflicts(const MegatronConfig& c, const std::vector<std::string>& overrides = {}) {
+  ModelDescription d = megatron_like();
+  d.parameters.push_back(param("output_layer.weight.copy", {128, 16}, ModuleKind::linear));
+  d.parameters.back().tied_to = "output_layer.weight";  // checked once, under its first name
+  const Recipe r = make_recipe("megatron");
+  const DescribedModel m = describe(d);
+  const auto fill = [&m, &r](const std::string& tensor) {
+    for (const auto* list : {&m.spec.pre, &m.spec.post})
+      for (const auto& t : *list)
+        if (t.name == tensor) return r.rule_for(tensor_context(m.spec, t, std::nullopt));
+    for (std::uint64_t l = 0; l < m.spec.num_layers; ++l)
+      for (const auto& t : m.spec.layer.tensors)
+        if (m.spec.canonical_name(l, t) == tensor) return r.rule_for(tensor_context(m.spec, t, l));
+    throw std::out_of_range(tensor);
+  };
+  try {
+    check_megatron_config(c, m.parameters, fill, overrides);
+  } catch (const bad_input& e) {
+    EXPECT_EQ(e.argument(), "recipe");
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Describe, AMegatronConfigTheRecipeIsNotIsRefusedWithItsFills) {
+  const MegatronConfig defaults{{{"init_method", 0.02, ""}, {"output_layer_init_method", 0.01, ""},
+                                 {"embedding_init_method", 0.02, ""}}, false};
+  EXPECT_EQ(megatron_conflicts(defaults), "");
+  MegatronConfig c = defaults;
+  c.methods[2].std = 0.5;  // embedding_init_method_std
+  const std::string embeddings =
+      "recipe 'megatron' is Megatron-core's default init, and this model's TransformerConfig draws 2 parameter(s) "
+      "otherwise: embedding.word_embeddings.weight (config.embedding_init_method: normal(0, 0.5); the recipe's normal(0, "
+      "0.02)), embedding.position_embeddings.weight (config.embedding_init_method: normal(0, 0.5); the recipe's normal(0, "
+      "0.02)); give them the config's fills with overrides= (a name glob -> fill) such as "
+      "{'embedding.word_embeddings.weight': 'normal(0, 0.5)', 'embedding.position_embeddings.weight': 'normal(0, 0.5)'}";
+  EXPECT_EQ(megatron_conflicts(c), embeddings);
+  EXPECT_EQ(megatron_conflicts(c, {"embedding.*"}), "");
+  // An init method of the config's own: named as the config shows it, no fill suggested for it.
+  c = defaults;
+  c.methods[0] = {"init_method", std::nullopt, "<function xavier_uniform_>"};
+  c.layernorm_zero_centered_gamma = true;
+  EXPECT_EQ(megatron_conflicts(c),
+            "recipe 'megatron' is Megatron-core's default init, and this model's TransformerConfig draws 6 parameter(s) "
+            "otherwise: decoder.layers.0.self_attention.linear_qkv.weight (config.init_method: <function xavier_uniform_>, "
+            "which layerinit does not read; the recipe's normal(0, 0.02)), decoder.layers.0.mlp.linear_fc1.weight "
+            "(config.init_method: <function xavier_uniform_>, which layerinit does not read; the recipe's normal(0, 0.02)), "
+            "decoder.layers.1.self_attention.linear_qkv.weight (config.init_method: <function xavier_uniform_>, which "
+            "layerinit does not read; the recipe's normal(0, 0.02)), decoder.layers.1.mlp.linear_fc1.weight "
+            "(config.init_method: <function xavier_uniform_>, which layerinit does not read; the recipe's normal(0, 0.02)), "
+            "decoder.final_layernorm.weight (config.layernorm_zero_centered_gamma: constant(0); the recipe's constant(1)) "
+            "and 1 more; give them the config's fills with overrides= (a name glob -> fill) such as "
+            "{'decoder.final_layernorm.weight': 'constant(0)'}");
 }
 
 TEST(Describe, TheRepeatedBlockIsTheLongestRunOfIdenticalLastLayers) {

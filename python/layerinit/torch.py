@@ -203,16 +203,6 @@ def _megatron_config(module: torch.nn.Module) -> Optional[Any]:
     return cfg if tc is not None and isinstance(cfg, tc.TransformerConfig) else None
 
 
-# The TransformerConfig init method Megatron-core draws each role's tensors with: attention.py:354 and
-# 1271, mlp.py:126 and 146 give linear_proj and linear_fc2 output_layer_init_method and linear_qkv and
-# linear_fc1 init_method; gpt_model.py:245 the output layer init_method; language_model_embedding.py:59
-# and 73 the word and position embeddings embedding_init_method; moe/router.py:67-72 the router's
-# weight and bias init_method. Other biases are zeros (layers.py:905-907, 1224-1226).
-_MEGATRON_INIT = {"linear_weight": "init_method", "head_weight": "init_method", "router_weight": "init_method",
-                  "output_weight": "output_layer_init_method", "embedding": "embedding_init_method",
-                  "position_embedding": "embedding_init_method"}
-
-
 def _normal_std(fn: Any) -> Optional[float]:
     """σ of functools.partial(torch.nn.init.normal_, mean=0.0, std=σ), what megatron/core/utils.py's
     init_method_normal and scaled_init_method_normal return; None for any other function."""
@@ -222,53 +212,18 @@ def _normal_std(fn: Any) -> Optional[float]:
     return float(fn.keywords.get("std", 1.0))
 
 
-def _megatron_fill(cfg: Any, role: str, tensor: str) -> Optional[tuple[str, Optional[str]]]:
-    """(the TransformerConfig field that decides a tensor's fill in Megatron-core, that fill as text, or
-    None where the field is a function layerinit does not read); None for a tensor whose fill no field
-    changes.
-    A norm's weight is zeros under layernorm_zero_centered_gamma (fusions/fused_layer_norm.py:122-129),
-    else ones."""
-    if role == "norm_weight":
-        return "layernorm_zero_centered_gamma", "constant(0)" if cfg.layernorm_zero_centered_gamma else "constant(1)"
-    field = _MEGATRON_INIT.get(role)
-    if role == "linear_bias" and tensor.endswith("router.bias"):
-        field = "init_method"
-    if field is None:
-        return None
-    std = _normal_std(getattr(cfg, field, None))
-    return field, None if std is None else f"normal(0, {std!r})"
-
-
 def _megatron_init_check(module: torch.nn.Module, s: Spec, described: list[_core.DescribedParameter],
                          recipe: Optional[str], overrides: Optional[Mapping[str, Any]]) -> None:
-    """Recipe megatron is TransformerConfig's default init (init_method_std for init_method and
-    embedding_init_method, init_method_std / sqrt(2 L) for output_layer_init_method, norms ones):
-    ValueError listing the parameters this model's config draws otherwise (embedding_init_method_std,
-    a hybrid model's multiplier, an init method of its own, zero-centered norms) with the config's
-    fill, unless overrides= names them."""
+    """With recipe megatron, the library's check of it against the model's TransformerConfig (its init
+    methods' σ where they are normal, its zero-centered norms): ValueError listing the parameters the
+    config draws otherwise, unless overrides= names them (init/describe.hpp check_megatron_config)."""
     cfg = _megatron_config(module)
     if cfg is None or recipe is None or recipe.partition(":")[0] != "megatron":
         return
-    fills = _plan(s, dtype="fp32", recipe=recipe, overrides=overrides)
-    patterns = list(overrides or ())
-    wrong, suggested = [], {}
-    for e in described:
-        theirs = _megatron_fill(cfg, e.role, e.tensor)
-        if e.tensor != e.name or theirs is None or any(_core.name_matches(p, e.tensor) for p in patterns):
-            continue
-        field, fill = theirs
-        have = fills.fill_of(e.tensor)
-        if fill is not None and _core.Fill.parse(fill) == have:
-            continue
-        shown = fill if fill is not None else f"{getattr(cfg, field, None)!r}, which layerinit does not read"
-        wrong.append(f"{e.tensor} (config.{field}: {shown}; the recipe's {have})")
-        if fill is not None:
-            suggested.setdefault(e.tensor, fill)
-    if wrong:
-        example = f" such as {dict(list(suggested.items())[:2])}" if suggested else ""
-        raise _refused("recipe", f"recipe 'megatron' is Megatron-core's default init, and this model's TransformerConfig draws "
-                                 f"{len(wrong)} parameter(s) otherwise: {_listed(wrong)}; give them the config's fills with "
-                                 f"overrides= (a name glob -> fill){example}")
+    methods = [(f, _normal_std(getattr(cfg, f, None)), repr(getattr(cfg, f, None)))
+               for f in ("init_method", "output_layer_init_method", "embedding_init_method")]
+    _core.check_megatron_config(methods, bool(cfg.layernorm_zero_centered_gamma), described,
+                                _plan(s, dtype="fp32", recipe=recipe, overrides=overrides), list(overrides or ()))
 
 
 def _module(arg: str, v: Any) -> torch.nn.Module:

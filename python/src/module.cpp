@@ -1000,6 +1000,15 @@ void define_plans(nb::module_& m) {
   }, "arrays"_a, "composites"_a, "seed"_a, "offsets"_a, "allow_strided"_a = false,
   "Fills each array in place, the piece at offsets[i] of composites[i], all in one call: what fill_composite does for each.");
 
+  m.def("check_megatron_config", [](const std::vector<std::tuple<std::string, std::optional<double>, std::string>>& methods,
+                                    bool zero_centered_gamma, const std::vector<DescribedParameter>& described,
+                                    const Plan& fills, const std::vector<std::string>& overrides) {
+    MegatronConfig c{{}, zero_centered_gamma};
+    for (const auto& [field, std, shown] : methods) c.methods.push_back({field, std, shown});
+    check_megatron_config(c, described, [&fills](const std::string& n) { return fills.planned(n).fill; }, overrides);
+  }, "methods"_a, "zero_centered_gamma"_a, "described"_a, "fills"_a, "overrides"_a,
+  "ValueError (argument recipe) listing the parameters a Megatron-core TransformerConfig draws otherwise than recipe "
+  "megatron's `fills` (init/describe.hpp check_megatron_config); methods [(field, σ or None, as the config shows it)].");
 }
 
 // Composite parameters and the arrays layerinit allocates.
