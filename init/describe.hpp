@@ -190,9 +190,9 @@ LAYERINIT_API std::vector<TorchtitanPart> torchtitan_parameters(const Torchtitan
 // (megatron/core/transformer/transformer_config.py).
 struct MegatronConfig {
   struct Method {
-    std::string field;           // "init_method", "output_layer_init_method", "embedding_init_method"
-    std::optional<double> std;   // σ where the method is normal(0, σ) (utils.py's init_method_normal)
-    std::string shown;           // the method as the config shows it, where `std` is none
+    std::string field;            // "init_method", "output_layer_init_method", "embedding_init_method"
+    std::optional<double> sigma;  // σ where the method is normal(0, σ) (utils.py's init_method_normal)
+    std::string shown;            // the method as the config shows it, where `sigma` is none
   };
   std::vector<Method> methods;
   bool layernorm_zero_centered_gamma = false;

@@ -19,9 +19,9 @@ std::string quoted(const std::string& s) {
 }
 
 // normal(0, σ) as its shortest round-trip text, Python's repr of a float.
-std::string normal_text(double std) {
+std::string normal_text(double sigma) {
   char buf[32];
-  return "normal(0, " + std::string(buf, std::to_chars(buf, buf + sizeof buf, std).ptr) + ")";
+  return "normal(0, " + std::string(buf, std::to_chars(buf, buf + sizeof buf, sigma).ptr) + ")";
 }
 
 }  // namespace
@@ -46,7 +46,7 @@ void check_megatron_config(const MegatronConfig& config, const std::vector<Descr
       for (const auto& method : config.methods)
         if (method.field == field) m = &method;
       if (m == nullptr) continue;
-      if (m->std) fill = FillSpec::normal(0.0, *m->std), shown = normal_text(*m->std);
+      if (m->sigma) fill = FillSpec::normal(0.0, *m->sigma), shown = normal_text(*m->sigma);
       else shown = m->shown + ", which layerinit does not read";
     }
     const FillSpec have = recipe_fill(p.tensor);

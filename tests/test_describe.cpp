@@ -149,7 +149,7 @@ TEST(Describe, AMegatronConfigTheRecipeIsNotIsRefusedWithItsFills) {
                                  {"embedding_init_method", 0.02, ""}}, false};
   EXPECT_EQ(megatron_conflicts(defaults), "");
   MegatronConfig c = defaults;
-  c.methods[2].std = 0.5;  // embedding_init_method_std
+  c.methods[2].sigma = 0.5;  // embedding_init_method_std
   const std::string embeddings =
       "recipe 'megatron' is Megatron-core's default init, and this model's TransformerConfig draws 2 parameter(s) "
       "otherwise: embedding.word_embeddings.weight (config.embedding_init_method: normal(0, 0.5); the recipe's normal(0, "

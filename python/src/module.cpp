@@ -1004,7 +1004,7 @@ void define_plans(nb::module_& m) {
                                     bool zero_centered_gamma, const std::vector<DescribedParameter>& described,
                                     const Plan& fills, const std::vector<std::string>& overrides) {
     MegatronConfig c{{}, zero_centered_gamma};
-    for (const auto& [field, std, shown] : methods) c.methods.push_back({field, std, shown});
+    for (const auto& [field, sigma, shown] : methods) c.methods.push_back({field, sigma, shown});
     check_megatron_config(c, described, [&fills](const std::string& n) { return fills.planned(n).fill; }, overrides);
   }, "methods"_a, "zero_centered_gamma"_a, "described"_a, "fills"_a, "overrides"_a,
   "ValueError (argument recipe) listing the parameters a Megatron-core TransformerConfig draws otherwise than recipe "
