@@ -40,7 +40,7 @@ void check_megatron_config(const MegatronConfig& config, const std::vector<Descr
     std::string shown;             // as the message shows it
     if (field == "layernorm_zero_centered_gamma") {
       fill = FillSpec::constant(config.layernorm_zero_centered_gamma ? 0.0 : 1.0);
-      shown = config.layernorm_zero_centered_gamma ? "constant(0)" : "constant(1)";
+      shown = fill->describe();
     } else {
       const MegatronConfig::Method* m = nullptr;
       for (const auto& method : config.methods)

@@ -68,6 +68,7 @@ class LAYERINIT_API Recipe {
 // naming a parameter the recipe does not have (with the ones it has) or a value that is not a
 // positive finite number.
 LAYERINIT_API Recipe make_recipe(std::string_view name);
+LAYERINIT_API std::vector<std::string> recipe_names();
 
 // The field of Megatron-core's TransformerConfig that decides the fill of a tensor of this role
 // (recipe megatron is their defaults; megatron-core 0.16.1): attention.py and mlp.py give linear_proj
@@ -77,6 +78,5 @@ LAYERINIT_API Recipe make_recipe(std::string_view name);
 // zeros under layernorm_zero_centered_gamma (fusions/fused_layer_norm.py), else ones. "" where no field
 // changes the fill (other biases are zeros: tensor_parallel/layers.py).
 LAYERINIT_API std::string_view megatron_init_field(TensorRole role, std::string_view tensor);
-LAYERINIT_API std::vector<std::string> recipe_names();
 
 }  // namespace layerinit

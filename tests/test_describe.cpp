@@ -76,8 +76,8 @@ TEST(Describe, RolesFromModuleKindsAndTheRecipesNames) {
 }
 
 // Megatron-core's GPTModel as layerinit.torch describes it (megatron/core/models/gpt/gpt_model.py,
-// transformer/attention.py, transformer/mlp.py): its parallel linears are linear maps.
-// A Megatron-core GPT as layerinit.torch describes it: embeddings, 2 layers, final norm, output layer.
+// transformer/attention.py, transformer/mlp.py): embeddings, 2 layers, final norm, output layer; its
+// parallel linears are linear maps.
 ModelDescription megatron_like() {
   ModelDescription d;
   d.parameters.push_back(param("embedding.word_embeddings.weight", {128, 16}, ModuleKind::embedding));

@@ -860,8 +860,9 @@ def init(
     - ``rules``: path glob -> a role (:data:`ROLES`), a fill (``"normal(0, 0.02)"``), or a dict with
       ``role``, ``fill``, ``fan_in``, ``fan_out``, ``orientation`` (``"in-out"`` for a 2-D weight stored
       ``[in, out]``). A glob (the library's fnmatch, as ``overrides=``: a backslash escapes) matches a
-      leaf's name or a slice's canonical name; the last matching rule wins. Rules override what modules say; a leaf that neither covers is an error listing the leaves.
-      A rule that matches nothing warns (raises with ``strict=True``).
+      leaf's name or a slice's canonical name; the last matching rule wins. Rules override what modules
+      say; a leaf that neither covers is an error listing the leaves. A rule that matches nothing warns
+      (raises with ``strict=True``).
     - ``stacked``: path prefix(es) whose leaves carry a leading layer axis; by default found from the
       modules (``eqx.filter_vmap``, ``nnx.vmap``). Slice ``l`` of ``blocks.attn.wq.weight`` is the tensor
       ``blocks.{l}.attn.wq.weight``, as if the blocks were a Python list; an unnamed ``hk.layer_stack``
