@@ -206,6 +206,8 @@ def _inner(params: dict) -> Any:
 # primitive, shape and dtype (tens of milliseconds each, most of the reading's time). These give XLA's bits:
 # layout is exact, and +, -, *, / and sqrt are rounded by IEEE 754 in both, except on subnormal numbers (XLA's
 # CPU flushes them to zero) and non-finite ones, which go to XLA, as does every other primitive and dtype.
+# XLA's CPU, wherever jax's default device is: on an H200 XLA's float32 / was up to 2 ulp and sqrt 1 ulp from
+# IEEE 754 (2026-11-30, docs/benchmarks.md), and a σ read on the GPU would have drawn other values.
 
 def _np_broadcast(x: np.ndarray, shape: tuple, broadcast_dimensions: tuple, sharding: Any = None) -> Any:
     if sharding is not None:
@@ -271,14 +273,24 @@ def _fold(prim: str, params: dict, xs: list[np.ndarray], outs: list[Any]) -> Opt
     return [r]
 
 
+@functools.cache
+def _host() -> Any:
+    """XLA's CPU device, or None (the default device) where jax runs without one (JAX_PLATFORMS=cuda)."""
+    try:
+        return jax.devices("cpu")[0]
+    except RuntimeError:
+        return None
+
+
 def _bind(eqn: Any, xs: list[Any]) -> list[np.ndarray]:
-    """`eqn`'s primitive on the concrete values `xs` (numpy arrays or scalars), as jax computes it."""
+    """`eqn`'s primitive on the concrete values `xs` (numpy arrays or scalars), as XLA's CPU computes it."""
     xs = [np.asarray(x) for x in xs]
     xs = [x.astype(jax.dtypes.canonicalize_dtype(x.dtype)) for x in xs]  # what jax.numpy.asarray gives
     vals = _fold(eqn.primitive.name, eqn.params, xs, eqn.outvars)
     if vals is not None:
         return vals
-    vals = eqn.primitive.bind(*[jax.numpy.asarray(x) for x in xs], **eqn.params)
+    with jax.default_device(_host()):
+        vals = eqn.primitive.bind(*[jax.numpy.asarray(x) for x in xs], **eqn.params)
     return [np.asarray(v) for v in (vals if eqn.primitive.multiple_results else [vals])]
 
 

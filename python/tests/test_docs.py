@@ -45,10 +45,9 @@ def test_example_runs(block, tmp_path, request):
     if block.skip:
         pytest.skip(f"{block.where}: {block.skip}")
     code = block.runnable_code()
-    if "torchtitan" in code:
-        pytest.importorskip("torchtitan", reason="torchtitan is not installed (scripts/python-test-env installs it)")
-    if "megatron" in code:
-        pytest.importorskip("megatron.core", reason="megatron-core is not installed (scripts/python-test-env installs it)")
+    for client, module in (("torchtitan", "torchtitan"), ("megatron", "megatron.core"), ("haiku", "haiku")):
+        if f"import {client}" in code or f"from {client}" in code:  # a test client scripts/python-test-env installs
+            pytest.importorskip(module, reason=f"{module} is not installed (scripts/python-test-env installs it)")
     env = dict(os.environ, LAYERINIT_SOURCE_DIR=str(ROOT))
     if block.setup:  # the CLI makes the files the block reads
         cli_dir = Path(request.getfixturevalue("cli")).resolve().parent
