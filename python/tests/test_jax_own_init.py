@@ -347,7 +347,8 @@ def test_what_the_reading_leaves_to_xla_runs_on_its_cpu(monkeypatch):
     asarray = jnp.asarray
     monkeypatch.setattr(jnp, "asarray", lambda *a, **k: placed.append(asarray(*a, **k)) or placed[-1])
     other = jax.devices()[-1]  # a GPU where there is one; else the last of the 8 host devices conftest makes
-    assert other != jax.devices("cpu")[0]
+    if other == jax.devices("cpu")[0]:
+        pytest.skip("jax has 1 device: XLA_FLAGS=--xla_force_host_platform_device_count=8 (conftest)")
     x = np.float32([0.5, 1e-40])
     for fn in (lax.exp, lambda a: lax.mul(a, a)):
         eqn, = jax.make_jaxpr(fn)(x).jaxpr.eqns
