@@ -11,13 +11,6 @@
 namespace layerinit {
 namespace {
 
-// A Python str literal of `s` (single quotes): the suggested overrides read as a dict.
-std::string quoted(const std::string& s) {
-  std::string out = "'";
-  for (const char c : s) out += c == '\'' || c == '\\' ? std::string{'\\', c} : std::string{c};
-  return out + "'";
-}
-
 // normal(0, σ) as its shortest round-trip text, Python's repr of a float.
 std::string normal_text(double sigma) {
   char buf[32];
@@ -52,7 +45,7 @@ void check_megatron_config(const MegatronConfig& config, const std::vector<Descr
     const FillSpec have = recipe_fill(p.tensor);
     if (fill == have) continue;
     wrong.push_back(p.tensor + " (config." + std::string(field) + ": " + shown + "; the recipe's " + have.describe() + ")");
-    if (fill && suggested.size() < 2) suggested.push_back(quoted(p.tensor) + ": " + quoted(shown));
+    if (fill && suggested.size() < 2) suggested.push_back(quote(p.tensor) + ": " + quote(shown));  // read as a Python dict
   }
   if (wrong.empty()) return;
   std::string example;

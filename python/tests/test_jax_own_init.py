@@ -346,16 +346,17 @@ def test_what_the_reading_leaves_to_xla_runs_on_its_cpu(monkeypatch):
     placed = []
     asarray = jnp.asarray
     monkeypatch.setattr(jnp, "asarray", lambda *a, **k: placed.append(asarray(*a, **k)) or placed[-1])
-    other = jax.devices()[-1]  # a GPU where there is one; else the last of the 8 host devices conftest makes
-    if other == jax.devices("cpu")[0]:
+    # other: a GPU where there is one; else the last of the 8 host devices conftest makes
+    cpu, other = jax.devices("cpu")[0], jax.devices()[-1]
+    if other == cpu:
         pytest.skip("jax has 1 device: XLA_FLAGS=--xla_force_host_platform_device_count=8 (conftest)")
     x = np.float32([0.5, 1e-40])
     for fn in (lax.exp, lambda a: lax.mul(a, a)):
         eqn, = jax.make_jaxpr(fn)(x).jaxpr.eqns
-        with jax.default_device(jax.devices("cpu")[0]):
+        with jax.default_device(cpu):
             want = np.asarray(fn(x))
         placed.clear()
         with jax.default_device(other):
             got, = rec._bind(eqn, [x] * len(eqn.invars))
-        assert {d for a in placed for d in a.devices()} == {jax.devices("cpu")[0]}, fn
+        assert {d for a in placed for d in a.devices()} == {cpu}, fn
         assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist(), fn
