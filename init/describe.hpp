@@ -148,6 +148,51 @@ struct LeafSlices {
 LAYERINIT_API std::vector<LeafSlices> leaf_slices(const std::vector<FrameworkLeaf>& leaves,
                                                   const std::optional<std::vector<std::string>>& stacked, Naming naming);
 
+// A rule of the JAX adapter's `rules=` (layerinit.jax, docs/python.md): what the leaves and slices a
+// path glob (core's name_matches) names are given. Rules apply in order: the last that matches wins.
+struct LeafRule {
+  std::string pattern;
+  std::optional<TensorRole> role;
+  std::optional<FillSpec> fill;
+  std::optional<std::uint64_t> fan_in, fan_out;
+  WeightStorage storage = WeightStorage::unknown;  // an orientation: one for every slice of a leaf
+};
+
+// A leaf as the rules see it: its name, its slices' canonical names (leaf_slices) and shapes.
+struct RuledLeaf {
+  std::string name;
+  Shape shape;                      // as stored, stacked axes included (messages)
+  Shape slice;                      // one slice's shape
+  std::vector<std::string> slices;  // the slices' canonical names; none for an integer leaf
+  WeightStorage storage = WeightStorage::unknown;  // what its module says
+  std::string integer;  // an integer leaf's dtype ("int32"): made only as a rule's integer constant
+};
+
+// What the rules give one leaf: its storage, per slice the rules' role, fill and fans, and an integer
+// leaf's constant.
+struct RuledLeafOutcome {
+  WeightStorage storage = WeightStorage::unknown;
+  struct Slice {
+    std::optional<TensorRole> role;
+    std::optional<FillSpec> fill;
+    std::optional<std::uint64_t> fan_in, fan_out;
+  };
+  std::vector<Slice> slices;
+  std::optional<double> constant;
+};
+
+struct RulesOutcome {
+  std::vector<RuledLeafOutcome> leaves;  // in the given order
+  std::vector<std::string> unused;       // the patterns that matched nothing, in the rules' order
+};
+
+// The rules applied to a tree's leaves: a rule matches a leaf by the leaf's name or a slice's; an
+// orientation applies to every slice of a leaf one of whose names it matches, a role, fill or fan to
+// each slice it matches by the slice's name or the leaf's; an integer leaf takes the last matching
+// rule's constant. Throws bad_input ("tree") naming an integer leaf whose matching rule is not an
+// integer constant, or a leaf not stored 2-D that is given an orientation (by a rule or its module).
+LAYERINIT_API RulesOutcome apply_rules(const std::vector<LeafRule>& rules, const std::vector<RuledLeaf>& leaves);
+
 // A torchtitan model as its state-dict adapter loads a Hugging Face checkpoint into it
 // (torchtitan/models/<package>/state_dict_adapter.py, from_hf): what the PyTorch adapter reads of it.
 struct TorchtitanModel {

@@ -1,6 +1,8 @@
 // Where a JAX model tree's layers are (init/describe.hpp, leaf_slices): the stacked axes of each leaf
-// and the canonical name of each slice, decided here for every JAX framework the adapter reads.
+// and the canonical name of each slice, decided here for every JAX framework the adapter reads; and
+// what the adapter's rules give those leaves and slices (apply_rules).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -302,6 +304,68 @@ std::vector<LeafSlices> leaf_slices(const std::vector<FrameworkLeaf>& leaves, co
               " stacked axes, but " + lf.owner + " stores it as " + py_tuple(*lf.expected));
     name_slices(lf, o);
   }
+  return out;
+}
+
+}  // namespace layerinit
+
+namespace layerinit {
+namespace {
+
+// A rule as the messages show what it gives: its fill, else its role.
+std::string given(const LeafRule& r) {
+  if (r.fill) return r.fill->describe();
+  if (r.role) return std::string(role_name(*r.role));
+  return "a rule without a fill";
+}
+
+}  // namespace
+
+RulesOutcome apply_rules(const std::vector<LeafRule>& rules, const std::vector<RuledLeaf>& leaves) {
+  RulesOutcome out;
+  std::vector<bool> used(rules.size(), false);
+  auto matches = [&](std::size_t r, const std::string& name) {
+    const bool m = name_matches(rules[r].pattern, name);
+    if (m) used[r] = true;
+    return m;
+  };
+  for (const RuledLeaf& lf : leaves) {
+    RuledLeafOutcome& o = out.leaves.emplace_back();
+    if (!lf.integer.empty()) {
+      for (std::size_t r = 0; r < rules.size(); ++r) {
+        if (!matches(r, lf.name)) continue;
+        const std::optional<FillSpec>& f = rules[r].fill;
+        if (!f || f->kind != FillKind::constant || std::trunc(f->value) != f->value)
+          refused("leaf '" + lf.name + "' is " + lf.integer + ": a rule gives an integer leaf an integer constant " +
+                  "(\"constant(0)\"), not " + given(rules[r]));
+        o.constant = f->value;
+      }
+      continue;
+    }
+    o.storage = lf.storage;
+    for (std::size_t r = 0; r < rules.size(); ++r) {
+      if (rules[r].storage == WeightStorage::unknown) continue;
+      bool hit = matches(r, lf.name);
+      for (const std::string& s : lf.slices) hit = matches(r, s) || hit;
+      if (hit) o.storage = rules[r].storage;
+    }
+    if (o.storage != WeightStorage::unknown && lf.slice.size() != 2)
+      refused("leaf '" + lf.name + "' is " + py_tuple(lf.shape) + ": an orientation applies to 2-D weights");
+    for (const std::string& s : lf.slices) {
+      RuledLeafOutcome::Slice& slice = o.slices.emplace_back();
+      for (std::size_t r = 0; r < rules.size(); ++r) {
+        const bool by_leaf = matches(r, lf.name);
+        if (!(matches(r, s) || by_leaf)) continue;
+        const LeafRule& rule = rules[r];
+        if (rule.role) slice.role = rule.role;
+        if (rule.fill) slice.fill = rule.fill;
+        if (rule.fan_in) slice.fan_in = rule.fan_in;
+        if (rule.fan_out) slice.fan_out = rule.fan_out;
+      }
+    }
+  }
+  for (std::size_t r = 0; r < rules.size(); ++r)
+    if (!used[r]) out.unused.push_back(rules[r].pattern);
   return out;
 }
 

@@ -673,6 +673,72 @@ TEST(LeafSlices, AnUnnamedHaikuLayerStackIsFound) {
             "transformer/layers.1.linear.w");
 }
 
+std::string rules_refusal(const std::vector<LeafRule>& rules, const std::vector<RuledLeaf>& leaves) {
+  try {
+    apply_rules(rules, leaves);
+  } catch (const bad_input& e) {
+    return e.argument() + " | " + e.what();
+  }
+  return "";
+}
+
+// A rule matches a leaf by its name or a slice's, in order, the last match winning per field; an
+// orientation orients every slice of a leaf it names; a rule that matches nothing is listed.
+TEST(LeafRules, TheLastMatchWinsPerSliceAndAnOrientationPerLeaf) {
+  const FillSpec small = FillSpec::normal(0, 0.02), one = FillSpec::constant(1);
+  std::vector<LeafRule> rules = {{.pattern = "blocks.*", .fill = small},
+                                 {.pattern = "blocks.1.*", .role = TensorRole::output_weight, .fan_in = 7},
+                                 {.pattern = "blocks.1.w", .storage = WeightStorage::in_out},
+                                 {.pattern = "*.nope", .fill = one},
+                                 {.pattern = "head", .fill = one, .fan_out = 3}};
+  const std::vector<RuledLeaf> leaves = {
+      {.name = "blocks.w", .shape = {2, 4, 8}, .slice = {4, 8}, .slices = {"blocks.0.w", "blocks.1.w"}},
+      {.name = "head", .shape = {8, 4}, .slice = {8, 4}, .slices = {"head"}, .storage = WeightStorage::out_in}};
+  const RulesOutcome o = apply_rules(rules, leaves);
+  ASSERT_EQ(o.leaves.size(), 2u);
+  EXPECT_EQ(o.leaves[0].storage, WeightStorage::in_out);  // named by one slice, applied to both
+  ASSERT_EQ(o.leaves[0].slices.size(), 2u);
+  EXPECT_EQ(o.leaves[0].slices[0].fill, small);
+  EXPECT_FALSE(o.leaves[0].slices[0].role.has_value());
+  EXPECT_FALSE(o.leaves[0].slices[0].fan_in.has_value());
+  EXPECT_EQ(o.leaves[0].slices[1].fill, small);  // a later rule without a fill keeps the earlier fill
+  EXPECT_EQ(o.leaves[0].slices[1].role, TensorRole::output_weight);
+  EXPECT_EQ(o.leaves[0].slices[1].fan_in, 7u);
+  EXPECT_EQ(o.leaves[1].storage, WeightStorage::out_in);  // its module's
+  EXPECT_EQ(o.leaves[1].slices[0].fill, one);
+  EXPECT_EQ(o.leaves[1].slices[0].fan_out, 3u);
+  EXPECT_FALSE(o.leaves[1].constant.has_value());
+  EXPECT_EQ(o.unused, std::vector<std::string>{"*.nope"});
+
+  rules.push_back({.pattern = "blocks.w", .fill = one});  // by the leaf's name: every slice
+  const RulesOutcome later = apply_rules(rules, leaves);
+  EXPECT_EQ(later.leaves[0].slices[0].fill, one);
+  EXPECT_EQ(later.leaves[0].slices[1].fill, one);
+}
+
+// An integer leaf is made only as an integer constant; an orientation applies to 2-D slices.
+TEST(LeafRules, IntegerConstantsAndOrientationsAreChecked) {
+  const std::vector<RuledLeaf> steps = {{.name = "steps", .shape = {3}, .slice = {3}, .integer = "int32"}};
+  const RulesOutcome o = apply_rules({{.pattern = "st*", .fill = FillSpec::constant(1)},
+                                      {.pattern = "steps", .fill = FillSpec::constant(-3)}}, steps);
+  EXPECT_EQ(o.leaves[0].constant, -3.0);
+  EXPECT_TRUE(o.leaves[0].slices.empty());
+  EXPECT_TRUE(o.unused.empty());
+  EXPECT_FALSE(apply_rules({}, steps).leaves[0].constant.has_value());
+  EXPECT_EQ(rules_refusal({{.pattern = "steps", .fill = FillSpec::constant(0.5)}}, steps),
+            "tree | leaf 'steps' is int32: a rule gives an integer leaf an integer constant (\"constant(0)\"), not constant(0.5)");
+  EXPECT_EQ(rules_refusal({{.pattern = "steps", .role = TensorRole::norm_weight}}, steps),
+            "tree | leaf 'steps' is int32: a rule gives an integer leaf an integer constant (\"constant(0)\"), not norm_weight");
+  EXPECT_EQ(rules_refusal({{.pattern = "steps", .fan_in = 2}}, steps),
+            "tree | leaf 'steps' is int32: a rule gives an integer leaf an integer constant (\"constant(0)\"), not a rule without a fill");
+
+  const std::vector<RuledLeaf> gain = {{.name = "blocks.gain", .shape = {2, 4}, .slice = {4}, .slices = {"blocks.0.gain", "blocks.1.gain"}}};
+  EXPECT_EQ(rules_refusal({{.pattern = "*.1.gain", .storage = WeightStorage::out_in}}, gain),
+            "tree | leaf 'blocks.gain' is (2, 4): an orientation applies to 2-D weights");
+  std::vector<RuledLeaf> scalar = {{.name = "s", .shape = {}, .slice = {}, .slices = {"s"}, .storage = WeightStorage::in_out}};
+  EXPECT_EQ(rules_refusal({}, scalar), "tree | leaf 's' is (): an orientation applies to 2-D weights");  // its module's
+}
+
 DescribedParameter described(std::string name, Shape logical, TensorRole role) {
   DescribedParameter e;
   e.name = e.tensor = std::move(name);

@@ -554,34 +554,27 @@ def _constant(fill: Optional[Fill]) -> Optional[float]:
     return float(fill.text[len("constant("):-1]) if fill is not None and fill.kind == "constant" else None
 
 
-def _integers(integers: list[_Leaf], rules: list[_Rule], haiku: bool) -> dict[int, Any]:
+def _integers(integers: list[_Leaf], ruled: dict[int, float], haiku: bool) -> dict[int, Any]:
     """The value of each integer (or key) leaf, by leaf index: an int, or a function of (seed, sharding)
-    making it. The constant of the last rule matching its name, else what the model's code computes
-    (a Recorded leaf's value: an NNX stream's key and count), else the one its framework always gives it
-    (the library's framework_fill: a Haiku BatchNorm's moving-average counters 0; an NNX stream's count
-    0 and a key from the seed). Raises ValueError naming any other: its value is no distribution's to
-    draw."""
+    making it. The constant the rules give it (`ruled`, apply_rules), else what the model's code
+    computes (a Recorded leaf's value: an NNX stream's key and count), else the one its framework always
+    gives it (the library's framework_fill: a Haiku BatchNorm's moving-average counters 0; an NNX
+    stream's count 0 and a key from the seed). Raises ValueError naming any other: its value is no
+    distribution's to draw."""
     out: dict[int, Any] = {}
     for lf in integers:
         value: Any = None
-        is_key = jax.dtypes.issubdtype(lf.leaf.dtype, jax.dtypes.prng_key)
-        if lf.rec is not None and lf.rec.value is not None:
+        if lf.index in ruled:
+            value = int(ruled[lf.index])
+        elif lf.rec is not None and lf.rec.value is not None:
             value = (lambda f: lambda seed, sh: _placed(f(), sh))(lf.rec.value)
-        elif lf.module == "stream" and is_key:
+        elif lf.module == "stream" and _is_key(lf):
             value = (lambda n, shape: lambda seed, sh: _placed(_stream_key(seed, n, shape), sh))(lf.name, lf.shape)
         elif lf.module == "stream":
             value = 0
         else:
             known = _constant(_core.framework_fill(lf.name, "haiku" if haiku else "generic"))
             value = None if known is None else int(known)
-        for r in rules:
-            if _core.name_matches(r.pattern, lf.name) and not is_key:
-                r.used = True
-                c = _constant(r.fill)
-                if c is None or c != int(c):
-                    raise _refused("tree", f"leaf '{lf.name}' is {jax.numpy.dtype(lf.leaf.dtype).name}: a rule gives an integer "
-                                           f"leaf an integer constant (\"constant(0)\"), not {r.fill or r.role}")
-                value = int(c)
         if value is None:
             why = f" ({lf.rec.why})" if lf.rec is not None and lf.rec.why else ""
             raise _refused("tree", f"leaf '{lf.name}' is {jax.numpy.dtype(lf.leaf.dtype).name}{why}: layerinit fills float32, "
@@ -589,6 +582,10 @@ def _integers(integers: list[_Leaf], rules: list[_Rule], haiku: bool) -> dict[in
                                    f"(rules={{{lf.name!r}: \"constant(0)\"}})")
         out[lf.index] = value
     return out
+
+
+def _is_key(lf: _Leaf) -> bool:
+    return bool(jax.dtypes.issubdtype(lf.leaf.dtype, jax.dtypes.prng_key))
 
 
 def _placed(x: Any, sharding: Optional[Sharding]) -> Any:
@@ -626,7 +623,6 @@ class _Rule:
     fan_in: Optional[int] = None
     fan_out: Optional[int] = None
     orientation: Optional[str] = None
-    used: bool = False
 
 
 def _rules(rules: Optional[Mapping[str, Any]]) -> list[_Rule]:
@@ -694,23 +690,21 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
     flat, treedef, leaves, integers = _leaves(tree, _dtype_arg(dtype), haiku)
     _stacking(leaves, stacked, haiku)
     rs = _rules(rules)
-    constants = _integers(integers, rs, haiku)
+    # What the rules give each leaf and slice is the library's (apply_rules): no rule gives a key.
+    ints = [lf for lf in integers if not _is_key(lf)]
+    made = [lf for lf in leaves if 0 not in lf.shape]
+    outcome, unused = _core.apply_rules(
+        [(r.pattern, r.role, r.fill, r.fan_in, r.fan_out, r.orientation) for r in rs],
+        [(lf.name, lf.shape, lf.shape, [], None, jax.numpy.dtype(lf.leaf.dtype).name) for lf in ints] +
+        [(lf.name, lf.shape, lf.stored, lf.names, lf.storage, "") for lf in made])
+    constants = _integers(integers, {lf.index: c for lf, (_, _, c) in zip(ints, outcome) if c is not None}, haiku)
     own = recipe is None
     # The model's own init: each leaf's recorded fill (layerinit.jax.eval_shape); an Equinox module's
     # parameters by its type (recipe "equinox": their init is fixed by the type).
     typed = own and any(lf.owner.startswith("eqx.") for lf in leaves)
     params = []
     unknown: list[_Leaf] = []
-    for lf in leaves:
-        if 0 in lf.shape:
-            continue
-        storage = lf.storage
-        for r in rs:
-            if r.orientation and any(_core.name_matches(r.pattern, n) for n in [lf.name, *lf.names]):
-                storage, r.used = r.orientation, True
-        stored = lf.stored or (1,)
-        if storage is not None and len(stored) != 2:
-            raise _refused("tree", f"leaf '{lf.name}' is {lf.shape}: an orientation applies to 2-D weights")
+    for lf, (storage, slices, _) in zip(made, outcome[len(ints):]):
         fill = None
         if own and not lf.owner.startswith("eqx."):
             if lf.rec is not None:
@@ -718,37 +712,31 @@ def _model(tree: Any, rules: Optional[Mapping[str, Any]], stacked: Union[str, Se
             else:
                 lf.cause = "no recording of the model's code says how it is made"
         covered = True
-        for cname in lf.names:
-            p: dict[str, Any] = {"name": cname, "shape": list(stored)}
+        for cname, (role, rule_fill, fan_in, fan_out) in zip(lf.names, slices):
+            p: dict[str, Any] = {"name": cname, "shape": list(lf.stored or (1,))}
             if lf.module is not None:
                 p["module"] = lf.module
             if lf.fan_in or lf.fan_out:
                 p.update(fan_in=lf.fan_in, fan_out=lf.fan_out)
             if storage is not None:
                 p["storage"] = storage
-            if fill is not None:
-                p["init"] = fill
-            for r in rs:
-                if _core.name_matches(r.pattern, lf.name) or _core.name_matches(r.pattern, cname):
-                    r.used = True
-                    if r.role is not None:
-                        p["role"] = r.role
-                    if r.fill is not None:
-                        p["init"] = r.fill.text  # exact (Fill.text round-trips)
-                    if r.fan_in is not None:
-                        p["fan_in"] = r.fan_in
-                    if r.fan_out is not None:
-                        p["fan_out"] = r.fan_out
+            if fill is not None or rule_fill is not None:
+                p["init"] = fill if rule_fill is None else rule_fill.text  # exact (Fill.text round-trips)
+            if role is not None:
+                p["role"] = role
+            if fan_in is not None:
+                p["fan_in"] = fan_in
+            if fan_out is not None:
+                p["fan_out"] = fan_out
             covered = covered and "init" in p
             params.append(p)
         if own and not covered and not lf.owner.startswith("eqx."):
             unknown.append(lf)
-    for r in rs:
-        if not r.used:
-            msg = f"rule '{r.pattern}' matches no leaf (leaves: {_listed([lf.name for lf in leaves], 8)})"
-            if strict:
-                raise _refused("rules", msg)
-            warnings.warn(msg, stacklevel=3)
+    for pattern in unused:
+        msg = f"rule '{pattern}' matches no leaf (leaves: {_listed([lf.name for lf in leaves], 8)})"
+        if strict:
+            raise _refused("rules", msg)
+        warnings.warn(msg, stacklevel=3)
     if unknown and refuse:
         raise _refused("tree", _refusal(unknown, tree))
     if not params:

@@ -896,6 +896,36 @@ void define_descriptions(nb::module_& m) {
   "Each leaf's (stacked axes [(path prefix length, size)], their dims, a slice's shape, slice names, name template) "
   "(init/describe.hpp leaf_slices); a leaf is (parts, seps, shape, expected shape or None, owner, recorded axes "
   "[(dim, size, group)], recorded constant).");
+
+  using RuleTuple = std::tuple<std::string, std::optional<std::string>, std::optional<FillSpec>, std::optional<std::uint64_t>,
+                               std::optional<std::uint64_t>, std::optional<std::string>>;
+  using RuledTuple = std::tuple<std::string, Shape, Shape, std::vector<std::string>, std::optional<std::string>, std::string>;
+  m.def("apply_rules", [](const std::vector<RuleTuple>& given, const std::vector<RuledTuple>& ruled) {
+    auto storage_of = [](const std::optional<std::string>& s) {
+      return !s ? WeightStorage::unknown : *s == "in-out" ? WeightStorage::in_out : WeightStorage::out_in;
+    };
+    std::vector<LeafRule> rules;
+    for (const auto& [pattern, role, fill, fan_in, fan_out, storage] : given)
+      rules.push_back({pattern, role ? std::optional(parse_role(*role)) : std::nullopt, fill, fan_in, fan_out, storage_of(storage)});
+    std::vector<RuledLeaf> leaves;
+    for (const auto& [name, shape, slice, slices, storage, integer] : ruled)
+      leaves.push_back({name, shape, slice, slices, storage_of(storage), integer});
+    RulesOutcome o = apply_rules(rules, leaves);
+    nb::list out;
+    for (const RuledLeafOutcome& lf : o.leaves) {
+      nb::list slices;
+      for (const auto& s : lf.slices)
+        slices.append(nb::make_tuple(s.role ? std::optional(std::string(role_name(*s.role))) : std::nullopt, s.fill, s.fan_in,
+                                     s.fan_out));
+      const std::optional<std::string> storage =
+          lf.storage == WeightStorage::unknown ? std::nullopt : std::optional<std::string>(lf.storage == WeightStorage::in_out ? "in-out" : "out-in");
+      out.append(nb::make_tuple(storage, slices, lf.constant));
+    }
+    return nb::make_tuple(out, o.unused);
+  }, "rules"_a, "leaves"_a,
+  "(per leaf (storage or None, per slice (role, Fill, fan_in, fan_out), integer constant), unused patterns) of the JAX "
+  "adapter's rules (init/describe.hpp apply_rules); a rule is (pattern, role, Fill, fan_in, fan_out, orientation), a leaf "
+  "(name, shape, slice shape, slice names, its module's orientation, integer dtype or '').");
 }
 
 // Plans, and fills into arrays.
