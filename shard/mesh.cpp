@@ -92,4 +92,39 @@ Box local_box(const Shape& global, const Mesh& mesh, std::span<const Placement> 
   return b;
 }
 
+ShardPlace chunked_shard(const Shape& local, std::span<const AxisSplit> splits) {
+  Shape global = local;
+  for (const AxisSplit& s : splits) {
+    LAYERINIT_EXPECTS(s.dim < local.size() && s.parts > 0 && s.index < s.parts, "chunked_shard: a split outside the shard");
+    global[s.dim] = checked_mul(global[s.dim], s.parts, "a shard's global shape");
+  }
+  Box b = whole_box(global);
+  for (const AxisSplit& s : splits) b = split_box(b, s.dim, s.parts, s.index);  // `local`: each split is even
+  return {global, {{whole_box(local), b}}};
+}
+
+ShardPlace strided_shard(const Shape& local, std::int64_t dim, std::int64_t stride, std::uint64_t rank, std::uint64_t size) {
+  LAYERINIT_EXPECTS(size > 0 && rank < size, "strided_shard: rank " + std::to_string(rank) + " of " + std::to_string(size));
+  if (dim < 0 || static_cast<std::uint64_t>(dim) >= local.size() || stride < 1 ||
+      local[static_cast<std::size_t>(dim)] % static_cast<std::uint64_t>(stride) != 0)
+  {
+    const std::string line = "a Megatron-core shard of " + shape_string(local) + " with partition_dim " + std::to_string(dim) +
+                             " and partition_stride " + std::to_string(stride) + ": not a split layerinit knows";
+    throw bad_input("module", "", line, line);
+  }
+  const auto d = static_cast<std::size_t>(dim);
+  ShardPlace out{local, {}};
+  out.global[d] = checked_mul(local[d], size, "a shard's global shape");
+  const std::uint64_t chunks = size > 1 ? static_cast<std::uint64_t>(stride) : 1;  // one rank holds every chunk, in order
+  const std::uint64_t chunk = local[d] / chunks;
+  for (std::uint64_t k = 0; k < chunks; ++k) {
+    Box in_local = whole_box(local), in_tensor = whole_box(local);
+    in_local.shape[d] = in_tensor.shape[d] = chunk;
+    in_local.offset[d] = k * chunk;
+    in_tensor.offset[d] = (k * size + rank) * chunk;
+    out.boxes.emplace_back(in_local, in_tensor);
+  }
+  return out;
+}
+
 }  // namespace layerinit

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <layerinit/core/api.hpp>
@@ -84,5 +85,32 @@ LAYERINIT_API Box split_box(const Box& box, std::size_t dim, std::uint64_t parts
 // or a Shard past the tensor's rank is misuse (layerinit::logic_error); a rank outside the mesh throws
 // std::out_of_range.
 LAYERINIT_API Box local_box(const Shape& global, const Mesh& mesh, std::span<const Placement> placements, std::uint64_t rank);
+
+// Where a local shard sits in its tensor: the tensor's shape, and the boxes of it the shard holds side
+// by side, each (its box in the local tensor, its box in the tensor).
+struct ShardPlace {
+  Shape global;
+  std::vector<std::pair<Box, Box>> boxes;
+};
+
+// A local shard of a tensor that names only its splits, each dimension `dim` cut into `parts` pieces
+// of which it holds piece `index`, as torch.chunk cuts (torchtitan's spmd_types PartitionSpec: a
+// dimension's mesh axes in turn, each as (axis size, rank in its group)): one box, in a tensor whose
+// shape is the local one times every split's parts. Such a shard does not carry its tensor's shape:
+// splits that are not even (10 rows over 4: 3, 3, 3, 1) cannot be told from one rank.
+struct AxisSplit {
+  std::size_t dim = 0;
+  std::uint64_t parts = 1, index = 0;
+};
+LAYERINIT_API ShardPlace chunked_shard(const Shape& local, std::span<const AxisSplit> splits);
+
+// A local shard of a tensor split as Megatron-core's _initialize_affine_weight_cpu cuts a master
+// weight (megatron/core/tensor_parallel/layers.py), on rank `rank` of `size`: dimension `dim` is
+// `size` times the local length, cut into chunks of local length / `stride`
+// (per_partition_per_stride_size), of which the rank holds chunks rank, rank + size, rank + 2 size,
+// ... (weight_list[rank::world_size]) side by side. Throws bad_input (argument "module") for a
+// dimension past the shard's rank, a stride under 1 or one that does not divide the local length.
+LAYERINIT_API ShardPlace strided_shard(const Shape& local, std::int64_t dim, std::int64_t stride, std::uint64_t rank,
+                                         std::uint64_t size);
 
 }  // namespace layerinit

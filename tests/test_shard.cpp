@@ -123,6 +123,50 @@ TEST(Shard, LocalBoxIsDTensorsLocalShapeAndGlobalOffset) {
   EXPECT_EQ(Placement::replicate().describe(), "Replicate()");
 }
 
+// torchtitan's spmd_types shards: each split nests inside the one before, as torch.chunk cuts; the
+// tensor's shape is the local one times every split's parts.
+TEST(Shard, ChunkedShardNestsItsSplitsInTurn) {
+  // [3, 8]: dimension 0 over 2 (piece 1), dimension 1 over 4 (piece 3), then dimension 0 over 2 again (piece 0)
+  const std::vector<AxisSplit> splits = {{0, 2, 1}, {1, 4, 3}, {0, 2, 0}};
+  const ShardPlace p = chunked_shard({3, 8}, splits);
+  EXPECT_EQ(p.global, (Shape{12, 32}));
+  ASSERT_EQ(p.boxes.size(), 1u);
+  EXPECT_EQ(p.boxes[0].first, box({0, 0}, {3, 8}));
+  EXPECT_EQ(p.boxes[0].second, box({6, 24}, {3, 8}));
+  const ShardPlace whole = chunked_shard({5}, {});
+  EXPECT_EQ(whole.global, Shape{5});
+  EXPECT_EQ(whole.boxes[0].second, box({0}, {5}));
+  EXPECT_THROW(chunked_shard({5}, std::vector<AxisSplit>{{1, 2, 0}}), layerinit::logic_error);  // misuse: no dimension 1
+}
+
+// Megatron-core's strided split (_initialize_affine_weight_cpu): chunks rank, rank + size, ... side by side.
+TEST(Shard, StridedShardIsMegatronsWeightListSlice) {
+  // A gated MLP's fc1, [6, 4] per rank with stride 2, on rank 1 of 2: master chunks 1 and 3 of 3 rows
+  // each, rows 3..5 and 9..11 of [12, 4].
+  const ShardPlace p = strided_shard({6, 4}, 0, 2, 1, 2);
+  EXPECT_EQ(p.global, (Shape{12, 4}));
+  ASSERT_EQ(p.boxes.size(), 2u);
+  EXPECT_EQ(p.boxes[0], std::pair(box({0, 0}, {3, 4}), box({3, 0}, {3, 4})));
+  EXPECT_EQ(p.boxes[1], std::pair(box({3, 0}, {3, 4}), box({9, 0}, {3, 4})));
+  const ShardPlace row = strided_shard({4, 3}, 1, 1, 0, 2);  // a RowParallelLinear's weight, rank 0
+  EXPECT_EQ(row.global, (Shape{4, 6}));
+  EXPECT_EQ(row.boxes, (std::vector{std::pair(box({0, 0}, {4, 3}), box({0, 0}, {4, 3}))}));
+  const ShardPlace one = strided_shard({6, 4}, 0, 2, 0, 1);  // one rank holds every chunk, in order: one box
+  EXPECT_EQ(one.boxes, (std::vector{std::pair(box({0, 0}, {6, 4}), box({0, 0}, {6, 4}))}));
+  auto refusal = [](Shape local, std::int64_t dim, std::int64_t stride) {
+    try {
+      strided_shard(local, dim, stride, 0, 2);
+    } catch (const bad_input& e) {
+      return e.argument() + " | " + e.what();
+    }
+    return std::string();
+  };
+  EXPECT_EQ(refusal({6, 4}, 2, 1), "module | a Megatron-core shard of [6, 4] with partition_dim 2 and partition_stride 1: not a split layerinit knows");
+  EXPECT_EQ(refusal({6, 4}, -1, 1), "module | a Megatron-core shard of [6, 4] with partition_dim -1 and partition_stride 1: not a split layerinit knows");
+  EXPECT_EQ(refusal({6, 4}, 0, 0), "module | a Megatron-core shard of [6, 4] with partition_dim 0 and partition_stride 0: not a split layerinit knows");
+  EXPECT_EQ(refusal({6, 4}, 0, 4), "module | a Megatron-core shard of [6, 4] with partition_dim 0 and partition_stride 4: not a split layerinit knows");
+}
+
 namespace {
 
 PlannedTensor planned(Shape logical, DType t, bool transposed, FillSpec fill = FillSpec::normal(0, 1)) {

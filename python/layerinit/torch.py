@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import math
 import sys
 import warnings
 import weakref
@@ -525,11 +524,11 @@ def _box(shape: tuple[int, ...], offset: tuple[int, ...], local: tuple[int, ...]
                                                   tuple(int(d) for d in local)),))
 
 
-def _spmd_box(t: torch.Tensor) -> Optional[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """(offset, global shape) of a local shard that torchtitan's spmd_types backend (its default for
-    tensor parallelism) annotates with a PartitionSpec: each sharded dimension split as torch.chunk
-    splits it, over each of its mesh axes in turn, this rank taking its place in each axis's process
-    group. None for a tensor without one."""
+def _spmd_place(t: torch.Tensor) -> Optional[_Place]:
+    """The place of a local shard that torchtitan's spmd_types backend (its default for tensor
+    parallelism) annotates with a PartitionSpec: each sharded dimension split over each of its mesh
+    axes in turn, this rank taking its place in each axis's process group, as the library's
+    chunked_shard places it. None for a tensor without one."""
     try:
         from spmd_types._mesh_axis import _pg_to_mesh_axis
         from spmd_types.runtime import get_partition_spec
@@ -540,28 +539,14 @@ def _spmd_box(t: torch.Tensor) -> Optional[tuple[tuple[int, ...], tuple[int, ...
         return None
     import torch.distributed as dist
 
-    offset, shape = [0] * t.dim(), list(t.shape)
+    splits = []
     for d, entry in enumerate(spec):
-        if entry is None:
-            continue
-        axes = entry if isinstance(entry, tuple) else (entry,)
-        ranks = []
-        for axis in axes:
+        for axis in () if entry is None else entry if isinstance(entry, tuple) else (entry,):
             group = next((g for g, a in list(_pg_to_mesh_axis.items()) if a == axis), None)
             if group is None:
                 raise _refused("module", f"spmd_types mesh axis {axis} has no process group on this rank")
-            ranks.append((axis.size(), dist.get_rank(group)))
-        shape[d] = t.shape[d] * math.prod(k for k, _ in ranks)  # even splits: chunk sizes agree below
-        start, extent = 0, shape[d]
-        for k, r in ranks:
-            chunk = -(-extent // k)
-            lo = min(r * chunk, extent)
-            start, extent = start + lo, min(chunk, extent - lo)
-        if extent != t.shape[d]:
-            raise _refused("module", f"an spmd_types shard of {tuple(t.shape)} (PartitionSpec {spec}) does not split its "
-                                     f"tensor evenly: layerinit cannot tell its global shape")
-        offset[d] = start
-    return tuple(offset), tuple(shape)
+            splits.append((d, axis.size(), dist.get_rank(group)))
+    return _Place(*_core.chunked_shard(tuple(t.shape), splits))
 
 
 def _dtensor_place(t: torch.Tensor) -> _Place:
@@ -592,32 +577,15 @@ _MEGATRON_ATTRS = ("tensor_model_parallel", "partition_dim", "partition_stride",
 
 
 def _megatron_place(t: torch.Tensor, tp: tuple[int, int], split: Optional[tuple[int, int]]) -> Optional[_Place]:
-    """The place of a Megatron-core tensor-parallel shard on rank `tp[0]` of `tp[1]`: split along
+    """The place of a Megatron-core tensor-parallel shard on rank `tp[0]` of `tp[1]`, split along
     `partition_dim` with `partition_stride` as its attributes say (`tensor_model_parallel`), else as
-    its module does (`split`, _megatron_splits), the way `_initialize_affine_weight_cpu`
-    (megatron/core/tensor_parallel/layers.py) cuts the master weight: `partition_dim` is `tp[1]`
-    times the local length, split into chunks of the local length / `partition_stride`
-    (per_partition_per_stride_size), of which the rank holds chunks rank, rank + tp[1], rank + 2
-    tp[1], ... (weight_list[rank::world_size]) side by side. None for a tensor neither splits."""
+    its module does (`split`, _megatron_splits), as the library's strided_shard places it (the way
+    _initialize_affine_weight_cpu cuts the master weight). None for a tensor neither splits."""
     if getattr(t, "tensor_model_parallel", False) is True:
         split = int(getattr(t, "partition_dim", -1)), int(getattr(t, "partition_stride", 1))
     if split is None:
         return None
-    rank, size = tp
-    local = tuple(int(d) for d in t.shape)
-    d, stride = split
-    if not 0 <= d < len(local) or stride < 1 or local[d] % stride:
-        raise _refused("module", f"a Megatron-core shard of {local} with partition_dim {d} and partition_stride {stride}: "
-                                 f"not a split layerinit knows")
-    shape = local[:d] + (local[d] * size,) + local[d + 1:]
-    stride = stride if size > 1 else 1  # one rank holds every chunk, in order
-    chunk = local[d] // stride
-
-    def at(i: int) -> tuple[int, ...]:
-        return tuple(i if k == d else 0 for k in range(len(local)))
-
-    piece = local[:d] + (chunk,) + local[d + 1:]
-    return _Place(shape, tuple((at(k * chunk), at((k * size + rank) * chunk), piece) for k in range(stride)))
+    return _Place(*_core.strided_shard(tuple(t.shape), split[0], split[1], tp[0], tp[1]))
 
 
 def _megatron_splits(module: torch.nn.Module) -> dict[int, tuple[tuple[int, int], Optional[tuple[int, int]]]]:
@@ -689,9 +657,9 @@ def _place(t: torch.Tensor, megatron: Optional[tuple[tuple[int, int], Optional[t
     DTensor = _dtensor_type()
     if DTensor is not None and isinstance(t, DTensor):
         return _dtensor_place(t)
-    box = _spmd_box(t)  # on the Parameter itself: its .data has no annotation
-    if box is not None:
-        return _box(box[1], box[0], tuple(t.shape))
+    spmd = _spmd_place(t)  # on the Parameter itself: its .data has no annotation
+    if spmd is not None:
+        return spmd
     tp, split = megatron if megatron is not None else (None, None)
     if tp is None and getattr(t, "tensor_model_parallel", False) is True:
         tp = _megatron_parallel_state()

@@ -1112,6 +1112,30 @@ void define_composites_and_arrays(nb::module_& m) {
       });
 }
 
+// Where a framework's local shard sits in its tensor (shard/mesh.hpp), as torch.py's _Place:
+// (global shape, [(offset in the local tensor, offset in the tensor, shape)]).
+nb::tuple place_tuple(const layerinit::ShardPlace& p) {
+  nb::list boxes;
+  for (const auto& [local, global] : p.boxes)
+    boxes.append(nb::make_tuple(nb::tuple(nb::cast(as_vector(local.offset))), nb::tuple(nb::cast(as_vector(global.offset))),
+                                nb::tuple(nb::cast(as_vector(global.shape)))));
+  return nb::make_tuple(nb::tuple(nb::cast(as_vector(p.global))), nb::tuple(boxes));
+}
+
+void define_shard_places(nb::module_& m) {
+  using namespace layerinit;
+  m.def("chunked_shard", [](const Shape& local, const std::vector<std::tuple<std::size_t, std::uint64_t, std::uint64_t>>& splits) {
+    std::vector<AxisSplit> s;
+    for (const auto& [dim, parts, index] : splits) s.push_back({dim, parts, index});
+    return place_tuple(chunked_shard(local, s));
+  }, "local"_a, "splits"_a, "(global shape, [(local offset, offset, shape)]) of a shard split by [(dim, parts, index)] in turn, "
+  "as torch.chunk splits (shard/mesh.hpp chunked_shard).");
+  m.def("strided_shard", [](const Shape& local, std::int64_t dim, std::int64_t stride, std::uint64_t rank, std::uint64_t size) {
+    return place_tuple(strided_shard(local, dim, stride, rank, size));
+  }, "local"_a, "dim"_a, "stride"_a, "rank"_a, "size"_a, "(global shape, [(local offset, offset, shape)]) of a Megatron-core "
+  "shard on rank `rank` of `size` split along `dim` with `stride` (shard/mesh.hpp strided_shard).");
+}
+
 // Verification and the memory statistics.
 void define_verify_and_memory(nb::module_& m) {
   using namespace layerinit;
@@ -1169,5 +1193,6 @@ NB_MODULE(_core, m) {
   define_descriptions(m);
   define_plans(m);
   define_composites_and_arrays(m);
+  define_shard_places(m);
   define_verify_and_memory(m);
 }
