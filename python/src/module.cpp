@@ -877,7 +877,11 @@ void define_descriptions(nb::module_& m) {
   m.def("framework_fill", [](const std::string& name, const std::string& naming) {
     return framework_fill(name, parse_naming(naming));
   }, "name"_a, "naming"_a, "The Fill a framework always gives a leaf of this name (init/describe.hpp), or None.");
+}
 
+// What the JAX adapter hands over of a model tree: its leaves' stacked axes, and its rules.
+void define_jax_trees(nb::module_& m) {
+  using namespace layerinit;
   using LeafTuple = std::tuple<std::vector<std::string>, std::vector<std::string>, Shape, std::optional<Shape>, std::string,
                                std::vector<std::tuple<std::size_t, std::uint64_t, std::uint64_t>>, bool>;
   m.def("leaf_slices", [](const std::vector<LeafTuple>& given, const std::optional<std::vector<std::string>>& stacked,
@@ -1191,6 +1195,7 @@ NB_MODULE(_core, m) {
   define_devices(m);
   define_specs(m);
   define_descriptions(m);
+  define_jax_trees(m);
   define_plans(m);
   define_composites_and_arrays(m);
   define_shard_places(m);
