@@ -342,10 +342,12 @@ RulesOutcome apply_rules(const std::vector<LeafRule>& rules, const std::vector<R
       }
       continue;
     }
+    std::vector<bool> by_leaf(rules.size());  // a rule naming the leaf names each of its slices
+    for (std::size_t r = 0; r < rules.size(); ++r) by_leaf[r] = matches(r, lf.name);
     o.storage = lf.storage;
     for (std::size_t r = 0; r < rules.size(); ++r) {
       if (rules[r].storage == WeightStorage::unknown) continue;
-      bool hit = matches(r, lf.name);
+      bool hit = by_leaf[r];
       for (const std::string& s : lf.slices) hit = matches(r, s) || hit;
       if (hit) o.storage = rules[r].storage;
     }
@@ -354,8 +356,7 @@ RulesOutcome apply_rules(const std::vector<LeafRule>& rules, const std::vector<R
     for (const std::string& s : lf.slices) {
       RuledLeafOutcome::Slice& slice = o.slices.emplace_back();
       for (std::size_t r = 0; r < rules.size(); ++r) {
-        const bool by_leaf = matches(r, lf.name);
-        if (!(matches(r, s) || by_leaf)) continue;
+        if (!by_leaf[r] && !matches(r, s)) continue;
         const LeafRule& rule = rules[r];
         if (rule.role) slice.role = rule.role;
         if (rule.fill) slice.fill = rule.fill;

@@ -106,8 +106,7 @@ ShardPlace chunked_shard(const Shape& local, std::span<const AxisSplit> splits) 
 ShardPlace strided_shard(const Shape& local, std::int64_t dim, std::int64_t stride, std::uint64_t rank, std::uint64_t size) {
   LAYERINIT_EXPECTS(size > 0 && rank < size, "strided_shard: rank " + std::to_string(rank) + " of " + std::to_string(size));
   if (dim < 0 || static_cast<std::uint64_t>(dim) >= local.size() || stride < 1 ||
-      local[static_cast<std::size_t>(dim)] % static_cast<std::uint64_t>(stride) != 0)
-  {
+      local[static_cast<std::size_t>(dim)] % static_cast<std::uint64_t>(stride) != 0) {
     const std::string line = "a Megatron-core shard of " + shape_string(local) + " with partition_dim " + std::to_string(dim) +
                              " and partition_stride " + std::to_string(stride) + ": not a split layerinit knows";
     throw bad_input("module", "", line, line);

@@ -905,8 +905,9 @@ void define_jax_trees(nb::module_& m) {
                                std::optional<std::uint64_t>, std::optional<std::string>>;
   using RuledTuple = std::tuple<std::string, Shape, Shape, std::vector<std::string>, std::optional<std::string>, std::string>;
   m.def("apply_rules", [](const std::vector<RuleTuple>& given, const std::vector<RuledTuple>& ruled) {
-    auto storage_of = [](const std::optional<std::string>& s) {
-      return !s ? WeightStorage::unknown : *s == "in-out" ? WeightStorage::in_out : WeightStorage::out_in;
+    auto storage_of = [](const std::optional<std::string>& s) {  // the orientation option's words
+      if (!s) return WeightStorage::unknown;
+      return parse_orientation(*s) == Orientation::in_out ? WeightStorage::in_out : WeightStorage::out_in;
     };
     std::vector<LeafRule> rules;
     for (const auto& [pattern, role, fill, fan_in, fan_out, storage] : given)
@@ -921,8 +922,9 @@ void define_jax_trees(nb::module_& m) {
       for (const auto& s : lf.slices)
         slices.append(nb::make_tuple(s.role ? std::optional(std::string(role_name(*s.role))) : std::nullopt, s.fill, s.fan_in,
                                      s.fan_out));
-      const std::optional<std::string> storage =
-          lf.storage == WeightStorage::unknown ? std::nullopt : std::optional<std::string>(lf.storage == WeightStorage::in_out ? "in-out" : "out-in");
+      std::optional<std::string> storage;
+      if (lf.storage != WeightStorage::unknown)
+        storage = orientation_name(lf.storage == WeightStorage::in_out ? Orientation::in_out : Orientation::out_in);
       out.append(nb::make_tuple(storage, slices, lf.constant));
     }
     return nb::make_tuple(out, o.unused);
